@@ -1,0 +1,253 @@
+"""Console scripts ``hoccl-compile`` and ``hoccl-inspect`` (argparse, ``main(argv=None) -> int``).
+
+Exit codes: 0 success, 2 bad input (message on stderr, no traceback), 1 internal error.
+Set ``HOCCL_DEBUG=1`` to see tracebacks of internal errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .errors import HocclError
+
+__all__ = ["compile_main", "inspect_main"]
+
+REDUCTION_CHOICES = ("allreduce", "reducescatter", "reduce_scatter", "reduce")
+COLLECTIVE_CHOICES = ("allgather", "alltoall", "alltoallv", "matrix", "broadcast", "scatter", "gather", "sendrecv")
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would sys.exit(2) itself; we return 2 from main
+        raise _UsageError(f"{message}\n{self.format_usage().strip()}")
+
+
+def _run(prog: str, body: Callable[[], int]) -> int:
+    try:
+        return body()
+    except _UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except (HocclError, ValueError, OSError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+        if os.environ.get("HOCCL_DEBUG"):
+            traceback.print_exc()
+        print(f"{prog}: internal error: {type(exc).__name__}: {exc}\n"
+              "this is a bug in HOCCL; rerun with HOCCL_DEBUG=1 for a traceback and please report it",
+              file=sys.stderr)
+        return 1
+
+
+def _add_topology_args(p: argparse.ArgumentParser, default: str | None) -> None:
+    from .topology import PRESETS
+
+    g = p.add_argument_group("topology")
+    g.add_argument("--topology", default=default, metavar="PRESET|FILE",
+                   help=f"a preset ({', '.join(sorted(PRESETS))}) or a JSON/YAML topology file"
+                        + (f" (default {default})" if default else ""))
+    g.add_argument("--nodes", type=int, default=None, help="number of nodes (default 2 for a preset)")
+    g.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the preset's)")
+    g.add_argument("--forwarding", choices=("symmetric", "none"), default=None,
+                   help="inter-node path through symmetric peers (the paper's default) or straight from each GPU")
+    g.add_argument("--dma-queues", type=int, default=None, help="DMA queues per GPU the plan may use")
+
+
+def _topology_from_args(args: argparse.Namespace):
+    from .topology import PRESETS, load_topology, make_topology
+
+    overrides = dict(gpus_per_node=args.gpus_per_node, forwarding=args.forwarding, dma_queues=args.dma_queues)
+    if args.topology in PRESETS:
+        return make_topology(args.topology, nodes=args.nodes if args.nodes is not None else 2, **overrides)
+    if args.topology is None:
+        raise _UsageError("give --topology (a preset or a topology file)")
+    if not Path(args.topology).exists():
+        raise HocclError(f"--topology {args.topology!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
+                         "nor an existing file")
+    return load_topology(args.topology, nodes=args.nodes, **overrides)
+
+
+# --- hoccl-compile ----------------------------------------------------------------------------------
+
+def _compile_parser() -> argparse.ArgumentParser:
+    from .ir import DEFAULT_CHUNK_BYTES
+    from .pipeline import PASS_NAMES
+
+    p = _Parser(prog="hoccl-compile", description="Compile a collective into a verified HOCCL plan (JSON).",
+                epilog="example: hoccl-compile alltoall --topology paper-h800 --nodes 4 --size 1GiB "
+                       "-o schedules/a2a-4x8-1GiB.json")
+    p.add_argument("collective", nargs="?", default="alltoall", metavar="COLLECTIVE",
+                   help=f"one of {', '.join(COLLECTIVE_CHOICES)} (default alltoall)")
+    _add_topology_args(p, default="paper-h800")
+    g = p.add_argument_group("collective")
+    g.add_argument("--size", default=None,
+                   help="per-rank buffer size as nccl-tests prints it, e.g. 1GiB, 512MiB (default 1GiB)")
+    g.add_argument("--root", type=int, default=None, help="root rank of broadcast, scatter, gather (default 0)")
+    g.add_argument("--matrix", default=None, metavar="FILE",
+                   help="alltoallv / matrix: G x G byte matrix (.npy, .csv, .json)")
+    g.add_argument("--pairs", default=None, metavar="FILE",
+                   help="sendrecv: [src, dst, bytes] rows (.json, .csv); default: rank i -> i+1 with --size bytes")
+    g.add_argument("--in-place", action="store_true", help="in-place variant (allgather, broadcast, scatter, gather)")
+    o = p.add_argument_group("output")
+    o.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="plan file (.json or .json.gz); default schedules/<collective>-<nodes>x<gpus>-<size>.json")
+    o.add_argument("--chunk", default=None, help=f"chunk size (default {DEFAULT_CHUNK_BYTES >> 20}MiB)")
+    o.add_argument("--dump-after", choices=PASS_NAMES, default=None, metavar="PASS",
+                   help=f"also write the intermediate after PASS ({', '.join(PASS_NAMES)}) as JSON to "
+                        "<output>.<PASS>.json")
+    o.add_argument("--no-baselines", action="store_true", help="skip the two simpler schedules in the report")
+    o.add_argument("-q", "--quiet", action="store_true", help="print only the output path")
+    o.add_argument("-v", "--verbose", action="store_true", help="progress of each pass on stderr")
+    return p
+
+
+def compile_main(argv: Sequence[str] | None = None) -> int:
+    """``hoccl-compile``: compile, verify and write a plan."""
+    return _run("hoccl-compile", lambda: _compile(argv))
+
+
+def _compile(argv: Sequence[str] | None) -> int:
+    from .collective import CollectiveSpec, load_matrix, load_pairs, refuse_reduction
+    from .ir import DEFAULT_CHUNK_BYTES, CompileOptions
+    from .pipeline import compile_state, dump_state
+    from .report import format_text
+    from .schema import save_plan
+    from .units import parse_size
+
+    args = _compile_parser().parse_args(argv)
+    kind = args.collective.lower().replace("-", "")
+    if kind in {r.replace("_", "") for r in REDUCTION_CHOICES}:
+        raise refuse_reduction(kind)
+    if kind not in COLLECTIVE_CHOICES:
+        raise _UsageError(f"unknown collective {args.collective!r}; choose one of {', '.join(COLLECTIVE_CHOICES)}")
+    topo = _topology_from_args(args)
+    size = parse_size(args.size) if args.size is not None else None
+    matrix = pairs = None
+    if kind in ("alltoallv", "matrix"):
+        if args.matrix is None:
+            raise _UsageError(f"{kind} needs --matrix FILE (a {topo.num_gpus}x{topo.num_gpus} byte matrix)")
+        matrix = load_matrix(args.matrix)
+    elif args.matrix is not None:
+        raise _UsageError(f"--matrix applies to alltoallv and matrix, not {kind}")
+    if kind == "sendrecv" and args.pairs is not None:
+        pairs = load_pairs(args.pairs)
+    elif args.pairs is not None:
+        raise _UsageError(f"--pairs applies to sendrecv, not {kind}")
+    if size is None and matrix is None and pairs is None:
+        size = 1 << 30
+    if args.root is not None and kind not in ("broadcast", "scatter", "gather"):
+        raise _UsageError(f"--root applies to broadcast, scatter and gather, not {kind}")
+    spec = CollectiveSpec(kind=kind, size_bytes=size if matrix is None else None, root=args.root,
+                          matrix=matrix, pairs=pairs, in_place=args.in_place)
+    chunk = parse_size(args.chunk) if args.chunk is not None else DEFAULT_CHUNK_BYTES
+    if chunk <= 0:
+        raise _UsageError(f"--chunk {args.chunk} must be a positive size, e.g. 4MiB")
+    options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines)
+
+    verbose = args.verbose or (not args.quiet and topo.num_gpus >= 256)
+    started = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if verbose:
+            print(f"[{time.perf_counter() - started:7.2f}s] {message}", file=sys.stderr, flush=True)
+
+    output = Path(args.output) if args.output else Path("schedules") / _default_name(kind, topo, size, args.root)
+    if args.dump_after and args.dump_after != "verify":
+        partial = compile_state(topo, spec, options, stop_after=args.dump_after, progress=progress)
+        _write_json(output.with_name(output.name + f".{args.dump_after}.json"), dump_state(partial, args.dump_after))
+    state = compile_state(topo, spec, options, progress=progress)
+    assert state.plan is not None
+    if args.dump_after == "verify":
+        _write_json(output.with_name(output.name + ".verify.json"), dump_state(state, "verify"))
+    save_plan(state.plan, output)
+    progress(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)")
+    if args.quiet:
+        print(output)
+    else:
+        print(format_text(state.plan, max_stages=8, timelines=0))
+        print(f"\nverified and wrote {output}")
+    return 0
+
+
+def _default_name(kind: str, topo, size: int | None, root: int | None) -> str:
+    from .units import format_bytes
+
+    size_text = format_bytes(size).replace(" ", "") if size is not None else "custom"
+    root_text = f"-root{root}" if root else ""
+    return f"{kind}-{topo.nodes}x{topo.gpus_per_node}-{size_text}{root_text}.json"
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+# --- hoccl-inspect ----------------------------------------------------------------------------------
+
+def _inspect_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hoccl-inspect", description="Summarise, verify and draw a HOCCL plan file.")
+    p.add_argument("plan", help="plan file (.json or .json.gz)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="text for people, json for tools")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="draw stage matrices and a Gantt chart of NVLink / RDMA / DMA queues (needs matplotlib)")
+    p.add_argument("--verify", action="store_true", help="re-run the full verifier on the file")
+    p.add_argument("--stages", type=int, default=20, metavar="N", help="rows of the per-stage table (default 20)")
+    p.add_argument("--timelines", type=int, default=1, metavar="N",
+                   help="stages whose per-queue chunk order is printed (default 1)")
+    _add_topology_args(p, default=None)
+    p.epilog = "with --topology, the plan is checked against that topology (a plan for another one is refused)"
+    return p
+
+
+def inspect_main(argv: Sequence[str] | None = None) -> int:
+    """``hoccl-inspect``: readable summary, JSON summary, verification and plots of a plan file."""
+    return _run("hoccl-inspect", lambda: _inspect(argv))
+
+
+def _inspect(argv: Sequence[str] | None) -> int:
+    from .report import format_text, stage_rows, summary
+    from .schema import check_plan_topology, load_plan
+
+    args = _inspect_parser().parse_args(argv)
+    plan = load_plan(args.plan)
+    if args.topology is not None:
+        check_plan_topology(plan, _topology_from_args(args))
+    verified = None
+    if args.verify:
+        from .verify import verify_plan
+
+        verify_plan(plan)
+        verified = True
+    if args.format == "json":
+        out = summary(plan)
+        out["stage_table"] = stage_rows(plan)
+        if verified:
+            out["verified"] = True
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        print(format_text(plan, max_stages=args.stages, timelines=args.timelines))
+        if verified:
+            print("\nverify: OK (postcondition, stage rules, chunk orders)")
+    if args.plot:
+        from .plot import plot_plan
+
+        plot_plan(plan, args.plot)
+        if args.format == "text":
+            print(f"wrote {args.plot}")
+    return 0

@@ -1,0 +1,299 @@
+"""Collective descriptions and their exact byte layout.
+
+:func:`layout` is the single statement of what each collective means: for every
+(source rank, destination rank) pair, which bytes of the source's input buffer land where in the
+destination's output buffer. The traffic pass builds flows from it and the verifier checks a plan's
+replayed writes against it.
+
+Buffer conventions follow NCCL / nccl-tests (``size`` is the per-rank buffer nccl-tests prints):
+
+=========== ====================================== ==========================================
+collective  input bytes per rank                    output bytes per rank
+=========== ====================================== ==========================================
+allgather   size / G                                size (block u from rank u)
+alltoall    size (block v goes to rank v)           size (block u came from rank u)
+alltoallv   row sum of the matrix (blocks by dst)   column sum (blocks by src)
+matrix      as alltoallv                            as alltoallv
+broadcast   size on the root, 0 elsewhere           size
+scatter     size on the root, 0 elsewhere           size / G
+gather      size / G                                size on the root, 0 elsewhere
+sendrecv    sum of the rank's sends, in list order  sum of its receives, in list order
+=========== ====================================== ==========================================
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import CollectiveError
+
+__all__ = [
+    "CollectiveKind",
+    "CollectiveSpec",
+    "Layout",
+    "layout",
+    "REDUCTIONS",
+    "refuse_reduction",
+    "load_matrix",
+    "load_pairs",
+]
+
+CollectiveKind = Literal["allgather", "alltoall", "alltoallv", "matrix", "broadcast", "scatter", "gather", "sendrecv"]
+KINDS: tuple[str, ...] = ("allgather", "alltoall", "alltoallv", "matrix", "broadcast", "scatter", "gather",
+                          "sendrecv")
+REDUCTIONS = ("allreduce", "reducescatter", "reduce_scatter", "reduce")
+IN_PLACE_KINDS = ("allgather", "broadcast", "scatter", "gather")
+
+
+def refuse_reduction(kind: str) -> CollectiveError:
+    """The error for a reduction: a DMA copy engine moves bytes but cannot add them."""
+    advice = {
+        "allreduce": "run all_reduce through NCCL (torch.distributed.all_reduce), or compile an alltoall "
+                     "(reduce-scatter phase) and allgather around your own local sum",
+        "reducescatter": "run reduce_scatter through NCCL, or compile an alltoall and sum the received blocks "
+                         "with a local kernel",
+        "reduce": "run reduce through NCCL, or compile a gather to the root and sum there",
+    }
+    key = "reducescatter" if kind == "reduce_scatter" else kind
+    return CollectiveError(
+        f"{kind} is a reduction: it needs arithmetic, and a DMA copy engine can only copy bytes. "
+        f"HOCCL schedules data movement only; {advice[key]}."
+    )
+
+
+class CollectiveSpec(BaseModel):
+    """What the user asked for. Exactly one of ``size_bytes``, ``matrix`` or ``pairs`` carries the sizes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: CollectiveKind
+    size_bytes: int | None = Field(default=None, ge=0)
+    root: int | None = Field(default=None, ge=0)
+    matrix: tuple[tuple[int, ...], ...] | None = None
+    pairs: tuple[tuple[int, int, int], ...] | None = None
+    in_place: bool = False
+
+    def describe(self) -> str:
+        from .units import format_bytes
+
+        text = self.kind
+        if self.size_bytes is not None:
+            text += f" {format_bytes(self.size_bytes)}"
+        if self.root is not None:
+            text += f" root {self.root}"
+        if self.matrix is not None:
+            total = sum(sum(row) for row in self.matrix)
+            text += f" ({len(self.matrix)}x{len(self.matrix)} matrix, {format_bytes(total)} in all)"
+        if self.pairs is not None:
+            text += f" ({len(self.pairs)} pair(s))"
+        if self.in_place:
+            text += " in place"
+        return text
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Byte layout of a collective on ``G`` ranks.
+
+    Every block is one (src, dst) pair: ``bytes`` bytes read at ``src_offset`` of src's input and
+    written at ``dst_offset`` of dst's output. Blocks are sorted by (src, dst); pairs with 0 bytes
+    are absent; local blocks (src == dst) are present unless the collective runs in place.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    src_offset: np.ndarray
+    dst_offset: np.ndarray
+    input_bytes: np.ndarray
+    output_bytes: np.ndarray
+
+
+def _check_size_divisible(spec: CollectiveSpec, G: int) -> int:
+    size = spec.size_bytes
+    if size is None:
+        raise CollectiveError(f"{spec.kind} needs a size; pass --size (e.g. --size 1GiB)")
+    if size % G:
+        lower, upper = size - size % G, size - size % G + G
+        raise CollectiveError(
+            f"{spec.kind} size {size} B is not a multiple of the {G} ranks (each rank's block must be whole); "
+            f"use {lower or upper} or {upper}"
+        )
+    return size // G
+
+
+def _check_root(spec: CollectiveSpec, G: int) -> int:
+    root = spec.root if spec.root is not None else 0
+    if root >= G:
+        raise CollectiveError(f"root {root} is out of range for {G} ranks; pick --root in 0..{G - 1}")
+    return root
+
+
+def _matrix_array(spec: CollectiveSpec, G: int) -> np.ndarray:
+    if spec.matrix is None:
+        raise CollectiveError(f"{spec.kind} needs a per-pair byte matrix; pass --matrix FILE (.npy, .csv or .json)")
+    mat = np.asarray(spec.matrix, dtype=np.int64)
+    if mat.shape != (G, G):
+        raise CollectiveError(
+            f"the {spec.kind} matrix is {mat.shape[0]}x{mat.shape[1] if mat.ndim == 2 else '?'} but the topology "
+            f"has {G} GPUs; give a {G}x{G} matrix or change --nodes/--gpus-per-node"
+        )
+    if (mat < 0).any():
+        u, v = map(int, np.argwhere(mat < 0)[0])
+        raise CollectiveError(f"matrix[{u}][{v}] = {mat[u, v]} is negative; entries are byte counts >= 0")
+    return mat
+
+
+def _layout_from_matrix(mat: np.ndarray) -> Layout:
+    """alltoallv layout: rank u's input holds its blocks by destination, rank v's output by source."""
+    src_offset = np.cumsum(mat, axis=1) - mat  # row-wise exclusive prefix
+    dst_offset = np.cumsum(mat, axis=0) - mat  # column-wise exclusive prefix
+    src, dst = np.nonzero(mat)
+    return Layout(
+        src=src.astype(np.int64), dst=dst.astype(np.int64), bytes=mat[src, dst],
+        src_offset=src_offset[src, dst], dst_offset=dst_offset[src, dst],
+        input_bytes=mat.sum(axis=1), output_bytes=mat.sum(axis=0),
+    )
+
+
+def layout(spec: CollectiveSpec, G: int) -> Layout:
+    """The exact byte layout of ``spec`` on ``G`` ranks (see the module docstring)."""
+    if spec.in_place and spec.kind not in IN_PLACE_KINDS:
+        raise CollectiveError(f"{spec.kind} has no in-place form here; in-place is supported for "
+                              f"{', '.join(IN_PLACE_KINDS)}")
+    kind = spec.kind
+    ranks = np.arange(G, dtype=np.int64)
+    zeros = np.zeros(G, dtype=np.int64)
+    if kind in ("alltoallv", "matrix"):
+        return _layout_from_matrix(_matrix_array(spec, G))
+    if kind == "sendrecv":
+        return _sendrecv_layout(spec, G)
+    if kind == "alltoall":
+        if spec.size_bytes is None:
+            raise CollectiveError("alltoall needs a size; pass --size (e.g. --size 1GiB)")
+        block = _check_size_divisible(spec, G)
+        return _layout_from_matrix(np.full((G, G), block, dtype=np.int64))
+    if kind == "allgather":
+        block = _check_size_divisible(spec, G)
+        src, dst = np.repeat(ranks, G), np.tile(ranks, G)
+        # In place: rank u's input already is block u of its output, so the local copy disappears.
+        keep = src != dst if spec.in_place else np.ones(G * G, dtype=bool)
+        src, dst = src[keep], dst[keep]
+        return Layout(src, dst, np.full(src.size, block, np.int64), np.zeros(src.size, np.int64), src * block,
+                      np.full(G, block, np.int64), np.full(G, block * G, np.int64))
+    if kind == "broadcast":
+        root = _check_root(spec, G)
+        size = spec.size_bytes
+        if size is None:
+            raise CollectiveError("broadcast needs a size; pass --size (e.g. --size 1GiB)")
+        dst = ranks[ranks != root] if spec.in_place else ranks
+        n = dst.size
+        inp = zeros.copy()
+        inp[root] = size
+        return Layout(np.full(n, root, np.int64), dst, np.full(n, size, np.int64), np.zeros(n, np.int64),
+                      np.zeros(n, np.int64), inp, np.full(G, size, np.int64))
+    if kind == "scatter":
+        root = _check_root(spec, G)
+        block = _check_size_divisible(spec, G)
+        dst = ranks[ranks != root] if spec.in_place else ranks
+        inp = zeros.copy()
+        inp[root] = block * G
+        return Layout(np.full(dst.size, root, np.int64), dst, np.full(dst.size, block, np.int64), dst * block,
+                      np.zeros(dst.size, np.int64), inp, np.full(G, block, np.int64))
+    if kind == "gather":
+        root = _check_root(spec, G)
+        block = _check_size_divisible(spec, G)
+        src = ranks[ranks != root] if spec.in_place else ranks
+        out = zeros.copy()
+        out[root] = block * G
+        return Layout(src, np.full(src.size, root, np.int64), np.full(src.size, block, np.int64),
+                      np.zeros(src.size, np.int64), src * block, np.full(G, block, np.int64), out)
+    raise CollectiveError(f"unknown collective {kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def _sendrecv_layout(spec: CollectiveSpec, G: int) -> Layout:
+    if spec.pairs is None:
+        size = spec.size_bytes
+        if size is None:
+            raise CollectiveError("sendrecv needs --size for the default pipeline (i -> i+1) or --pairs FILE")
+        if G < 2:
+            raise CollectiveError("sendrecv needs at least 2 ranks; increase --nodes or --gpus-per-node")
+        pairs = [(i, i + 1, size) for i in range(G - 1)]
+    else:
+        pairs = [tuple(int(x) for x in p) for p in spec.pairs]
+    seen: set[tuple[int, int]] = set()
+    for index, (s, d, n) in enumerate(pairs):
+        if not (0 <= s < G and 0 <= d < G):
+            raise CollectiveError(f"pair {index} ({s} -> {d}) names a rank outside 0..{G - 1}")
+        if s == d:
+            raise CollectiveError(f"pair {index} sends rank {s} to itself; a send/recv needs two ranks")
+        if n < 0:
+            raise CollectiveError(f"pair {index} ({s} -> {d}) has negative size {n}")
+        if (s, d) in seen:
+            raise CollectiveError(f"pair {index} repeats {s} -> {d}; merge repeated pairs into one transfer")
+        seen.add((s, d))
+    pairs = [p for p in pairs if p[2] > 0]
+    in_used = np.zeros(G, np.int64)
+    out_used = np.zeros(G, np.int64)
+    rows = []
+    for s, d, n in pairs:  # offsets in list order, as a pipeline stage lays out its sends/receives
+        rows.append((s, d, n, in_used[s], out_used[d]))
+        in_used[s] += n
+        out_used[d] += n
+    rows.sort()
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
+    return Layout(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], in_used, out_used)
+
+
+# --- input files -------------------------------------------------------------------------------------
+
+def load_matrix(path: str | Path) -> tuple[tuple[int, ...], ...]:
+    """A square byte matrix from .npy, .csv (comma-separated rows) or .json (list of rows)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".npy":
+            mat = np.load(path, allow_pickle=False)
+        elif path.suffix == ".csv":
+            with path.open(newline="") as fh:
+                mat = np.array([[float(x) for x in row if x.strip()] for row in csv.reader(fh) if row])
+        elif path.suffix == ".json":
+            mat = np.array(json.loads(path.read_text()), dtype=float)
+        else:
+            raise CollectiveError(f"matrix file {path} must end in .npy, .csv or .json")
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
+        raise CollectiveError(f"cannot read matrix file {path}: {exc}") from None
+    if mat.ndim != 2 or mat.shape[0] != mat.shape[1]:
+        raise CollectiveError(f"matrix file {path} holds shape {mat.shape}; it must be a square G x G matrix")
+    if not np.all(np.isfinite(mat)) or np.any(mat != np.round(mat)):
+        raise CollectiveError(f"matrix file {path} has entries that are not whole byte counts")
+    return tuple(tuple(int(x) for x in row) for row in mat)
+
+
+def load_pairs(path: str | Path) -> tuple[tuple[int, int, int], ...]:
+    """Send/recv pairs from .json ([[src, dst, bytes], ...]) or .csv (src,dst,bytes rows; sizes may use units)."""
+    from .units import parse_size
+
+    path = Path(path)
+    try:
+        if path.suffix == ".json":
+            rows = json.loads(path.read_text())
+        elif path.suffix == ".csv":
+            with path.open(newline="") as fh:
+                rows = [row for row in csv.reader(fh) if row and not row[0].lstrip().startswith("#")]
+        else:
+            raise CollectiveError(f"pairs file {path} must end in .json or .csv")
+        pairs = []
+        for row in rows:
+            if len(row) != 3:
+                raise CollectiveError(f"pairs file {path}: row {row!r} must be [src, dst, bytes]")
+            pairs.append((int(row[0]), int(row[1]), parse_size(str(row[2]).strip())))
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
+        raise CollectiveError(f"cannot read pairs file {path}: {exc}") from None
+    return tuple(pairs)

@@ -1,0 +1,34 @@
+"""The one error hierarchy of HOCCL, shared by the compiler and the runtime.
+
+Every message names the bad value, the limit it broke and the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HocclError",
+    "TopologyError",
+    "CollectiveError",
+    "ScheduleError",
+    "PlanError",
+]
+
+
+class HocclError(Exception):
+    """Base class of every error HOCCL raises on purpose."""
+
+
+class TopologyError(HocclError, ValueError):
+    """A topology (preset, file or flag) is invalid."""
+
+
+class CollectiveError(HocclError, ValueError):
+    """A collective description is invalid or unsupported (e.g. a reduction)."""
+
+
+class ScheduleError(HocclError):
+    """The scheduler could not build stages for the traffic (an internal limit was hit)."""
+
+
+class PlanError(HocclError, ValueError):
+    """A plan file is corrupt, of another schema version, for another topology, or fails verification."""

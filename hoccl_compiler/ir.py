@@ -1,0 +1,99 @@
+"""The compiler's internal representation: frozen dataclasses of NumPy arrays.
+
+Each pass takes a :class:`CompileState` and returns a new one with its own field filled in
+(``dataclasses.replace``); nothing is mutated in place. Pydantic appears only at the edges (the
+topology, the collective and the plan file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .collective import CollectiveSpec, Layout
+    from .schema import Plan
+    from .topology import Topology
+
+__all__ = [
+    "ROLE_NAMES", "ROLE_DOMAINS", "LOCAL", "NATIVE", "SEND_FORWARD", "RDMA", "RECV_FORWARD",
+    "CompileOptions", "PieceTable", "Schedule", "ChunkSchedule", "CompileState",
+]
+
+# Roles of a transfer (the plan stores the index; the names and domains are written beside them).
+LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = range(5)
+ROLE_NAMES = ("local", "native", "send_forward", "rdma", "recv_forward")
+ROLE_DOMAINS = ("local", "nvlink", "nvlink", "rdma", "nvlink")
+
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Knobs of the passes. ``chunk_bytes`` is the DMA/network chunk size of the plan."""
+
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    baselines: bool = True  # compute the two simpler schedules for the report
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"chunk_bytes": self.chunk_bytes}
+
+
+@dataclass(frozen=True)
+class PieceTable:
+    """Pieces of flows after forwarding: each inter-node flow becomes up to three pieces."""
+
+    flow: np.ndarray
+    role: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Stages: per stage, which byte range of which flow moves (all of the flow's pieces move it)."""
+
+    num_stages: int
+    seg_stage: np.ndarray   # per segment: its stage
+    seg_flow: np.ndarray    # the flow
+    seg_offset: np.ndarray  # byte offset inside the flow
+    seg_bytes: np.ndarray
+    stage_time_s: np.ndarray
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChunkSchedule:
+    """Transfers per stage (one per piece of a segment) and each stage's chunk order."""
+
+    tr_stage: np.ndarray
+    tr_flow: np.ndarray
+    tr_role: np.ndarray
+    tr_src: np.ndarray
+    tr_dst: np.ndarray
+    tr_offset: np.ndarray   # offset inside the flow
+    tr_bytes: np.ndarray
+    tr_queue: np.ndarray
+    tr_after: np.ndarray    # index (within its stage) of the transfer it follows chunk by chunk, or -1
+    queue_gpu: np.ndarray
+    queue_kind: tuple[str, ...]
+    queue_index: np.ndarray
+    order_stage: np.ndarray  # per chunk slot, in execution order per stage: its stage
+    order_transfer: np.ndarray  # global transfer index
+
+
+@dataclass(frozen=True)
+class CompileState:
+    topology: Topology
+    collective: CollectiveSpec
+    options: CompileOptions
+    layout: Layout | None = None
+    origin: np.ndarray | None = None
+    pieces: PieceTable | None = None
+    hoccl: np.ndarray | None = None
+    schedule: Schedule | None = None
+    chunks: ChunkSchedule | None = None
+    plan: Plan | None = None

@@ -1,0 +1,80 @@
+"""Pass 4: transfers, DMA/NIC queues and the weighted chunk interleaving.
+
+Every segment of a stage becomes one transfer per piece of its flow (native: one; inter-node: up
+to send_forward, rdma, recv_forward). Copies go on a DMA queue of their source GPU, network
+writes on the NIC queue of theirs. Each transfer is cut into ``chunk_bytes`` chunks.
+
+Per stage the chunks are ordered by their *progress key*: chunk k of a transfer of n
+chunks has key (k + 1) / n, ties broken by transfer index. Every transfer on a queue therefore
+advances in proportion to its size, and all of them finish together (the paper's flow-size-aware
+chunk schedule). Each queue runs the stage order's entries that belong to it. The three pieces of one segment have equal sizes, so chunk k of each carries the
+same key on its own queue: the dependency "chunk k of a piece after chunk k of the piece before it"
+always points backwards in key order, which keeps the queues free of deadlock::
+
+    DMA(u)   [fwd k=0][fwd k=1][fwd k=2] ...                  u -> ū   (NVLink)
+    NIC(ū)            [rdma k=0][rdma k=1][rdma k=2] ...       ū -> v̄   (waits: fwd k done)
+    DMA(v̄)                      [back k=0][back k=1] ...      v̄ -> v   (waits: rdma k done)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..ir import RDMA, ChunkSchedule, CompileOptions, CompileState
+from .stages import expand_segments
+
+
+def run(state: CompileState, options: CompileOptions) -> CompileState:
+    topo, pieces, sched = state.topology, state.pieces, state.schedule
+    assert pieces is not None and sched is not None, "chunks runs after stages"
+    G, q = topo.num_gpus, topo.dma_queues
+    seg_idx, piece_idx = expand_segments(pieces, sched.seg_flow)
+    # segments are sorted by (stage, flow): so are the transfers, pieces in path order inside a segment
+    tr_stage = sched.seg_stage[seg_idx]
+    tr_flow = sched.seg_flow[seg_idx]
+    tr_offset = sched.seg_offset[seg_idx]
+    tr_bytes = sched.seg_bytes[seg_idx]
+    tr_role, tr_src, tr_dst = pieces.role[piece_idx], pieces.src[piece_idx], pieces.dst[piece_idx]
+    n = tr_stage.size
+    same_segment = np.zeros(n, dtype=bool)
+    same_segment[1:] = seg_idx[1:] == seg_idx[:-1]
+    tr_after = np.where(same_segment, np.arange(n) - 1, -1)
+
+    # Queues: per GPU, q DMA queues then one NIC queue.
+    queue_gpu = np.repeat(np.arange(G, dtype=np.int64), q + 1)
+    queue_index = np.tile(np.arange(q + 1, dtype=np.int64), G)
+    queue_kind = tuple(("nic" if i == q else "dma") for i in range(q + 1)) * G
+    dma_index = _spread_over_queues(tr_stage, tr_src, tr_bytes, tr_role != RDMA, q)
+    tr_queue = tr_src * (q + 1) + np.where(tr_role == RDMA, q, dma_index)
+
+    # Chunks and their progress keys.
+    n_chunks = np.maximum(1, -(-tr_bytes // options.chunk_bytes))
+    chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
+    chunk_k = np.arange(chunk_tr.size, dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
+    progress = (chunk_k + 1) / n_chunks[chunk_tr]
+    # one order per stage (by progress key); each queue runs the entries of its own transfers in this order
+    order = np.lexsort((chunk_tr, progress, tr_stage[chunk_tr]))
+    ordered_tr = chunk_tr[order]
+    chunks = ChunkSchedule(
+        tr_stage=tr_stage, tr_flow=tr_flow, tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
+        tr_offset=tr_offset, tr_bytes=tr_bytes, tr_queue=tr_queue, tr_after=tr_after,
+        queue_gpu=queue_gpu, queue_kind=queue_kind, queue_index=queue_index,
+        order_stage=tr_stage[ordered_tr], order_transfer=ordered_tr,
+    )
+    return dataclasses.replace(state, chunks=chunks)
+
+
+def _spread_over_queues(stage, gpu, nbytes, is_copy, q: int) -> np.ndarray:
+    """DMA queue per copy: per (stage, GPU), largest first, dealt round-robin over the q queues."""
+    index = np.zeros(stage.size, dtype=np.int64)
+    if q == 1:
+        return index
+    sel = np.nonzero(is_copy)[0]
+    order = sel[np.lexsort((-nbytes[sel], gpu[sel], stage[sel]))]
+    group = stage[order] * (gpu.max() + 1) + gpu[order]
+    starts = np.r_[0, np.nonzero(np.diff(group))[0] + 1]
+    rank_in_group = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+    index[order] = rank_in_group % q
+    return index

@@ -1,0 +1,270 @@
+"""Pass 3: stages, after the paper's Algorithm 1 (a Birkhoff-like decomposition of T).
+
+1. The RDMA part of T (one cell per inter-node flow) is peeled into matchings. The matrix is first
+   completed to one whose every row and column sums to its largest line sum M (the classic
+   2n x 2n construction [[R, diag(M - rows)], [diag(M - cols), R^T]]); each step takes a perfect
+   matching of the entries >= a threshold (halved when none exists, so large entries go first and
+   stages stay few), and removes the smallest matched entry w from every matched cell. Each step
+   covers every busiest line, so the RDMA steps add up to exactly M / NIC bandwidth: the RDMA lower
+   bound. Each step is a stage: one RDMA flow per GPU out and in, every flow moving w bytes.
+2. A stage's RDMA flows bring their forwarding copies (same bytes, same stage) onto NVLink.
+3. Native NVLink traffic is peeled into matchings too (the paper's "local matching components"),
+   which are packed greedily into the NVLink slack that each RDMA stage leaves
+   (stage time x NVLink bandwidth - forwarding load, per port).
+4. What does not fit becomes one NVLink-only stage at the end: for one domain alone, running
+   everything together is optimal in this cost model (its time is the busiest port's load).
+5. Local copies ride in the first stage (they are not costed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from .. import cost
+from ..errors import ScheduleError
+from ..ir import LOCAL, NATIVE, RDMA, CompileOptions, CompileState, Schedule
+
+Matching = tuple[int, np.ndarray, np.ndarray]  # (bytes per matched cell, rows, cols)
+
+
+def peel_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = None) -> list[Matching]:
+    """Decompose a nonnegative integer matrix into weighted matchings whose weights sum to its max line sum.
+
+    Returns ``[(w, rows, cols), ...]``: in each, the cells ``(rows[i], cols[i])`` form a matching
+    and each moves ``w``. Summing ``w`` over all the matchings a cell appears in gives the cell.
+    """
+    n = matrix.shape[0]
+    row_sum, col_sum = matrix.sum(axis=1), matrix.sum(axis=0)
+    top = int(max(row_sum.max(initial=0), col_sum.max(initial=0)))
+    if top == 0:
+        return []
+    r, c = np.nonzero(matrix)
+    vals = matrix[r, c]
+    row_gap, col_gap = top - row_sum, top - col_sum
+    if row_gap.any() or col_gap.any():  # complete to a matrix whose every line sums to `top`
+        gr, gc = np.nonzero(row_gap)[0], np.nonzero(col_gap)[0]
+        # [[R, diag(row_gap)], [diag(col_gap), R^T]]: the lower-right copy of R is peeled on its own
+        r, c, vals = (np.concatenate([r, gr, n + gc, n + c]),
+                      np.concatenate([c, n + gr, gc, n + r]),
+                      np.concatenate([vals, row_gap[gr], col_gap[gc], vals]))
+        size = 2 * n
+    else:
+        size = n
+    A = sp.csr_matrix((vals.astype(np.int64), (r, c)), shape=(size, size))
+    A.sum_duplicates()
+    A.sort_indices()
+    keys = _cell_keys(A)
+    threshold = 1 << (int(A.data.max()).bit_length() - 1)
+    rows_all = np.arange(size)
+    out: list[Matching] = []
+    moved = 0
+    while A.nnz:
+        if A.data.min() >= threshold:
+            graph = A
+        else:
+            keep = A.data >= threshold
+            graph = sp.csr_matrix((A.data[keep], A.indices[keep], _kept_indptr(A, keep)), shape=A.shape)
+        match = maximum_bipartite_matching(graph, perm_type="column")
+        if (match < 0).any():
+            if threshold == 1:
+                raise ScheduleError("internal: a line-balanced matrix had no perfect matching; please report this")
+            threshold >>= 1
+            continue
+        pos = np.searchsorted(keys, rows_all * size + match)
+        w = int(A.data[pos].min())
+        A.data[pos] -= w
+        real = (rows_all < n) & (match < n)
+        if real.any():
+            out.append((w, rows_all[real], match[real].astype(np.int64)))
+        moved += w
+        if (A.data[pos] == 0).any():
+            A.eliminate_zeros()
+            keys = _cell_keys(A)
+        if progress is not None and len(out) % 256 == 0:
+            progress(f"stages: {len(out)} matchings, {100 * moved / top:.0f}% of the busiest line")
+    return out
+
+
+def _cell_keys(A: sp.csr_matrix) -> np.ndarray:
+    row = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+    return row * A.shape[1] + A.indices
+
+
+def _kept_indptr(A: sp.csr_matrix, keep: np.ndarray) -> np.ndarray:
+    counts = np.add.reduceat(keep.astype(np.int64), A.indptr[:-1]) if A.nnz else np.zeros(A.shape[0], np.int64)
+    counts[np.diff(A.indptr) == 0] = 0  # reduceat repeats the next value for empty rows
+    return np.concatenate([[0], np.cumsum(counts)])
+
+
+def run(state: CompileState, options: CompileOptions,
+        progress: Callable[[str], None] | None = None) -> CompileState:
+    topo, pieces, lay = state.topology, state.pieces, state.layout
+    assert pieces is not None and lay is not None, "stages runs after expand"
+    G = topo.num_gpus
+    capacity = cost.port_capacity(topo)
+    nvl_Bps = topo.nvlink_gbps * 1e9
+    flow_src, flow_dst = lay.src, lay.dst
+    n_flows = flow_src.size
+
+    # --- 1. RDMA matchings -------------------------------------------------------------------------
+    rdma = pieces.role == RDMA
+    rdma_matrix = np.zeros((G, G), dtype=np.int64)
+    rdma_matrix[pieces.src[rdma], pieces.dst[rdma]] = pieces.bytes[rdma]
+    cell_flow = np.full((G, G), -1, dtype=np.int64)
+    cell_flow[pieces.src[rdma], pieces.dst[rdma]] = pieces.flow[rdma]
+    rdma_stages = peel_matchings(rdma_matrix, progress)
+
+    records_stage: list[np.ndarray] = []
+    records_flow: list[np.ndarray] = []
+    records_bytes: list[np.ndarray] = []
+    loads = np.zeros((len(rdma_stages), 4 * G))
+    for s, (w, a, b) in enumerate(rdma_stages):
+        flows = cell_flow[a, b]
+        records_stage.append(np.full(flows.size, s, np.int64))
+        records_flow.append(flows)
+        records_bytes.append(np.full(flows.size, w, np.int64))
+        u, v = flow_src[flows], flow_dst[flows]
+        ww = np.full(flows.size, float(w))
+        np.add.at(loads[s], 2 * G + a, ww)  # NIC out of ū
+        np.add.at(loads[s], 3 * G + b, ww)  # NIC in of v̄
+        fwd = u != a
+        np.add.at(loads[s], u[fwd], ww[fwd])           # NVLink out of u
+        np.add.at(loads[s], G + a[fwd], ww[fwd])       # NVLink in of ū
+        back = v != b
+        np.add.at(loads[s], b[back], ww[back])         # NVLink out of v̄
+        np.add.at(loads[s], G + v[back], ww[back])     # NVLink in of v
+
+    # --- 2. native NVLink matchings packed into the slack of RDMA stages ---------------------------
+    native = pieces.role == NATIVE
+    native_matrix = np.zeros((G, G), dtype=np.int64)
+    native_matrix[pieces.src[native], pieces.dst[native]] = pieces.bytes[native]
+    native_flow = np.full((G, G), -1, dtype=np.int64)
+    native_flow[pieces.src[native], pieces.dst[native]] = pieces.flow[native]
+    components = [[w, a, b] for w, a, b in peel_matchings(native_matrix)]
+    stage_time = np.array([cost.loads_time(loads[s], capacity) for s in range(len(rdma_stages))])
+    min_piece = options.chunk_bytes
+    for s in range(len(rdma_stages)):
+        slack_out = stage_time[s] * nvl_Bps - loads[s, :G]
+        slack_in = stage_time[s] * nvl_Bps - loads[s, G: 2 * G]
+        for comp in components:
+            remaining, a, b = comp
+            if remaining <= 0:
+                continue
+            room = min(slack_out[a].min(), slack_in[b].min())
+            amount = int(min(remaining, np.floor(room)))
+            if amount <= 0 or amount < min(remaining, min_piece):
+                continue  # no fragments smaller than a chunk, except a component's tail
+            comp[0] = remaining - amount
+            slack_out[a] -= amount
+            slack_in[b] -= amount
+            records_stage.append(np.full(a.size, s, np.int64))
+            records_flow.append(native_flow[a, b])
+            records_bytes.append(np.full(a.size, amount, np.int64))
+    num_stages = len(rdma_stages)
+    leftover = [(w, a, b) for w, a, b in components if w > 0]
+    if leftover:
+        for w, a, b in leftover:
+            records_stage.append(np.full(a.size, num_stages, np.int64))
+            records_flow.append(native_flow[a, b])
+            records_bytes.append(np.full(a.size, w, np.int64))
+        num_stages += 1
+
+    # --- 3. local copies ride in the first stage -----------------------------------------------------
+    local = pieces.role == LOCAL
+    if local.any():
+        num_stages = max(num_stages, 1)
+        records_stage.append(np.zeros(int(local.sum()), np.int64))
+        records_flow.append(pieces.flow[local])
+        records_bytes.append(pieces.bytes[local])
+
+    # --- 4. segments: per (flow, stage) one byte range, consecutive in stage order ---------------------
+    if records_flow:
+        st, fl, nb = (np.concatenate(x) for x in (records_stage, records_flow, records_bytes))
+    else:
+        st = fl = nb = np.zeros(0, np.int64)
+    key = fl * max(num_stages, 1) + st
+    uniq, inverse = np.unique(key, return_inverse=True)
+    seg_bytes = np.bincount(inverse, weights=nb, minlength=uniq.size).astype(np.int64)
+    seg_flow, seg_stage = uniq // max(num_stages, 1), uniq % max(num_stages, 1)
+    starts = np.cumsum(seg_bytes) - seg_bytes
+    first_of_flow = np.searchsorted(seg_flow, seg_flow)  # segments sorted by (flow, stage)
+    seg_offset = starts - starts[first_of_flow]
+    delivered = np.bincount(seg_flow, weights=seg_bytes, minlength=n_flows)
+    if not np.array_equal(delivered.astype(np.int64), lay.bytes):
+        bad = int(np.nonzero(delivered.astype(np.int64) != lay.bytes)[0][0])
+        raise ScheduleError(f"internal: flow {bad} got {int(delivered[bad])} of {int(lay.bytes[bad])} bytes "
+                            "scheduled; please report this")
+
+    # --- 5. stage times from the final stage contents (every piece of each segment) ------------------
+    stage_time_s = _stage_times(state, seg_stage, seg_flow, seg_bytes, num_stages)
+    order = np.lexsort((seg_flow, seg_stage))
+    schedule = Schedule(
+        num_stages=num_stages,
+        seg_stage=seg_stage[order], seg_flow=seg_flow[order], seg_offset=seg_offset[order],
+        seg_bytes=seg_bytes[order], stage_time_s=stage_time_s,
+        report=_report(state, options, stage_time_s, len(rdma_stages)),
+    )
+    return dataclasses.replace(state, schedule=schedule)
+
+
+def flow_piece_index(pieces) -> tuple[np.ndarray, np.ndarray]:
+    """For each flow, the range [start, end) of its pieces in the (flow-sorted) piece table."""
+    n_flows = int(pieces.flow.max()) + 1 if pieces.flow.size else 0
+    counts = np.bincount(pieces.flow, minlength=n_flows)
+    end = np.cumsum(counts)
+    return end - counts, end
+
+
+def expand_segments(pieces, seg_flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (segment, piece) pair: returns (segment index, piece index), pieces in path order."""
+    start, end = flow_piece_index(pieces)
+    per_seg = (end - start)[seg_flow]
+    seg_idx = np.repeat(np.arange(seg_flow.size), per_seg)
+    first = np.repeat(np.cumsum(per_seg) - per_seg, per_seg)
+    piece_idx = start[seg_flow][seg_idx] + (np.arange(seg_idx.size) - first)
+    return seg_idx, piece_idx
+
+
+def _stage_times(state: CompileState, seg_stage, seg_flow, seg_bytes, num_stages: int) -> np.ndarray:
+    topo, pieces = state.topology, state.pieces
+    G = topo.num_gpus
+    seg_idx, piece_idx = expand_segments(pieces, seg_flow)
+    role, src, dst = pieces.role[piece_idx], pieces.src[piece_idx], pieces.dst[piece_idx]
+    out_port, in_port = cost.piece_ports(role, src, dst, G)
+    costed = out_port >= 0
+    stage = seg_stage[seg_idx][costed]
+    w = seg_bytes[seg_idx][costed].astype(np.float64)
+    P = 4 * G
+    loads = np.bincount(stage * P + out_port[costed], weights=w, minlength=num_stages * P)
+    loads += np.bincount(stage * P + in_port[costed], weights=w, minlength=num_stages * P)
+    if num_stages == 0:
+        return np.zeros(0)
+    return (loads.reshape(num_stages, P) / cost.port_capacity(topo)).max(axis=1)
+
+
+def _report(state: CompileState, options: CompileOptions, stage_time_s: np.ndarray, rdma_stages: int) -> dict:
+    topo, pieces, lay = state.topology, state.pieces, state.layout
+    bound, per_domain = cost.lower_bound(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
+    predicted = float(stage_time_s.sum())
+    report = {
+        "predicted_time_s": predicted,
+        "lower_bound_s": bound,
+        "lower_bound_by_domain_s": per_domain,
+        "ratio": predicted / bound if bound > 0 else 1.0,
+        "rdma_stages": rdma_stages,
+    }
+    if options.baselines:
+        at_once = cost.fair_share_time(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
+        rounds, n_rounds = cost.naive_rounds_time(lay.src, lay.dst, pieces.role, pieces.src, pieces.dst,
+                                                  pieces.bytes, pieces.flow, topo)
+        report["baselines"] = {
+            "everything_at_once_s": at_once,
+            "naive_rounds_s": rounds,
+            "naive_rounds": n_rounds,
+        }
+    return report

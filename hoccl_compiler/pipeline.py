@@ -1,0 +1,104 @@
+"""The ordered pass table and :func:`compile_plan`.
+
+    traffic -> expand -> stages -> chunks -> plan -> verify
+
+Each pass is ``run(state, options) -> state``, pure: it returns a new :class:`CompileState` with one
+more field filled. ``dump_after`` (the CLI's ``--dump-after PASS``) receives any intermediate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .collective import CollectiveSpec
+from .ir import CompileOptions, CompileState
+from .passes import chunks, expand, plan, stages, traffic
+from .schema import Plan
+from .topology import Topology
+from .verify import verify_plan
+
+__all__ = ["PASSES", "PASS_NAMES", "compile_plan", "compile_state", "dump_state"]
+
+Progress = Callable[[str], None]
+
+
+def _verify(state: CompileState, options: CompileOptions) -> CompileState:
+    assert state.plan is not None, "verify runs after plan"
+    verify_plan(state.plan)
+    return state
+
+
+def _stages(state: CompileState, options: CompileOptions, progress: Progress | None = None) -> CompileState:
+    return stages.run(state, options, progress)
+
+
+PASSES: tuple[tuple[str, Callable[..., CompileState]], ...] = (
+    ("traffic", traffic.run),
+    ("expand", expand.run),
+    ("stages", _stages),
+    ("chunks", chunks.run),
+    ("plan", plan.run),
+    ("verify", _verify),
+)
+PASS_NAMES = tuple(name for name, _ in PASSES)
+
+
+def compile_state(
+    topology: Topology,
+    collective: CollectiveSpec,
+    options: CompileOptions | None = None,
+    *,
+    stop_after: str | None = None,
+    progress: Progress | None = None,
+) -> CompileState:
+    """Run the passes in order (up to ``stop_after``) and return the state."""
+    options = options or CompileOptions()
+    if stop_after is not None and stop_after not in PASS_NAMES:
+        raise ValueError(f"unknown pass {stop_after!r}; passes are {', '.join(PASS_NAMES)}")
+    state = CompileState(topology=topology, collective=collective, options=options)
+    for name, fn in PASSES:
+        start = time.perf_counter()
+        state = fn(state, options, progress) if fn is _stages else fn(state, options)
+        if progress is not None:
+            progress(f"pass {name}: {1e3 * (time.perf_counter() - start):.0f} ms")
+        if name == stop_after:
+            break
+    return state
+
+
+def compile_plan(
+    topology: Topology,
+    collective: CollectiveSpec,
+    options: CompileOptions | None = None,
+    *,
+    progress: Progress | None = None,
+) -> Plan:
+    """Compile and verify a plan (raises :class:`~hoccl_compiler.errors.HocclError` subclasses on bad input)."""
+    state = compile_state(topology, collective, options, progress=progress)
+    assert state.plan is not None
+    return state.plan
+
+
+def dump_state(state: CompileState, pass_name: str) -> dict[str, Any]:
+    """A JSON-able view of the intermediate produced by ``pass_name``."""
+
+    def arrays(obj: Any) -> dict[str, Any]:
+        return {f.name: (getattr(obj, f.name).tolist() if isinstance(getattr(obj, f.name), np.ndarray)
+                         else getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+    head = {"pass": pass_name, "topology": state.topology.model_dump(mode="json"),
+            "collective": state.collective.model_dump(mode="json")}
+    if pass_name == "traffic":
+        return {**head, "origin_matrix": state.origin.tolist(), "flows": arrays(state.layout)}
+    if pass_name == "expand":
+        return {**head, "hoccl_matrix": state.hoccl.tolist(), "pieces": arrays(state.pieces)}
+    if pass_name == "stages":
+        return {**head, "schedule": arrays(state.schedule)}
+    if pass_name == "chunks":
+        return {**head, "chunks": arrays(state.chunks)}
+    return {**head, "plan": state.plan.model_dump(mode="json")}

@@ -1,0 +1,139 @@
+"""Summaries of a plan for people (text) and tools (JSON), computed from the plan file alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .schema import Plan
+from .units import format_bytes
+
+__all__ = ["summary", "stage_rows", "queue_timelines", "format_text"]
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us" if seconds < 1e-2 else f"{seconds * 1e3:,.3f} ms"
+
+
+def summary(plan: Plan) -> dict[str, Any]:
+    domain_of = [r.domain for r in plan.roles]
+    per_domain: dict[str, int] = {"local": 0, "nvlink": 0, "rdma": 0}
+    transfers = 0
+    for stage in plan.stages:
+        roles = np.asarray(stage.transfers.role, dtype=np.int64)
+        nbytes = np.asarray(stage.transfers.bytes, dtype=np.int64)
+        transfers += roles.size
+        for role, total in enumerate(np.bincount(roles, weights=nbytes, minlength=len(domain_of))):
+            per_domain[domain_of[role]] += int(total)
+    rep = plan.report
+    out: dict[str, Any] = {
+        "plan_id": plan.plan_id,
+        "schema_version": plan.schema_version,
+        "generator": plan.generator,
+        "collective": plan.collective.model_dump(mode="json", exclude={"matrix", "pairs"}),
+        "collective_text": plan.collective.describe(),
+        "topology": plan.topology.model_dump(mode="json"),
+        "topology_text": plan.topology.describe(),
+        "gpus": plan.num_ranks,
+        "flows": len(plan.flows.src),
+        "stages": len(plan.stages),
+        "rdma_stages": rep.rdma_stages,
+        "transfers": transfers,
+        "chunks": plan.num_chunk_entries(),
+        "chunk_bytes": plan.options.chunk_bytes,
+        "bytes_by_domain": per_domain,
+        "bytes_requested": int(np.asarray(plan.flows.bytes, dtype=np.int64).sum()),
+        "predicted_time_s": rep.predicted_time_s,
+        "lower_bound_s": rep.lower_bound_s,
+        "lower_bound_by_domain_s": rep.lower_bound_by_domain_s,
+        "ratio": rep.ratio,
+    }
+    if rep.baselines is not None:
+        b = rep.baselines
+        out["baselines"] = {
+            "everything_at_once_s": b.everything_at_once_s,
+            "everything_at_once_ratio": b.everything_at_once_s / rep.lower_bound_s if rep.lower_bound_s else 1.0,
+            "naive_rounds_s": b.naive_rounds_s,
+            "naive_rounds_ratio": b.naive_rounds_s / rep.lower_bound_s if rep.lower_bound_s else 1.0,
+            "naive_rounds": b.naive_rounds,
+        }
+    return out
+
+
+def stage_rows(plan: Plan) -> list[dict[str, Any]]:
+    rows = []
+    start = 0.0
+    for stage in plan.stages:
+        tr = stage.transfers
+        roles = np.asarray(tr.role, dtype=np.int64)
+        nbytes = np.asarray(tr.bytes, dtype=np.int64)
+        rdma = roles == 3
+        rows.append({
+            "stage": stage.index, "start_s": start, "time_s": stage.time_s, "transfers": int(roles.size),
+            "rdma_flows": int(rdma.sum()), "rdma_bytes": int(nbytes[rdma].sum()),
+            "nvlink_bytes": int(nbytes[(roles == 1) | (roles == 2) | (roles == 4)].sum()),
+            "local_bytes": int(nbytes[roles == 0].sum()), "chunks": len(stage.chunks),
+        })
+        start += stage.time_s
+    return rows
+
+
+def queue_timelines(plan: Plan, stage: int, limit: int = 24) -> list[str]:
+    """One line per queue of a stage: its chunks in order, as flow:role[chunk]."""
+    abbrev = {"local": "L", "native": "N", "send_forward": "S", "rdma": "R", "recv_forward": "V"}
+    st = plan.stages[stage]
+    tr = st.transfers
+    seen: dict[int, int] = {}
+    lines: dict[int, list[str]] = {}
+    for t in st.chunks:
+        k = seen.get(t, 0)
+        seen[t] = k + 1
+        q = tr.queue[t]
+        lines.setdefault(q, []).append(f"f{tr.flow[t]}{abbrev[plan.roles[tr.role[t]].name]}[{k}]")
+    out = []
+    for q in sorted(lines):
+        name = f"{plan.queues.kind[q]}{plan.queues.gpu[q]}.{plan.queues.index[q]}"
+        items = lines[q]
+        more = f" ... (+{len(items) - limit})" if len(items) > limit else ""
+        out.append(f"  {name:>10}: {' '.join(items[:limit])}{more}")
+    return out
+
+
+def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
+    s = summary(plan)
+    b = s["bytes_by_domain"]
+    lines = [
+        f"plan {s['plan_id']} (schema v{s['schema_version']}, {s['generator']})",
+        f"collective   {s['collective_text']}",
+        f"topology     {s['topology_text']}",
+        f"GPUs         {s['gpus']}   flows {s['flows']:,}   stages {s['stages']:,} ({s['rdma_stages']:,} with RDMA)   "
+        f"transfers {s['transfers']:,}   chunks {s['chunks']:,} of {format_bytes(s['chunk_bytes'])}",
+        f"bytes        requested {format_bytes(s['bytes_requested'])}; moved: NVLink {format_bytes(b['nvlink'])}, "
+        f"RDMA {format_bytes(b['rdma'])}, local {format_bytes(b['local'])}",
+        f"predicted    {_us(s['predicted_time_s'])}   lower bound {_us(s['lower_bound_s'])}   "
+        f"ratio {s['ratio']:.3f}",
+        "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in s["lower_bound_by_domain_s"].items())
+        + ")",
+    ]
+    if "baselines" in s:
+        bl = s["baselines"]
+        lines.append(f"simpler      everything at once (fair sharing) {_us(bl['everything_at_once_s'])} "
+                     f"(x{bl['everything_at_once_ratio']:.3f} of bound);  naive rounds ({bl['naive_rounds']}) "
+                     f"{_us(bl['naive_rounds_s'])} (x{bl['naive_rounds_ratio']:.3f})")
+    rows = stage_rows(plan)
+    lines.append("")
+    lines.append(f"{'stage':>6} {'start':>12} {'time':>12} {'transfers':>9} {'rdma':>5} {'RDMA bytes':>12} "
+                 f"{'NVLink bytes':>13} {'chunks':>7}")
+    for r in rows[:max_stages]:
+        lines.append(f"{r['stage']:>6} {_us(r['start_s']):>12} {_us(r['time_s']):>12} {r['transfers']:>9} "
+                     f"{r['rdma_flows']:>5} {format_bytes(r['rdma_bytes']):>12} {format_bytes(r['nvlink_bytes']):>13} "
+                     f"{r['chunks']:>7}")
+    if len(rows) > max_stages:
+        lines.append(f"   ... {len(rows) - max_stages} more stage(s) (--stages N shows more)")
+    for stage in range(min(timelines, len(plan.stages))):
+        lines.append("")
+        lines.append(f"stage {stage} chunk order per queue (f<flow><role>[chunk]; N native, S send_forward, "
+                     "R rdma, V recv_forward, L local):")
+        lines.extend(queue_timelines(plan, stage))
+    return "\n".join(lines)

@@ -1,0 +1,259 @@
+"""The plan file: the only contract between the compiler and the runtime.
+
+Pydantic models (frozen, ``extra="forbid"``) with a ``schema_version``; the JSON Schema generated
+from them is checked in as ``plan.schema.json``. Large tables are stored by column (one list per
+field) so that a plan of a million flows stays a few tens of megabytes and loads fast. A tool that
+never imports hoccl can read, verify and draw a plan: docs/plan-format.md describes every field.
+
+This module imports nothing of the compiler's passes, so the runtime can load plans through it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .collective import CollectiveSpec
+from .errors import PlanError
+from .topology import Topology
+
+__all__ = [
+    "SCHEMA_VERSION", "Plan", "Stage", "TransferTable", "QueueTable", "FlowTable", "RankBuffers",
+    "PlanOptions", "Report", "Baselines", "RoleInfo", "PLAN_ROLES", "plan_id_for", "load_plan", "save_plan",
+    "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT",
+]
+
+SCHEMA_VERSION = 1
+PRETTY_LIMIT = 100_000  # plans with at most this many chunk entries are written indented
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RoleInfo(_Model):
+    name: Literal["local", "native", "send_forward", "rdma", "recv_forward"]
+    domain: Literal["local", "nvlink", "rdma"]
+
+
+PLAN_ROLES: tuple[RoleInfo, ...] = (
+    RoleInfo(name="local", domain="local"),
+    RoleInfo(name="native", domain="nvlink"),
+    RoleInfo(name="send_forward", domain="nvlink"),
+    RoleInfo(name="rdma", domain="rdma"),
+    RoleInfo(name="recv_forward", domain="nvlink"),
+)
+
+
+def _same_lengths(model: BaseModel, what: str) -> None:
+    lengths = {name: len(getattr(model, name)) for name in type(model).model_fields}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{what} columns differ in length: {lengths}")
+
+
+class FlowTable(_Model):
+    """One flow per (src, dst) pair of the origin matrix: bytes read at src_offset of src's input,
+    written at dst_offset of dst's output."""
+
+    src: list[int]
+    dst: list[int]
+    bytes: list[int]
+    src_offset: list[int]
+    dst_offset: list[int]
+
+    @model_validator(mode="after")
+    def _lengths(self) -> FlowTable:
+        _same_lengths(self, "flows")
+        return self
+
+
+class RankBuffers(_Model):
+    input_bytes: list[int]
+    output_bytes: list[int]
+
+
+class QueueTable(_Model):
+    """Queue q belongs to GPU gpu[q]; kind "dma" (a copy-engine stream) or "nic" (network sends)."""
+
+    gpu: list[int]
+    kind: list[Literal["dma", "nic"]]
+    index: list[int]
+
+    @model_validator(mode="after")
+    def _lengths(self) -> QueueTable:
+        _same_lengths(self, "queues")
+        return self
+
+
+class TransferTable(_Model):
+    """The transfers of one stage. Transfer i moves bytes [offset, offset + bytes) of flow[i] from GPU
+    src[i] to GPU dst[i] in the role role[i] (an index into Plan.roles), on queue queue[i]. Chunk k of
+    transfer i starts after chunk k of transfer after[i] (an index in this stage) has landed; -1: no wait."""
+
+    flow: list[int]
+    role: list[int]
+    src: list[int]
+    dst: list[int]
+    offset: list[int]
+    bytes: list[int]
+    queue: list[int]
+    after: list[int]
+
+    @model_validator(mode="after")
+    def _lengths(self) -> TransferTable:
+        _same_lengths(self, "transfers")
+        return self
+
+
+class Stage(_Model):
+    """One stage. ``chunks`` is the stage's chunk order: each entry is a transfer index, its k-th
+    occurrence is chunk k of that transfer (bytes [k * chunk_bytes, (k + 1) * chunk_bytes) of the
+    transfer's range). Every queue runs, in this order, the entries whose transfer sits on it."""
+
+    index: int = Field(ge=0)
+    time_s: float = Field(ge=0, description="predicted duration in the cost model")
+    transfers: TransferTable
+    chunks: list[int]
+
+
+class PlanOptions(_Model):
+    chunk_bytes: int = Field(gt=0)
+
+
+class Baselines(_Model):
+    everything_at_once_s: float
+    naive_rounds_s: float
+    naive_rounds: int
+
+
+class Report(_Model):
+    predicted_time_s: float
+    lower_bound_s: float
+    lower_bound_by_domain_s: dict[str, float]
+    ratio: float
+    rdma_stages: int
+    baselines: Baselines | None = None
+
+
+class Plan(_Model):
+    """A compiled, verified schedule for one collective on one topology."""
+
+    schema_version: Literal[1]
+    plan_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    generator: str
+    topology: Topology
+    collective: CollectiveSpec
+    options: PlanOptions
+    roles: tuple[RoleInfo, ...]
+    ranks: RankBuffers
+    origin_matrix: list[list[int]]
+    hoccl_matrix: list[list[int]]
+    flows: FlowTable
+    queues: QueueTable
+    stages: list[Stage]
+    report: Report
+
+    @model_validator(mode="after")
+    def _roles(self) -> Plan:
+        if tuple(self.roles) != PLAN_ROLES:
+            raise ValueError(f"roles must be {[r.name for r in PLAN_ROLES]} in that order")
+        return self
+
+    @property
+    def num_ranks(self) -> int:
+        return self.topology.num_gpus
+
+    def num_chunk_entries(self) -> int:
+        return sum(len(s.chunks) for s in self.stages)
+
+
+def plan_id_for(topology: Topology, collective: CollectiveSpec, options: PlanOptions) -> str:
+    """A stable id hashed from the inputs (no timestamps, no randomness)."""
+    payload = json.dumps(
+        {"schema_version": SCHEMA_VERSION, "topology": topology.model_dump(mode="json"),
+         "collective": collective.model_dump(mode="json"), "options": options.model_dump(mode="json")},
+        sort_keys=True, separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def plan_json_schema() -> str:
+    """The JSON Schema of the plan file, as checked in (deterministic text)."""
+    return json.dumps(Plan.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+# --- files -------------------------------------------------------------------------------------------
+
+def save_plan(plan: Plan, path: str | Path, *, indent: int | None | Literal["auto"] = "auto") -> Path:
+    """Write atomically (temp file, then rename). ``.gz`` compresses (deterministically: no mtime)."""
+    path = Path(path)
+    if indent == "auto":
+        indent = 1 if plan.num_chunk_entries() <= PRETTY_LIMIT else None
+    data = plan.model_dump_json(indent=indent).encode() + b"\n"
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    directory = path.parent if str(path.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file (``.json`` or ``.json.gz``). Raises :class:`PlanError` with the reason."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PlanError(f"cannot read plan {str(path)!r}: {exc.strerror}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise PlanError(f"plan {path} is a damaged gzip file ({exc}); recompile it with hoccl-compile") from None
+    return plan_from_json(raw, source=str(path))
+
+
+def plan_from_json(raw: bytes | str, source: str = "<plan>") -> Plan:
+    try:
+        head = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlanError(f"plan {source} is not valid JSON ({exc}); it may be truncated or corrupt: "
+                        "recompile it with hoccl-compile") from None
+    if not isinstance(head, dict) or "schema_version" not in head:
+        raise PlanError(f"{source} is not a HOCCL plan (no schema_version field)")
+    version = head["schema_version"]
+    if version != SCHEMA_VERSION:
+        raise PlanError(f"plan {source} has schema_version {version!r} but this HOCCL reads version "
+                        f"{SCHEMA_VERSION}; recompile it with this version's hoccl-compile")
+    try:
+        return Plan.model_validate(head)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise PlanError(f"plan {source} does not match the plan schema: {problems}{more}") from None
+
+
+def check_plan_topology(plan: Plan, topology: Topology) -> None:
+    """Refuse a plan compiled for another topology, naming the first difference."""
+    mine, theirs = plan.topology.model_dump(), topology.model_dump()
+    for key in mine:
+        if mine[key] != theirs[key] and key != "name":
+            raise PlanError(
+                f"plan {plan.plan_id} was compiled for topology {plan.topology.name!r} with {key}={mine[key]!r}, "
+                f"but this system has {key}={theirs[key]!r}; recompile the plan for this topology"
+            )

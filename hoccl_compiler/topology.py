@@ -1,0 +1,176 @@
+"""Topologies: nodes x GPUs, NVLink and NIC bandwidths, DMA queues, the symmetric-peer map.
+
+A topology is a pydantic model (it is read from files and written into every plan). Bandwidths
+are in GB/s (10^9 bytes per second), per GPU and per direction. Every GPU has one NIC (a rail).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import TopologyError
+
+__all__ = ["Topology", "PRESETS", "preset", "load_topology", "make_topology", "default_peers"]
+
+Forwarding = Literal["symmetric", "none"]
+
+
+def default_peers(gpus_per_node: int) -> tuple[int, ...]:
+    """Pairs (0,1), (2,3), ...; with an odd count the last GPU is its own peer (no forwarding)."""
+    peers = []
+    for local in range(gpus_per_node):
+        partner = local ^ 1
+        peers.append(partner if partner < gpus_per_node else local)
+    return tuple(peers)
+
+
+class Topology(BaseModel):
+    """A cluster of ``nodes`` identical nodes, each of ``gpus_per_node`` GPUs.
+
+    ``peers[i]`` is the symmetric peer of local GPU ``i``: inter-node flows leave a node from the
+    sender's peer and enter it at the receiver's peer (the paper's u -> ū -> v̄ -> v path).
+    ``forwarding="none"`` sends every inter-node flow straight from its source GPU's NIC.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    nodes: int = Field(ge=1, le=65536)
+    gpus_per_node: int = Field(ge=1, le=64)
+    nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU and direction, GB/s")
+    nic_gbps: float = Field(gt=0, description="NIC bandwidth per GPU and direction, GB/s")
+    dma_queues: int = Field(default=1, ge=1, le=16, description="DMA (copy-engine) queues per GPU a plan uses")
+    peers: tuple[int, ...] | None = Field(default=None, description="symmetric peer of each local GPU")
+    forwarding: Forwarding = "symmetric"
+
+    @model_validator(mode="after")
+    def _check_peers(self) -> Topology:
+        if self.peers is None:
+            object.__setattr__(self, "peers", default_peers(self.gpus_per_node))
+        peers = self.peers
+        assert peers is not None
+        if len(peers) != self.gpus_per_node:
+            raise ValueError(
+                f"peers has {len(peers)} entries but gpus_per_node is {self.gpus_per_node}; "
+                "give one peer per local GPU"
+            )
+        for local, peer in enumerate(peers):
+            if not 0 <= peer < self.gpus_per_node:
+                raise ValueError(
+                    f"peers[{local}] = {peer} is outside the node (0..{self.gpus_per_node - 1}); "
+                    "a peer is a local GPU index"
+                )
+            if peers[peer] != local:
+                raise ValueError(
+                    f"the peer map is not an involution: peers[{local}] = {peer} but peers[{peer}] = "
+                    f"{peers[peer]}; symmetric peers come in pairs (or a GPU is its own peer)"
+                )
+        return self
+
+    # --- derived quantities -------------------------------------------------------------
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, gpu: int) -> int:
+        return gpu // self.gpus_per_node
+
+    def peer_of(self, gpu: int) -> int:
+        """The global index of ``gpu``'s symmetric peer (itself when forwarding is off)."""
+        if self.forwarding == "none":
+            return gpu
+        assert self.peers is not None
+        node, local = divmod(gpu, self.gpus_per_node)
+        return node * self.gpus_per_node + self.peers[local]
+
+    def peer_array(self) -> list[int]:
+        return [self.peer_of(g) for g in range(self.num_gpus)]
+
+    def describe(self) -> str:
+        return (
+            f"{self.name}: {self.nodes} node(s) x {self.gpus_per_node} GPU(s), NVLink {self.nvlink_gbps:g} GB/s, "
+            f"NIC {self.nic_gbps:g} GB/s per GPU, {self.dma_queues} DMA queue(s) per GPU, forwarding {self.forwarding}"
+        )
+
+
+# The presets. Sources: the paper's testbed; NVIDIA's DGX H100 datasheet (NVLink 4: 450 GB/s per
+# direction, 8x 400 Gb/s NICs); the 2x H200 machine we borrow, measured 2026-11-30 (DESIGN.md):
+# 396 GB/s copy-engine P2P per direction, and TCP over loopback at 23.4 GB/s with 8 connections as
+# its "NIC" (it has no RDMA NIC; the TCP transport joins its GPUs as nodes).
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper-h800": dict(gpus_per_node=8, nvlink_gbps=400.0, nic_gbps=50.0, dma_queues=1),
+    "dgx-h100": dict(gpus_per_node=8, nvlink_gbps=450.0, nic_gbps=50.0, dma_queues=1),
+    "h200x2": dict(gpus_per_node=2, nvlink_gbps=396.0, nic_gbps=23.4, dma_queues=1),
+}
+
+
+def _build(fields: Mapping[str, Any], source: str) -> Topology:
+    try:
+        return Topology(**fields)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'topology'}: {err['msg']}" for err in exc.errors()
+        )
+        raise TopologyError(f"invalid topology from {source}: {problems}") from None
+
+
+def make_topology(
+    name: str,
+    *,
+    nodes: int = 1,
+    gpus_per_node: int | None = None,
+    forwarding: Forwarding | None = None,
+    dma_queues: int | None = None,
+    nvlink_gbps: float | None = None,
+    nic_gbps: float | None = None,
+) -> Topology:
+    """A preset scaled to ``nodes`` (and optionally ``gpus_per_node``), with optional overrides."""
+    if name not in PRESETS:
+        raise TopologyError(f"unknown topology preset {name!r}; choose one of {', '.join(sorted(PRESETS))} "
+                            "or give a topology file")
+    fields: dict[str, Any] = dict(PRESETS[name], name=name, nodes=nodes)
+    for key, value in (("gpus_per_node", gpus_per_node), ("forwarding", forwarding), ("dma_queues", dma_queues),
+                       ("nvlink_gbps", nvlink_gbps), ("nic_gbps", nic_gbps)):
+        if value is not None:
+            fields[key] = value
+    return _build(fields, f"preset {name!r}")
+
+
+def preset(name: str, nodes: int = 1) -> Topology:
+    return make_topology(name, nodes=nodes)
+
+
+def load_topology(path: str | Path, **overrides: Any) -> Topology:
+    """Read a topology from a JSON or YAML file (the fields of :class:`Topology`)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology file {str(path)!r}: {exc.strerror}") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml  # optional extra
+        except ImportError:
+            raise TopologyError(
+                f"{path} is YAML but PyYAML is not installed; pip install 'hoccl[yaml]' or use JSON"
+            ) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise TopologyError(f"topology file {path} is not valid YAML: {exc}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TopologyError(f"topology file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise TopologyError(f"topology file {path} must hold an object with the topology's fields, "
+                            f"got {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return _build(data, str(path))

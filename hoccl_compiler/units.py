@@ -1,0 +1,48 @@
+"""Human byte sizes: ``parse_size("1GiB")`` and ``format_bytes(2**30)``."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse_size", "format_bytes"]
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
+    "ti": 1024**4, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """Parse ``"1GiB"``, ``"512 MiB"``, ``"4k"`` or ``"1000"`` into a byte count.
+
+    KiB/MiB/GiB are powers of 1024, KB/MB/GB powers of 1000 (as nccl-tests prints them).
+    """
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size {text} is negative; give a byte count >= 0")
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ValueError(f"cannot read size {text!r}; write it like 1GiB, 512MiB, 4KiB or 1000")
+    number, unit = match.groups()
+    factor = _UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"unknown size unit {unit!r} in {text!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")
+    value = float(number) * factor
+    if value != int(value):
+        raise ValueError(f"size {text!r} is not a whole number of bytes ({value})")
+    return int(value)
+
+
+def format_bytes(n: int | float) -> str:
+    """``2**30 -> '1 GiB'``, ``1536 -> '1.5 KiB'``."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            text = f"{n:.2f}".rstrip("0").rstrip(".") if unit != "B" else f"{int(n)}"
+            return f"{text} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

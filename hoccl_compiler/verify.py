@@ -1,0 +1,296 @@
+"""Verification of a plan, from the plan file alone (pass 6, and ``hoccl-inspect --verify``).
+
+Checks, each failure raising :class:`PlanError` naming the stage, transfer, flow and ranks:
+
+1. the flows are exactly the collective's layout (recomputed from the collective in the plan), and
+   every rank's output is tiled by them: every byte lands once, in the right place;
+2. the HOCCL matrix is C expanded by the forwarding rule, and the stages add up to it exactly;
+3. every transfer has the role its endpoints allow, sits on a queue of its source GPU (network
+   writes on the NIC queue), and waits on the piece before it in its flow's path, byte range for
+   byte range; each flow's delivered ranges cover it exactly once;
+4. per stage, each GPU has at most one outgoing and one incoming RDMA transfer;
+5. each stage's chunk order lists every chunk of its transfers exactly once, and every chunk comes
+   after the chunk it waits for, so the queues (each running its own entries in that order) cannot
+   deadlock;
+6. for small plans, a byte-level replay on NumPy buffers of random data yields the expected outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .collective import layout
+from .errors import PlanError
+from .ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, ROLE_NAMES, SEND_FORWARD
+from .schema import Plan
+
+__all__ = ["verify_plan", "replay", "ReplayResult", "BYTE_REPLAY_LIMIT"]
+
+BYTE_REPLAY_LIMIT = 8 << 20  # plans moving at most this many bytes also get a byte-level replay
+
+_TR_FIELDS = ("flow", "role", "src", "dst", "offset", "bytes", "queue", "after")
+
+
+def _transfers(plan: Plan) -> dict[str, np.ndarray]:
+    """All stages' transfers as flat arrays, with 'stage' and 'local' (index within its stage)."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in (*_TR_FIELDS, "stage", "local")}
+    for s, stage in enumerate(plan.stages):
+        if stage.index != s:
+            raise PlanError(f"stage at position {s} says index {stage.index}; stages must be numbered 0..n-1")
+        tr = stage.transfers
+        n = len(tr.flow)
+        for k in _TR_FIELDS:
+            cols[k].append(np.asarray(getattr(tr, k), dtype=np.int64))
+        cols["stage"].append(np.full(n, s, dtype=np.int64))
+        cols["local"].append(np.arange(n, dtype=np.int64))
+    return {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+
+
+def _describe(plan: Plan, t: dict[str, np.ndarray], i: int) -> str:
+    role = int(t["role"][i])
+    role_name = ROLE_NAMES[role] if 0 <= role < len(ROLE_NAMES) else f"role {role}"
+    return (f"stage {t['stage'][i]}, transfer {t['local'][i]} (flow {t['flow'][i]}, {role_name} "
+            f"GPU {t['src'][i]} -> GPU {t['dst'][i]}, bytes {t['offset'][i]}..{t['offset'][i] + t['bytes'][i]})")
+
+
+def _fail_first(mask: np.ndarray, plan: Plan, t: dict[str, np.ndarray], why: str) -> None:
+    if mask.any():
+        i = int(np.nonzero(mask)[0][0])
+        raise PlanError(f"plan {plan.plan_id}: {_describe(plan, t, i)}: {why} ({int(mask.sum())} transfer(s) in all)")
+
+
+def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
+    """Raise :class:`PlanError` unless ``plan`` is a correct schedule of its collective."""
+    topo = plan.topology
+    G = topo.num_gpus
+    # 1. flows == layout of the collective; outputs tiled exactly once -----------------------------
+    lay = layout(plan.collective, G)
+    flows = {k: np.asarray(getattr(plan.flows, k), dtype=np.int64)
+             for k in ("src", "dst", "bytes", "src_offset", "dst_offset")}
+    for name, expected in (("src", lay.src), ("dst", lay.dst), ("bytes", lay.bytes),
+                           ("src_offset", lay.src_offset), ("dst_offset", lay.dst_offset)):
+        got = flows[name]
+        if got.shape != expected.shape or not np.array_equal(got, expected):
+            raise PlanError(f"plan {plan.plan_id}: flows.{name} does not match the {plan.collective.kind} layout "
+                            f"for {G} ranks; the plan is corrupt or for another collective: recompile it")
+    if plan.ranks.input_bytes != lay.input_bytes.tolist() or plan.ranks.output_bytes != lay.output_bytes.tolist():
+        raise PlanError(f"plan {plan.plan_id}: per-rank buffer sizes do not match the collective; recompile it")
+    _check_tiling(plan, flows["dst"], flows["dst_offset"], flows["bytes"], lay.output_bytes, "output", "writes")
+    _check_tiling(plan, flows["src"], flows["src_offset"], flows["bytes"], lay.input_bytes, "input", "reads",
+                  allow_gaps=True)
+    origin = np.zeros((G, G), dtype=np.int64)
+    np.add.at(origin, (flows["src"], flows["dst"]), flows["bytes"])
+    if np.asarray(plan.origin_matrix, dtype=np.int64).shape != (G, G) or \
+            not np.array_equal(np.asarray(plan.origin_matrix, dtype=np.int64), origin):
+        raise PlanError(f"plan {plan.plan_id}: origin_matrix is not the sum of the flows")
+
+    # 2. T = expand(C); stages add up to T --------------------------------------------------------------
+    peer = np.asarray(topo.peer_array(), dtype=np.int64)
+    node = np.arange(G) // topo.gpus_per_node
+    u, v, nb = flows["src"], flows["dst"], flows["bytes"]
+    inter = node[u] != node[v]
+    expected_T = np.zeros((G, G), dtype=np.int64)
+    np.add.at(expected_T, (np.where(inter, peer[u], u), np.where(inter, peer[v], v)), nb)
+    sf = inter & (peer[u] != u)
+    rf = inter & (peer[v] != v)
+    np.add.at(expected_T, (u[sf], peer[u][sf]), nb[sf])
+    np.add.at(expected_T, (peer[v][rf], v[rf]), nb[rf])
+    hoccl = np.asarray(plan.hoccl_matrix, dtype=np.int64)
+    if hoccl.shape != (G, G) or not np.array_equal(hoccl, expected_T):
+        raise PlanError(f"plan {plan.plan_id}: hoccl_matrix is not the origin matrix expanded with forwarding")
+
+    t = _transfers(plan)
+    n_flows = u.size
+    n_queues = len(plan.queues.gpu)
+    n_tr = t["flow"].size
+    # ranges first, so that indexing below is safe
+    _fail_first((t["flow"] < 0) | (t["flow"] >= n_flows), plan, t, f"flow index outside 0..{n_flows - 1}")
+    _fail_first((t["role"] < 0) | (t["role"] >= len(ROLE_NAMES)), plan, t, "unknown role")
+    _fail_first((t["src"] < 0) | (t["src"] >= G) | (t["dst"] < 0) | (t["dst"] >= G), plan, t, "GPU outside 0..G-1")
+    _fail_first((t["queue"] < 0) | (t["queue"] >= n_queues), plan, t, f"queue outside 0..{n_queues - 1}")
+    _fail_first((t["bytes"] <= 0) | (t["offset"] < 0) | (t["offset"] + t["bytes"] > nb[t["flow"]]), plan, t,
+                "byte range outside its flow")
+    stage_size = np.bincount(t["stage"], minlength=len(plan.stages))[t["stage"]]
+    _fail_first((t["after"] < -1) | (t["after"] >= stage_size), plan, t, "waits on a transfer outside its stage")
+
+    T_from_stages = np.zeros((G, G), dtype=np.int64)
+    np.add.at(T_from_stages, (t["src"], t["dst"]), t["bytes"])
+    if not np.array_equal(T_from_stages, hoccl):
+        a, b = map(int, np.argwhere(T_from_stages != hoccl)[0])
+        raise PlanError(f"plan {plan.plan_id}: the stages move {T_from_stages[a, b]} bytes GPU {a} -> GPU {b} but "
+                        f"T holds {hoccl[a, b]}: the stages do not add up to T")
+
+    # 3. roles, queues, waits, coverage ----------------------------------------------------------------
+    fu, fv = u[t["flow"]], v[t["flow"]]
+    role, src, dst = t["role"], t["src"], t["dst"]
+    f_inter = node[fu] != node[fv]
+    want_src = np.select([role == LOCAL, role == NATIVE, role == SEND_FORWARD, role == RDMA, role == RECV_FORWARD],
+                         [fu, fu, fu, np.where(f_inter, peer[fu], fu), np.where(f_inter, peer[fv], fv)])
+    want_dst = np.select([role == LOCAL, role == NATIVE, role == SEND_FORWARD, role == RDMA, role == RECV_FORWARD],
+                         [fv, fv, np.where(f_inter, peer[fu], fu), np.where(f_inter, peer[fv], fv), fv])
+    allowed = np.select(
+        [role == LOCAL, role == NATIVE, role == SEND_FORWARD, role == RDMA, role == RECV_FORWARD],
+        [fu == fv, (fu != fv) & ~f_inter, f_inter & (peer[fu] != fu), f_inter, f_inter & (peer[fv] != fv)],
+        default=False)
+    _fail_first(~allowed, plan, t, "this role does not apply to the flow's endpoints")
+    _fail_first((src != want_src) | (dst != want_dst), plan, t,
+                "wrong endpoints for its role (the forwarding path is u -> peer(u) -> peer(v) -> v)")
+    q_gpu = np.asarray(plan.queues.gpu, dtype=np.int64)
+    q_nic = np.asarray([k == "nic" for k in plan.queues.kind])
+    _fail_first(q_gpu[t["queue"]] != src, plan, t, "its queue belongs to another GPU (copies run on the source)")
+    _fail_first(q_nic[t["queue"]] != (role == RDMA), plan, t, "network writes go on a NIC queue, copies on a DMA queue")
+
+    base = np.searchsorted(t["stage"], np.arange(len(plan.stages) + 1))
+    has_prev = ((role == RDMA) & (peer[fu] != fu) & f_inter) | (role == RECV_FORWARD)
+    prev_role = np.where(role == RDMA, SEND_FORWARD, np.where(role == RECV_FORWARD, RDMA, -1))
+    after_g = np.where(t["after"] >= 0, base[t["stage"]] + t["after"], 0)
+    _fail_first(~has_prev & (t["after"] != -1), plan, t, "waits on another transfer but is the first piece of its path")
+    ok_prev = (t["after"] >= 0) & (t["flow"][after_g] == t["flow"]) & (t["role"][after_g] == prev_role) & \
+              (t["offset"][after_g] == t["offset"]) & (t["bytes"][after_g] == t["bytes"])
+    _fail_first(has_prev & ~ok_prev, plan, t,
+                "does not wait on the previous piece of its flow for the same bytes in the same stage")
+    deliver = (role == LOCAL) | (role == NATIVE) | (role == RECV_FORWARD) | ((role == RDMA) & (peer[fv] == fv))
+    needs_next = ((role == SEND_FORWARD) | (role == RDMA)) & ~deliver
+    followed = np.zeros(n_tr, dtype=bool)
+    followed[after_g[t["after"] >= 0]] = True
+    _fail_first(needs_next & ~followed, plan, t, "moves bytes into staging that no later piece takes onward")
+    _check_coverage(plan, t, deliver, nb)
+
+    # 4. RDMA degree bound -------------------------------------------------------------------------------
+    rd = role == RDMA
+    for end, what in ((src, "outgoing"), (dst, "incoming")):
+        key = t["stage"][rd] * G + end[rd]
+        uniq, counts = np.unique(key, return_counts=True)
+        if (counts > 1).any():
+            k = int(uniq[counts > 1][0])
+            raise PlanError(f"plan {plan.plan_id}: stage {k // G}: GPU {k % G} has {int(counts[counts > 1][0])} "
+                            f"{what} RDMA transfers; a stage allows at most one per GPU and direction")
+
+    # 5. chunk orders and deadlock freedom -----------------------------------------------------------------
+    _check_chunk_orders(plan, t, base)
+
+    # 6. byte-level replay for small plans -----------------------------------------------------------------
+    if byte_replay is None:
+        byte_replay = int(lay.output_bytes.sum()) <= BYTE_REPLAY_LIMIT
+    if byte_replay:
+        rng = np.random.default_rng(0x40CC1)
+        inputs = [rng.integers(0, 256, int(n), dtype=np.uint8) for n in lay.input_bytes]
+        outputs = replay(plan, inputs).outputs
+        for rank in range(G):
+            expected = np.zeros(int(lay.output_bytes[rank]), dtype=np.uint8)
+            for i in np.nonzero(lay.dst == rank)[0]:
+                expected[lay.dst_offset[i]: lay.dst_offset[i] + lay.bytes[i]] = \
+                    inputs[lay.src[i]][lay.src_offset[i]: lay.src_offset[i] + lay.bytes[i]]
+            if not np.array_equal(outputs[rank], expected):
+                bad = int(np.nonzero(outputs[rank] != expected)[0][0])
+                raise PlanError(f"plan {plan.plan_id}: byte replay: rank {rank}'s output byte {bad} is wrong")
+
+
+def _check_tiling(plan: Plan, rank, offset, nbytes, size, what: str, verb: str, allow_gaps: bool = False) -> None:
+    order = np.lexsort((offset, rank))
+    rank, offset, nbytes = rank[order], offset[order], nbytes[order]
+    end = offset + nbytes
+    if (end > size[rank]).any():
+        i = int(np.nonzero(end > size[rank])[0][0])
+        raise PlanError(f"plan {plan.plan_id}: rank {rank[i]}: a flow {verb} {what} bytes {offset[i]}..{end[i]} "
+                        f"beyond its {size[rank[i]]}-byte {what} buffer")
+    same = rank[1:] == rank[:-1]
+    overlap = same & (offset[1:] < end[:-1])
+    if overlap.any() and not allow_gaps:
+        i = int(np.nonzero(overlap)[0][0]) + 1
+        raise PlanError(f"plan {plan.plan_id}: rank {rank[i]}: {what} bytes from {offset[i]} are written twice")
+    if not allow_gaps:
+        covered = np.bincount(rank, weights=nbytes, minlength=size.size).astype(np.int64)
+        if not np.array_equal(covered, size):
+            r = int(np.nonzero(covered != size)[0][0])
+            raise PlanError(f"plan {plan.plan_id}: rank {r}: {covered[r]} of its {size[r]} {what} bytes are written")
+
+
+def _check_coverage(plan: Plan, t, deliver: np.ndarray, flow_bytes: np.ndarray) -> None:
+    """Each flow's delivering transfers cover its bytes exactly once."""
+    d = np.nonzero(deliver)[0]
+    order = d[np.lexsort((t["offset"][d], t["flow"][d]))]
+    flow, off, nb = t["flow"][order], t["offset"][order], t["bytes"][order]
+    starts = np.r_[True, flow[1:] != flow[:-1]]
+    expected_off = np.where(starts, 0, np.r_[0, off[:-1] + nb[:-1]])
+    bad = off != expected_off
+    _fail_first(np.isin(np.arange(t["flow"].size), order[bad]), plan, t,
+                "its bytes overlap or leave a gap with the flow's other deliveries")
+    total = np.bincount(flow, weights=nb, minlength=flow_bytes.size).astype(np.int64)
+    if not np.array_equal(total, flow_bytes):
+        f = int(np.nonzero(total != flow_bytes)[0][0])
+        raise PlanError(f"plan {plan.plan_id}: flow {f} (GPU {plan.flows.src[f]} -> GPU {plan.flows.dst[f]}) "
+                        f"delivers {total[f]} of its {flow_bytes[f]} bytes")
+
+
+def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
+    chunk = plan.options.chunk_bytes
+    n_chunks = np.maximum(1, -(-t["bytes"] // chunk))
+    first_chunk = np.cumsum(n_chunks) - n_chunks
+    sizes = np.diff(base)
+    e_stage = np.repeat(np.arange(len(plan.stages), dtype=np.int64),
+                        [len(stage.chunks) for stage in plan.stages])
+    e_local = np.fromiter((i for stage in plan.stages for i in stage.chunks), dtype=np.int64, count=e_stage.size)
+    bad = (e_local < 0) | (e_local >= sizes[e_stage])
+    if bad.any():
+        s = int(e_stage[bad][0])
+        raise PlanError(f"plan {plan.plan_id}: stage {s}: chunk order names transfer {int(e_local[bad][0])}, "
+                        f"outside 0..{sizes[s] - 1}")
+    e_tr = base[e_stage] + e_local
+    count = np.bincount(e_tr, minlength=t["flow"].size)
+    _fail_first(count != n_chunks, plan, t, f"its chunk count in the queue order is not ceil(bytes / {chunk})")
+    # chunk k of a transfer is its k-th occurrence in its queue's order
+    order = np.argsort(e_tr, kind="stable")
+    k = np.empty(e_tr.size, dtype=np.int64)
+    k[order] = np.arange(e_tr.size) - first_chunk[e_tr[order]]
+    chunk_id = first_chunk[e_tr] + k
+    after = t["after"][e_tr]
+    dep = np.where(after >= 0, first_chunk[base[e_stage] + np.maximum(after, 0)] + k, -1)
+    # A chunk's dependency must come earlier in its stage's order. Each queue runs its own entries in
+    # that order, so the stage order itself is an execution that respects every queue and every wait:
+    # no deadlock is possible.
+    entry_of_chunk = np.empty(e_tr.size, dtype=np.int64)
+    entry_of_chunk[chunk_id] = np.arange(e_tr.size)
+    late = (dep >= 0) & (entry_of_chunk[np.maximum(dep, 0)] > np.arange(e_tr.size))
+    if late.any():
+        i = int(np.nonzero(late)[0][0])
+        raise PlanError(f"plan {plan.plan_id}: {_describe(plan, t, int(e_tr[i]))}: its chunk {int(k[i])} comes before "
+                        "the chunk it waits for in the stage's chunk order (the queues could deadlock)")
+
+
+class ReplayResult:
+    def __init__(self, outputs: list[np.ndarray]):
+        self.outputs = outputs
+
+
+def replay(plan: Plan, inputs: list[np.ndarray]) -> ReplayResult:
+    """Execute a plan on NumPy byte buffers (the reference executor): returns every rank's output.
+
+    Staging on a forwarding GPU is modelled per (GPU, flow); outputs start poisoned (0xA5) so unwritten
+    bytes show. Transfers run stage by stage in index order; a transfer's wait always points earlier.
+    """
+    G = plan.topology.num_gpus
+    if len(inputs) != G:
+        raise PlanError(f"replay needs {G} input buffers, got {len(inputs)}")
+    for rank, (buf, n) in enumerate(zip(inputs, plan.ranks.input_bytes)):
+        if buf.dtype != np.uint8 or buf.size != n:
+            raise PlanError(f"replay: rank {rank}'s input must be {n} uint8 bytes, got {buf.size} {buf.dtype}")
+    outputs = [np.full(n, 0xA5, dtype=np.uint8) for n in plan.ranks.output_bytes]
+    staging: dict[tuple[int, int], np.ndarray] = {}
+    fl = plan.flows
+    peer = plan.topology.peer_array()
+    for stage in plan.stages:
+        tr = stage.transfers
+        for i in range(len(tr.flow)):
+            f, role, off, n = tr.flow[i], tr.role[i], tr.offset[i], tr.bytes[i]
+            u, v = fl.src[f], fl.dst[f]
+            if role in (LOCAL, NATIVE, SEND_FORWARD) or (role == RDMA and peer[u] == u):
+                data = inputs[u][fl.src_offset[f] + off: fl.src_offset[f] + off + n]
+            else:  # rdma from ū's staging, recv_forward from v̄'s staging
+                data = staging[(tr.src[i], f)][off: off + n]
+            if role in (LOCAL, NATIVE, RECV_FORWARD) or (role == RDMA and peer[v] == v):
+                outputs[v][fl.dst_offset[f] + off: fl.dst_offset[f] + off + n] = data
+            else:  # into the staging area of the next GPU on the path
+                area = staging.setdefault((tr.dst[i], f), np.zeros(fl.bytes[f], dtype=np.uint8))
+                area[off: off + n] = data
+    return ReplayResult(outputs)

@@ -80,10 +80,12 @@ class RankBuffers(_Model):
 
 
 class QueueTable(_Model):
-    """Queue q belongs to GPU gpu[q]; kind "dma" (a copy-engine stream) or "nic" (network sends)."""
+    """Queue q belongs to GPU gpu[q]. Kinds: "dma" (a copy-engine stream for the GPU's own sends:
+    native, send_forward and local copies), "dma_recv" (a copy-engine stream forwarding what the
+    GPU's NIC received: recv_forward) and "nic" (network writes)."""
 
     gpu: list[int]
-    kind: list[Literal["dma", "nic"]]
+    kind: list[Literal["dma", "dma_recv", "nic"]]
     index: list[int]
 
     @model_validator(mode="after")

@@ -1,19 +1,22 @@
 """Pass 4: transfers, DMA/NIC queues and the weighted chunk interleaving.
 
 Every segment of a stage becomes one transfer per piece of its flow (native: one; inter-node: up
-to send_forward, rdma, recv_forward). Copies go on a DMA queue of their source GPU, network
-writes on the NIC queue of theirs. Each transfer is cut into ``chunk_bytes`` chunks.
+to send_forward, rdma, recv_forward). Copies go on a DMA queue of their source GPU (received data
+that is forwarded on its own ``dma_recv`` queue, so that waiting for the network never blocks the
+GPU's own sends), network writes on the NIC queue of theirs. Each transfer is cut into ``chunk_bytes`` chunks.
 
 Per stage the chunks are ordered by their *progress key*: chunk k of a transfer of n
 chunks has key (k + 1) / n, ties broken by transfer index. Every transfer on a queue therefore
 advances in proportion to its size, and all of them finish together (the paper's flow-size-aware
-chunk schedule). Each queue runs the stage order's entries that belong to it. The three pieces of one segment have equal sizes, so chunk k of each carries the
-same key on its own queue: the dependency "chunk k of a piece after chunk k of the piece before it"
-always points backwards in key order, which keeps the queues free of deadlock::
+chunk schedule). Each queue runs the stage order's entries that belong to it. The three pieces of
+one segment have equal sizes, so chunk k of each carries the
+same key on its own queue, and equal keys are broken by role (forwarding and network pieces
+first): the dependency "chunk k of a piece after chunk k of the piece before it" always points
+backwards in the stage order, which keeps the queues free of deadlock::
 
     DMA(u)   [fwd k=0][fwd k=1][fwd k=2] ...                  u -> ū   (NVLink)
     NIC(ū)            [rdma k=0][rdma k=1][rdma k=2] ...       ū -> v̄   (waits: fwd k done)
-    DMA(v̄)                      [back k=0][back k=1] ...      v̄ -> v   (waits: rdma k done)
+    RECV(v̄)                     [back k=0][back k=1] ...      v̄ -> v   (waits: rdma k done)
 """
 
 from __future__ import annotations
@@ -22,8 +25,12 @@ import dataclasses
 
 import numpy as np
 
-from ..ir import RDMA, ChunkSchedule, CompileOptions, CompileState
+from ..ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, SEND_FORWARD, ChunkSchedule, CompileOptions, CompileState
 from .stages import expand_segments
+
+
+ROLE_PRIORITY = np.zeros(5, dtype=np.int64)
+ROLE_PRIORITY[[SEND_FORWARD, RDMA, RECV_FORWARD, NATIVE, LOCAL]] = np.arange(5)
 
 
 def run(state: CompileState, options: CompileOptions) -> CompileState:
@@ -42,20 +49,27 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     same_segment[1:] = seg_idx[1:] == seg_idx[:-1]
     tr_after = np.where(same_segment, np.arange(n) - 1, -1)
 
-    # Queues: per GPU, q DMA queues then one NIC queue.
-    queue_gpu = np.repeat(np.arange(G, dtype=np.int64), q + 1)
-    queue_index = np.tile(np.arange(q + 1, dtype=np.int64), G)
-    queue_kind = tuple(("nic" if i == q else "dma") for i in range(q + 1)) * G
-    dma_index = _spread_over_queues(tr_stage, tr_src, tr_bytes, tr_role != RDMA, q)
-    tr_queue = tr_src * (q + 1) + np.where(tr_role == RDMA, q, dma_index)
+    # Queues: per GPU, q DMA queues for what the GPU sends (native, send_forward, local copies),
+    # one DMA queue for forwarding what its NIC received (recv_forward), and one NIC queue.
+    # Received data waits on the network; on its own queue it never blocks the send side.
+    per_gpu = q + 2
+    queue_gpu = np.repeat(np.arange(G, dtype=np.int64), per_gpu)
+    queue_index = np.tile(np.r_[np.arange(q), 0, 0].astype(np.int64), G)
+    queue_kind = (("dma",) * q + ("dma_recv", "nic")) * G
+    send_side = (tr_role != RDMA) & (tr_role != RECV_FORWARD)
+    dma_index = _spread_over_queues(tr_stage, tr_src, tr_bytes, send_side, q)
+    tr_queue = tr_src * per_gpu + np.select([tr_role == RDMA, tr_role == RECV_FORWARD], [q + 1, q], dma_index)
 
     # Chunks and their progress keys.
     n_chunks = np.maximum(1, -(-tr_bytes // options.chunk_bytes))
     chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
     chunk_k = np.arange(chunk_tr.size, dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
     progress = (chunk_k + 1) / n_chunks[chunk_tr]
-    # one order per stage (by progress key); each queue runs the entries of its own transfers in this order
-    order = np.lexsort((chunk_tr, progress, tr_stage[chunk_tr]))
+    # One order per stage: by progress key, then by role so that chunks feeding the network lead
+    # (send_forward, rdma, recv_forward before native and local copies), then by transfer.
+    # Each queue runs the entries of its own transfers in this order.
+    priority = ROLE_PRIORITY[tr_role][chunk_tr]
+    order = np.lexsort((chunk_tr, priority, progress, tr_stage[chunk_tr]))
     ordered_tr = chunk_tr[order]
     chunks = ChunkSchedule(
         tr_stage=tr_stage, tr_flow=tr_flow, tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,

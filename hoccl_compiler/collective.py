@@ -49,7 +49,7 @@ CollectiveKind = Literal["allgather", "alltoall", "alltoallv", "matrix", "broadc
 KINDS: tuple[str, ...] = ("allgather", "alltoall", "alltoallv", "matrix", "broadcast", "scatter", "gather",
                           "sendrecv")
 REDUCTIONS = ("allreduce", "reducescatter", "reduce_scatter", "reduce")
-IN_PLACE_KINDS = ("allgather", "broadcast", "scatter", "gather")
+IN_PLACE_KINDS = ("allgather", "broadcast", "gather")
 
 
 def refuse_reduction(kind: str) -> CollectiveError:
@@ -114,6 +114,22 @@ class Layout:
     dst_offset: np.ndarray
     input_bytes: np.ndarray
     output_bytes: np.ndarray
+    # In place, a rank's input already sits inside its output: [resident_offset, +resident_bytes)
+    # of the output holds the input from byte 0 on, with no copy (0 bytes when not in place).
+    resident_offset: np.ndarray | None = None
+    resident_bytes: np.ndarray | None = None
+
+    def resident(self) -> tuple[np.ndarray, np.ndarray]:
+        G = self.input_bytes.size
+        if self.resident_offset is None or self.resident_bytes is None:
+            return np.zeros(G, np.int64), np.zeros(G, np.int64)
+        return self.resident_offset, self.resident_bytes
+
+
+def _resident(G: int, ranks: np.ndarray, offsets: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    off, size = np.zeros(G, np.int64), np.zeros(G, np.int64)
+    off[ranks], size[ranks] = offsets, nbytes
+    return off, size
 
 
 def _check_size_divisible(spec: CollectiveSpec, G: int) -> int:
@@ -186,8 +202,9 @@ def layout(spec: CollectiveSpec, G: int) -> Layout:
         # In place: rank u's input already is block u of its output, so the local copy disappears.
         keep = src != dst if spec.in_place else np.ones(G * G, dtype=bool)
         src, dst = src[keep], dst[keep]
+        res = _resident(G, ranks, ranks * block, np.full(G, block)) if spec.in_place else (None, None)
         return Layout(src, dst, np.full(src.size, block, np.int64), np.zeros(src.size, np.int64), src * block,
-                      np.full(G, block, np.int64), np.full(G, block * G, np.int64))
+                      np.full(G, block, np.int64), np.full(G, block * G, np.int64), *res)
     if kind == "broadcast":
         root = _check_root(spec, G)
         size = spec.size_bytes
@@ -197,24 +214,26 @@ def layout(spec: CollectiveSpec, G: int) -> Layout:
         n = dst.size
         inp = zeros.copy()
         inp[root] = size
+        res = _resident(G, np.array([root]), np.array([0]), np.array([size])) if spec.in_place else (None, None)
         return Layout(np.full(n, root, np.int64), dst, np.full(n, size, np.int64), np.zeros(n, np.int64),
-                      np.zeros(n, np.int64), inp, np.full(G, size, np.int64))
+                      np.zeros(n, np.int64), inp, np.full(G, size, np.int64), *res)
     if kind == "scatter":
         root = _check_root(spec, G)
         block = _check_size_divisible(spec, G)
-        dst = ranks[ranks != root] if spec.in_place else ranks
         inp = zeros.copy()
         inp[root] = block * G
-        return Layout(np.full(dst.size, root, np.int64), dst, np.full(dst.size, block, np.int64), dst * block,
-                      np.zeros(dst.size, np.int64), inp, np.full(G, block, np.int64))
+        return Layout(np.full(G, root, np.int64), ranks, np.full(G, block, np.int64), ranks * block,
+                      np.zeros(G, np.int64), inp, np.full(G, block, np.int64))
     if kind == "gather":
         root = _check_root(spec, G)
         block = _check_size_divisible(spec, G)
         src = ranks[ranks != root] if spec.in_place else ranks
         out = zeros.copy()
         out[root] = block * G
+        res = _resident(G, np.array([root]), np.array([root * block]), np.array([block])) if spec.in_place \
+            else (None, None)
         return Layout(src, np.full(src.size, root, np.int64), np.full(src.size, block, np.int64),
-                      np.zeros(src.size, np.int64), src * block, np.full(G, block, np.int64), out)
+                      np.zeros(src.size, np.int64), src * block, np.full(G, block, np.int64), out, *res)
     raise CollectiveError(f"unknown collective {kind!r}; choose one of {', '.join(KINDS)}")
 
 

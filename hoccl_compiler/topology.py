@@ -65,6 +65,7 @@ class Topology(BaseModel):
                     f"peers[{local}] = {peer} is outside the node (0..{self.gpus_per_node - 1}); "
                     "a peer is a local GPU index"
                 )
+        for local, peer in enumerate(peers):
             if peers[peer] != local:
                 raise ValueError(
                     f"the peer map is not an involution: peers[{local}] = {peer} but peers[{peer}] = "

@@ -75,7 +75,10 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
                             f"for {G} ranks; the plan is corrupt or for another collective: recompile it")
     if plan.ranks.input_bytes != lay.input_bytes.tolist() or plan.ranks.output_bytes != lay.output_bytes.tolist():
         raise PlanError(f"plan {plan.plan_id}: per-rank buffer sizes do not match the collective; recompile it")
-    _check_tiling(plan, flows["dst"], flows["dst_offset"], flows["bytes"], lay.output_bytes, "output", "writes")
+    res_off, res_bytes = lay.resident()  # in place: output bytes that already hold the rank's input
+    has_res = np.nonzero(res_bytes)[0]
+    _check_tiling(plan, np.r_[flows["dst"], has_res], np.r_[flows["dst_offset"], res_off[has_res]],
+                  np.r_[flows["bytes"], res_bytes[has_res]], lay.output_bytes, "output", "writes")
     _check_tiling(plan, flows["src"], flows["src_offset"], flows["bytes"], lay.input_bytes, "input", "reads",
                   allow_gaps=True)
     origin = np.zeros((G, G), dtype=np.int64)
@@ -181,6 +184,7 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
         outputs = replay(plan, inputs).outputs
         for rank in range(G):
             expected = np.zeros(int(lay.output_bytes[rank]), dtype=np.uint8)
+            expected[res_off[rank]: res_off[rank] + res_bytes[rank]] = inputs[rank][: res_bytes[rank]]
             for i in np.nonzero(lay.dst == rank)[0]:
                 expected[lay.dst_offset[i]: lay.dst_offset[i] + lay.bytes[i]] = \
                     inputs[lay.src[i]][lay.src_offset[i]: lay.src_offset[i] + lay.bytes[i]]
@@ -270,7 +274,7 @@ def replay(plan: Plan, inputs: list[np.ndarray]) -> ReplayResult:
     """Execute a plan on NumPy byte buffers (the reference executor): returns every rank's output.
 
     Staging on a forwarding GPU is modelled per (GPU, flow); outputs start poisoned (0xA5) so unwritten
-    bytes show. Transfers run stage by stage in index order; a transfer's wait always points earlier.
+    bytes show (except, in place, the part that holds the rank's own input). Transfers run stage by stage in index order; a transfer's wait always points earlier.
     """
     G = plan.topology.num_gpus
     if len(inputs) != G:
@@ -279,6 +283,9 @@ def replay(plan: Plan, inputs: list[np.ndarray]) -> ReplayResult:
         if buf.dtype != np.uint8 or buf.size != n:
             raise PlanError(f"replay: rank {rank}'s input must be {n} uint8 bytes, got {buf.size} {buf.dtype}")
     outputs = [np.full(n, 0xA5, dtype=np.uint8) for n in plan.ranks.output_bytes]
+    res_off, res_bytes = layout(plan.collective, G).resident()
+    for rank in range(G):  # in place: the input lives inside the output already
+        outputs[rank][res_off[rank]: res_off[rank] + res_bytes[rank]] = inputs[rank][: res_bytes[rank]]
     staging: dict[tuple[int, int], np.ndarray] = {}
     fl = plan.flows
     peer = plan.topology.peer_array()

@@ -6,7 +6,8 @@ that is forwarded on its own ``dma_recv`` queue, so that waiting for the network
 GPU's own sends), network writes on the NIC queue of theirs. Each transfer is cut into ``chunk_bytes`` chunks.
 
 Per stage the chunks are ordered by their *progress key*: chunk k of a transfer of n
-chunks has key (k + 1) / n, ties broken by transfer index. Every transfer on a queue therefore
+chunks has key (k + 1/2) / n (the midpoint of its share of the stage), ties broken by role, then
+transfer index. Every transfer on a queue therefore
 advances in proportion to its size, and all of them finish together (the paper's flow-size-aware
 chunk schedule). Each queue runs the stage order's entries that belong to it. The three pieces of
 one segment have equal sizes, so chunk k of each carries the
@@ -64,7 +65,7 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     n_chunks = np.maximum(1, -(-tr_bytes // options.chunk_bytes))
     chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
     chunk_k = np.arange(chunk_tr.size, dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
-    progress = (chunk_k + 1) / n_chunks[chunk_tr]
+    progress = (chunk_k + 0.5) / n_chunks[chunk_tr]
     # One order per stage: by progress key, then by role so that chunks feeding the network lead
     # (send_forward, rdma, recv_forward before native and local copies), then by transfer.
     # Each queue runs the entries of its own transfers in this order.
@@ -83,9 +84,9 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
 def _spread_over_queues(stage, gpu, nbytes, is_copy, q: int) -> np.ndarray:
     """DMA queue per copy: per (stage, GPU), largest first, dealt round-robin over the q queues."""
     index = np.zeros(stage.size, dtype=np.int64)
-    if q == 1:
-        return index
     sel = np.nonzero(is_copy)[0]
+    if q == 1 or not sel.size:
+        return index
     order = sel[np.lexsort((-nbytes[sel], gpu[sel], stage[sel]))]
     group = stage[order] * (gpu.max() + 1) + gpu[order]
     starts = np.r_[0, np.nonzero(np.diff(group))[0] + 1]

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def _cuda_device_count() -> int:
+    if importlib.util.find_spec("cupy") is None:
+        return 0
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - no driver, no device: no GPU tests
+        return 0
+
+
+def _rdma_available() -> bool:
+    try:
+        from pyverbs.device import get_device_list  # type: ignore[import-not-found]
+
+        return bool(get_device_list())
+    except Exception:  # noqa: BLE001 - not installed or no kernel support
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    gpus = None
+    rdma = None
+    for item in items:
+        if item.get_closest_marker("gpu") or item.get_closest_marker("multi_gpu"):
+            if gpus is None:
+                gpus = _cuda_device_count()
+            need = 1
+            marker = item.get_closest_marker("multi_gpu")
+            if marker is not None:
+                need = marker.args[0] if marker.args else 2
+            if gpus < need:
+                item.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA GPU(s), found {gpus}"))
+        if item.get_closest_marker("rdma"):
+            if rdma is None:
+                rdma = _rdma_available()
+            if not rdma:
+                item.add_marker(pytest.mark.skip(reason="needs an RDMA device (pyverbs found none)"))
+
+
+@pytest.fixture
+def tmp_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+os.environ.setdefault("MPLBACKEND", "Agg")

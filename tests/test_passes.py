@@ -1,0 +1,178 @@
+"""Pass-level tests: the paper's Figure 6 expansion, the matching peel, stages and chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hoccl_compiler import CollectiveSpec, make_topology
+from hoccl_compiler.ir import NATIVE, RDMA, RECV_FORWARD, SEND_FORWARD, CompileOptions
+from hoccl_compiler.passes.stages import peel_matchings
+from hoccl_compiler.pipeline import compile_state
+
+
+def figure6_state(forwarding="symmetric"):
+    """2 nodes x 2 GPUs, peers 0<->1 and 2<->3; flows f1..f12 = C[u, v] (u != v) in row order,
+    with sizes 2^m so that any sum of them names its flows."""
+    topo = make_topology("paper-h800", nodes=2, gpus_per_node=2, forwarding=forwarding)
+    mat = np.zeros((4, 4), dtype=np.int64)
+    m = 0
+    for u in range(4):
+        for v in range(4):
+            if u != v:
+                mat[u, v] = 1 << (m + 10)
+                m += 1
+    spec = CollectiveSpec(kind="matrix", matrix=tuple(map(tuple, mat.tolist())))
+    return compile_state(topo, spec, CompileOptions(chunk_bytes=1 << 12), stop_after="expand"), mat
+
+
+def f(i):  # the paper's f_i as a byte size
+    return 1 << (i - 1 + 10)
+
+
+def test_figure6_nvlink_cell_0_1():
+    state, _ = figure6_state()
+    T = state.hoccl
+    # cell (0, 1) carries f1 + f2' + f3' + f8'' + f11''
+    assert T[0, 1] == f(1) + f(2) + f(3) + f(8) + f(11)
+    p = state.pieces
+    on_cell = sorted((int(fl), int(r)) for fl, r, s, d in zip(p.flow, p.role, p.src, p.dst) if (s, d) == (0, 1))
+    flow_of = {i: k for k, i in enumerate(sorted(range(1, 13), key=lambda i: i))}  # flows sorted by (src, dst)
+    assert on_cell == sorted([(flow_of[1], NATIVE), (flow_of[2], SEND_FORWARD), (flow_of[3], SEND_FORWARD),
+                              (flow_of[8], RECV_FORWARD), (flow_of[11], RECV_FORWARD)])
+
+
+def test_figure6_rdma_cells_and_identity_kept():
+    state, C = figure6_state()
+    T, p = state.hoccl, state.pieces
+    # f2 = C[0,2] leaves through peer 1 and enters through peer 3: RDMA cell (1, 3)
+    assert T[1, 3] == f(2)
+    # every inter-node flow has three pieces with the same flow id and bytes
+    for flow in range(12):
+        mine = p.role[p.flow == flow]
+        src, dst = np.nonzero(C)[0][flow], np.nonzero(C)[1][flow]
+        if src // 2 != dst // 2:
+            assert mine.tolist() == [SEND_FORWARD, RDMA, RECV_FORWARD]
+            assert set(p.bytes[p.flow == flow].tolist()) == {C[src, dst]}
+        else:
+            assert mine.tolist() == [NATIVE]
+    assert T.sum() == C.sum() + 2 * C[np.add.outer(np.arange(4) // 2, -(np.arange(4) // 2)) != 0].sum()
+
+
+def test_forwarding_none_keeps_C():
+    state, C = figure6_state(forwarding="none")
+    assert np.array_equal(state.hoccl, C)
+    assert set(state.pieces.role.tolist()) == {NATIVE, RDMA}
+
+
+@st.composite
+def nonneg_matrices(draw):
+    n = draw(st.integers(1, 7))
+    density = draw(st.floats(0.1, 1.0))
+    cells = draw(st.lists(st.integers(0, 1000), min_size=n * n, max_size=n * n))
+    mask = draw(st.lists(st.floats(0, 1), min_size=n * n, max_size=n * n))
+    return np.array([c if m < density else 0 for c, m in zip(cells, mask)], dtype=np.int64).reshape(n, n)
+
+
+@given(nonneg_matrices())
+@settings(max_examples=150, deadline=None)
+def test_peel_matchings_is_exact_and_optimal(mat):
+    parts = peel_matchings(mat)
+    total = np.zeros_like(mat)
+    for w, rows, cols in parts:
+        assert w > 0
+        assert len(set(rows.tolist())) == rows.size and len(set(cols.tolist())) == cols.size  # a matching
+        total[rows, cols] += w
+    assert np.array_equal(total, mat)  # complete
+    top = max(mat.sum(0).max(initial=0), mat.sum(1).max(initial=0))
+    # every step covers the busiest lines, so the weights add up to the max line sum
+    assert sum(w for w, _, _ in parts) <= top or top == 0
+
+
+@st.composite
+def random_problems(draw):
+    nodes = draw(st.integers(1, 4))
+    gpn = draw(st.integers(1, 4))
+    G = nodes * gpn
+    forwarding = draw(st.sampled_from(["symmetric", "none"]))
+    nvl = draw(st.sampled_from([100.0, 400.0]))
+    nic = draw(st.sampled_from([12.5, 50.0, 400.0]))
+    q = draw(st.integers(1, 2))
+    topo = make_topology("paper-h800", nodes=nodes, gpus_per_node=gpn, forwarding=forwarding, dma_queues=q,
+                         nvlink_gbps=nvl, nic_gbps=nic)
+    kind = draw(st.sampled_from(["allgather", "alltoall", "matrix", "broadcast", "scatter", "gather", "sendrecv"]))
+    if kind == "matrix":
+        cells = draw(st.lists(st.integers(0, 5000), min_size=G * G, max_size=G * G))
+        spec = CollectiveSpec(kind=kind, matrix=tuple(tuple(cells[i * G:(i + 1) * G]) for i in range(G)))
+    elif kind == "sendrecv" and G >= 2:
+        n = draw(st.integers(1, min(6, G * (G - 1))))
+        pairs = draw(st.lists(st.tuples(st.integers(0, G - 1), st.integers(0, G - 1)), min_size=n, max_size=n,
+                              unique=True).filter(lambda ps: all(a != b for a, b in ps)))
+        sizes = draw(st.lists(st.integers(1, 9000), min_size=len(pairs), max_size=len(pairs)))
+        spec = CollectiveSpec(kind=kind, pairs=tuple((a, b, s) for (a, b), s in zip(pairs, sizes)))
+    else:
+        if kind == "sendrecv":
+            kind = "alltoall"
+        spec = CollectiveSpec(kind=kind, size_bytes=G * draw(st.integers(1, 3000)),
+                              root=draw(st.integers(0, G - 1)) if kind in ("broadcast", "scatter", "gather") else None,
+                              in_place=draw(st.booleans()) if kind in ("allgather", "broadcast", "gather") else False)
+    chunk = draw(st.sampled_from([64, 1000, 4096]))
+    return topo, spec, CompileOptions(chunk_bytes=chunk, baselines=False)
+
+
+@given(random_problems())
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+def test_random_problems_compile_to_verified_plans(problem):
+    """Every plan verifies (postcondition by byte replay, stage rules, chunk orders), the stages add
+    up to T, and no stage gives a GPU two RDMA flows in a direction."""
+    topo, spec, options = problem
+    state = compile_state(topo, spec, options)  # runs verify, which byte-replays these small plans
+    plan = state.plan
+    G = topo.num_gpus
+    summed = np.zeros((G, G), dtype=np.int64)
+    for stage in plan.stages:
+        tr = stage.transfers
+        np.add.at(summed, (np.asarray(tr.src, dtype=np.int64), np.asarray(tr.dst, dtype=np.int64)),
+                  np.asarray(tr.bytes, dtype=np.int64))
+        rdma = np.asarray(tr.role) == RDMA
+        for end in (np.asarray(tr.src)[rdma], np.asarray(tr.dst)[rdma]):
+            assert len(set(end.tolist())) == end.size
+    assert np.array_equal(summed, state.hoccl)
+    rep = plan.report
+    assert rep.predicted_time_s >= rep.lower_bound_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("kind", ["allgather", "alltoall", "broadcast", "sendrecv"])
+def test_uniform_collectives_reach_the_bound(kind):
+    plan = compile_state(make_topology("paper-h800", nodes=2), CollectiveSpec(kind=kind, size_bytes=256 << 20)).plan
+    assert plan.report.ratio <= 1.05
+    assert plan.report.baselines is not None
+    assert plan.report.baselines.naive_rounds_s >= plan.report.predicted_time_s
+
+
+def test_chunks_interleave_in_proportion_to_size():
+    """A queue with a 3-chunk and a 1-chunk flow serves the small one in the middle of the big one's
+    chunks (progress key (k + 1/2) / n), so both progress in proportion to their size."""
+    topo = make_topology("paper-h800", nodes=1, gpus_per_node=3)
+    mat = ((0, 3000, 1000), (0, 0, 0), (0, 0, 0))
+    plan = compile_state(topo, CollectiveSpec(kind="matrix", matrix=mat), CompileOptions(chunk_bytes=1000)).plan
+    stage = plan.stages[0]
+    tr = stage.transfers
+    order = [tr.flow[t] for t in stage.chunks if tr.queue[t] == tr.queue[0]]
+    big, small = 0, 1  # flows (0,1) and (0,2)
+    assert order == [big, big, small, big]
+
+
+def test_rdma_waits_on_forward_chunk_by_chunk():
+    topo = make_topology("paper-h800", nodes=2, gpus_per_node=2)
+    plan = compile_state(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 2, 10_000),)),
+                         CompileOptions(chunk_bytes=4096)).plan
+    (stage,) = plan.stages
+    tr = stage.transfers
+    roles = [plan.roles[r].name for r in tr.role]
+    assert roles == ["send_forward", "rdma", "recv_forward"]
+    assert tr.after == [-1, 0, 1]
+    assert (tr.src, tr.dst) == ([0, 1, 3], [1, 3, 2])
+    assert stage.chunks == [0, 1, 2, 0, 1, 2, 0, 1, 2]  # chunk k of each piece, in path order

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hoccl_compiler import PRESETS, TopologyError, format_bytes, load_topology, make_topology, parse_size
+
+
+@pytest.mark.parametrize("text,value", [("1GiB", 1 << 30), ("512 MiB", 512 << 20), ("4k", 4000), ("1000", 1000),
+                                        ("1.5KiB", 1536), ("2MB", 2_000_000), (7, 7)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "1 parsec", "-3", "0.3B"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_format_bytes():
+    assert format_bytes(1 << 30) == "1 GiB"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(12) == "12 B"
+
+
+def test_presets_scale_with_nodes():
+    topo = make_topology("paper-h800", nodes=4)
+    assert topo.num_gpus == 32 and topo.nvlink_gbps == 400 and topo.nic_gbps == 50
+    assert topo.peer_of(0) == 1 and topo.peer_of(9) == 8 and topo.peer_of(31) == 30
+    assert set(PRESETS) >= {"paper-h800", "dgx-h100", "h200x2"}
+    h = make_topology("h200x2", nodes=2)
+    assert h.num_gpus == 4 and h.nvlink_gbps == 396
+
+
+def test_odd_gpus_per_node_last_is_own_peer():
+    topo = make_topology("paper-h800", nodes=2, gpus_per_node=3)
+    assert topo.peers == (1, 0, 2)
+    assert topo.peer_of(5) == 5
+
+
+def test_forwarding_none_makes_every_gpu_its_own_peer():
+    topo = make_topology("paper-h800", nodes=2, forwarding="none")
+    assert [topo.peer_of(g) for g in range(16)] == list(range(16))
+
+
+@pytest.mark.parametrize("fields,needle", [
+    (dict(peers=[1, 2, 0, 3]), "involution"),
+    (dict(peers=[1, 0]), "entries"),
+    (dict(peers=[1, 0, 3, 9]), "outside the node"),
+    (dict(nvlink_gbps=0), "nvlink_gbps"),
+    (dict(nic_gbps=-5), "nic_gbps"),
+    (dict(nodes=0), "nodes"),
+])
+def test_topology_file_validation(tmp_path, fields, needle):
+    data = dict(name="t", nodes=2, gpus_per_node=4, nvlink_gbps=400, nic_gbps=50)
+    data.update(fields)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TopologyError, match=needle):
+        load_topology(path)
+
+
+def test_topology_unknown_field(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(dict(nodes=1, gpus_per_node=2, nvlink_gbps=1, nic_gbps=1, colour="red")))
+    with pytest.raises(TopologyError, match="colour"):
+        load_topology(path)
+
+
+def test_topology_yaml_and_overrides(tmp_path):
+    pytest.importorskip("yaml")
+    path = tmp_path / "cluster.yaml"
+    path.write_text("nodes: 2\ngpus_per_node: 4\nnvlink_gbps: 300\nnic_gbps: 25\npeers: [1, 0, 3, 2]\n")
+    topo = load_topology(path, nodes=3)
+    assert topo.name == "cluster" and topo.nodes == 3 and topo.peer_of(6) == 7
+
+
+def test_topology_bad_json_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(TopologyError, match="not valid JSON"):
+        load_topology(bad)
+    with pytest.raises(TopologyError, match="cannot read"):
+        load_topology(tmp_path / "missing.json")
+
+
+def test_unknown_preset():
+    with pytest.raises(TopologyError, match="unknown topology preset"):
+        make_topology("tpu-pod")

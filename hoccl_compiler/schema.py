@@ -206,6 +206,7 @@ def save_plan(plan: Plan, path: str | Path, *, indent: int | None | Literal["aut
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600; a plan is a file to share
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:

@@ -1,0 +1,134 @@
+"""The CLIs through main([...]): happy paths, every bad input (exit 2, a message, no traceback)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hoccl_compiler import load_plan
+from hoccl_compiler.cli import compile_main, inspect_main
+
+
+def run(main, argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_compile_default_and_inspect(tmp_cwd, capsys):
+    code, out, _ = run(compile_main, ["--size", "64MiB", "--nodes", "2"], capsys)
+    assert code == 0
+    path = tmp_cwd / "schedules" / "alltoall-2x8-64MiB.json"
+    assert path.exists() and f"verified and wrote {path.relative_to(tmp_cwd)}" in out
+    assert "lower bound" in out and "naive rounds" in out
+    code, out, _ = run(inspect_main, [str(path), "--verify", "--stages", "3"], capsys)
+    assert code == 0 and "verify: OK" in out and "more stage(s)" in out and "dma0.0:" in out
+    code, out, _ = run(inspect_main, [str(path), "--format", "json"], capsys)
+    data = json.loads(out)
+    assert data["gpus"] == 16 and data["ratio"] <= 1.05 and len(data["stage_table"]) == data["stages"]
+
+
+def test_compile_each_collective(tmp_cwd, capsys):
+    np.save("m.npy", np.arange(16).reshape(4, 4) * 1000)
+    (tmp_cwd / "pairs.json").write_text("[[0, 3, 5000], [3, 1, 100]]")
+    cases = [
+        ["allgather", "--size", "1MiB"],
+        ["alltoallv", "--matrix", "m.npy"],
+        ["matrix", "--matrix", "m.npy"],
+        ["broadcast", "--size", "1MiB", "--root", "2"],
+        ["scatter", "--size", "1MiB", "--root", "1"],
+        ["gather", "--size", "1MiB", "--root", "3", "--in-place"],
+        ["sendrecv", "--size", "1MiB"],
+        ["sendrecv", "--pairs", "pairs.json"],
+    ]
+    for i, args in enumerate(cases):
+        out_file = tmp_cwd / f"p{i}.json.gz"
+        code, _, err = run(compile_main, [*args, "--topology", "h200x2", "--nodes", "2", "-o", str(out_file), "-q"],
+                           capsys)
+        assert code == 0, (args, err)
+        plan = load_plan(out_file)
+        assert plan.collective.kind == args[0] and plan.num_ranks == 4
+
+
+def test_dump_after_each_pass(tmp_cwd, capsys):
+    for name in ("traffic", "expand", "stages", "chunks", "plan", "verify"):
+        code, _, err = run(compile_main, ["allgather", "--size", "64KiB", "--nodes", "2", "--gpus-per-node", "2",
+                                          "-o", "ag.json", "--dump-after", name, "-q"], capsys)
+        assert code == 0, err
+        dumped = json.loads((tmp_cwd / f"ag.json.{name}.json").read_text())
+        assert dumped["pass"] == name
+    assert "origin_matrix" in json.loads((tmp_cwd / "ag.json.traffic.json").read_text())
+    assert "hoccl_matrix" in json.loads((tmp_cwd / "ag.json.expand.json").read_text())
+
+
+def test_forwarding_none_and_topology_file(tmp_cwd, capsys):
+    (tmp_cwd / "topo.json").write_text(json.dumps(dict(nodes=2, gpus_per_node=2, nvlink_gbps=100, nic_gbps=10)))
+    code, _, err = run(compile_main, ["alltoall", "--topology", "topo.json", "--size", "4KiB", "--forwarding", "none",
+                                      "-o", "a.json", "-q"], capsys)
+    assert code == 0, err
+    plan = load_plan(tmp_cwd / "a.json")
+    assert plan.topology.forwarding == "none"
+    assert {plan.roles[r].name for s in plan.stages for r in s.transfers.role} == {"local", "native", "rdma"}
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["allreduce"], "copy engine can only copy"),
+    (["reducescatter"], "reduction"),
+    (["reduce"], "reduction"),
+    (["allgather", "--size", "1000", "--nodes", "2"], "not a multiple of the 16 ranks"),
+    (["allgather", "--size", "12 parsecs"], "unknown size unit"),
+    (["frobnicate"], "unknown collective"),
+    (["alltoallv"], "needs --matrix"),
+    (["alltoallv", "--matrix", "nope.npy"], "cannot read matrix"),
+    (["alltoall", "--matrix", "m.npy"], "applies to alltoallv"),
+    (["broadcast", "--root", "99"], "root 99 is out of range"),
+    (["alltoall", "--root", "1"], "--root applies to"),
+    (["alltoall", "--topology", "tpu-pod"], "neither a preset"),
+    (["alltoall", "--topology", "paper-h800", "--nodes", "0"], "nodes"),
+    (["alltoall", "--gpus-per-node", "0"], "gpus_per_node"),
+    (["alltoall", "--chunk", "0"], "positive"),
+    (["alltoall", "--in-place"], "no in-place form"),
+    (["sendrecv", "--pairs", "missing.csv"], "cannot read pairs"),
+    (["alltoall", "--bogus-flag"], "unrecognized arguments"),
+    (["alltoall", "--nodes", "two"], "invalid int value"),
+])
+def test_compile_bad_input_exits_2(tmp_cwd, capsys, argv, needle):
+    code, out, err = run(compile_main, [*argv, "-o", "x.json"], capsys)
+    assert code == 2
+    assert needle in err and err.startswith("hoccl-compile: error:")
+    assert not (tmp_cwd / "x.json").exists()
+
+
+def test_inspect_bad_input_exits_2(tmp_cwd, capsys):
+    assert run(compile_main, ["allgather", "--size", "64KiB", "-o", "ag.json", "-q"], capsys)[0] == 0
+    (tmp_cwd / "corrupt.json").write_text('{"schema_version": 1, "stages": "nope"')
+    cases = [
+        (["missing.json"], "cannot read plan"),
+        (["corrupt.json"], "not valid JSON"),
+        (["ag.json", "--topology", "paper-h800", "--nodes", "4"], "recompile the plan for this topology"),
+        (["ag.json", "--format", "yaml"], "invalid choice"),
+    ]
+    for argv, needle in cases:
+        code, _, err = run(inspect_main, argv, capsys)
+        assert code == 2 and needle in err, (argv, err)
+
+
+def test_inspect_plot(tmp_cwd, capsys):
+    pytest.importorskip("matplotlib")
+    assert run(compile_main, ["alltoall", "--size", "1MiB", "--gpus-per-node", "2", "-o", "a.json", "-q"], capsys)[0] == 0
+    code, out, _ = run(inspect_main, ["a.json", "--plot", "a.png"], capsys)
+    assert code == 0 and (tmp_cwd / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_internal_errors_exit_1_without_traceback(tmp_cwd, capsys, monkeypatch):
+    import hoccl_compiler.pipeline as pipeline
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(pipeline, "compile_state", boom)
+    code, _, err = run(compile_main, ["alltoall"], capsys)
+    assert code == 1 and "internal error" in err and "kaboom" in err

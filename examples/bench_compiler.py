@@ -1,0 +1,118 @@
+"""Compiler benchmark: schedule quality at 16/64/256 GPUs, 1024-GPU scale, single-node compile time.
+
+    python examples/bench_compiler.py            # full run (a few minutes on 2 cores)
+    python examples/bench_compiler.py --quick    # 16 GPUs only (what the tests run)
+
+Prints markdown tables (docs/benchmarks.md holds a recorded run). Ratios are predicted time over the
+lower bound, all in the cost model of hoccl_compiler.cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from workloads import zipf_matrix  # noqa: E402
+
+from hoccl_compiler import CollectiveSpec, compile_plan, make_topology  # noqa: E402
+
+
+def workloads(G: int):
+    yield "allgather 1 GiB", CollectiveSpec(kind="allgather", size_bytes=(1 << 30) // G * G)
+    yield "alltoall 1 GiB", CollectiveSpec(kind="alltoall", size_bytes=(1 << 30) // G * G)
+    mat = zipf_matrix(G, mean_pair_bytes=(1 << 30) // G, seed=G)
+    yield "alltoallv Zipf(1.1)", CollectiveSpec(kind="alltoallv", matrix=tuple(map(tuple, mat.tolist())))
+    yield "sendrecv i->i+1 256 MiB", CollectiveSpec(kind="sendrecv", size_bytes=256 << 20)
+
+
+def quality(gpu_counts: list[int]) -> list[dict]:
+    rows = []
+    for G in gpu_counts:
+        topo = make_topology("paper-h800", nodes=G // 8)
+        for name, spec in workloads(G):
+            start = time.perf_counter()
+            plan = compile_plan(topo, spec)
+            seconds = time.perf_counter() - start
+            rep = plan.report
+            rows.append(dict(gpus=G, workload=name, stages=len(plan.stages), ratio=rep.ratio,
+                             at_once=rep.baselines.everything_at_once_s / rep.lower_bound_s,
+                             naive=rep.baselines.naive_rounds_s / rep.lower_bound_s, seconds=seconds,
+                             predicted_ms=rep.predicted_time_s * 1e3))
+            print(f"  {G:5d} GPUs  {name:24s} ratio {rep.ratio:.4f}  ({seconds:.1f} s)", file=sys.stderr, flush=True)
+    return rows
+
+
+SCALE_CHILD = r"""
+import json, os, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, save_plan
+from hoccl_compiler.ir import CompileOptions
+nodes, out = int(sys.argv[2]), sys.argv[3]
+start = time.perf_counter()
+plan = compile_plan(make_topology("paper-h800", nodes=nodes), CollectiveSpec(kind="alltoall", size_bytes=1 << 30),
+                    CompileOptions(baselines=sys.argv[4] == "1"))
+compiled = time.perf_counter() - start
+save_plan(plan, out)
+written = time.perf_counter() - start
+save_plan(plan, out + ".gz")
+print(json.dumps(dict(compile_s=compiled, compile_write_s=written, stages=len(plan.stages), ratio=plan.report.ratio,
+                      json_mb=os.path.getsize(out) / 1e6, gz_mb=os.path.getsize(out + ".gz") / 1e6,
+                      peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+"""
+
+
+def scale(nodes: int, baselines: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", SCALE_CHILD, str(ROOT), str(nodes), os.path.join(tmp, "p.json"),
+                              "1" if baselines else "0"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def single_node_ms(repeats: int = 20) -> float:
+    topo = make_topology("paper-h800", nodes=1)
+    spec = CollectiveSpec(kind="alltoall", size_bytes=256 << 20)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        compile_plan(topo, spec)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="16 GPUs only, no 1024-GPU run")
+    args = p.parse_args(argv)
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"date {time.strftime('%Y-%m-%d')}")
+    rows = quality([16] if args.quick else [16, 64, 256])
+    print("\n| GPUs | workload | stages | predicted / bound | everything at once / bound | naive rounds / bound "
+          "| compile s |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['gpus']} | {r['workload']} | {r['stages']} | {r['ratio']:.4f} | {r['at_once']:.3f} | "
+              f"{r['naive']:.3f} | {r['seconds']:.2f} |")
+    print(f"\nsingle node (8 GPUs) alltoall compile, median of 20: {single_node_ms():.1f} ms")
+    if not args.quick:
+        s = scale(128, baselines=False)
+        print(f"\n1024 GPUs (128 x 8) uniform alltoall 1 GiB: compile {s['compile_s']:.1f} s, compile + write "
+              f"{s['compile_write_s']:.1f} s, peak RSS {s['peak_mb']:.0f} MiB, {s['stages']} stages, ratio "
+              f"{s['ratio']:.4f}, plan {s['json_mb']:.0f} MB (.json) / {s['gz_mb']:.0f} MB (.json.gz)")
+    worst = max(r["ratio"] for r in rows)
+    print(f"\nworst predicted / bound: {worst:.4f} (target <= 1.05)")
+    return 0 if worst <= 1.05 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

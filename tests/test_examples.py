@@ -1,0 +1,33 @@
+"""The examples run as tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run(script: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_compile_and_replay():
+    assert "replay on random bytes: OK" in run("compile_and_replay.py")
+
+
+def test_bench_compiler_quick():
+    out = run("bench_compiler.py", "--quick")
+    assert "| 16 | alltoallv Zipf(1.1) |" in out and "worst predicted / bound" in out
+
+
+def test_zipf_matrix_is_skewed_and_sized():
+    sys.path.insert(0, str(EXAMPLES))
+    from workloads import zipf_matrix
+
+    m = zipf_matrix(16, mean_pair_bytes=1 << 20, seed=3)
+    off = m[~__import__("numpy").eye(16, dtype=bool)]
+    assert (m.diagonal() == 0).all() and abs(off.mean() - (1 << 20)) < 1024 and off.max() > 20 * off.mean()

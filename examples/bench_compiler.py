@@ -105,7 +105,7 @@ def main(argv=None) -> int:
               f"{r['naive']:.3f} | {r['seconds']:.2f} |")
     print(f"\nsingle node (8 GPUs) alltoall compile, median of 20: {single_node_ms():.1f} ms")
     if not args.quick:
-        s = scale(128, baselines=False)
+        s = scale(128, baselines=True)
         print(f"\n1024 GPUs (128 x 8) uniform alltoall 1 GiB: compile {s['compile_s']:.1f} s, compile + write "
               f"{s['compile_write_s']:.1f} s, peak RSS {s['peak_mb']:.0f} MiB, {s['stages']} stages, ratio "
               f"{s['ratio']:.4f}, plan {s['json_mb']:.0f} MB (.json) / {s['gz_mb']:.0f} MB (.json.gz)")

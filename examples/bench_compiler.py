@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="16 GPUs only, no 1024-GPU run")
     args = p.parse_args(argv)
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; "
           f"date {time.strftime('%Y-%m-%d')}")
     rows = quality([16] if args.quick else [16, 64, 256])
     print("\n| GPUs | workload | stages | predicted / bound | everything at once / bound | naive rounds / bound "

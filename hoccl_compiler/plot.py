@@ -92,7 +92,7 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
         for role, items in by_role.items():
             for q, start, dur in items:
                 ax.broken_barh([(start * 1e6, max(dur * 1e6, 1e-3))], (q - 0.4, 0.8), facecolors=ROLE_COLORS[role])
-        labels = [f"{k}{g}.{i}" for k, g, i in zip(plan.queues.kind, plan.queues.gpu, plan.queues.index)]
+        labels = [f"{k}{g}.{i}" for k, g, i in zip(plan.queues.kind, plan.queues.gpu, plan.queues.index, strict=True)]
         step = max(1, len(labels) // 40)
         ax.set_yticks(range(0, len(labels), step), labels[::step], fontsize=6)
         ax.set_ylabel("queue")
@@ -111,7 +111,8 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
     ax.set_xlim(0, max(t_end, plan.report.lower_bound_s) * 1e6 * 1.02 + 1e-9)
     ax.set_title(title, fontsize=10)
     fig.suptitle(f"{plan.collective.describe()} on {plan.topology.describe()}\npredicted "
-                 f"{plan.report.predicted_time_s * 1e6:.1f} us, bound {plan.report.lower_bound_s * 1e6:.1f} us", fontsize=10)
+                 f"{plan.report.predicted_time_s * 1e6:.1f} us, bound {plan.report.lower_bound_s * 1e6:.1f} us",
+                 fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

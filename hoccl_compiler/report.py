@@ -79,7 +79,7 @@ def stage_rows(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
-def queue_timelines(plan: Plan, stage: int, limit: int = 24) -> list[str]:
+def queue_timelines(plan: Plan, stage: int, limit: int = 24, max_queues: int = 24) -> list[str]:
     """One line per queue of a stage: its chunks in order, as flow:role[chunk]."""
     abbrev = {"local": "L", "native": "N", "send_forward": "S", "rdma": "R", "recv_forward": "V"}
     st = plan.stages[stage]
@@ -92,11 +92,14 @@ def queue_timelines(plan: Plan, stage: int, limit: int = 24) -> list[str]:
         q = tr.queue[t]
         lines.setdefault(q, []).append(f"f{tr.flow[t]}{abbrev[plan.roles[tr.role[t]].name]}[{k}]")
     out = []
-    for q in sorted(lines):
+    shown = sorted(lines)[:max_queues]
+    for q in shown:
         name = f"{plan.queues.kind[q]}{plan.queues.gpu[q]}.{plan.queues.index[q]}"
         items = lines[q]
         more = f" ... (+{len(items) - limit})" if len(items) > limit else ""
-        out.append(f"  {name:>10}: {' '.join(items[:limit])}{more}")
+        out.append(f"  {name:>12}: {' '.join(items[:limit])}{more}")
+    if len(lines) > len(shown):
+        out.append(f"  ... {len(lines) - len(shown)} more queue(s) (--format json or --plot for all)")
     return out
 
 

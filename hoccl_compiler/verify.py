@@ -274,12 +274,13 @@ def replay(plan: Plan, inputs: list[np.ndarray]) -> ReplayResult:
     """Execute a plan on NumPy byte buffers (the reference executor): returns every rank's output.
 
     Staging on a forwarding GPU is modelled per (GPU, flow); outputs start poisoned (0xA5) so unwritten
-    bytes show (except, in place, the part that holds the rank's own input). Transfers run stage by stage in index order; a transfer's wait always points earlier.
+    bytes show (except, in place, the part that holds the rank's own input). Transfers run stage by
+    stage in index order; a transfer's wait always points earlier.
     """
     G = plan.topology.num_gpus
     if len(inputs) != G:
         raise PlanError(f"replay needs {G} input buffers, got {len(inputs)}")
-    for rank, (buf, n) in enumerate(zip(inputs, plan.ranks.input_bytes)):
+    for rank, (buf, n) in enumerate(zip(inputs, plan.ranks.input_bytes, strict=True)):
         if buf.dtype != np.uint8 or buf.size != n:
             raise PlanError(f"replay: rank {rank}'s input must be {n} uint8 bytes, got {buf.size} {buf.dtype}")
     outputs = [np.full(n, 0xA5, dtype=np.uint8) for n in plan.ranks.output_bytes]

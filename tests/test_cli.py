@@ -118,7 +118,8 @@ def test_inspect_bad_input_exits_2(tmp_cwd, capsys):
 
 def test_inspect_plot(tmp_cwd, capsys):
     pytest.importorskip("matplotlib")
-    assert run(compile_main, ["alltoall", "--size", "1MiB", "--gpus-per-node", "2", "-o", "a.json", "-q"], capsys)[0] == 0
+    argv = ["alltoall", "--size", "1MiB", "--gpus-per-node", "2", "-o", "a.json", "-q"]
+    assert run(compile_main, argv, capsys)[0] == 0
     code, out, _ = run(inspect_main, ["a.json", "--plot", "a.png"], capsys)
     assert code == 0 and (tmp_cwd / "a.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -9,7 +9,7 @@ from hoccl_compiler.collective import load_matrix, load_pairs, refuse_reduction
 
 def blocks(lay):
     return sorted(zip(lay.src.tolist(), lay.dst.tolist(), lay.bytes.tolist(), lay.src_offset.tolist(),
-                      lay.dst_offset.tolist()))
+                      lay.dst_offset.tolist(), strict=True))
 
 
 def test_allgather_layout():

@@ -38,8 +38,9 @@ def test_figure6_nvlink_cell_0_1():
     # cell (0, 1) carries f1 + f2' + f3' + f8'' + f11''
     assert T[0, 1] == f(1) + f(2) + f(3) + f(8) + f(11)
     p = state.pieces
-    on_cell = sorted((int(fl), int(r)) for fl, r, s, d in zip(p.flow, p.role, p.src, p.dst) if (s, d) == (0, 1))
-    flow_of = {i: k for k, i in enumerate(sorted(range(1, 13), key=lambda i: i))}  # flows sorted by (src, dst)
+    on_cell = sorted((int(fl), int(r)) for fl, r, s, d in zip(p.flow, p.role, p.src, p.dst, strict=True)
+                     if (s, d) == (0, 1))
+    flow_of = {i: i - 1 for i in range(1, 13)}  # the paper's f_i is flow i - 1 (flows sorted by (src, dst))
     assert on_cell == sorted([(flow_of[1], NATIVE), (flow_of[2], SEND_FORWARD), (flow_of[3], SEND_FORWARD),
                               (flow_of[8], RECV_FORWARD), (flow_of[11], RECV_FORWARD)])
 
@@ -73,7 +74,7 @@ def nonneg_matrices(draw):
     density = draw(st.floats(0.1, 1.0))
     cells = draw(st.lists(st.integers(0, 1000), min_size=n * n, max_size=n * n))
     mask = draw(st.lists(st.floats(0, 1), min_size=n * n, max_size=n * n))
-    return np.array([c if m < density else 0 for c, m in zip(cells, mask)], dtype=np.int64).reshape(n, n)
+    return np.array([c if m < density else 0 for c, m in zip(cells, mask, strict=True)], dtype=np.int64).reshape(n, n)
 
 
 @given(nonneg_matrices())
@@ -111,7 +112,7 @@ def random_problems(draw):
         pairs = draw(st.lists(st.tuples(st.integers(0, G - 1), st.integers(0, G - 1)), min_size=n, max_size=n,
                               unique=True).filter(lambda ps: all(a != b for a, b in ps)))
         sizes = draw(st.lists(st.integers(1, 9000), min_size=len(pairs), max_size=len(pairs)))
-        spec = CollectiveSpec(kind=kind, pairs=tuple((a, b, s) for (a, b), s in zip(pairs, sizes)))
+        spec = CollectiveSpec(kind=kind, pairs=tuple((a, b, s) for (a, b), s in zip(pairs, sizes, strict=True)))
     else:
         if kind == "sendrecv":
             kind = "alltoall"
@@ -176,3 +177,12 @@ def test_rdma_waits_on_forward_chunk_by_chunk():
     assert tr.after == [-1, 0, 1]
     assert (tr.src, tr.dst) == ([0, 1, 3], [1, 3, 2])
     assert stage.chunks == [0, 1, 2, 0, 1, 2, 0, 1, 2]  # chunk k of each piece, in path order
+
+
+def test_traffic_pass_origin_matrix():
+    topo = make_topology("paper-h800", nodes=1, gpus_per_node=4)
+    state = compile_state(topo, CollectiveSpec(kind="gather", size_bytes=4000, root=2), stop_after="traffic")
+    expected = np.zeros((4, 4), dtype=np.int64)
+    expected[:, 2] = 1000
+    assert np.array_equal(state.origin, expected)
+    assert state.pieces is None  # later passes did not run

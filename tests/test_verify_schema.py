@@ -5,13 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from hoccl_compiler import CollectiveSpec, PlanError, compile_plan, load_plan, make_topology, save_plan, verify_plan
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.schema import PLAN_ROLES, Plan, check_plan_topology, plan_from_json, plan_json_schema
-from pathlib import Path
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "hoccl_compiler" / "plan.schema.json"
 
@@ -43,7 +43,8 @@ def test_compiled_plan_verifies(plan):
     ("wrong destination", lambda d: d["stages"][0]["transfers"]["dst"].__setitem__(0, 5), "add up to T|endpoints"),
     ("flow table", lambda d: d["flows"]["dst_offset"].__setitem__(3, 1), "layout"),
     ("hoccl matrix", lambda d: d["hoccl_matrix"][0].__setitem__(1, 1), "expanded"),
-    ("queue of another gpu", lambda d: d["stages"][0]["transfers"]["queue"].__setitem__(0, 7), "another GPU|queue kind"),
+    ("queue of another gpu", lambda d: d["stages"][0]["transfers"]["queue"].__setitem__(0, 7),
+     "another GPU|queue kind"),
     ("broken wait", lambda d: d["stages"][0]["transfers"]["after"].__setitem__(
         first_index(d["stages"][0], "rdma"), -1), "does not wait"),
     ("waits reordered", lambda d: d["stages"][0].__setitem__("chunks", d["stages"][0]["chunks"][::-1]), "deadlock"),

@@ -29,7 +29,6 @@ import numpy as np
 from ..ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, SEND_FORWARD, ChunkSchedule, CompileOptions, CompileState
 from .stages import expand_segments
 
-
 ROLE_PRIORITY = np.zeros(5, dtype=np.int64)
 ROLE_PRIORITY[[SEND_FORWARD, RDMA, RECV_FORWARD, NATIVE, LOCAL]] = np.arange(5)
 

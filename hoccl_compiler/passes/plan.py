@@ -9,8 +9,17 @@ import numpy as np
 from .. import __version__
 from ..ir import CompileOptions, CompileState
 from ..schema import (
-    PLAN_ROLES, SCHEMA_VERSION, FlowTable, Plan, PlanOptions, QueueTable, RankBuffers, Report, Stage,
-    TransferTable, plan_id_for,
+    PLAN_ROLES,
+    SCHEMA_VERSION,
+    FlowTable,
+    Plan,
+    PlanOptions,
+    QueueTable,
+    RankBuffers,
+    Report,
+    Stage,
+    TransferTable,
+    plan_id_for,
 )
 
 

@@ -52,13 +52,18 @@ PLAN_ROLES: tuple[RoleInfo, ...] = (
 )
 
 
-def _same_lengths(model: BaseModel, what: str) -> None:
-    lengths = {name: len(getattr(model, name)) for name in type(model).model_fields}
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"{what} columns differ in length: {lengths}")
+class _Columns(_Model):
+    """A table stored by column: every field is a list, all of one length."""
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> _Columns:
+        lengths = {name: len(getattr(self, name)) for name in type(self).model_fields}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{type(self).__name__} columns differ in length: {lengths}")
+        return self
 
 
-class FlowTable(_Model):
+class FlowTable(_Columns):
     """One flow per (src, dst) pair of the origin matrix: bytes read at src_offset of src's input,
     written at dst_offset of dst's output."""
 
@@ -68,10 +73,6 @@ class FlowTable(_Model):
     src_offset: list[int]
     dst_offset: list[int]
 
-    @model_validator(mode="after")
-    def _lengths(self) -> FlowTable:
-        _same_lengths(self, "flows")
-        return self
 
 
 class RankBuffers(_Model):
@@ -79,7 +80,7 @@ class RankBuffers(_Model):
     output_bytes: list[int]
 
 
-class QueueTable(_Model):
+class QueueTable(_Columns):
     """Queue q belongs to GPU gpu[q]. Kinds: "dma" (a copy-engine stream for the GPU's own sends:
     native, send_forward and local copies), "dma_recv" (a copy-engine stream forwarding what the
     GPU's NIC received: recv_forward) and "nic" (network writes)."""
@@ -88,13 +89,9 @@ class QueueTable(_Model):
     kind: list[Literal["dma", "dma_recv", "nic"]]
     index: list[int]
 
-    @model_validator(mode="after")
-    def _lengths(self) -> QueueTable:
-        _same_lengths(self, "queues")
-        return self
 
 
-class TransferTable(_Model):
+class TransferTable(_Columns):
     """The transfers of one stage. Transfer i moves bytes [offset, offset + bytes) of flow[i] from GPU
     src[i] to GPU dst[i] in the role role[i] (an index into Plan.roles), on queue queue[i]. Chunk k of
     transfer i starts after chunk k of transfer after[i] (an index in this stage) has landed; -1: no wait."""
@@ -108,10 +105,6 @@ class TransferTable(_Model):
     queue: list[int]
     after: list[int]
 
-    @model_validator(mode="after")
-    def _lengths(self) -> TransferTable:
-        _same_lengths(self, "transfers")
-        return self
 
 
 class Stage(_Model):

@@ -81,12 +81,12 @@ class RankBuffers(_Model):
 
 
 class QueueTable(_Columns):
-    """Queue q belongs to GPU gpu[q]. Kinds: "dma" (a copy-engine stream for the GPU's own sends:
-    native, send_forward and local copies), "dma_recv" (a copy-engine stream forwarding what the
+    """Queue q belongs to GPU gpu[q]. Kinds: "dma" (a copy-engine stream for the GPU's sends over
+    NVLink: native, send_forward), "dma_local" (its local copies), "dma_recv" (forwarding what the
     GPU's NIC received: recv_forward) and "nic" (network writes)."""
 
     gpu: list[int]
-    kind: list[Literal["dma", "dma_recv", "nic"]]
+    kind: list[Literal["dma", "dma_local", "dma_recv", "nic"]]
     index: list[int]
 
 

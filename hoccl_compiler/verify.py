@@ -139,12 +139,12 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     _fail_first((src != want_src) | (dst != want_dst), plan, t,
                 "wrong endpoints for its role (the forwarding path is u -> peer(u) -> peer(v) -> v)")
     q_gpu = np.asarray(plan.queues.gpu, dtype=np.int64)
-    kind_code = {"dma": 0, "dma_recv": 1, "nic": 2}
+    kind_code = {"dma": 0, "dma_recv": 1, "nic": 2, "dma_local": 3}
     q_kind = np.asarray([kind_code[k] for k in plan.queues.kind], dtype=np.int64)
-    want_kind = np.select([role == RDMA, role == RECV_FORWARD], [2, 1], 0)
+    want_kind = np.select([role == RDMA, role == RECV_FORWARD, role == LOCAL], [2, 1, 3], 0)
     _fail_first(q_gpu[t["queue"]] != src, plan, t, "its queue belongs to another GPU (copies run on the source)")
     _fail_first(q_kind[t["queue"]] != want_kind, plan, t, "wrong queue kind: network writes go on a nic queue, "
-                "recv_forward copies on a dma_recv queue, other copies on a dma queue")
+                "recv_forward copies on dma_recv, local copies on dma_local, native and send_forward on dma")
 
     base = np.searchsorted(t["stage"], np.arange(len(plan.stages) + 1))
     has_prev = ((role == RDMA) & (peer[fu] != fu) & f_inter) | (role == RECV_FORWARD)

@@ -1,9 +1,9 @@
 """Pass 4: transfers, DMA/NIC queues and the weighted chunk interleaving.
 
 Every segment of a stage becomes one transfer per piece of its flow (native: one; inter-node: up
-to send_forward, rdma, recv_forward). Copies go on a DMA queue of their source GPU (received data
-that is forwarded on its own ``dma_recv`` queue, so that waiting for the network never blocks the
-GPU's own sends), network writes on the NIC queue of theirs. Each transfer is cut into ``chunk_bytes`` chunks.
+to send_forward, rdma, recv_forward). Copies go on a DMA queue of their source GPU (local copies
+on ``dma_local``; received data that is forwarded on ``dma_recv``, so that waiting for the network
+never blocks the GPU's own sends), network writes on the NIC queue of theirs. Each transfer is cut into ``chunk_bytes`` chunks.
 
 Per stage the chunks are ordered by their *progress key*: chunk k of a transfer of n
 chunks has key (k + 1/2) / n (the midpoint of its share of the stage), ties broken by role, then
@@ -49,16 +49,18 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     same_segment[1:] = seg_idx[1:] == seg_idx[:-1]
     tr_after = np.where(same_segment, np.arange(n) - 1, -1)
 
-    # Queues: per GPU, q DMA queues for what the GPU sends (native, send_forward, local copies),
-    # one DMA queue for forwarding what its NIC received (recv_forward), and one NIC queue.
-    # Received data waits on the network; on its own queue it never blocks the send side.
-    per_gpu = q + 2
+    # Queues: per GPU, q DMA queues for what the GPU sends over NVLink (native, send_forward), one
+    # for its local copies (they use no link, so they overlap with the sends), one for forwarding
+    # what its NIC received (recv_forward: it waits on the network, and on its own queue never
+    # blocks the send side), and one NIC queue.
+    per_gpu = q + 3
     queue_gpu = np.repeat(np.arange(G, dtype=np.int64), per_gpu)
-    queue_index = np.tile(np.r_[np.arange(q), 0, 0].astype(np.int64), G)
-    queue_kind = (("dma",) * q + ("dma_recv", "nic")) * G
-    send_side = (tr_role != RDMA) & (tr_role != RECV_FORWARD)
+    queue_index = np.tile(np.r_[np.arange(q), 0, 0, 0].astype(np.int64), G)
+    queue_kind = (("dma",) * q + ("dma_local", "dma_recv", "nic")) * G
+    send_side = (tr_role == NATIVE) | (tr_role == SEND_FORWARD)
     dma_index = _spread_over_queues(tr_stage, tr_src, tr_bytes, send_side, q)
-    tr_queue = tr_src * per_gpu + np.select([tr_role == RDMA, tr_role == RECV_FORWARD], [q + 1, q], dma_index)
+    tr_queue = tr_src * per_gpu + np.select([tr_role == LOCAL, tr_role == RECV_FORWARD, tr_role == RDMA],
+                                            [q, q + 1, q + 2], dma_index)
 
     # Chunks and their progress keys.
     n_chunks = np.maximum(1, -(-tr_bytes // options.chunk_bytes))

@@ -1,0 +1,32 @@
+"""Runtime errors: the compiler's hierarchy (``hoccl_compiler.errors``) plus what only a runtime meets."""
+
+from __future__ import annotations
+
+from hoccl_compiler.errors import CollectiveError, HocclError, PlanError, TopologyError
+
+__all__ = ["HocclError", "PlanError", "TopologyError", "CollectiveError", "CudaError", "BufferError",
+           "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError"]
+
+
+class CudaError(HocclError, RuntimeError):
+    """A CUDA driver or runtime call failed; the message names the call and the CUDA error."""
+
+
+class BufferError(HocclError, ValueError):  # noqa: A001 - a HOCCL buffer error, not the builtin
+    """A buffer is unusable: wrong size for the plan, on the CPU, not contiguous, wrong device, not IPC-capable."""
+
+
+class StreamError(HocclError, ValueError):
+    """A stream argument is not a CUDA stream HOCCL can use."""
+
+
+class HocclTimeoutError(HocclError, TimeoutError):
+    """A peer did not answer within the configured bound."""
+
+
+class TransportError(HocclError, ConnectionError):
+    """A network transport failed (peer gone, connection dropped, corrupt frame)."""
+
+
+class UnsupportedPlanError(HocclError, NotImplementedError):
+    """The plan needs a part of the runtime that this build does not have yet (e.g. inter-node transfers)."""

@@ -1,0 +1,206 @@
+"""Flags in host memory that GPU streams write and wait on without a kernel, and what they encode.
+
+* :class:`FlagPool`: int32 slots in pinned, device-mapped host memory (``cuMemHostAlloc``), or in a
+  plain NumPy array for CPU tests. Flags stay in host memory: since CUDA 13.1 a stream write may not
+  target a peer GPU's memory.
+* :class:`MemOps`: a batch of ``cuStreamWaitValue32`` / ``cuStreamWriteValue32`` operations enqueued
+  with one ``cuStreamBatchMemOp`` call.
+* :func:`handshake`: the producer/consumer protocol on one flag, replay-safe (no sequence number is
+  baked in, so a CUDA graph that captured it can be replayed)::
+
+      producer stream  ──wait(f == 0)──write(f = 1)──▶
+      consumer stream                    ──wait(f == 1)──write(f = 0)──▶ (work after this waits for the producer)
+
+  The producer's wait(f == 0) keeps a second signal from overwriting one not yet consumed.
+* :class:`ChunkState` and :class:`ChunkStateMachine`: the staging-chunk life cycle of the paper
+  (IDLE -> DMA_COPYING -> NETWORK -> IDLE), checked on every transition.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .errors import HocclError
+
+__all__ = ["FlagPool", "Flag", "MemOps", "handshake", "ChunkState", "ChunkStateMachine"]
+
+
+class Flag:
+    __slots__ = ("pool", "index")
+
+    def __init__(self, pool: FlagPool, index: int):
+        self.pool, self.index = pool, index
+
+    @property
+    def address(self) -> int:
+        """Device-visible address (equal to the host address under unified addressing)."""
+        return self.pool.base + 4 * self.index
+
+    def read(self) -> int:
+        return int(self.pool.view[self.index])
+
+    def write(self, value: int) -> None:
+        self.pool.view[self.index] = value
+
+    def __repr__(self) -> str:
+        return f"Flag({self.index}, value={self.read()})"
+
+
+class FlagPool:
+    """``capacity`` int32 flags, all 0 at start. ``device=True`` puts them in pinned, mapped host memory."""
+
+    def __init__(self, capacity: int, *, device: bool = True):
+        if capacity <= 0:
+            raise ValueError(f"flag pool capacity {capacity} must be positive")
+        self.capacity = capacity
+        self._next = 0
+        self._free: list[int] = []
+        self._ptr = 0
+        if device:
+            import ctypes
+
+            from ._cuda import host_mapped_alloc
+
+            self._ptr = host_mapped_alloc(4 * capacity)
+            buf = (ctypes.c_int32 * capacity).from_address(self._ptr)
+            self.view = np.frombuffer(buf, dtype=np.int32)
+            self.base = self._ptr
+        else:
+            self.view = np.zeros(capacity, dtype=np.int32)
+            self.base = int(self.view.ctypes.data)
+        self.view[:] = 0
+
+    def allocate(self) -> Flag:
+        if self._free:
+            index = self._free.pop()
+        elif self._next < self.capacity:
+            index, self._next = self._next, self._next + 1
+        else:
+            raise HocclError(f"flag pool exhausted ({self.capacity} flags); create the runtime with a larger "
+                             "flag_capacity")
+        self.view[index] = 0
+        return Flag(self, index)
+
+    def release(self, flag: Flag) -> None:
+        if flag.pool is not self:
+            raise ValueError("flag belongs to another pool")
+        self._free.append(flag.index)
+
+    def close(self) -> None:
+        if self._ptr:
+            from ._cuda import host_free
+
+            self.view = np.zeros(0, dtype=np.int32)
+            host_free(self._ptr)
+            self._ptr = 0
+
+    def __enter__(self) -> FlagPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the driver may be gone already
+            pass
+
+
+class MemOps:
+    """An ordered batch of 32-bit stream waits and writes, enqueued with one ``cuStreamBatchMemOp``."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, int, int]] = []  # ("wait_eq" | "write", address, value)
+        self._params: Any = None
+
+    def wait_eq(self, flag: Flag, value: int) -> MemOps:
+        self.ops.append(("wait_eq", flag.address, value))
+        self._params = None
+        return self
+
+    def write(self, flag: Flag, value: int) -> MemOps:
+        self.ops.append(("write", flag.address, value))
+        self._params = None
+        return self
+
+    def extend(self, other: MemOps) -> MemOps:
+        self.ops.extend(other.ops)
+        self._params = None
+        return self
+
+    def _build(self) -> list[Any]:
+        from ._cuda import driver
+
+        cu = driver()
+        params = []
+        for kind, address, value in self.ops:
+            p = cu.CUstreamBatchMemOpParams()
+            if kind == "wait_eq":
+                p.operation = cu.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WAIT_VALUE_32
+                p.waitValue.address = address
+                p.waitValue.value = value
+                p.waitValue.flags = cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ
+            else:
+                p.operation = cu.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WRITE_VALUE_32
+                p.writeValue.address = address
+                p.writeValue.value = value
+                p.writeValue.flags = cu.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT
+            params.append(p)
+        return params
+
+    def enqueue(self, stream: int) -> None:
+        """Enqueue the batch on ``stream`` (a raw handle; its device's context must be current)."""
+        if not self.ops:
+            return
+        from ._cuda import check, driver
+
+        cu = driver()
+        if self._params is None:
+            self._params = self._build()
+        check("cuStreamBatchMemOp", cu.cuStreamBatchMemOp(cu.CUstream(stream), len(self._params), self._params, 0))
+
+
+def handshake(flag: Flag) -> tuple[MemOps, MemOps]:
+    """(producer ops, consumer ops) of one signal on ``flag`` (see the module docstring)."""
+    return MemOps().wait_eq(flag, 0).write(flag, 1), MemOps().wait_eq(flag, 1).write(flag, 0)
+
+
+class ChunkState(enum.IntEnum):
+    IDLE = 0
+    DMA_COPYING = 1
+    NETWORK = 2
+
+
+_ALLOWED = {
+    (ChunkState.IDLE, ChunkState.DMA_COPYING),      # a copy engine starts filling the staging chunk
+    (ChunkState.DMA_COPYING, ChunkState.NETWORK),   # the copy landed; the NIC / transport takes it
+    (ChunkState.NETWORK, ChunkState.IDLE),          # the network write completed; the chunk is free
+}
+
+
+class ChunkStateMachine:
+    """The per-chunk state of a staging ring, stored in flags that host and GPU streams share.
+
+    Host code moves chunks with :meth:`advance`; GPU streams write the same values with stream
+    memory operations (``MemOps.write(flag, ChunkState.NETWORK)``). Illegal transitions raise.
+    """
+
+    def __init__(self, flags: Iterable[Flag]):
+        self.flags = list(flags)
+
+    def state(self, chunk: int) -> ChunkState:
+        return ChunkState(self.flags[chunk].read())
+
+    def advance(self, chunk: int, to: ChunkState) -> None:
+        now = self.state(chunk)
+        if (now, to) not in _ALLOWED:
+            raise HocclError(f"staging chunk {chunk}: illegal transition {now.name} -> {to.name}")
+        self.flags[chunk].write(int(to))
+
+    def idle_chunks(self) -> list[int]:
+        return [i for i, f in enumerate(self.flags) if f.read() == ChunkState.IDLE]

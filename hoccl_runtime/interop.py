@@ -1,0 +1,112 @@
+"""Buffers and streams from CuPy, torch or anything speaking the CUDA array / stream protocols.
+
+HOCCL moves bytes: a buffer is (device pointer, byte size, device), of any dtype (bf16 included).
+Streams are explicit: a CuPy or torch stream, an object with ``__cuda_stream__``, a raw handle, or
+``None`` for the legacy default stream of the buffer's device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BufferError, StreamError
+
+__all__ = ["DeviceBuffer", "as_buffer", "as_stream"]
+
+
+@dataclass(frozen=True)
+class DeviceBuffer:
+    ptr: int
+    nbytes: int
+    device: int
+
+    def at(self, offset: int) -> int:
+        return self.ptr + offset
+
+
+def _torch_buffer(x: Any, what: str) -> DeviceBuffer:
+    if not x.is_cuda:
+        raise BufferError(f"{what} is a CPU tensor ({tuple(x.shape)}, {x.dtype}); HOCCL moves GPU memory: "
+                          "pass x.cuda() or allocate it on the GPU")
+    if not x.is_contiguous():
+        raise BufferError(f"{what} is not contiguous (strides {x.stride()}); pass x.contiguous()")
+    return DeviceBuffer(int(x.data_ptr()), int(x.numel() * x.element_size()), int(x.device.index))
+
+
+def _cai_buffer(x: Any, what: str) -> DeviceBuffer:
+    cai = x.__cuda_array_interface__
+    ptr = int(cai["data"][0])
+    shape = tuple(cai["shape"])
+    itemsize = _itemsize(cai["typestr"])
+    count = 1
+    for n in shape:
+        count *= n
+    strides = cai.get("strides")
+    if strides is not None:
+        expected, acc = [], itemsize
+        for n in reversed(shape):
+            expected.append(acc)
+            acc *= n
+        if count > 1 and tuple(s for s, n in zip(strides, shape, strict=True) if n > 1) != \
+                tuple(s for s, n in zip(tuple(reversed(expected)), shape, strict=True) if n > 1):
+            raise BufferError(f"{what} is not C-contiguous (strides {strides}); pass a contiguous copy")
+    device = getattr(getattr(x, "device", None), "id", None)
+    if device is None:
+        device = _pointer_device(ptr, what)
+    return DeviceBuffer(ptr, count * itemsize, int(device))
+
+
+def _itemsize(typestr: str) -> int:
+    return int(typestr[2:])
+
+
+def _pointer_device(ptr: int, what: str) -> int:
+    from ._cuda import cupy_runtime
+
+    try:
+        attrs = cupy_runtime().pointerGetAttributes(ptr)
+    except Exception as exc:  # noqa: BLE001
+        raise BufferError(f"{what}: cannot tell which GPU owns pointer {ptr:#x} ({exc})") from None
+    if attrs.type != 2:  # cudaMemoryTypeDevice
+        raise BufferError(f"{what}: pointer {ptr:#x} is not device memory; HOCCL moves GPU memory")
+    return int(attrs.device)
+
+
+def as_buffer(x: Any, what: str = "buffer") -> DeviceBuffer:
+    """(pointer, bytes, device) of a torch tensor, a CuPy array or a ``__cuda_array_interface__`` object."""
+    if isinstance(x, DeviceBuffer):
+        return x
+    module = type(x).__module__
+    if module.startswith("torch"):
+        return _torch_buffer(x, what)
+    if hasattr(x, "__cuda_array_interface__"):
+        return _cai_buffer(x, what)
+    if hasattr(x, "__array_interface__") or hasattr(x, "__array__"):
+        raise BufferError(f"{what} is host memory ({type(x).__name__}); HOCCL moves GPU memory: pass a CuPy "
+                          "array or a CUDA torch tensor")
+    raise BufferError(f"{what} of type {type(x).__name__} is not a GPU buffer; pass a CuPy array, a CUDA torch "
+                      "tensor or an object with __cuda_array_interface__")
+
+
+def as_stream(s: Any) -> int:
+    """A raw ``cudaStream_t`` handle from a CuPy/torch stream, ``__cuda_stream__``, an int, or None (legacy 0)."""
+    if s is None:
+        return 0
+    if isinstance(s, bool):
+        raise StreamError(f"{s!r} is not a stream")
+    if isinstance(s, int):
+        if s < 0:
+            raise StreamError(f"stream handle {s} is negative")
+        return s
+    proto = getattr(s, "__cuda_stream__", None)
+    if proto is not None:
+        value = proto() if callable(proto) else proto
+        if isinstance(value, tuple) and len(value) == 2:
+            return int(value[1])
+    for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy Stream, cuda.core Stream
+        value = getattr(s, attr, None)
+        if isinstance(value, int):
+            return value
+    raise StreamError(f"cannot use {type(s).__name__} as a CUDA stream; pass a CuPy or torch stream, an object "
+                      "with __cuda_stream__, a raw handle, or None for the legacy default stream")

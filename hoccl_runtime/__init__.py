@@ -1,12 +1,33 @@
-"""HOCCL runtime: replays compiled plans on DMA copy engines and host-driven networks.
+"""HOCCL runtime: replays compiled plans on DMA copy engines (no kernel, no SM).
 
-This package is a placeholder until the runtime lands (see the runtime issues). It must import on a
-machine without a GPU and reads only the plan schema of the compiler (``hoccl_compiler.schema``).
+    >>> import hoccl_runtime as hr
+    >>> plan = hr.load_plan("schedules/allgather-h200x2-1GiB.json")
+    >>> hr.execute(plan, {0: (in0, out0), 1: (in1, out1)}, streams={0: s0, 1: s1})
+
+This build replays single-node plans from one process driving all of the plan's GPUs (nccl-tests'
+``-g`` mode). Importing it needs no GPU: CUDA is loaded on first use. It reads the compiler's plan
+schema and nothing else of the compiler.
 """
 
 from __future__ import annotations
 
-__all__ = ["load_plan"]
+from typing import Any
+
+from .errors import (
+    BufferError,
+    CudaError,
+    HocclError,
+    HocclTimeoutError,
+    PlanError,
+    StreamError,
+    TransportError,
+    UnsupportedPlanError,
+)
+
+__all__ = ["load_plan", "execute", "default_executor", "Executor", "HocclError", "PlanError", "CudaError",
+           "BufferError", "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError"]
+
+_default = None
 
 
 def load_plan(path):
@@ -14,3 +35,27 @@ def load_plan(path):
     from hoccl_compiler.schema import load_plan as _load
 
     return _load(path)
+
+
+def default_executor():
+    global _default
+    if _default is None or _default.closed:
+        from .executor import Executor
+
+        _default = Executor()
+    return _default
+
+
+def execute(plan, buffers, streams=None, *, sync="flags") -> None:
+    """Enqueue ``plan`` on copy engines for every rank in ``buffers`` ({rank: (input, output)}), ordered
+    after the work already on ``streams`` ({rank: stream}; None: each device's legacy default stream) and
+    before the work enqueued there next. Returns at once."""
+    default_executor().execute(plan, buffers, streams, sync=sync)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Executor":
+        from .executor import Executor
+
+        return Executor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Iterable
 from typing import Any
@@ -105,10 +106,8 @@ class FlagPool:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the driver may be gone already
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown: the driver may be gone already
-            pass
 
 
 class MemOps:

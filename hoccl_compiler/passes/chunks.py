@@ -2,8 +2,9 @@
 
 Every segment of a stage becomes one transfer per piece of its flow (native: one; inter-node: up
 to send_forward, rdma, recv_forward). Copies go on a DMA queue of their source GPU (local copies
-on ``dma_local``; received data that is forwarded on ``dma_recv``, so that waiting for the network
-never blocks the GPU's own sends), network writes on the NIC queue of theirs. Each transfer is cut into ``chunk_bytes`` chunks.
+on ``dma_local``; received data that is forwarded on ``dma_recv``, so that waiting for the
+network never blocks the GPU's own sends), network writes on the NIC queue of theirs. Each
+transfer is cut into ``chunk_bytes`` chunks.
 
 Per stage the chunks are ordered by their *progress key*: chunk k of a transfer of n
 chunks has key (k + 1/2) / n (the midpoint of its share of the stage), ties broken by role, then

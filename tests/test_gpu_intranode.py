@@ -1,0 +1,157 @@
+"""Single-process, multi-GPU replay on copy engines (run on the 2-GPU machine; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+from hoccl_compiler.collective import layout
+from hoccl_compiler.ir import CompileOptions
+
+pytestmark = pytest.mark.multi_gpu(2)
+
+BIG_CHUNK = 1 << 30
+
+
+def plan_for(spec: CollectiveSpec, chunk: int = BIG_CHUNK):
+    return compile_plan(make_topology("h200x2", nodes=1), spec, CompileOptions(chunk_bytes=chunk, baselines=False))
+
+
+def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=None):
+    """Fresh random inputs, poisoned outputs, execute, compare with the layout on the host."""
+    import cupy as cp
+
+    import hoccl_runtime as hr
+
+    G = plan.num_ranks
+    rng = np.random.default_rng(seed)
+    lay = layout(plan.collective, G)
+    inputs, outputs, bufs, strm = [], [], {}, {}
+    for r in range(G):
+        with cp.cuda.Device(r):
+            host_in = rng.integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+            out = cp.full(plan.ranks.output_bytes[r], 0xA5, dtype=cp.uint8)
+            if in_place:
+                off, n = (int(x[r]) for x in lay.resident())
+                out[off:off + n] = cp.asarray(host_in)
+                inp = None
+            else:
+                inp = cp.asarray(host_in)
+            s = cp.cuda.Stream(non_blocking=True) if streams == "new" else None
+            inputs.append(host_in)
+            outputs.append(out)
+            bufs[r] = (inp, out)
+            strm[r] = s
+    for r in range(G):
+        cp.cuda.Device(r).synchronize()
+    hr.execute(plan, bufs, strm, sync=sync)
+    for r in range(G):
+        with cp.cuda.Device(r):
+            (strm[r] or cp.cuda.Stream.null).synchronize()
+    for r in range(G):
+        got = cp.asnumpy(outputs[r])
+        expected = np.full(plan.ranks.output_bytes[r], 0xA5, dtype=np.uint8)
+        off, n = (int(x[r]) for x in lay.resident())
+        expected[off:off + n] = inputs[r][:n]
+        for i in np.nonzero(lay.dst == r)[0]:
+            expected[lay.dst_offset[i]:lay.dst_offset[i] + lay.bytes[i]] = \
+                inputs[lay.src[i]][lay.src_offset[i]:lay.src_offset[i] + lay.bytes[i]]
+        assert np.array_equal(got, expected), f"rank {r}: first wrong byte {np.nonzero(got != expected)[0][:1]}"
+
+
+SPECS = [
+    lambda n: CollectiveSpec(kind="allgather", size_bytes=2 * n),
+    lambda n: CollectiveSpec(kind="alltoall", size_bytes=2 * n),
+    lambda n: CollectiveSpec(kind="alltoallv", matrix=((n, 2 * n + 1), (3, n + 7))),
+    lambda n: CollectiveSpec(kind="broadcast", size_bytes=n, root=1),
+    lambda n: CollectiveSpec(kind="scatter", size_bytes=2 * n, root=0),
+    lambda n: CollectiveSpec(kind="gather", size_bytes=2 * n, root=1),
+    lambda n: CollectiveSpec(kind="sendrecv", pairs=((0, 1, n), (1, 0, n + 5))),
+]
+
+
+@pytest.mark.parametrize("sync", ["flags", "events"])
+@pytest.mark.parametrize("n", [1, 7, 4099, (1 << 20) + 3, 48 << 20])
+@pytest.mark.parametrize("make", SPECS, ids=[f"c{i}" for i in range(len(SPECS))])
+def test_collectives_correct(make, n, sync):
+    run_and_check(plan_for(make(n)), sync=sync)
+
+
+def test_allgather_1gib_and_chunked_plan():
+    run_and_check(plan_for(CollectiveSpec(kind="allgather", size_bytes=1 << 30)))
+    run_and_check(plan_for(CollectiveSpec(kind="alltoall", size_bytes=64 << 20), chunk=4 << 20))
+
+
+def test_legacy_default_stream_and_in_place():
+    run_and_check(plan_for(CollectiveSpec(kind="allgather", size_bytes=2 * 3001)), streams=None)
+    run_and_check(plan_for(CollectiveSpec(kind="allgather", size_bytes=2 * 3001, in_place=True)), in_place=True)
+    run_and_check(plan_for(CollectiveSpec(kind="broadcast", size_bytes=999, root=0, in_place=True)), in_place=True)
+
+
+def test_repeated_calls_reuse_flags():
+    plan = plan_for(CollectiveSpec(kind="alltoall", size_bytes=2 * 65536))
+    for _ in range(50):
+        run_and_check(plan)
+
+
+def test_bad_buffers_are_refused():
+    import cupy as cp
+
+    import hoccl_runtime as hr
+    from hoccl_runtime.errors import BufferError, UnsupportedPlanError
+
+    plan = plan_for(CollectiveSpec(kind="allgather", size_bytes=2 * 1024))
+    with cp.cuda.Device(0):
+        a_in, a_out = cp.zeros(1024, cp.uint8), cp.zeros(2048, cp.uint8)
+    with cp.cuda.Device(1):
+        b_in, b_out = cp.zeros(1024, cp.uint8), cp.zeros(2048, cp.uint8)
+        short = cp.zeros(1000, cp.uint8)
+        strided = cp.zeros((2048, 2), cp.uint8)[:, 0]
+    with pytest.raises(BufferError, match="1000 bytes but plan .* needs 1024"):
+        hr.execute(plan, {0: (a_in, a_out), 1: (short, b_out)})
+    with pytest.raises(BufferError, match="host memory"):
+        hr.execute(plan, {0: (a_in, a_out), 1: (np.zeros(1024, np.uint8), b_out)})
+    with pytest.raises(BufferError, match="not C-contiguous"):
+        hr.execute(plan, {0: (a_in, a_out), 1: (b_in, strided)})
+    with pytest.raises(BufferError, match="for 2 ranks"):
+        hr.execute(plan, {0: (a_in, a_out)})
+    with pytest.raises(BufferError, match="different GPUs"):
+        hr.execute(plan, {0: (a_in, a_out), 1: (b_in, a_out)})
+    inter = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind="allgather", size_bytes=4 * 1024))
+    with pytest.raises(UnsupportedPlanError):
+        hr.execute(inter, {r: (a_in, a_out) for r in range(4)})
+
+
+def test_torch_tensors_bf16():
+    torch = pytest.importorskip("torch")
+
+    import hoccl_runtime as hr
+
+    plan = plan_for(CollectiveSpec(kind="allgather", size_bytes=2 * 2 * 1000))  # 1000 bf16 per rank
+    ins = [torch.randn(1000, device=f"cuda:{r}").to(torch.bfloat16) for r in range(2)]
+    outs = [torch.full((2000,), float("nan"), device=f"cuda:{r}", dtype=torch.bfloat16) for r in range(2)]
+    streams = [torch.cuda.Stream(device=r) for r in range(2)]
+    hr.execute(plan, {r: (ins[r], outs[r]) for r in range(2)}, {r: streams[r] for r in range(2)})
+    for r in range(2):
+        streams[r].synchronize()
+    expected = torch.cat([ins[0].cpu(), ins[1].cpu()])
+    for r in range(2):
+        assert torch.equal(outs[r].cpu(), expected)
+
+
+def test_executor_close_cycles():
+    from hoccl_runtime.executor import Executor
+
+    plan = plan_for(CollectiveSpec(kind="allgather", size_bytes=2 * 4096))
+    import cupy as cp
+
+    bufs = {}
+    for r in range(2):
+        with cp.cuda.Device(r):
+            bufs[r] = (cp.zeros(4096, cp.uint8), cp.zeros(8192, cp.uint8))
+    for _ in range(100):
+        with Executor() as ex:
+            ex.execute(plan, bufs)
+            ex.synchronize()
+        assert ex.closed

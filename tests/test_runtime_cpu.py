@@ -1,0 +1,113 @@
+"""Runtime logic that needs no GPU: lowering, flags and their protocol, buffer and stream interop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+from hoccl_compiler.ir import CompileOptions
+from hoccl_runtime.errors import BufferError, HocclError, StreamError, UnsupportedPlanError
+from hoccl_runtime.flags import ChunkState, ChunkStateMachine, FlagPool, handshake
+from hoccl_runtime.interop import DeviceBuffer, as_buffer, as_stream
+from hoccl_runtime.program import lower
+
+
+def test_lower_merges_consecutive_chunks_and_keeps_queues():
+    plan = compile_plan(make_topology("h200x2", nodes=1), CollectiveSpec(kind="allgather", size_bytes=2 * 10_000),
+                        CompileOptions(chunk_bytes=4096))
+    prog = lower(plan)
+    kinds = {q: plan.queues.kind[q] for q in prog.copies}
+    assert sorted(kinds.values()) == ["dma", "dma", "dma_local", "dma_local"]
+    for q, copies in prog.copies.items():
+        assert len(copies) == 1 and copies[0].nbytes == 10_000  # 3 chunks merged into one copy
+        c = copies[0]
+        gpu = plan.queues.gpu[q]
+        assert c.src_rank == gpu and c.dst_offset == 10_000 * c.src_rank
+        assert (c.dst_rank == gpu) == (kinds[q] == "dma_local")
+        assert prog.touches[q] == {c.src_rank, c.dst_rank}
+
+
+def test_lower_keeps_interleaving_when_transfers_share_a_queue():
+    plan = compile_plan(make_topology("paper-h800", nodes=1, gpus_per_node=3),
+                        CollectiveSpec(kind="matrix", matrix=((0, 3000, 1000), (0, 0, 0), (0, 0, 0))),
+                        CompileOptions(chunk_bytes=1000))
+    prog = lower(plan)
+    (copies,) = prog.copies.values()
+    assert [(c.dst_rank, c.nbytes) for c in copies] == [(1, 2000), (2, 1000), (1, 1000)]
+    total = {}
+    for c in copies:
+        total[c.dst_rank] = total.get(c.dst_rank, 0) + c.nbytes
+    assert total == {1: 3000, 2: 1000}
+
+
+def test_lower_refuses_inter_node_plans():
+    plan = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind="alltoall", size_bytes=4096))
+    with pytest.raises(UnsupportedPlanError, match="inter-node"):
+        lower(plan)
+
+
+def test_flag_pool_and_handshake_ops():
+    pool = FlagPool(3, device=False)
+    a, b = pool.allocate(), pool.allocate()
+    assert a.address == pool.base and b.address == pool.base + 4
+    producer, consumer = handshake(a)
+    assert producer.ops == [("wait_eq", a.address, 0), ("write", a.address, 1)]
+    assert consumer.ops == [("wait_eq", a.address, 1), ("write", a.address, 0)]
+    pool.allocate()
+    with pytest.raises(HocclError, match="exhausted"):
+        pool.allocate()
+    pool.release(b)
+    assert pool.allocate().index == b.index
+
+
+def test_chunk_state_machine():
+    pool = FlagPool(2, device=False)
+    sm = ChunkStateMachine([pool.allocate(), pool.allocate()])
+    assert sm.idle_chunks() == [0, 1]
+    sm.advance(0, ChunkState.DMA_COPYING)
+    sm.advance(0, ChunkState.NETWORK)
+    assert sm.idle_chunks() == [1]
+    with pytest.raises(HocclError, match="illegal transition NETWORK -> DMA_COPYING"):
+        sm.advance(0, ChunkState.DMA_COPYING)
+    sm.advance(0, ChunkState.IDLE)
+    with pytest.raises(HocclError, match="IDLE -> NETWORK"):
+        sm.advance(1, ChunkState.NETWORK)
+
+
+class FakeCai:
+    def __init__(self, ptr, shape, typestr="<f4", strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr,
+                                         "strides": strides, "version": 3}
+
+    class device:  # noqa: N801 - mimics cupy's .device.id
+        id = 1
+
+
+def test_as_buffer_from_array_interface():
+    buf = as_buffer(FakeCai(0x1000, (4, 8), "<u2"))
+    assert buf == DeviceBuffer(0x1000, 64, 1)
+    assert as_buffer(FakeCai(0x1000, (4, 8), "<f4", strides=(32, 4))).nbytes == 128
+    with pytest.raises(BufferError, match="not C-contiguous"):
+        as_buffer(FakeCai(0x1000, (4, 8), "<f4", strides=(4, 16)))
+
+
+def test_as_buffer_refuses_host_memory():
+    with pytest.raises(BufferError, match="host memory"):
+        as_buffer(np.zeros(4))
+    with pytest.raises(BufferError, match="not a GPU buffer"):
+        as_buffer("nope")
+
+
+def test_as_stream_forms():
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, 77)
+
+    class TorchLike:
+        cuda_stream = 88
+
+    assert as_stream(None) == 0 and as_stream(5) == 5 and as_stream(Proto()) == 77 and as_stream(TorchLike()) == 88
+    for bad in (-1, True, "s", 1.5):
+        with pytest.raises(StreamError):
+            as_stream(bad)

@@ -46,10 +46,11 @@ def default_executor():
     return _default
 
 
-def execute(plan, buffers, streams=None, *, sync="flags") -> None:
+def execute(plan, buffers, streams=None, *, sync="events") -> None:
     """Enqueue ``plan`` on copy engines for every rank in ``buffers`` ({rank: (input, output)}), ordered
     after the work already on ``streams`` ({rank: stream}; None: each device's legacy default stream) and
-    before the work enqueued there next. Returns at once."""
+    before the work enqueued there next. Returns at once. ``sync="flags"`` orders the streams with
+    stream memory operations on host flags (the cross-process protocol) instead of CUDA events."""
     default_executor().execute(plan, buffers, streams, sync=sync)
 
 

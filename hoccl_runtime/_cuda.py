@@ -82,7 +82,7 @@ def enable_peer_access(src: int, dst: int) -> None:
     try:
         rt.setDevice(src)
         try:
-            rt.deviceEnablePeerAccess(dst, 0)
+            rt.deviceEnablePeerAccess(dst)
         except Exception as exc:  # noqa: BLE001 - "already enabled" is fine
             if "PeerAccessAlreadyEnabled" not in str(exc) and "already" not in str(exc).lower():
                 raise CudaError(f"cudaDeviceEnablePeerAccess({src} -> {dst}) failed: {exc}") from None

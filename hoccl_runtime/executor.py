@@ -1,9 +1,12 @@
 """Replaying single-node plans on copy engines, driven from one process (nccl-tests' ``-g`` mode).
 
-Every copy of the plan is enqueued at call time on copy streams, one CUDA stream per plan queue,
-with ``cudaMemcpyAsync`` (a copy engine; no kernel). The caller's streams and the copy streams are
+Every copy of the plan is enqueued at call time with ``cudaMemcpyAsync`` (a copy engine; no
+kernel): on one CUDA stream per plan queue, except a GPU's local copies, which run on the caller's
+own stream of that GPU (still a copy engine, and ordered with the caller's work for free). The caller's streams and the copy streams are
 ordered by signals that cost no SM either: stream memory operations on flags in host memory
-(``sync="flags"``, the protocol the multi-process path uses) or CUDA events (``sync="events"``)::
+(``sync="flags"``, the protocol the multi-process path uses) or CUDA events (``sync="events"``;
+also used whenever a caller's stream is being captured into a CUDA graph, because only an event
+pulls the copy streams into the capture)::
 
     user stream r   ─[work]─▶ signal(r -> q) ······································ wait(q -> r) ─▶ [work]
     copy stream q              wait(r -> q) ─[copy][copy]...─ signal(q -> r) ─────────────▲
@@ -16,6 +19,7 @@ buffers. The call returns at once; nothing on the host waits for the GPU.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,23 +44,37 @@ class RankBuffers:
     device: int
 
 
-def _rank_buffers(plan: Plan, rank: int, value: Any) -> RankBuffers:
+@dataclass(frozen=True)
+class _PlanInfo:
+    """What the hot path needs of a plan, computed once per plan."""
+
+    program: Program
+    input_bytes: tuple[int, ...]
+    output_bytes: tuple[int, ...]
+    resident_offset: tuple[int, ...]
+    resident_bytes: tuple[int, ...]
+    queue_kind: tuple[str, ...]
+
+
+def _split(rank: int, value: Any) -> tuple[Any, Any]:
     """Accept (input, output), {"input": x, "output": y} or an object with .input/.output."""
+    if isinstance(value, tuple | list) and len(value) == 2:
+        return value[0], value[1]
     if isinstance(value, Mapping):
-        inp, out = value.get("input"), value.get("output")
-    elif isinstance(value, tuple | list) and len(value) == 2:
-        inp, out = value
-    elif hasattr(value, "output"):
-        inp, out = getattr(value, "input", None), value.output
-    else:
-        raise BufferError(f"rank {rank}: give buffers as (input, output), {{'input': x, 'output': y}} or an object "
-                          f"with .input and .output; got {type(value).__name__}")
-    want_in, want_out = plan.ranks.input_bytes[rank], plan.ranks.output_bytes[rank]
+        return value.get("input"), value.get("output")
+    if hasattr(value, "output"):
+        return getattr(value, "input", None), value.output
+    raise BufferError(f"rank {rank}: give buffers as (input, output), {{'input': x, 'output': y}} or an object "
+                      f"with .input and .output; got {type(value).__name__}")
+
+
+def _rank_buffers(plan: Plan, info: _PlanInfo, rank: int, value: Any) -> RankBuffers:
+    inp, out = _split(rank, value)
+    want_in, want_out = info.input_bytes[rank], info.output_bytes[rank]
     out_buf = as_buffer(out, f"rank {rank} output") if out is not None else None
     in_buf = as_buffer(inp, f"rank {rank} input") if inp is not None else None
-    res_off, res_bytes = layout(plan.collective, plan.num_ranks).resident()
-    if in_buf is None and want_in and plan.collective.in_place and res_bytes[rank] and out_buf is not None:
-        in_buf = DeviceBuffer(out_buf.ptr + int(res_off[rank]), int(res_bytes[rank]), out_buf.device)
+    if in_buf is None and want_in and info.resident_bytes[rank] and out_buf is not None:  # in place
+        in_buf = DeviceBuffer(out_buf.ptr + info.resident_offset[rank], info.resident_bytes[rank], out_buf.device)
     for what, buf, want in (("input", in_buf, want_in), ("output", out_buf, want_out)):
         if want and buf is None:
             raise BufferError(f"rank {rank} needs a {want}-byte {what} buffer for plan {plan.plan_id} "
@@ -65,14 +83,23 @@ def _rank_buffers(plan: Plan, rank: int, value: Any) -> RankBuffers:
             raise BufferError(f"rank {rank} {what} has {buf.nbytes} bytes but plan {plan.plan_id} "
                               f"({plan.collective.describe()}) needs {want}; pass a buffer of that size or compile a "
                               "plan for yours")
-    devices = {b.device for b in (in_buf, out_buf) if b is not None}
-    if len(devices) > 1:
-        raise BufferError(f"rank {rank}'s input and output are on different GPUs {sorted(devices)}; a rank is one GPU")
-    return RankBuffers(in_buf, out_buf, devices.pop() if devices else -1)
+    if in_buf is not None and out_buf is not None and in_buf.device != out_buf.device:
+        raise BufferError(f"rank {rank}'s input and output are on different GPUs "
+                          f"{sorted({in_buf.device, out_buf.device})}; a rank is one GPU")
+    device = out_buf.device if out_buf is not None else (in_buf.device if in_buf is not None else -1)
+    return RankBuffers(in_buf, out_buf, device)
 
 
 class Executor:
-    """Owns copy streams, events and flags per GPU; replays plans. Thread-safe; ``close()`` frees everything."""
+    """Owns copy streams, events and flags per GPU; replays plans. Thread-safe; ``close()`` frees everything.
+
+    The first call for a (plan, buffers, streams) combination builds its launch list (every CUDA call
+    with its arguments); later calls with the same combination replay the list, which keeps the host
+    time per call to the CUDA calls themselves. Local copies run on the caller's stream (a copy
+    engine copy, ordered with the caller's work for free); the other queues get their own streams.
+    """
+
+    LAUNCH_CACHE = 256
 
     def __init__(self, *, flag_capacity: int = 4096):
         self._lock = threading.Lock()
@@ -80,8 +107,8 @@ class Executor:
         self._events: dict[tuple[str, int, int], int] = {}
         self._flag_capacity = flag_capacity
         self._flags: FlagPool | None = None
-        self._programs: dict[str, Program] = {}
-        self._signals: dict[tuple, Any] = {}
+        self._plans: dict[str, _PlanInfo] = {}
+        self._launches: OrderedDict[tuple, list[tuple]] = OrderedDict()
         self._peer_ok: set[tuple[int, int]] = set()
         self.closed = False
 
@@ -109,12 +136,15 @@ class Executor:
             self._events[k] = ev
         return ev
 
-    def _program(self, plan: Plan) -> Program:
-        prog = self._programs.get(plan.plan_id)
-        if prog is None:
-            prog = lower(plan)
-            self._programs[plan.plan_id] = prog
-        return prog
+    def _info(self, plan: Plan) -> _PlanInfo:
+        info = self._plans.get(plan.plan_id)
+        if info is None:
+            res_off, res_bytes = layout(plan.collective, plan.num_ranks).resident()
+            info = _PlanInfo(lower(plan), tuple(plan.ranks.input_bytes), tuple(plan.ranks.output_bytes),
+                             tuple(int(x) for x in res_off), tuple(int(x) for x in res_bytes),
+                             tuple(plan.queues.kind))
+            self._plans[plan.plan_id] = info
+        return info
 
     def _peer(self, a: int, b: int) -> None:
         if (a, b) not in self._peer_ok:
@@ -125,101 +155,101 @@ class Executor:
 
     # --- the call ------------------------------------------------------------------------------------
     def execute(self, plan: Plan, buffers: Mapping[int, Any], streams: Mapping[int, Any] | None = None,
-                *, sync: Sync = "flags") -> None:
+                *, sync: Sync = "events") -> None:
         """Enqueue ``plan`` for the ranks in ``buffers`` (all of the plan's ranks, in this process)."""
         if self.closed:
             raise HocclError("this executor is closed; create a new one")
+        if sync not in ("flags", "events"):
+            raise ValueError(f"sync={sync!r}; choose 'flags' or 'events'")
         G = plan.num_ranks
-        if sorted(buffers) != list(range(G)):
+        with self._lock:
+            info = self._info(plan)  # refuses plans this executor cannot run, before looking at buffers
+        if len(buffers) != G or any(r not in buffers for r in range(G)):
             raise BufferError(f"plan {plan.plan_id} is for {G} ranks; pass buffers for ranks 0..{G - 1} "
                               f"(got {sorted(buffers)})")
-        ranks = {r: _rank_buffers(plan, r, buffers[r]) for r in range(G)}
-        user = {r: as_stream(streams.get(r) if streams is not None else None) for r in range(G)}
+        ranks = [_rank_buffers(plan, info, r, buffers[r]) for r in range(G)]
+        user = tuple(as_stream(streams.get(r) if streams is not None else None) for r in range(G))
         with self._lock:
-            prog = self._program(plan)
-            self._issue(plan, prog, ranks, user, sync)
+            if sync == "flags" and self._capturing(user):
+                # A copy stream joins a CUDA graph capture only through an event from a capturing stream;
+                # flag waits would leave it outside the graph (run once, eagerly). Events order it here.
+                sync = "events"
+            key = (plan.plan_id, sync, user,
+                   tuple((b.input.ptr if b.input else 0, b.output.ptr if b.output else 0, b.device) for b in ranks))
+            launch = self._launches.get(key)
+            if launch is None:
+                launch = self._build(plan, info, ranks, user, sync)
+                self._launches[key] = launch
+                if len(self._launches) > self.LAUNCH_CACHE:
+                    self._launches.popitem(last=False)
+            _replay(launch)
 
-    def _issue(self, plan: Plan, prog: Program, ranks: dict[int, RankBuffers], user: dict[int, int],
-               sync: Sync) -> None:
-        from ._cuda import MEMCPY_DEFAULT, cupy_runtime
+    @staticmethod
+    def _capturing(user: tuple[int, ...]) -> bool:
+        from ._cuda import cupy_runtime
 
         rt = cupy_runtime()
+        return any(s != 0 and rt.streamIsCapturing(s) != 0 for s in user)
+
+    def _build(self, plan: Plan, info: _PlanInfo, ranks: list[RankBuffers], user: tuple[int, ...],
+               sync: Sync) -> list[tuple]:
+        """The launch list: ("dev", d) | ("copy", dst, src, n, stream) | ("record", event, stream) |
+        ("wait", stream, event) | ("memops", MemOps, stream)."""
+        prog = info.program
         queues = sorted(prog.copies)
         qdev = {q: ranks[prog.queue_gpu[q]].device for q in queues}
-        qstream = {q: self._stream(qdev[q], q) for q in queues}
+        local = {q for q in queues if info.queue_kind[q] == "dma_local"}
+        qstream = {q: (user[prog.queue_gpu[q]] if q in local else self._stream(qdev[q], q)) for q in queues}
         for q in queues:
             for r in prog.touches[q]:
                 if ranks[r].device != qdev[q]:
                     self._peer(qdev[q], ranks[r].device)
-        edges_in = [(r, q) for q in queues for r in sorted(prog.touches[q])]  # user r -> copy q
+        # edges between a caller's stream and a copy stream; local copies ride on the caller's stream
+        edges = [(r, q) for q in queues if q not in local for r in sorted(prog.touches[q])]
+        ops: list[tuple] = []
         if sync == "events":
-            self._entry_events(rt, ranks, user, qdev, qstream, edges_in)
+            self._entry_events(ops, ranks, user, qdev, qstream, edges)
         else:
-            self._entry_flags(rt, plan, ranks, user, qdev, qstream, edges_in)
+            self._flag_phase(ops, edges, lambda e: (ranks[e[0]].device, user[e[0]]),
+                             lambda e: (qdev[e[1]], qstream[e[1]]))
         for q in queues:
-            rt.setDevice(qdev[q])
-            s = qstream[q]
+            ops.append(("dev", qdev[q]))
             for c in prog.copies[q]:
-                src = ranks[c.src_rank].input
-                dst = ranks[c.dst_rank].output
-                rt.memcpyAsync(dst.ptr + c.dst_offset, src.ptr + c.src_offset, c.nbytes, MEMCPY_DEFAULT, s)
+                src, dst = ranks[c.src_rank].input, ranks[c.dst_rank].output
+                ops.append(("copy", dst.ptr + c.dst_offset, src.ptr + c.src_offset, c.nbytes, qstream[q]))
         if sync == "events":
-            self._exit_events(rt, ranks, user, qdev, qstream, edges_in)
+            self._exit_events(ops, ranks, user, qdev, qstream, edges)
         else:
-            self._exit_flags(rt, plan, ranks, user, qdev, qstream, edges_in)
+            self._flag_phase(ops, edges, lambda e: (qdev[e[1]], qstream[e[1]]),
+                             lambda e: (ranks[e[0]].device, user[e[0]]))
+        return _squeeze_devices(ops)
 
     # events: one record per producer, one wait per edge
-    def _entry_events(self, rt, ranks, user, qdev, qstream, edges) -> None:
+    def _entry_events(self, ops, ranks, user, qdev, qstream, edges) -> None:
         for r in sorted({r for r, _ in edges}):
-            rt.setDevice(ranks[r].device)
-            rt.eventRecord(self._event("user", ranks[r].device, r), user[r])
+            ops += [("dev", ranks[r].device), ("record", self._event("user", ranks[r].device, r), user[r])]
         for r, q in edges:
-            rt.setDevice(qdev[q])
-            rt.streamWaitEvent(qstream[q], self._event("user", ranks[r].device, r), 0)
+            ops += [("dev", qdev[q]), ("wait", qstream[q], self._event("user", ranks[r].device, r))]
 
-    def _exit_events(self, rt, ranks, user, qdev, qstream, edges) -> None:
+    def _exit_events(self, ops, ranks, user, qdev, qstream, edges) -> None:
         for q in sorted({q for _, q in edges}):
-            rt.setDevice(qdev[q])
-            rt.eventRecord(self._event("copy", qdev[q], q), qstream[q])
+            ops += [("dev", qdev[q]), ("record", self._event("copy", qdev[q], q), qstream[q])]
         for r, q in edges:
-            rt.setDevice(ranks[r].device)
-            rt.streamWaitEvent(user[r], self._event("copy", qdev[q], q), 0)
+            ops += [("dev", ranks[r].device), ("wait", user[r], self._event("copy", qdev[q], q))]
 
-    # flags: a handshake per edge, batched per stream (the batches are built once per plan and streams)
-    def _signal_batches(self, plan: Plan, phase: str, edges, producer_of, consumer_of) -> dict:
-        key = (plan.plan_id, phase, tuple(edges), tuple(sorted(producer_of.items())),
-               tuple(sorted(consumer_of.items())))
-        cached = self._signals.get(key)
-        if cached is not None:
-            return cached
+    # flags: a handshake per edge, batched per stream: all producers first, then all consumers
+    def _flag_phase(self, ops, edges, producer_of, consumer_of) -> None:
         if self._flags is None:
             self._flags = FlagPool(self._flag_capacity)
-        produce: dict[Any, MemOps] = {}
-        consume: dict[Any, MemOps] = {}
+        produce: dict[tuple[int, int], MemOps] = {}
+        consume: dict[tuple[int, int], MemOps] = {}
         for edge in edges:
             p_ops, c_ops = handshake(self._flags.allocate())
-            produce.setdefault(producer_of[edge], MemOps()).extend(p_ops)
-            consume.setdefault(consumer_of[edge], MemOps()).extend(c_ops)
-        self._signals[key] = (produce, consume)
-        return self._signals[key]
-
-    def _run_batches(self, rt, produce: dict, consume: dict) -> None:
-        for (device, stream), ops in sorted(produce.items()):
-            rt.setDevice(device)
-            ops.enqueue(stream)
-        for (device, stream), ops in sorted(consume.items()):
-            rt.setDevice(device)
-            ops.enqueue(stream)
-
-    def _entry_flags(self, rt, plan, ranks, user, qdev, qstream, edges) -> None:
-        producer = {e: (ranks[e[0]].device, user[e[0]]) for e in edges}
-        consumer = {e: (qdev[e[1]], qstream[e[1]]) for e in edges}
-        self._run_batches(rt, *self._signal_batches(plan, "entry", edges, producer, consumer))
-
-    def _exit_flags(self, rt, plan, ranks, user, qdev, qstream, edges) -> None:
-        producer = {e: (qdev[e[1]], qstream[e[1]]) for e in edges}
-        consumer = {e: (ranks[e[0]].device, user[e[0]]) for e in edges}
-        self._run_batches(rt, *self._signal_batches(plan, "exit", edges, producer, consumer))
+            produce.setdefault(producer_of(edge), MemOps()).extend(p_ops)
+            consume.setdefault(consumer_of(edge), MemOps()).extend(c_ops)
+        for side in (produce, consume):
+            for (device, stream), batch in sorted(side.items(), key=lambda kv: kv[0]):
+                ops += [("dev", device), ("memops", batch, stream)]
 
     # --- lifetime ------------------------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -241,7 +271,7 @@ class Executor:
                 rt.eventDestroy(ev)
             self._events.clear()
             self._streams.clear()
-            self._signals.clear()
+            self._launches.clear()
             if self._flags is not None:
                 self._flags.close()
                 self._flags = None
@@ -251,3 +281,37 @@ class Executor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _squeeze_devices(ops: list[tuple]) -> list[tuple]:
+    """Drop ("dev", d) entries that do not change the current device."""
+    out, current = [], None
+    for op in ops:
+        if op[0] == "dev":
+            if op[1] == current:
+                continue
+            current = op[1]
+        out.append(op)
+    return out
+
+
+def _replay(ops: list[tuple]) -> None:
+    """Issue a launch list: the hot path of every call."""
+    from ._cuda import MEMCPY_DEFAULT, cupy_runtime
+
+    rt = cupy_runtime()
+    set_device, memcpy, record, wait = rt.setDevice, rt.memcpyAsync, rt.eventRecord, rt.streamWaitEvent
+    caller_device = rt.getDevice()
+    for op in ops:
+        kind = op[0]
+        if kind == "copy":
+            memcpy(op[1], op[2], op[3], MEMCPY_DEFAULT, op[4])
+        elif kind == "dev":
+            set_device(op[1])
+        elif kind == "record":
+            record(op[1], op[2])
+        elif kind == "wait":
+            wait(op[1], op[2], 0)
+        else:
+            op[1].enqueue(op[2])
+    set_device(caller_device)  # leave the caller's current device as it was

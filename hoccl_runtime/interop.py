@@ -78,6 +78,10 @@ def as_buffer(x: Any, what: str = "buffer") -> DeviceBuffer:
     if isinstance(x, DeviceBuffer):
         return x
     module = type(x).__module__
+    if module.startswith("cupy"):  # fast path: attributes, not the __cuda_array_interface__ dict
+        if not x.flags.c_contiguous:
+            raise BufferError(f"{what} is not C-contiguous (strides {x.strides}); pass cupy.ascontiguousarray(x)")
+        return DeviceBuffer(int(x.data.ptr), int(x.nbytes), int(x.device.id))
     if module.startswith("torch"):
         return _torch_buffer(x, what)
     if hasattr(x, "__cuda_array_interface__"):

@@ -119,8 +119,10 @@ def test_bad_buffers_are_refused():
     with pytest.raises(BufferError, match="different GPUs"):
         hr.execute(plan, {0: (a_in, a_out), 1: (b_in, a_out)})
     inter = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind="allgather", size_bytes=4 * 1024))
-    with pytest.raises(UnsupportedPlanError):
+    with pytest.raises(UnsupportedPlanError, match="inter-node"):
         hr.execute(inter, {r: (a_in, a_out) for r in range(4)})
+    with pytest.raises(ValueError, match="sync="):
+        hr.execute(plan, {0: (a_in, a_out), 1: (b_in, b_out)}, sync="spin")
 
 
 def test_torch_tensors_bf16():
@@ -155,3 +157,52 @@ def test_executor_close_cycles():
             ex.execute(plan, bufs)
             ex.synchronize()
         assert ex.closed
+
+
+def test_cuda_graph_capture_replays_with_fresh_data():
+    """Captured once (rank 0's stream originates, rank 1's joins), replayed 20 times on new inputs."""
+    import cupy as cp
+
+    import hoccl_runtime as hr
+
+    plan = plan_for(CollectiveSpec(kind="alltoall", size_bytes=2 * 333_333))
+    rng = np.random.default_rng()
+    streams, ins, outs = {}, {}, {}
+    for r in range(2):
+        with cp.cuda.Device(r):
+            streams[r] = cp.cuda.Stream(non_blocking=True)
+            ins[r] = cp.zeros(plan.ranks.input_bytes[r], cp.uint8)
+            outs[r] = cp.zeros(plan.ranks.output_bytes[r], cp.uint8)
+    bufs = {r: (ins[r], outs[r]) for r in range(2)}
+    hr.execute(plan, bufs, streams)
+    for r in range(2):
+        cp.cuda.Device(r).synchronize()
+    with cp.cuda.Device(0):
+        streams[0].begin_capture()
+        fork = cp.cuda.Event(disable_timing=True)
+        fork.record(streams[0])
+    with cp.cuda.Device(1):
+        streams[1].wait_event(fork)
+    hr.execute(plan, bufs, streams)
+    with cp.cuda.Device(1):
+        join = cp.cuda.Event(disable_timing=True)
+        join.record(streams[1])
+    with cp.cuda.Device(0):
+        streams[0].wait_event(join)
+        graph = streams[0].end_capture()
+    lay = layout(plan.collective, 2)
+    for _ in range(20):
+        host = {r: rng.integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8) for r in range(2)}
+        for r in range(2):
+            with cp.cuda.Device(r):
+                ins[r].set(host[r])
+                outs[r].fill(0xA5)
+                cp.cuda.Device(r).synchronize()
+        with cp.cuda.Device(0):
+            graph.launch(streams[0])
+            streams[0].synchronize()
+        for r in range(2):
+            got = cp.asnumpy(outs[r])
+            for i in np.nonzero(lay.dst == r)[0]:
+                want = host[lay.src[i]][lay.src_offset[i]:lay.src_offset[i] + lay.bytes[i]]
+                assert np.array_equal(got[lay.dst_offset[i]:lay.dst_offset[i] + lay.bytes[i]], want)

@@ -2,8 +2,8 @@
 
 Every copy of the plan is enqueued at call time with ``cudaMemcpyAsync`` (a copy engine; no
 kernel): on one CUDA stream per plan queue, except a GPU's local copies, which run on the caller's
-own stream of that GPU (still a copy engine, and ordered with the caller's work for free). The caller's streams and the copy streams are
-ordered by signals that cost no SM either: stream memory operations on flags in host memory
+own stream of that GPU (still a copy engine, and ordered with the caller's work for free). The
+caller's streams and the copy streams are ordered by signals that cost no SM either: stream memory operations on flags in host memory
 (``sync="flags"``, the protocol the multi-process path uses) or CUDA events (``sync="events"``;
 also used whenever a caller's stream is being captured into a CUDA graph, because only an event
 pulls the copy streams into the capture)::
@@ -194,7 +194,11 @@ class Executor:
     def _build(self, plan: Plan, info: _PlanInfo, ranks: list[RankBuffers], user: tuple[int, ...],
                sync: Sync) -> list[tuple]:
         """The launch list: ("dev", d) | ("copy", dst, src, n, stream) | ("record", event, stream) |
-        ("wait", stream, event) | ("memops", MemOps, stream)."""
+        ("wait", stream, event) | ("memops", MemOps, stream).
+
+        Runtime-API copies, event records and waits need no current device (the CUDA programming
+        guide: a copy may go to a stream of another device; a record needs event and stream on one
+        device; a wait may cross devices), so only the driver's batch memops get a ("dev", d)."""
         prog = info.program
         queues = sorted(prog.copies)
         qdev = {q: ranks[prog.queue_gpu[q]].device for q in queues}
@@ -213,7 +217,6 @@ class Executor:
             self._flag_phase(ops, edges, lambda e: (ranks[e[0]].device, user[e[0]]),
                              lambda e: (qdev[e[1]], qstream[e[1]]))
         for q in queues:
-            ops.append(("dev", qdev[q]))
             for c in prog.copies[q]:
                 src, dst = ranks[c.src_rank].input, ranks[c.dst_rank].output
                 ops.append(("copy", dst.ptr + c.dst_offset, src.ptr + c.src_offset, c.nbytes, qstream[q]))
@@ -227,15 +230,15 @@ class Executor:
     # events: one record per producer, one wait per edge
     def _entry_events(self, ops, ranks, user, qdev, qstream, edges) -> None:
         for r in sorted({r for r, _ in edges}):
-            ops += [("dev", ranks[r].device), ("record", self._event("user", ranks[r].device, r), user[r])]
+            ops.append(("record", self._event("user", ranks[r].device, r), user[r]))
         for r, q in edges:
-            ops += [("dev", qdev[q]), ("wait", qstream[q], self._event("user", ranks[r].device, r))]
+            ops.append(("wait", qstream[q], self._event("user", ranks[r].device, r)))
 
     def _exit_events(self, ops, ranks, user, qdev, qstream, edges) -> None:
         for q in sorted({q for _, q in edges}):
-            ops += [("dev", qdev[q]), ("record", self._event("copy", qdev[q], q), qstream[q])]
+            ops.append(("record", self._event("copy", qdev[q], q), qstream[q]))
         for r, q in edges:
-            ops += [("dev", ranks[r].device), ("wait", user[r], self._event("copy", qdev[q], q))]
+            ops.append(("wait", user[r], self._event("copy", qdev[q], q)))
 
     # flags: a handshake per edge, batched per stream: all producers first, then all consumers
     def _flag_phase(self, ops, edges, producer_of, consumer_of) -> None:
@@ -284,7 +287,8 @@ class Executor:
 
 
 def _squeeze_devices(ops: list[tuple]) -> list[tuple]:
-    """Drop ("dev", d) entries that do not change the current device."""
+    """Drop ("dev", d) entries that do not change the current device; end with ("restore",) if any
+    remain, so that the replay puts the caller's current device back."""
     out, current = [], None
     for op in ops:
         if op[0] == "dev":
@@ -292,6 +296,8 @@ def _squeeze_devices(ops: list[tuple]) -> list[tuple]:
                 continue
             current = op[1]
         out.append(op)
+    if current is not None:
+        out.append(("restore",))
     return out
 
 
@@ -301,17 +307,20 @@ def _replay(ops: list[tuple]) -> None:
 
     rt = cupy_runtime()
     set_device, memcpy, record, wait = rt.setDevice, rt.memcpyAsync, rt.eventRecord, rt.streamWaitEvent
-    caller_device = rt.getDevice()
+    caller_device = rt.getDevice() if ops and ops[-1][0] == "restore" else None
     for op in ops:
         kind = op[0]
         if kind == "copy":
             memcpy(op[1], op[2], op[3], MEMCPY_DEFAULT, op[4])
         elif kind == "dev":
             set_device(op[1])
+        elif kind == "restore":
+            break
         elif kind == "record":
             record(op[1], op[2])
         elif kind == "wait":
             wait(op[1], op[2], 0)
         else:
             op[1].enqueue(op[2])
-    set_device(caller_device)  # leave the caller's current device as it was
+    if caller_device is not None:
+        set_device(caller_device)  # leave the caller's current device as it was

@@ -3,10 +3,11 @@
 Every copy of the plan is enqueued at call time with ``cudaMemcpyAsync`` (a copy engine; no
 kernel): on one CUDA stream per plan queue, except a GPU's local copies, which run on the caller's
 own stream of that GPU (still a copy engine, and ordered with the caller's work for free). The
-caller's streams and the copy streams are ordered by signals that cost no SM either: stream memory operations on flags in host memory
-(``sync="flags"``, the protocol the multi-process path uses) or CUDA events (``sync="events"``;
-also used whenever a caller's stream is being captured into a CUDA graph, because only an event
-pulls the copy streams into the capture)::
+caller's streams and the copy streams are ordered by signals that cost no SM either: CUDA events
+(``sync="events"``, the default) or stream memory operations on flags in host memory
+(``sync="flags"``, the protocol a multi-process path needs; while a caller's stream is being
+captured into a CUDA graph, events are used, because only an event pulls the copy streams into the
+capture)::
 
     user stream r   ─[work]─▶ signal(r -> q) ······································ wait(q -> r) ─▶ [work]
     copy stream q              wait(r -> q) ─[copy][copy]...─ signal(q -> r) ─────────────▲

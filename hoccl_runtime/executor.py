@@ -199,7 +199,8 @@ class Executor:
 
         Runtime-API copies, event records and waits need no current device (the CUDA programming
         guide: a copy may go to a stream of another device; a record needs event and stream on one
-        device; a wait may cross devices), so only the driver's batch memops get a ("dev", d)."""
+        device; a wait may cross devices), so a ("dev", d) goes only before the driver's batch
+        memops and before work on the legacy default stream (handle 0 means "the current device's")."""
         prog = info.program
         queues = sorted(prog.copies)
         qdev = {q: ranks[prog.queue_gpu[q]].device for q in queues}
@@ -218,6 +219,7 @@ class Executor:
             self._flag_phase(ops, edges, lambda e: (ranks[e[0]].device, user[e[0]]),
                              lambda e: (qdev[e[1]], qstream[e[1]]))
         for q in queues:
+            ops += _on(qdev[q], qstream[q])
             for c in prog.copies[q]:
                 src, dst = ranks[c.src_rank].input, ranks[c.dst_rank].output
                 ops.append(("copy", dst.ptr + c.dst_offset, src.ptr + c.src_offset, c.nbytes, qstream[q]))
@@ -231,7 +233,7 @@ class Executor:
     # events: one record per producer, one wait per edge
     def _entry_events(self, ops, ranks, user, qdev, qstream, edges) -> None:
         for r in sorted({r for r, _ in edges}):
-            ops.append(("record", self._event("user", ranks[r].device, r), user[r]))
+            ops += [*_on(ranks[r].device, user[r]), ("record", self._event("user", ranks[r].device, r), user[r])]
         for r, q in edges:
             ops.append(("wait", qstream[q], self._event("user", ranks[r].device, r)))
 
@@ -239,7 +241,7 @@ class Executor:
         for q in sorted({q for _, q in edges}):
             ops.append(("record", self._event("copy", qdev[q], q), qstream[q]))
         for r, q in edges:
-            ops.append(("wait", user[r], self._event("copy", qdev[q], q)))
+            ops += [*_on(ranks[r].device, user[r]), ("wait", user[r], self._event("copy", qdev[q], q))]
 
     # flags: a handshake per edge, batched per stream: all producers first, then all consumers
     def _flag_phase(self, ops, edges, producer_of, consumer_of) -> None:
@@ -270,9 +272,11 @@ class Executor:
             from ._cuda import cupy_runtime
 
             rt = cupy_runtime()
+            caller_device = rt.getDevice()
             for (_, device, _), ev in self._events.items():
                 rt.setDevice(device)
                 rt.eventDestroy(ev)
+            rt.setDevice(caller_device)
             self._events.clear()
             self._streams.clear()
             self._launches.clear()
@@ -285,6 +289,12 @@ class Executor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _on(device: int, stream: int) -> list[tuple]:
+    """The device switch an op on ``stream`` needs: only the special handles (0 and cudaStreamLegacy: the
+    legacy default stream; cudaStreamPerThread) are device-relative."""
+    return [("dev", device)] if stream in (0, 1, 2) else []
 
 
 def _squeeze_devices(ops: list[tuple]) -> list[tuple]:

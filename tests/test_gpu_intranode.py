@@ -84,7 +84,13 @@ def test_allgather_1gib_and_chunked_plan():
 
 
 def test_legacy_default_stream_and_in_place():
+    import cupy as cp
+
     run_and_check(plan_for(CollectiveSpec(kind="allgather", size_bytes=2 * 3001)), streams=None)
+    for current in (1, 0):  # the legacy stream is "the current device's": any current device must work
+        cp.cuda.runtime.setDevice(current)
+        run_and_check(plan_for(CollectiveSpec(kind="alltoall", size_bytes=2 * 5003)), streams=None)
+        assert cp.cuda.runtime.getDevice() == current  # and the caller's current device is left alone
     run_and_check(plan_for(CollectiveSpec(kind="allgather", size_bytes=2 * 3001, in_place=True)), in_place=True)
     run_and_check(plan_for(CollectiveSpec(kind="broadcast", size_bytes=999, root=0, in_place=True)), in_place=True)
 

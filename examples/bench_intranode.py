@@ -270,7 +270,8 @@ def main(argv=None) -> int:
     env = {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS",)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = "quick" if args.quick else "full"
+    tag = ("quick" if args.quick else "full") + ("-maxconn1" if os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+                                                 else "")
     (out / f"intranode-{tag}.json").write_text(json.dumps(dict(
         date=time.strftime("%Y-%m-%d %H:%M"), gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         driver=cp.cuda.runtime.driverGetVersion(), env=env, rows=rows, checks=checks, extra=extra), indent=1))

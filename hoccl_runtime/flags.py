@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
 from collections.abc import Iterable
 from typing import Any
@@ -106,8 +105,10 @@ class FlagPool:
         self.close()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown: the driver may be gone already
+        try:  # noqa: SIM105 - at interpreter shutdown even `contextlib` may already be gone
             self.close()
+        except Exception:  # noqa: BLE001 - the driver may be gone already
+            pass
 
 
 class MemOps:

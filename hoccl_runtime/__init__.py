@@ -24,7 +24,7 @@ from .errors import (
     UnsupportedPlanError,
 )
 
-__all__ = ["load_plan", "execute", "default_executor", "Executor", "HocclError", "PlanError", "CudaError",
+__all__ = ["load_plan", "execute", "default_executor", "Executor", "init", "Communicator", "HocclError", "PlanError", "CudaError",
            "BufferError", "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError"]
 
 _default = None
@@ -59,4 +59,8 @@ def __getattr__(name: str) -> Any:
         from .executor import Executor
 
         return Executor
+    if name in ("init", "Communicator"):
+        from . import comm
+
+        return getattr(comm, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,467 @@
+"""One process per GPU (torchrun): the communicator with torch-like calls, for ranks of one node.
+
+    comm = hoccl_runtime.init()                      # RANK / WORLD_SIZE / LOCAL_RANK + a store
+    comm.all_gather_into_tensor(out, inp, stream=s)  # returns at once; `out` is ready for later work on s
+    comm.close()
+
+How a call works, for rank ``me`` (every step costs no SM):
+
+1. The plan for (collective, sizes) comes from a cache (compiled on first use, a few ms).
+2. Buffer addresses are exchanged with each partner rank through a mailbox in host memory shared by
+   the node's processes: my output's CUDA IPC handle (of its whole allocation) and the offset in it.
+   The host waits for the partner's entry of the same call, up to ``timeout_s``: the CPU-side
+   rendezvous of the paper's point-to-point executor. A partner that never arrives raises
+   :class:`HocclTimeoutError` naming it; a partner that called another collective raises
+   :class:`PlanError`. Opened IPC mappings are cached by handle.
+3. Copies are pushed by their source GPU (``cudaMemcpyAsync`` on a copy stream of that GPU, into
+   the peer's output through its IPC mapping); local copies run on the caller's stream.
+4. Streams of different processes are ordered with stream memory operations on flags in the shared
+   host memory, one replay-safe handshake per (caller stream, copy stream) edge::
+
+       rank v's stream  ─[work]─ wait f==0, f=1 ···································· wait g==1, g=0 ─[work]─▶
+       rank u's copy q            wait f==1, f=0 ─[copy u -> v]─ wait g==0, g=1 ─────▲
+
+   so no host thread is in the loop once the call has returned.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import ctypes
+import os
+import threading
+import time
+import uuid
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hoccl_compiler.collective import CollectiveSpec
+from hoccl_compiler.schema import Plan
+
+from .errors import BufferError, HocclError, HocclTimeoutError, PlanError
+from .flags import MemOps
+from .interop import DeviceBuffer, as_buffer, as_stream
+from .program import Program, lower
+
+__all__ = ["Communicator", "init"]
+
+MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicator
+_PAIR_BYTES = 512       # mailbox region per directed rank pair
+_SLOT = 64              # slot offsets inside a pair region: ack at 0, slots at 64 and 256
+_HANDLE = 64            # cudaIpcMemHandle_t
+
+
+def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
+    import datetime
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.PrefixStore("hoccl/", dist.distributed_c10d._get_default_store())
+    addr = os.environ.get("MASTER_ADDR")
+    port = os.environ.get("MASTER_PORT")
+    if addr is None or port is None:
+        raise HocclError("no store to bootstrap from: run under torchrun, call torch.distributed.init_process_group "
+                         "first, or set MASTER_ADDR and MASTER_PORT")
+    # MASTER_PORT + 1: MASTER_PORT itself belongs to a later init_process_group(init_method="env://")
+    return dist.TCPStore(addr, int(port) + 1, world, rank == 0, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def init(*, rank: int | None = None, world_size: int | None = None, device: int | None = None,
+         store: Any = None, timeout_s: float = 60.0) -> Communicator:
+    """A communicator for this process's GPU, from torchrun's environment (or the arguments)."""
+    env = os.environ
+    try:
+        rank = int(env["RANK"]) if rank is None else rank
+        world_size = int(env["WORLD_SIZE"]) if world_size is None else world_size
+        device = int(env.get("LOCAL_RANK", rank)) if device is None else device
+    except KeyError as exc:
+        raise HocclError(f"{exc.args[0]} is not set: run under torchrun or pass rank= and world_size=") from None
+    local = int(env.get("LOCAL_WORLD_SIZE", world_size))
+    if local != world_size:
+        raise HocclError(f"this communicator spans one node, but WORLD_SIZE={world_size} and LOCAL_WORLD_SIZE={local}; "
+                         "inter-node communicators need the network path (not built yet)")
+    if store is None:
+        store = _bootstrap_store(rank, world_size, timeout_s)
+    global _instances
+    _instances += 1  # every rank creates its communicators in the same order: a fresh key space for each
+    import torch.distributed as dist
+
+    return Communicator(rank, world_size, device, dist.PrefixStore(f"comm{_instances}/", store), timeout_s=timeout_s)
+
+
+_instances = 0
+
+
+class _SharedHost:
+    """Host memory shared by the node's processes and registered with CUDA: flags and mailboxes."""
+
+    def __init__(self, store: Any, rank: int, world: int, timeout_s: float):
+        from multiprocessing import shared_memory
+
+        from ._cuda import check, cupy_runtime, driver
+
+        self.world = world
+        self.flag_count = 2 * world * world * MAX_QUEUES
+        flag_bytes = -(-4 * self.flag_count // 4096) * 4096
+        mail_bytes = world * world * _PAIR_BYTES
+        size = -(-(flag_bytes + mail_bytes) // 4096) * 4096
+        key = "shm-name"
+        if rank == 0:
+            self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"hoccl-{uuid.uuid4().hex[:16]}")
+            self.shm.buf[:size] = bytes(size)
+            store.set(key, self.shm.name)
+        else:
+            name = store.get(key).decode()
+            self.shm = shared_memory.SharedMemory(name=name)
+        self.owner = rank == 0
+        self.size = size
+        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
+        rt = cupy_runtime()
+        rt.hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
+        self.registered = True
+        self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
+        self.flags = np.frombuffer(self.shm.buf, dtype=np.int32, count=self.flag_count)
+        self.mail = np.frombuffer(self.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
+        self.mail_offset = flag_bytes
+        # everyone attached: the name can go (the mapping lives on until the last process unmaps it)
+        store.add("attached", 1)
+        deadline = time.monotonic() + timeout_s
+        while int(store.add("attached", 0)) < world:
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"only {int(store.add('attached', 0))} of {world} ranks attached to the "
+                                        f"shared host memory within {timeout_s:.0f} s")
+            time.sleep(0.001)
+        if self.owner:
+            self.shm.unlink()
+
+    def flag_address(self, index: int) -> int:
+        return self.dev_ptr + 4 * index
+
+    def close(self) -> None:
+        if self.registered:
+            from ._cuda import cupy_runtime
+
+            self.registered = False
+            with contextlib.suppress(Exception):  # closing anyway
+                cupy_runtime().hostUnregister(self.ptr)
+        self.flags = self.mail = None  # release views before closing the mapping
+        with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
+            self.shm.close()
+
+
+class _Flag:
+    """A flag of the shared segment, in the shape MemOps expects."""
+
+    __slots__ = ("address",)
+
+    def __init__(self, address: int):
+        self.address = address
+
+
+@dataclass(frozen=True)
+class _PlanState:
+    plan: Plan
+    program: Program
+    digest: int
+    partners: tuple[int, ...]
+
+
+class Communicator:
+    """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
+
+    LAUNCH_CACHE = 256
+
+    def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0):
+        import cupy
+
+        from ._cuda import cupy_runtime
+
+        if not 0 <= rank < world:
+            raise HocclError(f"rank {rank} is outside 0..{world - 1}")
+        self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
+        self._lock = threading.Lock()
+        self._closed = False
+        rt = cupy_runtime()
+        if device >= rt.getDeviceCount():
+            raise HocclError(f"rank {rank} asked for GPU {device} but this process sees {rt.getDeviceCount()}")
+        self._cupy = cupy
+        with cupy.cuda.Device(device):
+            self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(MAX_QUEUES)]
+        self._shared = _SharedHost(store, rank, world, timeout_s)
+        self._plans: dict[str, _PlanState] = {}
+        self._by_id: dict[str, _PlanState] = {}
+        self._seq = [0] * world
+        self._opened: dict[bytes, int] = {}
+        self._launches: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        from hoccl_compiler.topology import make_topology
+
+        self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1)
+
+    # --- torch-like calls ------------------------------------------------------------------------------
+    def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
+        out = as_buffer(output, "output")
+        self._run(CollectiveSpec(kind="allgather", size_bytes=out.nbytes), input, out, stream)
+
+    def all_to_all_single(self, output: Any, input: Any, stream: Any = None) -> None:
+        out = as_buffer(output, "output")
+        self._run(CollectiveSpec(kind="alltoall", size_bytes=out.nbytes), input, out, stream)
+
+    def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
+        buf = as_buffer(tensor, "tensor")
+        spec = CollectiveSpec(kind="broadcast", size_bytes=buf.nbytes, root=root, in_place=True)
+        self._run(spec, None, buf, stream)
+
+    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
+        out = as_buffer(output, "output")
+        spec = CollectiveSpec(kind="scatter", size_bytes=out.nbytes * self.world, root=root)
+        self._run(spec, input if self.rank == root else None, out, stream)
+
+    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
+        inp = as_buffer(input, "input")
+        spec = CollectiveSpec(kind="gather", size_bytes=inp.nbytes * self.world, root=root)
+        self._run(spec, inp, output if self.rank == root else None, stream)
+
+    def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
+        buf = as_buffer(tensor, "tensor")
+        self._check_peer(dst, "dst")
+        self._run(CollectiveSpec(kind="sendrecv", pairs=((self.rank, dst, buf.nbytes),)), buf, None, stream)
+
+    def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
+        buf = as_buffer(tensor, "tensor")
+        self._check_peer(src, "src")
+        self._run(CollectiveSpec(kind="sendrecv", pairs=((src, self.rank, buf.nbytes),)), None, buf, stream)
+
+    def execute(self, plan: Plan, input: Any, output: Any, stream: Any = None) -> None:
+        """Run this rank's part of a compiled single-node plan (every partner rank calls it too)."""
+        self._run(plan, input, output, stream)
+
+    # --- the call ----------------------------------------------------------------------------------------
+    def _check_peer(self, peer: int, what: str) -> None:
+        if not 0 <= peer < self.world or peer == self.rank:
+            raise HocclError(f"{what}={peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
+
+    def _state(self, what: CollectiveSpec | Plan) -> _PlanState:
+        if isinstance(what, Plan):
+            state = self._by_id.get(what.plan_id)
+            if state is None:
+                if what.num_ranks != self.world:
+                    raise PlanError(f"plan {what.plan_id} was compiled for {what.num_ranks} ranks but the "
+                                    f"communicator has {self.world}; recompile it with --gpus-per-node {self.world}")
+                state = self._make_state(what)
+            return state
+        key = what.model_dump_json()
+        state = self._plans.get(key)
+        if state is None:
+            from hoccl_compiler.ir import CompileOptions
+            from hoccl_compiler.pipeline import compile_plan
+
+            # one chunk per transfer: intra-node copies need no pipelining, and fewer calls mean less host time
+            options = CompileOptions(chunk_bytes=1 << 40, baselines=False)
+            state = self._make_state(compile_plan(self.topology, what, options))
+            self._plans[key] = state
+        return state
+
+    def _make_state(self, plan: Plan) -> _PlanState:
+        prog = lower(plan)
+        if any(plan.queues.kind[q] == "dma" and plan.queues.index[q] >= MAX_QUEUES for q in prog.copies):
+            raise PlanError(f"plan {plan.plan_id} uses more than {MAX_QUEUES} DMA queues per GPU")
+        fl = plan.flows
+        partners = sorted({d for s, d in zip(fl.src, fl.dst, strict=True) if s == self.rank and d != self.rank} |
+                          {s for s, d in zip(fl.src, fl.dst, strict=True) if d == self.rank and s != self.rank})
+        state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners))
+        self._by_id[plan.plan_id] = state
+        return state
+
+    def _run(self, what: CollectiveSpec | Plan, input: Any, output: Any, stream: Any) -> None:
+        if self._closed:
+            raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
+        with self._lock:
+            state = self._state(what)
+            plan, me = state.plan, self.rank
+            inp = as_buffer(input, "input") if input is not None else None
+            out = as_buffer(output, "output") if output is not None else None
+            if inp is None and plan.collective.in_place and out is not None:
+                from hoccl_compiler.collective import layout
+
+                off, n = (int(x[me]) for x in layout(plan.collective, self.world).resident())
+                inp = DeviceBuffer(out.ptr + off, n, out.device) if n else None
+            for what_, buf, want in (("input", inp, plan.ranks.input_bytes[me]),
+                                     ("output", out, plan.ranks.output_bytes[me])):
+                if want and buf is None:
+                    raise BufferError(f"rank {me} needs a {want}-byte {what_} for {plan.collective.describe()}")
+                if buf is not None and want and buf.nbytes != want:
+                    raise BufferError(f"rank {me}'s {what_} has {buf.nbytes} bytes but {plan.collective.describe()} "
+                                      f"on {self.world} ranks needs {want}")
+                if buf is not None and buf.device != self.device:
+                    raise BufferError(f"rank {me}'s {what_} is on GPU {buf.device}, but this communicator drives "
+                                      f"GPU {self.device}")
+            s = as_stream(stream)
+            remote = self._exchange(state, out)
+            key = (plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0, tuple(sorted(remote.items())))
+            launch = self._launches.get(key)
+            if launch is None:
+                launch = self._build(state, inp, out, remote, s)
+                self._launches[key] = launch
+                if len(self._launches) > self.LAUNCH_CACHE:
+                    self._launches.popitem(last=False)
+            from .executor import _replay
+
+            _replay(launch)
+
+    # mailbox: per directed pair (a -> b) a region of the shared memory; a writes its slots, b writes the ack
+    def _pair(self, a: int, b: int) -> int:
+        return (a * self.world + b) * _PAIR_BYTES
+
+    def _exchange(self, state: _PlanState, out: DeviceBuffer | None) -> dict[int, int]:
+        """Publish my output's IPC handle + offset to each partner and read theirs: {partner: output address}."""
+        if not state.partners:
+            return {}
+        from ._cuda import check, cupy_runtime, driver
+
+        rt = cupy_runtime()
+        if out is not None and out.nbytes:
+            try:
+                handle = bytes(rt.ipcGetMemHandle(out.ptr))
+            except Exception as exc:  # noqa: BLE001
+                raise BufferError(f"rank {self.rank}'s output at {out.ptr:#x} cannot be shared with other processes "
+                                  f"({exc}); memory from cudaMallocAsync pools or expandable segments is not "
+                                  "IPC-capable: allocate with cudaMalloc (torch's default allocator, CuPy's default "
+                                  "pool)") from None
+            base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(out.ptr))
+            offset = out.ptr - int(base)
+        else:
+            handle, offset = bytes(_HANDLE), 0
+        mail = self._shared.mail
+        for p in state.partners:
+            seq = self._seq[p] + 1
+            region = self._pair(self.rank, p)
+            slot = region + _SLOT + (seq % 2) * 192
+            # the partner must have read seq - 2 (the slot's previous use) before it is overwritten
+            self._wait(lambda r=region, q=seq: int(mail[r:r + 8].view(np.int64)[0]) >= q - 2, p, "acknowledge")
+            mail[slot + 8:slot + 16].view(np.int64)[0] = state.digest
+            mail[slot + 16:slot + 24].view(np.int64)[0] = offset
+            mail[slot + 32:slot + 32 + _HANDLE] = np.frombuffer(handle, dtype=np.uint8)
+            mail[slot:slot + 8].view(np.int64)[0] = seq  # last: the partner reads the payload after seeing seq
+            self._seq[p] = seq
+        remote: dict[int, int] = {}
+        for p in state.partners:
+            seq = self._seq[p]
+            region = self._pair(p, self.rank)
+            slot = region + _SLOT + (seq % 2) * 192
+            self._wait(lambda sl=slot, q=seq: int(mail[sl:sl + 8].view(np.int64)[0]) >= q, p, "arrive")
+            got = int(mail[slot:slot + 8].view(np.int64)[0])
+            digest = int(mail[slot + 8:slot + 16].view(np.int64)[0])
+            if got != seq or digest != state.digest:
+                raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
+                                f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
+                                "issue the same collectives in the same order")
+            offset = int(mail[slot + 16:slot + 24].view(np.int64)[0])
+            handle = bytes(mail[slot + 32:slot + 32 + _HANDLE])
+            mail[region:region + 8].view(np.int64)[0] = seq  # ack
+            if any(handle):
+                base = self._opened.get(handle)
+                if base is None:
+                    rt.setDevice(self.device)
+                    base = int(rt.ipcOpenMemHandle(handle))
+                    self._opened[handle] = base
+                remote[p] = base + offset
+        return remote
+
+    def _wait(self, ready, peer: int, what: str) -> None:
+        if ready():
+            return
+        deadline = time.monotonic() + self.timeout_s
+        spins = 0
+        while not ready():
+            spins += 1
+            if spins > 2000:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank "
+                                            f"{self.rank} is waiting for it); is it alive and issuing the same "
+                                            "collectives?")
+                time.sleep(50e-6)
+
+    def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+               remote: dict[int, int], user: int) -> list[tuple]:
+        """My launch list: entry handshakes, my queues' copies, exit handshakes (see the module docstring)."""
+        from .executor import _on, _squeeze_devices
+
+        plan, prog, me = state.plan, state.program, self.rank
+        kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
+        stream_of = {q: (user if kinds[q] == "dma_local" else int(self._streams[qindex[q]].ptr))
+                     for q in prog.copies if qgpu[q] == me}
+        edges = [(r, q) for q in sorted(prog.copies) if kinds[q] == "dma" for r in sorted(prog.touches[q])]
+
+        def flag(phase: int, r: int, q: int) -> _Flag:
+            index = ((phase * self.world + r) * self.world + qgpu[q]) * MAX_QUEUES + qindex[q]
+            return _Flag(self._shared.flag_address(index))
+
+        entry_user, entry_copy, exit_copy, exit_user = MemOps(), {}, {}, MemOps()
+        for r, q in edges:
+            f, g = flag(0, r, q), flag(1, r, q)
+            if r == me:
+                entry_user.wait_eq(f, 0).write(f, 1)
+                exit_user.wait_eq(g, 1).write(g, 0)
+            if qgpu[q] == me:
+                entry_copy.setdefault(q, MemOps()).wait_eq(f, 1).write(f, 0)
+                exit_copy.setdefault(q, MemOps()).wait_eq(g, 0).write(g, 1)
+        ops: list[tuple] = [("dev", self.device)]
+        if entry_user.ops:
+            ops.append(("memops", entry_user, user))
+        for q, batch in sorted(entry_copy.items()):
+            ops.append(("memops", batch, stream_of[q]))
+        for q in sorted(stream_of):
+            ops += _on(self.device, stream_of[q])
+            for c in prog.copies[q]:
+                dst_base = out.ptr if c.dst_rank == me else remote[c.dst_rank]
+                ops.append(("copy", dst_base + c.dst_offset, inp.ptr + c.src_offset, c.nbytes, stream_of[q]))
+        for q, batch in sorted(exit_copy.items()):
+            ops.append(("memops", batch, stream_of[q]))
+        if exit_user.ops:
+            ops.append(("memops", exit_user, user))
+        return _squeeze_devices(ops)
+
+    # --- lifetime ------------------------------------------------------------------------------------------
+    def synchronize(self, timeout_s: float | None = None) -> None:
+        """Wait (host) for this rank's copy streams, raising HocclTimeoutError after ``timeout_s``."""
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
+        for s in self._streams:
+            while not s.done:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"rank {self.rank}: copies still pending after {limit:.0f} s; a peer "
+                                            "may have died or stopped issuing collectives")
+                time.sleep(50e-6)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()
+        try:
+            self.synchronize()
+        finally:
+            prev = rt.getDevice()
+            rt.setDevice(self.device)
+            for base in self._opened.values():
+                with contextlib.suppress(Exception):  # closing anyway
+                    rt.ipcCloseMemHandle(base)
+            rt.setDevice(prev)
+            self._opened.clear()
+            self._launches.clear()
+            self._streams = []
+            self._shared.close()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,186 @@
+"""Run under torchrun (2+ processes, one GPU each) by tests/test_gpu_multiprocess.py and by hand:
+
+    torchrun --nproc_per_node 2 tests/mp_worker.py [--bench]
+
+Checks every communicator call on fresh random data with poisoned outputs, times a few, then checks
+that a mismatched collective and a dead peer give clear errors. Prints "ALL OK" on success.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+
+def data(rank: int, call: int, n: int) -> np.ndarray:
+    """Inputs every rank can regenerate: seeded by (rank, call)."""
+    return np.random.default_rng([rank, call, 7]).integers(0, 256, n, dtype=np.uint8)
+
+
+def main() -> int:
+    import cupy as cp
+
+    import torch
+    import torch.distributed as dist
+
+    from hoccl_runtime.comm import init
+    from hoccl_runtime.errors import HocclTimeoutError, PlanError
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dev = int(os.environ.get("LOCAL_RANK", rank))
+    cp.cuda.Device(dev).use()
+    if "--own-store" not in sys.argv:  # the usual case: torch.distributed is up, its store is reused
+        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{dev}"))
+    comm = init(timeout_s=20)
+    stream = cp.cuda.Stream(non_blocking=True)
+    call = 0
+    failures = []
+
+    def check(name, got, want):
+        if not np.array_equal(cp.asnumpy(got), want):
+            failures.append(f"rank {rank}: {name}: wrong bytes")
+
+    for n in (1, 7, 4099, (1 << 20) + 3, 64 << 20):
+        call += 1
+        # all_gather_into_tensor
+        inp = cp.asarray(data(rank, call, n))
+        out = cp.full(n * world, 0xA5, cp.uint8)
+        cp.cuda.Device(dev).synchronize()
+        comm.all_gather_into_tensor(out, inp, stream=stream)
+        stream.synchronize()
+        check(f"allgather {n}", out, np.concatenate([data(r, call, n) for r in range(world)]))
+        # all_to_all_single
+        call += 1
+        inp = cp.asarray(data(rank, call, n * world))
+        out = cp.full(n * world, 0xA5, cp.uint8)
+        cp.cuda.Device(dev).synchronize()
+        comm.all_to_all_single(out, inp, stream=stream)
+        stream.synchronize()
+        check(f"alltoall {n}", out, np.concatenate([data(r, call, n * world)[rank * n:(rank + 1) * n]
+                                                    for r in range(world)]))
+        # broadcast from the last rank
+        call += 1
+        root = world - 1
+        t = cp.asarray(data(rank, call, n)) if rank == root else cp.full(n, 0xA5, cp.uint8)
+        cp.cuda.Device(dev).synchronize()
+        comm.broadcast(t, root, stream=stream)
+        stream.synchronize()
+        check(f"broadcast {n}", t, data(root, call, n))
+        # scatter from 0, gather to 0
+        call += 1
+        src = cp.asarray(data(0, call, n * world)) if rank == 0 else None
+        out = cp.full(n, 0xA5, cp.uint8)
+        cp.cuda.Device(dev).synchronize()
+        comm.scatter(out, src, root=0, stream=stream)
+        stream.synchronize()
+        check(f"scatter {n}", out, data(0, call, n * world)[rank * n:(rank + 1) * n])
+        call += 1
+        inp = cp.asarray(data(rank, call, n))
+        out = cp.full(n * world, 0xA5, cp.uint8) if rank == 0 else None
+        cp.cuda.Device(dev).synchronize()
+        comm.gather(inp, out, root=0, stream=stream)
+        stream.synchronize()
+        if rank == 0:
+            check(f"gather {n}", out, np.concatenate([data(r, call, n) for r in range(world)]))
+        # send/recv around the ring
+        call += 1
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        inp = cp.asarray(data(rank, call, n))
+        out = cp.full(n, 0xA5, cp.uint8)
+        cp.cuda.Device(dev).synchronize()
+        if rank % 2 == 0:
+            comm.send(inp, nxt, stream=stream)
+            comm.recv(out, prv, stream=stream)
+        else:
+            comm.recv(out, prv, stream=stream)
+            comm.send(inp, nxt, stream=stream)
+        stream.synchronize()
+        check(f"sendrecv {n}", out, data(prv, call, n))
+
+    # a torch tensor in bf16 on the legacy default stream
+    x = torch.randn(1000, device=f"cuda:{dev}").to(torch.bfloat16)
+    y = torch.empty(1000 * world, device=f"cuda:{dev}", dtype=torch.bfloat16)
+    gathered = [torch.empty_like(x) for _ in range(world)]
+    comm.all_gather_into_tensor(y, x)
+    torch.cuda.synchronize(dev)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{dev}"))
+    dist.all_gather(gathered, x)
+    if not torch.equal(y, torch.cat(gathered)):
+        failures.append(f"rank {rank}: torch bf16 allgather differs from NCCL's")
+
+    if "--bench" in sys.argv:
+        rows = []
+        for size in (2 << 20, 64 << 20, 1 << 30):
+            out = cp.empty(size, cp.uint8)
+            inp = cp.empty(size // world, cp.uint8)
+            a2a_in = cp.empty(size, cp.uint8)
+            buf = cp.empty(size, cp.uint8)
+            ops = {
+                "allgather": lambda o=out, i=inp: comm.all_gather_into_tensor(o, i, stream=stream),
+                "alltoall": lambda o=out, i=a2a_in: comm.all_to_all_single(o, i, stream=stream),
+                "sendrecv": lambda b=buf: (comm.send(b, 1, stream=stream) if rank == 0 else
+                                           comm.recv(b, 0, stream=stream) if rank == 1 else None),
+            }
+            for name, fn in ops.items():
+                fn()
+                stream.synchronize()
+                iters = max(3, min(50, (2 << 30) // size))
+                times, host = [], []
+                for _ in range(5):
+                    dist.barrier()
+                    start, end = cp.cuda.Event(), cp.cuda.Event()
+                    start.record(stream)
+                    t0 = time.perf_counter()
+                    for _ in range(iters):
+                        fn()
+                    host.append((time.perf_counter() - t0) / iters * 1e6)
+                    end.record(stream)
+                    end.synchronize()
+                    times.append(cp.cuda.get_elapsed_time(start, end) / 1e3 / iters)
+                t = statistics.median(times)
+                rows.append((name, size, size / t / 1e9, statistics.median(host)))
+        if rank == 0:
+            print("op         size        GB/s   host us (per rank, one process per GPU)")
+            for name, size, gbps, host in rows:
+                print(f"{name:10} {size >> 20:6} MiB {gbps:8.1f} {host:8.1f}")
+
+    # a mismatched collective: both sides must say so
+    try:
+        if rank == 0:
+            comm.all_gather_into_tensor(cp.empty(8 * world, cp.uint8), cp.empty(8, cp.uint8), stream=stream)
+        else:
+            comm.all_to_all_single(cp.empty(8 * world, cp.uint8), cp.empty(8 * world, cp.uint8), stream=stream)
+        failures.append(f"rank {rank}: mismatched collectives were not detected")
+    except PlanError as exc:
+        print(f"rank {rank}: mismatch detected: {str(exc)[:80]}", flush=True)
+
+    # a dead peer: the last rank leaves; the others must time out naming it
+    dist.barrier()
+    if rank == world - 1:
+        print(f"rank {rank}: {'FAILED ' + str(failures) if failures else 'ALL OK'}", flush=True)
+        os._exit(0 if not failures else 1)
+    comm.timeout_s = 3
+    t0 = time.monotonic()
+    try:
+        comm.all_gather_into_tensor(cp.empty(16 * world, cp.uint8), cp.empty(16, cp.uint8), stream=stream)
+        failures.append(f"rank {rank}: a dead peer was not detected")
+    except HocclTimeoutError as exc:
+        waited = time.monotonic() - t0
+        if not 2.5 < waited < 10:
+            failures.append(f"rank {rank}: timed out after {waited:.1f} s, expected about 3")
+        print(f"rank {rank}: dead peer detected after {waited:.1f} s: {str(exc)[:70]}", flush=True)
+    comm.close()
+    print(f"rank {rank}: {'FAILED ' + str(failures) if failures else 'ALL OK'}", flush=True)
+    os._exit(0 if not failures else 1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,23 @@
+"""One process per GPU under torchrun (run on the 2-GPU machine; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multi_gpu(2)
+WORKER = Path(__file__).with_name("mp_worker.py")
+
+
+def test_communicator_two_processes():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(WORKER)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    assert text.count("ALL OK") == 2, text[-4000:]
+    assert "mismatch detected" in text and "dead peer detected" in text

@@ -24,7 +24,8 @@ from .errors import (
     UnsupportedPlanError,
 )
 
-__all__ = ["load_plan", "execute", "default_executor", "Executor", "init", "Communicator", "HocclError", "PlanError", "CudaError",
+__all__ = ["load_plan", "execute", "default_executor", "Executor", "init", "Communicator",
+           "HocclError", "PlanError", "CudaError",
            "BufferError", "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError"]
 
 _default = None

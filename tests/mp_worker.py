@@ -26,7 +26,6 @@ def data(rank: int, call: int, n: int) -> np.ndarray:
 
 def main() -> int:
     import cupy as cp
-
     import torch
     import torch.distributed as dist
 

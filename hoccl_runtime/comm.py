@@ -128,6 +128,7 @@ class _SharedHost:
         self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
         self.flags = np.frombuffer(self.shm.buf, dtype=np.int32, count=self.flag_count)
         self.mail = np.frombuffer(self.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
+        self.mail_words = self.mail.view(np.int64)
         self.mail_offset = flag_bytes
         # everyone attached: the name can go (the mapping lives on until the last process unmaps it)
         store.add("attached", 1)
@@ -150,7 +151,7 @@ class _SharedHost:
             self.registered = False
             with contextlib.suppress(Exception):  # closing anyway
                 cupy_runtime().hostUnregister(self.ptr)
-        self.flags = self.mail = None  # release views before closing the mapping
+        self.flags = self.mail = self.mail_words = None  # release views before closing the mapping
         with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
             self.shm.close()
 
@@ -170,6 +171,7 @@ class _PlanState:
     program: Program
     digest: int
     partners: tuple[int, ...]
+    resident: tuple[int, int]  # in place: (offset, bytes) of this rank's input inside its output
 
 
 class Communicator:
@@ -194,7 +196,7 @@ class Communicator:
         with cupy.cuda.Device(device):
             self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(MAX_QUEUES)]
         self._shared = _SharedHost(store, rank, world, timeout_s)
-        self._plans: dict[str, _PlanState] = {}
+        self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
         self._opened: dict[bytes, int] = {}
@@ -204,38 +206,48 @@ class Communicator:
         self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1)
 
     # --- torch-like calls ------------------------------------------------------------------------------
+    # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a
+    # cache miss, to keep it off the per-call path.
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
         out = as_buffer(output, "output")
-        self._run(CollectiveSpec(kind="allgather", size_bytes=out.nbytes), input, out, stream)
+        self._run(("allgather", out.nbytes), input, out, stream)
 
     def all_to_all_single(self, output: Any, input: Any, stream: Any = None) -> None:
         out = as_buffer(output, "output")
-        self._run(CollectiveSpec(kind="alltoall", size_bytes=out.nbytes), input, out, stream)
+        self._run(("alltoall", out.nbytes), input, out, stream)
 
     def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        spec = CollectiveSpec(kind="broadcast", size_bytes=buf.nbytes, root=root, in_place=True)
-        self._run(spec, None, buf, stream)
+        self._run(("broadcast", buf.nbytes, root), None, buf, stream)
 
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
         out = as_buffer(output, "output")
-        spec = CollectiveSpec(kind="scatter", size_bytes=out.nbytes * self.world, root=root)
-        self._run(spec, input if self.rank == root else None, out, stream)
+        self._run(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, out, stream)
 
     def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
         inp = as_buffer(input, "input")
-        spec = CollectiveSpec(kind="gather", size_bytes=inp.nbytes * self.world, root=root)
-        self._run(spec, inp, output if self.rank == root else None, stream)
+        self._run(("gather", inp.nbytes * self.world, root), inp, output if self.rank == root else None, stream)
 
     def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._check_peer(dst, "dst")
-        self._run(CollectiveSpec(kind="sendrecv", pairs=((self.rank, dst, buf.nbytes),)), buf, None, stream)
+        self._run(("sendrecv", self.rank, dst, buf.nbytes), buf, None, stream)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._check_peer(src, "src")
-        self._run(CollectiveSpec(kind="sendrecv", pairs=((src, self.rank, buf.nbytes),)), None, buf, stream)
+        self._run(("sendrecv", src, self.rank, buf.nbytes), None, buf, stream)
+
+    @staticmethod
+    def _spec(key: tuple) -> CollectiveSpec:
+        kind = key[0]
+        if kind in ("allgather", "alltoall"):
+            return CollectiveSpec(kind=kind, size_bytes=key[1])
+        if kind == "broadcast":
+            return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2], in_place=True)
+        if kind in ("scatter", "gather"):
+            return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2])
+        return CollectiveSpec(kind="sendrecv", pairs=((key[1], key[2], key[3]),))
 
     def execute(self, plan: Plan, input: Any, output: Any, stream: Any = None) -> None:
         """Run this rank's part of a compiled single-node plan (every partner rank calls it too)."""
@@ -246,7 +258,7 @@ class Communicator:
         if not 0 <= peer < self.world or peer == self.rank:
             raise HocclError(f"{what}={peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
 
-    def _state(self, what: CollectiveSpec | Plan) -> _PlanState:
+    def _state(self, what: tuple | Plan) -> _PlanState:
         if isinstance(what, Plan):
             state = self._by_id.get(what.plan_id)
             if state is None:
@@ -255,16 +267,15 @@ class Communicator:
                                     f"communicator has {self.world}; recompile it with --gpus-per-node {self.world}")
                 state = self._make_state(what)
             return state
-        key = what.model_dump_json()
-        state = self._plans.get(key)
+        state = self._plans.get(what)
         if state is None:
             from hoccl_compiler.ir import CompileOptions
             from hoccl_compiler.pipeline import compile_plan
 
             # one chunk per transfer: intra-node copies need no pipelining, and fewer calls mean less host time
             options = CompileOptions(chunk_bytes=1 << 40, baselines=False)
-            state = self._make_state(compile_plan(self.topology, what, options))
-            self._plans[key] = state
+            state = self._make_state(compile_plan(self.topology, self._spec(what), options))
+            self._plans[what] = state
         return state
 
     def _make_state(self, plan: Plan) -> _PlanState:
@@ -274,11 +285,15 @@ class Communicator:
         fl = plan.flows
         partners = sorted({d for s, d in zip(fl.src, fl.dst, strict=True) if s == self.rank and d != self.rank} |
                           {s for s, d in zip(fl.src, fl.dst, strict=True) if d == self.rank and s != self.rank})
-        state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners))
+        from hoccl_compiler.collective import layout
+
+        res_off, res_bytes = layout(plan.collective, self.world).resident()
+        state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners),
+                           (int(res_off[self.rank]), int(res_bytes[self.rank])))
         self._by_id[plan.plan_id] = state
         return state
 
-    def _run(self, what: CollectiveSpec | Plan, input: Any, output: Any, stream: Any) -> None:
+    def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any) -> None:
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
         with self._lock:
@@ -286,11 +301,9 @@ class Communicator:
             plan, me = state.plan, self.rank
             inp = as_buffer(input, "input") if input is not None else None
             out = as_buffer(output, "output") if output is not None else None
-            if inp is None and plan.collective.in_place and out is not None:
-                from hoccl_compiler.collective import layout
-
-                off, n = (int(x[me]) for x in layout(plan.collective, self.world).resident())
-                inp = DeviceBuffer(out.ptr + off, n, out.device) if n else None
+            if inp is None and state.resident[1] and out is not None:
+                off, n = state.resident
+                inp = DeviceBuffer(out.ptr + off, n, out.device)
             for what_, buf, want in (("input", inp, plan.ranks.input_bytes[me]),
                                      ("output", out, plan.ranks.output_bytes[me])):
                 if want and buf is None:
@@ -337,33 +350,36 @@ class Communicator:
             offset = out.ptr - int(base)
         else:
             handle, offset = bytes(_HANDLE), 0
-        mail = self._shared.mail
+        # mailbox words (int64): a pair region holds the ack at word 0 and two slots of
+        # [seq, digest, offset, -, handle (64 bytes)] at words 8 and 32
+        mail, words = self._shared.mail, self._shared.mail_words
+        handle_bytes = np.frombuffer(handle, dtype=np.uint8)
         for p in state.partners:
             seq = self._seq[p] + 1
-            region = self._pair(self.rank, p)
-            slot = region + _SLOT + (seq % 2) * 192
+            region = self._pair(self.rank, p) // 8
+            slot = region + _SLOT // 8 + (seq % 2) * 24
             # the partner must have read seq - 2 (the slot's previous use) before it is overwritten
-            self._wait(lambda r=region, q=seq: int(mail[r:r + 8].view(np.int64)[0]) >= q - 2, p, "acknowledge")
-            mail[slot + 8:slot + 16].view(np.int64)[0] = state.digest
-            mail[slot + 16:slot + 24].view(np.int64)[0] = offset
-            mail[slot + 32:slot + 32 + _HANDLE] = np.frombuffer(handle, dtype=np.uint8)
-            mail[slot:slot + 8].view(np.int64)[0] = seq  # last: the partner reads the payload after seeing seq
+            if words[region] < seq - 2:
+                self._wait(lambda r=region, q=seq: words[r] >= q - 2, p, "acknowledge")
+            words[slot + 1] = state.digest
+            words[slot + 2] = offset
+            mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle_bytes
+            words[slot] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
         remote: dict[int, int] = {}
         for p in state.partners:
             seq = self._seq[p]
-            region = self._pair(p, self.rank)
-            slot = region + _SLOT + (seq % 2) * 192
-            self._wait(lambda sl=slot, q=seq: int(mail[sl:sl + 8].view(np.int64)[0]) >= q, p, "arrive")
-            got = int(mail[slot:slot + 8].view(np.int64)[0])
-            digest = int(mail[slot + 8:slot + 16].view(np.int64)[0])
+            region = self._pair(p, self.rank) // 8
+            slot = region + _SLOT // 8 + (seq % 2) * 24
+            if words[slot] < seq:
+                self._wait(lambda s=slot, q=seq: words[s] >= q, p, "arrive")
+            got, digest, offset = int(words[slot]), int(words[slot + 1]), int(words[slot + 2])
             if got != seq or digest != state.digest:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
                                 "issue the same collectives in the same order")
-            offset = int(mail[slot + 16:slot + 24].view(np.int64)[0])
-            handle = bytes(mail[slot + 32:slot + 32 + _HANDLE])
-            mail[region:region + 8].view(np.int64)[0] = seq  # ack
+            handle = bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE])
+            words[region] = seq  # ack
             if any(handle):
                 base = self._opened.get(handle)
                 if base is None:

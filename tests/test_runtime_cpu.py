@@ -111,3 +111,17 @@ def test_as_stream_forms():
     for bad in (-1, True, "s", 1.5):
         with pytest.raises(StreamError):
             as_stream(bad)
+
+
+def test_init_without_torchrun_environment_is_a_clear_error(monkeypatch):
+    import hoccl_runtime as hr
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(HocclError, match="RANK is not set: run under torchrun"):
+        hr.init()
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(HocclError, match="spans one node"):
+        hr.init()

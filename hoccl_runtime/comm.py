@@ -52,7 +52,7 @@ __all__ = ["Communicator", "init"]
 
 MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicator
 _PAIR_BYTES = 512       # mailbox region per directed rank pair
-_SLOT = 64              # slot offsets inside a pair region: ack at 0, slots at 64 and 256
+_SLOTS = 4              # mailbox slots per directed pair (a batch may hold 4 calls with one partner)
 _HANDLE = 64            # cudaIpcMemHandle_t
 
 
@@ -294,53 +294,87 @@ class Communicator:
         return state
 
     def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any) -> None:
+        self._run_many([(what, input, output)], stream)
+
+    def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
+        """Pipeline-stage exchanges in one call: ``ops`` is a list of ("send", tensor, dst) and
+        ("recv", tensor, src). All addresses are exchanged before any wait, so the order of ops does
+        not matter (no host deadlock between ranks that send to each other); at most 4 ops per peer."""
+        items = []
+        for op in ops:
+            if len(op) != 3 or op[0] not in ("send", "recv"):
+                raise HocclError(f"batch op {op!r}: use ('send', tensor, dst) or ('recv', tensor, src)")
+            kind, tensor, peer = op
+            buf = as_buffer(tensor, f"{kind} tensor")
+            self._check_peer(peer, "dst" if kind == "send" else "src")
+            if kind == "send":
+                items.append((("sendrecv", self.rank, peer, buf.nbytes), buf, None))
+            else:
+                items.append((("sendrecv", peer, self.rank, buf.nbytes), None, buf))
+        # both ends of a pair must publish in the same order: sort by (src, dst, bytes)
+        items.sort(key=lambda it: it[0][1:])
+        per_peer: dict[int, int] = {}
+        for key, _, _ in items:
+            peer = key[2] if key[1] == self.rank else key[1]
+            per_peer[peer] = per_peer.get(peer, 0) + 1
+            if per_peer[peer] > _SLOTS:
+                raise HocclError(f"batch has more than {_SLOTS} ops with rank {peer}; split it into several batches")
+        self._run_many(items, stream)
+
+    def _run_many(self, items: list[tuple[Any, Any, Any]], stream: Any) -> None:
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
-        with self._lock:
-            state = self._state(what)
-            plan, me = state.plan, self.rank
-            inp = as_buffer(input, "input") if input is not None else None
-            out = as_buffer(output, "output") if output is not None else None
-            if inp is None and state.resident[1] and out is not None:
-                off, n = state.resident
-                inp = DeviceBuffer(out.ptr + off, n, out.device)
-            for what_, buf, want in (("input", inp, plan.ranks.input_bytes[me]),
-                                     ("output", out, plan.ranks.output_bytes[me])):
-                if want and buf is None:
-                    raise BufferError(f"rank {me} needs a {want}-byte {what_} for {plan.collective.describe()}")
-                if buf is not None and want and buf.nbytes != want:
-                    raise BufferError(f"rank {me}'s {what_} has {buf.nbytes} bytes but {plan.collective.describe()} "
-                                      f"on {self.world} ranks needs {want}")
-                if buf is not None and buf.device != self.device:
-                    raise BufferError(f"rank {me}'s {what_} is on GPU {buf.device}, but this communicator drives "
-                                      f"GPU {self.device}")
-            s = as_stream(stream)
-            remote = self._exchange(state, out)
-            key = (plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0, tuple(sorted(remote.items())))
-            launch = self._launches.get(key)
-            if launch is None:
-                launch = self._build(state, inp, out, remote, s)
-                self._launches[key] = launch
-                if len(self._launches) > self.LAUNCH_CACHE:
-                    self._launches.popitem(last=False)
-            from .executor import _replay
+        from .executor import _replay
 
-            _replay(launch)
+        s = as_stream(stream)
+        with self._lock:
+            prepared = [self._prepare(what, input, output) for what, input, output in items]
+            seqs = [self._publish(state, out) for state, _, out in prepared]  # all entries first ...
+            for (state, inp, out), seq in zip(prepared, seqs, strict=True):  # ... then every wait
+                remote = self._collect(state, seq)
+                key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
+                       tuple(sorted(remote.items())))
+                launch = self._launches.get(key)
+                if launch is None:
+                    launch = self._build(state, inp, out, remote, s)
+                    self._launches[key] = launch
+                    if len(self._launches) > self.LAUNCH_CACHE:
+                        self._launches.popitem(last=False)
+                _replay(launch)
+
+    def _prepare(self, what: tuple | Plan, input: Any, output: Any) -> tuple[_PlanState, Any, Any]:
+        state = self._state(what)
+        plan, me = state.plan, self.rank
+        inp = as_buffer(input, "input") if input is not None else None
+        out = as_buffer(output, "output") if output is not None else None
+        if inp is None and state.resident[1] and out is not None:
+            off, n = state.resident
+            inp = DeviceBuffer(out.ptr + off, n, out.device)
+        for what_, buf, want in (("input", inp, plan.ranks.input_bytes[me]),
+                                 ("output", out, plan.ranks.output_bytes[me])):
+            if want and buf is None:
+                raise BufferError(f"rank {me} needs a {want}-byte {what_} for {plan.collective.describe()}")
+            if buf is not None and want and buf.nbytes != want:
+                raise BufferError(f"rank {me}'s {what_} has {buf.nbytes} bytes but {plan.collective.describe()} "
+                                  f"on {self.world} ranks needs {want}")
+            if buf is not None and buf.device != self.device:
+                raise BufferError(f"rank {me}'s {what_} is on GPU {buf.device}, but this communicator drives "
+                                  f"GPU {self.device}")
+        return state, inp, out
 
     # mailbox: per directed pair (a -> b) a region of the shared memory; a writes its slots, b writes the ack
     def _pair(self, a: int, b: int) -> int:
         return (a * self.world + b) * _PAIR_BYTES
 
-    def _exchange(self, state: _PlanState, out: DeviceBuffer | None) -> dict[int, int]:
-        """Publish my output's IPC handle + offset to each partner and read theirs: {partner: output address}."""
+    def _publish(self, state: _PlanState, out: DeviceBuffer | None) -> dict[int, int]:
+        """Write my output's IPC handle + offset to each partner's mailbox slot; returns {partner: seq}."""
         if not state.partners:
             return {}
         from ._cuda import check, cupy_runtime, driver
 
-        rt = cupy_runtime()
         if out is not None and out.nbytes:
             try:
-                handle = bytes(rt.ipcGetMemHandle(out.ptr))
+                handle = bytes(cupy_runtime().ipcGetMemHandle(out.ptr))
             except Exception as exc:  # noqa: BLE001
                 raise BufferError(f"rank {self.rank}'s output at {out.ptr:#x} cannot be shared with other processes "
                                   f"({exc}); memory from cudaMallocAsync pools or expandable segments is not "
@@ -350,27 +384,35 @@ class Communicator:
             offset = out.ptr - int(base)
         else:
             handle, offset = bytes(_HANDLE), 0
-        # mailbox words (int64): a pair region holds the ack at word 0 and two slots of
-        # [seq, digest, offset, -, handle (64 bytes)] at words 8 and 32
+        # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots of
+        # [seq, digest, offset, -, handle (64 bytes)] from word 8 on, 12 words apart
         mail, words = self._shared.mail, self._shared.mail_words
         handle_bytes = np.frombuffer(handle, dtype=np.uint8)
+        seqs = {}
         for p in state.partners:
             seq = self._seq[p] + 1
             region = self._pair(self.rank, p) // 8
-            slot = region + _SLOT // 8 + (seq % 2) * 24
-            # the partner must have read seq - 2 (the slot's previous use) before it is overwritten
-            if words[region] < seq - 2:
-                self._wait(lambda r=region, q=seq: words[r] >= q - 2, p, "acknowledge")
+            slot = region + 8 + (seq % _SLOTS) * 12
+            # the partner must have read this slot's previous use before it is overwritten
+            if words[region] < seq - _SLOTS:
+                self._wait(lambda r=region, q=seq: words[r] >= q - _SLOTS, p, "acknowledge")
             words[slot + 1] = state.digest
             words[slot + 2] = offset
             mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle_bytes
             words[slot] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
+            seqs[p] = seq
+        return seqs
+
+    def _collect(self, state: _PlanState, seqs: dict[int, int]) -> dict[int, int]:
+        """Wait for each partner's entry of the same call and map its output: {partner: output address}."""
+        from ._cuda import cupy_runtime
+
+        mail, words = self._shared.mail, self._shared.mail_words
         remote: dict[int, int] = {}
-        for p in state.partners:
-            seq = self._seq[p]
+        for p, seq in seqs.items():
             region = self._pair(p, self.rank) // 8
-            slot = region + _SLOT // 8 + (seq % 2) * 24
+            slot = region + 8 + (seq % _SLOTS) * 12
             if words[slot] < seq:
                 self._wait(lambda s=slot, q=seq: words[s] >= q, p, "arrive")
             got, digest, offset = int(words[slot]), int(words[slot + 1]), int(words[slot + 2])
@@ -383,6 +425,7 @@ class Communicator:
             if any(handle):
                 base = self._opened.get(handle)
                 if base is None:
+                    rt = cupy_runtime()
                     rt.setDevice(self.device)
                     base = int(rt.ipcOpenMemHandle(handle))
                     self._opened[handle] = base

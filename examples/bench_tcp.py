@@ -1,0 +1,143 @@
+"""TCP transport vs plain sockets between two processes on one host, same number of connections.
+
+    python examples/bench_tcp.py [--sizes 2MiB,64MiB,1GiB] [--lanes 1,4,8]
+
+Both sides run in separate processes; the receiver acknowledges each transfer once every byte is in
+its buffer (the raw baseline over a control byte, the transport with a zero-byte write carrying an
+immediate). Median of repeats; prints a table and the transport/raw ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hoccl_compiler import parse_size  # noqa: E402
+from hoccl_runtime.transport import TcpTransport  # noqa: E402
+
+REPEATS = 5
+
+
+def _raw_receiver(q, lanes, size, rounds):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    q.put(srv.getsockname()[1])
+    socks = [srv.accept()[0] for _ in range(lanes + 1)]
+    ctrl, data = socks[0], socks[1:]
+    buf = bytearray(size)
+    view = memoryview(buf)
+    part = -(-size // lanes)
+    for _ in range(rounds):
+        def take(i):
+            lo, hi = min(i * part, size), min((i + 1) * part, size)
+            got = lo
+            while got < hi:
+                got += data[i].recv_into(view[got:hi])
+        threads = [threading.Thread(target=take, args=(i,)) for i in range(lanes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ctrl.sendall(b"k")
+    for s in socks:
+        s.close()
+
+
+def raw(lanes: int, size: int) -> float:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=_raw_receiver, args=(q, lanes, size, REPEATS + 1))
+    child.start()
+    port = q.get(timeout=30)
+    ctrl = socket.create_connection(("127.0.0.1", port))
+    data = [socket.create_connection(("127.0.0.1", port)) for _ in range(lanes)]
+    for s in data:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = memoryview(np.ones(size, dtype=np.uint8))
+    part = -(-size // lanes)
+    times = []
+    for r in range(REPEATS + 1):
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=data[i].sendall,
+                                    args=(payload[min(i * part, size):min((i + 1) * part, size)],))
+                   for i in range(lanes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert ctrl.recv(1) == b"k"
+        if r:
+            times.append(time.perf_counter() - t0)
+    for s in (ctrl, *data):
+        s.close()
+    child.join(30)
+    return statistics.median(times)
+
+
+def _hoccl_receiver(q, lanes, size, rounds):
+    rx = TcpTransport(lanes=lanes, session="bench")
+    rx.register(np.zeros(size, dtype=np.uint8))  # regions first: the peer may write as soon as it connects
+    ack = rx.register(np.zeros(1, dtype=np.uint8))
+    q.put(rx.listen())
+    conn = rx.accept(timeout_s=30)
+    for _ in range(rounds):
+        while not [c for c in conn.poll(timeout_s=60) if c.kind == "received"]:
+            pass
+        conn.write(ack, 0, 0, 0, 0, imm=1)
+    time.sleep(0.5)
+    rx.close()
+
+
+def hoccl(lanes: int, size: int) -> float:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=_hoccl_receiver, args=(q, lanes, size, REPEATS + 1))
+    child.start()
+    tx = TcpTransport(lanes=lanes, session="bench")
+    conn = tx.connect(q.get(timeout=30), timeout_s=30)
+    region = tx.register(np.ones(size, dtype=np.uint8))
+    tx.register(np.zeros(1, dtype=np.uint8))
+    times = []
+    for r in range(REPEATS + 1):
+        t0 = time.perf_counter()
+        conn.write(region, 0, size, 0, 0, imm=r)
+        while not [c for c in conn.poll(timeout_s=60) if c.kind == "received"]:
+            pass
+        if r:
+            times.append(time.perf_counter() - t0)
+    tx.close()
+    child.join(30)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="2MiB,64MiB,1GiB")
+    p.add_argument("--lanes", default="1,4,8")
+    args = p.parse_args(argv)
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    lanes_list = [int(x) for x in args.lanes.split(",")]
+    print(f"host {os.uname().nodename}, {os.cpu_count()} cores, date {time.strftime('%Y-%m-%d')}")
+    print(f"{'lanes':>5} {'size':>9} {'raw GB/s':>9} {'hoccl GB/s':>11} {'ratio':>6}")
+    for lanes in lanes_list:
+        for size in sizes:
+            t_raw, t_h = raw(lanes, size), hoccl(lanes, size)
+            print(f"{lanes:>5} {size >> 20:>5} MiB {size / t_raw / 1e9:9.2f} {size / t_h / 1e9:11.2f} "
+                  f"{t_raw / t_h:6.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

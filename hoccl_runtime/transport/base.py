@@ -1,0 +1,92 @@
+"""The transport interface, shaped after NCCL's net plugin and RDMA verbs.
+
+* ``listen()`` / ``connect(address, timeout_s)`` / ``accept(timeout_s)``: never block forever.
+* ``register(buffer)``: a staging region, registered once and reused (no per-call registration:
+  the paper's lesson from VCCL's registration stalls); the peer writes into it by region id.
+* ``Connection.write(local, offset, nbytes, remote_region, remote_offset, imm)``: an RDMA
+  write-with-immediate: the bytes land in the peer's region, then the peer is told ``imm``.
+* ``Connection.poll(timeout_s)``: completions, both "my write #k left" and "a peer's write with imm
+  landed in my region". Waiting releases the GIL (no busy polling in the caller's process).
+* ``close()``: idempotent; frees sockets/queue pairs and threads.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["Region", "Completion", "Connection", "Transport"]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A registered buffer: host memory (a NumPy byte view) known to the transport by ``id``."""
+
+    id: int
+    view: np.ndarray  # uint8, contiguous
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.view.nbytes)
+
+
+@dataclass(frozen=True)
+class Completion:
+    kind: Literal["sent", "received"]
+    write_id: int       # sent: the id write() returned; received: the sender's id
+    imm: int            # the 32-bit immediate of the write
+    region: int         # received: the region written; sent: the remote region
+    offset: int
+    nbytes: int
+
+
+class Connection(ABC):
+    peer: str
+
+    @abstractmethod
+    def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,
+              imm: int = 0) -> int:
+        """Queue a write; returns its id. Completion comes through poll()."""
+
+    @abstractmethod
+    def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:
+        """Completions so far, waiting up to ``timeout_s`` for the first. Raises TransportError if the
+        connection failed (peer gone, corrupt stream)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Transport(ABC):
+    name: str
+
+    @abstractmethod
+    def register(self, buffer: np.ndarray) -> Region: ...
+
+    @abstractmethod
+    def listen(self) -> str:
+        """Start listening; returns the address peers connect to."""
+
+    @abstractmethod
+    def connect(self, address: str, timeout_s: float = 30.0) -> Connection: ...
+
+    @abstractmethod
+    def accept(self, timeout_s: float = 30.0) -> Connection: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

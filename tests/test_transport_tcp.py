@@ -1,0 +1,209 @@
+"""TCP transport over loopback: data, notifications, several lanes, and every failure mode, bounded in time."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import socket
+import struct
+import threading
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from hoccl_runtime.errors import HocclTimeoutError, TransportError
+from hoccl_runtime.transport import TcpTransport
+from hoccl_runtime.transport.tcp import HEADER, HELLO, MAGIC, VERSION
+
+
+def pair(lanes=4, session="s"):
+    """(sender connection, receiver connection, sender transport, receiver transport)."""
+    rx = TcpTransport(lanes=lanes, session=session)
+    address = rx.listen()
+    tx = TcpTransport(lanes=lanes, session=session)
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
+    t.start()
+    c_tx = tx.connect(address, timeout_s=10)
+    t.join(10)
+    return c_tx, box["conn"], tx, rx
+
+
+def drain(conn, kind, count, timeout_s=20):
+    got = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count:
+        got += [c for c in conn.poll(timeout_s=max(0.01, deadline - time.monotonic())) if c.kind == kind]
+    return got
+
+
+def test_writes_land_with_their_immediates():
+    c_tx, c_rx, tx, rx = pair(lanes=4)
+    try:
+        src = np.random.default_rng().integers(0, 256, 24 << 20, dtype=np.uint8)
+        dst = np.zeros(24 << 20, dtype=np.uint8)
+        local, remote = tx.register(src), rx.register(dst)
+        w1 = c_tx.write(local, 0, 16 << 20, remote.id, 0, imm=11)           # split over the 4 lanes
+        w2 = c_tx.write(local, 16 << 20, 8 << 20, remote.id, 16 << 20, imm=22)
+        w3 = c_tx.write(local, 5, 3, remote.id, 5, imm=33)                  # tiny, one lane
+        sent = drain(c_tx, "sent", 3)
+        received = drain(c_rx, "received", 3)
+        assert {c.write_id for c in sent} == {w1, w2, w3}
+        assert sorted((c.imm, c.offset, c.nbytes) for c in received) == \
+            [(11, 0, 16 << 20), (22, 16 << 20, 8 << 20), (33, 5, 3)]
+        assert np.array_equal(src, dst)
+    finally:
+        tx.close()
+        rx.close()
+
+
+def _receiver(address_q, result_q, nbytes, die_after):
+    rx = TcpTransport(lanes=2, session="x")
+    buf = np.zeros(nbytes, dtype=np.uint8)
+    region = rx.register(buf)  # before accepting: the peer may write as soon as it is connected
+    assert region.id == 0
+    address_q.put(rx.listen())
+    conn = rx.accept(timeout_s=20)
+    got = 0
+    while got < (die_after or 10**9):
+        got += len([c for c in conn.poll(timeout_s=20) if c.kind == "received"])
+        if not die_after and got == 1:
+            result_q.put(int(zlib.crc32(buf)))
+            rx.close()
+            return
+    import os
+
+    os._exit(0)  # a peer that dies in the middle
+
+
+def test_across_processes():
+    ctx = mp.get_context("spawn")
+    address_q, result_q = ctx.Queue(), ctx.Queue()
+    n = 32 << 20
+    child = ctx.Process(target=_receiver, args=(address_q, result_q, n, 0))
+    child.start()
+    try:
+        tx = TcpTransport(lanes=2, session="x")
+        conn = tx.connect(address_q.get(timeout=30), timeout_s=10)
+        data = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
+        conn.write(tx.register(data), 0, n, 0, 0, imm=7)
+        drain(conn, "sent", 1)
+        assert result_q.get(timeout=30) == zlib.crc32(data)
+        tx.close()
+    finally:
+        child.join(20)
+        if child.is_alive():
+            child.kill()
+
+
+def test_peer_killed_mid_transfer_is_reported():
+    ctx = mp.get_context("spawn")
+    address_q, result_q = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_receiver, args=(address_q, result_q, 1 << 20, 3))
+    child.start()
+    tx = TcpTransport(lanes=2, session="x")
+    try:
+        conn = tx.connect(address_q.get(timeout=30), timeout_s=10)
+        region = tx.register(np.ones(1 << 20, dtype=np.uint8))
+        start = time.monotonic()
+        with pytest.raises(TransportError, match="connection to .* failed"):
+            while time.monotonic() - start < 30:
+                conn.write(region, 0, 1 << 20, 0, 0)
+                with contextlib.suppress(HocclTimeoutError):
+                    conn.poll(timeout_s=0.01)
+        assert time.monotonic() - start < 30
+    finally:
+        tx.close()
+        child.join(20)
+        if child.is_alive():
+            child.kill()
+
+
+def test_corrupt_frame_is_detected():
+    rx = TcpTransport(lanes=1, session="s")
+    address = rx.listen()
+    rx.register(np.zeros(64, dtype=np.uint8))
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
+    t.start()
+    host, port = address.split(":")
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    raw.sendall(HELLO.pack(MAGIC, VERSION, 0, 1, b"12345678", b"s".ljust(32, b"\0")))
+    assert raw.recv(1) == b"\1"
+    t.join(10)
+    head = HEADER.pack(MAGIC, VERSION, 0, 0, 0, 0, 1, 0, 0, 4, 0, 0, 4)
+    raw.sendall(head + struct.pack("<I", zlib.crc32(head) ^ 1))  # a bit flipped
+    with pytest.raises(TransportError, match="corrupt frame header"):
+        box["conn"].poll(timeout_s=10)
+    raw.close()
+    rx.close()
+
+
+def test_session_mismatch_refused_on_both_sides():
+    rx = TcpTransport(lanes=1, session="plan-a")
+    address = rx.listen()
+    errors = {}
+
+    def accept():
+        try:
+            rx.accept(timeout_s=10)
+        except TransportError as exc:
+            errors["rx"] = str(exc)
+
+    t = threading.Thread(target=accept)
+    t.start()
+    with pytest.raises(TransportError, match="session mismatch"):
+        TcpTransport(lanes=1, session="plan-b").connect(address, timeout_s=10)
+    t.join(10)
+    assert "session mismatch" in errors["rx"]
+    rx.close()
+
+
+def test_setup_errors_are_clear():
+    busy = TcpTransport(lanes=1)
+    address = busy.listen()
+    port = int(address.split(":")[1])
+    with pytest.raises(TransportError, match=f"cannot listen on 127.0.0.1:{port}"):
+        TcpTransport(port=port).listen()
+    busy.close()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    free_port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(TransportError, match="cannot connect to"):
+        TcpTransport(lanes=1).connect(f"127.0.0.1:{free_port}", timeout_s=5)
+    with pytest.raises(TransportError, match="host:port"):
+        TcpTransport().connect("nowhere", timeout_s=1)
+    lonely = TcpTransport(lanes=1)
+    lonely.listen()
+    t0 = time.monotonic()
+    with pytest.raises(HocclTimeoutError, match="no peer connected"):
+        lonely.accept(timeout_s=0.5)
+    assert time.monotonic() - t0 < 5
+    lonely.close()
+    with pytest.raises(TransportError, match="lanes"):
+        TcpTransport(lanes=0)
+    with pytest.raises(TransportError, match="uint8"):
+        TcpTransport().register(np.zeros(4, dtype=np.float32))
+
+
+def test_bad_writes_and_poll_timeout():
+    c_tx, c_rx, tx, rx = pair(lanes=1)
+    try:
+        local = tx.register(np.zeros(16, dtype=np.uint8))
+        with pytest.raises(TransportError, match="outside local region"):
+            c_tx.write(local, 8, 16, 0, 0)
+        with pytest.raises(TransportError, match="32 bits"):
+            c_tx.write(local, 0, 4, 0, 0, imm=2**32)
+        with pytest.raises(HocclTimeoutError, match="no completion"):
+            c_rx.poll(timeout_s=0.2)
+        # a write into a region the receiver never registered fails the connection, clearly
+        c_tx.write(local, 0, 4, remote_region=5, remote_offset=0)
+        with pytest.raises(TransportError, match="outside what is registered"):
+            while True:
+                c_rx.poll(timeout_s=5)
+    finally:
+        tx.close()
+        rx.close()

@@ -34,7 +34,6 @@ import threading
 import time
 import uuid
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +43,7 @@ from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.schema import Plan
 
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError
+from .executor import LaunchCache, _replay, check_buffer
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
 from .program import Program, lower
@@ -177,8 +177,6 @@ class _PlanState:
 class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
-    LAUNCH_CACHE = 256
-
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0):
         import cupy
 
@@ -200,7 +198,7 @@ class Communicator:
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
         self._opened: dict[bytes, int] = {}
-        self._launches: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        self._launches = LaunchCache()
         from hoccl_compiler.topology import make_topology
 
         self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1)
@@ -324,8 +322,6 @@ class Communicator:
     def _run_many(self, items: list[tuple[Any, Any, Any]], stream: Any) -> None:
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
-        from .executor import _replay
-
         s = as_stream(stream)
         with self._lock:
             prepared = [self._prepare(what, input, output) for what, input, output in items]
@@ -334,13 +330,7 @@ class Communicator:
                 remote = self._collect(state, seq)
                 key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
                        tuple(sorted(remote.items())))
-                launch = self._launches.get(key)
-                if launch is None:
-                    launch = self._build(state, inp, out, remote, s)
-                    self._launches[key] = launch
-                    if len(self._launches) > self.LAUNCH_CACHE:
-                        self._launches.popitem(last=False)
-                _replay(launch)
+                _replay(self._launches.get(key, lambda st=state, i=inp, o=out, r=remote: self._build(st, i, o, r, s)))
 
     def _prepare(self, what: tuple | Plan, input: Any, output: Any) -> tuple[_PlanState, Any, Any]:
         state = self._state(what)
@@ -350,16 +340,12 @@ class Communicator:
         if inp is None and state.resident[1] and out is not None:
             off, n = state.resident
             inp = DeviceBuffer(out.ptr + off, n, out.device)
-        for what_, buf, want in (("input", inp, plan.ranks.input_bytes[me]),
-                                 ("output", out, plan.ranks.output_bytes[me])):
-            if want and buf is None:
-                raise BufferError(f"rank {me} needs a {want}-byte {what_} for {plan.collective.describe()}")
-            if buf is not None and want and buf.nbytes != want:
-                raise BufferError(f"rank {me}'s {what_} has {buf.nbytes} bytes but {plan.collective.describe()} "
-                                  f"on {self.world} ranks needs {want}")
-            if buf is not None and buf.device != self.device:
-                raise BufferError(f"rank {me}'s {what_} is on GPU {buf.device}, but this communicator drives "
-                                  f"GPU {self.device}")
+        if inp is not None and not plan.ranks.input_bytes[me]:
+            inp = None  # e.g. scatter's input on a non-root rank: not part of the plan
+        if out is not None and not plan.ranks.output_bytes[me]:
+            out = None
+        check_buffer(me, "input", inp, plan.ranks.input_bytes[me], plan, self.device)
+        check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
         return state, inp, out
 
     # mailbox: per directed pair (a -> b) a region of the shared memory; a writes its slots, b writes the ack

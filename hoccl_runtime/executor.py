@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +36,43 @@ from .program import Program, lower
 __all__ = ["Executor", "RankBuffers", "Sync"]
 
 Sync = Literal["flags", "events"]
+
+
+class LaunchCache:
+    """Launch lists by (plan, buffers, streams), least recently used dropped beyond ``limit``."""
+
+    def __init__(self, limit: int = 256):
+        self.limit = limit
+        self._lists: OrderedDict[tuple, list[tuple]] = OrderedDict()
+
+    def get(self, key: tuple, build: Callable[[], list[tuple]]) -> list[tuple]:
+        launch = self._lists.get(key)
+        if launch is None:
+            launch = self._lists[key] = build()
+            if len(self._lists) > self.limit:
+                self._lists.popitem(last=False)
+        else:
+            self._lists.move_to_end(key)
+        return launch
+
+    def clear(self) -> None:
+        self._lists.clear()
+
+
+def check_buffer(rank: int, what: str, buf: DeviceBuffer | None, want: int, plan: Plan,
+                 device: int | None = None) -> None:
+    """The size (and, if given, the GPU) a rank's input or output must have for ``plan``."""
+    if want and buf is None:
+        raise BufferError(f"rank {rank} needs a {want}-byte {what} buffer for plan {plan.plan_id} "
+                          f"({plan.collective.describe()})")
+    if buf is None:
+        return
+    if buf.nbytes != want:
+        raise BufferError(f"rank {rank} {what} has {buf.nbytes} bytes but plan {plan.plan_id} "
+                          f"({plan.collective.describe()}) needs {want}; pass a buffer of that size or compile a "
+                          "plan for yours")
+    if device is not None and buf.device != device:
+        raise BufferError(f"rank {rank}'s {what} is on GPU {buf.device}, but this communicator drives GPU {device}")
 
 
 @dataclass(frozen=True)
@@ -76,14 +113,8 @@ def _rank_buffers(plan: Plan, info: _PlanInfo, rank: int, value: Any) -> RankBuf
     in_buf = as_buffer(inp, f"rank {rank} input") if inp is not None else None
     if in_buf is None and want_in and info.resident_bytes[rank] and out_buf is not None:  # in place
         in_buf = DeviceBuffer(out_buf.ptr + info.resident_offset[rank], info.resident_bytes[rank], out_buf.device)
-    for what, buf, want in (("input", in_buf, want_in), ("output", out_buf, want_out)):
-        if want and buf is None:
-            raise BufferError(f"rank {rank} needs a {want}-byte {what} buffer for plan {plan.plan_id} "
-                              f"({plan.collective.describe()})")
-        if buf is not None and buf.nbytes != want:
-            raise BufferError(f"rank {rank} {what} has {buf.nbytes} bytes but plan {plan.plan_id} "
-                              f"({plan.collective.describe()}) needs {want}; pass a buffer of that size or compile a "
-                              "plan for yours")
+    check_buffer(rank, "input", in_buf, want_in, plan)
+    check_buffer(rank, "output", out_buf, want_out, plan)
     if in_buf is not None and out_buf is not None and in_buf.device != out_buf.device:
         raise BufferError(f"rank {rank}'s input and output are on different GPUs "
                           f"{sorted({in_buf.device, out_buf.device})}; a rank is one GPU")
@@ -100,8 +131,6 @@ class Executor:
     engine copy, ordered with the caller's work for free); the other queues get their own streams.
     """
 
-    LAUNCH_CACHE = 256
-
     def __init__(self, *, flag_capacity: int = 4096):
         self._lock = threading.Lock()
         self._streams: dict[tuple[int, int], Any] = {}   # (device, plan queue id) -> cupy Stream
@@ -109,7 +138,7 @@ class Executor:
         self._flag_capacity = flag_capacity
         self._flags: FlagPool | None = None
         self._plans: dict[str, _PlanInfo] = {}
-        self._launches: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        self._launches = LaunchCache()
         self._peer_ok: set[tuple[int, int]] = set()
         self.closed = False
 
@@ -177,13 +206,7 @@ class Executor:
                 sync = "events"
             key = (plan.plan_id, sync, user,
                    tuple((b.input.ptr if b.input else 0, b.output.ptr if b.output else 0, b.device) for b in ranks))
-            launch = self._launches.get(key)
-            if launch is None:
-                launch = self._build(plan, info, ranks, user, sync)
-                self._launches[key] = launch
-                if len(self._launches) > self.LAUNCH_CACHE:
-                    self._launches.popitem(last=False)
-            _replay(launch)
+            _replay(self._launches.get(key, lambda: self._build(plan, info, ranks, user, sync)))
 
     @staticmethod
     def _capturing(user: tuple[int, ...]) -> bool:

@@ -125,3 +125,36 @@ def test_init_without_torchrun_environment_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(HocclError, match="spans one node"):
         hr.init()
+
+
+def test_launch_cache_builds_once_and_drops_least_recent():
+    from hoccl_runtime.executor import LaunchCache
+
+    built = []
+    cache = LaunchCache(limit=2)
+
+    def build(name):
+        built.append(name)
+        return [("copy", name)]
+
+    assert cache.get(("a",), lambda: build("a")) == [("copy", "a")]
+    assert cache.get(("a",), lambda: build("again")) == [("copy", "a")]
+    cache.get(("b",), lambda: build("b"))
+    cache.get(("a",), lambda: build("a2"))      # a is now the most recent
+    cache.get(("c",), lambda: build("c"))       # evicts b
+    cache.get(("b",), lambda: build("b2"))
+    assert built == ["a", "b", "c", "b2"]
+
+
+def test_check_buffer_messages():
+    from hoccl_runtime.executor import check_buffer
+
+    plan = compile_plan(make_topology("h200x2", nodes=1), CollectiveSpec(kind="allgather", size_bytes=2 * 64))
+    check_buffer(0, "input", DeviceBuffer(0x1000, 64, 0), 64, plan, device=0)
+    check_buffer(0, "input", None, 0, plan)
+    with pytest.raises(BufferError, match="needs a 64-byte input"):
+        check_buffer(0, "input", None, 64, plan)
+    with pytest.raises(BufferError, match="has 32 bytes but plan .* needs 64"):
+        check_buffer(0, "input", DeviceBuffer(0x1000, 32, 0), 64, plan)
+    with pytest.raises(BufferError, match="on GPU 1, but this communicator drives GPU 0"):
+        check_buffer(0, "output", DeviceBuffer(0x1000, 64, 1), 64, plan, device=0)

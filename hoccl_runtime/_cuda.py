@@ -96,18 +96,16 @@ def host_mapped_alloc(nbytes: int) -> int:
     Returns the pointer, which under unified addressing is also the device address."""
     cu = driver()
     flags = cu.CU_MEMHOSTALLOC_PORTABLE | cu.CU_MEMHOSTALLOC_DEVICEMAP
-    _ensure_context(0)
-    ptr = check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, flags))
+    rt = cupy_runtime()
+    caller_device = rt.getDevice()
+    try:
+        rt.free(0)  # the classic idiom: makes the current device's primary context current
+        ptr = check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, flags))
+    finally:
+        rt.setDevice(caller_device)
     return int(ptr)
 
 
 def host_free(ptr: int) -> None:
     cu = driver()
     check("cuMemFreeHost", cu.cuMemFreeHost(ptr))
-
-
-def _ensure_context(device: int) -> None:
-    """Make the device's primary context current (CuPy/torch use the primary context too)."""
-    rt = cupy_runtime()
-    rt.setDevice(device)
-    rt.free(0)  # the classic idiom: initialises the primary context

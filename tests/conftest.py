@@ -24,10 +24,10 @@ def _cuda_device_count() -> int:
 
 def _rdma_available() -> bool:
     try:
-        from pyverbs.device import get_device_list  # type: ignore[import-not-found]
+        from hoccl_runtime.transport.verbs import rdma_devices
 
-        return bool(get_device_list())
-    except Exception:  # noqa: BLE001 - not installed or no kernel support
+        return bool(rdma_devices())
+    except Exception:  # noqa: BLE001 - pyverbs not installed, or no kernel support
         return False
 
 

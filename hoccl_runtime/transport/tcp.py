@@ -70,6 +70,7 @@ class TcpConnection(Connection):
         self._send_queues: list[queue.Queue] = [queue.Queue() for _ in sockets]
         self._sent_parts: dict[int, int] = {}
         self._recv_parts: dict[int, int] = {}
+        self._ended = 0
         self._threads = []
         for lane, sock in enumerate(sockets):
             for target, name in ((self._send_loop, "send"), (self._recv_loop, "recv")):
@@ -179,7 +180,14 @@ class TcpConnection(Connection):
         while True:
             try:
                 if not _recv_exact(sock, view):
-                    self._fail(lane, "the peer closed the connection (process gone?)")
+                    # A clean end between frames: fail once every lane has ended, so that the writes
+                    # that completed on other lanes are reported first (a peer that finished and
+                    # closed is not an error until something more is expected of it).
+                    with self._lock:
+                        self._ended += 1
+                        all_ended = self._ended == len(self.lanes)
+                    if all_ended:
+                        self._fail(lane, "the peer closed the connection (process gone?)")
                     return
             except TransportError as exc:
                 self._fail(lane, str(exc))

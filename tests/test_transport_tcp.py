@@ -207,3 +207,21 @@ def test_bad_writes_and_poll_timeout():
     finally:
         tx.close()
         rx.close()
+
+
+def test_completions_before_a_failure_are_delivered_first():
+    c_tx, c_rx, tx, rx = pair(lanes=2)
+    try:
+        data = np.arange(64, dtype=np.uint8)
+        local, remote = tx.register(data), rx.register(np.zeros(64, dtype=np.uint8))
+        c_tx.write(local, 0, 64, remote.id, 0, imm=9)
+        drain(c_tx, "sent", 1)
+        time.sleep(0.2)
+        tx.close()  # the sender finished and left
+        time.sleep(0.2)
+        first = c_rx.poll(timeout_s=5)
+        assert [(c.kind, c.imm) for c in first] == [("received", 9)]
+        with pytest.raises(TransportError, match="peer closed"):
+            c_rx.poll(timeout_s=5)
+    finally:
+        rx.close()

@@ -117,6 +117,8 @@ class TcpConnection(Connection):
             return out
         while True:
             if isinstance(item, TransportError):
+                if out:
+                    return out  # deliver what completed first; the next poll raises (self._error is set)
                 raise item
             out.append(item)
             if len(out) >= max_items:

@@ -107,6 +107,8 @@ class TcpConnection(Connection):
 
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:
         out: list[Completion] = []
+        if self._error is not None and self._completions.empty():
+            raise self._error
         try:
             item = self._completions.get(timeout=timeout_s) if timeout_s > 0 else self._completions.get_nowait()
         except queue.Empty:

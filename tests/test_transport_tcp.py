@@ -130,7 +130,7 @@ def test_corrupt_frame_is_detected():
     t.start()
     host, port = address.split(":")
     raw = socket.create_connection((host, int(port)), timeout=10)
-    raw.sendall(HELLO.pack(MAGIC, VERSION, 0, 1, b"12345678", b"s".ljust(32, b"\0")))
+    raw.sendall(HELLO.pack(MAGIC, VERSION, 0, 1, b"12345678", b"s".ljust(32, b"\0"), b"raw".ljust(16, b"\0")))
     assert raw.recv(1) == b"\1"
     t.join(10)
     head = HEADER.pack(MAGIC, VERSION, 0, 0, 0, 0, 1, 0, 0, 4, 0, 0, 4)

@@ -15,8 +15,9 @@ caller's ``poll`` waits on a queue. A peer that dies shows up as EOF or a reset,
 ``poll`` as :class:`TransportError` naming the peer.
 
 Connection setup: the connecting side opens every lane and sends a hello with a random connection
-id, its lane index and the session id (e.g. the plan id); the acceptor groups lanes by connection id
-and answers each hello with OK or a refusal (session mismatch), so both sides fail clearly.
+id, its lane index, the session id (e.g. the plan id) and its name (``peer_name`` on the other
+side); the acceptor groups lanes by connection id and answers each hello with OK or a refusal
+(session mismatch), so both sides fail clearly.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ __all__ = ["TcpTransport", "TcpConnection", "HEADER"]
 MAGIC = b"HOCL"
 VERSION = 1
 HEADER = struct.Struct("<4sHHQQHHIQQIQQ")        # + crc32 appended as "<I"
-HELLO = struct.Struct("<4sHHH8s32s")              # magic, version, lane, lanes, connection id, session
+HELLO = struct.Struct("<4sHHH8s32s16s")           # magic, version, lane, lanes, connection id, session, name
 MIN_PART = 1 << 20                                # do not split writes into parts smaller than this
 
 
@@ -58,9 +59,10 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
 
 
 class TcpConnection(Connection):
-    def __init__(self, transport: TcpTransport, sockets: list[socket.socket], peer: str):
+    def __init__(self, transport: TcpTransport, sockets: list[socket.socket], peer: str, peer_name: str = ""):
         self.transport = transport
         self.peer = peer
+        self.peer_name = peer_name  # what the connecting side called itself (TcpTransport(name=...))
         self.lanes = sockets
         self._completions: queue.Queue = queue.Queue()
         self._error: TransportError | None = None
@@ -238,11 +240,13 @@ class TcpTransport(Transport):
 
     name = "tcp"
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = ""):
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = "",
+                 name: str = ""):
         if lanes < 1 or lanes > 64:
             raise TransportError(f"lanes={lanes}: use 1..64 connections per peer")
         self.host, self.port, self.lanes = host, port, lanes
         self.session = session.encode()[:32].ljust(32, b"\0")
+        self.name = name.encode()[:16].ljust(16, b"\0")  # sent in the hello: the acceptor's peer_name
         self._regions: dict[int, Region] = {}
         self._listener: socket.socket | None = None
         self._pending: dict[bytes, dict[int, socket.socket]] = {}
@@ -293,7 +297,7 @@ class TcpTransport(Transport):
                                          "listening there?)") from None
                 sockets.append(sock)
                 _tune(sock)
-                sock.sendall(HELLO.pack(MAGIC, VERSION, lane, self.lanes, conn_id, self.session))
+                sock.sendall(HELLO.pack(MAGIC, VERSION, lane, self.lanes, conn_id, self.session, self.name))
                 reply = bytearray(1)
                 sock.settimeout(max(0.01, deadline - time.monotonic()))
                 try:
@@ -336,7 +340,7 @@ class TcpTransport(Transport):
             except (OSError, TransportError):
                 sock.close()
                 continue
-            magic, version, lane, lanes, conn_id, session = HELLO.unpack(hello)
+            magic, version, lane, lanes, conn_id, session, name = HELLO.unpack(hello)
             if magic != MAGIC or version != VERSION or lanes != self.lanes or session != self.session:
                 sock.sendall(b"\0")
                 sock.close()
@@ -350,7 +354,8 @@ class TcpTransport(Transport):
             group[lane] = sock
             if len(group) == lanes:
                 del self._pending[conn_id]
-                conn = TcpConnection(self, [group[i] for i in range(lanes)], f"{addr[0]}:{addr[1]}")
+                conn = TcpConnection(self, [group[i] for i in range(lanes)], f"{addr[0]}:{addr[1]}",
+                                     name.rstrip(b"\0").decode(errors="replace"))
                 self._connections.append(conn)
                 return conn
 

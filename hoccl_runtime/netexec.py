@@ -1,0 +1,227 @@
+"""The inter-node path on host memory: one process per node replays a plan over a transport.
+
+This is the reference for the GPU path of the network issue, runnable anywhere: the node's ranks
+are NumPy buffers, the copies that a GPU does with its copy engines (local, native, forwarding and the
+staging copies) are NumPy copies, and the network pieces go through a :class:`Transport` (TCP here).
+What it pins down, before GPUs are involved:
+
+* Staging: each GPU has a ring of ``slots`` chunk slots for the network data it receives (when the
+  data must be forwarded on, ``v̄ != v``) and one for what it sends. Chunk ``k`` uses slot
+  ``k % slots``; the receiver hands a slot back with a credit (a zero-byte write) once its forward
+  copy has taken the chunk, and the sender reuses a send slot once its write left. In the chunk state
+  machine's words: IDLE -> DMA_COPYING (staging copy) -> NETWORK (write posted) -> IDLE (sent /
+  credited). With a GPU these copies overlap with the network; here they are synchronous.
+* Stage order: a node finishes stage ``s`` (its sends left and were credited, its receives were
+  forwarded) and tells every other node before any node starts ``s + 1``, so every GPU has at most
+  one incoming and one outgoing network flow at a time, as the plan's stages promise.
+* Immediates: data ``(target GPU's local index << 24) | chunk``; credits add bit 31; stage-done
+  notices are ``0x7f000000 | stage``. The accepting node knows who connected from the transport's
+  hello (the connecting transport's name), before any data can arrive.
+
+Nodes connect to every other node (lower index accepts) and share nothing but the plan, whose id is
+the transport session: a node with a different plan is refused at the first exchange.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from hoccl_compiler.schema import Plan
+
+from .errors import HocclTimeoutError, TransportError
+from .transport.base import Connection, Transport
+
+__all__ = ["HostNodeExecutor"]
+
+CREDIT = 1 << 31
+STAGE_DONE = 0x7F000000
+LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = range(5)
+
+
+class HostNodeExecutor:
+    """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
+
+    def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
+                 transport: Transport, *, slots: int = 4, timeout_s: float = 30.0):
+        topo = plan.topology
+        self.plan, self.node, self.transport, self.timeout_s = plan, node, transport, timeout_s
+        self.L = topo.gpus_per_node
+        self.ranks = list(range(node * self.L, (node + 1) * self.L))
+        self.chunk = plan.options.chunk_bytes
+        self.slots = slots
+        for r in self.ranks:
+            inp, out = buffers[r]
+            if inp.nbytes != plan.ranks.input_bytes[r] or out.nbytes != plan.ranks.output_bytes[r]:
+                raise TransportError(f"rank {r}: buffers of {inp.nbytes}/{out.nbytes} bytes, the plan needs "
+                                     f"{plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+        self.inputs = {r: buffers[r][0] for r in self.ranks}
+        self.outputs = {r: buffers[r][1] for r in self.ranks}
+        # regions, in the same order on every node: per local GPU its output (2i) and receive ring (2i + 1)
+        self.recv_ring, self.send_ring = {}, {}
+        for r in self.ranks:
+            out = self.outputs[r]
+            transport.register(out if out.nbytes else np.zeros(1, np.uint8))
+            self.recv_ring[r] = np.zeros(slots * self.chunk, np.uint8)
+            transport.register(self.recv_ring[r])
+        self.send_region = {}
+        for r in self.ranks:
+            self.send_ring[r] = np.zeros(slots * self.chunk, np.uint8)
+            self.send_region[r] = transport.register(self.send_ring[r])
+        self.conns: dict[int, Connection] = {}
+        self._backlog: dict[int, list] = {}        # completions read during a barrier, for the next stage
+        self._early_done: set[tuple[int, int]] = set()
+
+    # --- setup -------------------------------------------------------------------------------------
+    def connect(self, addresses: Mapping[int, str]) -> None:
+        """Connect to every other node (``addresses[n]`` is node n's listening address)."""
+        nodes = self.plan.topology.nodes
+        for other in range(self.node + 1, nodes):
+            self.conns[other] = self.transport.connect(addresses[other], timeout_s=self.timeout_s)
+        for _ in range(self.node):
+            conn = self.transport.accept(timeout_s=self.timeout_s)
+            try:  # the connecting node's transport was named "node<i>" (see make_transport)
+                other = int(conn.peer_name.removeprefix("node"))
+            except ValueError:
+                raise TransportError(f"node {self.node}: a peer named {conn.peer_name!r} connected; expected "
+                                     "node<index> (create transports with HostNodeExecutor.make_transport)") from None
+            self.conns[other] = conn
+
+    @staticmethod
+    def make_transport(plan: Plan, node: int, **kwargs) -> Transport:
+        """A TCP transport for ``node``: the plan id as session (a node with another plan is refused at
+        the first exchange) and the node's name, by which the accepting node knows who connected."""
+        from .transport.tcp import TcpTransport
+
+        return TcpTransport(session=plan.plan_id, name=f"node{node}", **kwargs)
+
+    # --- the plan ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        for stage in self.plan.stages:
+            self._stage(stage)
+            self._barrier(stage.index)
+
+    def _node_of(self, gpu: int) -> int:
+        return gpu // self.L
+
+    def _stage(self, stage) -> None:
+        fl, tr, chunk, S = self.plan.flows, stage.transfers, self.chunk, self.slots
+        mine = set(self.ranks)
+        role, src, dst = tr.role, tr.src, tr.dst
+        # copies that stay in the node: local and native (both ends here)
+        for t in range(len(tr.flow)):
+            if role[t] in (LOCAL, NATIVE) and src[t] in mine:
+                f = tr.flow[t]
+                a, b = fl.src_offset[f] + tr.offset[t], fl.dst_offset[f] + tr.offset[t]
+                self.outputs[fl.dst[f]][b:b + tr.bytes[t]] = self.inputs[fl.src[f]][a:a + tr.bytes[t]]
+        sends = [t for t in range(len(tr.flow)) if role[t] == RDMA and src[t] in mine]
+        recvs = {dst[t]: t for t in range(len(tr.flow)) if role[t] == RDMA and dst[t] in mine}
+        # per outgoing transfer: next chunk to stage, and which chunks left / were credited (lanes and
+        # forwarders finish out of order, so slot k % S is free only once chunk k - S itself is done)
+        state = {t: {"next": 0, "sent": set(), "credited": set(), "n": max(1, -(-tr.bytes[t] // chunk))}
+                 for t in sends}
+        pending = {t: max(1, -(-tr.bytes[t] // chunk)) for t in recvs.values()}
+        deadline = time.monotonic() + self.timeout_s
+        while any(len(s["credited"]) < s["n"] for s in state.values()) or any(pending.values()):
+            progressed = False
+            for t in sends:
+                s = state[t]
+                k = s["next"]
+                # a send slot is free once write k - S left; a receive slot once chunk k - S was credited
+                while k < s["n"] and (k < S or (k - S in s["sent"] and k - S in s["credited"])):
+                    self._send_chunk(stage, t, k)
+                    k = s["next"] = k + 1
+                    progressed = True
+            for node in self.conns:
+                for c in self._poll(node):
+                    progressed = True
+                    self._on_completion(stage, node, c, state, recvs, pending, sends)
+            if not progressed:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"node {self.node}: stage {stage.index} made no progress for "
+                                            f"{self.timeout_s:g} s (a peer node stalled or died?)")
+                time.sleep(50e-6)
+            else:
+                deadline = time.monotonic() + self.timeout_s
+
+    def _chunk_range(self, tr, t: int, k: int) -> tuple[int, int]:
+        start = tr.offset[t] + k * self.chunk
+        return start, min(self.chunk, tr.offset[t] + tr.bytes[t] - start)
+
+    def _send_chunk(self, stage, t: int, k: int) -> None:
+        fl, tr = self.plan.flows, stage.transfers
+        f, ubar, vbar = tr.flow[t], tr.src[t], tr.dst[t]
+        start, n = self._chunk_range(tr, t, k)
+        slot = (k % self.slots) * self.chunk
+        # send_forward (u -> ū) or the staging copy of ū's own data: into ū's send ring
+        a = fl.src_offset[f] + start
+        self.send_ring[ubar][slot:slot + n] = self.inputs[fl.src[f]][a:a + n]
+        v = fl.dst[f]
+        local_index = vbar % self.L
+        if vbar == v:  # straight into the destination's output
+            region, offset = 2 * local_index, fl.dst_offset[f] + start
+        else:          # into v̄'s receive ring, forwarded on by v̄
+            region, offset = 2 * local_index + 1, slot
+        self.conns[self._node_of(vbar)].write(self.send_region[ubar], slot, n, region, offset,
+                                               imm=(local_index << 24) | k)
+
+    def _on_completion(self, stage, node, c, state, recvs, pending, sends) -> None:
+        tr, fl = stage.transfers, self.plan.flows
+        if c.kind == "sent":
+            if c.nbytes:  # data writes; credits and notices carry no bytes
+                t = next(t for t in sends if self._node_of(tr.dst[t]) == node and
+                         tr.dst[t] % self.L == (c.imm >> 24) & 0x7F)
+                k = c.imm & 0xFFFFFF
+                state[t]["sent"].add(k)
+                if tr.dst[t] == fl.dst[tr.flow[t]]:  # no forward on the far side: no credit will come
+                    state[t]["credited"].add(k)
+            return
+        imm = c.imm
+        if imm & CREDIT:
+            t = next(t for t in sends if tr.src[t] % self.L == (imm >> 24) & 0x7F and
+                     self._node_of(tr.dst[t]) == node)
+            state[t]["credited"].add(imm & 0xFFFFFF)
+            return
+        if (imm & 0x7F000000) == STAGE_DONE:
+            self._early_done.add((node, imm & 0xFFFFFF))
+            return
+        vbar = self.node * self.L + ((imm >> 24) & 0x7F)
+        k = imm & 0xFFFFFF
+        t = recvs[vbar]
+        f = tr.flow[t]
+        v = fl.dst[f]
+        if vbar != v:  # recv_forward (v̄ -> v) out of the ring, then hand the slot back
+            start, n = self._chunk_range(tr, t, k)
+            slot = (k % self.slots) * self.chunk
+            b = fl.dst_offset[f] + start
+            self.outputs[v][b:b + n] = self.recv_ring[vbar][slot:slot + n]
+            self.conns[node].write(self.send_region[vbar], 0, 0, 0, 0,
+                                   imm=CREDIT | ((tr.src[t] % self.L) << 24) | k)
+        pending[t] -= 1
+
+    def _poll(self, node: int) -> list:
+        items = self._backlog.pop(node, [])
+        return items + self.conns[node].poll(timeout_s=0)
+
+    def _barrier(self, stage: int) -> None:
+        for conn in self.conns.values():
+            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=STAGE_DONE | stage)
+        waiting = {n for n in self.conns if (n, stage) not in self._early_done}
+        deadline = time.monotonic() + self.timeout_s
+        while waiting:
+            for n in list(waiting):
+                for c in self.conns[n].poll(timeout_s=0):
+                    if c.kind == "received" and (c.imm & 0x7F000000) == STAGE_DONE and not c.imm & CREDIT:
+                        self._early_done.add((n, c.imm & 0xFFFFFF))
+                    elif c.kind == "received" or c.nbytes:
+                        # a node that already left this barrier may be sending the next stage: keep it
+                        self._backlog.setdefault(n, []).append(c)
+                if (n, stage) in self._early_done:
+                    waiting.discard(n)
+            if waiting:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"node {self.node}: nodes {sorted(waiting)} did not finish stage {stage} "
+                                            f"within {self.timeout_s:g} s")
+                time.sleep(50e-6)

@@ -13,6 +13,15 @@ from hoccl_compiler.ir import CompileOptions
 
 
 def _node(plan_json, node, slots, addr_q, addrs_box, result_q):
+    import traceback
+
+    try:
+        _node_body(plan_json, node, slots, addr_q, addrs_box, result_q)
+    except BaseException:  # reported to the parent, which fails the test with it
+        result_q.put((node, traceback.format_exc()))
+
+
+def _node_body(plan_json, node, slots, addr_q, addrs_box, result_q):
     from hoccl_compiler.schema import plan_from_json
     from hoccl_runtime.netexec import HostNodeExecutor
 
@@ -47,7 +56,8 @@ def run_nodes(plan, slots=2):
             box.put(addresses)
         outputs = {}
         for _ in range(nodes):
-            _, outs = result_q.get(timeout=120)
+            node, outs = result_q.get(timeout=120)
+            assert not isinstance(outs, str), f"node {node} failed:\n{outs}"
             outputs.update({r: np.frombuffer(b, dtype=np.uint8) for r, b in outs.items()})
     finally:
         for p in procs:

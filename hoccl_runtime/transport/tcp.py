@@ -132,17 +132,21 @@ class TcpConnection(Connection):
             except queue.Empty:
                 return out
 
-    def close(self) -> None:
+    def close(self, drain_timeout_s: float = 5.0) -> None:
+        """Flush the writes already queued (up to ``drain_timeout_s``), then close every lane."""
         if self._closing:
             return
         self._closing = True
         for q in self._send_queues:
-            q.put(None)
+            q.put(None)  # after the queued writes: each sender thread finishes those first
+        deadline = time.monotonic() + drain_timeout_s
+        for t in self._threads[0::2]:  # the sender threads
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         for sock in self.lanes:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
-        for t in self._threads:
+        for t in self._threads[1::2]:
             t.join(timeout=5)
 
     # --- lane threads -------------------------------------------------------------------------------

@@ -137,6 +137,7 @@ class Executor:
         self._events: dict[tuple[str, int, int], int] = {}
         self._flag_capacity = flag_capacity
         self._flags: FlagPool | None = None
+        self._pair_flags: dict[tuple, Any] = {}
         self._plans: dict[str, _PlanInfo] = {}
         self._launches = LaunchCache()
         self._peer_ok: set[tuple[int, int]] = set()
@@ -273,7 +274,14 @@ class Executor:
         produce: dict[tuple[int, int], MemOps] = {}
         consume: dict[tuple[int, int], MemOps] = {}
         for edge in edges:
-            p_ops, c_ops = handshake(self._flags.allocate())
+            # One flag per (producer stream, consumer stream), shared by every plan and call: both
+            # streams see the signals in the same (call) order, and the handshake resets the flag, so
+            # reuse is safe and the pool never runs out however many buffers and plans go through.
+            pair = (producer_of(edge), consumer_of(edge))
+            flag = self._pair_flags.get(pair)
+            if flag is None:
+                flag = self._pair_flags[pair] = self._flags.allocate()
+            p_ops, c_ops = handshake(flag)
             produce.setdefault(producer_of(edge), MemOps()).extend(p_ops)
             consume.setdefault(consumer_of(edge), MemOps()).extend(c_ops)
         for side in (produce, consume):
@@ -306,6 +314,7 @@ class Executor:
             if self._flags is not None:
                 self._flags.close()
                 self._flags = None
+            self._pair_flags.clear()
 
     def __enter__(self) -> Executor:
         return self

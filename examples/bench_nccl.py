@@ -27,6 +27,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="2MiB:1GiB")
     p.add_argument("--step", type=int, default=4)
+    p.add_argument("--out", default=os.environ.get("OUT"), help="folder for nccl.json (default $OUT)")
     args = p.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)
@@ -70,6 +71,15 @@ def main() -> int:
         print(f"NCCL {torch.cuda.nccl.version()} torch {torch.__version__}")
         for name, size, gbps, host in rows:
             print(f"{name:10} {'nccl-default':22} {size >> 20:>6} MiB {gbps:8.1f} {host:8.1f}")
+        if args.out:
+            import json
+
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "nccl.json").write_text(json.dumps(dict(
+                date=time.strftime("%Y-%m-%d %H:%M"), gpu=torch.cuda.get_device_name(0),
+                driver=".".join(map(str, torch.cuda.nccl.version())), env={},
+                rows=[dict(op=n, impl="nccl-default", size=s, gbps=g, host_us=h) for n, s, g, h in rows]), indent=1))
     dist.destroy_process_group()
     return 0
 

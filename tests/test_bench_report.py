@@ -1,0 +1,49 @@
+"""hoccl-bench-report on result files (a real run's rows and bad inputs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hoccl_runtime.bench_report import main
+
+RUN = {"date": "2026-11-30 03:44", "gpu": "NVIDIA H200", "driver": 13000, "env": {"X": None},
+       "rows": [
+           {"op": "allgather", "impl": "hoccl-events", "size": 2 << 20, "gbps": 50.9, "host_us": 40.9},
+           {"op": "allgather", "impl": "hoccl-events", "size": 1 << 30, "gbps": 760.5, "host_us": 50.4},
+           {"op": "allgather", "impl": "raw-bidir-memcpyPeer", "size": 1 << 30, "gbps": 779.4, "host_us": 6.6},
+           {"op": "sendrecv", "impl": "hoccl-events", "size": 1 << 30, "gbps": 393.5, "host_us": 31.5},
+       ]}
+
+
+def test_report_tables(tmp_path, capsys):
+    (tmp_path / "run.json").write_text(json.dumps(RUN))
+    (tmp_path / "nccl.json").write_text(json.dumps({"date": "d", "gpu": "g", "driver": "2.28.9", "rows": [
+        {"op": "allgather", "impl": "nccl-default", "size": 1 << 30, "gbps": 524.9, "host_us": 47.8}]}))
+    (tmp_path / "other.json").write_text(json.dumps({"not": "a result"}))
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert "| size | hoccl-events | nccl-default | raw-bidir-memcpyPeer |" in text
+    assert "| 1 GiB | 760.5 (50) | 524.9 (48) | 779.4 (7) |" in text
+    assert "| 2 MiB | 50.9 (41) |  |  |" in text
+    assert "## sendrecv" in text and "NVIDIA H200, driver 13000, 2026-11-30 03:44" in text
+
+
+def test_report_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "run.json").write_text(json.dumps(RUN))
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md"), "--plots", str(tmp_path / "png")]) == 0
+    assert (tmp_path / "png" / "allgather.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("setup,needle", [
+    (lambda d: None, "no benchmark rows"),
+    (lambda d: (d / "x.json").write_text("{bad"), "not valid JSON"),
+    (lambda d: (d / "x.json").write_text(json.dumps({"rows": [{"op": "a"}]})), "lacks"),
+])
+def test_report_errors(tmp_path, capsys, setup, needle):
+    setup(tmp_path)
+    assert main([str(tmp_path)]) == 2
+    assert needle in capsys.readouterr().err
+    assert main([str(tmp_path / "missing")]) == 2

@@ -55,21 +55,40 @@ def _raw_receiver(q, lanes, size, rounds):
         s.close()
 
 
-def raw(lanes: int, size: int) -> float:
+def _timed(receiver, lanes: int, size: int, setup, one_round) -> float:
+    """Start ``receiver`` in another process, ``setup(address)`` the sender, then time REPEATS rounds
+    of ``one_round(state, r)`` (after one warm-up round); returns the median seconds."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    child = ctx.Process(target=_raw_receiver, args=(q, lanes, size, REPEATS + 1))
+    child = ctx.Process(target=receiver, args=(q, lanes, size, REPEATS + 1))
     child.start()
-    port = q.get(timeout=30)
-    ctrl = socket.create_connection(("127.0.0.1", port))
-    data = [socket.create_connection(("127.0.0.1", port)) for _ in range(lanes)]
-    for s in data:
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    state, close = setup(q.get(timeout=30))
+    times = []
+    try:
+        for r in range(REPEATS + 1):
+            t0 = time.perf_counter()
+            one_round(state, r)
+            if r:
+                times.append(time.perf_counter() - t0)
+    finally:
+        close()
+        child.join(30)
+    return statistics.median(times)
+
+
+def raw(lanes: int, size: int) -> float:
     payload = memoryview(np.ones(size, dtype=np.uint8))
     part = -(-size // lanes)
-    times = []
-    for r in range(REPEATS + 1):
-        t0 = time.perf_counter()
+
+    def setup(port):
+        ctrl = socket.create_connection(("127.0.0.1", port))
+        data = [socket.create_connection(("127.0.0.1", port)) for _ in range(lanes)]
+        for s in data:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return (ctrl, data), lambda: [s.close() for s in (ctrl, *data)]
+
+    def one_round(state, r):
+        ctrl, data = state
         threads = [threading.Thread(target=data[i].sendall,
                                     args=(payload[min(i * part, size):min((i + 1) * part, size)],))
                    for i in range(lanes)]
@@ -78,12 +97,8 @@ def raw(lanes: int, size: int) -> float:
         for t in threads:
             t.join()
         assert ctrl.recv(1) == b"k"
-        if r:
-            times.append(time.perf_counter() - t0)
-    for s in (ctrl, *data):
-        s.close()
-    child.join(30)
-    return statistics.median(times)
+
+    return _timed(_raw_receiver, lanes, size, setup, one_round)
 
 
 def _hoccl_receiver(q, lanes, size, rounds):
@@ -101,25 +116,20 @@ def _hoccl_receiver(q, lanes, size, rounds):
 
 
 def hoccl(lanes: int, size: int) -> float:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    child = ctx.Process(target=_hoccl_receiver, args=(q, lanes, size, REPEATS + 1))
-    child.start()
-    tx = TcpTransport(lanes=lanes, session="bench")
-    conn = tx.connect(q.get(timeout=30), timeout_s=30)
-    region = tx.register(np.ones(size, dtype=np.uint8))
-    tx.register(np.zeros(1, dtype=np.uint8))
-    times = []
-    for r in range(REPEATS + 1):
-        t0 = time.perf_counter()
+    def setup(address):
+        tx = TcpTransport(lanes=lanes, session="bench")
+        conn = tx.connect(address, timeout_s=30)
+        region = tx.register(np.ones(size, dtype=np.uint8))
+        tx.register(np.zeros(1, dtype=np.uint8))
+        return (conn, region), tx.close
+
+    def one_round(state, r):
+        conn, region = state
         conn.write(region, 0, size, 0, 0, imm=r)
         while not [c for c in conn.poll(timeout_s=60) if c.kind == "received"]:
             pass
-        if r:
-            times.append(time.perf_counter() - t0)
-    tx.close()
-    child.join(30)
-    return statistics.median(times)
+
+    return _timed(_hoccl_receiver, lanes, size, setup, one_round)
 
 
 def main(argv=None) -> int:

@@ -133,3 +133,26 @@ def test_internal_errors_exit_1_without_traceback(tmp_cwd, capsys, monkeypatch):
     monkeypatch.setattr(pipeline, "compile_state", boom)
     code, _, err = run(compile_main, ["alltoall"], capsys)
     assert code == 1 and "internal error" in err and "kaboom" in err
+
+
+def test_compile_bad_topology_file_exits_2(tmp_cwd, capsys):
+    (tmp_cwd / "bad.json").write_text(json.dumps(dict(nodes=2, gpus_per_node=4, nvlink_gbps=400, nic_gbps=50,
+                                                      peers=[1, 2, 3, 0])))
+    code, _, err = run(compile_main, ["alltoall", "--topology", "bad.json", "-o", "x.json"], capsys)
+    assert code == 2 and "not an involution" in err and "bad.json" in err
+    (tmp_cwd / "neg.json").write_text(json.dumps(dict(nodes=2, gpus_per_node=2, nvlink_gbps=-1, nic_gbps=50)))
+    code, _, err = run(compile_main, ["alltoall", "--topology", "neg.json", "-o", "x.json"], capsys)
+    assert code == 2 and "nvlink_gbps" in err
+    (tmp_cwd / "list.json").write_text("[1, 2]")
+    code, _, err = run(compile_main, ["alltoall", "--topology", "list.json", "-o", "x.json"], capsys)
+    assert code == 2 and "must hold an object" in err
+    assert not (tmp_cwd / "x.json").exists()
+
+
+def test_inspect_wrong_schema_version_exits_2(tmp_cwd, capsys):
+    assert run(compile_main, ["allgather", "--size", "64KiB", "-o", "ag.json", "-q"], capsys)[0] == 0
+    data = json.loads((tmp_cwd / "ag.json").read_text())
+    data["schema_version"] = 2
+    (tmp_cwd / "v2.json").write_text(json.dumps(data))
+    code, _, err = run(inspect_main, ["v2.json"], capsys)
+    assert code == 2 and "schema_version 2" in err and "recompile" in err

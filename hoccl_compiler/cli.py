@@ -109,6 +109,9 @@ def _compile_parser() -> argparse.ArgumentParser:
     o.add_argument("--dump-after", choices=PASS_NAMES, default=None, metavar="PASS",
                    help=f"also write the intermediate after PASS ({', '.join(PASS_NAMES)}) as JSON to "
                         "<output>.<PASS>.json")
+    o.add_argument("--max-extra-time", type=float, default=0.0, metavar="FRACTION",
+                   help="allow this fraction more predicted time to cut the number of stages (e.g. 0.01); "
+                        "skewed traffic otherwise peels into many tiny stages (default 0: time-optimal)")
     o.add_argument("--no-baselines", action="store_true", help="skip the two simpler schedules in the report")
     o.add_argument("-q", "--quiet", action="store_true", help="print only the output path")
     o.add_argument("-v", "--verbose", action="store_true", help="progress of each pass on stderr")
@@ -156,7 +159,9 @@ def _compile(argv: Sequence[str] | None) -> int:
     chunk = parse_size(args.chunk) if args.chunk is not None else DEFAULT_CHUNK_BYTES
     if chunk <= 0:
         raise _UsageError(f"--chunk {args.chunk} must be a positive size, e.g. 4MiB")
-    options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines)
+    if not 0 <= args.max_extra_time <= 1:
+        raise _UsageError(f"--max-extra-time {args.max_extra_time} must be a fraction in 0..1, e.g. 0.01")
+    options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines, max_extra_time=args.max_extra_time)
 
     verbose = args.verbose or (not args.quiet and topo.num_gpus >= 256)
     started = time.perf_counter()

@@ -36,9 +36,12 @@ class CompileOptions:
 
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     baselines: bool = True  # compute the two simpler schedules for the report
+    # Fraction of predicted time the scheduler may add to cut the number of stages (0: time-optimal
+    # peeling only). Skewed traffic peels into many tiny stages; each costs the runtime a barrier.
+    max_extra_time: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"chunk_bytes": self.chunk_bytes}
+        return {"chunk_bytes": self.chunk_bytes, "max_extra_time": self.max_extra_time}
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ class Stage(_Model):
 
 class PlanOptions(_Model):
     chunk_bytes: int = Field(gt=0)
+    max_extra_time: float = Field(default=0.0, ge=0, le=1,
+                                  description="predicted-time fraction the scheduler could spend to cut stages")
 
 
 class Baselines(_Model):

@@ -23,6 +23,7 @@ def test_golden_plan_is_reproduced(path, tmp_path):
     verify_plan(golden)
     again = compile_plan(golden.topology, golden.collective,
                          CompileOptions(chunk_bytes=golden.options.chunk_bytes,
+                                        max_extra_time=golden.options.max_extra_time,
                                         baselines=golden.report.baselines is not None))
     fresh = save_plan(again, tmp_path / path.name)
     assert fresh.read_bytes() == path.read_bytes(), \

@@ -186,3 +186,20 @@ def test_traffic_pass_origin_matrix():
     expected[:, 2] = 1000
     assert np.array_equal(state.origin, expected)
     assert state.pieces is None  # later passes did not run
+
+
+def test_max_extra_time_trades_a_little_time_for_far_fewer_stages():
+    from workloads import zipf_matrix
+
+    topo = make_topology("paper-h800", nodes=8)
+    mat = zipf_matrix(64, mean_pair_bytes=1 << 24, seed=64)
+    spec = CollectiveSpec(kind="alltoallv", matrix=tuple(map(tuple, mat.tolist())))
+    exact = compile_state(topo, spec, CompileOptions(baselines=False)).plan
+    cheap = compile_state(topo, spec, CompileOptions(baselines=False, max_extra_time=0.02)).plan
+    assert cheap.report.predicted_time_s <= 1.02 * exact.report.predicted_time_s * (1 + 1e-9)
+    assert len(cheap.stages) < len(exact.stages) / 2
+    for stage in cheap.stages:  # still one RDMA flow per GPU and direction
+        tr = stage.transfers
+        rdma = np.asarray(tr.role) == RDMA
+        for end in (np.asarray(tr.src)[rdma], np.asarray(tr.dst)[rdma]):
+            assert len(set(end.tolist())) == end.size

@@ -26,7 +26,7 @@ from ..schema import (
 def run(state: CompileState, options: CompileOptions) -> CompileState:
     lay, sched, ch = state.layout, state.schedule, state.chunks
     assert lay is not None and sched is not None and ch is not None, "plan runs after chunks"
-    plan_options = PlanOptions(chunk_bytes=options.chunk_bytes)
+    plan_options = PlanOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time)
 
     stage_tr_start = np.searchsorted(ch.tr_stage, np.arange(sched.num_stages + 1))
     stage_ord_start = np.searchsorted(ch.order_stage, np.arange(sched.num_stages + 1))

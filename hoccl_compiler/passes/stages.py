@@ -90,6 +90,54 @@ def peel_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = 
     return out
 
 
+WeightedMatching = tuple[np.ndarray, np.ndarray, np.ndarray]  # (bytes per cell, rows, cols)
+TAILS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005)
+
+
+def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: float) -> list[WeightedMatching]:
+    """Trade at most ``max_extra_time`` (a fraction) of RDMA time for fewer stages.
+
+    The time-optimal peel ends in many stages that move almost nothing: a GPU with d destinations
+    needs at least d stages, and the peel makes several times that. Here the peel is cut where a
+    fraction ``tail`` of the busiest line is left, and the rest is sent whole, cell by cell, in
+    maximum matchings of what remains (each such stage lasts as long as its largest cell). The
+    largest tail whose extra time fits the allowance wins; with ``max_extra_time == 0`` the peel is
+    returned as it is.
+    """
+    full = [(np.full(a.size, w, np.int64), a, b) for w, a, b in peeled]
+    if max_extra_time <= 0 or not peeled:
+        return full
+    top = sum(w for w, _, _ in peeled)
+    best = full
+    for tail in TAILS:
+        residual = matrix.copy()
+        moved, prefix = 0, []
+        for w, a, b in peeled:
+            if moved >= (1 - tail) * top:
+                break
+            residual[a, b] -= w
+            moved += w
+            prefix.append((np.full(a.size, w, np.int64), a, b))
+        rest = _whole_cell_matchings(residual)
+        time = moved + sum(int(w.max()) for w, _, _ in rest)
+        if time <= (1 + max_extra_time) * top and len(prefix) + len(rest) < len(best):
+            best = prefix + rest
+            break  # tails are tried largest first: the first that fits cuts the most
+    return best
+
+
+def _whole_cell_matchings(residual: np.ndarray) -> list[WeightedMatching]:
+    out = []
+    R = residual.copy()
+    while R.any():
+        match = maximum_bipartite_matching(sp.csr_matrix((R > 0).astype(np.int8)), perm_type="column")
+        rows = np.nonzero(match >= 0)[0]
+        cols = match[rows].astype(np.int64)
+        out.append((R[rows, cols].astype(np.int64), rows.astype(np.int64), cols))
+        R[rows, cols] = 0
+    return out
+
+
 def _cell_keys(A: sp.csr_matrix) -> np.ndarray:
     row = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
     return row * A.shape[1] + A.indices
@@ -117,7 +165,7 @@ def run(state: CompileState, options: CompileOptions,
     rdma_matrix[pieces.src[rdma], pieces.dst[rdma]] = pieces.bytes[rdma]
     cell_flow = np.full((G, G), -1, dtype=np.int64)
     cell_flow[pieces.src[rdma], pieces.dst[rdma]] = pieces.flow[rdma]
-    rdma_stages = peel_matchings(rdma_matrix, progress)
+    rdma_stages = fewer_stages(rdma_matrix, peel_matchings(rdma_matrix, progress), options.max_extra_time)
 
     records_stage: list[np.ndarray] = []
     records_flow: list[np.ndarray] = []
@@ -127,9 +175,9 @@ def run(state: CompileState, options: CompileOptions,
         flows = cell_flow[a, b]
         records_stage.append(np.full(flows.size, s, np.int64))
         records_flow.append(flows)
-        records_bytes.append(np.full(flows.size, w, np.int64))
+        records_bytes.append(w)
         u, v = flow_src[flows], flow_dst[flows]
-        ww = np.full(flows.size, float(w))
+        ww = w.astype(np.float64)
         np.add.at(loads[s], 2 * G + a, ww)  # NIC out of ū
         np.add.at(loads[s], 3 * G + b, ww)  # NIC in of v̄
         fwd = u != a

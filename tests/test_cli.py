@@ -94,6 +94,7 @@ def test_forwarding_none_and_topology_file(tmp_cwd, capsys):
     (["sendrecv", "--pairs", "missing.csv"], "cannot read pairs"),
     (["alltoall", "--bogus-flag"], "unrecognized arguments"),
     (["alltoall", "--nodes", "two"], "invalid int value"),
+    (["alltoall", "--max-extra-time", "2"], "must be a fraction in 0..1"),
 ])
 def test_compile_bad_input_exits_2(tmp_cwd, capsys, argv, needle):
     code, out, err = run(compile_main, [*argv, "-o", "x.json"], capsys)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import TopologyError
 
-__all__ = ["Topology", "PRESETS", "preset", "load_topology", "make_topology", "default_peers"]
+__all__ = ["Topology", "PRESETS", "load_topology", "make_topology", "default_peers"]
 
 Forwarding = Literal["symmetric", "none"]
 
@@ -140,10 +140,6 @@ def make_topology(
         if value is not None:
             fields[key] = value
     return _build(fields, f"preset {name!r}")
-
-
-def preset(name: str, nodes: int = 1) -> Topology:
-    return make_topology(name, nodes=nodes)
 
 
 def load_topology(path: str | Path, **overrides: Any) -> Topology:

@@ -35,9 +35,6 @@ class Program:
     queue_gpu: dict[int, int] = field(default_factory=dict)
     touches: dict[int, set[int]] = field(default_factory=dict)
 
-    def num_copies(self) -> int:
-        return sum(len(v) for v in self.copies.values())
-
 
 def lower(plan: Plan) -> Program:
     roles = [r.name for r in plan.roles]

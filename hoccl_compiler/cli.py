@@ -19,8 +19,6 @@ from .errors import HocclError
 
 __all__ = ["compile_main", "inspect_main"]
 
-REDUCTION_CHOICES = ("allreduce", "reducescatter", "reduce_scatter", "reduce")
-COLLECTIVE_CHOICES = ("allgather", "alltoall", "alltoallv", "matrix", "broadcast", "scatter", "gather", "sendrecv")
 
 
 class _UsageError(Exception):
@@ -84,6 +82,7 @@ def _topology_from_args(args: argparse.Namespace):
 # --- hoccl-compile ----------------------------------------------------------------------------------
 
 def _compile_parser() -> argparse.ArgumentParser:
+    from .collective import KINDS
     from .ir import DEFAULT_CHUNK_BYTES
     from .pipeline import PASS_NAMES
 
@@ -91,7 +90,7 @@ def _compile_parser() -> argparse.ArgumentParser:
                 epilog="example: hoccl-compile alltoall --topology paper-h800 --nodes 4 --size 1GiB "
                        "-o schedules/a2a-4x8-1GiB.json")
     p.add_argument("collective", nargs="?", default="alltoall", metavar="COLLECTIVE",
-                   help=f"one of {', '.join(COLLECTIVE_CHOICES)} (default alltoall)")
+                   help=f"one of {', '.join(KINDS)} (default alltoall)")
     _add_topology_args(p, default="paper-h800")
     g = p.add_argument_group("collective")
     g.add_argument("--size", default=None,
@@ -124,7 +123,7 @@ def compile_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _compile(argv: Sequence[str] | None) -> int:
-    from .collective import CollectiveSpec, load_matrix, load_pairs, refuse_reduction
+    from .collective import KINDS, REDUCTIONS, CollectiveSpec, load_matrix, load_pairs, refuse_reduction
     from .ir import DEFAULT_CHUNK_BYTES, CompileOptions
     from .pipeline import compile_state, dump_state
     from .report import format_text
@@ -133,10 +132,10 @@ def _compile(argv: Sequence[str] | None) -> int:
 
     args = _compile_parser().parse_args(argv)
     kind = args.collective.lower().replace("-", "")
-    if kind in {r.replace("_", "") for r in REDUCTION_CHOICES}:
+    if kind in {r.replace("_", "") for r in REDUCTIONS}:
         raise refuse_reduction(kind)
-    if kind not in COLLECTIVE_CHOICES:
-        raise _UsageError(f"unknown collective {args.collective!r}; choose one of {', '.join(COLLECTIVE_CHOICES)}")
+    if kind not in KINDS:
+        raise _UsageError(f"unknown collective {args.collective!r}; choose one of {', '.join(KINDS)}")
     topo = _topology_from_args(args)
     size = parse_size(args.size) if args.size is not None else None
     matrix = pairs = None

@@ -26,9 +26,8 @@ from .ir import LOCAL, RDMA
 from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "naive_rounds_time",
-           "fair_share_time", "PORT_NAMES", "FAIR_SHARE_TOLERANCE"]
+           "fair_share_time", "FAIR_SHARE_TOLERANCE"]
 
-PORT_NAMES = ("nvlink_out", "nvlink_in", "nic_out", "nic_in")
 FAIR_SHARE_TOLERANCE = 1e-2
 
 

@@ -338,8 +338,7 @@ class Communicator:
         inp = as_buffer(input, "input") if input is not None else None
         out = as_buffer(output, "output") if output is not None else None
         if inp is None and state.resident[1] and out is not None:
-            off, n = state.resident
-            inp = DeviceBuffer(out.ptr + off, n, out.device)
+            inp = out.slice(*state.resident)
         if inp is not None and not plan.ranks.input_bytes[me]:
             inp = None  # e.g. scatter's input on a non-root rank: not part of the plan
         if out is not None and not plan.ranks.output_bytes[me]:

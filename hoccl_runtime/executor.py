@@ -112,7 +112,7 @@ def _rank_buffers(plan: Plan, info: _PlanInfo, rank: int, value: Any) -> RankBuf
     out_buf = as_buffer(out, f"rank {rank} output") if out is not None else None
     in_buf = as_buffer(inp, f"rank {rank} input") if inp is not None else None
     if in_buf is None and want_in and info.resident_bytes[rank] and out_buf is not None:  # in place
-        in_buf = DeviceBuffer(out_buf.ptr + info.resident_offset[rank], info.resident_bytes[rank], out_buf.device)
+        in_buf = out_buf.slice(info.resident_offset[rank], info.resident_bytes[rank])
     check_buffer(rank, "input", in_buf, want_in, plan)
     check_buffer(rank, "output", out_buf, want_out, plan)
     if in_buf is not None and out_buf is not None and in_buf.device != out_buf.device:

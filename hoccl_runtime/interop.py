@@ -21,8 +21,9 @@ class DeviceBuffer:
     nbytes: int
     device: int
 
-    def at(self, offset: int) -> int:
-        return self.ptr + offset
+    def slice(self, offset: int, nbytes: int) -> DeviceBuffer:
+        """The ``nbytes`` bytes from ``offset`` on (e.g. an in-place input inside its output)."""
+        return DeviceBuffer(self.ptr + offset, nbytes, self.device)
 
 
 def _torch_buffer(x: Any, what: str) -> DeviceBuffer:

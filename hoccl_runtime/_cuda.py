@@ -1,19 +1,24 @@
 """The only module that touches CUDA. Imported lazily: ``import hoccl_runtime`` needs no GPU.
 
 Every call goes through :func:`check`, which raises :class:`CudaError` naming the call and the error.
-Copies use CuPy's runtime bindings (fast Cython calls); stream memory operations use
-``cuda.bindings.driver`` (CuPy does not expose them).
+Copies use CuPy's runtime bindings (fast Cython calls). Stream memory operations and pointer
+attributes, which CuPy does not expose, are on the hot path of every call: they go to ``libcuda``
+through ctypes with parameter blocks packed once (:class:`FastDriver`; about a microsecond a call,
+several times less than building ``cuda.bindings`` parameter objects), and fall back to
+``cuda.bindings.driver`` where that is not possible.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import struct
 from typing import Any
 
 from .errors import CudaError
 
 __all__ = ["driver", "cupy_runtime", "check", "device_count", "enable_peer_access", "host_mapped_alloc",
-           "host_free", "MEMCPY_DEFAULT"]
+           "host_free", "MEMCPY_DEFAULT", "fast_driver", "FastDriver", "pack_memops", "MEMOP_BYTES"]
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction inferred from unified addresses
 
@@ -109,3 +114,81 @@ def host_mapped_alloc(nbytes: int) -> int:
 def host_free(ptr: int) -> None:
     cu = driver()
     check("cuMemFreeHost", cu.cuMemFreeHost(ptr))
+
+
+# --- stream memory operations and pointer attributes through ctypes -------------------------------------
+# CUstreamBatchMemOpParams (cuda.h, CUDA 12/13): a 48-byte union; the wait and write members share the
+# layout {operation u32, pad, address u64, value u64 (union with value64), flags u32, pad, alias u64}.
+MEMOP_BYTES = 48
+_MEMOP = struct.Struct("<I4xQQI4xQ8x")
+assert _MEMOP.size == MEMOP_BYTES
+WAIT_VALUE_32, WRITE_VALUE_32 = 1, 2          # CUstreamBatchMemOpType
+WAIT_EQ, WRITE_DEFAULT = 1, 0                 # CUstreamWaitValue_flags / CUstreamWriteValue_flags
+
+
+def pack_memops(ops: list[tuple[str, int, int]]) -> bytes:
+    """The parameter block of ``cuStreamBatchMemOp`` for [("wait_eq" | "write", address, value)]."""
+    out = bytearray(MEMOP_BYTES * len(ops))
+    for i, (kind, address, value) in enumerate(ops):
+        if kind == "wait_eq":
+            _MEMOP.pack_into(out, i * MEMOP_BYTES, WAIT_VALUE_32, address, value, WAIT_EQ, 0)
+        elif kind == "write":
+            _MEMOP.pack_into(out, i * MEMOP_BYTES, WRITE_VALUE_32, address, value, WRITE_DEFAULT, 0)
+        else:
+            raise ValueError(f"unknown stream memory operation {kind!r}")
+    return bytes(out)
+
+
+class PointerInfo(ctypes.Structure):
+    """What the communicator needs to share a buffer: its allocation's unique id, start and IPC capability."""
+
+    _fields_ = [("buffer_id", ctypes.c_uint64), ("range_start", ctypes.c_uint64), ("ipc_capable", ctypes.c_uint64),
+                ("device", ctypes.c_int64)]
+
+
+class FastDriver:
+    """``cuStreamBatchMemOp`` and ``cuPointerGetAttributes`` called through ctypes (see the module docstring)."""
+
+    def __init__(self, lib: ctypes.CDLL, cu: Any):
+        self._batch = lib.cuStreamBatchMemOp_v2  # the CUDA 12+ entry point that cuda.h maps the name to
+        self._batch.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_uint]
+        self._batch.restype = ctypes.c_int
+        self._attrs = lib.cuPointerGetAttributes
+        self._attrs.argtypes = [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+        self._attrs.restype = ctypes.c_int
+        a = cu.CUpointer_attribute
+        names = (a.CU_POINTER_ATTRIBUTE_BUFFER_ID, a.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                 a.CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, a.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+        self._attr_ids = (ctypes.c_int * 4)(*(int(n) for n in names))
+        self._cu = cu
+
+    def batch_memop(self, stream: int, count: int, params: Any) -> None:
+        """Enqueue ``count`` packed operations (a ctypes buffer from :func:`pack_memops`) on ``stream``."""
+        err = self._batch(stream, count, params, 0)
+        if err:
+            raise CudaError(f"cuStreamBatchMemOp failed: {_driver_error_text(self._cu, self._cu.CUresult(err))}")
+
+    def pointer_info(self, ptr: int) -> PointerInfo:
+        info = PointerInfo()
+        base = ctypes.addressof(info)
+        data = (ctypes.c_void_p * 4)(base, base + 8, base + 16, base + 24)
+        err = self._attrs(4, self._attr_ids, data, ptr)
+        if err:
+            raise CudaError(f"cuPointerGetAttributes({ptr:#x}) failed: "
+                            f"{_driver_error_text(self._cu, self._cu.CUresult(err))}")
+        return info
+
+
+@functools.lru_cache(maxsize=1)
+def fast_driver() -> FastDriver | None:
+    """The ctypes driver path, or None where libcuda or its symbols, or the enum values, differ from ours."""
+    cu = driver()
+    t, w, v = cu.CUstreamBatchMemOpType, cu.CUstreamWaitValue_flags, cu.CUstreamWriteValue_flags
+    if (int(t.CU_STREAM_MEM_OP_WAIT_VALUE_32), int(t.CU_STREAM_MEM_OP_WRITE_VALUE_32),
+            int(w.CU_STREAM_WAIT_VALUE_EQ), int(v.CU_STREAM_WRITE_VALUE_DEFAULT)) != \
+            (WAIT_VALUE_32, WRITE_VALUE_32, WAIT_EQ, WRITE_DEFAULT):
+        return None
+    try:
+        return FastDriver(ctypes.CDLL("libcuda.so.1"), cu)
+    except (OSError, AttributeError):
+        return None

@@ -13,15 +13,26 @@ How a call works, for rank ``me`` (every step costs no SM):
    rendezvous of the paper's point-to-point executor. A partner that never arrives raises
    :class:`HocclTimeoutError` naming it; a partner that called another collective raises
    :class:`PlanError`. Opened IPC mappings are cached by handle.
-3. Copies are pushed by their source GPU (``cudaMemcpyAsync`` on a copy stream of that GPU, into
-   the peer's output through its IPC mapping); local copies run on the caller's stream.
+3. Copies are pushed by their source GPU (``cudaMemcpyAsync``, a copy engine, into the peer's output
+   through its IPC mapping). The first DMA queue of this rank runs on the caller's stream itself; local
+   copies and any further DMA queues run on side streams ordered with it by CUDA events.
 4. Streams of different processes are ordered with stream memory operations on flags in the shared
-   host memory, one replay-safe handshake per (caller stream, copy stream) edge::
+   host memory: per directed pair (u -> v), READY (v's stream says its output may be written) and DONE
+   (u's stream says its copies into v landed), each a replay-safe handshake (wait for the reset value,
+   write; the consumer waits for the value, resets it), batched so that a call costs two
+   ``cuStreamBatchMemOp`` plus its copies::
 
-       rank v's stream  ─[work]─ wait f==0, f=1 ···································· wait g==1, g=0 ─[work]─▶
-       rank u's copy q            wait f==1, f=0 ─[copy u -> v]─ wait g==0, g=1 ─────▲
+       v's stream  ─[work]─ [READY=1 ...........................] [wait DONE==1, DONE=0] ─[work]─▶
+       u's stream  ─[work]─ [wait READY==1, READY=0] ─[copy u -> v]─ [DONE=1] ─[work]─▶
 
-   so no host thread is in the loop once the call has returned.
+   No host thread is in the loop once the call has returned, and a CUDA graph that captured a call
+   replays it (every rank captures its part and launches its graph as often as the others).
+5. A watchdog thread (it sleeps, and checks every 100 ms that the partner processes live) notices a
+   partner that died while this rank's streams wait on it: it writes the flags the dead rank would
+   have written so the streams drain instead of waiting forever, and every later call (and
+   ``synchronize``) raises :class:`TransportError` naming the dead rank.
+6. ``rate_gbps=`` (per call, or ``comm.rate_gbps`` for all) caps the rate of this rank's DMA queue:
+   see :mod:`hoccl_runtime.pacing`.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +54,7 @@ import numpy as np
 from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.schema import Plan
 
-from .errors import BufferError, HocclError, HocclTimeoutError, PlanError
+from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
 from .executor import LaunchCache, _replay, check_buffer
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
@@ -110,7 +122,7 @@ class _SharedHost:
         self.flag_count = 2 * world * world * MAX_QUEUES
         flag_bytes = -(-4 * self.flag_count // 4096) * 4096
         mail_bytes = world * world * _PAIR_BYTES
-        size = -(-(flag_bytes + mail_bytes) // 4096) * 4096
+        size = -(-(flag_bytes + mail_bytes + 8 * world) // 4096) * 4096
         key = "shm-name"
         if rank == 0:
             self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"hoccl-{uuid.uuid4().hex[:16]}")
@@ -130,6 +142,8 @@ class _SharedHost:
         self.mail = np.frombuffer(self.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
         self.mail_words = self.mail.view(np.int64)
         self.mail_offset = flag_bytes
+        self.pids = np.frombuffer(self.shm.buf, dtype=np.int64, count=world, offset=flag_bytes + mail_bytes)
+        self.pids[rank] = os.getpid()  # partners' watchdogs tell a dead process from a slow one
         # everyone attached: the name can go (the mapping lives on until the last process unmaps it)
         store.add("attached", 1)
         deadline = time.monotonic() + timeout_s
@@ -151,7 +165,7 @@ class _SharedHost:
             self.registered = False
             with contextlib.suppress(Exception):  # closing anyway
                 cupy_runtime().hostUnregister(self.ptr)
-        self.flags = self.mail = self.mail_words = None  # release views before closing the mapping
+        self.flags = self.mail = self.mail_words = self.pids = None  # release views before closing the mapping
         with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
             self.shm.close()
 
@@ -177,7 +191,8 @@ class _PlanState:
 class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
-    def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0):
+    def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
+                 ipc_cache: int = 64):
         import cupy
 
         from ._cuda import cupy_runtime
@@ -192,13 +207,25 @@ class Communicator:
             raise HocclError(f"rank {rank} asked for GPU {device} but this process sees {rt.getDeviceCount()}")
         self._cupy = cupy
         with cupy.cuda.Device(device):
-            self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(MAX_QUEUES)]
+            # side streams: extra DMA queues, and the last one for local copies
+            self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(MAX_QUEUES + 1)]
         self._shared = _SharedHost(store, rank, world, timeout_s)
         self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
-        self._opened: dict[bytes, int] = {}
+        self._opened: OrderedDict[bytes, int] = OrderedDict()
+        self._exports: dict[int, tuple[np.ndarray, int]] = {}
+        self._no_handle = np.zeros(_HANDLE, dtype=np.uint8)
+        self.ipc_cache = ipc_cache
         self._launches = LaunchCache()
+        self._events: dict[Any, int] = {}
+        self._pacer = None
+        self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
+        self._failure: HocclError | None = None
+        self.watch_interval_s = 0.1
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name=f"hoccl-watchdog-{rank}", daemon=True)
+        self._watchdog.start()
         from hoccl_compiler.topology import make_topology
 
         self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1)
@@ -206,30 +233,36 @@ class Communicator:
     # --- torch-like calls ------------------------------------------------------------------------------
     # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a
     # cache miss, to keep it off the per-call path.
-    def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
+    def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None, *,
+                               rate_gbps: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("allgather", out.nbytes), input, out, stream)
+        self._run(("allgather", out.nbytes), input, out, stream, rate_gbps)
 
-    def all_to_all_single(self, output: Any, input: Any, stream: Any = None) -> None:
+    def all_to_all_single(self, output: Any, input: Any, stream: Any = None, *,
+                          rate_gbps: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("alltoall", out.nbytes), input, out, stream)
+        self._run(("alltoall", out.nbytes), input, out, stream, rate_gbps)
 
-    def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
+    def broadcast(self, tensor: Any, root: int, stream: Any = None, *, rate_gbps: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._run(("broadcast", buf.nbytes, root), None, buf, stream)
+        self._run(("broadcast", buf.nbytes, root), None, buf, stream, rate_gbps)
 
-    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
+    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
+                rate_gbps: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, out, stream)
+        self._run(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, out, stream,
+                  rate_gbps)
 
-    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
+    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None, *,
+               rate_gbps: float | None = None) -> None:
         inp = as_buffer(input, "input")
-        self._run(("gather", inp.nbytes * self.world, root), inp, output if self.rank == root else None, stream)
+        self._run(("gather", inp.nbytes * self.world, root), inp, output if self.rank == root else None, stream,
+                  rate_gbps)
 
-    def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
+    def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._check_peer(dst, "dst")
-        self._run(("sendrecv", self.rank, dst, buf.nbytes), buf, None, stream)
+        self._run(("sendrecv", self.rank, dst, buf.nbytes), buf, None, stream, rate_gbps)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
@@ -247,9 +280,10 @@ class Communicator:
             return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2])
         return CollectiveSpec(kind="sendrecv", pairs=((key[1], key[2], key[3]),))
 
-    def execute(self, plan: Plan, input: Any, output: Any, stream: Any = None) -> None:
+    def execute(self, plan: Plan, input: Any, output: Any, stream: Any = None, *,
+                rate_gbps: float | None = None) -> None:
         """Run this rank's part of a compiled single-node plan (every partner rank calls it too)."""
-        self._run(plan, input, output, stream)
+        self._run(plan, input, output, stream, rate_gbps)
 
     # --- the call ----------------------------------------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:
@@ -291,8 +325,8 @@ class Communicator:
         self._by_id[plan.plan_id] = state
         return state
 
-    def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any) -> None:
-        self._run_many([(what, input, output)], stream)
+    def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any, rate_gbps: float | None = None) -> None:
+        self._run_many([(what, input, output)], stream, rate_gbps)
 
     def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
         """Pipeline-stage exchanges in one call: ``ops`` is a list of ("send", tensor, dst) and
@@ -319,18 +353,23 @@ class Communicator:
                 raise HocclError(f"batch has more than {_SLOTS} ops with rank {peer}; split it into several batches")
         self._run_many(items, stream)
 
-    def _run_many(self, items: list[tuple[Any, Any, Any]], stream: Any) -> None:
+    def _run_many(self, items: list[tuple[Any, Any, Any]], stream: Any, rate_gbps: float | None = None) -> None:
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
+        self._raise_if_failed()
         s = as_stream(stream)
+        rate = self.rate_gbps if rate_gbps is None else rate_gbps
+        if rate is not None and not rate > 0:
+            raise HocclError(f"rate_gbps={rate!r}: give a positive rate in GB/s, or None for full speed")
         with self._lock:
             prepared = [self._prepare(what, input, output) for what, input, output in items]
             seqs = [self._publish(state, out) for state, _, out in prepared]  # all entries first ...
             for (state, inp, out), seq in zip(prepared, seqs, strict=True):  # ... then every wait
                 remote = self._collect(state, seq)
                 key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-                       tuple(sorted(remote.items())))
-                _replay(self._launches.get(key, lambda st=state, i=inp, o=out, r=remote: self._build(st, i, o, r, s)))
+                       tuple(sorted(remote.items())), rate)
+                _replay(self._launches.get(key, lambda st=state, i=inp, o=out, r=remote:
+                                           self._build(st, i, o, r, s, rate)))
 
     def _prepare(self, what: tuple | Plan, input: Any, output: Any) -> tuple[_PlanState, Any, Any]:
         state = self._state(what)
@@ -355,24 +394,14 @@ class Communicator:
         """Write my output's IPC handle + offset to each partner's mailbox slot; returns {partner: seq}."""
         if not state.partners:
             return {}
-        from ._cuda import check, cupy_runtime, driver
-
         if out is not None and out.nbytes:
-            try:
-                handle = bytes(cupy_runtime().ipcGetMemHandle(out.ptr))
-            except Exception as exc:  # noqa: BLE001
-                raise BufferError(f"rank {self.rank}'s output at {out.ptr:#x} cannot be shared with other processes "
-                                  f"({exc}); memory from cudaMallocAsync pools or expandable segments is not "
-                                  "IPC-capable: allocate with cudaMalloc (torch's default allocator, CuPy's default "
-                                  "pool)") from None
-            base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(out.ptr))
-            offset = out.ptr - int(base)
+            handle_bytes, offset = self._export(out)
+            has_handle = 1
         else:
-            handle, offset = bytes(_HANDLE), 0
+            handle_bytes, offset, has_handle = self._no_handle, 0, 0
         # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots of
-        # [seq, digest, offset, -, handle (64 bytes)] from word 8 on, 12 words apart
+        # [seq, digest, offset, has_handle, handle (64 bytes)] from word 8 on, 12 words apart
         mail, words = self._shared.mail, self._shared.mail_words
-        handle_bytes = np.frombuffer(handle, dtype=np.uint8)
         seqs = {}
         for p in state.partners:
             seq = self._seq[p] + 1
@@ -383,7 +412,9 @@ class Communicator:
                 self._wait(lambda r=region, q=seq: words[r] >= q - _SLOTS, p, "acknowledge")
             words[slot + 1] = state.digest
             words[slot + 2] = offset
-            mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle_bytes
+            words[slot + 3] = has_handle
+            if has_handle:
+                mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle_bytes
             words[slot] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
             seqs[p] = seq
@@ -391,7 +422,6 @@ class Communicator:
 
     def _collect(self, state: _PlanState, seqs: dict[int, int]) -> dict[int, int]:
         """Wait for each partner's entry of the same call and map its output: {partner: output address}."""
-        from ._cuda import cupy_runtime
 
         mail, words = self._shared.mail, self._shared.mail_words
         remote: dict[int, int] = {}
@@ -405,17 +435,71 @@ class Communicator:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
                                 "issue the same collectives in the same order")
-            handle = bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE])
-            words[region] = seq  # ack
-            if any(handle):
-                base = self._opened.get(handle)
-                if base is None:
-                    rt = cupy_runtime()
-                    rt.setDevice(self.device)
-                    base = int(rt.ipcOpenMemHandle(handle))
-                    self._opened[handle] = base
-                remote[p] = base + offset
+            if words[slot + 3]:
+                handle = bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE])
+                words[region] = seq  # ack: the slot may be reused
+                remote[p] = self._open(handle) + offset
+            else:
+                words[region] = seq
         return remote
+
+    def _export(self, out: DeviceBuffer) -> tuple[np.ndarray, int]:
+        """(IPC handle of out's whole allocation, out's offset in it); handles cached by allocation id."""
+        from ._cuda import check, driver, fast_driver
+
+        fast = fast_driver()
+        if fast is None:  # no ctypes path: ask the driver every call
+            base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(out.ptr))
+            return np.frombuffer(self._ipc_handle(int(base), True), dtype=np.uint8), out.ptr - int(base)
+        info = fast.pointer_info(out.ptr)
+        hit = self._exports.get(info.buffer_id) if info.buffer_id else None
+        if hit is None:
+            if not info.buffer_id or info.device != self.device:
+                raise BufferError(f"rank {self.rank}'s output at {out.ptr:#x} is not memory of GPU {self.device}")
+            hit = (np.frombuffer(self._ipc_handle(int(info.range_start), bool(info.ipc_capable)), dtype=np.uint8),
+                   int(info.range_start))
+            self._exports[info.buffer_id] = hit  # allocation ids are never reused within a process
+            if len(self._exports) > 4096:
+                self._exports.pop(next(iter(self._exports)))
+        return hit[0], out.ptr - hit[1]
+
+    def _ipc_handle(self, base: int, capable: bool) -> bytes:
+        from ._cuda import cupy_runtime
+
+        try:
+            if not capable:
+                raise HocclError("the driver reports it is not IPC-capable")
+            return bytes(cupy_runtime().ipcGetMemHandle(base))
+        except Exception as exc:  # noqa: BLE001
+            raise BufferError(f"rank {self.rank}'s output at {base:#x} cannot be shared with other processes "
+                              f"({exc}); memory from cudaMallocAsync pools or expandable segments is not "
+                              "IPC-capable: allocate with cudaMalloc (torch's default allocator, CuPy's default "
+                              "pool)") from None
+
+    def _open(self, handle: bytes) -> int:
+        """The local address of a peer allocation. The least recently used of more than ``ipc_cache``
+        mappings is closed (after this rank's copies drained), so freed peer memory is not held forever."""
+        base = self._opened.get(handle)
+        if base is not None:
+            self._opened.move_to_end(handle)
+            return base
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()
+        prev = rt.getDevice()
+        rt.setDevice(self.device)
+        try:
+            if len(self._opened) >= self.ipc_cache:
+                self.synchronize()
+                self._launches.clear()  # launch lists may name the mapping that goes
+                _, old = self._opened.popitem(last=False)
+                with contextlib.suppress(Exception):  # the peer may have freed it already
+                    rt.ipcCloseMemHandle(old)
+            base = int(rt.ipcOpenMemHandle(handle))
+        finally:
+            rt.setDevice(prev)
+        self._opened[handle] = base
+        return base
 
     def _wait(self, ready, peer: int, what: str) -> None:
         if ready():
@@ -425,80 +509,202 @@ class Communicator:
         while not ready():
             spins += 1
             if spins > 2000:
+                self._raise_if_failed()
+                if spins % 1000 == 0 and self._dead_peer() == peer:
+                    self._fail(peer)
+                    raise self._failure
                 if time.monotonic() > deadline:
                     raise HocclTimeoutError(f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank "
                                             f"{self.rank} is waiting for it); is it alive and issuing the same "
                                             "collectives?")
                 time.sleep(50e-6)
 
+    def _flag(self, phase: int, a: int, b: int) -> _Flag:
+        """phase 0, READY[a][b]: b's buffers are ready for a's copies (b's stream writes, a's consumes);
+        phase 1, DONE[a][b]: a's copies into b finished (a's stream writes, b's consumes)."""
+        return _Flag(self._shared.flag_address((phase * self.world + a) * self.world + b))
+
+    def _event(self, key: Any) -> int:
+        ev = self._events.get(key)
+        if ev is None:
+            from ._cuda import cupy_runtime
+
+            rt = cupy_runtime()
+            prev = rt.getDevice()
+            rt.setDevice(self.device)
+            ev = self._events[key] = rt.eventCreateWithFlags(2)  # cudaEventDisableTiming
+            rt.setDevice(prev)
+        return ev
+
     def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-               remote: dict[int, int], user: int) -> list[tuple]:
-        """My launch list: entry handshakes, my queues' copies, exit handshakes (see the module docstring)."""
-        from .executor import _on, _squeeze_devices
+               remote: dict[int, int], user: int, rate: float | None = None) -> list[tuple]:
+        """My launch list (see the module docstring). The caller's stream U carries the cross-process
+        handshakes and my first DMA queue's copies; other queues (local copies, extra DMA queues) run on
+        side streams ordered with U by events, so the common call costs 3 CUDA calls::
+
+            U:  [signal READY to senders; wait READY of receivers] -> copies -> [signal DONE; wait DONE]
+        """
+        from .executor import _squeeze_devices
 
         plan, prog, me = state.plan, state.program, self.rank
         kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
-        stream_of = {q: (user if kinds[q] == "dma_local" else int(self._streams[qindex[q]].ptr))
-                     for q in prog.copies if qgpu[q] == me}
-        edges = [(r, q) for q in sorted(prog.copies) if kinds[q] == "dma" for r in sorted(prog.touches[q])]
+        mine = sorted(q for q in prog.copies if qgpu[q] == me)
+        dma = [q for q in mine if kinds[q] == "dma"]
+        main = dma[0] if dma else None
+        side = [q for q in mine if q != main]
+        senders = sorted({prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]})
+        receivers = sorted({c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me})
+        entry, exit_ = MemOps(), MemOps()
+        for r in senders:      # my output may be written: tell r (signals first, then waits: no deadlock)
+            entry.wait_eq(self._flag(0, r, me), 0).write(self._flag(0, r, me), 1)
+        for r in receivers:    # r's output may be written by my copies
+            entry.wait_eq(self._flag(0, me, r), 1).write(self._flag(0, me, r), 0)
+        for r in receivers:
+            exit_.wait_eq(self._flag(1, me, r), 0).write(self._flag(1, me, r), 1)
+        for r in senders:
+            exit_.wait_eq(self._flag(1, r, me), 1).write(self._flag(1, r, me), 0)
 
-        def flag(phase: int, r: int, q: int) -> _Flag:
-            index = ((phase * self.world + r) * self.world + qgpu[q]) * MAX_QUEUES + qindex[q]
-            return _Flag(self._shared.flag_address(index))
+        def copies(q: int, stream: int) -> list[tuple]:
+            return [("copy", (out.ptr if c.dst_rank == me else remote[c.dst_rank]) + c.dst_offset,
+                     inp.ptr + c.src_offset, c.nbytes, stream) for c in prog.copies[q]]
 
-        entry_user, entry_copy, exit_copy, exit_user = MemOps(), {}, {}, MemOps()
-        for r, q in edges:
-            f, g = flag(0, r, q), flag(1, r, q)
-            if r == me:
-                entry_user.wait_eq(f, 0).write(f, 1)
-                exit_user.wait_eq(g, 1).write(g, 0)
-            if qgpu[q] == me:
-                entry_copy.setdefault(q, MemOps()).wait_eq(f, 1).write(f, 0)
-                exit_copy.setdefault(q, MemOps()).wait_eq(g, 0).write(g, 1)
         ops: list[tuple] = [("dev", self.device)]
-        if entry_user.ops:
-            ops.append(("memops", entry_user, user))
-        for q, batch in sorted(entry_copy.items()):
-            ops.append(("memops", batch, stream_of[q]))
-        for q in sorted(stream_of):
-            ops += _on(self.device, stream_of[q])
-            for c in prog.copies[q]:
-                dst_base = out.ptr if c.dst_rank == me else remote[c.dst_rank]
-                ops.append(("copy", dst_base + c.dst_offset, inp.ptr + c.src_offset, c.nbytes, stream_of[q]))
-        for q, batch in sorted(exit_copy.items()):
-            ops.append(("memops", batch, stream_of[q]))
-        if exit_user.ops:
-            ops.append(("memops", exit_user, user))
+        local = [q for q in side if kinds[q] == "dma_local"]
+        if local:  # local copies need no peer: they start before the handshake
+            ops.append(("record", self._event(("pre", user)), user))
+        if entry.ops:
+            ops.append(("memops", entry, user))
+        if len(side) > len(local):
+            ops.append(("record", self._event(("post", user)), user))
+        for q in side:
+            stream = int(self._streams[qindex[q] if kinds[q] == "dma" else MAX_QUEUES].ptr)
+            ops.append(("wait", stream, self._event(("pre" if q in local else "post", user))))
+            ops += copies(q, stream)
+            ops.append(("record", self._event(("side", q)), stream))
+        if main is not None and rate is None:
+            ops += copies(main, user)
+        elif main is not None:
+            ops += self._paced(copies(main, user), rate, user)
+        ops += [("wait", user, self._event(("side", q))) for q in side if q not in local]
+        if exit_.ops:
+            ops += [("dev", self.device), ("memops", exit_, user)]
+        ops += [("wait", user, self._event(("side", q))) for q in local]
+        ops.append(("record", self._event(("end", user)), user))  # for synchronize() and close()
         return _squeeze_devices(ops)
 
-    # --- lifetime ------------------------------------------------------------------------------------------
+    # --- lifetime and faults -------------------------------------------------------------------------------
+    def _pending(self) -> list[int]:
+        """Events that mark the end of this rank's calls (one per caller stream), not yet reached."""
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()
+        busy = []
+        for key, ev in list(self._events.items()):
+            if key[0] in ("end", "side") and rt.eventQuery(ev) != 0:
+                busy.append(ev)
+        return busy
+
+    def _paced(self, copies: list[tuple], rate: float, user: int) -> list[tuple]:
+        """The copies cut into pieces, piece k gated on tick k of the clock stream (see pacing.py)."""
+        from .pacing import PERIOD_US, Pacer, pieces
+
+        if self._pacer is None:
+            self._pacer = Pacer(self.device)
+        pacer, clock = self._pacer, self._pacer.handle
+        sleep_us = pacer.sleep_us(PERIOD_US)
+        cut = [("copy", dst + off, src + off, n, stream)
+               for _, dst, src, size, stream in copies for off, n in pieces(size, rate)]
+        ops: list[tuple] = [("record", self._event(("tick", 0)), user), ("wait", clock, self._event(("tick", 0)))]
+        for k, piece in enumerate(cut):
+            if k:
+                ops += [("call", pacer.sleep, (clock, sleep_us)), ("record", self._event(("tick", k)), clock),
+                        ("wait", user, self._event(("tick", k)))]
+            ops.append(piece)
+        return ops
+
     def synchronize(self, timeout_s: float | None = None) -> None:
-        """Wait (host) for this rank's copy streams, raising HocclTimeoutError after ``timeout_s``."""
+        """Wait (host) until this rank's part of every call issued so far is done on the GPU, raising
+        HocclTimeoutError after ``timeout_s`` (default: the communicator's timeout)."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
-        for s in self._streams:
-            while not s.done:
-                if time.monotonic() > deadline:
-                    raise HocclTimeoutError(f"rank {self.rank}: copies still pending after {limit:.0f} s; a peer "
-                                            "may have died or stopped issuing collectives")
-                time.sleep(50e-6)
+        while self._pending():
+            self._raise_if_failed()
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"rank {self.rank}: copies still pending after {limit:.0f} s; a peer "
+                                        "may have died or stopped issuing collectives")
+            time.sleep(100e-6)
+
+    def _dead_peer(self) -> int | None:
+        pids = self._shared.pids
+        for r in range(self.world):
+            if r != self.rank and pids[r] > 0:
+                try:
+                    os.kill(int(pids[r]), 0)
+                except ProcessLookupError:
+                    return r
+                except PermissionError:
+                    pass
+        return None
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _watch(self) -> None:
+        """The watchdog thread: sleeps, and every ``watch_interval_s`` checks that partner processes live.
+        When one died while this rank's GPU work waits on it, the flags it would have written are
+        written here so this rank's streams drain (a stream waiting on a dead process would otherwise
+        wait forever), and every later call raises TransportError naming the dead rank."""
+        while not self._stop.wait(self.watch_interval_s):
+            dead = self._dead_peer()
+            if dead is not None and self._pending():  # a partner that left after its work is no fault
+                self._fail(dead)
+                return
+
+    def _fail(self, dead: int) -> None:
+        if self._failure is None:
+            self._failure = TransportError(
+                f"rank {dead} (pid {int(self._shared.pids[dead])}) exited while rank {self.rank} was "
+                "communicating with it; this communicator is unusable: close it and create a new one")
+        self._drain(dead)
+
+    def _drain(self, dead: int, limit_s: float = 5.0) -> None:
+        flags, me, w = self._shared.flags, self.rank, self.world
+
+        def index(phase: int, a: int, b: int) -> int:
+            return (phase * w + a) * w + b
+
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline and self._events and self._pending():
+            flags[index(0, me, dead)] = 1    # "dead's buffers are ready"
+            flags[index(1, dead, me)] = 1    # "dead's copies into me are done"
+            flags[index(0, dead, me)] = 0    # "dead consumed my READY"
+            flags[index(1, me, dead)] = 0    # "dead consumed my DONE"
+            time.sleep(1e-3)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._stop.set()
         from ._cuda import cupy_runtime
 
         rt = cupy_runtime()
         try:
-            self.synchronize()
+            if self._failure is None:
+                self.synchronize()
         finally:
+            self._watchdog.join(timeout=10)  # a drain in progress ends within 5 s
             prev = rt.getDevice()
             rt.setDevice(self.device)
             for base in self._opened.values():
                 with contextlib.suppress(Exception):  # closing anyway
                     rt.ipcCloseMemHandle(base)
+            for ev in self._events.values():
+                with contextlib.suppress(Exception):
+                    rt.eventDestroy(ev)
             rt.setDevice(prev)
+            self._events.clear()
             self._opened.clear()
             self._launches.clear()
             self._streams = []

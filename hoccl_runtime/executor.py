@@ -363,6 +363,8 @@ def _replay(ops: list[tuple]) -> None:
             record(op[1], op[2])
         elif kind == "wait":
             wait(op[1], op[2], 0)
+        elif kind == "call":
+            op[1](*op[2])
         else:
             op[1].enqueue(op[2])
     if caller_device is not None:

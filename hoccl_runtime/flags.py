@@ -133,9 +133,16 @@ class MemOps:
         self._params = None
         return self
 
-    def _build(self) -> list[Any]:
-        from ._cuda import driver
+    def _build(self) -> Any:
+        """What enqueue passes: a packed parameter block for the ctypes path, else cuda.bindings objects."""
+        from ._cuda import MEMOP_BYTES, driver, fast_driver, pack_memops
 
+        fast = fast_driver()
+        if fast is not None:
+            import ctypes
+
+            block = ctypes.create_string_buffer(pack_memops(self.ops), len(self.ops) * MEMOP_BYTES)
+            return fast, block, ctypes.addressof(block)
         cu = driver()
         params = []
         for kind, address, value in self.ops:
@@ -151,18 +158,22 @@ class MemOps:
                 p.writeValue.value = value
                 p.writeValue.flags = cu.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT
             params.append(p)
-        return params
+        return None, params, 0
 
     def enqueue(self, stream: int) -> None:
         """Enqueue the batch on ``stream`` (a raw handle; its device's context must be current)."""
         if not self.ops:
             return
+        if self._params is None:
+            self._params = self._build()
+        fast, params, address = self._params
+        if fast is not None:
+            fast.batch_memop(stream, len(self.ops), address)
+            return
         from ._cuda import check, driver
 
         cu = driver()
-        if self._params is None:
-            self._params = self._build()
-        check("cuStreamBatchMemOp", cu.cuStreamBatchMemOp(cu.CUstream(stream), len(self._params), self._params, 0))
+        check("cuStreamBatchMemOp", cu.cuStreamBatchMemOp(cu.CUstream(stream), len(params), params, 0))
 
 
 def handshake(flag: Flag) -> tuple[MemOps, MemOps]:

@@ -21,3 +21,12 @@ def test_communicator_two_processes():
     assert out.returncode == 0, text[-4000:]
     assert text.count("ALL OK") == 2, text[-4000:]
     assert "mismatch detected" in text and "dead peer detected" in text
+
+
+def test_peer_dying_while_gpus_wait_on_it():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          str(WORKER.with_name("mp_death.py"))], capture_output=True, text=True, timeout=180, env=env)
+    text = out.stdout + out.stderr
+    assert "DEATH OK" in text, text[-4000:]
+    assert "synchronize raised" in text and "rank 1" in text

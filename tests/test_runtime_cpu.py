@@ -158,3 +158,42 @@ def test_check_buffer_messages():
         check_buffer(0, "input", DeviceBuffer(0x1000, 32, 0), 64, plan)
     with pytest.raises(BufferError, match="on GPU 1, but this communicator drives GPU 0"):
         check_buffer(0, "output", DeviceBuffer(0x1000, 64, 1), 64, plan, device=0)
+
+
+def test_memop_parameter_block_layout():
+    """The ctypes path packs CUstreamBatchMemOpParams as cuda.h lays them out (48 bytes each)."""
+    import struct
+
+    from hoccl_runtime._cuda import MEMOP_BYTES, pack_memops
+
+    block = pack_memops([("wait_eq", 0x7F00_0000_1000, 1), ("write", 0x7F00_0000_1004, 0)])
+    assert len(block) == 2 * MEMOP_BYTES == 96
+    op, address, value, flags, alias = struct.unpack_from("<I4xQQI4xQ", block, 0)
+    assert (op, address, value, flags, alias) == (1, 0x7F00_0000_1000, 1, 1, 0)  # WAIT_VALUE_32, EQ
+    op, address, value, flags, _ = struct.unpack_from("<I4xQQI4xQ", block, MEMOP_BYTES)
+    assert (op, address, value, flags) == (2, 0x7F00_0000_1004, 0, 0)  # WRITE_VALUE_32, default
+    with pytest.raises(ValueError, match="unknown"):
+        pack_memops([("wait_geq", 0, 0)])
+
+
+def test_bench_needs_torchrun_and_sane_sizes(monkeypatch):
+    from hoccl_runtime.bench import _sizes, main
+
+    assert _sizes("2MiB:16MiB") == [2 << 20, 4 << 20, 8 << 20, 16 << 20]
+    assert _sizes("4MiB") == [4 << 20]
+    with pytest.raises(SystemExit, match="LOW:HIGH"):
+        _sizes("16MiB:2MiB")
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit, match="torchrun"):
+        main(["sweep"])
+
+
+def test_pacing_pieces():
+    from hoccl_runtime.pacing import MIN_PIECE, pieces
+
+    got = pieces(100 << 20, 200.0, period_us=250)  # 50 MB a period
+    assert sum(n for _, n in got) == 100 << 20 and got[0] == (0, 50_000_000) and len(got) == 3
+    assert [o for o, _ in got] == [0, 50_000_000, 100_000_000]
+    assert pieces(3 << 20, 1.0) == [(0, MIN_PIECE), (MIN_PIECE, MIN_PIECE), (2 * MIN_PIECE, MIN_PIECE)]
+    with pytest.raises(HocclError, match="positive"):
+        pieces(10, 0.0)

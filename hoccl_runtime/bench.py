@@ -1,0 +1,545 @@
+"""``hoccl-bench``: HOCCL against raw copy-engine copies and NCCL, in one run (torchrun, one process per GPU).
+
+    torchrun --nproc_per_node 2 -m hoccl_runtime.bench sweep --out results/
+    torchrun --nproc_per_node 2 -m hoccl_runtime.bench contention --out results/
+    torchrun --nproc_per_node 2 -m hoccl_runtime.bench launch --out results/
+    hoccl-bench-report results/ -o report.md
+
+* ``sweep``: bandwidth by size (nccl-tests' definitions: send/recv bytes/t; AllGather and All-to-All
+  algbw = total bytes/t, busbw = algbw (n-1)/n) for ``--baselines`` among ``hoccl``, ``raw`` (one
+  ``cudaMemcpyAsync`` per peer through CUDA IPC, no synchronisation: the copy engines' limit),
+  ``nccl``, ``nccl-ctas=K`` (a communicator with min = max CTAs = K) and ``nccl-ce`` (NCCL's
+  copy-engine collectives: symmetric memory, CTA policy zero). HOCCL's output is checked once per
+  size on fresh random data with a poisoned output. SMs per row come from a torch.profiler trace
+  (the largest grid of any kernel the call launched; 0 when it launched none).
+* ``contention``: a bf16 8192^3 GEMM loop and a memory-bound loop timed alone and beside back-to-back
+  AllGathers of each communicator, in interleaved rounds; slowdown = median time / median time alone,
+  with the bandwidth each communicator delivered inside the window, and HOCCL and raw copies paced
+  at several rates (``--rates``). GPU power and SM clock sampled with nvidia-smi per variant.
+* ``launch``: host microseconds inside one call, by size, for HOCCL and NCCL.
+
+Each writes ``<command>.json`` (machine, GPU, driver, NCCL and torch versions, date, every figure)
+into ``--out`` on rank 0 and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+OPS = ("sendrecv", "allgather", "alltoall")
+
+
+def _sizes(spec: str) -> list[int]:
+    from hoccl_compiler import parse_size
+
+    lo, _, hi = spec.partition(":")
+    lo_b, hi_b = parse_size(lo), parse_size(hi or lo)
+    if lo_b <= 0 or hi_b < lo_b:
+        raise SystemExit(f"hoccl-bench: --sizes {spec!r}: give LOW:HIGH with 0 < LOW <= HIGH, e.g. 2MiB:1GiB")
+    out, s = [], lo_b
+    while s <= hi_b:
+        out.append(s)
+        s *= 2
+    return out
+
+
+class Bench:
+    """Process group, communicator, streams and the baselines' handles for this rank."""
+
+    calls_per_window = 40  # contention: collectives queued beside the load (grows until they outlast it)
+
+    def __init__(self, timeout_s: float = 120.0):
+        if "RANK" not in os.environ:
+            raise SystemExit("hoccl-bench runs under torchrun: torchrun --nproc_per_node 2 -m hoccl_runtime.bench ...")
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError:
+            raise SystemExit("hoccl-bench needs torch (its NCCL baselines and process group): "
+                             "pip install 'hoccl[gpu,torch]'") from None
+
+        import hoccl_runtime as hr
+        self.torch, self.dist = torch, dist
+        self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        self.dev = int(os.environ.get("LOCAL_RANK", self.rank))
+        torch.cuda.set_device(self.dev)
+        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{self.dev}"))
+        self.comm = hr.init(timeout_s=timeout_s)
+        self.stream = torch.cuda.Stream()
+        self.groups: dict[str, Any] = {}
+        self.log: list[str] = []
+
+    # --- helpers ---------------------------------------------------------------------------------------
+    def say(self, text: str) -> None:
+        if self.rank == 0:
+            print(text, flush=True)
+
+    def max_over_ranks(self, value: float) -> float:
+        t = self.torch.tensor([value], dtype=self.torch.float64, device="cuda")
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def timed(self, fn: Callable[[], None], iters: int, reps: int = 5) -> tuple[float, float]:
+        """(seconds per call: median over reps of the slowest rank, host us per call: median)."""
+        torch = self.torch
+        fn()
+        torch.cuda.synchronize()
+        gpu, host = [], []
+        for _ in range(reps):
+            self.dist.barrier()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(self.stream)
+            t0 = time.perf_counter()
+            with torch.cuda.stream(self.stream):
+                for _ in range(iters):
+                    fn()
+            host.append((time.perf_counter() - t0) / iters * 1e6)
+            end.record(self.stream)
+            end.synchronize()
+            gpu.append(self.max_over_ranks(start.elapsed_time(end) / 1e3 / iters))
+        return statistics.median(gpu), statistics.median(host)
+
+    def nccl_group(self, name: str) -> Any:
+        """The process group behind an NCCL baseline name (created once; raises if this torch cannot)."""
+        if name in self.groups:
+            return self.groups[name]
+        dist = self.dist
+        if name == "nccl":
+            group = dist.group.WORLD
+        elif name.startswith("nccl-ctas="):
+            k = int(name.split("=", 1)[1])
+            opts = dist.ProcessGroupNCCL.Options()
+            opts.config.min_ctas = k
+            opts.config.max_ctas = k
+            group = dist.new_group(backend="nccl", pg_options=opts)
+        elif name == "nccl-ce":
+            opts = dist.ProcessGroupNCCL.Options()
+            opts.config.cta_policy = 2  # NCCL_CTA_POLICY_ZERO: copy-engine collectives where possible
+            group = dist.new_group(backend="nccl", pg_options=opts)
+        else:
+            raise ValueError(f"unknown baseline {name!r}")
+        self.groups[name] = group
+        return group
+
+    def symmetric(self, n: int, group: Any) -> Any:
+        """A buffer of n bytes in NCCL symmetric memory registered with ``group`` (for nccl-ce)."""
+        import torch.distributed._symmetric_memory as symm
+
+        symm.set_backend("NCCL")
+        buf = symm.empty(n, dtype=self.torch.uint8, device=f"cuda:{self.dev}")
+        symm.rendezvous(buf, group=group)
+        return buf
+
+    # --- one operation, one implementation -------------------------------------------------------------
+    def make_op(self, op: str, impl: str, size: int) -> tuple[Callable[[], None], Callable[[], bool] | None]:
+        """(the call, a checker or None) moving ``size`` bytes (nccl-tests' size: the total per rank)."""
+        dist, comm, r, w = self.dist, self.comm, self.rank, self.world
+        n = size // w  # AllGather: each rank's part
+        if op == "sendrecv":
+            inp, out = self._buffers(impl, size, size)
+        elif op == "allgather":
+            inp, out = self._buffers(impl, n, n * w)
+        else:
+            inp, out = self._buffers(impl, n * w, n * w)
+        s = self.stream
+        if impl == "hoccl":
+            calls = {
+                "sendrecv": lambda: comm.send(inp, 1, stream=s) if r == 0 else
+                comm.recv(out, 0, stream=s) if r == 1 else None,
+                "allgather": lambda: comm.all_gather_into_tensor(out, inp, stream=s),
+                "alltoall": lambda: comm.all_to_all_single(out, inp, stream=s),
+            }
+            return calls[op], self._checker(op, inp, out, lambda: calls[op]())
+        if impl == "raw":
+            return self._raw(op, inp, out), None
+        group = self.nccl_group(impl)
+        calls = {
+            "sendrecv": lambda: dist.send(inp, 1, group=group) if r == 0 else
+            dist.recv(out, 0, group=group) if r == 1 else None,
+            "allgather": lambda: dist.all_gather_into_tensor(out, inp, group=group),
+            "alltoall": lambda: dist.all_to_all_single(out, inp, group=group),
+        }
+        return calls[op], None
+
+    def _buffers(self, impl: str, n_in: int, n_out: int) -> tuple[Any, Any]:
+        torch = self.torch
+        if impl == "nccl-ce":
+            group = self.nccl_group(impl)
+            return self.symmetric(n_in, group), self.symmetric(n_out, group)
+        dev = f"cuda:{self.dev}"
+        return (torch.randint(0, 256, (n_in,), dtype=torch.uint8, device=dev),
+                torch.empty(n_out, dtype=torch.uint8, device=dev))
+
+    def _checker(self, op: str, inp: Any, out: Any, call: Callable[[], None]) -> Callable[[], bool]:
+        """Fresh random input on every rank, poisoned output, one call, compare with what NCCL computes."""
+        torch, dist = self.torch, self.dist
+
+        def check() -> bool:
+            inp.copy_(torch.randint(0, 256, inp.shape, dtype=torch.uint8, device=inp.device))
+            out.fill_(0xA5)
+            torch.cuda.synchronize()
+            with torch.cuda.stream(self.stream):
+                call()
+            self.stream.synchronize()
+            want = torch.empty_like(out)
+            if op == "allgather":
+                dist.all_gather_into_tensor(want, inp)
+            elif op == "alltoall":
+                dist.all_to_all_single(want, inp)
+            else:
+                if self.rank == 0:
+                    dist.send(inp, 1)
+                elif self.rank == 1:
+                    dist.recv(want, 0)
+                if self.rank != 1:
+                    want = out  # nothing arrives on the sender
+            torch.cuda.synchronize()
+            ok = bool(torch.equal(out, want))
+            return self.max_over_ranks(0.0 if ok else 1.0) == 0.0
+        return check
+
+    def peer_addresses(self, t: Any) -> list[int]:
+        """Every rank's address of ``t``'s counterpart, opened through CUDA IPC (for the raw baseline)."""
+        import cupy
+
+        rt = cupy.cuda.runtime
+        from hoccl_runtime._cuda import check, driver
+
+        base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(t.data_ptr()))
+        mine = (bytes(rt.ipcGetMemHandle(int(base))), t.data_ptr() - int(base))
+        every: list[Any] = [None] * self.world
+        self.dist.all_gather_object(every, mine)
+        addrs = []
+        for peer, (handle, offset) in enumerate(every):
+            if peer == self.rank:
+                addrs.append(t.data_ptr())
+            else:
+                addrs.append(int(rt.ipcOpenMemHandle(handle)) + offset)
+        return addrs
+
+    def _raw(self, op: str, inp: Any, out: Any, pacer: Any = None, rate: float | None = None) -> Callable[[], None]:
+        """One cudaMemcpyAsync per peer into its output (the copy engines' limit; nothing else)."""
+        import cupy
+
+        rt, r, w = cupy.cuda.runtime, self.rank, self.world
+        addrs = self.peer_addresses(out)
+        if op == "sendrecv":
+            plan = [(addrs[1], inp.data_ptr(), inp.numel())] if r == 0 else []
+        else:
+            n = out.numel() // w
+            plan = [(addrs[p] + r * n, inp.data_ptr() + (p * n if op == "alltoall" else 0), n)
+                    for p in range(w) if p != r]
+        s = self.stream.cuda_stream
+        if rate is not None:
+            return self._paced_raw(plan, pacer, rate)
+
+        def fn() -> None:
+            for dst, src, nbytes in plan:
+                rt.memcpyAsync(dst, src, nbytes, 4, s)
+        return fn
+
+    def _paced_raw(self, plan: list[tuple[int, int, int]], pacer: Any, rate: float) -> Callable[[], None]:
+        import cupy
+
+        from hoccl_runtime.pacing import PERIOD_US, pieces
+
+        rt, s = cupy.cuda.runtime, self.stream.cuda_stream
+        cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate)]
+        events = [rt.eventCreateWithFlags(2) for _ in cut]
+        sleep_us = pacer.sleep_us(PERIOD_US)
+
+        def fn() -> None:
+            rt.eventRecord(events[0], s)
+            rt.streamWaitEvent(pacer.handle, events[0], 0)
+            for k, (dst, src, n) in enumerate(cut):
+                if k:
+                    pacer.sleep(pacer.handle, sleep_us)
+                    rt.eventRecord(events[k], pacer.handle)
+                    rt.streamWaitEvent(s, events[k], 0)
+                rt.memcpyAsync(dst, src, n, 4, s)
+        return fn
+
+    def sms(self, fn: Callable[[], None]) -> int:
+        """SMs a call occupies: the largest kernel grid in a torch.profiler trace of 3 calls (0: no kernel)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        torch = self.torch
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.cuda.stream(self.stream):
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"trace{self.rank}.json"
+            prof.export_chrome_trace(str(path))
+            trace = json.loads(path.read_text())
+        grids = [ev.get("args", {}).get("grid", [0])[0] for ev in trace.get("traceEvents", [])
+                 if ev.get("cat") == "kernel"]
+        return int(self.max_over_ranks(float(max(grids, default=0))))
+
+    def header(self) -> dict[str, Any]:
+        torch = self.torch
+        import cupy
+
+        return {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": socket.gethostname(),
+                "gpu": torch.cuda.get_device_name(self.dev), "gpus": self.world,
+                "driver": cupy.cuda.runtime.driverGetVersion(), "torch": torch.__version__,
+                "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                "env": {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_NVLS_ENABLE")}}
+
+    def write(self, out: str, name: str, data: dict[str, Any]) -> None:
+        if self.rank == 0:
+            folder = Path(out)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{name}.json").write_text(json.dumps({**self.header(), **data}, indent=1))
+
+
+# --- sweep -----------------------------------------------------------------------------------------------
+def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows, unavailable = [], {}
+    ops = [o for o in args.collectives.split(",") if o]
+    impls = [x for x in args.baselines.split(",") if x]
+    for size in _sizes(args.sizes):
+        iters = max(3, min(40, (1 << 30) // size))
+        for op in ops:
+            for impl in impls:
+                if impl in unavailable:
+                    continue
+                try:
+                    fn, check = b.make_op(op, impl, size)
+                except Exception as exc:  # noqa: BLE001 - a baseline this torch/NCCL cannot run is reported
+                    unavailable[impl] = f"{type(exc).__name__}: {exc}"[:200]
+                    b.say(f"  {impl}: unavailable ({unavailable[impl]})")
+                    continue
+                ok = check() if check is not None else None
+                t, host = b.timed(fn, iters)
+                sms = b.sms(fn) if size == args.sm_size else None
+                bw = size / t / 1e9
+                busbw = bw * (b.world - 1) / b.world if op != "sendrecv" else bw
+                rows.append(dict(op=op, impl=impl, size=size, seconds=t, gbps=bw, busbw=busbw, host_us=host,
+                                 correct=ok, sms=sms))
+                b.torch.cuda.empty_cache()
+        b.say(f"size {size >> 20} MiB done")
+    b.write(args.out, "sweep", {"rows": rows, "unavailable": unavailable})
+    b.say(f"{'op':10} {'impl':12} {'size':>9} {'GB/s':>7} {'busbw':>7} {'host us':>8} {'SMs':>4} ok")
+    for r in rows:
+        sms = "" if r["sms"] is None else r["sms"]
+        ok = "" if r["correct"] is None else r["correct"]
+        b.say(f"{r['op']:10} {r['impl']:12} {r['size'] >> 20:>5} MiB {r['gbps']:7.1f} {r['busbw']:7.1f} "
+              f"{r['host_us']:8.1f} {sms:>4} {ok}")
+    return rows
+
+
+# --- launch ----------------------------------------------------------------------------------------------
+def launch(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Host time per call with the GPU idle at the start of each batch (so no queue is full)."""
+    rows = []
+    for size in _sizes(args.sizes)[::2]:
+        for op in [o for o in args.collectives.split(",") if o]:
+            for impl in ("hoccl", "nccl"):
+                fn, _ = b.make_op(op, impl, size)
+                samples = []
+                with b.torch.cuda.stream(b.stream):
+                    fn()
+                for _ in range(args.reps):
+                    b.torch.cuda.synchronize()
+                    b.dist.barrier()
+                    t0 = time.perf_counter()
+                    with b.torch.cuda.stream(b.stream):
+                        for _ in range(4):
+                            fn()
+                    samples.append((time.perf_counter() - t0) / 4 * 1e6)
+                host = b.max_over_ranks(statistics.median(samples))
+                rows.append(dict(op=op, impl=impl, size=size, host_us=host, gbps=0.0))
+    b.torch.cuda.synchronize()
+    b.write(args.out, "launch", {"rows": rows, "kind": "launch"})
+    b.say(f"{'op':10} {'impl':8} {'size':>9} {'host us/call (slowest rank)':>28}")
+    for r in rows:
+        b.say(f"{r['op']:10} {r['impl']:8} {r['size'] >> 20:>5} MiB {r['host_us']:10.1f}")
+    return rows
+
+
+# --- contention ------------------------------------------------------------------------------------------
+class PowerLog:
+    """nvidia-smi samples (time, GPU, watts, SM MHz) in a background process; averaged per window."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int, float, float]] = []
+        try:
+            self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=index,power.draw,clocks.sm",
+                                          "--format=csv,noheader,nounits", "-lms", "50"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+            return
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                self.samples.append((time.time(), int(parts[0]), float(parts[1]), float(parts[2])))
+            except (ValueError, IndexError):
+                continue
+
+    def window(self, t0: float, t1: float, gpu: int) -> dict[str, float | None]:
+        got = [(w, c) for t, g, w, c in list(self.samples) if t0 <= t <= t1 and g == gpu]
+        if not got:
+            return {"watts": None, "sm_mhz": None}
+        return {"watts": statistics.mean(w for w, _ in got), "sm_mhz": statistics.mean(c for _, c in got)}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=5)
+
+
+def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = b.torch
+    dev = f"cuda:{b.dev}"
+    compute = torch.cuda.Stream()
+    g = torch.Generator(device=dev).manual_seed(b.rank)
+    a_mat = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
+    b_mat = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
+    c_mat = torch.empty(8192, 8192, device=dev, dtype=torch.bfloat16)
+    x = torch.randn(256 << 20, device=dev, dtype=torch.bfloat16, generator=g)  # 512 MiB each
+    y = torch.randn(256 << 20, device=dev, dtype=torch.bfloat16, generator=g)
+    z = torch.empty_like(x)
+    loads = {
+        "gemm": (lambda: torch.matmul(a_mat, b_mat, out=c_mat), args.gemm_iters),
+        "membound": (lambda: torch.add(x, y, out=z), args.mem_iters),
+    }
+    size = args.size
+    variants: dict[str, tuple[Callable[[], None], int]] = {}
+    from hoccl_runtime.pacing import Pacer
+
+    pacer = Pacer(b.dev)
+    for impl in ("hoccl", "raw", "nccl", "nccl-ce"):
+        try:
+            fn, check = b.make_op("allgather", impl, size)
+            if check is not None and not check():
+                raise RuntimeError("wrong result")
+            variants[impl] = (fn, size * (b.world - 1) // b.world)  # bytes this rank sends per call
+        except Exception as exc:  # noqa: BLE001 - reported
+            b.say(f"  {impl}: unavailable ({type(exc).__name__}: {str(exc)[:150]})")
+    inp = torch.randint(0, 256, (size // b.world,), dtype=torch.uint8, device=dev)
+    out = torch.empty(size, dtype=torch.uint8, device=dev)
+    sent = size * (b.world - 1) // b.world
+    for rate in [float(r) for r in args.rates.split(",") if r]:
+        variants[f"hoccl@{rate:g}"] = (lambda r=rate: b.comm.all_gather_into_tensor(out, inp, stream=b.stream,
+                                                                                  rate_gbps=r), sent)
+        variants[f"raw@{rate:g}"] = (b._raw("allgather", inp, out, pacer, rate), sent)
+    power = PowerLog()
+    samples: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for load, (work, iters) in loads.items():
+        for _ in range(3):  # warm: clocks, cuBLAS heuristics
+            work()
+        for rnd in range(args.rounds):
+            for name in ["alone", *variants]:
+                samples.setdefault((load, name), []).append(
+                    _one_window(b, compute, work, iters, variants.get(name), power))
+            b.say(f"{load} round {rnd + 1}/{args.rounds} done")
+    power.close()
+    rows = []
+    for (load, name), got in samples.items():
+        alone = statistics.median(s["seconds"] for s in samples[(load, "alone")])
+        t = statistics.median(s["seconds"] for s in got)
+        spread = (min(s["seconds"] for s in got) / alone, max(s["seconds"] for s in got) / alone)
+        gbps = statistics.median(s["gbps"] for s in got)
+        watts = [s["watts"] for s in got if s["watts"] is not None]
+        mhz = [s["sm_mhz"] for s in got if s["sm_mhz"] is not None]
+        rows.append(dict(load=load, comm=name, seconds=t, slowdown=t / alone, spread=spread, delivered_gbps=gbps,
+                         watts=statistics.median(watts) if watts else None,
+                         sm_mhz=statistics.median(mhz) if mhz else None))
+    b.write(args.out, "contention", {"rows": rows, "kind": "contention", "allgather_bytes": size,
+                                     "pacer": pacer.describe()})
+    b.say(f"{'load':9} {'beside':12} {'slowdown':>9} {'min..max':>13} {'delivered GB/s':>15} {'W':>5} {'MHz':>5}")
+    for r in rows:
+        w = f"{r['watts']:5.0f}" if r["watts"] else "    -"
+        m = f"{r['sm_mhz']:5.0f}" if r["sm_mhz"] else "    -"
+        b.say(f"{r['load']:9} {r['comm']:12} {100 * (r['slowdown'] - 1):+8.1f}% "
+              f"{100 * (r['spread'][0] - 1):+5.1f}..{100 * (r['spread'][1] - 1):+5.1f}% {r['delivered_gbps']:15.1f} "
+              f"{w} {m}")
+    return rows
+
+
+def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
+                variant: tuple[Callable[[], None], int] | None, power: PowerLog) -> dict[str, float]:
+    """Time ``iters`` of ``work`` on ``compute`` while ``variant`` (a call, bytes it sends) runs back to
+    back on the communication stream; the bytes count is of calls that finished inside the window."""
+    torch = b.torch
+    torch.cuda.synchronize()
+    b.dist.barrier()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    marks = []
+    t0 = time.time()
+    start.record(compute)
+    if variant is not None:
+        fn, nbytes = variant
+        b.stream.wait_event(start)
+        with torch.cuda.stream(b.stream):
+            for _ in range(b.calls_per_window):
+                fn()
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record(b.stream)
+                marks.append(ev)
+    with torch.cuda.stream(compute):
+        for _ in range(iters):
+            work()
+    end.record(compute)
+    torch.cuda.synchronize()
+    t1 = time.time()
+    window = start.elapsed_time(end) / 1e3
+    done = sum(1 for ev in marks if start.elapsed_time(ev) / 1e3 <= window)
+    # every rank must issue as many collectives: they agree on growing the count when any ran dry
+    if variant is not None and b.max_over_ranks(1.0 if done == len(marks) else 0.0):
+        b.calls_per_window = int(b.calls_per_window * 1.5) + 1  # keep the link busy for the whole window
+    delivered = done * variant[1] / window / 1e9 if variant is not None else 0.0
+    return {"seconds": window, "gbps": delivered, **power.window(t0, t1, b.dev)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="hoccl-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=("sweep", "contention", "launch"))
+    p.add_argument("--out", default=os.environ.get("OUT", "results"), help="folder for <command>.json")
+    p.add_argument("--sizes", default="2MiB:1GiB", help="LOW:HIGH, powers of two between (default 2MiB:1GiB)")
+    p.add_argument("--collectives", default=",".join(OPS))
+    p.add_argument("--baselines", default="hoccl,raw,nccl,nccl-ctas=1,nccl-ctas=2,nccl-ctas=4,nccl-ctas=8,nccl-ce")
+    p.add_argument("--sm-size", type=int, default=64 << 20, help="size at which SMs are counted by trace")
+    p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
+    p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--reps", type=int, default=15, help="launch: batches per point")
+    p.add_argument("--gemm-iters", type=int, default=20)
+    p.add_argument("--mem-iters", type=int, default=60)
+    args = p.parse_args(argv)
+    b = Bench()
+    t0 = time.time()
+    try:
+        {"sweep": sweep, "contention": contention, "launch": launch}[args.command](b, args)
+    finally:
+        b.say(f"hoccl-bench {args.command}: {time.time() - t0:.0f} s")
+        b.comm.close()
+        b.dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

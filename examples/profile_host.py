@@ -45,6 +45,21 @@ def main() -> int:
     if rank == 0:
         other = cp.empty(2 << 20, cp.uint8)
         micro["memcpyAsync 4 B"] = per_call_us(lambda: rt.memcpyAsync(other.data.ptr, buf.data.ptr, 4, 4, s.ptr))
+        s.synchronize()
+        micro["memcpyAsync 4 B D2D kind"] = per_call_us(lambda: rt.memcpyAsync(other.data.ptr, buf.data.ptr, 4, 3,
+                                                                               s.ptr))
+        s.synchronize()
+        import ctypes
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        fn = lib.cuMemcpyAsync
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        micro["cuMemcpyAsync ctypes"] = per_call_us(lambda: fn(other.data.ptr, buf.data.ptr, 4, s.ptr))
+        fn2 = lib.cuMemcpyDtoDAsync_v2
+        fn2.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        s.synchronize()
+        micro["cuMemcpyDtoDAsync ctypes"] = per_call_us(lambda: fn2(other.data.ptr, buf.data.ptr, 4, s.ptr))
+        s.synchronize()
         pool = FlagPool(4)
         f = pool.allocate()
         ops = MemOps().write(f, 1).write(f, 0)
@@ -77,7 +92,16 @@ def main() -> int:
                 fn()
             reps.append((time.perf_counter() - t0) / 200 * 1e6)
             s.synchronize()
-        host[name] = statistics.median(reps)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        dist.barrier()
+        start.record(s)
+        for _ in range(200):
+            fn()
+        end.record(s)
+        end.synchronize()
+        nbytes = {"allgather": 4 << 20}.get(name, 2 << 20)  # nccl-tests' size: AllGather's whole output
+        gbps = 200 * nbytes / (cp.cuda.get_elapsed_time(start, end) / 1e3) / 1e9
+        host[name] = (round(statistics.median(reps), 1), round(gbps, 1))
     dist.barrier()
     prof = cProfile.Profile()
     prof.enable()
@@ -89,7 +113,7 @@ def main() -> int:
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
     time.sleep(0.2 * rank)
     print(f"--- rank {rank}: micro costs (us per call) {micro}")
-    print(f"--- rank {rank}: host us per call at 2 MiB (200 back to back, median of 7): {host}")
+    print(f"--- rank {rank}: (host us per call, GB/s) at 2 MiB (200 back to back, median of 7): {host}")
     print("\n".join(line for line in text.getvalue().splitlines()[:40] if line.strip()), flush=True)
     dist.barrier()
     comm.close()

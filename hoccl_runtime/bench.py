@@ -81,6 +81,7 @@ class Bench:
         self.comm = hr.init(timeout_s=timeout_s)
         self.stream = torch.cuda.Stream()
         self.groups: dict[str, Any] = {}
+        self._symm: Any = None
         self.log: list[str] = []
 
     # --- helpers ---------------------------------------------------------------------------------------
@@ -136,14 +137,18 @@ class Bench:
         self.groups[name] = group
         return group
 
-    def symmetric(self, n: int, group: Any) -> Any:
-        """A buffer of n bytes in NCCL symmetric memory registered with ``group`` (for nccl-ce)."""
+    def symmetric(self, n: int, group: Any, slot: int) -> Any:
+        """n bytes of NCCL symmetric memory registered with ``group`` (for nccl-ce): views of one window
+        of 2 x 1 GiB allocated and registered once (slot 0: inputs, slot 1: outputs)."""
         import torch.distributed._symmetric_memory as symm
 
-        symm.set_backend("NCCL")
-        buf = symm.empty(n, dtype=self.torch.uint8, device=f"cuda:{self.dev}")
-        symm.rendezvous(buf, group=group)
-        return buf
+        if n > 1 << 30:
+            raise ValueError("nccl-ce buffers are views of a 2 GiB window: sizes up to 1 GiB")
+        if self._symm is None:
+            symm.set_backend("NCCL")
+            self._symm = symm.empty(2 << 30, dtype=self.torch.uint8, device=f"cuda:{self.dev}")
+            symm.rendezvous(self._symm, group=group)
+        return self._symm[slot << 30:(slot << 30) + n]
 
     # --- one operation, one implementation -------------------------------------------------------------
     def make_op(self, op: str, impl: str, size: int) -> tuple[Callable[[], None], Callable[[], bool] | None]:
@@ -180,7 +185,7 @@ class Bench:
         torch = self.torch
         if impl == "nccl-ce":
             group = self.nccl_group(impl)
-            return self.symmetric(n_in, group), self.symmetric(n_out, group)
+            return self.symmetric(n_in, group, 0), self.symmetric(n_out, group, 1)
         dev = f"cuda:{self.dev}"
         return (torch.randint(0, 256, (n_in,), dtype=torch.uint8, device=dev),
                 torch.empty(n_out, dtype=torch.uint8, device=dev))
@@ -233,7 +238,7 @@ class Bench:
         return addrs
 
     def _raw(self, op: str, inp: Any, out: Any, pacer: Any = None, rate: float | None = None) -> Callable[[], None]:
-        """One cudaMemcpyAsync per peer into its output (the copy engines' limit; nothing else)."""
+        """One cudaMemcpyAsync per peer into its output, and the local part (the copy engines' limit)."""
         import cupy
 
         rt, r, w = cupy.cuda.runtime, self.rank, self.world
@@ -242,8 +247,9 @@ class Bench:
             plan = [(addrs[1], inp.data_ptr(), inp.numel())] if r == 0 else []
         else:
             n = out.numel() // w
+            # every peer's part, then the local one: the same bytes as the collective moves
             plan = [(addrs[p] + r * n, inp.data_ptr() + (p * n if op == "alltoall" else 0), n)
-                    for p in range(w) if p != r]
+                    for p in [*(q for q in range(w) if q != r), r]]
         s = self.stream.cuda_stream
         if rate is not None:
             return self._paced_raw(plan, pacer, rate)
@@ -311,31 +317,41 @@ class Bench:
 
 # --- sweep -----------------------------------------------------------------------------------------------
 def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows, unavailable = [], {}
+    rows, unavailable, failures = [], {}, {}
+    errors: dict[tuple[str, str, int], str] = {}
     ops = [o for o in args.collectives.split(",") if o]
     impls = [x for x in args.baselines.split(",") if x]
     for size in _sizes(args.sizes):
         iters = max(3, min(40, (1 << 30) // size))
         for op in ops:
             for impl in impls:
-                if impl in unavailable:
-                    continue
+                if impl in unavailable or (impl == "nccl-ce" and op == "sendrecv"):
+                    continue  # NCCL's copy-engine mode covers collectives, not point-to-point
                 try:
                     fn, check = b.make_op(op, impl, size)
+                    ok = check() if check is not None else None
+                    t, host = b.timed(fn, iters)
+                    sms = b.sms(fn) if size == args.sm_size else None
+                    failed = 0.0
                 except Exception as exc:  # noqa: BLE001 - a baseline this torch/NCCL cannot run is reported
-                    unavailable[impl] = f"{type(exc).__name__}: {exc}"[:200]
-                    b.say(f"  {impl}: unavailable ({unavailable[impl]})")
+                    errors[(impl, op, size)] = f"{type(exc).__name__}: {exc}"[:300]
+                    failed = 1.0
+                if b.max_over_ranks(failed):  # every rank skips the point together
+                    why = errors.get((impl, op, size), "failed on another rank")
+                    failures[impl] = failures.get(impl, 0) + 1
+                    b.say(f"  {impl} {op} {size} B failed: {why.splitlines()[0]}")
+                    if failures[impl] >= 3:  # give up on a baseline that keeps failing
+                        unavailable[impl] = why
+                    b.torch.cuda.synchronize()
                     continue
-                ok = check() if check is not None else None
-                t, host = b.timed(fn, iters)
-                sms = b.sms(fn) if size == args.sm_size else None
                 bw = size / t / 1e9
                 busbw = bw * (b.world - 1) / b.world if op != "sendrecv" else bw
                 rows.append(dict(op=op, impl=impl, size=size, seconds=t, gbps=bw, busbw=busbw, host_us=host,
                                  correct=ok, sms=sms))
                 b.torch.cuda.empty_cache()
         b.say(f"size {size >> 20} MiB done")
-    b.write(args.out, "sweep", {"rows": rows, "unavailable": unavailable})
+    b.write(args.out, "sweep", {"rows": rows, "unavailable": unavailable,
+                                "failed_points": [f"{i} {o} {n}: {e}" for (i, o, n), e in errors.items()]})
     b.say(f"{'op':10} {'impl':12} {'size':>9} {'GB/s':>7} {'busbw':>7} {'host us':>8} {'SMs':>4} ok")
     for r in rows:
         sms = "" if r["sms"] is None else r["sms"]
@@ -430,6 +446,10 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     from hoccl_runtime.pacing import Pacer
 
     pacer = Pacer(b.dev)
+    from hoccl_runtime.flags import FlagPool
+
+    b.go_pool = FlagPool(1)
+    b.go_flag = b.go_pool.allocate()
     for impl in ("hoccl", "raw", "nccl", "nccl-ce"):
         try:
             fn, check = b.make_op("allgather", impl, size)
@@ -483,27 +503,34 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
                 variant: tuple[Callable[[], None], int] | None, power: PowerLog) -> dict[str, float]:
     """Time ``iters`` of ``work`` on ``compute`` while ``variant`` (a call, bytes it sends) runs back to
     back on the communication stream; the bytes count is of calls that finished inside the window."""
+    from hoccl_runtime.flags import MemOps
+
     torch = b.torch
     torch.cuda.synchronize()
     b.dist.barrier()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     marks = []
+    go = b.go_flag
     t0 = time.time()
+    # the load is enqueued first, held by a stream wait on a host flag, so host time spent enqueueing the
+    # communication (which may block) never shows up as load time; both start when the flag is set
+    MemOps().wait_eq(go, 1).write(go, 0).enqueue(compute.cuda_stream)
     start.record(compute)
+    with torch.cuda.stream(compute):
+        for _ in range(iters):
+            work()
+    end.record(compute)
+    b.stream.wait_event(start)
+    go.write(1)
     if variant is not None:
         fn, nbytes = variant
-        b.stream.wait_event(start)
         with torch.cuda.stream(b.stream):
             for _ in range(b.calls_per_window):
                 fn()
                 ev = torch.cuda.Event(enable_timing=True)
                 ev.record(b.stream)
                 marks.append(ev)
-    with torch.cuda.stream(compute):
-        for _ in range(iters):
-            work()
-    end.record(compute)
     torch.cuda.synchronize()
     t1 = time.time()
     window = start.elapsed_time(end) / 1e3

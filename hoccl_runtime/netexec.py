@@ -34,7 +34,7 @@ from hoccl_compiler.schema import Plan
 from .errors import HocclTimeoutError, TransportError
 from .transport.base import Connection, Transport
 
-__all__ = ["HostNodeExecutor"]
+__all__ = ["HostNodeExecutor", "GpuNodeExecutor"]
 
 CREDIT = 1 << 31
 STAGE_DONE = 0x7F000000
@@ -45,7 +45,7 @@ class HostNodeExecutor:
     """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
-                 transport: Transport, *, slots: int = 4, timeout_s: float = 30.0):
+                 transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, _check_sizes: bool = True):
         topo = plan.topology
         self.plan, self.node, self.transport, self.timeout_s = plan, node, transport, timeout_s
         self.L = topo.gpus_per_node
@@ -54,7 +54,8 @@ class HostNodeExecutor:
         self.slots = slots
         for r in self.ranks:
             inp, out = buffers[r]
-            if inp.nbytes != plan.ranks.input_bytes[r] or out.nbytes != plan.ranks.output_bytes[r]:
+            if _check_sizes and (inp.nbytes != plan.ranks.input_bytes[r] or
+                                 out.nbytes != plan.ranks.output_bytes[r]):
                 raise TransportError(f"rank {r}: buffers of {inp.nbytes}/{out.nbytes} bytes, the plan needs "
                                      f"{plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
         self.inputs = {r: buffers[r][0] for r in self.ranks}
@@ -64,17 +65,21 @@ class HostNodeExecutor:
         for r in self.ranks:
             out = self.outputs[r]
             transport.register(out if out.nbytes else np.zeros(1, np.uint8))
-            self.recv_ring[r] = np.zeros(slots * self.chunk, np.uint8)
+            self.recv_ring[r] = self._ring(slots * self.chunk)
             transport.register(self.recv_ring[r])
         self.send_region = {}
         for r in self.ranks:
-            self.send_ring[r] = np.zeros(slots * self.chunk, np.uint8)
+            self.send_ring[r] = self._ring(slots * self.chunk)
             self.send_region[r] = transport.register(self.send_ring[r])
         self.conns: dict[int, Connection] = {}
         self._backlog: dict[int, list] = {}        # completions read during a barrier, for the next stage
         self._early_done: set[tuple[int, int]] = set()
 
     # --- setup -------------------------------------------------------------------------------------
+    def _ring(self, nbytes: int) -> np.ndarray:
+        """A staging ring (host memory; pinned and device-mapped in the GPU executor)."""
+        return np.zeros(nbytes, np.uint8)
+
     def connect(self, addresses: Mapping[int, str]) -> None:
         """Connect to every other node (``addresses[n]`` is node n's listening address)."""
         nodes = self.plan.topology.nodes
@@ -115,7 +120,7 @@ class HostNodeExecutor:
             if role[t] in (LOCAL, NATIVE) and src[t] in mine:
                 f = tr.flow[t]
                 a, b = fl.src_offset[f] + tr.offset[t], fl.dst_offset[f] + tr.offset[t]
-                self.outputs[fl.dst[f]][b:b + tr.bytes[t]] = self.inputs[fl.src[f]][a:a + tr.bytes[t]]
+                self._copy_within(fl.dst[f], b, fl.src[f], a, tr.bytes[t])
         sends = [t for t in range(len(tr.flow)) if role[t] == RDMA and src[t] in mine]
         recvs = {dst[t]: t for t in range(len(tr.flow)) if role[t] == RDMA and dst[t] in mine}
         # per outgoing transfer: next chunk to stage, and which chunks left / were credited (lanes and
@@ -123,8 +128,10 @@ class HostNodeExecutor:
         state = {t: {"next": 0, "sent": set(), "credited": set(), "n": max(1, -(-tr.bytes[t] // chunk))}
                  for t in sends}
         pending = {t: max(1, -(-tr.bytes[t] // chunk)) for t in recvs.values()}
+        self._staged, self._landing = [], []
         deadline = time.monotonic() + self.timeout_s
-        while any(len(s["credited"]) < s["n"] for s in state.values()) or any(pending.values()):
+        while any(len(s["credited"]) < s["n"] for s in state.values()) or any(pending.values()) or \
+                self._staged or self._landing:
             progressed = False
             for t in sends:
                 s = state[t]
@@ -134,6 +141,7 @@ class HostNodeExecutor:
                     self._send_chunk(stage, t, k)
                     k = s["next"] = k + 1
                     progressed = True
+            progressed |= self._post_ready()
             for node in self.conns:
                 for c in self._poll(node):
                     progressed = True
@@ -145,6 +153,42 @@ class HostNodeExecutor:
                 time.sleep(50e-6)
             else:
                 deadline = time.monotonic() + self.timeout_s
+        self._finish_stage()
+
+    # --- the copies: host memory here, copy engines in GpuNodeExecutor ----------------------------------
+    # Each returns a token; ``_done(token)`` says whether that copy finished (here: always at once).
+    direct_receive = True  # the network may write straight into a destination output (host memory)
+
+    def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
+        self.outputs[dst_rank][dst_off:dst_off + n] = self.inputs[src_rank][src_off:src_off + n]
+
+    def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
+        self.send_ring[ubar][slot:slot + n] = self.inputs[src_rank][src_off:src_off + n]
+        return None
+
+    def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
+        self.outputs[v][dst_off:dst_off + n] = self.recv_ring[vbar][slot:slot + n]
+        return None
+
+    def _done(self, token: object) -> bool:
+        return True
+
+    def _finish_stage(self) -> None:
+        """Wait for this stage's copies (host copies are done already)."""
+
+    def _post_ready(self) -> bool:
+        """Post the network writes of staged chunks whose copy finished, and the credits of landed
+        chunks whose copy finished (chunk state DMA_COPYING -> NETWORK, and back to IDLE)."""
+        progressed = False
+        while self._staged and self._done(self._staged[0][0]):
+            _, conn, args, imm = self._staged.pop(0)
+            conn.write(*args, imm=imm)
+            progressed = True
+        while self._landing and self._done(self._landing[0][0]):
+            _, conn, args, imm = self._landing.pop(0)
+            conn.write(*args, imm=imm)
+            progressed = True
+        return progressed
 
     def _chunk_range(self, tr, t: int, k: int) -> tuple[int, int]:
         start = tr.offset[t] + k * self.chunk
@@ -156,16 +200,15 @@ class HostNodeExecutor:
         start, n = self._chunk_range(tr, t, k)
         slot = (k % self.slots) * self.chunk
         # send_forward (u -> ū) or the staging copy of ū's own data: into ū's send ring
-        a = fl.src_offset[f] + start
-        self.send_ring[ubar][slot:slot + n] = self.inputs[fl.src[f]][a:a + n]
+        token = self._stage_out(ubar, slot, fl.src[f], fl.src_offset[f] + start, n)
         v = fl.dst[f]
         local_index = vbar % self.L
-        if vbar == v:  # straight into the destination's output
+        if vbar == v and self.direct_receive:  # straight into the destination's output
             region, offset = 2 * local_index, fl.dst_offset[f] + start
-        else:          # into v̄'s receive ring, forwarded on by v̄
+        else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
             region, offset = 2 * local_index + 1, slot
-        self.conns[self._node_of(vbar)].write(self.send_region[ubar], slot, n, region, offset,
-                                               imm=(local_index << 24) | k)
+        self._staged.append((token, self.conns[self._node_of(vbar)], (self.send_region[ubar], slot, n, region, offset),
+                             (local_index << 24) | k))
 
     def _on_completion(self, stage, node, c, state, recvs, pending, sends) -> None:
         tr, fl = stage.transfers, self.plan.flows
@@ -175,7 +218,7 @@ class HostNodeExecutor:
                          tr.dst[t] % self.L == (c.imm >> 24) & 0x7F)
                 k = c.imm & 0xFFFFFF
                 state[t]["sent"].add(k)
-                if tr.dst[t] == fl.dst[tr.flow[t]]:  # no forward on the far side: no credit will come
+                if tr.dst[t] == fl.dst[tr.flow[t]] and self.direct_receive:  # no forward there: no credit
                     state[t]["credited"].add(k)
             return
         imm = c.imm
@@ -192,13 +235,12 @@ class HostNodeExecutor:
         t = recvs[vbar]
         f = tr.flow[t]
         v = fl.dst[f]
-        if vbar != v:  # recv_forward (v̄ -> v) out of the ring, then hand the slot back
+        if vbar != v or not self.direct_receive:  # out of the ring (recv_forward v̄ -> v), then the credit
             start, n = self._chunk_range(tr, t, k)
             slot = (k % self.slots) * self.chunk
-            b = fl.dst_offset[f] + start
-            self.outputs[v][b:b + n] = self.recv_ring[vbar][slot:slot + n]
-            self.conns[node].write(self.send_region[vbar], 0, 0, 0, 0,
-                                   imm=CREDIT | ((tr.src[t] % self.L) << 24) | k)
+            token = self._land(vbar, slot, v, fl.dst_offset[f] + start, n)
+            self._landing.append((token, self.conns[node], (self.send_region[vbar], 0, 0, 0, 0),
+                                  CREDIT | ((tr.src[t] % self.L) << 24) | k))
         pending[t] -= 1
 
     def _poll(self, node: int) -> list:
@@ -225,3 +267,135 @@ class HostNodeExecutor:
                     raise HocclTimeoutError(f"node {self.node}: nodes {sorted(waiting)} did not finish stage {stage} "
                                             f"within {self.timeout_s:g} s")
                 time.sleep(50e-6)
+
+
+class GpuNodeExecutor(HostNodeExecutor):
+    """The same schedule with GPU buffers: one process drives its node's GPUs (``{rank: (input, output)}``
+    as CuPy arrays, torch tensors or anything :func:`as_buffer` takes).
+
+    Copies within the node run on copy engines (``cudaMemcpyAsync``, peer access between the node's
+    GPUs). The network side is a host transport (TCP here), so staging is pinned, device-mapped host
+    memory: the copy engine of the sending GPU moves each chunk device -> staging slot (the u -> ū
+    forward and the staging copy in one), the transport posts the write once that copy's event has
+    completed, and on the far side each received chunk goes staging slot -> destination GPU on its copy
+    engine, the slot's credit leaving once that copy completed. With ``slots`` chunks per ring the
+    copies of chunk k+1.. overlap the network transfer of chunk k (the state machine IDLE -> DMA_COPYING
+    -> NETWORK -> IDLE, in events and credits). ``run()`` returns when the node's part is complete.
+    """
+
+    direct_receive = False  # TCP lands in host memory: always through the receive ring
+
+    def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
+                 slots: int = 4, timeout_s: float = 30.0):
+        from ._cuda import cupy_runtime, enable_peer_access
+        from .interop import as_buffer
+
+        topo = plan.topology
+        L = topo.gpus_per_node
+        ranks = range(node * L, (node + 1) * L)
+        self._rt = cupy_runtime()
+        self._in, self._out, self._dev = {}, {}, {}
+        for r in ranks:
+            if r not in buffers:
+                raise TransportError(f"node {node}: no buffers for rank {r} (this node drives ranks {list(ranks)})")
+            inp, out = buffers[r]
+            ib, ob = as_buffer(inp, f"rank {r} input"), as_buffer(out, f"rank {r} output")
+            if ib.nbytes != plan.ranks.input_bytes[r] or ob.nbytes != plan.ranks.output_bytes[r]:
+                raise TransportError(f"rank {r}: buffers of {ib.nbytes}/{ob.nbytes} bytes, the plan needs "
+                                     f"{plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+            if ib.nbytes and ob.nbytes and ib.device != ob.device:
+                raise TransportError(f"rank {r}: input and output on different GPUs ({ib.device}, {ob.device})")
+            self._in[r], self._out[r] = ib, ob
+            self._dev[r] = ob.device if ob.nbytes else ib.device
+        for a in ranks:
+            for b in ranks:
+                if self._dev[a] != self._dev[b]:
+                    enable_peer_access(self._dev[a], self._dev[b])
+        self._host: list[int] = []
+        placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
+        self._streams: dict[tuple[str, int], int] = {}
+        self._keep: list = []
+        self._events: list[int] = []
+        self._next_event = 0
+        super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s,
+                         _check_sizes=False)
+
+    # pinned, device-mapped staging (portable: every GPU of the node can copy to and from it)
+    def _pinned(self, nbytes: int) -> np.ndarray:
+        import ctypes
+
+        from ._cuda import host_mapped_alloc
+
+        ptr = host_mapped_alloc(max(1, nbytes))
+        self._host.append(ptr)
+        return np.frombuffer((ctypes.c_uint8 * max(1, nbytes)).from_address(ptr), dtype=np.uint8)
+
+    def _ring(self, nbytes: int) -> np.ndarray:
+        return self._pinned(nbytes)
+
+    def _stream(self, kind: str, device: int) -> int:
+        key = (kind, device)
+        if key not in self._streams:
+            import cupy
+
+            with cupy.cuda.Device(device):
+                s = cupy.cuda.Stream(non_blocking=True)
+            self._keep.append(s)
+            self._streams[key] = int(s.ptr)
+        return self._streams[key]
+
+    def _event(self) -> int:
+        if self._next_event == len(self._events):
+            self._events.append(self._rt.eventCreateWithFlags(2))  # disable timing
+        ev = self._events[self._next_event]
+        self._next_event += 1
+        return ev
+
+    def _copy(self, kind: str, device: int, dst: int, src: int, n: int) -> int:
+        from ._cuda import MEMCPY_DEFAULT
+
+        rt = self._rt
+        rt.setDevice(device)
+        s = self._stream(kind, device)
+        rt.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, s)
+        ev = self._event()
+        rt.eventRecord(ev, s)
+        return ev
+
+    def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
+        if n:
+            self._copy("d2d", self._dev[src_rank], self._out[dst_rank].ptr + dst_off, self._in[src_rank].ptr + src_off,
+                       n)
+
+    def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
+        ring = int(self.send_ring[ubar].ctypes.data)
+        return self._copy("d2h", self._dev[src_rank], ring + slot, self._in[src_rank].ptr + src_off, n)
+
+    def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
+        ring = int(self.recv_ring[vbar].ctypes.data)
+        return self._copy("h2d", self._dev[v], self._out[v].ptr + dst_off, ring + slot, n)
+
+    def _done(self, token: object) -> bool:
+        status = self._rt.eventQuery(token)
+        return status == 0
+
+    def _finish_stage(self) -> None:
+        rt = self._rt
+        for (_, device), s in self._streams.items():
+            rt.setDevice(device)
+            rt.streamSynchronize(s)
+        self._next_event = 0  # every event of the stage has completed: reuse them
+
+    def close(self) -> None:
+        from ._cuda import host_free
+
+        rt = self._rt
+        self._finish_stage()
+        for ev in self._events:
+            rt.eventDestroy(ev)
+        self._events.clear()
+        self.send_ring = self.recv_ring = self.inputs = self.outputs = {}
+        for ptr in self._host:
+            host_free(ptr)
+        self._host.clear()
+        self._keep.clear()

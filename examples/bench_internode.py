@@ -1,0 +1,198 @@
+"""Inter-node path on GPUs, "nodes" joined by the TCP transport on one host (2-GPU machine).
+
+    python examples/bench_internode.py [--check-only] [--lanes 8] [--out DIR]
+
+Each node is a process driving its GPUs with GpuNodeExecutor: 2 nodes x 1 GPU (node n on GPU n) and
+2 nodes x 2 GPUs (4 ranks on 2 GPUs: a node's local rank i on GPU i), which exercises the forwarding
+copies. Checks AllGather, All-to-All, skewed All-to-Allv and send/recv against the reference replay
+(random inputs, poisoned outputs), then times 1-GPU-per-node send/recv 2 MiB..1 GiB with the pieces
+alone (the device->host copy, the transport host->host) beside the pipelined whole, and the host CPU
+time per call and per chunk. Prints a table last; writes internode.json to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay  # noqa: E402
+from hoccl_compiler.ir import CompileOptions  # noqa: E402
+
+
+def inputs_for(plan, r):
+    return np.random.default_rng([r, 11]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+
+
+def node_main(plan_json, node, lanes, slots, reps, addr_q, box, result_q, host=False):
+    try:
+        result_q.put((node, node_body(plan_json, node, lanes, slots, reps, addr_q, box, host)))
+    except BaseException:  # reported to the parent
+        result_q.put((node, traceback.format_exc()))
+
+
+def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host):
+    """One node. ``host``: the same schedule on host buffers (HostNodeExecutor): the network alone."""
+    import cupy as cp
+
+    from hoccl_compiler.schema import plan_from_json
+    from hoccl_runtime.netexec import GpuNodeExecutor, HostNodeExecutor
+
+    plan = plan_from_json(plan_json)
+    L = plan.topology.gpus_per_node
+    bufs = {}
+    for r in range(node * L, (node + 1) * L):
+        if host:
+            bufs[r] = (inputs_for(plan, r), np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8))
+            continue
+        with cp.cuda.Device(r % L if L > 1 else node):
+            bufs[r] = (cp.asarray(inputs_for(plan, r)), cp.full(plan.ranks.output_bytes[r], 0xA5, cp.uint8))
+    cls = HostNodeExecutor if host else GpuNodeExecutor
+    transport = cls.make_transport(plan, node, lanes=lanes)
+    ex = cls(plan, node, bufs, transport, slots=slots, timeout_s=60)
+    addr_q.put((node, transport.listen()))
+    ex.connect(box.get(timeout=60))
+    ex.run()
+    outs = {r: (bufs[r][1] if host else cp.asnumpy(bufs[r][1])).tobytes() for r in bufs}
+    times, cpu = [], []
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        ex.run()
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    if not host:
+        ex.close()
+    transport.close()
+    return {"outputs": outs if reps == 0 else {}, "seconds": times, "cpu": cpu}
+
+
+def run_nodes(plan, lanes=8, slots=4, reps=0, host=False):
+    ctx = mp.get_context("spawn")
+    nodes = plan.topology.nodes
+    addr_q, result_q = ctx.Queue(), ctx.Queue()
+    boxes = [ctx.Queue() for _ in range(nodes)]
+    procs = [ctx.Process(target=node_main, args=(plan.model_dump_json(), n, lanes, slots, reps, addr_q, boxes[n],
+                                                 result_q, host)) for n in range(nodes)]
+    for p in procs:
+        p.start()
+    try:
+        addresses = dict(addr_q.get(timeout=120) for _ in range(nodes))
+        for b in boxes:
+            b.put(addresses)
+        results = {}
+        for _ in range(nodes):
+            node, res = result_q.get(timeout=300)
+            if isinstance(res, str):
+                raise RuntimeError(f"node {node} failed:\n{res}")
+            results[node] = res
+        return results
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+
+
+def check(plan) -> bool:
+    results = run_nodes(plan, lanes=2, slots=2)
+    got = {r: np.frombuffer(b, np.uint8) for res in results.values() for r, b in res["outputs"].items()}
+    want = replay(plan, [inputs_for(plan, r) for r in range(plan.num_ranks)]).outputs
+    return all(np.array_equal(got[r], want[r]) for r in range(plan.num_ranks))
+
+
+def d2h_alone(size, reps):
+    """A device->host copy of `size` into pinned memory (one copy engine)."""
+    import cupy as cp
+
+    from hoccl_runtime._cuda import host_free, host_mapped_alloc
+
+    with cp.cuda.Device(0):
+        src = cp.empty(size, cp.uint8)
+        ptr = host_mapped_alloc(size)
+        s = cp.cuda.Stream(non_blocking=True)
+        d2h = []
+        for _ in range(reps):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(s)
+            cp.cuda.runtime.memcpyAsync(ptr, src.data.ptr, size, 4, s.ptr)
+            end.record(s)
+            end.synchronize()
+            d2h.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+        host_free(ptr)
+    return statistics.median(d2h)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--check-only", action="store_true")
+    p.add_argument("--lanes", type=int, default=8)
+    p.add_argument("--chunk", default="8MiB")
+    p.add_argument("--out", default=os.environ.get("OUT", "results"))
+    args = p.parse_args(argv)
+    from hoccl_compiler import parse_size
+
+    checks = {}
+    for nodes, gpn in ((2, 1), (2, 2)):
+        topo = make_topology("h200x2", nodes=nodes, gpus_per_node=gpn)
+        G = nodes * gpn
+        specs = {
+            "allgather": CollectiveSpec(kind="allgather", size_bytes=G * 1_000_003),
+            "alltoall": CollectiveSpec(kind="alltoall", size_bytes=G * 777_777),
+            "alltoallv": CollectiveSpec(kind="alltoallv", matrix=tuple(
+                tuple(0 if i == j else (i * 7 + j * 3 + 1) * 99_991 for j in range(G)) for i in range(G))),
+            "sendrecv": CollectiveSpec(kind="sendrecv", pairs=((0, G - 1, 3_000_001), (G - 1, 0, 17))),
+        }
+        for name, spec in specs.items():
+            plan = compile_plan(topo, spec, CompileOptions(chunk_bytes=256 << 10, baselines=False))
+            checks[f"{nodes}x{gpn} {name}"] = ok = check(plan)
+            print(f"{nodes} nodes x {gpn} GPUs {name}: {'OK' if ok else 'WRONG'}", flush=True)
+    if args.check_only:
+        print("INTERNODE " + ("ALL OK" if all(checks.values()) else "FAILED"))
+        return 0 if all(checks.values()) else 1
+    rows = []
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    chunk = parse_size(args.chunk)
+    for size in (2 << 20, 8 << 20, 32 << 20, 128 << 20, 512 << 20, 1 << 30):
+        plan = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, size),)),
+                            CompileOptions(chunk_bytes=min(chunk, size), baselines=False))
+        reps = 5 if size <= (128 << 20) else 3
+        res = run_nodes(plan, lanes=args.lanes, slots=4, reps=reps)
+        t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(reps))
+        cpu = statistics.median(res[0]["cpu"])
+        n_chunks = -(-size // min(chunk, size))
+        copy = d2h_alone(size, 3)
+        net = run_nodes(plan, lanes=args.lanes, slots=4, reps=reps, host=True)
+        t_net = statistics.median(max(net[n]["seconds"][i] for n in net) for i in range(reps))
+        rows.append(dict(op="sendrecv", impl="hoccl-gpu-tcp", size=size, seconds=t, gbps=size / t / 1e9,
+                         d2h_seconds=copy, host_path_seconds=t_net, cpu_us_per_call=cpu * 1e6,
+                         cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes))
+        print(f"size {size >> 20} MiB done", flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    import cupy as cp
+
+    (Path(args.out) / "internode.json").write_text(json.dumps(dict(
+        date=time.strftime("%Y-%m-%d %H:%M"), gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        driver=cp.cuda.runtime.driverGetVersion(), checks=checks, rows=rows), indent=1))
+    print(f"checks: {'ALL OK' if all(checks.values()) else checks}")
+    print(f"{'size':>9} {'GB/s':>7} {'GPU->GPU ms':>12} {'D2H ms':>8} {'host->host ms':>14} {'cpu us/call':>12} "
+          f"{'cpu us/chunk':>13}")
+    for r in rows:
+        print(f"{r['size'] >> 20:>5} MiB {r['gbps']:7.2f} {r['seconds'] * 1e3:12.2f} {r['d2h_seconds'] * 1e3:8.2f} "
+              f"{r['host_path_seconds'] * 1e3:14.2f} "
+              f"{r['cpu_us_per_call']:12.0f} {r['cpu_us_per_chunk']:13.1f}")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

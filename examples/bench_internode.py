@@ -182,8 +182,9 @@ def main(argv=None) -> int:
     import cupy as cp
 
     (Path(args.out) / "internode.json").write_text(json.dumps(dict(
-        date=time.strftime("%Y-%m-%d %H:%M"), gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-        driver=cp.cuda.runtime.driverGetVersion(), checks=checks, rows=rows), indent=1))
+        kind="internode", date=time.strftime("%Y-%m-%d %H:%M"),
+        gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), driver=cp.cuda.runtime.driverGetVersion(),
+        checks=checks, rows=rows), indent=1))
     print(f"checks: {'ALL OK' if all(checks.values()) else checks}")
     print(f"{'size':>9} {'GB/s':>7} {'GPU->GPU ms':>12} {'D2H ms':>8} {'host->host ms':>14} {'cpu us/call':>12} "
           f"{'cpu us/chunk':>13}")

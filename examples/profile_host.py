@@ -69,8 +69,6 @@ def main() -> int:
         micro["batch memop x2 (cuda.bindings)"] = per_call_us(lambda: slow.enqueue(s.ptr))
         micro["ipcGetMemHandle"] = per_call_us(lambda: rt.ipcGetMemHandle(buf.data.ptr), 500)
         micro["cuMemGetAddressRange (bindings)"] = per_call_us(lambda: cu.cuMemGetAddressRange(buf.data.ptr))
-        fast = _cuda.fast_driver()
-        micro["cuPointerGetAttributes (ctypes)"] = per_call_us(lambda: fast.pointer_info(buf.data.ptr))
         ev = rt.eventCreateWithFlags(2)
         micro["eventRecord"] = per_call_us(lambda: rt.eventRecord(ev, s.ptr))
         s.synchronize()

@@ -1,9 +1,12 @@
 """``hoccl-bench-report RESULTS_DIR -o REPORT.md``: tables (and PNG plots) from benchmark JSON files.
 
-Every ``*.json`` in the folder with a ``rows`` list is read; a row is
-``{"op", "impl", "size", "gbps", "host_us"}`` (as ``examples/bench_intranode.py`` and
-``examples/bench_nccl.py`` write them). For each op, one table of bandwidth by size and
-implementation (host microseconds per call beside it), and with ``--plots`` a bandwidth-vs-size PNG.
+Every ``*.json`` in the folder with a ``rows`` list is read. Bandwidth files (``hoccl-bench sweep``,
+``examples/bench_intranode.py``, ``examples/bench_nccl.py``) have rows ``{"op", "impl", "size", "gbps",
+"host_us"}`` and optionally ``"sms"``: one table per op of GB/s by size and implementation (host
+microseconds per call beside it) and a table of SMs occupied. Files with a ``kind`` are
+``"launch"`` (host us per call by size), ``"contention"`` (slowdown of a load beside each
+communicator, with the bandwidth it delivered) and ``"internode"`` (GPU -> GPU over the network
+path, with its pieces). With ``--plots``: bandwidth-vs-size PNGs, launch cost and slowdown bars.
 The header names each file's machine, GPU, driver and date, so a report says where its numbers
 came from.
 """
@@ -21,7 +24,7 @@ __all__ = ["main", "load_results", "render"]
 
 
 def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, run headers) of every result file in ``folder``."""
+    """(rows, run headers) of every result file in ``folder``; each row carries its file's ``kind``."""
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder of benchmark results (write them with --out)")
     rows, runs = [], []
@@ -32,15 +35,24 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
             raise ValueError(f"{path} is not valid JSON ({exc}); rerun the benchmark that wrote it") from None
         if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
             continue
-        runs.append({"file": path.name, **{k: data.get(k) for k in ("date", "gpu", "driver", "env", "machine")}})
+        kind = data.get("kind") or "bandwidth"
+        runs.append({"file": path.name, "kind": kind,
+                     **{k: data.get(k) for k in ("date", "gpu", "driver", "env", "machine", "torch", "nccl")}})
+        need = _NEEDS.get(kind)
+        if need is None:
+            raise ValueError(f"{path}: unknown kind {kind!r}; expected one of {sorted(_NEEDS)}")
         for row in data["rows"]:
-            missing = {"op", "impl", "size", "gbps"} - set(row)
+            missing = need - set(row)
             if missing:
                 raise ValueError(f"{path}: a row lacks {sorted(missing)}: {row}")
-            rows.append({**row, "file": path.name})
+            rows.append({**row, "file": path.name, "kind": kind})
     if not rows:
         raise ValueError(f"no benchmark rows in {folder} (expected *.json files with a 'rows' list)")
     return rows, runs
+
+
+_NEEDS = {"bandwidth": {"op", "impl", "size", "gbps"}, "internode": {"op", "impl", "size", "gbps"},
+          "launch": {"op", "impl", "size", "host_us"}, "contention": {"load", "comm", "slowdown", "delivered_gbps"}}
 
 
 def _size(n: int) -> str:
@@ -48,29 +60,63 @@ def _size(n: int) -> str:
         else f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} B"
 
 
+def _grid(rows: list[dict[str, Any]], col: str, fmt: Any) -> list[str]:
+    """A size x ``col`` table of ``fmt(row)``."""
+    cols = sorted({r[col] for r in rows})
+    cell = {(r[col], int(r["size"])): r for r in rows}
+    lines = ["| size | " + " | ".join(cols) + " |", "|---:|" + "---:|" * len(cols)]
+    for size in sorted({int(r["size"]) for r in rows}):
+        lines.append(f"| {_size(size)} | " + " | ".join(fmt(cell[(c, size)]) if (c, size) in cell else ""
+                                                       for c in cols) + " |")
+    return lines
+
+
 def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
     lines = ["# Benchmark report", "", "Sources:", ""]
     for run in runs:
         env = {k: v for k, v in (run.get("env") or {}).items() if v is not None}
-        lines.append(f"* `{run['file']}`: {run.get('gpu') or run.get('machine') or '?'}, driver {run.get('driver')}, "
-                     f"{run.get('date')}" + (f", env {env}" if env else ""))
-    for op in sorted({r["op"] for r in rows}):
-        mine = [r for r in rows if r["op"] == op]
-        impls = sorted({r["impl"] for r in mine})
-        sizes = sorted({int(r["size"]) for r in mine})
-        cell = {(r["impl"], int(r["size"])): r for r in mine}
-        lines += ["", f"## {op}", "", "GB/s (host us per call)", "",
-                  "| size | " + " | ".join(impls) + " |", "|---:|" + "---:|" * len(impls)]
-        for s in sizes:
-            vals = []
-            for impl in impls:
-                r = cell.get((impl, s))
-                if r is None:
-                    vals.append("")
-                else:
-                    host = r.get("host_us")
-                    vals.append(f"{r['gbps']:.1f}" + (f" ({host:.0f})" if host is not None else ""))
-            lines.append(f"| {_size(s)} | " + " | ".join(vals) + " |")
+        extra = "".join(f", {k} {run[k]}" for k in ("torch", "nccl") if run.get(k))
+        lines.append(f"* `{run['file']}` ({run['kind']}): {run.get('gpu') or run.get('machine') or '?'}, driver "
+                     f"{run.get('driver')}{extra}, {run.get('date')}" + (f", env {env}" if env else ""))
+    bw = [r for r in rows if r["kind"] == "bandwidth"]
+    for op in sorted({r["op"] for r in bw}):
+        lines += ["", f"## {op}", "", "GB/s (host us per call)", ""]
+        lines += _grid([r for r in bw if r["op"] == op], "impl",
+                       lambda r: f"{r['gbps']:.1f}" + (f" ({r['host_us']:.0f})" if r.get("host_us") is not None
+                                                       else ""))
+    sms = [r for r in bw if r.get("sms") is not None]
+    if sms:
+        impls = sorted({r["impl"] for r in sms})
+        lines += ["", "## SMs occupied (largest kernel grid in a profiler trace; 0 = no kernel)", "",
+                  "| op | size | " + " | ".join(impls) + " |", "|---|---:|" + "---:|" * len(impls)]
+        for op, size in sorted({(r["op"], int(r["size"])) for r in sms}):
+            got = {r["impl"]: r["sms"] for r in sms if r["op"] == op and int(r["size"]) == size}
+            lines.append(f"| {op} | {_size(size)} | " + " | ".join(str(got.get(i, "")) for i in impls) + " |")
+    launch = [r for r in rows if r["kind"] == "launch"]
+    for op in sorted({r["op"] for r in launch}):
+        lines += ["", f"## Launch cost: {op}", "", "host us per call (slowest rank)", ""]
+        lines += _grid([r for r in launch if r["op"] == op], "impl", lambda r: f"{r['host_us']:.1f}")
+    cont = [r for r in rows if r["kind"] == "contention"]
+    if cont:
+        lines += ["", "## Contention", "", "| load | beside | slowdown | min..max | delivered GB/s | W | SM MHz |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for r in cont:
+            lo, hi = r.get("spread") or (r["slowdown"], r["slowdown"])
+            w, m = r.get("watts"), r.get("sm_mhz")
+            lines.append(f"| {r['load']} | {r['comm']} | {100 * (r['slowdown'] - 1):+.1f}% | "
+                         f"{100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f}% | {r['delivered_gbps']:.1f} | "
+                         f"{'' if w is None else f'{w:.0f}'} | {'' if m is None else f'{m:.0f}'} |")
+    inter = [r for r in rows if r["kind"] == "internode"]
+    if inter:
+        lines += ["", "## Inter-node (GPU -> GPU over the network path)", "",
+                  "| op | size | GB/s | total ms | device->host copy alone ms | host path ms | CPU us/call |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in inter:
+            def ms(key: str, r: dict[str, Any] = r) -> str:
+                return f"{r[key] * 1e3:.2f}" if r.get(key) is not None else ""
+            cpu = r.get("cpu_us_per_call")
+            lines.append(f"| {r['op']} | {_size(int(r['size']))} | {r['gbps']:.2f} | {ms('seconds')} | "
+                         f"{ms('d2h_seconds')} | {ms('host_path_seconds')} | {'' if cpu is None else f'{cpu:.0f}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -84,18 +130,38 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         raise ValueError("--plots needs matplotlib; pip install 'hoccl[plot]'") from None
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for op in sorted({r["op"] for r in rows}):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for impl in sorted({r["impl"] for r in rows if r["op"] == op}):
-            pts = sorted((int(r["size"]), r["gbps"]) for r in rows if r["op"] == op and r["impl"] == impl)
-            ax.plot([p[0] / 2**20 for p in pts], [p[1] for p in pts], marker="o", label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size (MiB)")
-        ax.set_ylabel("GB/s")
-        ax.set_title(op)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        path = folder / f"{op}.png"
+
+    def lines(kind: str, key: str, ylabel: str, name: str) -> None:
+        mine = [r for r in rows if r["kind"] == kind]
+        for op in sorted({r["op"] for r in mine}):
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for impl in sorted({r["impl"] for r in mine if r["op"] == op}):
+                pts = sorted((int(r["size"]), r[key]) for r in mine if r["op"] == op and r["impl"] == impl)
+                ax.plot([p[0] / 2**20 for p in pts], [p[1] for p in pts], marker="o", label=impl)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("size (MiB)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{op}" + (" (launch cost)" if kind == "launch" else ""))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            path = folder / f"{name}{op}.png"
+            fig.savefig(path, dpi=110, bbox_inches="tight")
+            plt.close(fig)
+            out.append(path)
+
+    lines("bandwidth", "gbps", "GB/s", "")
+    lines("launch", "host_us", "host us per call", "launch-")
+    cont = [r for r in rows if r["kind"] == "contention"]
+    for load in sorted({r["load"] for r in cont}):
+        mine = [r for r in cont if r["load"] == load and r["comm"] != "alone"]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        ax.bar(range(len(mine)), [100 * (r["slowdown"] - 1) for r in mine])
+        ax.set_xticks(range(len(mine)), [f"{r['comm']}\n{r['delivered_gbps']:.0f} GB/s" for r in mine],
+                      fontsize=7, rotation=45, ha="right")
+        ax.set_ylabel("slowdown (%)")
+        ax.set_title(f"{load} beside back-to-back AllGathers (label: bandwidth delivered)")
+        ax.grid(alpha=0.3, axis="y")
+        path = folder / f"contention-{load}.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         out.append(path)

@@ -315,8 +315,8 @@ class GpuNodeExecutor(HostNodeExecutor):
         placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
         self._streams: dict[tuple[str, int], int] = {}
         self._keep: list = []
-        self._events: list[int] = []
-        self._next_event = 0
+        self._events: dict[int, list[int]] = {}
+        self._used: dict[int, int] = {}
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s,
                          _check_sizes=False)
 
@@ -344,12 +344,14 @@ class GpuNodeExecutor(HostNodeExecutor):
             self._streams[key] = int(s.ptr)
         return self._streams[key]
 
-    def _event(self) -> int:
-        if self._next_event == len(self._events):
-            self._events.append(self._rt.eventCreateWithFlags(2))  # disable timing
-        ev = self._events[self._next_event]
-        self._next_event += 1
-        return ev
+    def _event(self, device: int) -> int:
+        """An event of ``device`` (the current device): one per copy of the stage, reused next stage."""
+        pool = self._events.setdefault(device, [])
+        used = self._used.get(device, 0)
+        if used == len(pool):
+            pool.append(self._rt.eventCreateWithFlags(2))  # disable timing
+        self._used[device] = used + 1
+        return pool[used]
 
     def _copy(self, kind: str, device: int, dst: int, src: int, n: int) -> int:
         from ._cuda import MEMCPY_DEFAULT
@@ -358,7 +360,7 @@ class GpuNodeExecutor(HostNodeExecutor):
         rt.setDevice(device)
         s = self._stream(kind, device)
         rt.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, s)
-        ev = self._event()
+        ev = self._event(device)
         rt.eventRecord(ev, s)
         return ev
 
@@ -384,15 +386,17 @@ class GpuNodeExecutor(HostNodeExecutor):
         for (_, device), s in self._streams.items():
             rt.setDevice(device)
             rt.streamSynchronize(s)
-        self._next_event = 0  # every event of the stage has completed: reuse them
+        self._used.clear()  # every event of the stage has completed: reuse them
 
     def close(self) -> None:
         from ._cuda import host_free
 
         rt = self._rt
         self._finish_stage()
-        for ev in self._events:
-            rt.eventDestroy(ev)
+        for device, pool in self._events.items():
+            rt.setDevice(device)
+            for ev in pool:
+                rt.eventDestroy(ev)
         self._events.clear()
         self.send_ring = self.recv_ring = self.inputs = self.outputs = {}
         for ptr in self._host:

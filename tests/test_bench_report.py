@@ -47,3 +47,23 @@ def test_report_errors(tmp_path, capsys, setup, needle):
     assert main([str(tmp_path)]) == 2
     assert needle in capsys.readouterr().err
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_report_other_kinds(tmp_path):
+    (tmp_path / "launch.json").write_text(json.dumps({"kind": "launch", "date": "d", "rows": [
+        {"op": "sendrecv", "impl": "hoccl", "size": 2 << 20, "host_us": 21.2, "gbps": 0.0}]}))
+    (tmp_path / "contention.json").write_text(json.dumps({"kind": "contention", "date": "d", "rows": [
+        {"load": "gemm", "comm": "alone", "slowdown": 1.0, "spread": [0.99, 1.01], "delivered_gbps": 0.0,
+         "watts": None, "sm_mhz": None},
+        {"load": "gemm", "comm": "hoccl@200", "slowdown": 1.033, "spread": [1.027, 1.038], "delivered_gbps": 124.6,
+         "watts": 605.0, "sm_mhz": 1890.0}]}))
+    (tmp_path / "internode.json").write_text(json.dumps({"kind": "internode", "date": "d", "rows": [
+        {"op": "sendrecv", "impl": "hoccl-gpu-tcp", "size": 1 << 30, "gbps": 13.76, "seconds": 0.078,
+         "d2h_seconds": 0.0194, "host_path_seconds": 0.1247, "cpu_us_per_call": 261728}]}))
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert "## Launch cost: sendrecv" in text and "| 2 MiB | 21.2 |" in text
+    assert "| gemm | hoccl@200 | +3.3% | +2.7..+3.8% | 124.6 | 605 | 1890 |" in text
+    assert "| sendrecv | 1 GiB | 13.76 | 78.00 | 19.40 | 124.70 | 261728 |" in text
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "mystery", "rows": [{}]}))
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 2

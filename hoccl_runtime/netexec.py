@@ -95,12 +95,19 @@ class HostNodeExecutor:
             self.conns[other] = conn
 
     @staticmethod
-    def make_transport(plan: Plan, node: int, **kwargs) -> Transport:
-        """A TCP transport for ``node``: the plan id as session (a node with another plan is refused at
-        the first exchange) and the node's name, by which the accepting node knows who connected."""
-        from .transport.tcp import TcpTransport
+    def make_transport(plan: Plan, node: int, kind: str = "tcp", **kwargs) -> Transport:
+        """A transport for ``node`` (``kind`` "tcp" or "verbs"): the plan id as session (a node with
+        another plan is refused at the first exchange) and the node's name, by which the accepting node
+        knows who connected."""
+        if kind == "tcp":
+            from .transport.tcp import TcpTransport
 
-        return TcpTransport(session=plan.plan_id, name=f"node{node}", **kwargs)
+            return TcpTransport(session=plan.plan_id, name=f"node{node}", **kwargs)
+        if kind == "verbs":
+            from .transport.verbs import VerbsTransport
+
+            return VerbsTransport(session=plan.plan_id, name=f"node{node}", **kwargs)
+        raise TransportError(f"transport kind {kind!r}: choose 'tcp' or 'verbs'")
 
     # --- the plan ----------------------------------------------------------------------------------
     def run(self) -> None:

@@ -3,11 +3,12 @@
     python examples/bench_internode.py [--check-only] [--lanes 8] [--out DIR]
 
 Each node is a process driving its GPUs with GpuNodeExecutor: 2 nodes x 1 GPU (node n on GPU n) and
-2 nodes x 2 GPUs (4 ranks on 2 GPUs: a node's local rank i on GPU i), which exercises the forwarding
-copies. Checks AllGather, All-to-All, skewed All-to-Allv and send/recv against the reference replay
-(random inputs, poisoned outputs), then times 1-GPU-per-node send/recv 2 MiB..1 GiB with the pieces
-alone (the device->host copy, the transport host->host) beside the pipelined whole, and the host CPU
-time per call and per chunk. Prints a table last; writes internode.json to --out.
+2 nodes x 2 GPUs (on 4 GPUs one each; on 2 GPUs 4 ranks on 2 GPUs, a node's local rank i on GPU i),
+which exercises the forwarding copies; with 8 GPUs also 2 nodes x 4. Checks AllGather, All-to-All,
+skewed All-to-Allv and send/recv against the reference replay (random inputs, poisoned outputs),
+then times 1-GPU-per-node send/recv 2 MiB..1 GiB beside one device->host copy of the same size and
+the same schedule on host buffers, and the host CPU time per call and per chunk. Prints a table
+last; writes internode.json to --out.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host):
         if host:
             bufs[r] = (inputs_for(plan, r), np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8))
             continue
-        with cp.cuda.Device(r % L if L > 1 else node):
+        # one GPU per rank when there are enough (4 GPUs: 2 nodes x 2 on separate GPUs), else the node's
+        # local rank i on GPU i (2 GPUs: 4 ranks on 2 GPUs), and node n on GPU n for 1 GPU per node
+        gpus = cp.cuda.runtime.getDeviceCount()
+        with cp.cuda.Device(r if gpus >= plan.num_ranks else (r % L if L > 1 else node)):
             bufs[r] = (cp.asarray(inputs_for(plan, r)), cp.full(plan.ranks.output_bytes[r], 0xA5, cp.uint8))
     cls = HostNodeExecutor if host else GpuNodeExecutor
     transport = cls.make_transport(plan, node, lanes=lanes)
@@ -143,7 +147,11 @@ def main(argv=None) -> int:
     from hoccl_compiler import parse_size
 
     checks = {}
-    for nodes, gpn in ((2, 1), (2, 2)):
+    import cupy as cp
+
+    gpus = cp.cuda.runtime.getDeviceCount()
+    configs = [(2, 1), (2, 2)] + ([(2, gpus // 2)] if gpus >= 8 else [])  # 8 GPUs: 2 nodes x 4 as well
+    for nodes, gpn in configs:
         topo = make_topology("h200x2", nodes=nodes, gpus_per_node=gpn)
         G = nodes * gpn
         specs = {
@@ -179,8 +187,6 @@ def main(argv=None) -> int:
                          cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes))
         print(f"size {size >> 20} MiB done", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    import cupy as cp
-
     (Path(args.out) / "internode.json").write_text(json.dumps(dict(
         kind="internode", date=time.strftime("%Y-%m-%d %H:%M"),
         gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), driver=cp.cuda.runtime.driverGetVersion(),

@@ -7,7 +7,8 @@
 
 * ``sweep``: bandwidth by size (nccl-tests' definitions: send/recv bytes/t; AllGather and All-to-All
   algbw = total bytes/t, busbw = algbw (n-1)/n) for ``--baselines`` among ``hoccl``, ``raw`` (one
-  ``cudaMemcpyAsync`` per peer through CUDA IPC, no synchronisation: the copy engines' limit),
+  ``cudaMemcpyAsync`` per peer through CUDA IPC and the local part on a second stream, no
+  synchronisation between ranks: the copy engines' limit),
   ``nccl``, ``nccl-ctas=K`` (a communicator with min = max CTAs = K) and ``nccl-ce`` (NCCL's
   copy-engine collectives: symmetric memory, CTA policy zero). HOCCL's output is checked once per
   size on fresh random data with a poisoned output. SMs per row come from a torch.profiler trace
@@ -82,6 +83,7 @@ class Bench:
         self.stream = torch.cuda.Stream()
         self.groups: dict[str, Any] = {}
         self._symm: Any = None
+        self._side: Any = None
         self.log: list[str] = []
 
     # --- helpers ---------------------------------------------------------------------------------------
@@ -239,26 +241,45 @@ class Bench:
         return addrs
 
     def _raw(self, op: str, inp: Any, out: Any, pacer: Any = None, rate: float | None = None) -> Callable[[], None]:
-        """One cudaMemcpyAsync per peer into its output, and the local part (the copy engines' limit)."""
+        """One cudaMemcpyAsync per peer into its output, and the local part on a second stream (as HOCCL
+        runs it), joined by events: the copy engines' limit for the collective's bytes, no handshakes."""
         import cupy
 
         rt, r, w = cupy.cuda.runtime, self.rank, self.world
         addrs = self.peer_addresses(out)
+        local: list[tuple[int, int, int]] = []
         if op == "sendrecv":
             plan = [(addrs[1], inp.data_ptr(), inp.numel())] if r == 0 else []
         else:
             n = out.numel() // w
-            # every peer's part, then the local one: the same bytes as the collective moves
             plan = [(addrs[p] + r * n, inp.data_ptr() + (p * n if op == "alltoall" else 0), n)
-                    for p in [*(q for q in range(w) if q != r), r]]
+                    for p in range(w) if p != r]
+            local = [(out.data_ptr() + r * n, inp.data_ptr() + (r * n if op == "alltoall" else 0), n)]
         s = self.stream.cuda_stream
-        if rate is not None:
-            return self._paced_raw(plan, pacer, rate)
+        side = self._raw_side_stream()
+        fork, join = rt.eventCreateWithFlags(2), rt.eventCreateWithFlags(2)
+        remote = self._paced_raw(plan, pacer, rate) if rate is not None else None
 
         def fn() -> None:
-            for dst, src, nbytes in plan:
-                rt.memcpyAsync(dst, src, nbytes, 4, s)
+            if local:
+                rt.eventRecord(fork, s)
+                rt.streamWaitEvent(side, fork, 0)
+                for dst, src, nbytes in local:
+                    rt.memcpyAsync(dst, src, nbytes, 4, side)
+                rt.eventRecord(join, side)
+            if remote is not None:
+                remote()
+            else:
+                for dst, src, nbytes in plan:
+                    rt.memcpyAsync(dst, src, nbytes, 4, s)
+            if local:
+                rt.streamWaitEvent(s, join, 0)
         return fn
+
+    def _raw_side_stream(self) -> int:
+        if self._side is None:
+            self._side = self.torch.cuda.Stream()
+        return self._side.cuda_stream
 
     def _paced_raw(self, plan: list[tuple[int, int, int]], pacer: Any, rate: float) -> Callable[[], None]:
         import cupy

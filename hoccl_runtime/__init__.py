@@ -4,9 +4,12 @@
     >>> plan = hr.load_plan("schedules/allgather-h200x2-1GiB.json")
     >>> hr.execute(plan, {0: (in0, out0), 1: (in1, out1)}, streams={0: s0, 1: s1})
 
-This build replays single-node plans from one process driving all of the plan's GPUs (nccl-tests'
-``-g`` mode). Importing it needs no GPU: CUDA is loaded on first use. It reads the compiler's plan
-schema and nothing else of the compiler.
+Single-node plans run from one process driving all of the plan's GPUs (``execute``, nccl-tests'
+``-g`` mode) or from one process per GPU under torchrun (``init()`` returns a communicator with
+torch-like calls); multi-node plans run one process per node with
+:class:`hoccl_runtime.netexec.GpuNodeExecutor` over a transport (TCP, or RDMA verbs). Importing it
+needs no GPU: CUDA is loaded on first use. It reads the compiler's plan schema and little else of
+the compiler.
 """
 
 from __future__ import annotations

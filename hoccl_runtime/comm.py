@@ -12,7 +12,8 @@ How a call works, for rank ``me`` (every step costs no SM):
    The host waits for the partner's entry of the same call, up to ``timeout_s``: the CPU-side
    rendezvous of the paper's point-to-point executor. A partner that never arrives raises
    :class:`HocclTimeoutError` naming it; a partner that called another collective raises
-   :class:`PlanError`. Opened IPC mappings are cached by handle.
+   :class:`PlanError`. Opened IPC mappings are cached by handle (the least recently used of more than
+   ``ipc_cache`` is closed).
 3. Copies are pushed by their source GPU (``cudaMemcpyAsync``, a copy engine, into the peer's output
    through its IPC mapping). The first DMA queue of this rank runs on the caller's stream itself; local
    copies and any further DMA queues run on side streams ordered with it by CUDA events.
@@ -97,7 +98,7 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
     local = int(env.get("LOCAL_WORLD_SIZE", world_size))
     if local != world_size:
         raise HocclError(f"this communicator spans one node, but WORLD_SIZE={world_size} and LOCAL_WORLD_SIZE={local}; "
-                         "inter-node communicators need the network path (not built yet)")
+                         "run multi-node plans with hoccl_runtime.netexec.GpuNodeExecutor, one process per node")
     if store is None:
         store = _bootstrap_store(rank, world_size, timeout_s)
     global _instances

@@ -47,9 +47,16 @@ class HostNodeExecutor:
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
                  transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, _check_sizes: bool = True):
         topo = plan.topology
+        if not 0 <= node < topo.nodes:
+            raise TransportError(f"node {node}: plan {plan.plan_id} has nodes 0..{topo.nodes - 1}; start one process "
+                                 "per node of the plan's topology")
         self.plan, self.node, self.transport, self.timeout_s = plan, node, transport, timeout_s
         self.L = topo.gpus_per_node
         self.ranks = list(range(node * self.L, (node + 1) * self.L))
+        missing = [r for r in self.ranks if r not in buffers]
+        if missing:
+            raise TransportError(f"node {node} drives ranks {self.ranks} of plan {plan.plan_id}; no buffers for "
+                                 f"{missing}")
         self.chunk = plan.options.chunk_bytes
         self.slots = slots
         for r in self.ranks:
@@ -83,6 +90,9 @@ class HostNodeExecutor:
     def connect(self, addresses: Mapping[int, str]) -> None:
         """Connect to every other node (``addresses[n]`` is node n's listening address)."""
         nodes = self.plan.topology.nodes
+        if sorted(addresses) != list(range(nodes)):
+            raise TransportError(f"node {self.node}: plan {self.plan.plan_id} is for {nodes} nodes, so give an address "
+                                 f"for each of 0..{nodes - 1}; got {sorted(addresses)} (a different world size?)")
         for other in range(self.node + 1, nodes):
             self.conns[other] = self.transport.connect(addresses[other], timeout_s=self.timeout_s)
         for _ in range(self.node):

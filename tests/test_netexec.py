@@ -86,3 +86,25 @@ def test_three_nodes_one_gpu_each_skewed():
     mat = ((0, 5000, 70), (3000, 11, 0), (1, 2, 0))
     plan = compile_plan(topo, CollectiveSpec(kind="alltoallv", matrix=mat), CompileOptions(chunk_bytes=512))
     run_nodes(plan, slots=3)
+
+
+def test_wrong_world_size_and_missing_buffers_are_clear_errors():
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.netexec import HostNodeExecutor
+
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
+                        size_bytes=64), CompileOptions(chunk_bytes=64, baselines=False))
+    bufs = {0: (np.zeros(32, np.uint8), np.zeros(64, np.uint8))}
+    transport = HostNodeExecutor.make_transport(plan, 0)
+    try:
+        with pytest.raises(TransportError, match="has nodes 0..1"):
+            HostNodeExecutor(plan, 2, bufs, transport)
+        with pytest.raises(TransportError, match=r"no buffers for \[1\]"):
+            HostNodeExecutor(plan, 1, bufs, transport)
+        ex = HostNodeExecutor(plan, 0, bufs, transport)
+        with pytest.raises(TransportError, match="for 2 nodes.*got \\[0, 1, 2\\]"):
+            ex.connect({0: "127.0.0.1:1", 1: "127.0.0.1:2", 2: "127.0.0.1:3"})
+        with pytest.raises(TransportError, match="kind 'ib'"):
+            HostNodeExecutor.make_transport(plan, 0, kind="ib")
+    finally:
+        transport.close()

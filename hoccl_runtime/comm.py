@@ -56,7 +56,7 @@ from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.schema import Plan
 
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
-from .executor import LaunchCache, _replay, _squeeze_devices, check_buffer
+from .executor import LaunchCache, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
 from .program import Program, lower
@@ -141,7 +141,8 @@ class _SharedHost:
         self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
         self.flags = np.frombuffer(self.shm.buf, dtype=np.int32, count=self.flag_count)
         self.mail = np.frombuffer(self.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
-        self.mail_words = self.mail.view(np.int64)
+        # the hot path reads and writes the mailbox through memoryviews: Python ints, no NumPy scalars
+        self.words, self.mail_bytes = memoryview(self.mail).cast("q"), memoryview(self.mail)
         self.mail_offset = flag_bytes
         self.pids = np.frombuffer(self.shm.buf, dtype=np.int64, count=world, offset=flag_bytes + mail_bytes)
         self.pids[rank] = os.getpid()  # partners' watchdogs tell a dead process from a slow one
@@ -166,7 +167,9 @@ class _SharedHost:
             self.registered = False
             with contextlib.suppress(Exception):  # closing anyway
                 cupy_runtime().hostUnregister(self.ptr)
-        self.flags = self.mail = self.mail_words = self.pids = None  # release views before closing the mapping
+        for view in (self.words, self.mail_bytes):
+            view.release()
+        self.flags = self.mail = self.pids = None  # release views before closing the mapping
         with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
             self.shm.close()
 
@@ -216,7 +219,8 @@ class Communicator:
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
         self._opened: OrderedDict[bytes, int] = OrderedDict()
-        self._no_handle = np.zeros(_HANDLE, dtype=np.uint8)
+        self._region_out = [self._pair(rank, p) // 8 for p in range(world)]  # mailbox word index, me -> p
+        self._region_in = [self._pair(p, rank) // 8 for p in range(world)]   # p -> me
         self.ipc_cache = ipc_cache
         self._launches = LaunchCache()
         self._events: dict[Any, int] = {}
@@ -363,14 +367,22 @@ class Communicator:
         if rate is not None and not rate > 0:
             raise HocclError(f"rate_gbps={rate!r}: give a positive rate in GB/s, or None for full speed")
         with self._lock:
+            if len(items) == 1:  # the common call, without the batch's lists
+                what, input, output = items[0]
+                state, inp, out = self._prepare(what, input, output)
+                self._launch(state, inp, out, self._collect(state, self._publish(state, out)), s, rate)
+                return
             prepared = [self._prepare(what, input, output) for what, input, output in items]
             seqs = [self._publish(state, out) for state, _, out in prepared]  # all entries first ...
             for (state, inp, out), seq in zip(prepared, seqs, strict=True):  # ... then every wait
-                remote = self._collect(state, seq)
-                key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-                       tuple(sorted(remote.items())), rate)
-                _replay(self._launches.get(key, lambda st=state, i=inp, o=out, r=remote:
-                                           self._launch_list(self._build(st, i, o, r, s, rate), s)))
+                self._launch(state, inp, out, self._collect(state, seq), s, rate)
+
+    def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                remote: dict[int, int], s: int, rate: float | None) -> None:
+        key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
+               tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), rate)
+        self._launches.get(key, lambda: compile_launch(self._launch_list(
+            self._build(state, inp, out, remote, s, rate), s)))()
 
     def _launch_list(self, ops: list[tuple], user: int) -> list[tuple]:
         """The call's CUDA work, then the end-of-call event that synchronize() and close() look at.
@@ -402,17 +414,17 @@ class Communicator:
         if not state.partners:
             return {}
         if out is not None and out.nbytes:
-            handle_bytes, offset = self._export(out)
+            handle, offset = self._export(out)
             has_handle = 1
         else:
-            handle_bytes, offset, has_handle = self._no_handle, 0, 0
+            handle, offset, has_handle = b"", 0, 0
         # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots of
         # [seq, digest, offset, has_handle, handle (64 bytes)] from word 8 on, 12 words apart
-        mail, words = self._shared.mail, self._shared.mail_words
+        words, mail = self._shared.words, self._shared.mail_bytes
         seqs = {}
         for p in state.partners:
             seq = self._seq[p] + 1
-            region = self._pair(self.rank, p) // 8
+            region = self._region_out[p]
             slot = region + 8 + (seq % _SLOTS) * 12
             # the partner must have read this slot's previous use before it is overwritten
             if words[region] < seq - _SLOTS:
@@ -421,7 +433,7 @@ class Communicator:
             words[slot + 2] = offset
             words[slot + 3] = has_handle
             if has_handle:
-                mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle_bytes
+                mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle
             words[slot] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
             seqs[p] = seq
@@ -429,20 +441,19 @@ class Communicator:
 
     def _collect(self, state: _PlanState, seqs: dict[int, int]) -> dict[int, int]:
         """Wait for each partner's entry of the same call and map its output: {partner: output address}."""
-
-        mail, words = self._shared.mail, self._shared.mail_words
+        words, mail = self._shared.words, self._shared.mail_bytes
         remote: dict[int, int] = {}
         for p, seq in seqs.items():
-            region = self._pair(p, self.rank) // 8
+            region = self._region_in[p]
             slot = region + 8 + (seq % _SLOTS) * 12
             if words[slot] < seq:
                 self._wait(lambda s=slot, q=seq: words[s] >= q, p, "arrive")
-            got, digest, offset = int(words[slot]), int(words[slot + 1]), int(words[slot + 2])
-            if got != seq or digest != state.digest:
+            if words[slot] != seq or words[slot + 1] != state.digest:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
                                 "issue the same collectives in the same order")
             if words[slot + 3]:
+                offset = words[slot + 2]
                 handle = bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE])
                 words[region] = seq  # ack: the slot may be reused
                 remote[p] = self._open(handle) + offset
@@ -450,14 +461,14 @@ class Communicator:
                 words[region] = seq
         return remote
 
-    def _export(self, out: DeviceBuffer) -> tuple[np.ndarray, int]:
+    def _export(self, out: DeviceBuffer) -> tuple[bytes, int]:
         """(IPC handle of out's whole allocation, out's offset in it). Asked of the driver every call:
         ``cudaIpcGetMemHandle`` + ``cuMemGetAddressRange`` measured 1.4-3.0 us together on the H200 host,
         less than the ``cuPointerGetAttributes`` (2.8-3.9 us) a cache keyed by allocation id needed."""
         from ._cuda import check, driver
 
         base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(out.ptr))
-        return np.frombuffer(self._ipc_handle(out.ptr), dtype=np.uint8), out.ptr - int(base)
+        return self._ipc_handle(out.ptr), out.ptr - int(base)
 
     def _ipc_handle(self, ptr: int) -> bytes:
         from ._cuda import cupy_runtime

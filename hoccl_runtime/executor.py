@@ -344,6 +344,58 @@ def _squeeze_devices(ops: list[tuple]) -> list[tuple]:
     return out
 
 
+def compile_launch(ops: list[tuple]) -> Callable[[], None]:
+    """A launch list as one closure of bound calls (no dispatch on op names at call time): the hot path
+    of a communicator call. Same semantics as :func:`_replay`; when every ("dev", d) names one device
+    and the caller's current device is already d, the device switches are skipped."""
+    from ._cuda import MEMCPY_DEFAULT, cupy_runtime
+
+    rt = cupy_runtime()
+    steps: list[tuple[Callable, tuple]] = []
+    quiet: list[tuple[Callable, tuple]] = []  # the same without the device switches
+    devices: set[int] = set()
+    for op in ops:
+        kind = op[0]
+        if kind == "dev":
+            devices.add(op[1])
+            steps.append((rt.setDevice, (op[1],)))
+            continue
+        if kind == "copy":
+            steps.append((rt.memcpyAsync, (op[1], op[2], op[3], MEMCPY_DEFAULT, op[4])))
+        elif kind == "restore":
+            break
+        elif kind == "record":
+            steps.append((rt.eventRecord, (op[1], op[2])))
+        elif kind == "wait":
+            steps.append((rt.streamWaitEvent, (op[1], op[2], 0)))
+        elif kind == "call":
+            steps.append((op[1], tuple(op[2])))
+        else:
+            steps.append(op[1].bound(op[2]))
+        quiet.append(steps[-1])
+    full, quiet_t = tuple(steps), tuple(quiet)
+    if not devices:
+        def run() -> None:
+            for fn, args in full:
+                fn(*args)
+        return run
+    set_device, get_device = rt.setDevice, rt.getDevice
+    only = next(iter(devices)) if len(devices) == 1 else None
+
+    def run_on_device() -> None:
+        caller = get_device()
+        if caller == only:  # already on the one device the list uses
+            for fn, args in quiet_t:
+                fn(*args)
+            return
+        try:
+            for fn, args in full:
+                fn(*args)
+        finally:
+            set_device(caller)  # leave the caller's current device as it was
+    return run_on_device
+
+
 def _replay(ops: list[tuple]) -> None:
     """Issue a launch list: the hot path of every call."""
     from ._cuda import MEMCPY_DEFAULT, cupy_runtime

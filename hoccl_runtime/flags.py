@@ -160,6 +160,16 @@ class MemOps:
             params.append(p)
         return None, params, 0
 
+    def bound(self, stream: int) -> tuple[Any, tuple]:
+        """(function, arguments) that enqueue the batch on ``stream``: the ctypes call itself where
+        possible (one Python frame less on the hot path)."""
+        if self._params is None:
+            self._params = self._build()
+        fast, _, address = self._params
+        if fast is not None and self.ops:
+            return fast.batch_memop, (stream, len(self.ops), address)
+        return self.enqueue, (stream,)
+
     def enqueue(self, stream: int) -> None:
         """Enqueue the batch on ``stream`` (a raw handle; its device's context must be current)."""
         if not self.ops:

@@ -197,3 +197,48 @@ def test_pacing_pieces():
     assert pieces(3 << 20, 1.0) == [(0, MIN_PIECE), (MIN_PIECE, MIN_PIECE), (2 * MIN_PIECE, MIN_PIECE)]
     with pytest.raises(HocclError, match="positive"):
         pieces(10, 0.0)
+
+
+def test_compiled_launch_makes_the_same_cuda_calls_as_the_replay(monkeypatch):
+    """compile_launch (the communicator's hot path) against _replay, with CUDA recorded instead of run."""
+    from hoccl_runtime import _cuda
+    from hoccl_runtime.executor import _replay, _squeeze_devices, compile_launch
+    from hoccl_runtime.flags import MemOps
+
+    calls = []
+
+    class Runtime:
+        current = 0
+
+        def __getattr__(self, name):
+            def record(*args):
+                calls.append((name, args))
+                if name == "setDevice":
+                    Runtime.current = args[0]
+                return Runtime.current if name == "getDevice" else None
+            return record
+
+    class Fast:
+        def batch_memop(self, stream, count, address):
+            calls.append(("batch_memop", (stream, count)))
+
+    rt, fast = Runtime(), Fast()
+    monkeypatch.setattr(_cuda, "cupy_runtime", lambda: rt)
+    monkeypatch.setattr(_cuda, "fast_driver", lambda: fast)
+    flag = type("F", (), {"address": 0x1000})()
+    ops = _squeeze_devices([("dev", 1), ("record", 11, 0), ("memops", MemOps().wait_eq(flag, 1).write(flag, 0), 0),
+                            ("wait", 7, 11), ("copy", 0x20, 0x10, 64, 7), ("copy", 0x40, 0x30, 8, 0),
+                            ("memops", MemOps().write(flag, 1), 0), ("record", 12, 0)])
+    for caller in (0, 1):  # the caller on another GPU (switches and restores), and on the list's own GPU
+        Runtime.current, calls[:] = caller, []
+        _replay(ops)
+        want = [c for c in calls if c[0] != "getDevice"]
+        Runtime.current, calls[:] = caller, []
+        compile_launch(ops)()
+        got = [c for c in calls if c[0] != "getDevice"]
+        if caller == 1:  # already there: the same work without setDevice
+            want = [c for c in want if c[0] != "setDevice"]
+        assert got == want and Runtime.current == caller
+        assert [c[0] for c in got if c[0] != "setDevice"] == ["eventRecord", "batch_memop", "streamWaitEvent",
+                                                              "memcpyAsync", "memcpyAsync", "batch_memop",
+                                                              "eventRecord"]

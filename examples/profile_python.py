@@ -1,0 +1,160 @@
+"""The Python part of a communicator call, on any CPU: CUDA stubbed out, the partner's mailbox entry
+written in advance (so no call waits), per-call microseconds of send, recv and all_gather.
+
+    python examples/profile_python.py [--calls 20000] [--profile]
+
+What it measures is the host time a call spends outside CUDA (the CUDA calls themselves cost
+0.3-6 us each on the H200 host: docs/benchmarks.md). The prefill of the partner's entry is timed
+alone and subtracted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+import types
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hoccl_runtime import _cuda, comm  # noqa: E402
+from hoccl_runtime.executor import LaunchCache  # noqa: E402
+from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
+
+
+class StubRuntime:
+    """cupy.cuda.runtime's calls used on the hot path, doing nothing."""
+
+    def memcpyAsync(self, *a):  # noqa: N802 - CuPy's names
+        pass
+
+    def eventRecord(self, *a):  # noqa: N802
+        pass
+
+    def streamWaitEvent(self, *a):  # noqa: N802
+        pass
+
+    def getDevice(self):  # noqa: N802
+        return 0
+
+    def setDevice(self, d):  # noqa: N802
+        pass
+
+    def ipcGetMemHandle(self, ptr):  # noqa: N802
+        return bytes(64)
+
+    def ipcOpenMemHandle(self, handle):  # noqa: N802
+        return 1 << 44
+
+    def eventCreateWithFlags(self, flags):  # noqa: N802
+        return 7
+
+
+class StubDriver:
+    def batch_memop(self, stream, count, params):
+        pass
+
+
+class StubBindings:
+    def cuMemGetAddressRange(self, ptr):  # noqa: N802
+        return 0, ptr, 1 << 30
+
+
+class Shared:
+    """The shared segment's views, in process memory."""
+
+    def __init__(self, world: int):
+        self.flag_count = 2 * world * world * comm.MAX_QUEUES
+        self.flags = np.zeros(self.flag_count, np.int32)
+        self.mail = np.zeros(world * world * comm._PAIR_BYTES, np.uint8)
+        self.words, self.mail_bytes = memoryview(self.mail).cast("q"), memoryview(self.mail)
+        self.pids = np.zeros(world, np.int64)
+
+    def flag_address(self, index: int) -> int:
+        return 0x1000 + 4 * index
+
+
+def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
+    c = object.__new__(comm.Communicator)
+    c.rank, c.world, c.device, c.timeout_s = rank, world, 0, 10.0
+    c._lock, c._closed, c._streams, c._shared = threading.Lock(), False, {}, shared
+    c._plans, c._by_id, c._seq, c._opened = {}, {}, [0] * world, OrderedDict()
+    c.ipc_cache, c._launches = 64, LaunchCache()
+    c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
+    c._region_in = [c._pair(p, rank) // 8 for p in range(world)]
+    c._events, c._pacer, c.rate_gbps, c._failure = {}, None, None, None
+    c._side_stream = lambda slot: 1000 + slot
+    from hoccl_compiler.topology import make_topology
+
+    c.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1)
+    return c
+
+
+def prefill(me: comm.Communicator, partner: int, digest: int, has_handle: bool) -> None:
+    """Write the partner's entry for my next call with it, and its acknowledgement of my previous ones."""
+    words = me._shared.words
+    seq = me._seq[partner] + 1
+    region = me._pair(partner, me.rank) // 8
+    slot = region + 8 + (seq % comm._SLOTS) * 12
+    words[slot + 1], words[slot + 2], words[slot + 3] = digest, 0, int(has_handle)
+    words[slot] = seq
+    words[me._pair(me.rank, partner) // 8] = seq  # the partner read all my entries
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--calls", type=int, default=20000)
+    p.add_argument("--profile", action="store_true", help="print a cProfile of the send loop")
+    args = p.parse_args(argv)
+    rt, drv = StubRuntime(), StubDriver()
+    _cuda.cupy_runtime = lambda: rt
+    _cuda.fast_driver = lambda: drv
+    _cuda.driver = lambda: StubBindings()
+    shared = Shared(2)
+    c0, c1 = make(0, 2, shared), make(1, 2, shared)
+    a, b = DeviceBuffer(1 << 40, 2 << 20, 0), DeviceBuffer(2 << 40, 4 << 20, 0)
+    stream = types.SimpleNamespace(ptr=12345)
+    n = args.calls
+    cases = {
+        "send 2 MiB": (c0, 1, True, lambda: c0.send(a, 1, stream=stream), ("sendrecv", 0, 1, 2 << 20)),
+        "recv 2 MiB": (c1, 0, False, lambda: c1.recv(a, 0, stream=stream), ("sendrecv", 0, 1, 2 << 20)),
+        "all_gather 2 MiB": (c0, 1, True, lambda: c0.all_gather_into_tensor(b, a, stream=stream),
+                             ("allgather", 4 << 20)),
+    }
+    print(f"{'call':18} {'us per call (Python only)':>26}")
+    for name, (c, partner, handle, call, key) in cases.items():
+        digest = c._state(key).digest
+        prefill(c, partner, digest, handle)
+        call()  # first call: plan compiled, launch list built
+        t0 = time.perf_counter()
+        for _ in range(n):
+            prefill(c, partner, digest, handle)
+        t_prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            prefill(c, partner, digest, handle)
+            call()
+        total = time.perf_counter() - t0
+        print(f"{name:18} {(total - t_prefill) / n * 1e6:26.2f}")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        digest = c0._state(("sendrecv", 0, 1, 2 << 20)).digest
+        prof.enable()
+        for _ in range(2000):
+            prefill(c0, 1, digest, True)
+            c0.send(a, 1, stream=stream)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

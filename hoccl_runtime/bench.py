@@ -44,6 +44,22 @@ __all__ = ["main"]
 OPS = ("sendrecv", "allgather", "alltoall")
 
 
+def _baselines(spec: str) -> list[str]:
+    """``hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce`` -> [..., "nccl-ctas=1", "nccl-ctas=2", ...]: bare numbers
+    after a ``nccl-ctas=K`` item are more CTA budgets."""
+    out: list[str] = []
+    known = ("hoccl", "raw", "nccl", "nccl-ce")
+    for token in (t.strip() for t in spec.split(",") if t.strip()):
+        if token.isdigit() and out and out[-1].startswith("nccl-ctas="):
+            out.append(f"nccl-ctas={token}")
+        elif token in known or (token.startswith("nccl-ctas=") and token.split("=", 1)[1].isdigit()):
+            out.append(token)
+        else:
+            raise SystemExit(f"hoccl-bench: unknown baseline {token!r}; choose among {', '.join(known)}, "
+                             "nccl-ctas=K[,K...]")
+    return out
+
+
 def _sizes(spec: str) -> list[int]:
     from hoccl_compiler import parse_size
 
@@ -342,7 +358,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows, unavailable, failures = [], {}, {}
     errors: dict[tuple[str, str, int], str] = {}
     ops = [o for o in args.collectives.split(",") if o]
-    impls = [x for x in args.baselines.split(",") if x]
+    impls = _baselines(args.baselines)
     for size in _sizes(args.sizes):
         iters = max(3, min(40, (1 << 30) // size))
         for op in ops:
@@ -571,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "results"), help="folder for <command>.json")
     p.add_argument("--sizes", default="2MiB:1GiB", help="LOW:HIGH, powers of two between (default 2MiB:1GiB)")
     p.add_argument("--collectives", default=",".join(OPS))
-    p.add_argument("--baselines", default="hoccl,raw,nccl,nccl-ctas=1,nccl-ctas=2,nccl-ctas=4,nccl-ctas=8,nccl-ce")
+    p.add_argument("--baselines", default="hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
     p.add_argument("--sm-size", type=int, default=64 << 20, help="size at which SMs are counted by trace")
     p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
@@ -580,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gemm-iters", type=int, default=20)
     p.add_argument("--mem-iters", type=int, default=60)
     args = p.parse_args(argv)
+    _baselines(args.baselines), _sizes(args.sizes)  # refuse bad arguments before starting anything
     b = Bench()
     t0 = time.time()
     try:

@@ -177,8 +177,12 @@ def test_memop_parameter_block_layout():
 
 
 def test_bench_needs_torchrun_and_sane_sizes(monkeypatch):
-    from hoccl_runtime.bench import _sizes, main
+    from hoccl_runtime.bench import _baselines, _sizes, main
 
+    assert _baselines("hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce") == [
+        "hoccl", "raw", "nccl", "nccl-ctas=1", "nccl-ctas=2", "nccl-ctas=4", "nccl-ctas=8", "nccl-ce"]
+    with pytest.raises(SystemExit, match="unknown baseline 'gloo'"):
+        _baselines("hoccl,gloo")
     assert _sizes("2MiB:16MiB") == [2 << 20, 4 << 20, 8 << 20, 16 << 20]
     assert _sizes("4MiB") == [4 << 20]
     with pytest.raises(SystemExit, match="LOW:HIGH"):

@@ -6,8 +6,9 @@ Each node is a process driving its GPUs with GpuNodeExecutor: 2 nodes x 1 GPU (n
 2 nodes x 2 GPUs (on 4 GPUs one each; on 2 GPUs 4 ranks on 2 GPUs, a node's local rank i on GPU i),
 which exercises the forwarding copies; with 8 GPUs also 2 nodes x 4. Checks AllGather, All-to-All,
 skewed All-to-Allv and send/recv against the reference replay (random inputs, poisoned outputs),
-then times 1-GPU-per-node send/recv 2 MiB..1 GiB beside one device->host copy of the same size and
-the same schedule on host buffers, and the host CPU time per call and per chunk. Prints a table
+then times 1-GPU-per-node send/recv 2 MiB..1 GiB beside, in the same run, one device->host copy of
+the same size, the TCP transport alone and plain sockets (examples/bench_tcp.py, same connections),
+and the same schedule on host buffers; and the host CPU time per call and per chunk. Prints a table
 last; writes internode.json to --out.
 """
 
@@ -182,8 +183,14 @@ def main(argv=None) -> int:
         copy = d2h_alone(size, 3)
         net = run_nodes(plan, lanes=args.lanes, slots=4, reps=reps, host=True)
         t_net = statistics.median(max(net[n]["seconds"][i] for n in net) for i in range(reps))
+        # the network alone, same run, same connections: plain sockets, and the TCP transport host -> host
+        sys.path.insert(0, str(ROOT / "examples"))
+        import bench_tcp
+
+        t_raw, t_transport = bench_tcp.raw(args.lanes, size), bench_tcp.hoccl(args.lanes, size)
         rows.append(dict(op="sendrecv", impl="hoccl-gpu-tcp", size=size, seconds=t, gbps=size / t / 1e9,
-                         d2h_seconds=copy, host_path_seconds=t_net, cpu_us_per_call=cpu * 1e6,
+                         d2h_seconds=copy, host_path_seconds=t_net, raw_socket_seconds=t_raw,
+                         transport_seconds=t_transport, of_raw_sockets=t_raw / t, cpu_us_per_call=cpu * 1e6,
                          cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes))
         print(f"size {size >> 20} MiB done", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -192,11 +199,11 @@ def main(argv=None) -> int:
         gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), driver=cp.cuda.runtime.driverGetVersion(),
         checks=checks, rows=rows), indent=1))
     print(f"checks: {'ALL OK' if all(checks.values()) else checks}")
-    print(f"{'size':>9} {'GB/s':>7} {'GPU->GPU ms':>12} {'D2H ms':>8} {'host->host ms':>14} {'cpu us/call':>12} "
-          f"{'cpu us/chunk':>13}")
+    print(f"{'size':>9} {'GB/s':>7} {'GPU->GPU ms':>12} {'D2H ms':>8} {'transport ms':>13} {'sockets ms':>11} "
+          f"{'of sockets':>11} {'cpu us/call':>12} {'cpu us/chunk':>13}")
     for r in rows:
         print(f"{r['size'] >> 20:>5} MiB {r['gbps']:7.2f} {r['seconds'] * 1e3:12.2f} {r['d2h_seconds'] * 1e3:8.2f} "
-              f"{r['host_path_seconds'] * 1e3:14.2f} "
+              f"{r['transport_seconds'] * 1e3:13.2f} {r['raw_socket_seconds'] * 1e3:11.2f} {r['of_raw_sockets']:11.2f} "
               f"{r['cpu_us_per_call']:12.0f} {r['cpu_us_per_chunk']:13.1f}")
     return 0 if all(checks.values()) else 1
 

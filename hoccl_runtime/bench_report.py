@@ -109,14 +109,17 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
     inter = [r for r in rows if r["kind"] == "internode"]
     if inter:
         lines += ["", "## Inter-node (GPU -> GPU over the network path)", "",
-                  "| op | size | GB/s | total ms | device->host copy alone ms | host path ms | CPU us/call |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| op | size | GB/s | total ms | device->host copy alone ms | transport alone ms | "
+                  "plain sockets ms | of sockets | host path ms | CPU us/call |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in inter:
             def ms(key: str, r: dict[str, Any] = r) -> str:
                 return f"{r[key] * 1e3:.2f}" if r.get(key) is not None else ""
-            cpu = r.get("cpu_us_per_call")
+            cpu, of = r.get("cpu_us_per_call"), r.get("of_raw_sockets")
             lines.append(f"| {r['op']} | {_size(int(r['size']))} | {r['gbps']:.2f} | {ms('seconds')} | "
-                         f"{ms('d2h_seconds')} | {ms('host_path_seconds')} | {'' if cpu is None else f'{cpu:.0f}'} |")
+                         f"{ms('d2h_seconds')} | {ms('transport_seconds')} | {ms('raw_socket_seconds')} | "
+                         f"{'' if of is None else f'{of:.2f}'} | {ms('host_path_seconds')} | "
+                         f"{'' if cpu is None else f'{cpu:.0f}'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -64,6 +64,6 @@ def test_report_other_kinds(tmp_path):
     text = (tmp_path / "r.md").read_text()
     assert "## Launch cost: sendrecv" in text and "| 2 MiB | 21.2 |" in text
     assert "| gemm | hoccl@200 | +3.3% | +2.7..+3.8% | 124.6 | 605 | 1890 |" in text
-    assert "| sendrecv | 1 GiB | 13.76 | 78.00 | 19.40 | 124.70 | 261728 |" in text
+    assert "| sendrecv | 1 GiB | 13.76 | 78.00 | 19.40 |  |  |  | 124.70 | 261728 |" in text
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "mystery", "rows": [{}]}))
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 2

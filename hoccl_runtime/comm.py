@@ -168,7 +168,8 @@ class _SharedHost:
             with contextlib.suppress(Exception):  # closing anyway
                 cupy_runtime().hostUnregister(self.ptr)
         for view in (self.words, self.mail_bytes):
-            view.release()
+            with contextlib.suppress(builtins.BufferError):  # a slice still alive: freed with it
+                view.release()
         self.flags = self.mail = self.pids = None  # release views before closing the mapping
         with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
             self.shm.close()
@@ -203,6 +204,8 @@ class Communicator:
 
         if not 0 <= rank < world:
             raise HocclError(f"rank {rank} is outside 0..{world - 1}")
+        if ipc_cache < world:
+            raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self._lock = threading.Lock()
         self._closed = False

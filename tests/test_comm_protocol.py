@@ -12,6 +12,7 @@ that every flag is back to 0 after each sequence (replay-safe handshakes).
 from __future__ import annotations
 
 import random
+import types
 
 import pytest
 
@@ -31,7 +32,8 @@ class _Shared:
 def fake_comm(rank: int, world: int) -> Communicator:
     c = object.__new__(Communicator)
     c.rank, c.world, c.device = rank, world, rank
-    c._shared, c._by_id, c._pacer = _Shared(), {}, None
+    c._shared, c._by_id = _Shared(), {}
+    c._pacer = types.SimpleNamespace(handle=900 + rank, sleep=lambda stream, us: None, sleep_us=lambda period: 0)
     ids: dict = {}
     c._event = lambda key: ids.setdefault(("event", rank, key), 10_000 * (rank + 1) + len(ids))
     c._side_stream = lambda slot: 100 + 10 * rank + slot
@@ -132,13 +134,17 @@ def calls_for(world: int) -> list[tuple[CollectiveSpec, set[int]]]:
            (CollectiveSpec(kind="gather", size_bytes=world * 100, root=world - 1), everyone),
            (CollectiveSpec(kind="sendrecv", pairs=((0, 1, 4096),)), {0, 1}),
            (CollectiveSpec(kind="sendrecv", pairs=((1, 0, 100),)), {0, 1}),
-           (CollectiveSpec(kind="sendrecv", pairs=((world - 1, 0, 77),)), {0, world - 1})]
+           (CollectiveSpec(kind="sendrecv", pairs=((world - 1, 0, 77),)), {0, world - 1}),
+           # large enough to be cut into several 1 MiB pieces when paced
+           (CollectiveSpec(kind="sendrecv", pairs=((1, 0, (3 << 20) + 5),)), {0, 1}),
+           (CollectiveSpec(kind="allgather", size_bytes=world * (5 << 19)), everyone)]
     return seq + seq  # twice: the flags must be reusable
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_protocol_orders_copies_and_never_deadlocks(world, seed):
+@pytest.mark.parametrize("rate", [None, 1e-3])  # 1e-3 GB/s: every copy cut into 1 MiB pieces on clock ticks
+def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate):
     comms = [fake_comm(r, world) for r in range(world)]
     sim = Sim(world, seed)
     for call, (spec, ranks) in enumerate(calls_for(world)):
@@ -153,7 +159,7 @@ def test_protocol_orders_copies_and_never_deadlocks(world, seed):
                 inp = DeviceBuffer(r * OUT + IN + state.resident[0], state.resident[1], r)
             remote = {p: p * OUT for p in state.partners}
             user = 50 + r
-            sim.enqueue(r, call, c._build(state, inp, out, remote, user), user)
+            sim.enqueue(r, call, c._build(state, inp, out, remote, user, rate), user)
     sim.run()
     sim.check()
     moved = {(d, s) for _, d, s, _ in sim.copies}

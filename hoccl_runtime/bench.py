@@ -6,7 +6,8 @@
     hoccl-bench-report results/ -o report.md
 
 * ``sweep``: bandwidth by size (nccl-tests' definitions: send/recv bytes/t; AllGather and All-to-All
-  algbw = total bytes/t, busbw = algbw (n-1)/n) for ``--baselines`` among ``hoccl``, ``raw`` (one
+  algbw = total bytes/t, busbw = algbw (n-1)/n) for ``--baselines`` among ``hoccl``, ``hoccl-graph``
+  (each call captured once into a CUDA graph and launched: no Python per call), ``raw`` (one
   ``cudaMemcpyAsync`` per peer through CUDA IPC and the local part on a second stream, no
   synchronisation between ranks: the copy engines' limit),
   ``nccl``, ``nccl-ctas=K`` (a communicator with min = max CTAs = K) and ``nccl-ce`` (NCCL's
@@ -48,7 +49,7 @@ def _baselines(spec: str) -> list[str]:
     """``hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce`` -> [..., "nccl-ctas=1", "nccl-ctas=2", ...]: bare numbers
     after a ``nccl-ctas=K`` item are more CTA budgets."""
     out: list[str] = []
-    known = ("hoccl", "raw", "nccl", "nccl-ce")
+    known = ("hoccl", "hoccl-graph", "raw", "nccl", "nccl-ce")
     for token in (t.strip() for t in spec.split(",") if t.strip()):
         if token.isdigit() and out and out[-1].startswith("nccl-ctas="):
             out.append(f"nccl-ctas={token}")
@@ -100,6 +101,7 @@ class Bench:
         self.groups: dict[str, Any] = {}
         self._symm: Any = None
         self._side: Any = None
+        self._graphs: list[tuple[int, int]] = []
         self.log: list[str] = []
 
     # --- helpers ---------------------------------------------------------------------------------------
@@ -181,14 +183,15 @@ class Bench:
         else:
             inp, out = self._buffers(impl, n * w, n * w)
         s = self.stream
-        if impl == "hoccl":
+        if impl in ("hoccl", "hoccl-graph"):
             calls = {
                 "sendrecv": lambda: comm.send(inp, 1, stream=s) if r == 0 else
                 comm.recv(out, 0, stream=s) if r == 1 else None,
                 "allgather": lambda: comm.all_gather_into_tensor(out, inp, stream=s),
                 "alltoall": lambda: comm.all_to_all_single(out, inp, stream=s),
             }
-            return calls[op], self._checker(op, inp, out, lambda: calls[op]())
+            fn = calls[op] if impl == "hoccl" else self._graph(calls[op])
+            return fn, self._checker(op, inp, out, fn)
         if impl == "raw":
             return self._raw(op, inp, out), None
         group = self.nccl_group(impl)
@@ -199,6 +202,24 @@ class Bench:
             "alltoall": lambda: dist.all_to_all_single(out, inp, group=group),
         }
         return calls[op], None
+
+    def _graph(self, call: Callable[[], None]) -> Callable[[], None]:
+        """``call`` captured once into a CUDA graph on the benchmark stream (every rank captures its part at
+        the same time: the mailbox exchange happens during capture); the returned function launches it.
+        What a training step captured in a graph pays per collective: no Python, one graph launch."""
+        import cupy
+
+        rt, s = cupy.cuda.runtime, self.stream.cuda_stream
+        call()  # plan, mappings, events and streams exist before the capture
+        self.torch.cuda.synchronize()
+        rt.streamBeginCapture(s, 1)  # thread-local capture mode
+        try:
+            call()
+        finally:
+            graph = rt.streamEndCapture(s)
+        exe = rt.graphInstantiate(graph)
+        self._graphs.append((graph, exe))
+        return lambda: rt.graphLaunch(exe, s)
 
     def _buffers(self, impl: str, n_in: int, n_out: int) -> tuple[Any, Any]:
         torch = self.torch
@@ -587,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "results"), help="folder for <command>.json")
     p.add_argument("--sizes", default="2MiB:1GiB", help="LOW:HIGH, powers of two between (default 2MiB:1GiB)")
     p.add_argument("--collectives", default=",".join(OPS))
-    p.add_argument("--baselines", default="hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
+    p.add_argument("--baselines", default="hoccl,hoccl-graph,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
     p.add_argument("--sm-size", type=int, default=64 << 20, help="size at which SMs are counted by trace")
     p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")

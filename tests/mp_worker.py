@@ -142,6 +142,37 @@ def main() -> int:
     if not torch.equal(y, torch.cat(gathered)):
         failures.append(f"rank {rank}: torch bf16 allgather differs from NCCL's")
 
+    # zero SM: a profiler trace of every collective of this communicator shows copies and no kernel
+    from torch.profiler import ProfilerActivity, profile
+
+    n = 1 << 20
+    tin, tout = torch.ones(n * world, dtype=torch.uint8, device=f"cuda:{dev}"), \
+        torch.empty(n * world, dtype=torch.uint8, device=f"cuda:{dev}")
+    ts = torch.cuda.Stream(device=dev)
+    calls = {
+        "all_gather": lambda: comm.all_gather_into_tensor(tout, tin[:n], stream=ts),
+        "all_to_all": lambda: comm.all_to_all_single(tout, tin, stream=ts),
+        "broadcast": lambda: comm.broadcast(tout[:n], world - 1, stream=ts),
+        "scatter": lambda: comm.scatter(tout[:n], tin if rank == 0 else None, root=0, stream=ts),
+        "gather": lambda: comm.gather(tin[:n], tout if rank == 0 else None, root=0, stream=ts),
+        "send/recv": lambda: comm.send(tin[:n], (rank + 1) % world, stream=ts) if rank % 2 == 0 else
+        comm.recv(tout[:n], (rank - 1) % world, stream=ts),
+    }
+    for name, call in calls.items():
+        if name == "send/recv" and world % 2:
+            continue
+        call()  # warm: plan and mappings outside the trace
+        ts.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call()
+            ts.synchronize()
+        kernels = [e.name for e in prof.events() if e.device_type.name == "CUDA"
+                   and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+        copies = [e.name for e in prof.events() if e.device_type.name == "CUDA" and "memcpy" in e.name.lower()]
+        if kernels:
+            failures.append(f"rank {rank}: {name} launched kernels {sorted(set(kernels))}")
+        print(f"rank {rank}: {name}: {len(copies)} copies, {len(kernels)} kernels in the trace", flush=True)
+
     if "--bench" in sys.argv:
         rows = []
         for size in (2 << 20, 64 << 20, 1 << 30):

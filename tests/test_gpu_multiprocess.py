@@ -21,6 +21,7 @@ def test_communicator_two_processes():
     assert out.returncode == 0, text[-4000:]
     assert text.count("ALL OK") == 2, text[-4000:]
     assert "mismatch detected" in text and "dead peer detected" in text
+    assert "all_gather: " in text and "gather: " in text and " 0 kernels in the trace" in text
 
 
 def test_peer_dying_while_gpus_wait_on_it():

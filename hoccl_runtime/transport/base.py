@@ -12,13 +12,16 @@
 
 from __future__ import annotations
 
+import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-__all__ = ["Region", "Completion", "Connection", "Transport"]
+from ..errors import TransportError
+
+__all__ = ["Region", "Completion", "Connection", "Transport", "open_listener"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +93,17 @@ class Transport(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_listener(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket on host:port (0: any free port), or a TransportError that says what to do."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise TransportError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another port (or 0 for "
+                             "any free one)") from None
+    sock.listen(backlog)
+    return sock

@@ -34,7 +34,7 @@ import zlib
 import numpy as np
 
 from ..errors import HocclTimeoutError, TransportError
-from .base import Completion, Connection, Region, Transport
+from .base import Completion, Connection, Region, Transport, open_listener
 
 __all__ = ["TcpTransport", "TcpConnection", "HEADER"]
 
@@ -267,15 +267,7 @@ class TcpTransport(Transport):
     def listen(self) -> str:
         if self._listener is not None:
             return f"{self.host}:{self.port}"
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            sock.close()
-            raise TransportError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}; "
-                                 "pick another port (or 0 for any free one)") from None
-        sock.listen(256)
+        sock = open_listener(self.host, self.port, 256)
         self._listener = sock
         self.port = sock.getsockname()[1]
         return f"{self.host}:{self.port}"

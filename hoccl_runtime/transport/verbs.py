@@ -36,7 +36,7 @@ from types import ModuleType
 import numpy as np
 
 from ..errors import HocclTimeoutError, TransportError
-from .base import Completion, Connection, Region, Transport
+from .base import Completion, Connection, Region, Transport, open_listener
 
 __all__ = ["import_pyverbs", "verbs_enums", "rdma_devices", "require_rdma_device", "VerbsTransport",
            "VerbsConnection"]
@@ -346,15 +346,7 @@ class VerbsTransport(Transport):
 
     # --- connection setup -----------------------------------------------------------------------------
     def listen(self) -> str:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.oob_port))
-        except OSError as exc:
-            sock.close()
-            raise TransportError(f"cannot listen on {self.host}:{self.oob_port} ({exc.strerror}); pick another "
-                                 "port or 0 for any") from None
-        sock.listen(64)
+        sock = open_listener(self.host, self.oob_port, 64)
         self._listener = sock
         host, port = sock.getsockname()
         return f"{host}:{port}"

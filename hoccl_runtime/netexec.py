@@ -31,13 +31,14 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
-from .errors import HocclTimeoutError, TransportError
+from .errors import HocclTimeoutError, PlanError, TransportError
 from .transport.base import Connection, Transport
 
 __all__ = ["HostNodeExecutor", "GpuNodeExecutor"]
 
 CREDIT = 1 << 31
 STAGE_DONE = 0x7F000000
+PLAN_HELLO = 0x7E000000  # first notice of every run of a reusable executor: the plan's id, 24 bits
 LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = range(5)
 
 
@@ -45,12 +46,19 @@ class HostNodeExecutor:
     """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
-                 transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, _check_sizes: bool = True):
+                 transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
+                 _check_sizes: bool = True):
         topo = plan.topology
         if not 0 <= node < topo.nodes:
             raise TransportError(f"node {node}: plan {plan.plan_id} has nodes 0..{topo.nodes - 1}; start one process "
                                  "per node of the plan's topology")
         self.plan, self.node, self.transport, self.timeout_s = plan, node, transport, timeout_s
+        # reuse: run(other_plan, other_buffers) over the same connections and rings; every node must agree.
+        # The network then always lands in the rings (an output registered once cannot follow new buffers)
+        self.reuse = reuse
+        self.direct_receive = type(self).direct_receive and not reuse
+        self._stage_base = 0
+        self._hellos: dict[int, list[int]] = {}
         self.L = topo.gpus_per_node
         self.ranks = list(range(node * self.L, (node + 1) * self.L))
         missing = [r for r in self.ranks if r not in buffers]
@@ -120,10 +128,78 @@ class HostNodeExecutor:
         raise TransportError(f"transport kind {kind!r}: choose 'tcp' or 'verbs'")
 
     # --- the plan ----------------------------------------------------------------------------------
-    def run(self) -> None:
+    def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None) -> None:
+        """Run the plan (or, with ``reuse=True``, another plan of the same topology and chunk size, on
+        other buffers) to completion. With ``reuse`` every run starts with a notice of the plan's id to
+        every node, so nodes in different collectives raise PlanError instead of mixing data."""
+        if plan is not None or buffers is not None:
+            if not self.reuse:
+                raise TransportError("this executor runs the plan and buffers it was created with; create it with "
+                                     "reuse=True to run other plans or buffers")
+            if plan is not None:
+                self._use_plan(plan)
+            if buffers is not None:
+                self._bind(buffers)
+        if self.reuse:
+            self._hello()
         for stage in self.plan.stages:
             self._stage(stage)
-            self._barrier(stage.index)
+            self._barrier(self._stage_base + stage.index)
+        self._stage_base += len(self.plan.stages)
+        self._early_done = {(n, s) for n, s in self._early_done if s >= self._stage_base}
+
+    def _use_plan(self, plan: Plan) -> None:
+        a, b = plan.topology, self.plan.topology
+        if (a.nodes, a.gpus_per_node) != (b.nodes, b.gpus_per_node) or plan.options.chunk_bytes != self.chunk:
+            raise TransportError(f"plan {plan.plan_id} ({a.nodes} x {a.gpus_per_node} GPUs, chunks of "
+                                 f"{plan.options.chunk_bytes} B) does not fit this executor ({b.nodes} x "
+                                 f"{b.gpus_per_node}, chunks of {self.chunk} B): compile it with the same topology "
+                                 "and chunk size")
+        self.plan = plan
+
+    def _bind(self, buffers: Mapping[int, tuple]) -> None:
+        """Take this run's buffers ({rank: (input, output)} for the node's ranks), checking their sizes."""
+        plan = self.plan
+        for r in self.ranks:
+            if r not in buffers:
+                raise TransportError(f"node {self.node}: no buffers for rank {r}")
+            inp, out = buffers[r]
+            if inp.nbytes != plan.ranks.input_bytes[r] or out.nbytes != plan.ranks.output_bytes[r]:
+                raise TransportError(f"rank {r}: buffers of {inp.nbytes}/{out.nbytes} bytes, plan {plan.plan_id} "
+                                     f"needs {plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+        self.inputs = {r: buffers[r][0] for r in self.ranks}
+        self.outputs = {r: buffers[r][1] for r in self.ranks}
+
+    def _hello(self) -> None:
+        """Tell every node which plan this run is, and check theirs (24 bits of the plan id's CRC)."""
+        import zlib
+
+        mine = zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF
+        for conn in self.conns.values():
+            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=PLAN_HELLO | mine)
+        deadline = time.monotonic() + self.timeout_s
+        for n in sorted(self.conns):
+            while not self._hellos.get(n):
+                for c in self.conns[n].poll(timeout_s=0.001):
+                    self._keep(n, c)
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"node {self.node}: node {n} did not start plan {self.plan.plan_id} "
+                                            f"within {self.timeout_s:g} s")
+            theirs = self._hellos[n].pop(0)
+            if theirs != mine:
+                raise PlanError(f"node {self.node} runs plan {self.plan.plan_id} ({self.plan.collective.describe()}) "
+                                f"but node {n} runs another (id hash {theirs:06x} vs {mine:06x}): every node must run "
+                                "the same collectives in the same order")
+
+    def _keep(self, n: int, c) -> None:
+        """A completion that arrived outside the stage that wants it: notices are recorded, the rest waits
+        in the backlog for the next stage."""
+        if c.kind == "received" and not c.imm & CREDIT and (c.imm & 0x7F000000) == STAGE_DONE:
+            self._early_done.add((n, c.imm & 0xFFFFFF))
+        elif c.kind == "received" and not c.imm & CREDIT and (c.imm & 0x7F000000) == PLAN_HELLO:
+            self._hellos.setdefault(n, []).append(c.imm & 0xFFFFFF)
+        elif c.kind == "received" or c.nbytes:
+            self._backlog.setdefault(n, []).append(c)
 
     def _node_of(self, gpu: int) -> int:
         return gpu // self.L
@@ -247,6 +323,9 @@ class HostNodeExecutor:
         if (imm & 0x7F000000) == STAGE_DONE:
             self._early_done.add((node, imm & 0xFFFFFF))
             return
+        if (imm & 0x7F000000) == PLAN_HELLO:  # a node already in the next run
+            self._hellos.setdefault(node, []).append(imm & 0xFFFFFF)
+            return
         vbar = self.node * self.L + ((imm >> 24) & 0x7F)
         k = imm & 0xFFFFFF
         t = recvs[vbar]
@@ -266,17 +345,14 @@ class HostNodeExecutor:
 
     def _barrier(self, stage: int) -> None:
         for conn in self.conns.values():
-            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=STAGE_DONE | stage)
+            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=STAGE_DONE | (stage & 0xFFFFFF))
+        stage &= 0xFFFFFF
         waiting = {n for n in self.conns if (n, stage) not in self._early_done}
         deadline = time.monotonic() + self.timeout_s
         while waiting:
             for n in list(waiting):
                 for c in self.conns[n].poll(timeout_s=0):
-                    if c.kind == "received" and (c.imm & 0x7F000000) == STAGE_DONE and not c.imm & CREDIT:
-                        self._early_done.add((n, c.imm & 0xFFFFFF))
-                    elif c.kind == "received" or c.nbytes:
-                        # a node that already left this barrier may be sending the next stage: keep it
-                        self._backlog.setdefault(n, []).append(c)
+                    self._keep(n, c)  # a node that already left this barrier may be sending the next stage
                 if (n, stage) in self._early_done:
                     waiting.discard(n)
             if waiting:
@@ -303,18 +379,36 @@ class GpuNodeExecutor(HostNodeExecutor):
     direct_receive = False  # TCP lands in host memory: always through the receive ring
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
-                 slots: int = 4, timeout_s: float = 30.0):
-        from ._cuda import cupy_runtime, enable_peer_access
-        from .interop import as_buffer
+                 slots: int = 4, timeout_s: float = 30.0, reuse: bool = False):
+        from ._cuda import cupy_runtime
 
         topo = plan.topology
         L = topo.gpus_per_node
-        ranks = range(node * L, (node + 1) * L)
+        ranks = list(range(node * L, (node + 1) * L))
         self._rt = cupy_runtime()
         self._in, self._out, self._dev = {}, {}, {}
-        for r in ranks:
+        self._peers: set[tuple[int, int]] = set()
+        self.plan, self.node, self.ranks = plan, node, ranks  # what _bind needs before the base class runs
+        self._bind(buffers)
+        self._host: list[int] = []
+        placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
+        self._streams: dict[tuple[str, int], int] = {}
+        self._keep_alive: list = []
+        self._events: dict[int, list[int]] = {}
+        self._used: dict[int, int] = {}
+        super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
+                         _check_sizes=False)
+
+    def _bind(self, buffers: Mapping[int, tuple]) -> None:
+        """This run's device buffers: sizes, one GPU per rank, peer access between the node's GPUs."""
+        from ._cuda import enable_peer_access
+        from .interop import as_buffer
+
+        plan = self.plan
+        for r in self.ranks:
             if r not in buffers:
-                raise TransportError(f"node {node}: no buffers for rank {r} (this node drives ranks {list(ranks)})")
+                raise TransportError(f"node {self.node}: no buffers for rank {r} (this node drives ranks "
+                                     f"{self.ranks})")
             inp, out = buffers[r]
             ib, ob = as_buffer(inp, f"rank {r} input"), as_buffer(out, f"rank {r} output")
             if ib.nbytes != plan.ranks.input_bytes[r] or ob.nbytes != plan.ranks.output_bytes[r]:
@@ -324,18 +418,12 @@ class GpuNodeExecutor(HostNodeExecutor):
                 raise TransportError(f"rank {r}: input and output on different GPUs ({ib.device}, {ob.device})")
             self._in[r], self._out[r] = ib, ob
             self._dev[r] = ob.device if ob.nbytes else ib.device
-        for a in ranks:
-            for b in ranks:
-                if self._dev[a] != self._dev[b]:
-                    enable_peer_access(self._dev[a], self._dev[b])
-        self._host: list[int] = []
-        placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
-        self._streams: dict[tuple[str, int], int] = {}
-        self._keep: list = []
-        self._events: dict[int, list[int]] = {}
-        self._used: dict[int, int] = {}
-        super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s,
-                         _check_sizes=False)
+        for a in self.ranks:
+            for b in self.ranks:
+                pair = (self._dev[a], self._dev[b])
+                if pair[0] != pair[1] and pair not in self._peers:
+                    enable_peer_access(*pair)
+                    self._peers.add(pair)
 
     # pinned, device-mapped staging (portable: every GPU of the node can copy to and from it)
     def _pinned(self, nbytes: int) -> np.ndarray:
@@ -357,7 +445,7 @@ class GpuNodeExecutor(HostNodeExecutor):
 
             with cupy.cuda.Device(device):
                 s = cupy.cuda.Stream(non_blocking=True)
-            self._keep.append(s)
+            self._keep_alive.append(s)
             self._streams[key] = int(s.ptr)
         return self._streams[key]
 
@@ -419,4 +507,4 @@ class GpuNodeExecutor(HostNodeExecutor):
         for ptr in self._host:
             host_free(ptr)
         self._host.clear()
-        self._keep.clear()
+        self._keep_alive.clear()

@@ -108,3 +108,76 @@ def test_wrong_world_size_and_missing_buffers_are_clear_errors():
             HostNodeExecutor.make_transport(plan, 0, kind="ib")
     finally:
         transport.close()
+
+
+def _reuse_nodes(plans_per_node, timeout_s=10):
+    """Two nodes in threads over TCP with reusable executors; node n runs plans_per_node[n] in order.
+    Returns (outputs per run per rank, errors)."""
+    import threading
+
+    from hoccl_runtime.netexec import HostNodeExecutor
+
+    first = plans_per_node[0][0]
+    L = first.topology.gpus_per_node
+    transports = [HostNodeExecutor.make_transport(first, n, lanes=2) for n in range(2)]
+
+    def bufs(plan, n, run):
+        return {r: (np.random.default_rng([r, run + 1, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8),
+                    np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)) for r in range(n * L, (n + 1) * L)}
+
+    execs = [HostNodeExecutor(first, n, bufs(first, n, -1), transports[n], slots=2, timeout_s=timeout_s, reuse=True)
+             for n in range(2)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+    results, errors = {}, []
+
+    def node(n):
+        try:
+            execs[n].connect(addresses)
+            for run, plan in enumerate(plans_per_node[n]):
+                b = bufs(plan, n, run)
+                execs[n].run(plan, b)
+                results[(n, run)] = {r: out for r, (_, out) in b.items()}
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            errors.append((n, exc))
+
+    threads = [threading.Thread(target=node, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for t in transports:
+        t.close()
+    return results, errors
+
+
+def test_one_executor_runs_many_plans_over_the_same_connections():
+    topo = make_topology("h200x2", nodes=2)  # 2 x 2 GPUs, forwarding
+    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001), opts),
+             compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=4 * 5003), opts),
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 3, 7000), (3, 0, 11))), opts),
+             compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001), opts)]
+    results, errors = _reuse_nodes([plans, plans])
+    assert not errors, errors
+    for run, plan in enumerate(plans):
+        inputs = [np.random.default_rng([r, run + 1, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+                  for r in range(plan.num_ranks)]
+        want = replay(plan, inputs).outputs
+        for r in range(plan.num_ranks):
+            assert np.array_equal(results[(r // 2, run)][r], want[r]), f"run {run} rank {r}"
+
+
+def test_nodes_in_different_collectives_raise_plan_error():
+    from hoccl_runtime.errors import PlanError, TransportError
+
+    topo = make_topology("h200x2", nodes=2)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    ag = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001), opts)
+    a2a = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=4 * 5003), opts)
+    _, errors = _reuse_nodes([[ag], [a2a]], timeout_s=5)
+    assert len(errors) == 2 and all(isinstance(e, PlanError) for _, e in errors), errors
+    assert all("every node must run the same collectives" in str(e) for _, e in errors)
+    other = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001),
+                         CompileOptions(chunk_bytes=2048, baselines=False))
+    _, errors = _reuse_nodes([[ag, other], [ag, other]], timeout_s=5)
+    assert errors and all(isinstance(e, TransportError) and "chunk size" in str(e) for _, e in errors), errors

@@ -86,8 +86,12 @@ def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
 
 
 def init(*, rank: int | None = None, world_size: int | None = None, device: int | None = None,
-         store: Any = None, timeout_s: float = 60.0) -> Communicator:
-    """A communicator for this process's GPU, from torchrun's environment (or the arguments)."""
+         store: Any = None, timeout_s: float = 60.0, gpus_per_node: int | None = None) -> Any:
+    """A communicator for this process's GPU, from torchrun's environment (or the arguments).
+
+    All ranks on one node (LOCAL_WORLD_SIZE == WORLD_SIZE): the copy-engine :class:`Communicator`.
+    One GPU per node (LOCAL_WORLD_SIZE == 1, or ``gpus_per_node=1`` to make each GPU of a machine its
+    own node): :class:`hoccl_runtime.netcomm.NetCommunicator` over the TCP transport."""
     env = os.environ
     try:
         rank = int(env["RANK"]) if rank is None else rank
@@ -95,17 +99,23 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
         device = int(env.get("LOCAL_RANK", rank)) if device is None else device
     except KeyError as exc:
         raise HocclError(f"{exc.args[0]} is not set: run under torchrun or pass rank= and world_size=") from None
-    local = int(env.get("LOCAL_WORLD_SIZE", world_size))
-    if local != world_size:
-        raise HocclError(f"this communicator spans one node, but WORLD_SIZE={world_size} and LOCAL_WORLD_SIZE={local}; "
-                         "run multi-node plans with hoccl_runtime.netexec.GpuNodeExecutor, one process per node")
+    local = int(env.get("LOCAL_WORLD_SIZE", world_size)) if gpus_per_node is None else gpus_per_node
+    if local != world_size and local != 1:
+        raise HocclError(f"WORLD_SIZE={world_size} with {local} GPUs per node: this build runs all ranks on one "
+                         "node, or one GPU per node; for several GPUs on each of several nodes run the plan with "
+                         "hoccl_runtime.netexec.GpuNodeExecutor, one process per node")
     if store is None:
         store = _bootstrap_store(rank, world_size, timeout_s)
     global _instances
     _instances += 1  # every rank creates its communicators in the same order: a fresh key space for each
     import torch.distributed as dist
 
-    return Communicator(rank, world_size, device, dist.PrefixStore(f"comm{_instances}/", store), timeout_s=timeout_s)
+    prefixed = dist.PrefixStore(f"comm{_instances}/", store)
+    if local == 1 and world_size > 1:
+        from .netcomm import NetCommunicator
+
+        return NetCommunicator(rank, world_size, device, prefixed, timeout_s=timeout_s)
+    return Communicator(rank, world_size, device, prefixed, timeout_s=timeout_s)
 
 
 _instances = 0

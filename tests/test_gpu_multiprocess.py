@@ -31,3 +31,12 @@ def test_peer_dying_while_gpus_wait_on_it():
     text = out.stdout + out.stderr
     assert "DEATH OK" in text, text[-4000:]
     assert "synchronize raised" in text and "rank 1" in text
+
+
+def test_one_gpu_per_node_communicator_over_tcp():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          str(WORKER.with_name("mp_net_worker.py"))], capture_output=True, text=True, timeout=300,
+                         env=env)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0 and text.count("NET OK") == 2, text[-4000:]

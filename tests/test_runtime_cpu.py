@@ -123,7 +123,7 @@ def test_init_without_torchrun_environment_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    with pytest.raises(HocclError, match="spans one node"):
+    with pytest.raises(HocclError, match="with 2 GPUs per node: this build runs all ranks on one node, or one GPU"):
         hr.init()
 
 
@@ -246,3 +246,50 @@ def test_compiled_launch_makes_the_same_cuda_calls_as_the_replay(monkeypatch):
         assert [c[0] for c in got if c[0] != "setDevice"] == ["eventRecord", "batch_memop", "streamWaitEvent",
                                                               "memcpyAsync", "memcpyAsync", "batch_memop",
                                                               "eventRecord"]
+
+
+def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_on_errors():
+    """The proxy of the one-GPU-per-node communicator: a call runs only once the stream set START, DONE is
+    written after it, errors are kept for the caller and still release the stream; close never hangs."""
+    import threading
+    import time
+
+    from hoccl_runtime.netcomm import CallProxy
+
+    start, done, ran = [0], [], []
+    lock = threading.Lock()
+
+    def run(call):
+        ran.append(call)
+        if call == "bad":
+            raise HocclError("peer 1 died")
+
+    def finish():
+        with lock:
+            done.append(ran[-1] if ran else None)
+
+    proxy = CallProxy(run, lambda: start[0] == 1, lambda: start.__setitem__(0, 0), finish, poll_s=1e-4)
+    proxy.submit("a")
+    proxy.submit("b")
+    time.sleep(0.05)
+    assert ran == [] and not proxy.wait_idle(0.01)  # the stream has not reached the calls: nothing runs
+    for expected in (["a"], ["a", "b"]):
+        start[0] = 1  # the stream reaches the next call
+        deadline = time.monotonic() + 5
+        while done != expected and time.monotonic() < deadline:
+            time.sleep(1e-3)
+        assert done == expected and start[0] == 0
+    assert proxy.wait_idle(1)
+    proxy.submit("bad")
+    proxy.submit("c")
+    for _ in range(2):
+        start[0] = 1
+        deadline = time.monotonic() + 5
+        while start[0] and time.monotonic() < deadline:
+            time.sleep(1e-3)
+    assert proxy.wait_idle(5) and isinstance(proxy.error, HocclError)
+    assert ran == ["a", "b", "bad"] and len(done) == 4  # "c" did not run but its stream was released
+    proxy.submit("never started")
+    t0 = time.monotonic()
+    proxy.close(timeout_s=5)
+    assert time.monotonic() - t0 < 2

@@ -14,7 +14,8 @@ The same torch-like calls as the intra-node communicator, each returning at once
   ``PlanError``) still releases the stream (the data is then wrong), and the error is raised by the
   next call, ``synchronize()`` or ``close()``.
 
-Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``). The transport's session is the
+Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``); the listening address:
+``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback. The transport's session is the
 communicator's store prefix, and every run starts with a plan notice, so ranks in different
 collectives raise ``PlanError``.
 """
@@ -32,6 +33,25 @@ from .errors import HocclError, HocclTimeoutError
 from .interop import DeviceBuffer, as_buffer, as_stream
 
 __all__ = ["NetCommunicator", "CallProxy"]
+
+
+def _local_address() -> str:
+    """The address other nodes reach this one at: HOCCL_SOCKET_ADDR if set, else the address of the
+    interface that routes to MASTER_ADDR (torchrun's), else loopback (every "node" on this machine)."""
+    import os
+    import socket
+
+    if os.environ.get("HOCCL_SOCKET_ADDR"):
+        return os.environ["HOCCL_SOCKET_ADDR"]
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if master in ("127.0.0.1", "localhost", "::1"):
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # no packet is sent
+            probe.connect((master, int(os.environ.get("MASTER_PORT", "29500"))))
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
 
 
 class CallProxy:
@@ -95,7 +115,7 @@ class NetCommunicator:
     """Collectives among ranks on different nodes, one GPU per node (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
-                 chunk_bytes: int = 8 << 20, lanes: int = 8, host: str = "127.0.0.1"):
+                 chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None):
         from hoccl_compiler.topology import make_topology
 
         from .flags import FlagPool
@@ -119,7 +139,8 @@ class NetCommunicator:
         with cupy.cuda.Device(device):
             self._flags = FlagPool(2)
         self._start, self._done = self._flags.allocate(), self._flags.allocate()
-        self.transport = TcpTransport(host=host, lanes=lanes, session=f"hoccl-net-{world}", name=f"node{rank}")
+        self.transport = TcpTransport(host=host or _local_address(), lanes=lanes, session=f"hoccl-net-{world}",
+                                      name=f"node{rank}")
         store.set(f"net-addr{rank}", self.transport.listen())
         self._addresses = {r: store.get(f"net-addr{r}").decode() for r in range(world)}
         self._proxy = CallProxy(self._work, lambda: self._start.read() == 1, lambda: self._start.write(0),

@@ -15,9 +15,9 @@ The same torch-like calls as the intra-node communicator, each returning at once
   next call, ``synchronize()`` or ``close()``.
 
 Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``); the listening address:
-``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback. The transport's session is the
-communicator's store prefix, and every run starts with a plan notice, so ranks in different
-collectives raise ``PlanError``.
+``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback.
+Addresses are exchanged through the store; every run starts with a plan notice, so ranks in
+different collectives raise ``PlanError``.
 """
 
 from __future__ import annotations

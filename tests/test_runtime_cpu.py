@@ -293,3 +293,15 @@ def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_o
     t0 = time.monotonic()
     proxy.close(timeout_s=5)
     assert time.monotonic() - t0 < 2
+
+
+def test_network_communicator_listening_address(monkeypatch):
+    from hoccl_runtime.netcomm import _local_address
+
+    monkeypatch.setenv("HOCCL_SOCKET_ADDR", "10.1.2.3")
+    assert _local_address() == "10.1.2.3"
+    monkeypatch.delenv("HOCCL_SOCKET_ADDR")
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    assert _local_address() == "127.0.0.1"
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert _local_address() == "127.0.0.1"

@@ -101,8 +101,7 @@ class Bench:
         self.groups: dict[str, Any] = {}
         self._symm: Any = None
         self._side: Any = None
-        self._graphs: list[tuple[int, int]] = []
-        self.log: list[str] = []
+        self._graphs: list[tuple[int, int]] = []  # (graph, executable) of hoccl-graph rows, alive to the end
 
     # --- helpers ---------------------------------------------------------------------------------------
     def say(self, text: str) -> None:

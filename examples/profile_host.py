@@ -63,6 +63,24 @@ def main() -> int:
         pool = FlagPool(4)
         f = pool.allocate()
         ops = MemOps().write(f, 1).write(f, 0)
+        try:  # one driver call for two copies: cuMemcpyBatchAsync (CUDA 12.8+; _v2 is CUDA 13's signature)
+            batch = lib.cuMemcpyBatchAsync_v2
+            u64x2 = ctypes.c_uint64 * 2
+            dsts = u64x2(other.data.ptr, other.data.ptr + 64)
+            srcs = u64x2(buf.data.ptr, buf.data.ptr + 64)
+            sizes = (ctypes.c_size_t * 2)(4, 4)
+            attrs = (ctypes.c_int * 6)(1, 0, 0, 0, 0, 0)  # srcAccessOrder STREAM, no location hints, flags 0
+            idxs = (ctypes.c_size_t * 1)(0)
+            batch.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                                                      ctypes.c_size_t, ctypes.c_void_p]
+            err = batch(dsts, srcs, sizes, 2, attrs, idxs, 1, s.ptr)
+            if err:
+                raise RuntimeError(f"CUresult {err}")
+            micro["cuMemcpyBatchAsync x2 (ctypes)"] = per_call_us(lambda: batch(dsts, srcs, sizes, 2, attrs, idxs, 1,
+                                                                               s.ptr))
+        except (AttributeError, RuntimeError) as exc:
+            micro["cuMemcpyBatchAsync x2 (ctypes)"] = f"unavailable: {exc}"
+        s.synchronize()
         micro["batch memop x2 (ctypes)"] = per_call_us(lambda: ops.enqueue(s.ptr))
         slow = MemOps().write(f, 1).write(f, 0)
         slow._params = (None, _bindings_params(cu, slow.ops), 0)  # force the cuda.bindings path

@@ -127,7 +127,7 @@ class NetCommunicator:
             raise HocclError("a network communicator needs at least 2 ranks")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self.chunk_bytes = chunk_bytes
-        self.topology = make_topology("h200x2", nodes=world, gpus_per_node=1, forwarding="self")
+        self.topology = make_topology("h200x2", nodes=world, gpus_per_node=1, forwarding="none")
         self._store = store
         self._lock = threading.Lock()
         self._plans: dict[tuple, Any] = {}
@@ -198,6 +198,7 @@ class NetCommunicator:
                 self._connect(plan, {r: (inp, out)})
             from ._cuda import cupy_runtime
 
+            self._proxy.submit((plan, {r: (inp, out)}))  # it waits for START: the order does not matter
             rt = cupy_runtime()
             prev = rt.getDevice()
             rt.setDevice(self.device)
@@ -206,7 +207,6 @@ class NetCommunicator:
                 MemOps().wait_eq(self._done, 1).write(self._done, 0).enqueue(s)
             finally:
                 rt.setDevice(prev)
-            self._proxy.submit((plan, {r: (inp, out)}))
 
     def _connect(self, plan: Any, buffers: dict) -> None:
         from .netexec import GpuNodeExecutor

@@ -180,8 +180,11 @@ class HostNodeExecutor:
         deadline = time.monotonic() + self.timeout_s
         for n in sorted(self.conns):
             while not self._hellos.get(n):
-                for c in self.conns[n].poll(timeout_s=0.001):
+                got = self.conns[n].poll(timeout_s=0)
+                for c in got:
                     self._keep(n, c)
+                if not got:
+                    time.sleep(50e-6)
                 if time.monotonic() > deadline:
                     raise HocclTimeoutError(f"node {self.node}: node {n} did not start plan {self.plan.plan_id} "
                                             f"within {self.timeout_s:g} s")

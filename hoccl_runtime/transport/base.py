@@ -56,8 +56,9 @@ class Connection(ABC):
 
     @abstractmethod
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:
-        """Completions so far, waiting up to ``timeout_s`` for the first. Raises TransportError if the
-        connection failed (peer gone, corrupt stream)."""
+        """Completions so far, waiting up to ``timeout_s`` for the first: with ``timeout_s`` 0 it returns at
+        once (maybe an empty list); with a positive one it raises HocclTimeoutError if nothing came. Raises
+        TransportError if the connection failed (peer gone, corrupt stream)."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -264,8 +264,10 @@ class VerbsConnection(Connection):
         while True:
             t._check_usable(self)
             got = t._take(self, max_items, drain=True, wait_s=min(0.05, max(0.0, deadline - time.monotonic())))
-            if got or time.monotonic() >= deadline:
+            if got:
                 return got
+            if time.monotonic() >= deadline:
+                raise HocclTimeoutError(f"no completion from {self.peer} within {timeout_s:g} s")
 
     def close(self) -> None:
         if self.closed:

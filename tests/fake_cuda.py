@@ -1,0 +1,147 @@
+"""CUDA faked in host memory, for running the GPU code paths' logic on a CPU (tests only).
+
+"Device" pointers are host addresses. A stream runs everything at once, in the caller's thread:
+copies are ``memmove``; a batch of stream memory operations writes its flags and *blocks* on its
+waits (as a stream would, but holding up the caller instead of a queue), with a deadline. Events are
+always complete. Enough of ``cupy`` and ``hoccl_runtime._cuda`` for the network communicator, the GPU
+node executor and the flag pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+import threading
+import time
+import types
+
+from hoccl_runtime import _cuda
+
+_MEMOP = struct.Struct("<I4xQQI4xQ8x")
+_buffers: dict[int, ctypes.Array] = {}
+_lock = threading.Lock()
+_current = threading.local()
+
+
+class Runtime:
+    """cupy.cuda.runtime's calls the code uses."""
+
+    def getDeviceCount(self):  # noqa: N802 - CuPy's names
+        return 2
+
+    def getDevice(self):  # noqa: N802
+        return getattr(_current, "device", 0)
+
+    def setDevice(self, d):  # noqa: N802
+        _current.device = d
+
+    def memcpyAsync(self, dst, src, n, kind, stream):  # noqa: N802
+        ctypes.memmove(dst, src, n)
+
+    def eventCreateWithFlags(self, flags):  # noqa: N802
+        return 1
+
+    def eventRecord(self, ev, stream):  # noqa: N802
+        pass
+
+    def eventQuery(self, ev):  # noqa: N802
+        return 0
+
+    def eventDestroy(self, ev):  # noqa: N802
+        pass
+
+    def streamWaitEvent(self, stream, ev, flags):  # noqa: N802
+        pass
+
+    def streamSynchronize(self, stream):  # noqa: N802
+        pass
+
+    def deviceCanAccessPeer(self, a, b):  # noqa: N802
+        return True
+
+    def deviceEnablePeerAccess(self, peer):  # noqa: N802
+        pass
+
+
+class FastDriver:
+    """cuStreamBatchMemOp, run at once: writes land, waits block (up to 20 s) until their value shows."""
+
+    def batch_memop(self, stream, count, address):
+        for i in range(count):
+            op, flag, value, _, _ = _MEMOP.unpack(ctypes.string_at(address + 48 * i, 48))
+            cell = ctypes.c_int32.from_address(flag)
+            if op == _cuda.WRITE_VALUE_32:
+                cell.value = value
+                continue
+            deadline = time.monotonic() + 20
+            while cell.value != value:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"fake stream: flag {flag:#x} never became {value}")
+                time.sleep(1e-4)
+
+
+def host_mapped_alloc(nbytes: int) -> int:
+    buf = ctypes.create_string_buffer(nbytes)
+    with _lock:
+        _buffers[ctypes.addressof(buf)] = buf
+    return ctypes.addressof(buf)
+
+
+def host_free(ptr: int) -> None:
+    with _lock:
+        _buffers.pop(ptr, None)
+
+
+class _Device:
+    def __init__(self, d):
+        self.id = d
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def use(self):
+        pass
+
+
+class _Stream:
+    _next = 1000
+
+    def __init__(self, non_blocking=False):
+        _Stream._next += 1
+        self.ptr = _Stream._next
+
+
+def install(monkeypatch) -> None:
+    """Replace CUDA for the code under test (cupy module, the driver helpers, peer access)."""
+    rt = Runtime()
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(Device=_Device, Stream=_Stream, runtime=rt)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(_cuda, "cupy_runtime", lambda: rt)
+    monkeypatch.setattr(_cuda, "fast_driver", lambda: FastDriver())
+    monkeypatch.setattr(_cuda, "host_mapped_alloc", host_mapped_alloc)
+    monkeypatch.setattr(_cuda, "host_free", host_free)
+    monkeypatch.setattr(_cuda, "enable_peer_access", lambda a, b: None)
+
+
+class Store:
+    """torch.distributed's store, in one process: set, and get that waits for the key."""
+
+    def __init__(self):
+        self._data: dict[str, bytes] = {}
+        self._cond = threading.Condition()
+
+    def set(self, key, value):
+        with self._cond:
+            self._data[key] = value.encode() if isinstance(value, str) else value
+            self._cond.notify_all()
+
+    def get(self, key):
+        with self._cond:
+            if not self._cond.wait_for(lambda: key in self._data, timeout=30):
+                raise TimeoutError(key)
+            return self._data[key]

@@ -1,0 +1,140 @@
+"""The one-GPU-per-node communicator end to end on a CPU: two ranks in threads, CUDA faked in host memory
+(tests/fake_cuda.py), the real TCP transport, GpuNodeExecutor, proxy thread and flags."""
+
+from __future__ import annotations
+
+import threading
+
+import fake_cuda
+import numpy as np
+import pytest
+
+from hoccl_runtime.errors import HocclError
+from hoccl_runtime.interop import DeviceBuffer
+
+
+def dev(a: np.ndarray, device: int) -> DeviceBuffer:
+    return DeviceBuffer(int(a.ctypes.data), a.nbytes, device)
+
+
+def two_ranks(monkeypatch, body):
+    """Run body(comm, rank) on ranks 0 and 1 in threads; returns {rank: result or exception}."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.netcomm import NetCommunicator
+
+    store = fake_cuda.Store()
+    results: dict[int, object] = {}
+
+    def rank(r):
+        try:
+            comm = NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=64 << 10, lanes=2)
+            try:
+                results[r] = body(comm, r)
+            finally:
+                comm.close()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            results[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results
+
+
+def test_collectives_through_the_proxy_in_order(monkeypatch):
+    def body(comm, r):
+        rng = np.random.default_rng(r)
+        got = {}
+        for n in (1, 3001, 200_000):  # 200 kB: several 64 KiB chunks through 4-slot rings
+            inp = rng.integers(0, 256, n, dtype=np.uint8)
+            out = np.full(2 * n, 0xA5, np.uint8)
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            a2a_in = rng.integers(0, 256, 2 * n, dtype=np.uint8)
+            a2a_out = np.full(2 * n, 0xA5, np.uint8)
+            comm.all_to_all_single(dev(a2a_out, r), dev(a2a_in, r), stream=7)
+            buf = rng.integers(0, 256, n, dtype=np.uint8) if r == 0 else np.full(n, 0xA5, np.uint8)
+            sent = buf.copy()
+            comm.send(dev(buf, r), 1, stream=7) if r == 0 else comm.recv(dev(buf, r), 0, stream=7)
+            comm.synchronize()
+            got[n] = (inp, out, a2a_in, a2a_out, sent, buf)
+        with pytest.raises(HocclError, match="one stream"):
+            comm.all_gather_into_tensor(dev(np.zeros(2, np.uint8), r), dev(np.zeros(1, np.uint8), r), stream=8)
+        return got
+
+    results = two_ranks(monkeypatch, body)
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results[r]
+    for n in (1, 3001, 200_000):
+        (i0, o0, a0, b0, s0, _), (i1, o1, a1, b1, _, r1) = results[0][n], results[1][n]
+        want = np.concatenate([i0, i1])
+        assert np.array_equal(o0, want) and np.array_equal(o1, want), n
+        assert np.array_equal(b0, np.concatenate([a0[:n], a1[:n]])) and np.array_equal(b1, np.concatenate([a0[n:],
+                                                                                                             a1[n:]]))
+        assert np.array_equal(r1, s0), n
+
+
+def test_ranks_in_different_collectives_fail_and_release_their_streams(monkeypatch):
+    def body(comm, r):
+        a, b = np.zeros(1024, np.uint8), np.zeros(2048, np.uint8)
+        if r == 0:
+            comm.all_gather_into_tensor(dev(b, r), dev(a, r), stream=7)
+        else:
+            comm.all_to_all_single(dev(b, r), dev(b.copy(), r), stream=7)
+        with pytest.raises(HocclError, match="every node must run the same collectives"):
+            comm.synchronize()  # the fake stream already waited for DONE: the proxy released it
+        return "raised"
+
+    results = two_ranks(monkeypatch, body)
+    assert results == {0: "raised", 1: "raised"}, results
+
+
+@pytest.mark.parametrize("kind", ["allgather", "alltoall", "sendrecv"])
+def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
+    """GpuNodeExecutor's copies (staging out, landing, forwarding within a node) for 2 nodes x 2 GPUs,
+    run on host memory through the faked CUDA, reused for a second plan: byte-equal to the replay."""
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.netexec import GpuNodeExecutor
+
+    fake_cuda.install(monkeypatch)
+    topo = make_topology("h200x2", nodes=2)  # symmetric forwarding: u -> ū -> v̄ -> v
+    spec = CollectiveSpec(kind=kind, size_bytes=4 * 20_011) if kind != "sendrecv" else \
+        CollectiveSpec(kind=kind, pairs=((0, 3, 70_000), (2, 1, 9_999), (1, 2, 5)))
+    opts = CompileOptions(chunk_bytes=4096, baselines=False)
+    plans = [compile_plan(topo, spec, opts), compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 777),
+                                                          opts)]
+
+    def arrays(plan, run):
+        return {r: (np.random.default_rng([r, run, 9]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8),
+                    np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)) for r in range(4)}
+
+    data = [arrays(p, i) for i, p in enumerate(plans)]
+    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2) for n in range(2)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+    errors = []
+
+    def node(n):
+        try:
+            bufs = [{r: (dev(i, r % 2), dev(o, r % 2)) for r, (i, o) in d.items() if r // 2 == n} for d in data]
+            ex = GpuNodeExecutor(plans[0], n, bufs[0], transports[n], slots=2, timeout_s=20, reuse=True)
+            ex.connect(addresses)
+            for plan, b in zip(plans, bufs, strict=True):
+                ex.run(plan, b)
+            ex.close()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=node, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for t in transports:
+        t.close()
+    assert not errors, errors
+    for plan, d in zip(plans, data, strict=True):
+        want = replay(plan, [d[r][0] for r in range(4)]).outputs
+        for r in range(4):
+            assert np.array_equal(d[r][1], want[r]), (plan.collective.kind, r)

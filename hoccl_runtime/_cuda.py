@@ -149,7 +149,8 @@ class FastDriver:
         self._cu = cu
 
     def batch_memop(self, stream: int, count: int, params: Any) -> None:
-        """Enqueue ``count`` packed operations (a ctypes buffer from :func:`pack_memops`) on ``stream``."""
+        """Enqueue ``count`` packed operations (the ctypes buffer holding :func:`pack_memops`'s bytes) on
+        ``stream``."""
         err = self._batch(stream, count, params, 0)
         if err:
             raise CudaError(f"cuStreamBatchMemOp failed: {_driver_error_text(self._cu, self._cu.CUresult(err))}")

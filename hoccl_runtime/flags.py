@@ -141,8 +141,10 @@ class MemOps:
         if fast is not None:
             import ctypes
 
+            # the block travels with every enqueue (ctypes passes it by address), which keeps it alive as
+            # long as any launch list that uses it: a bare address would dangle once the MemOps is gone
             block = ctypes.create_string_buffer(pack_memops(self.ops), len(self.ops) * MEMOP_BYTES)
-            return fast, block, ctypes.addressof(block)
+            return fast, block
         cu = driver()
         params = []
         for kind, address, value in self.ops:
@@ -158,16 +160,16 @@ class MemOps:
                 p.writeValue.value = value
                 p.writeValue.flags = cu.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT
             params.append(p)
-        return None, params, 0
+        return None, params
 
     def bound(self, stream: int) -> tuple[Any, tuple]:
         """(function, arguments) that enqueue the batch on ``stream``: the ctypes call itself where
         possible (one Python frame less on the hot path)."""
         if self._params is None:
             self._params = self._build()
-        fast, _, address = self._params
+        fast, block = self._params
         if fast is not None and self.ops:
-            return fast.batch_memop, (stream, len(self.ops), address)
+            return fast.batch_memop, (stream, len(self.ops), block)
         return self.enqueue, (stream,)
 
     def enqueue(self, stream: int) -> None:
@@ -176,9 +178,9 @@ class MemOps:
             return
         if self._params is None:
             self._params = self._build()
-        fast, params, address = self._params
+        fast, params = self._params
         if fast is not None:
-            fast.batch_memop(stream, len(self.ops), address)
+            fast.batch_memop(stream, len(self.ops), params)
             return
         from ._cuda import check, driver
 

@@ -28,7 +28,7 @@ class Runtime:
     """cupy.cuda.runtime's calls the code uses."""
 
     def getDeviceCount(self):  # noqa: N802 - CuPy's names
-        return 2
+        return 8
 
     def getDevice(self):  # noqa: N802
         return getattr(_current, "device", 0)
@@ -63,11 +63,37 @@ class Runtime:
     def deviceEnablePeerAccess(self, peer):  # noqa: N802
         pass
 
+    def hostRegister(self, ptr, size, flags):  # noqa: N802
+        pass
+
+    def hostUnregister(self, ptr):  # noqa: N802
+        pass
+
+    def ipcGetMemHandle(self, ptr):  # noqa: N802 - the "handle" carries the address (one process)
+        return struct.pack("<Q", ptr) + bytes(56)
+
+    def ipcOpenMemHandle(self, handle):  # noqa: N802
+        return struct.unpack_from("<Q", handle)[0]
+
+    def ipcCloseMemHandle(self, ptr):  # noqa: N802
+        pass
+
+
+class Driver:
+    """The cuda.bindings calls the communicator makes: (error, values...) tuples."""
+
+    def cuMemHostGetDevicePointer(self, ptr, flags):  # noqa: N802 - mapped host memory: the same address
+        return 0, ptr
+
+    def cuMemGetAddressRange(self, ptr):  # noqa: N802 - every buffer its own allocation
+        return 0, ptr, 0
+
 
 class FastDriver:
     """cuStreamBatchMemOp, run at once: writes land, waits block (up to 20 s) until their value shows."""
 
-    def batch_memop(self, stream, count, address):
+    def batch_memop(self, stream, count, params):
+        address = params if isinstance(params, int) else ctypes.addressof(params)
         for i in range(count):
             op, flag, value, _, _ = _MEMOP.unpack(ctypes.string_at(address + 48 * i, 48))
             cell = ctypes.c_int32.from_address(flag)
@@ -123,6 +149,7 @@ def install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(_cuda, "cupy_runtime", lambda: rt)
     monkeypatch.setattr(_cuda, "fast_driver", lambda: FastDriver())
+    monkeypatch.setattr(_cuda, "driver", lambda: Driver())
     monkeypatch.setattr(_cuda, "host_mapped_alloc", host_mapped_alloc)
     monkeypatch.setattr(_cuda, "host_free", host_free)
     monkeypatch.setattr(_cuda, "enable_peer_access", lambda a, b: None)
@@ -139,6 +166,13 @@ class Store:
         with self._cond:
             self._data[key] = value.encode() if isinstance(value, str) else value
             self._cond.notify_all()
+
+    def add(self, key, n):
+        with self._cond:
+            value = int(self._data.get(key, b"0")) + n
+            self._data[key] = str(value).encode()
+            self._cond.notify_all()
+            return value
 
     def get(self, key):
         with self._cond:

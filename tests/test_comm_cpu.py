@@ -1,0 +1,120 @@
+"""The intra-node communicator end to end on a CPU: ranks as threads of one process, CUDA faked in host
+memory (tests/fake_cuda.py: copies are memmoves, a stream's flag waits block its caller). It runs the
+real mailbox, launch lists (compile_launch), READY/DONE protocol and shared host memory."""
+
+from __future__ import annotations
+
+import threading
+
+import fake_cuda
+import numpy as np
+import pytest
+
+from hoccl_runtime.errors import HocclError, PlanError
+from hoccl_runtime.interop import DeviceBuffer
+
+
+def dev(a: np.ndarray, device: int) -> DeviceBuffer:
+    return DeviceBuffer(int(a.ctypes.data), a.nbytes, device)
+
+
+def ranks(monkeypatch, world, body):
+    """body(comm, rank) on every rank in threads; {rank: result or exception}."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.comm import Communicator
+
+    store = fake_cuda.Store()
+    results: dict[int, object] = {}
+
+    def run(r):
+        try:
+            comm = Communicator(r, world, r, store, timeout_s=20)
+            try:
+                results[r] = body(comm, r)
+            finally:
+                comm.close()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            results[r] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for r in range(world):
+        assert not isinstance(results.get(r), Exception), f"rank {r}: {results.get(r)!r}"
+    return results
+
+
+def data(rank: int, call: int, n: int) -> np.ndarray:
+    return np.random.default_rng([rank, call, 3]).integers(0, 256, n, dtype=np.uint8)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_collective_twice(monkeypatch, world):
+    def body(comm, r):
+        bad = []
+        for rep in range(2):  # the second round reuses plans, launch lists and mappings
+            for n in (1, 4099):
+                call = rep * 100 + n
+                inp, out = data(r, call, n), np.full(n * world, 0xA5, np.uint8)
+                comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+                if not np.array_equal(out, np.concatenate([data(p, call, n) for p in range(world)])):
+                    bad.append(f"all_gather {n}")
+                inp = data(r, call + 1, n * world)
+                out = np.full(n * world, 0xA5, np.uint8)
+                comm.all_to_all_single(dev(out, r), dev(inp, r), stream=7)
+                want = np.concatenate([data(p, call + 1, n * world)[r * n:(r + 1) * n] for p in range(world)])
+                if not np.array_equal(out, want):
+                    bad.append(f"all_to_all {n}")
+                t = data(r, call + 2, n) if r == world - 1 else np.full(n, 0xA5, np.uint8)
+                comm.broadcast(dev(t, r), world - 1, stream=7)
+                if not np.array_equal(t, data(world - 1, call + 2, n)):
+                    bad.append(f"broadcast {n}")
+                src = data(0, call + 3, n * world)
+                out = np.full(n, 0xA5, np.uint8)
+                comm.scatter(dev(out, r), dev(src, r) if r == 0 else None, root=0, stream=7)
+                if not np.array_equal(out, src[r * n:(r + 1) * n]):
+                    bad.append(f"scatter {n}")
+                inp = data(r, call + 4, n)
+                out = np.full(n * world, 0xA5, np.uint8)
+                comm.gather(dev(inp, r), dev(out, r) if r == 0 else None, root=0, stream=7)
+                if r == 0 and not np.array_equal(out, np.concatenate([data(p, call + 4, n) for p in range(world)])):
+                    bad.append(f"gather {n}")
+                nxt, prv = (r + 1) % world, (r - 1) % world
+                inp, out = data(r, call + 5, n), np.full(n, 0xA5, np.uint8)
+                comm.batch_isend_irecv([("send", dev(inp, r), nxt), ("recv", dev(out, r), prv)], stream=7)
+                if not np.array_equal(out, data(prv, call + 5, n)):
+                    bad.append(f"batch_isend_irecv {n}")
+        return bad
+
+    results = ranks(monkeypatch, world, body)
+    assert all(results[r] == [] for r in range(world)), results
+
+
+def test_send_recv_paced_and_a_mismatch(monkeypatch):
+    import types
+
+    from hoccl_runtime import pacing
+
+    monkeypatch.setattr(pacing, "Pacer", lambda device: types.SimpleNamespace(
+        handle=555, sleep=lambda stream, us: None, sleep_us=lambda period: 0))
+
+    def body(comm, r):
+        n = (3 << 20) + 7  # 4 pieces at the 1 MiB floor when paced at a tiny rate
+        buf = data(0, 1, n) if r == 0 else np.full(n, 0xA5, np.uint8)
+        if r == 0:
+            comm.send(dev(buf, r), 1, stream=7, rate_gbps=1e-3)
+        else:
+            comm.recv(dev(buf, r), 0, stream=7)
+        ok = np.array_equal(buf, data(0, 1, n))
+        with pytest.raises(PlanError, match="another collective"):
+            if r == 0:
+                comm.all_gather_into_tensor(dev(np.zeros(16, np.uint8), r), dev(np.zeros(8, np.uint8), r), stream=7)
+            else:
+                comm.all_to_all_single(dev(np.zeros(16, np.uint8), r), dev(np.zeros(16, np.uint8), r), stream=7)
+        with pytest.raises(HocclError, match="rate_gbps"):
+            comm.send(dev(buf, r), 1 - r, stream=7, rate_gbps=-1)
+        return ok
+
+    assert ranks(monkeypatch, 2, body) == {0: True, 1: True}

@@ -1,7 +1,8 @@
 """The communicator across nodes with one GPU per node (torchrun ``--nnodes N --nproc_per_node 1``, or
 ``hoccl_runtime.init(gpus_per_node=1)`` to make every GPU of one machine its own "node").
 
-The same torch-like calls as the intra-node communicator, each returning at once. What happens:
+The torch-like calls of the intra-node communicator (all_gather_into_tensor, all_to_all_single,
+broadcast, scatter, gather, send, recv), each returning at once. What happens:
 
 * The caller's stream gets two stream memory operations per call and nothing else: ``START = 1`` where
   the call sits in the stream, and ``wait DONE == 1; DONE = 0`` after it. No kernel.
@@ -155,6 +156,21 @@ class NetCommunicator:
         out = as_buffer(output, "output")
         self._call(CollectiveSpec(kind="alltoall", size_bytes=out.nbytes), input, output, stream)
 
+    def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
+        buf = as_buffer(tensor, "tensor")
+        self._call(CollectiveSpec(kind="broadcast", size_bytes=buf.nbytes, root=root, in_place=True), tensor, tensor,
+                   stream)
+
+    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
+        out = as_buffer(output, "output")
+        self._call(CollectiveSpec(kind="scatter", size_bytes=out.nbytes * self.world, root=root),
+                   input if self.rank == root else None, output, stream)
+
+    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
+        inp = as_buffer(input, "input")
+        self._call(CollectiveSpec(kind="gather", size_bytes=inp.nbytes * self.world, root=root), input,
+                   output if self.rank == root else None, stream)
+
     def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._call(CollectiveSpec(kind="sendrecv", pairs=((self.rank, dst, buf.nbytes),)), tensor, None, stream)
@@ -186,6 +202,11 @@ class NetCommunicator:
         none = DeviceBuffer(0, 0, self.device)  # a part this rank does not have (e.g. a sender's output)
         inp = as_buffer(input, "input") if input is not None and plan.ranks.input_bytes[r] else none
         out = as_buffer(output, "output") if output is not None and plan.ranks.output_bytes[r] else none
+        if plan.collective.in_place and inp.nbytes:  # the rank's input is the resident part of its output
+            from hoccl_compiler.collective import layout
+
+            offset, nbytes = layout(plan.collective, self.world).resident()
+            inp = out.slice(int(offset[r]), int(nbytes[r]))
         s = as_stream(stream)
         if self._stream is None:
             self._stream = s

@@ -56,6 +56,32 @@ def main() -> int:
         s.synchronize()
         if rank == 1 and not torch.equal(buf, ref):
             failures.append(f"send/recv {n}")
+        bc = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
+        ref = bc.clone()
+        dist.broadcast(ref, 1)
+        torch.cuda.synchronize()
+        comm.broadcast(bc, 1, stream=s)
+        s.synchronize()
+        if not torch.equal(bc, ref):
+            failures.append(f"broadcast {n}")
+        sc_in = torch.randint(0, 256, (n * world,), dtype=torch.uint8, device="cuda")
+        ref = sc_in.clone()
+        dist.broadcast(ref, 0)  # what rank 0 scatters
+        sc_out = torch.full((n,), 0xA5, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        comm.scatter(sc_out, sc_in if rank == 0 else None, root=0, stream=s)
+        s.synchronize()
+        if not torch.equal(sc_out, ref[rank * n:(rank + 1) * n]):
+            failures.append(f"scatter {n}")
+        ga_in = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
+        ga_out = torch.full((n * world,), 0xA5, dtype=torch.uint8, device="cuda")
+        want = torch.empty_like(ga_out)
+        dist.all_gather_into_tensor(want, ga_in)
+        torch.cuda.synchronize()
+        comm.gather(ga_in, ga_out if rank == 0 else None, root=0, stream=s)
+        s.synchronize()
+        if rank == 0 and not torch.equal(ga_out, want):
+            failures.append(f"gather {n}")
     comm.synchronize()
     # 1 GiB send/recv, timed with events on the caller's stream (the proxy runs the network part)
     big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")

@@ -57,8 +57,16 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
             buf = rng.integers(0, 256, n, dtype=np.uint8) if r == 0 else np.full(n, 0xA5, np.uint8)
             sent = buf.copy()
             comm.send(dev(buf, r), 1, stream=7) if r == 0 else comm.recv(dev(buf, r), 0, stream=7)
+            bc = rng.integers(0, 256, n, dtype=np.uint8) if r == 1 else np.full(n, 0xA5, np.uint8)
+            comm.broadcast(dev(bc, r), 1, stream=7)
+            sc_in = rng.integers(0, 256, 2 * n, dtype=np.uint8)
+            sc_out = np.full(n, 0xA5, np.uint8)
+            comm.scatter(dev(sc_out, r), dev(sc_in, r) if r == 0 else None, root=0, stream=7)
+            ga_in = rng.integers(0, 256, n, dtype=np.uint8)
+            ga_out = np.full(2 * n, 0xA5, np.uint8)
+            comm.gather(dev(ga_in, r), dev(ga_out, r) if r == 1 else None, root=1, stream=7)
             comm.synchronize()
-            got[n] = (inp, out, a2a_in, a2a_out, sent, buf)
+            got[n] = (inp, out, a2a_in, a2a_out, sent, buf, bc, sc_in, sc_out, ga_in, ga_out)
         with pytest.raises(HocclError, match="one stream"):
             comm.all_gather_into_tensor(dev(np.zeros(2, np.uint8), r), dev(np.zeros(1, np.uint8), r), stream=8)
         return got
@@ -67,7 +75,11 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
     for r in (0, 1):
         assert not isinstance(results[r], Exception), results[r]
     for n in (1, 3001, 200_000):
-        (i0, o0, a0, b0, s0, _), (i1, o1, a1, b1, _, r1) = results[0][n], results[1][n]
+        (i0, o0, a0, b0, s0, _, bc0, sc_in0, sc0, ga0, _), (i1, o1, a1, b1, _, r1, bc1, _, sc1, ga1, gout1) = \
+            results[0][n], results[1][n]
+        assert np.array_equal(bc0, bc1), n  # broadcast from rank 1, in place
+        assert np.array_equal(sc0, sc_in0[:n]) and np.array_equal(sc1, sc_in0[n:]), n
+        assert np.array_equal(gout1, np.concatenate([ga0, ga1])), n
         want = np.concatenate([i0, i1])
         assert np.array_equal(o0, want) and np.array_equal(o1, want), n
         assert np.array_equal(b0, np.concatenate([a0[:n], a1[:n]])) and np.array_equal(b1, np.concatenate([a0[n:],

@@ -57,6 +57,9 @@ class Runtime:
     def streamSynchronize(self, stream):  # noqa: N802
         pass
 
+    def streamIsCapturing(self, stream):  # noqa: N802
+        return 0
+
     def deviceCanAccessPeer(self, a, b):  # noqa: N802
         return True
 
@@ -139,6 +142,9 @@ class _Stream:
     def __init__(self, non_blocking=False):
         _Stream._next += 1
         self.ptr = _Stream._next
+
+    def synchronize(self):
+        pass
 
 
 def install(monkeypatch) -> None:

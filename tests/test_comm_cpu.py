@@ -118,3 +118,33 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
         return ok
 
     assert ranks(monkeypatch, 2, body) == {0: True, 1: True}
+
+
+@pytest.mark.parametrize("sync", ["events", "flags"])
+def test_one_process_executor_on_faked_cuda(monkeypatch, sync):
+    """hoccl_runtime.execute for two "GPUs" of one process, every collective, both orderings."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.executor import Executor
+
+    topo = make_topology("h200x2", nodes=1)
+    specs = [CollectiveSpec(kind="allgather", size_bytes=2 * 5003), CollectiveSpec(kind="alltoall", size_bytes=8002),
+             CollectiveSpec(kind="broadcast", size_bytes=777, root=1, in_place=True),
+             CollectiveSpec(kind="sendrecv", pairs=((0, 1, 4097),))]
+    with Executor() as ex:
+        for rep in range(2):
+            for spec in specs:
+                plan = compile_plan(topo, spec, CompileOptions(chunk_bytes=1 << 30, baselines=False))
+                ins = [data(r, rep, plan.ranks.input_bytes[r]) for r in range(2)]
+                outs = [np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8) for r in range(2)]
+                if spec.in_place:  # the root's input lives in its output
+                    outs[1][:] = ins[1]
+                    bufs = {r: (None, dev(outs[r], r)) for r in range(2)}
+                else:
+                    bufs = {r: (dev(ins[r], r) if ins[r].size else None, dev(outs[r], r) if outs[r].size else None)
+                            for r in range(2)}
+                ex.execute(plan, bufs, {0: 7, 1: 8}, sync=sync)
+                want = replay(plan, ins).outputs
+                for r in range(2):
+                    assert np.array_equal(outs[r], want[r]), (spec.kind, r)

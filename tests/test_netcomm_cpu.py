@@ -73,7 +73,7 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
 
     results = two_ranks(monkeypatch, body)
     for r in (0, 1):
-        assert not isinstance(results[r], Exception), results[r]
+        assert not isinstance(results[r], Exception), results
     for n in (1, 3001, 200_000):
         (i0, o0, a0, b0, s0, _, bc0, sc_in0, sc0, ga0, _), (i1, o1, a1, b1, _, r1, bc1, _, sc1, ga1, gout1) = \
             results[0][n], results[1][n]

@@ -225,9 +225,13 @@ class HostNodeExecutor:
                  for t in sends}
         pending = {t: max(1, -(-tr.bytes[t] // chunk)) for t in recvs.values()}
         self._staged, self._landing = [], []
+        self._inflight: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (transfer, chunk)
         deadline = time.monotonic() + self.timeout_s
-        while any(len(s["credited"]) < s["n"] for s in state.values()) or any(pending.values()) or \
-                self._staged or self._landing:
+        # a stage ends when every chunk left (its "sent" completion: a credit can overtake it, and a
+        # completion left for the next stage would be matched against the wrong transfers), was credited,
+        # and every incoming chunk landed
+        while any(len(s["credited"]) < s["n"] or len(s["sent"]) < s["n"] for s in state.values()) or \
+                any(pending.values()) or self._staged or self._landing:
             progressed = False
             for t in sends:
                 s = state[t]
@@ -277,8 +281,8 @@ class HostNodeExecutor:
         chunks whose copy finished (chunk state DMA_COPYING -> NETWORK, and back to IDLE)."""
         progressed = False
         while self._staged and self._done(self._staged[0][0]):
-            _, conn, args, imm = self._staged.pop(0)
-            conn.write(*args, imm=imm)
+            _, conn, args, imm, t, k = self._staged.pop(0)
+            self._inflight[(id(conn), conn.write(*args, imm=imm))] = (t, k)
             progressed = True
         while self._landing and self._done(self._landing[0][0]):
             _, conn, args, imm = self._landing.pop(0)
@@ -304,15 +308,14 @@ class HostNodeExecutor:
         else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
             region, offset = 2 * local_index + 1, slot
         self._staged.append((token, self.conns[self._node_of(vbar)], (self.send_region[ubar], slot, n, region, offset),
-                             (local_index << 24) | k))
+                             (local_index << 24) | k, t, k))
 
     def _on_completion(self, stage, node, c, state, recvs, pending, sends) -> None:
         tr, fl = stage.transfers, self.plan.flows
         if c.kind == "sent":
-            if c.nbytes:  # data writes; credits and notices carry no bytes
-                t = next(t for t in sends if self._node_of(tr.dst[t]) == node and
-                         tr.dst[t] % self.L == (c.imm >> 24) & 0x7F)
-                k = c.imm & 0xFFFFFF
+            chunk = self._inflight.pop((id(self.conns[node]), c.write_id), None)
+            if chunk is not None:  # a data write (credits and notices are not tracked)
+                t, k = chunk
                 state[t]["sent"].add(k)
                 if tr.dst[t] == fl.dst[tr.flow[t]] and self.direct_receive:  # no forward there: no credit
                     state[t]["credited"].add(k)

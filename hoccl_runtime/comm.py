@@ -91,7 +91,9 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
 
     All ranks on one node (LOCAL_WORLD_SIZE == WORLD_SIZE): the copy-engine :class:`Communicator`.
     One GPU per node (LOCAL_WORLD_SIZE == 1, or ``gpus_per_node=1`` to make each GPU of a machine its
-    own node): :class:`hoccl_runtime.netcomm.NetCommunicator` over the TCP transport."""
+    own node): :class:`hoccl_runtime.netcomm.NetCommunicator` over the TCP transport. Several GPUs on
+    each of several nodes: :class:`hoccl_runtime.netcomm.NodeNetCommunicator` (local rank 0 of each
+    node drives the node's part)."""
     env = os.environ
     try:
         rank = int(env["RANK"]) if rank is None else rank
@@ -100,10 +102,9 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
     except KeyError as exc:
         raise HocclError(f"{exc.args[0]} is not set: run under torchrun or pass rank= and world_size=") from None
     local = int(env.get("LOCAL_WORLD_SIZE", world_size)) if gpus_per_node is None else gpus_per_node
-    if local != world_size and local != 1:
-        raise HocclError(f"WORLD_SIZE={world_size} with {local} GPUs per node: this build runs all ranks on one "
-                         "node, or one GPU per node; for several GPUs on each of several nodes run the plan with "
-                         "hoccl_runtime.netexec.GpuNodeExecutor, one process per node")
+    if local < 1 or world_size % local:
+        raise HocclError(f"WORLD_SIZE={world_size} is not a whole number of nodes of {local} GPUs; every node must "
+                         "run the same number of ranks")
     if store is None:
         store = _bootstrap_store(rank, world_size, timeout_s)
     global _instances
@@ -115,6 +116,10 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
         from .netcomm import NetCommunicator
 
         return NetCommunicator(rank, world_size, device, prefixed, timeout_s=timeout_s)
+    if local < world_size:
+        from .netcomm import NodeNetCommunicator
+
+        return NodeNetCommunicator(rank, world_size, device, prefixed, gpus_per_node=local, timeout_s=timeout_s)
     return Communicator(rank, world_size, device, prefixed, timeout_s=timeout_s)
 
 

@@ -23,17 +23,22 @@ different collectives raise ``PlanError``.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import ctypes
 import queue
 import threading
 import time
+import types
+import zlib
 from typing import Any
 
 from hoccl_compiler.collective import CollectiveSpec
 
-from .errors import HocclError, HocclTimeoutError
+from .errors import HocclError, HocclTimeoutError, PlanError
 from .interop import DeviceBuffer, as_buffer, as_stream
 
-__all__ = ["NetCommunicator", "CallProxy"]
+__all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy"]
 
 
 def _local_address() -> str:
@@ -112,7 +117,83 @@ class CallProxy:
         self._thread.join(timeout_s)
 
 
-class NetCommunicator:
+class _Calls:
+    """The torch-like calls, the plan cache and the per-call buffer checks of the network communicators."""
+
+    rank: int
+    world: int
+    device: int
+    topology: Any
+    chunk_bytes: int
+    _plans: dict
+    _stream: int | None
+
+    # --- torch-like calls ------------------------------------------------------------------------------
+    def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
+        out = as_buffer(output, "output")
+        self._call(CollectiveSpec(kind="allgather", size_bytes=out.nbytes), input, output, stream)
+
+    def all_to_all_single(self, output: Any, input: Any, stream: Any = None) -> None:
+        out = as_buffer(output, "output")
+        self._call(CollectiveSpec(kind="alltoall", size_bytes=out.nbytes), input, output, stream)
+
+    def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
+        buf = as_buffer(tensor, "tensor")
+        self._call(CollectiveSpec(kind="broadcast", size_bytes=buf.nbytes, root=root, in_place=True), tensor, tensor,
+                   stream)
+
+    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
+        out = as_buffer(output, "output")
+        self._call(CollectiveSpec(kind="scatter", size_bytes=out.nbytes * self.world, root=root),
+                   input if self.rank == root else None, output, stream)
+
+    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
+        inp = as_buffer(input, "input")
+        self._call(CollectiveSpec(kind="gather", size_bytes=inp.nbytes * self.world, root=root), input,
+                   output if self.rank == root else None, stream)
+
+    def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
+        buf = as_buffer(tensor, "tensor")
+        self._call(CollectiveSpec(kind="sendrecv", pairs=((self.rank, dst, buf.nbytes),)), tensor, None, stream)
+
+    def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
+        buf = as_buffer(tensor, "tensor")
+        self._call(CollectiveSpec(kind="sendrecv", pairs=((src, self.rank, buf.nbytes),)), None, tensor, stream)
+
+    def _buffers(self, plan: Any, input: Any, output: Any, stream: Any) -> tuple[Any, Any, int]:
+        """(input, output, stream) of this rank for ``plan``: absent parts as empty buffers, an in-place
+        input as the resident slice of the output, and the one stream these calls may use."""
+        r = self.rank
+        none = DeviceBuffer(0, 0, self.device)  # a part this rank does not have (e.g. a sender's output)
+        inp = as_buffer(input, "input") if input is not None and plan.ranks.input_bytes[r] else none
+        out = as_buffer(output, "output") if output is not None and plan.ranks.output_bytes[r] else none
+        if plan.collective.in_place and inp.nbytes:  # the rank's input is the resident part of its output
+            from hoccl_compiler.collective import layout
+
+            offset, nbytes = layout(plan.collective, self.world).resident()
+            inp = out.slice(int(offset[r]), int(nbytes[r]))
+        s = as_stream(stream)
+        if self._stream is None:
+            self._stream = s
+        elif s != self._stream:
+            raise HocclError(f"this network communicator's calls go on one stream (the first call used "
+                             f"{self._stream:#x}, this one {s:#x}): its START/DONE flags order calls by that "
+                             "stream; order other streams with events, or create another communicator")
+        return inp, out, s
+
+    def _plan(self, spec: CollectiveSpec) -> Any:
+        key = spec.model_dump_json()
+        plan = self._plans.get(key)
+        if plan is None:
+            from hoccl_compiler.ir import CompileOptions
+            from hoccl_compiler.pipeline import compile_plan
+
+            plan = self._plans[key] = compile_plan(self.topology, spec, CompileOptions(
+                chunk_bytes=self.chunk_bytes, baselines=False))
+        return plan
+
+
+class NetCommunicator(_Calls):
     """Collectives among ranks on different nodes, one GPU per node (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
@@ -147,50 +228,6 @@ class NetCommunicator:
         self._proxy = CallProxy(self._work, lambda: self._start.read() == 1, lambda: self._start.write(0),
                                 lambda: self._done.write(1), name=f"hoccl-proxy-{rank}")
 
-    # --- torch-like calls ------------------------------------------------------------------------------
-    def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
-        out = as_buffer(output, "output")
-        self._call(CollectiveSpec(kind="allgather", size_bytes=out.nbytes), input, output, stream)
-
-    def all_to_all_single(self, output: Any, input: Any, stream: Any = None) -> None:
-        out = as_buffer(output, "output")
-        self._call(CollectiveSpec(kind="alltoall", size_bytes=out.nbytes), input, output, stream)
-
-    def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
-        buf = as_buffer(tensor, "tensor")
-        self._call(CollectiveSpec(kind="broadcast", size_bytes=buf.nbytes, root=root, in_place=True), tensor, tensor,
-                   stream)
-
-    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
-        out = as_buffer(output, "output")
-        self._call(CollectiveSpec(kind="scatter", size_bytes=out.nbytes * self.world, root=root),
-                   input if self.rank == root else None, output, stream)
-
-    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
-        inp = as_buffer(input, "input")
-        self._call(CollectiveSpec(kind="gather", size_bytes=inp.nbytes * self.world, root=root), input,
-                   output if self.rank == root else None, stream)
-
-    def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
-        buf = as_buffer(tensor, "tensor")
-        self._call(CollectiveSpec(kind="sendrecv", pairs=((self.rank, dst, buf.nbytes),)), tensor, None, stream)
-
-    def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
-        buf = as_buffer(tensor, "tensor")
-        self._call(CollectiveSpec(kind="sendrecv", pairs=((src, self.rank, buf.nbytes),)), None, tensor, stream)
-
-    # --- the call ----------------------------------------------------------------------------------------
-    def _plan(self, spec: CollectiveSpec) -> Any:
-        key = spec.model_dump_json()
-        plan = self._plans.get(key)
-        if plan is None:
-            from hoccl_compiler.ir import CompileOptions
-            from hoccl_compiler.pipeline import compile_plan
-
-            plan = self._plans[key] = compile_plan(self.topology, spec, CompileOptions(
-                chunk_bytes=self.chunk_bytes, baselines=False))
-        return plan
-
     def _call(self, spec: CollectiveSpec, input: Any, output: Any, stream: Any) -> None:
         from .flags import MemOps
 
@@ -199,21 +236,7 @@ class NetCommunicator:
         self._raise()
         plan = self._plan(spec)
         r = self.rank
-        none = DeviceBuffer(0, 0, self.device)  # a part this rank does not have (e.g. a sender's output)
-        inp = as_buffer(input, "input") if input is not None and plan.ranks.input_bytes[r] else none
-        out = as_buffer(output, "output") if output is not None and plan.ranks.output_bytes[r] else none
-        if plan.collective.in_place and inp.nbytes:  # the rank's input is the resident part of its output
-            from hoccl_compiler.collective import layout
-
-            offset, nbytes = layout(plan.collective, self.world).resident()
-            inp = out.slice(int(offset[r]), int(nbytes[r]))
-        s = as_stream(stream)
-        if self._stream is None:
-            self._stream = s
-        elif s != self._stream:
-            raise HocclError(f"this network communicator's calls go on one stream (the first call used "
-                             f"{self._stream:#x}, this one {s:#x}): its START/DONE flags order calls by that "
-                             "stream; order other streams with events, or create another communicator")
+        inp, out, s = self._buffers(plan, input, output, stream)
         with self._lock:
             if self._executor is None:
                 self._connect(plan, {r: (inp, out)})
@@ -266,6 +289,258 @@ class NetCommunicator:
             self._flags.close()
 
     def __enter__(self) -> NetCommunicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- several GPUs per node ---------------------------------------------------------------------------------
+# Node shared memory (created by the node's leader, local rank 0; registered with CUDA in every process):
+# a header (error word) and one region per local rank: START and DONE flags (int32) that the rank's stream
+# writes and waits on, the leader's ack and completed-call words, and a ring of _SLOTS entries in which the
+# rank publishes each call: [seq, digest, device, in_offset, out_offset, in_bytes, out_bytes, -,
+# in_handle (8 words), out_handle (8 words)].
+_SLOTS = 4
+_SLOT_WORDS = 24
+_REGION = 64 + _SLOTS * _SLOT_WORDS * 8   # bytes per local rank
+_HEADER = 64
+
+
+class _NodeShared:
+    def __init__(self, store: Any, node: int, local: int, ranks_here: int, timeout_s: float):
+        from multiprocessing import shared_memory
+
+        from ._cuda import check, cupy_runtime, driver
+
+        size = -(-(_HEADER + ranks_here * _REGION) // 4096) * 4096
+        key = f"node{node}-shm"
+        if local == 0:
+            import uuid
+
+            self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"hoccl-n-{uuid.uuid4().hex[:16]}")
+            self.shm.buf[:size] = bytes(size)
+            store.set(key, self.shm.name)
+        else:
+            self.shm = shared_memory.SharedMemory(name=store.get(key).decode())
+        self.owner = local == 0
+        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
+        cupy_runtime().hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
+        self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
+        self.words = memoryview(self.shm.buf).cast("q")
+        self.bytes = memoryview(self.shm.buf)
+        self.i32 = memoryview(self.shm.buf).cast("i")
+        store.add(f"node{node}-attached", 1)
+        deadline = time.monotonic() + timeout_s
+        while int(store.add(f"node{node}-attached", 0)) < ranks_here:
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"node {node}: not every local rank attached to the node's shared memory "
+                                        f"within {timeout_s:.0f} s")
+            time.sleep(0.001)
+        if self.owner:
+            self.shm.unlink()  # every rank attached: nothing is left in /dev/shm after a crash
+
+    def region(self, local: int) -> int:
+        return _HEADER + local * _REGION  # byte offset
+
+    def flag(self, local: int, which: int) -> Any:
+        """START (0) or DONE (1) of a local rank, in the shape MemOps expects (a device address)."""
+        return types.SimpleNamespace(address=self.dev_ptr + self.region(local) + 4 * which)
+
+    def flag_index(self, local: int, which: int) -> int:
+        return (self.region(local) + 4 * which) // 4
+
+    def close(self) -> None:
+        from ._cuda import cupy_runtime
+
+        with contextlib.suppress(Exception):
+            cupy_runtime().hostUnregister(self.ptr)
+        for view in (self.words, self.bytes, self.i32):
+            with contextlib.suppress(builtins.BufferError):
+                view.release()
+        with contextlib.suppress(builtins.BufferError):
+            self.shm.close()
+
+
+class NodeNetCommunicator(_Calls):
+    """Collectives across nodes with several GPUs per node (torchrun --nnodes N --nproc_per_node L): local
+    rank 0 of each node drives the node's part (see docs/architecture.md). Every rank takes part in every
+    call (all_gather_into_tensor, all_to_all_single, broadcast, scatter, gather); send/recv are refused."""
+
+    def __init__(self, rank: int, world: int, device: int, store: Any, *, gpus_per_node: int,
+                 timeout_s: float = 60.0, chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None):
+        from hoccl_compiler.topology import make_topology
+
+        from .transport.tcp import TcpTransport
+
+        L = gpus_per_node
+        if L < 1 or world % L or not 0 <= rank < world:
+            raise HocclError(f"rank {rank} of {world} with {L} GPUs per node: the world must be whole nodes")
+        self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
+        self.L, self.node, self.local, self.nodes = L, rank // L, rank % L, world // L
+        self.chunk_bytes = chunk_bytes
+        self.topology = make_topology("h200x2", nodes=self.nodes, gpus_per_node=L,
+                                      forwarding="symmetric" if L % 2 == 0 else "none")
+        self._plans: dict = {}
+        self._stream = None
+        self._lock = threading.Lock()
+        self._seq = 0
+        self.closed = False
+        self._shared = _NodeShared(store, self.node, self.local, L, timeout_s)
+        self._executor = None
+        self._opened: dict[bytes, int] = {}
+        self._own: dict[int, tuple] = {}   # seq -> the leader's own buffers
+        self._proxy: CallProxy | None = None
+        if self.local == 0:
+            self.transport = TcpTransport(host=host or _local_address(), lanes=lanes,
+                                          session=f"hoccl-node-net-{world}-{L}", name=f"node{self.node}")
+            store.set(f"leader-addr{self.node}", self.transport.listen())
+            self._addresses = {n: store.get(f"leader-addr{n}").decode() for n in range(self.nodes)}
+            i32, sh = self._shared.i32, self._shared
+            self._proxy = CallProxy(
+                self._work, lambda: all(i32[sh.flag_index(i, 0)] == 1 for i in range(L)),
+                lambda: [i32.__setitem__(sh.flag_index(i, 0), 0) for i in range(L)],
+                lambda: [i32.__setitem__(sh.flag_index(i, 1), 1) for i in range(L)], name=f"hoccl-leader-{rank}")
+
+    # --- the call -------------------------------------------------------------------------------------
+    def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
+        raise HocclError("send/recv across nodes with several GPUs per node is not supported yet (the node's "
+                         "leader runs every call of its node in one order, which independent pairs do not give it); "
+                         "use all_to_all_single, or one GPU per node")
+
+    recv = send
+
+    def _call(self, spec: CollectiveSpec, input: Any, output: Any, stream: Any) -> None:
+        from ._cuda import check, cupy_runtime, driver
+        from .flags import MemOps
+
+        if self.closed:
+            raise HocclError("this communicator is closed; create a new one")
+        self._raise()
+        plan = self._plan(spec)
+        inp, out, s = self._buffers(plan, input, output, stream)
+        rt = cupy_runtime()
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            sh, w = self._shared, self._shared.words
+            base = sh.region(self.local) // 8
+            ack = base + 1
+            self._wait(lambda: w[ack] >= seq - _SLOTS, "read this rank's earlier calls")
+            slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
+            w[slot + 1] = zlib.crc32(plan.plan_id.encode())
+            w[slot + 2] = self.device
+            for k, buf in ((0, inp), (1, out)):
+                w[slot + 5 + k] = buf.nbytes
+                if buf.nbytes and self.local:  # the leader maps the others' buffers; its own it has
+                    handle = bytes(rt.ipcGetMemHandle(buf.ptr))
+                    first, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(buf.ptr))
+                    w[slot + 3 + k] = buf.ptr - int(first)
+                    sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)] = handle
+            w[slot] = seq  # last: the leader reads the entry after seeing seq
+            if self._proxy is not None:
+                self._own[seq] = (inp, out)
+                self._proxy.submit((plan, seq))
+            prev = rt.getDevice()
+            rt.setDevice(self.device)
+            try:
+                MemOps().write(sh.flag(self.local, 0), 1).enqueue(s)
+                MemOps().wait_eq(sh.flag(self.local, 1), 1).write(sh.flag(self.local, 1), 0).enqueue(s)
+            finally:
+                rt.setDevice(prev)
+
+    def _wait(self, ready: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while not ready():
+            self._raise()
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"rank {self.rank}: the node's leader did not {what} within "
+                                        f"{self.timeout_s:.0f} s")
+            time.sleep(50e-6)
+
+    def _work(self, call: tuple) -> None:
+        try:
+            self._work_unguarded(call)
+        except BaseException:
+            self._shared.words[0] = 1  # the other local ranks' next call raises; their streams are released
+            raise
+
+    def _work_unguarded(self, call: tuple) -> None:
+        """The leader's proxy: collect every local rank's entry of this call, map, run the node's part."""
+        from ._cuda import cupy_runtime
+
+        plan, seq = call
+        sh, w, rt = self._shared, self._shared.words, cupy_runtime()
+        digest = zlib.crc32(plan.plan_id.encode())
+        buffers = {}
+        for i in range(self.L):
+            base = sh.region(i) // 8
+            slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
+            self._wait(lambda s=slot: w[s] >= seq, f"see local rank {i}'s call {seq}")
+            if w[slot] != seq or w[slot + 1] != digest:
+                raise PlanError(f"node {self.node}: local rank {i} is in another collective than its leader (call "
+                                f"{seq}, {plan.collective.describe()}): every rank must issue the same collectives")
+            r = self.node * self.L + i
+            if i == 0:
+                buffers[r] = self._own.pop(seq)
+            else:
+                device, parts = w[slot + 2], []
+                for k in (0, 1):
+                    n = w[slot + 5 + k]
+                    if not n:
+                        parts.append(DeviceBuffer(0, 0, device))
+                        continue
+                    handle = bytes(sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)])
+                    if handle not in self._opened:
+                        self._opened[handle] = int(rt.ipcOpenMemHandle(handle))
+                    parts.append(DeviceBuffer(self._opened[handle] + w[slot + 3 + k], n, device))
+                buffers[r] = tuple(parts)
+            w[base + 1] = seq  # ack: the slot may be reused
+        if self._executor is None:
+            from .netexec import GpuNodeExecutor
+
+            self._executor = GpuNodeExecutor(plan, self.node, buffers, self.transport, timeout_s=self.timeout_s,
+                                             reuse=True)
+            self._executor.connect(self._addresses)
+        self._executor.run(plan, buffers)
+        for i in range(self.L):
+            w[sh.region(i) // 8 + 2] = seq  # completed: what synchronize() on every local rank waits for
+
+    def _raise(self) -> None:
+        if self._proxy is not None and self._proxy.error is not None:
+            self._shared.words[0] = 1  # tell the other local ranks
+            raise self._proxy.error
+        if self._shared.words[0]:
+            raise HocclError(f"rank {self.rank}: the node's leader failed a network call; this communicator is "
+                             "unusable: close it and create a new one")
+
+    def synchronize(self, timeout_s: float | None = None) -> None:
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        w, mine = self._shared.words, self._shared.region(self.local) // 8 + 2
+        deadline = time.monotonic() + limit
+        while w[mine] < self._seq:
+            self._raise()
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"rank {self.rank}: network calls still pending after {limit:.0f} s")
+            time.sleep(100e-6)
+        self._raise()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            with contextlib.suppress(HocclError):
+                self.synchronize()
+        finally:
+            if self._proxy is not None:
+                self._proxy.close()
+                if self._executor is not None:
+                    self._executor.close()
+                self.transport.close()
+            self._shared.close()
+
+    def __enter__(self) -> NodeNetCommunicator:
         return self
 
     def __exit__(self, *exc: object) -> None:

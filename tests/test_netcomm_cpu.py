@@ -150,3 +150,55 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
         want = replay(plan, [d[r][0] for r in range(4)]).outputs
         for r in range(4):
             assert np.array_equal(d[r][1], want[r]), (plan.collective.kind, r)
+
+
+def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
+    """NodeNetCommunicator: 4 ranks in threads as 2 nodes x 2 GPUs (local rank 0 drives each node, forwarding
+    within the node), faked CUDA, real TCP between the leaders: all_gather, all_to_all, broadcast, twice."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.netcomm import NodeNetCommunicator
+
+    store = fake_cuda.Store()
+    world, results = 4, {}
+
+    def rank(r):
+        try:
+            comm = NodeNetCommunicator(r, world, r % 2, store, gpus_per_node=2, timeout_s=20, chunk_bytes=16 << 10,
+                                       lanes=2)
+            got = []
+            try:
+                for rep in range(2):
+                    for n in (5, 70_001):
+                        inp = np.random.default_rng([r, rep, n]).integers(0, 256, n, dtype=np.uint8)
+                        out = np.full(world * n, 0xA5, np.uint8)
+                        comm.all_gather_into_tensor(dev(out, r % 2), dev(inp, r % 2), stream=7)
+                        a2a_in = np.random.default_rng([r, rep, n, 1]).integers(0, 256, world * n, dtype=np.uint8)
+                        a2a_out = np.full(world * n, 0xA5, np.uint8)
+                        comm.all_to_all_single(dev(a2a_out, r % 2), dev(a2a_in, r % 2), stream=7)
+                        bc = np.random.default_rng([9, rep, n]).integers(0, 256, n, dtype=np.uint8) if r == 3 else \
+                            np.full(n, 0xA5, np.uint8)
+                        comm.broadcast(dev(bc, r % 2), 3, stream=7)
+                        with pytest.raises(HocclError, match="not supported yet"):
+                            comm.send(dev(bc, r % 2), (r + 1) % world, stream=7)
+                        comm.synchronize()
+                        got.append((inp, out, a2a_in, a2a_out, bc))
+            finally:
+                comm.close()
+            results[r] = got
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            results[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(not isinstance(results.get(r), Exception) for r in range(world)), results
+    for i in range(4):
+        parts = [results[r][i] for r in range(world)]
+        n = parts[0][0].size
+        want_ag = np.concatenate([p[0] for p in parts])
+        for r in range(world):
+            assert np.array_equal(parts[r][1], want_ag), (i, r)
+            assert np.array_equal(parts[r][3], np.concatenate([p[2][r * n:(r + 1) * n] for p in parts])), (i, r)
+        assert all(np.array_equal(parts[r][4], parts[3][4]) for r in range(world)), i  # broadcast from rank 3

@@ -122,8 +122,8 @@ def test_init_without_torchrun_environment_is_a_clear_error(monkeypatch):
         hr.init()
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    with pytest.raises(HocclError, match="with 2 GPUs per node: this build runs all ranks on one node, or one GPU"):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with pytest.raises(HocclError, match="WORLD_SIZE=4 is not a whole number of nodes of 3 GPUs"):
         hr.init()
 
 

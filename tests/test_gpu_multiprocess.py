@@ -40,3 +40,12 @@ def test_one_gpu_per_node_communicator_over_tcp():
                          env=env)
     text = out.stdout + out.stderr
     assert out.returncode == 0 and text.count("NET OK") == 2, text[-4000:]
+
+
+def test_two_nodes_of_two_gpus_through_node_leaders():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4",
+                          str(WORKER.with_name("mp_nodenet_worker.py"))], capture_output=True, text=True,
+                         timeout=300, env=env)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0 and text.count("NODENET OK") == 4, text[-4000:]

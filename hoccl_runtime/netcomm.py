@@ -491,7 +491,8 @@ class NodeNetCommunicator(_Calls):
                         parts.append(DeviceBuffer(0, 0, device))
                         continue
                     handle = bytes(sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)])
-                    if handle not in self._opened:
+                    if handle not in self._opened:  # mapped in the context of the GPU that owns it
+                        rt.setDevice(device)
                         self._opened[handle] = int(rt.ipcOpenMemHandle(handle))
                     parts.append(DeviceBuffer(self._opened[handle] + w[slot + 3 + k], n, device))
                 buffers[r] = tuple(parts)
@@ -538,6 +539,12 @@ class NodeNetCommunicator(_Calls):
                 if self._executor is not None:
                     self._executor.close()
                 self.transport.close()
+                from ._cuda import cupy_runtime
+
+                for ptr in self._opened.values():
+                    with contextlib.suppress(Exception):  # closing anyway
+                        cupy_runtime().ipcCloseMemHandle(ptr)
+                self._opened.clear()
             self._shared.close()
 
     def __enter__(self) -> NodeNetCommunicator:

@@ -31,6 +31,7 @@ import threading
 import time
 import types
 import zlib
+from collections import OrderedDict
 from typing import Any
 
 from hoccl_compiler.collective import CollectiveSpec
@@ -388,7 +389,7 @@ class NodeNetCommunicator(_Calls):
         self.closed = False
         self._shared = _NodeShared(store, self.node, self.local, L, timeout_s)
         self._executor = None
-        self._opened: dict[bytes, int] = {}
+        self._opened: OrderedDict[bytes, int] = OrderedDict()  # least recently used first
         self._own: dict[int, tuple] = {}   # seq -> the leader's own buffers
         self._proxy: CallProxy | None = None
         if self.local == 0:
@@ -492,8 +493,13 @@ class NodeNetCommunicator(_Calls):
                         continue
                     handle = bytes(sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)])
                     if handle not in self._opened:  # mapped in the context of the GPU that owns it
+                        if len(self._opened) >= 64:  # nothing is in flight between runs: the oldest can go
+                            _, old = self._opened.popitem(last=False)
+                            with contextlib.suppress(Exception):
+                                rt.ipcCloseMemHandle(old)
                         rt.setDevice(device)
                         self._opened[handle] = int(rt.ipcOpenMemHandle(handle))
+                    self._opened.move_to_end(handle)
                     parts.append(DeviceBuffer(self._opened[handle] + w[slot + 3 + k], n, device))
                 buffers[r] = tuple(parts)
             w[base + 1] = seq  # ack: the slot may be reused

@@ -129,6 +129,15 @@ class _Calls:
     _plans: dict
     _stream: int | None
 
+    def close(self) -> None:  # pragma: no cover - every communicator defines it
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # --- torch-like calls ------------------------------------------------------------------------------
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
         out = as_buffer(output, "output")
@@ -289,11 +298,6 @@ class NetCommunicator(_Calls):
             self.transport.close()
             self._flags.close()
 
-    def __enter__(self) -> NetCommunicator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # --- several GPUs per node ---------------------------------------------------------------------------------
@@ -553,8 +557,3 @@ class NodeNetCommunicator(_Calls):
                 self._opened.clear()
             self._shared.close()
 
-    def __enter__(self) -> NodeNetCommunicator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

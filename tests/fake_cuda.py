@@ -185,3 +185,26 @@ class Store:
             if not self._cond.wait_for(lambda: key in self._data, timeout=30):
                 raise TimeoutError(key)
             return self._data[key]
+
+
+def run_ranks(world: int, make, body, timeout_s: float = 120) -> dict:
+    """Ranks as threads: ``make(rank)`` builds the communicator, ``body(comm, rank)`` uses it, and the
+    communicator is closed after; returns {rank: body's result, or the exception it raised}."""
+    results: dict[int, object] = {}
+
+    def run(r):
+        try:
+            comm = make(r)
+            try:
+                results[r] = body(comm, r)
+            finally:
+                comm.close()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            results[r] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    return results

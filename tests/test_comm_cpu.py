@@ -4,8 +4,6 @@ real mailbox, launch lists (compile_launch), READY/DONE protocol and shared host
 
 from __future__ import annotations
 
-import threading
-
 import fake_cuda
 import numpy as np
 import pytest
@@ -24,23 +22,7 @@ def ranks(monkeypatch, world, body):
     from hoccl_runtime.comm import Communicator
 
     store = fake_cuda.Store()
-    results: dict[int, object] = {}
-
-    def run(r):
-        try:
-            comm = Communicator(r, world, r, store, timeout_s=20)
-            try:
-                results[r] = body(comm, r)
-            finally:
-                comm.close()
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            results[r] = exc
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = fake_cuda.run_ranks(world, lambda r: Communicator(r, world, r, store, timeout_s=20), body)
     for r in range(world):
         assert not isinstance(results.get(r), Exception), f"rank {r}: {results.get(r)!r}"
     return results

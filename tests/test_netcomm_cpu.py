@@ -23,24 +23,8 @@ def two_ranks(monkeypatch, body):
     from hoccl_runtime.netcomm import NetCommunicator
 
     store = fake_cuda.Store()
-    results: dict[int, object] = {}
-
-    def rank(r):
-        try:
-            comm = NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=64 << 10, lanes=2)
-            try:
-                results[r] = body(comm, r)
-            finally:
-                comm.close()
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            results[r] = exc
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return results
+    return fake_cuda.run_ranks(2, lambda r: NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=64 << 10,
+                                                            lanes=2), body)
 
 
 def test_collectives_through_the_proxy_in_order(monkeypatch):
@@ -159,40 +143,29 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
     from hoccl_runtime.netcomm import NodeNetCommunicator
 
     store = fake_cuda.Store()
-    world, results = 4, {}
+    world = 4
 
-    def rank(r):
-        try:
-            comm = NodeNetCommunicator(r, world, r % 2, store, gpus_per_node=2, timeout_s=20, chunk_bytes=16 << 10,
-                                       lanes=2)
-            got = []
-            try:
-                for rep in range(2):
-                    for n in (5, 70_001):
-                        inp = np.random.default_rng([r, rep, n]).integers(0, 256, n, dtype=np.uint8)
-                        out = np.full(world * n, 0xA5, np.uint8)
-                        comm.all_gather_into_tensor(dev(out, r % 2), dev(inp, r % 2), stream=7)
-                        a2a_in = np.random.default_rng([r, rep, n, 1]).integers(0, 256, world * n, dtype=np.uint8)
-                        a2a_out = np.full(world * n, 0xA5, np.uint8)
-                        comm.all_to_all_single(dev(a2a_out, r % 2), dev(a2a_in, r % 2), stream=7)
-                        bc = np.random.default_rng([9, rep, n]).integers(0, 256, n, dtype=np.uint8) if r == 3 else \
-                            np.full(n, 0xA5, np.uint8)
-                        comm.broadcast(dev(bc, r % 2), 3, stream=7)
-                        with pytest.raises(HocclError, match="not supported yet"):
-                            comm.send(dev(bc, r % 2), (r + 1) % world, stream=7)
-                        comm.synchronize()
-                        got.append((inp, out, a2a_in, a2a_out, bc))
-            finally:
-                comm.close()
-            results[r] = got
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            results[r] = exc
+    def body(comm, r):
+        got = []
+        for rep in range(2):
+            for n in (5, 70_001):
+                inp = np.random.default_rng([r, rep, n]).integers(0, 256, n, dtype=np.uint8)
+                out = np.full(world * n, 0xA5, np.uint8)
+                comm.all_gather_into_tensor(dev(out, r % 2), dev(inp, r % 2), stream=7)
+                a2a_in = np.random.default_rng([r, rep, n, 1]).integers(0, 256, world * n, dtype=np.uint8)
+                a2a_out = np.full(world * n, 0xA5, np.uint8)
+                comm.all_to_all_single(dev(a2a_out, r % 2), dev(a2a_in, r % 2), stream=7)
+                bc = np.random.default_rng([9, rep, n]).integers(0, 256, n, dtype=np.uint8) if r == 3 else \
+                    np.full(n, 0xA5, np.uint8)
+                comm.broadcast(dev(bc, r % 2), 3, stream=7)
+                with pytest.raises(HocclError, match="not supported yet"):
+                    comm.send(dev(bc, r % 2), (r + 1) % world, stream=7)
+                comm.synchronize()
+                got.append((inp, out, a2a_in, a2a_out, bc))
+        return got
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = fake_cuda.run_ranks(world, lambda r: NodeNetCommunicator(
+        r, world, r % 2, store, gpus_per_node=2, timeout_s=20, chunk_bytes=16 << 10, lanes=2), body)
     assert all(not isinstance(results.get(r), Exception) for r in range(world)), results
     for i in range(4):
         parts = [results[r][i] for r in range(world)]

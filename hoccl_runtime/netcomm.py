@@ -367,10 +367,27 @@ class _NodeShared:
             self.shm.close()
 
 
+class _Prefixed:
+    """A store whose keys carry a prefix (works with torch's stores and the test's)."""
+
+    def __init__(self, store: Any, prefix: str):
+        self._store, self._prefix = store, prefix
+
+    def set(self, key: str, value: Any) -> None:
+        self._store.set(self._prefix + key, value)
+
+    def get(self, key: str) -> Any:
+        return self._store.get(self._prefix + key)
+
+    def add(self, key: str, n: int) -> int:
+        return self._store.add(self._prefix + key, n)
+
+
 class NodeNetCommunicator(_Calls):
     """Collectives across nodes with several GPUs per node (torchrun --nnodes N --nproc_per_node L): local
-    rank 0 of each node drives the node's part (see docs/architecture.md). Every rank takes part in every
-    call (all_gather_into_tensor, all_to_all_single, broadcast, scatter, gather); send/recv are refused."""
+    rank 0 of each node drives the node's collectives (every rank takes part in each: all_gather_into_tensor,
+    all_to_all_single, broadcast, scatter, gather); send/recv go pair by pair (see below and
+    docs/architecture.md)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, gpus_per_node: int,
                  timeout_s: float = 60.0, chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None):
@@ -393,6 +410,13 @@ class NodeNetCommunicator(_Calls):
         self.closed = False
         self._shared = _NodeShared(store, self.node, self.local, L, timeout_s)
         self._executor = None
+        self._store, self._host, self._lanes = store, host, lanes
+        self._intra: Any = None                       # the node's copy-engine communicator (send/recv)
+        self._pair_topology = make_topology("h200x2", nodes=2, gpus_per_node=1, forwarding="none")
+        self._pair_plans: dict = {}
+        self._pair_exec: dict[int, Any] = {}          # peer -> its pair's executor (owns its transport)
+        self._p2p_proxy: CallProxy | None = None
+        self._p2p_flags: tuple = ()
         self._opened: OrderedDict[bytes, int] = OrderedDict()  # least recently used first
         self._own: dict[int, tuple] = {}   # seq -> the leader's own buffers
         self._proxy: CallProxy | None = None
@@ -408,12 +432,100 @@ class NodeNetCommunicator(_Calls):
                 lambda: [i32.__setitem__(sh.flag_index(i, 1), 1) for i in range(L)], name=f"hoccl-leader-{rank}")
 
     # --- the call -------------------------------------------------------------------------------------
+    # send/recv do not go through the leader (independent pairs give it no order all nodes agree on):
+    # within the node they use the copy-engine Communicator of the node's ranks; across nodes each pair
+    # of ranks has its own connection and reusable executor (a 2 x 1 "topology", no forwarding), driven
+    # by this rank's own proxy in the order the rank issues its calls (both ends issue theirs in the
+    # same order, as with NCCL).
     def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
-        raise HocclError("send/recv across nodes with several GPUs per node is not supported yet (the node's "
-                         "leader runs every call of its node in one order, which independent pairs do not give it); "
-                         "use all_to_all_single, or one GPU per node")
+        self._p2p(tensor, None, dst, stream)
 
-    recv = send
+    def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
+        self._p2p(None, tensor, src, stream)
+
+    def _p2p(self, input: Any, output: Any, peer: int, stream: Any) -> None:
+        if not 0 <= peer < self.world or peer == self.rank:
+            raise HocclError(f"peer {peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
+        self._raise()
+        if peer // self.L == self.node:  # same node: copy engines through the node's communicator
+            intra = self._intra_comm()
+            if input is not None:
+                intra.send(input, peer % self.L, stream=stream)
+            else:
+                intra.recv(output, peer % self.L, stream=stream)
+            return
+        from hoccl_compiler.ir import CompileOptions
+        from hoccl_compiler.pipeline import compile_plan
+
+        from .flags import MemOps
+
+        buf = as_buffer(input if input is not None else output, "tensor")
+        me = 0 if self.rank < peer else 1  # this rank's index in the pair's 2 x 1 topology
+        src = me if input is not None else 1 - me
+        spec = CollectiveSpec(kind="sendrecv", pairs=((src, 1 - src, buf.nbytes),))
+        key = spec.model_dump_json()
+        plan = self._pair_plans.get(key)
+        if plan is None:
+            plan = self._pair_plans[key] = compile_plan(self._pair_topology, spec, CompileOptions(
+                chunk_bytes=self.chunk_bytes, baselines=False))
+        none = DeviceBuffer(0, 0, self.device)
+        bufs = {me: (buf, none) if input is not None else (none, buf)}
+        s = as_stream(stream)
+        with self._lock:
+            proxy = self._pair_proxy()
+            proxy.submit((peer, plan, bufs))
+            from ._cuda import cupy_runtime
+
+            rt = cupy_runtime()
+            prev = rt.getDevice()
+            rt.setDevice(self.device)
+            try:
+                MemOps().write(self._p2p_flags[0], 1).enqueue(s)
+                MemOps().wait_eq(self._p2p_flags[1], 1).write(self._p2p_flags[1], 0).enqueue(s)
+            finally:
+                rt.setDevice(prev)
+
+    def _intra_comm(self) -> Any:
+        if self._intra is None:
+            from .comm import Communicator
+
+            self._intra = Communicator(self.local, self.L, self.device, _Prefixed(self._store, f"intra{self.node}/"),
+                                       timeout_s=self.timeout_s)
+        return self._intra
+
+    def _pair_proxy(self) -> CallProxy:
+        if self._p2p_proxy is None:
+            import cupy
+
+            from .flags import FlagPool
+
+            with cupy.cuda.Device(self.device):
+                self._p2p_pool = FlagPool(2)
+            start, done = self._p2p_pool.allocate(), self._p2p_pool.allocate()
+            self._p2p_flags = (start, done)
+            self._p2p_proxy = CallProxy(self._pair_work, lambda: start.read() == 1, lambda: start.write(0),
+                                        lambda: done.write(1), name=f"hoccl-p2p-{self.rank}")
+        return self._p2p_proxy
+
+    def _pair_work(self, call: tuple) -> None:
+        """This rank's proxy: run one send or receive with the pair's executor (connected on first use)."""
+        peer, plan, bufs = call
+        ex = self._pair_exec.get(peer)
+        if ex is None:
+            from .netexec import GpuNodeExecutor
+            from .transport.tcp import TcpTransport
+
+            me = 0 if self.rank < peer else 1
+            lo, hi = sorted((self.rank, peer))
+            transport = TcpTransport(host=self._host or _local_address(), lanes=self._lanes,
+                                     session=f"hoccl-p2p-{lo}-{hi}", name=f"node{me}")
+            self._store.set(f"p2p-{lo}-{hi}-{self.rank}", transport.listen())
+            addresses = {0: self._store.get(f"p2p-{lo}-{hi}-{lo}").decode(),
+                         1: self._store.get(f"p2p-{lo}-{hi}-{hi}").decode()}
+            ex = GpuNodeExecutor(plan, me, bufs, transport, timeout_s=self.timeout_s, reuse=True)
+            ex.connect(addresses)
+            self._pair_exec[peer] = ex
+        ex.run(plan, bufs)
 
     def _call(self, spec: CollectiveSpec, input: Any, output: Any, stream: Any) -> None:
         from ._cuda import check, cupy_runtime, driver
@@ -518,6 +630,8 @@ class NodeNetCommunicator(_Calls):
             w[sh.region(i) // 8 + 2] = seq  # completed: what synchronize() on every local rank waits for
 
     def _raise(self) -> None:
+        if self._p2p_proxy is not None and self._p2p_proxy.error is not None:
+            raise self._p2p_proxy.error
         if self._proxy is not None and self._proxy.error is not None:
             self._shared.words[0] = 1  # tell the other local ranks
             raise self._proxy.error
@@ -527,6 +641,10 @@ class NodeNetCommunicator(_Calls):
 
     def synchronize(self, timeout_s: float | None = None) -> None:
         limit = self.timeout_s if timeout_s is None else timeout_s
+        if self._p2p_proxy is not None and not self._p2p_proxy.wait_idle(limit):
+            raise HocclTimeoutError(f"rank {self.rank}: send/recv calls still pending after {limit:.0f} s")
+        if self._intra is not None:
+            self._intra.synchronize(limit)
         w, mine = self._shared.words, self._shared.region(self.local) // 8 + 2
         deadline = time.monotonic() + limit
         while w[mine] < self._seq:
@@ -544,6 +662,14 @@ class NodeNetCommunicator(_Calls):
             with contextlib.suppress(HocclError):
                 self.synchronize()
         finally:
+            if self._p2p_proxy is not None:
+                self._p2p_proxy.close()
+                for ex in self._pair_exec.values():
+                    ex.close()
+                    ex.transport.close()
+                self._p2p_pool.close()
+            if self._intra is not None:
+                self._intra.close()
             if self._proxy is not None:
                 self._proxy.close()
                 if self._executor is not None:

@@ -52,6 +52,23 @@ def main() -> int:
         s.synchronize()
         if not torch.equal(mine.cpu(), bc):
             failures.append(f"broadcast {n}")
+        # send/recv: 0 -> 3 and 2 -> 1 across the nodes, 1 -> 0 and 3 -> 2 within a node
+        p2p = torch.randint(0, 256, (n,), dtype=torch.uint8)
+        every = [torch.empty_like(p2p) for _ in range(world)]
+        dist.all_gather(every, p2p)
+        dst, src = {0: 3, 1: 0, 2: 1, 3: 2}[rank], {3: 0, 0: 1, 1: 2, 2: 3}[rank]
+        got = torch.full((n,), 0xA5, dtype=torch.uint8, device="cuda")
+        mine = p2p.cuda()
+        torch.cuda.synchronize()
+        if rank in (0, 2):
+            comm.send(mine, dst, stream=s)
+            comm.recv(got, src, stream=s)
+        else:
+            comm.recv(got, src, stream=s)
+            comm.send(mine, dst, stream=s)
+        s.synchronize()
+        if not torch.equal(got.cpu(), every[src]):
+            failures.append(f"send/recv {n}")
     comm.close()
     print(f"rank {rank}: {'FAILED ' + str(failures) if failures else 'NODENET OK'}", flush=True)
     dist.destroy_process_group()

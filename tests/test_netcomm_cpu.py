@@ -138,7 +138,8 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
 
 def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
     """NodeNetCommunicator: 4 ranks in threads as 2 nodes x 2 GPUs (local rank 0 drives each node, forwarding
-    within the node), faked CUDA, real TCP between the leaders: all_gather, all_to_all, broadcast, twice."""
+    within the node), faked CUDA, real TCP: all_gather, all_to_all, broadcast through the leaders, and
+    send/recv within a node (copy-engine communicator) and across nodes (pair executors), twice."""
     fake_cuda.install(monkeypatch)
     from hoccl_runtime.netcomm import NodeNetCommunicator
 
@@ -158,10 +159,20 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
                 bc = np.random.default_rng([9, rep, n]).integers(0, 256, n, dtype=np.uint8) if r == 3 else \
                     np.full(n, 0xA5, np.uint8)
                 comm.broadcast(dev(bc, r % 2), 3, stream=7)
-                with pytest.raises(HocclError, match="not supported yet"):
-                    comm.send(dev(bc, r % 2), (r + 1) % world, stream=7)
+                # send/recv: 0 -> 3 and 2 -> 1 cross the nodes (pair executors), 1 -> 0 and 3 -> 2 stay inside
+                # (the node's copy-engine communicator); every rank sends once and receives once
+                p2p = np.random.default_rng([r, rep, n, 2]).integers(0, 256, n, dtype=np.uint8)
+                got_p2p = np.full(n, 0xA5, np.uint8)
+                dst = {0: 3, 1: 0, 2: 1, 3: 2}[r]
+                src = {3: 0, 0: 1, 1: 2, 2: 3}[r]
+                if r in (0, 2):  # senders first on one end, receivers first on the other: no host deadlock
+                    comm.send(dev(p2p, r % 2), dst, stream=7)
+                    comm.recv(dev(got_p2p, r % 2), src, stream=7)
+                else:
+                    comm.recv(dev(got_p2p, r % 2), src, stream=7)
+                    comm.send(dev(p2p, r % 2), dst, stream=7)
                 comm.synchronize()
-                got.append((inp, out, a2a_in, a2a_out, bc))
+                got.append((inp, out, a2a_in, a2a_out, bc, p2p, got_p2p, src))
         return got
 
     results = fake_cuda.run_ranks(world, lambda r: NodeNetCommunicator(
@@ -175,3 +186,5 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
             assert np.array_equal(parts[r][1], want_ag), (i, r)
             assert np.array_equal(parts[r][3], np.concatenate([p[2][r * n:(r + 1) * n] for p in parts])), (i, r)
         assert all(np.array_equal(parts[r][4], parts[3][4]) for r in range(world)), i  # broadcast from rank 3
+        for r in range(world):
+            assert np.array_equal(parts[r][6], parts[parts[r][7]][5]), (i, r)  # what rank r received

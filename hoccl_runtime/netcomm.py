@@ -411,7 +411,12 @@ class NodeNetCommunicator(_Calls):
         self._shared = _NodeShared(store, self.node, self.local, L, timeout_s)
         self._executor = None
         self._store, self._host, self._lanes = store, host, lanes
-        self._intra: Any = None                       # the node's copy-engine communicator (send/recv)
+        # the node's copy-engine communicator for send/recv within the node: made now, by every local rank
+        # together (its shared memory waits for all of them)
+        from .comm import Communicator
+
+        self._intra: Any = Communicator(self.local, L, device, _Prefixed(store, f"intra{self.node}/"),
+                                        timeout_s=timeout_s) if L > 1 else None
         self._pair_topology = make_topology("h200x2", nodes=2, gpus_per_node=1, forwarding="none")
         self._pair_plans: dict = {}
         self._pair_exec: dict[int, Any] = {}          # peer -> its pair's executor (owns its transport)
@@ -448,7 +453,7 @@ class NodeNetCommunicator(_Calls):
             raise HocclError(f"peer {peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
         self._raise()
         if peer // self.L == self.node:  # same node: copy engines through the node's communicator
-            intra = self._intra_comm()
+            intra = self._intra
             if input is not None:
                 intra.send(input, peer % self.L, stream=stream)
             else:
@@ -484,14 +489,6 @@ class NodeNetCommunicator(_Calls):
                 MemOps().wait_eq(self._p2p_flags[1], 1).write(self._p2p_flags[1], 0).enqueue(s)
             finally:
                 rt.setDevice(prev)
-
-    def _intra_comm(self) -> Any:
-        if self._intra is None:
-            from .comm import Communicator
-
-            self._intra = Communicator(self.local, self.L, self.device, _Prefixed(self._store, f"intra{self.node}/"),
-                                       timeout_s=self.timeout_s)
-        return self._intra
 
     def _pair_proxy(self) -> CallProxy:
         if self._p2p_proxy is None:

@@ -188,3 +188,36 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
         assert all(np.array_equal(parts[r][4], parts[3][4]) for r in range(world)), i  # broadcast from rank 3
         for r in range(world):
             assert np.array_equal(parts[r][6], parts[parts[r][7]][5]), (i, r)  # what rank r received
+
+
+def test_two_nodes_of_three_gpus(monkeypatch):
+    """L = 3 (no forwarding pairs): an all_gather through the leaders, a send between two non-leader ranks
+    of one node (the other local ranks do not take part), and one across the nodes."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.netcomm import NodeNetCommunicator
+
+    store, world, n = fake_cuda.Store(), 6, 10_007
+
+    def body(comm, r):
+        inp = np.full(n, r, np.uint8)
+        out = np.full(world * n, 0xA5, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r % 3), dev(inp, r % 3), stream=7)
+        got = np.full(n, 0xA5, np.uint8)
+        mine = np.full(n, 41 if r == 1 else 52, np.uint8)  # alive for the whole call (a DeviceBuffer is a pointer)
+        if r == 1:
+            comm.send(dev(mine, 1), 2, stream=7)
+        elif r == 2:
+            comm.recv(dev(got, 2), 1, stream=7)
+            comm.send(dev(mine, 2), 5, stream=7)
+        elif r == 5:
+            comm.recv(dev(got, 2), 2, stream=7)
+        comm.synchronize()
+        return out, got
+
+    results = fake_cuda.run_ranks(world, lambda r: NodeNetCommunicator(
+        r, world, r % 3, store, gpus_per_node=3, timeout_s=20, chunk_bytes=8 << 10, lanes=2), body)
+    assert all(not isinstance(results.get(r), Exception) for r in range(world)), results
+    want = np.repeat(np.arange(world, dtype=np.uint8), n)
+    assert all(np.array_equal(results[r][0], want) for r in range(world))
+    assert (results[2][1] == 41).all(), results[2][1][:8]
+    assert (results[5][1] == 52).all(), results[5][1][:8]

@@ -221,3 +221,30 @@ def test_two_nodes_of_three_gpus(monkeypatch):
     assert all(np.array_equal(results[r][0], want) for r in range(world))
     assert (results[2][1] == 41).all(), results[2][1][:8]
     assert (results[5][1] == 52).all(), results[5][1][:8]
+
+
+def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch):
+    """After one good call rank 1's connection drops (its transport closes); rank 0's next call must end
+    with TransportError from synchronize() within the timeout, its stream released (no hang)."""
+    import time
+
+    from hoccl_runtime.errors import HocclTimeoutError, TransportError
+
+    def body(comm, r):
+        inp, out = np.full(100, r, np.uint8), np.zeros(200, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        if r == 1:
+            comm.transport.close()  # the connection drops
+            return "dropped"
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)  # returns: the stream was released
+        with pytest.raises((TransportError, HocclTimeoutError)) as err:
+            comm.synchronize()
+        return time.monotonic() - t0, str(err.value)
+
+    results = two_ranks(monkeypatch, body)
+    assert results[1] == "dropped", results
+    waited, message = results[0]
+    assert waited < 15 and ("closed" in message or "did not" in message), results

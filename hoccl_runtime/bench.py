@@ -527,8 +527,14 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     power = PowerLog()
     samples: dict[tuple[str, str], list[dict[str, float]]] = {}
     for load, (work, iters) in loads.items():
-        for _ in range(3):  # warm: clocks, cuBLAS heuristics
-            work()
+        # warm for --warmup-s seconds: cuBLAS heuristics, and the clocks and power settle (a GEMM loop at the
+        # power cap ran 16% faster in its first rounds than later in one run of 2026-11-30)
+        t_end = time.monotonic() + args.warmup_s
+        with torch.cuda.stream(compute):
+            while time.monotonic() < t_end:
+                for _ in range(iters):
+                    work()
+                compute.synchronize()
         for rnd in range(args.rounds):
             for name in ["alone", *variants]:
                 samples.setdefault((load, name), []).append(
@@ -612,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--warmup-s", type=float, default=2.0, help="contention: seconds of load before the rounds")
     p.add_argument("--reps", type=int, default=15, help="launch: batches per point")
     p.add_argument("--gemm-iters", type=int, default=20)
     p.add_argument("--mem-iters", type=int, default=60)

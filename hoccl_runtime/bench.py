@@ -527,8 +527,8 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     power = PowerLog()
     samples: dict[tuple[str, str], list[dict[str, float]]] = {}
     for load, (work, iters) in loads.items():
-        # warm for --warmup-s seconds: cuBLAS heuristics, and the clocks and power settle (a GEMM loop at the
-        # power cap ran 16% faster in its first rounds than later in one run of 2026-11-30)
+        # warm for --warmup-s seconds: cuBLAS heuristics, and clocks and power settle (in one run of 2026-11-30
+        # an "alone" GEMM round took 16% less than the median of the others)
         t_end = time.monotonic() + args.warmup_s
         with torch.cuda.stream(compute):
             while time.monotonic() < t_end:

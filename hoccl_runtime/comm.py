@@ -126,68 +126,83 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
 _instances = 0
 
 
-class _SharedHost:
-    """Host memory shared by the node's processes and registered with CUDA: flags and mailboxes."""
+class _SharedSegment:
+    """Host memory shared by a group of processes on one node and registered with CUDA (portable,
+    mapped), so that their streams can write and wait on flags in it. The owner creates it and puts its
+    name in the store under ``key``; the others attach by that name. After ``join`` every member has
+    attached and the owner has unlinked the name (a crash leaves nothing in /dev/shm; the mapping lives
+    until the last process unmaps it)."""
 
-    def __init__(self, store: Any, rank: int, world: int, timeout_s: float):
+    def __init__(self, store: Any, owner: bool, size: int, *, key: str, prefix: str = "hoccl-"):
         from multiprocessing import shared_memory
 
         from ._cuda import check, cupy_runtime, driver
 
-        self.world = world
-        self.flag_count = 2 * world * world * MAX_QUEUES
-        flag_bytes = -(-4 * self.flag_count // 4096) * 4096
-        mail_bytes = world * world * _PAIR_BYTES
-        size = -(-(flag_bytes + mail_bytes + 8 * world) // 4096) * 4096
-        key = "shm-name"
-        if rank == 0:
-            self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"hoccl-{uuid.uuid4().hex[:16]}")
+        size = -(-size // 4096) * 4096
+        if owner:
+            self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"{prefix}{uuid.uuid4().hex[:16]}")
             self.shm.buf[:size] = bytes(size)
             store.set(key, self.shm.name)
         else:
-            name = store.get(key).decode()
-            self.shm = shared_memory.SharedMemory(name=name)
-        self.owner = rank == 0
-        self.size = size
+            self.shm = shared_memory.SharedMemory(name=store.get(key).decode())
+        self.owner, self.size = owner, size
         self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
-        rt = cupy_runtime()
-        rt.hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
+        cupy_runtime().hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
         self.registered = True
         self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
-        self.flags = np.frombuffer(self.shm.buf, dtype=np.int32, count=self.flag_count)
-        self.mail = np.frombuffer(self.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
-        # the hot path reads and writes the mailbox through memoryviews: Python ints, no NumPy scalars
-        self.words, self.mail_bytes = memoryview(self.mail).cast("q"), memoryview(self.mail)
-        self.mail_offset = flag_bytes
-        self.pids = np.frombuffer(self.shm.buf, dtype=np.int64, count=world, offset=flag_bytes + mail_bytes)
-        self.pids[rank] = os.getpid()  # partners' watchdogs tell a dead process from a slow one
-        # everyone attached: the name can go (the mapping lives on until the last process unmaps it)
-        store.add("attached", 1)
+
+    def join(self, store: Any, count_key: str, members: int, timeout_s: float, who: str = "") -> None:
+        """Wait until all ``members`` attached (up to ``timeout_s``); then the owner unlinks the name."""
+        store.add(count_key, 1)
         deadline = time.monotonic() + timeout_s
-        while int(store.add("attached", 0)) < world:
+        while int(store.add(count_key, 0)) < members:
             if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"only {int(store.add('attached', 0))} of {world} ranks attached to the "
-                                        f"shared host memory within {timeout_s:.0f} s")
+                raise HocclTimeoutError(f"{who}only {int(store.add(count_key, 0))} of {members} ranks attached to "
+                                        f"the shared host memory within {timeout_s:.0f} s")
             time.sleep(0.001)
         if self.owner:
             self.shm.unlink()
 
-    def flag_address(self, index: int) -> int:
-        return self.dev_ptr + 4 * index
-
-    def close(self) -> None:
+    def close(self, *views: memoryview) -> None:
+        """Unregister, release ``views`` of the memory (drop NumPy views first), unmap."""
         if self.registered:
             from ._cuda import cupy_runtime
 
             self.registered = False
             with contextlib.suppress(Exception):  # closing anyway
                 cupy_runtime().hostUnregister(self.ptr)
-        for view in (self.words, self.mail_bytes):
+        for view in views:
             with contextlib.suppress(builtins.BufferError):  # a slice still alive: freed with it
                 view.release()
-        self.flags = self.mail = self.pids = None  # release views before closing the mapping
         with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
             self.shm.close()
+
+
+class _SharedHost:
+    """Host memory shared by the node's processes and registered with CUDA: flags and mailboxes."""
+
+    def __init__(self, store: Any, rank: int, world: int, timeout_s: float):
+        self.world = world
+        self.flag_count = 2 * world * world * MAX_QUEUES
+        flag_bytes = -(-4 * self.flag_count // 4096) * 4096
+        mail_bytes = world * world * _PAIR_BYTES
+        self.segment = seg = _SharedSegment(store, rank == 0, flag_bytes + mail_bytes + 8 * world, key="shm-name")
+        self.dev_ptr = seg.dev_ptr
+        self.flags = np.frombuffer(seg.shm.buf, dtype=np.int32, count=self.flag_count)
+        self.mail = np.frombuffer(seg.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
+        # the hot path reads and writes the mailbox through memoryviews: Python ints, no NumPy scalars
+        self.words, self.mail_bytes = memoryview(self.mail).cast("q"), memoryview(self.mail)
+        self.pids = np.frombuffer(seg.shm.buf, dtype=np.int64, count=world, offset=flag_bytes + mail_bytes)
+        self.pids[rank] = os.getpid()  # partners' watchdogs tell a dead process from a slow one
+        seg.join(store, "attached", world, timeout_s)
+
+    def flag_address(self, index: int) -> int:
+        return self.dev_ptr + 4 * index
+
+    def close(self) -> None:
+        views = (self.words, self.mail_bytes)
+        self.flags = self.mail = self.pids = None  # release NumPy views before closing the mapping
+        self.segment.close(*views)
 
 
 class _Flag:

@@ -23,9 +23,7 @@ different collectives raise ``PlanError``.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import ctypes
 import queue
 import threading
 import time
@@ -314,36 +312,15 @@ _HEADER = 64
 
 class _NodeShared:
     def __init__(self, store: Any, node: int, local: int, ranks_here: int, timeout_s: float):
-        from multiprocessing import shared_memory
+        from .comm import _SharedSegment
 
-        from ._cuda import check, cupy_runtime, driver
-
-        size = -(-(_HEADER + ranks_here * _REGION) // 4096) * 4096
-        key = f"node{node}-shm"
-        if local == 0:
-            import uuid
-
-            self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"hoccl-n-{uuid.uuid4().hex[:16]}")
-            self.shm.buf[:size] = bytes(size)
-            store.set(key, self.shm.name)
-        else:
-            self.shm = shared_memory.SharedMemory(name=store.get(key).decode())
-        self.owner = local == 0
-        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
-        cupy_runtime().hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
-        self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
-        self.words = memoryview(self.shm.buf).cast("q")
-        self.bytes = memoryview(self.shm.buf)
-        self.i32 = memoryview(self.shm.buf).cast("i")
-        store.add(f"node{node}-attached", 1)
-        deadline = time.monotonic() + timeout_s
-        while int(store.add(f"node{node}-attached", 0)) < ranks_here:
-            if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"node {node}: not every local rank attached to the node's shared memory "
-                                        f"within {timeout_s:.0f} s")
-            time.sleep(0.001)
-        if self.owner:
-            self.shm.unlink()  # every rank attached: nothing is left in /dev/shm after a crash
+        self.segment = seg = _SharedSegment(store, local == 0, _HEADER + ranks_here * _REGION, key=f"node{node}-shm",
+                                            prefix="hoccl-n-")
+        self.dev_ptr = seg.dev_ptr
+        self.words = memoryview(seg.shm.buf).cast("q")
+        self.bytes = memoryview(seg.shm.buf)
+        self.i32 = memoryview(seg.shm.buf).cast("i")
+        seg.join(store, f"node{node}-attached", ranks_here, timeout_s, who=f"node {node}: ")
 
     def region(self, local: int) -> int:
         return _HEADER + local * _REGION  # byte offset
@@ -356,15 +333,7 @@ class _NodeShared:
         return (self.region(local) + 4 * which) // 4
 
     def close(self) -> None:
-        from ._cuda import cupy_runtime
-
-        with contextlib.suppress(Exception):
-            cupy_runtime().hostUnregister(self.ptr)
-        for view in (self.words, self.bytes, self.i32):
-            with contextlib.suppress(builtins.BufferError):
-                view.release()
-        with contextlib.suppress(builtins.BufferError):
-            self.shm.close()
+        self.segment.close(self.words, self.bytes, self.i32)
 
 
 class _Prefixed:

@@ -190,21 +190,13 @@ class Store:
 def run_ranks(world: int, make, body, timeout_s: float = 120) -> dict:
     """Ranks as threads: ``make(rank)`` builds the communicator, ``body(comm, rank)`` uses it, and the
     communicator is closed after; returns {rank: body's result, or the exception it raised}."""
-    results: dict[int, object] = {}
+    from threaded import in_threads
 
-    def run(r):
+    def rank(r):
+        comm = make(r)
         try:
-            comm = make(r)
-            try:
-                results[r] = body(comm, r)
-            finally:
-                comm.close()
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            results[r] = exc
+            return body(comm, r)
+        finally:
+            comm.close()
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout_s)
-    return results
+    return in_threads(world, rank, timeout_s)

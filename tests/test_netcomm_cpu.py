@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import threading
-
 import fake_cuda
 import numpy as np
 import pytest
+from threaded import failures, in_threads
 
 from hoccl_runtime.errors import HocclError
 from hoccl_runtime.interop import DeviceBuffer
@@ -109,24 +108,16 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
     data = [arrays(p, i) for i, p in enumerate(plans)]
     transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2) for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
-    errors = []
 
     def node(n):
-        try:
-            bufs = [{r: (dev(i, r % 2), dev(o, r % 2)) for r, (i, o) in d.items() if r // 2 == n} for d in data]
-            ex = GpuNodeExecutor(plans[0], n, bufs[0], transports[n], slots=2, timeout_s=20, reuse=True)
-            ex.connect(addresses)
-            for plan, b in zip(plans, bufs, strict=True):
-                ex.run(plan, b)
-            ex.close()
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            errors.append(exc)
+        bufs = [{r: (dev(i, r % 2), dev(o, r % 2)) for r, (i, o) in d.items() if r // 2 == n} for d in data]
+        ex = GpuNodeExecutor(plans[0], n, bufs[0], transports[n], slots=2, timeout_s=20, reuse=True)
+        ex.connect(addresses)
+        for plan, b in zip(plans, bufs, strict=True):
+            ex.run(plan, b)
+        ex.close()
 
-    threads = [threading.Thread(target=node, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    errors = failures(in_threads(2, node))
     for t in transports:
         t.close()
     assert not errors, errors

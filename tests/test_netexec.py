@@ -113,7 +113,7 @@ def test_wrong_world_size_and_missing_buffers_are_clear_errors():
 def _reuse_nodes(plans_per_node, timeout_s=10):
     """Two nodes in threads over TCP with reusable executors; node n runs plans_per_node[n] in order.
     Returns (outputs per run per rank, errors)."""
-    import threading
+    from threaded import failures, in_threads
 
     from hoccl_runtime.netexec import HostNodeExecutor
 
@@ -128,23 +128,16 @@ def _reuse_nodes(plans_per_node, timeout_s=10):
     execs = [HostNodeExecutor(first, n, bufs(first, n, -1), transports[n], slots=2, timeout_s=timeout_s, reuse=True)
              for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
-    results, errors = {}, []
+    results = {}
 
     def node(n):
-        try:
-            execs[n].connect(addresses)
-            for run, plan in enumerate(plans_per_node[n]):
-                b = bufs(plan, n, run)
-                execs[n].run(plan, b)
-                results[(n, run)] = {r: out for r, (_, out) in b.items()}
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            errors.append((n, exc))
+        execs[n].connect(addresses)
+        for run, plan in enumerate(plans_per_node[n]):
+            b = bufs(plan, n, run)
+            execs[n].run(plan, b)
+            results[(n, run)] = {r: out for r, (_, out) in b.items()}
 
-    threads = [threading.Thread(target=node, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    errors = failures(in_threads(2, node))
     for t in transports:
         t.close()
     return results, errors

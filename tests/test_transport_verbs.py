@@ -11,6 +11,7 @@ import types
 import fake_pyverbs as fakepv  # tests/ is on sys.path (pytest's rootdir-relative import)
 import numpy as np
 import pytest
+from threaded import failures, in_threads
 
 from hoccl_runtime.errors import HocclTimeoutError, TransportError
 from hoccl_runtime.transport import verbs
@@ -227,20 +228,12 @@ def test_inter_node_schedule_over_the_verbs_transport(monkeypatch):
     execs = [HostNodeExecutor(plan, n, {r: (inputs[r], outputs[r]) for r in range(2 * n, 2 * n + 2)},
                               transports[n], slots=2, timeout_s=10) for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
-    errors = []
 
     def node(n):
-        try:
-            execs[n].connect(addresses)
-            execs[n].run()
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            errors.append(exc)
+        execs[n].connect(addresses)
+        execs[n].run()
 
-    threads = [threading.Thread(target=node, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    errors = failures(in_threads(2, node))
     for t in transports:
         t.close()
     assert not errors, errors

@@ -32,8 +32,6 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
-from hoccl_compiler.collective import CollectiveSpec
-
 from .errors import HocclError, HocclTimeoutError, PlanError
 from .interop import DeviceBuffer, as_buffer, as_stream
 
@@ -116,6 +114,21 @@ class CallProxy:
         self._thread.join(timeout_s)
 
 
+def _compiled(cache: dict, topology: Any, key: tuple, chunk_bytes: int) -> Any:
+    """The plan for a call named by the intra-node communicator's small tuple keys (the CollectiveSpec is
+    built only on a cache miss, off the per-call path)."""
+    plan = cache.get(key)
+    if plan is None:
+        from hoccl_compiler.ir import CompileOptions
+        from hoccl_compiler.pipeline import compile_plan
+
+        from .comm import Communicator
+
+        plan = cache[key] = compile_plan(topology, Communicator._spec(key), CompileOptions(
+            chunk_bytes=chunk_bytes, baselines=False))
+    return plan
+
+
 class _Calls:
     """The torch-like calls, the plan cache and the per-call buffer checks of the network communicators."""
 
@@ -139,34 +152,31 @@ class _Calls:
     # --- torch-like calls ------------------------------------------------------------------------------
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
         out = as_buffer(output, "output")
-        self._call(CollectiveSpec(kind="allgather", size_bytes=out.nbytes), input, output, stream)
+        self._call(("allgather", out.nbytes), input, output, stream)
 
     def all_to_all_single(self, output: Any, input: Any, stream: Any = None) -> None:
         out = as_buffer(output, "output")
-        self._call(CollectiveSpec(kind="alltoall", size_bytes=out.nbytes), input, output, stream)
+        self._call(("alltoall", out.nbytes), input, output, stream)
 
     def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._call(CollectiveSpec(kind="broadcast", size_bytes=buf.nbytes, root=root, in_place=True), tensor, tensor,
-                   stream)
+        self._call(("broadcast", buf.nbytes, root), tensor, tensor, stream)
 
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
         out = as_buffer(output, "output")
-        self._call(CollectiveSpec(kind="scatter", size_bytes=out.nbytes * self.world, root=root),
-                   input if self.rank == root else None, output, stream)
+        self._call(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, output, stream)
 
     def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
         inp = as_buffer(input, "input")
-        self._call(CollectiveSpec(kind="gather", size_bytes=inp.nbytes * self.world, root=root), input,
-                   output if self.rank == root else None, stream)
+        self._call(("gather", inp.nbytes * self.world, root), input, output if self.rank == root else None, stream)
 
     def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._call(CollectiveSpec(kind="sendrecv", pairs=((self.rank, dst, buf.nbytes),)), tensor, None, stream)
+        self._call(("sendrecv", self.rank, dst, buf.nbytes), tensor, None, stream)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._call(CollectiveSpec(kind="sendrecv", pairs=((src, self.rank, buf.nbytes),)), None, tensor, stream)
+        self._call(("sendrecv", src, self.rank, buf.nbytes), None, tensor, stream)
 
     def _buffers(self, plan: Any, input: Any, output: Any, stream: Any) -> tuple[Any, Any, int]:
         """(input, output, stream) of this rank for ``plan``: absent parts as empty buffers, an in-place
@@ -189,16 +199,8 @@ class _Calls:
                              "stream; order other streams with events, or create another communicator")
         return inp, out, s
 
-    def _plan(self, spec: CollectiveSpec) -> Any:
-        key = spec.model_dump_json()
-        plan = self._plans.get(key)
-        if plan is None:
-            from hoccl_compiler.ir import CompileOptions
-            from hoccl_compiler.pipeline import compile_plan
-
-            plan = self._plans[key] = compile_plan(self.topology, spec, CompileOptions(
-                chunk_bytes=self.chunk_bytes, baselines=False))
-        return plan
+    def _plan(self, key: tuple) -> Any:
+        return _compiled(self._plans, self.topology, key, self.chunk_bytes)
 
 
 class NetCommunicator(_Calls):
@@ -236,13 +238,13 @@ class NetCommunicator(_Calls):
         self._proxy = CallProxy(self._work, lambda: self._start.read() == 1, lambda: self._start.write(0),
                                 lambda: self._done.write(1), name=f"hoccl-proxy-{rank}")
 
-    def _call(self, spec: CollectiveSpec, input: Any, output: Any, stream: Any) -> None:
+    def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
         from .flags import MemOps
 
         if self.closed:
             raise HocclError("this communicator is closed; create a new one")
         self._raise()
-        plan = self._plan(spec)
+        plan = self._plan(key)
         r = self.rank
         inp, out, s = self._buffers(plan, input, output, stream)
         with self._lock:
@@ -428,20 +430,13 @@ class NodeNetCommunicator(_Calls):
             else:
                 intra.recv(output, peer % self.L, stream=stream)
             return
-        from hoccl_compiler.ir import CompileOptions
-        from hoccl_compiler.pipeline import compile_plan
-
         from .flags import MemOps
 
         buf = as_buffer(input if input is not None else output, "tensor")
         me = 0 if self.rank < peer else 1  # this rank's index in the pair's 2 x 1 topology
         src = me if input is not None else 1 - me
-        spec = CollectiveSpec(kind="sendrecv", pairs=((src, 1 - src, buf.nbytes),))
-        key = spec.model_dump_json()
-        plan = self._pair_plans.get(key)
-        if plan is None:
-            plan = self._pair_plans[key] = compile_plan(self._pair_topology, spec, CompileOptions(
-                chunk_bytes=self.chunk_bytes, baselines=False))
+        plan = _compiled(self._pair_plans, self._pair_topology, ("sendrecv", src, 1 - src, buf.nbytes),
+                         self.chunk_bytes)
         none = DeviceBuffer(0, 0, self.device)
         bufs = {me: (buf, none) if input is not None else (none, buf)}
         s = as_stream(stream)
@@ -493,14 +488,14 @@ class NodeNetCommunicator(_Calls):
             self._pair_exec[peer] = ex
         ex.run(plan, bufs)
 
-    def _call(self, spec: CollectiveSpec, input: Any, output: Any, stream: Any) -> None:
+    def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
         from ._cuda import check, cupy_runtime, driver
         from .flags import MemOps
 
         if self.closed:
             raise HocclError("this communicator is closed; create a new one")
         self._raise()
-        plan = self._plan(spec)
+        plan = self._plan(key)
         inp, out, s = self._buffers(plan, input, output, stream)
         rt = cupy_runtime()
         with self._lock:

@@ -83,7 +83,7 @@ def main() -> int:
         s.synchronize()
         micro["batch memop x2 (ctypes)"] = per_call_us(lambda: ops.enqueue(s.ptr))
         slow = MemOps().write(f, 1).write(f, 0)
-        slow._params = (None, _bindings_params(cu, slow.ops), 0)  # force the cuda.bindings path
+        slow._params = (None, _bindings_params(cu, slow.ops))  # force the cuda.bindings path
         micro["batch memop x2 (cuda.bindings)"] = per_call_us(lambda: slow.enqueue(s.ptr))
         micro["ipcGetMemHandle"] = per_call_us(lambda: rt.ipcGetMemHandle(buf.data.ptr), 500)
         micro["cuMemGetAddressRange (bindings)"] = per_call_us(lambda: cu.cuMemGetAddressRange(buf.data.ptr))

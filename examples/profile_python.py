@@ -54,6 +54,24 @@ class StubRuntime:
     def eventCreateWithFlags(self, flags):  # noqa: N802
         return 7
 
+    def streamIsCapturing(self, stream):  # noqa: N802
+        return 0
+
+    def streamBeginCapture(self, stream, mode):  # noqa: N802
+        pass
+
+    def streamEndCapture(self, stream):  # noqa: N802
+        return 11
+
+    def graphInstantiate(self, graph):  # noqa: N802
+        return 12
+
+    def graphDestroy(self, graph):  # noqa: N802
+        pass
+
+    def graphLaunch(self, exe, stream):  # noqa: N802
+        pass
+
 
 class StubDriver:
     def batch_memop(self, stream, count, params):
@@ -84,7 +102,8 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c.rank, c.world, c.device, c.timeout_s = rank, world, 0, 10.0
     c._lock, c._closed, c._streams, c._shared = threading.Lock(), False, {}, shared
     c._plans, c._by_id, c._seq, c._opened = {}, {}, [0] * world, OrderedDict()
-    c.ipc_cache, c._launches = 64, LaunchCache()
+    c.ipc_cache, c._launches, c.graph_after = 64, LaunchCache(), 2
+    c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
     c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
     c._region_in = [c._pair(p, rank) // 8 for p in range(world)]
     c._events, c._pacer, c.rate_gbps, c._failure = {}, None, None, None

@@ -39,24 +39,35 @@ Sync = Literal["flags", "events"]
 
 
 class LaunchCache:
-    """Launch lists by (plan, buffers, streams), least recently used dropped beyond ``limit``."""
+    """Launch lists by (plan, buffers, streams), least recently used dropped beyond ``limit``; ``drop``
+    is called with each entry that leaves (evicted or cleared)."""
 
-    def __init__(self, limit: int = 256):
+    def __init__(self, limit: int = 256, drop: Callable[[Any], None] | None = None):
         self.limit = limit
-        self._lists: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        self.drop = drop
+        self._lists: OrderedDict[tuple, Any] = OrderedDict()
 
-    def get(self, key: tuple, build: Callable[[], list[tuple]]) -> list[tuple]:
+    def get(self, key: tuple, build: Callable[[], Any]) -> Any:
         launch = self._lists.get(key)
         if launch is None:
             launch = self._lists[key] = build()
             if len(self._lists) > self.limit:
-                self._lists.popitem(last=False)
+                _, old = self._lists.popitem(last=False)
+                if self.drop is not None:
+                    self.drop(old)
         else:
             self._lists.move_to_end(key)
         return launch
 
     def clear(self) -> None:
+        entries = list(self._lists.values())
         self._lists.clear()
+        if self.drop is not None:
+            for entry in entries:
+                self.drop(entry)
+
+    def __len__(self) -> int:
+        return len(self._lists)
 
 
 def check_buffer(rank: int, what: str, buf: DeviceBuffer | None, want: int, plan: Plan,
@@ -370,6 +381,8 @@ def compile_launch(ops: list[tuple]) -> Callable[[], None]:
             steps.append((rt.streamWaitEvent, (op[1], op[2], 0)))
         elif kind == "call":
             steps.append((op[1], tuple(op[2])))
+        elif kind == "graph":
+            steps.append((rt.graphLaunch, (op[1], op[2])))
         else:
             steps.append(op[1].bound(op[2]))
         quiet.append(steps[-1])
@@ -417,6 +430,8 @@ def _replay(ops: list[tuple]) -> None:
             wait(op[1], op[2], 0)
         elif kind == "call":
             op[1](*op[2])
+        elif kind == "graph":
+            rt.graphLaunch(op[1], op[2])
         else:
             op[1].enqueue(op[2])
     if caller_device is not None:

@@ -37,7 +37,7 @@ class Runtime:
         _current.device = d
 
     def memcpyAsync(self, dst, src, n, kind, stream):  # noqa: N802
-        ctypes.memmove(dst, src, n)
+        _issue(lambda: ctypes.memmove(dst, src, n))
 
     def eventCreateWithFlags(self, flags):  # noqa: N802
         return 1
@@ -58,7 +58,32 @@ class Runtime:
         pass
 
     def streamIsCapturing(self, stream):  # noqa: N802
-        return 0
+        return int(getattr(_current, "capture", None) is not None and stream == _current.capture_stream)
+
+    # a capture records this thread's work (any stream: thread-local capture mode) until it ends
+    def streamBeginCapture(self, stream, mode):  # noqa: N802
+        if getattr(_current, "capture", None) is not None:
+            raise RuntimeError("fake: capture already in progress in this thread")
+        _current.capture, _current.capture_stream = [], stream
+
+    def streamEndCapture(self, stream):  # noqa: N802
+        work, _current.capture = _current.capture, None
+        _graphs[id(work)] = work
+        return id(work)
+
+    def graphInstantiate(self, graph):  # noqa: N802
+        return graph
+
+    def graphDestroy(self, graph):  # noqa: N802
+        pass
+
+    def graphExecDestroy(self, exe):  # noqa: N802
+        _graphs.pop(exe)
+
+    def graphLaunch(self, exe, stream):  # noqa: N802
+        launches.append(exe)
+        for step in _graphs[exe]:
+            _issue(step)
 
     def deviceCanAccessPeer(self, a, b):  # noqa: N802
         return True
@@ -92,11 +117,27 @@ class Driver:
         return 0, ptr, 0
 
 
+def _issue(step) -> None:
+    """Run a step now, or record it when this thread captures."""
+    capture = getattr(_current, "capture", None)
+    if capture is None:
+        step()
+    else:
+        capture.append(step)
+
+
+_graphs: dict[int, list] = {}
+launches: list[int] = []  # graph launches so far (tests look)
+
+
 class FastDriver:
     """cuStreamBatchMemOp, run at once: writes land, waits block (up to 20 s) until their value shows."""
 
     def batch_memop(self, stream, count, params):
         address = params if isinstance(params, int) else ctypes.addressof(params)
+        _issue(lambda keep=params: self._run(address, count))  # the block lives as long as a graph
+
+    def _run(self, address, count):
         for i in range(count):
             op, flag, value, _, _ = _MEMOP.unpack(ctypes.string_at(address + 48 * i, 48))
             cell = ctypes.c_int32.from_address(flag)

@@ -149,7 +149,7 @@ def main() -> int:
     tin, tout = torch.ones(n * world, dtype=torch.uint8, device=f"cuda:{dev}"), \
         torch.empty(n * world, dtype=torch.uint8, device=f"cuda:{dev}")
     ts = torch.cuda.Stream(device=dev)
-    calls = {
+    traced = {
         "all_gather": lambda: comm.all_gather_into_tensor(tout, tin[:n], stream=ts),
         "all_to_all": lambda: comm.all_to_all_single(tout, tin, stream=ts),
         "broadcast": lambda: comm.broadcast(tout[:n], world - 1, stream=ts),
@@ -158,13 +158,13 @@ def main() -> int:
         "send/recv": lambda: comm.send(tin[:n], (rank + 1) % world, stream=ts) if rank % 2 == 0 else
         comm.recv(tout[:n], (rank - 1) % world, stream=ts),
     }
-    for name, call in calls.items():
+    for name, fn in traced.items():
         if name == "send/recv" and world % 2:
             continue
-        call()  # warm: plan and mappings outside the trace
+        fn()  # warm: plan and mappings outside the trace
         ts.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            call()
+            fn()
             ts.synchronize()
         kernels = [e.name for e in prof.events() if e.device_type.name == "CUDA"
                    and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]

@@ -74,6 +74,37 @@ def test_every_collective_twice(monkeypatch, world):
     assert all(results[r] == [] for r in range(world)), results
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_repeated_calls_run_as_graphs(monkeypatch, world):
+    """The same buffers again: from the second call on, the call's work is one captured graph, launched per
+    call, and it keeps moving the data of each call (new contents in the same buffers)."""
+    def body(comm, r):
+        n, bad = 1000, []
+        inp, out = np.zeros(n, np.uint8), np.zeros(n * world, np.uint8)
+        a2a_in, a2a_out = np.zeros(n * world, np.uint8), np.zeros(n * world, np.uint8)
+        before = len(fake_cuda.launches)
+        for call in range(4):
+            inp[:] = data(r, call, n)
+            out[:] = 0xA5
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            if not np.array_equal(out, np.concatenate([data(p, call, n) for p in range(world)])):
+                bad.append(f"all_gather call {call}")
+            a2a_in[:] = data(r, call + 50, n * world)
+            a2a_out[:] = 0xA5
+            comm.all_to_all_single(dev(a2a_out, r), dev(a2a_in, r), stream=7)
+            want = np.concatenate([data(p, call + 50, n * world)[r * n:(r + 1) * n] for p in range(world)])
+            if not np.array_equal(a2a_out, want):
+                bad.append(f"all_to_all call {call}")
+        return bad, len(comm._launches), sum(e.exe is not None for e in comm._launches._lists.values()), before
+
+    results = ranks(monkeypatch, world, body)
+    for r in range(world):
+        bad, entries, graphs, _ = results[r]
+        assert bad == [] and entries == 2 and graphs == 2, (r, results[r])
+    # every rank launched 3 graphs per collective (calls 2..4): 6 per rank
+    assert len(fake_cuda.launches) - min(res[3] for res in results.values()) >= 6 * world
+
+
 def test_send_recv_paced_and_a_mismatch(monkeypatch):
     import types
 

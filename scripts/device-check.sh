@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One full check on the 2-GPU machine (device tool), logs under $OUT:
+#   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [profile] [sweep] [internode] [contention]
+# Each part is bounded in time; a summary of every part is printed last.
+set -u
+OUT=${OUT:-/tmp/hoccl-out}; mkdir -p "$OUT"
+parts=${*:-tests profile sweep internode}
+summary=()
+run_part() {  # name, seconds, command...
+  local name=$1 secs=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 10 "$secs" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
+  summary+=("$name rc=$rc $((SECONDS - t0))s")
+}
+nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv >"$OUT/gpu.txt" 2>&1
+for p in $parts; do
+  case $p in
+    tests) run_part tests 400 python -m pytest -q -p no:cacheprovider tests/test_gpu_intranode.py \
+             tests/test_gpu_multiprocess.py tests/test_gpu_internode.py ;;
+    mptests) run_part mptests 300 python -m pytest -q -p no:cacheprovider tests/test_gpu_multiprocess.py ;;
+    mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/mp_worker.py ;;
+    handshake) run_part handshake 120 python examples/handshake_latency.py ;;
+    profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
+    sweep) run_part sweep 200 torchrun --nproc_per_node 2 -m hoccl_runtime.bench sweep --out "$OUT" ;;
+    internode) run_part internode 200 python examples/bench_internode.py --out "$OUT" ;;
+    contention) run_part contention 300 torchrun --nproc_per_node 2 -m hoccl_runtime.bench contention --out "$OUT" ;;
+    *) summary+=("$p: unknown part") ;;
+  esac
+done
+for p in $parts; do [ -f "$OUT/$p.log" ] && { echo "=== $p"; tail -n 40 "$OUT/$p.log"; }; done
+printf '%s\n' "${summary[@]}"

@@ -39,6 +39,16 @@ How a call works, for rank ``me`` (every step costs no SM):
    ``synchronize``) raises :class:`TransportError` naming the dead rank.
 6. ``rate_gbps=`` (per call, or ``comm.rate_gbps`` for all) caps the rate of this rank's DMA queue:
    see :mod:`hoccl_runtime.pacing`.
+7. Small send/recv (up to ``eager_bytes``, 4 MiB unless HOCCL_EAGER_BYTES says otherwise; 0 turns it
+   off) take an eager path instead: the sender's copy lands in one of ``EAGER_SLOTS`` staging slots
+   that the receiver allocated for it once (exchanged through the store at the pair's first eager
+   message), and the receiver's stream copies it out, with one flag per slot (FULL: the sender's
+   stream waits for 0, copies, writes 1; the receiver's waits for 1, copies out, writes 0). Neither
+   host waits for the other, no IPC handle moves per call, and on the GPUs the sender runs up to
+   ``EAGER_SLOTS`` messages ahead: the rendezvous's two cross-GPU flag round trips per message
+   (about 8 us each on the H200 pair, examples/handshake_latency.py) leave the critical path.
+   It costs a second, local copy on the receiver. Sizes are checked through a small ring in the
+   mailbox when the sender's entry is there in time (a mismatch raises PlanError on the receiver).
 """
 
 from __future__ import annotations
@@ -73,6 +83,8 @@ _PAIR_BYTES = 512       # mailbox region per directed rank pair
 _SLOTS = 4              # mailbox slots per directed pair (a batch may hold 4 calls with one partner)
 _HANDLE = 64            # cudaIpcMemHandle_t
 _NOT_READY = 600        # cudaErrorNotReady
+EAGER_SLOTS = 4         # staging slots per directed pair for eager send/recv
+_RING = 56              # mailbox word of a pair region where the eager size ring starts ([seq, digest] x slots)
 
 
 def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
@@ -189,7 +201,7 @@ class _SharedHost:
 
     def __init__(self, store: Any, rank: int, world: int, timeout_s: float):
         self.world = world
-        self.flag_count = 2 * world * world * MAX_QUEUES
+        self.flag_count = (2 + EAGER_SLOTS) * world * world  # READY, DONE, and the eager slots' FULL
         flag_bytes = -(-4 * self.flag_count // 4096) * 4096
         mail_bytes = world * world * _PAIR_BYTES
         self.segment = seg = _SharedSegment(store, rank == 0, flag_bytes + mail_bytes + 8 * world, key="shm-name")
@@ -263,6 +275,11 @@ class Communicator:
         # share one wait for each other
         self._streams: dict[int, Any] = {}
         self._shared = _SharedHost(store, rank, world, timeout_s)
+        self._store = store
+        self.eager_bytes = int(os.environ.get("HOCCL_EAGER_BYTES", 4 << 20))
+        self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
+        self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
+        self._unverified: list[tuple[int, int, int, int, int]] = []  # eager receives whose size entry was not there yet
         self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
@@ -418,15 +435,28 @@ class Communicator:
         if rate is not None and not rate > 0:
             raise HocclError(f"rate_gbps={rate!r}: give a positive rate in GB/s, or None for full speed")
         with self._lock:
+            if self._unverified:
+                self._verify_eager()
             if len(items) == 1:  # the common call, without the batch's lists
                 what, input, output = items[0]
+                if what[0] == "sendrecv" and 0 < what[3] <= self.eager_bytes:
+                    self._eager(what, input if input is not None else output, s, self._eager_seq(what), rate)
+                    return
                 state, inp, out = self._prepare(what, input, output)
                 self._launch(state, inp, out, self._collect(state, self._publish(state, out)), s, rate)
                 return
-            prepared = [self._prepare(what, input, output) for what, input, output in items]
-            seqs = [self._publish(state, out) for state, _, out in prepared]  # all entries first ...
-            for (state, inp, out), seq in zip(prepared, seqs, strict=True):  # ... then every wait
-                self._launch(state, inp, out, self._collect(state, seq), s, rate)
+            prepared = []
+            for what, input, output in items:  # sequence numbers and entries first ...
+                if what[0] == "sendrecv" and 0 < what[3] <= self.eager_bytes:
+                    prepared.append((None, what, input if input is not None else output, self._eager_seq(what)))
+                else:
+                    state, inp, out = self._prepare(what, input, output)
+                    prepared.append((state, inp, out, self._publish(state, out)))
+            for state, a, b, seq in prepared:  # ... then every wait
+                if state is None:
+                    self._eager(a, b, s, seq, rate)
+                else:
+                    self._launch(state, a, b, self._collect(state, seq), s, rate)
 
     def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                 remote: dict[int, int], s: int, rate: float | None) -> None:
@@ -436,11 +466,121 @@ class Communicator:
             self._build(state, inp, out, remote, s, rate), s))))
         entry.hits += 1
         if entry.hits == self.graph_after and rate is None:
-            self._promote(entry, state, inp, out, remote, s)
+            self._promote(entry, lambda stream: self._build(state, inp, out, remote, stream), s)
         entry.run()
 
-    def _promote(self, entry: _Launch, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                 remote: dict[int, int], s: int) -> None:
+    # --- eager send/recv (module docstring, item 7) -------------------------------------------------------
+    def _eager_seq(self, what: tuple) -> int:
+        """The call's sequence number with its peer; acknowledges the peer's mailbox entries up to it (an
+        eager call has none, and earlier ones were all read in order), so rendezvous calls that follow
+        are not held up by the mailbox's flow control."""
+        peer = what[2] if what[1] == self.rank else what[1]
+        seq = self._seq[peer] = self._seq[peer] + 1
+        self._shared.words[self._region_in[peer]] = seq
+        return seq
+
+    def _eager(self, what: tuple, buf: Any, s: int, seq: int, rate: float | None) -> None:
+        _, src, dst, n = what
+        me = self.rank
+        sending = src == me
+        peer = dst if sending else src
+        buf = as_buffer(buf, "tensor")
+        if buf.device != self.device:
+            raise BufferError(f"rank {me}'s {'send' if sending else 'recv'} tensor is on GPU {buf.device}, but this "
+                              f"communicator drives GPU {self.device}; move it to cuda:{self.device}")
+        if peer not in self._stage_out:
+            self._eager_setup(peer)
+        j = seq % EAGER_SLOTS
+        words = self._shared.words
+        ring = self._pair(src, dst) // 8 + _RING + 2 * j
+        digest = zlib.crc32(f"eager {src}->{dst} {n}".encode())
+        if sending:
+            words[ring + 1] = digest
+            words[ring] = seq
+        elif not self._check_ring(peer, seq, ring, digest, n):
+            self._unverified.append((peer, seq, ring, digest, n))
+        rate = rate if sending else None  # the sender's copy is the one paced
+        key = ("eager", sending, peer, j, s, buf.ptr, n, rate)
+        entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(
+            self._eager_ops(sending, peer, j, buf.ptr, n, s, rate), s))))
+        entry.hits += 1
+        if entry.hits == self.graph_after and rate is None:
+            self._promote(entry, lambda stream: self._eager_ops(sending, peer, j, buf.ptr, n, stream), s)
+        entry.run()
+
+    def _eager_ops(self, sending: bool, peer: int, j: int, ptr: int, n: int, s: int,
+                   rate: float | None = None) -> list[tuple]:
+        me = self.rank
+        if sending:
+            flag = self._slot_flag(me, peer, j)
+            copy = [("copy", self._stage_out[peer] + j * self.eager_bytes, ptr, n, s)]
+            return [("memops", MemOps().wait_eq(flag, 0), s), *(self._paced(copy, rate, s) if rate else copy),
+                    ("memops", MemOps().write(flag, 1), s)]
+        flag = self._slot_flag(peer, me, j)
+        return [("memops", MemOps().wait_eq(flag, 1), s),
+                ("copy", ptr, self._stage_in[peer] + j * self.eager_bytes, n, s),
+                ("memops", MemOps().write(flag, 0), s)]
+
+    def _slot_flag(self, a: int, b: int, j: int) -> _Flag:
+        """FULL of eager slot j for messages a -> b."""
+        w = self.world
+        return _Flag(self._shared.flag_address(2 * w * w + (a * w + b) * EAGER_SLOTS + j))
+
+    def _eager_setup(self, peer: int) -> None:
+        """Once per pair, at its first eager message (either direction): allocate my staging for the
+        peer's messages and publish its IPC handle, then map the peer's staging for mine. Both sides
+        publish before they wait, so two ranks that first send to each other do not deadlock."""
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()
+        prev = rt.getDevice()
+        rt.setDevice(self.device)
+        try:
+            if peer not in self._stage_in:
+                ptr = self._stage_in[peer] = int(rt.malloc(EAGER_SLOTS * self.eager_bytes))
+                self._store.set(f"eager/{peer}->{self.rank}", bytes(rt.ipcGetMemHandle(ptr)) +
+                                self.eager_bytes.to_bytes(8, "little"))
+            got = self._store_get(f"eager/{self.rank}->{peer}", peer)
+            handle, theirs = got[:_HANDLE], int.from_bytes(got[_HANDLE:_HANDLE + 8], "little")
+            if theirs != self.eager_bytes:
+                raise HocclError(f"rank {peer} stages eager messages of up to {theirs} bytes, rank {self.rank} of "
+                                 f"{self.eager_bytes}: set HOCCL_EAGER_BYTES alike on every rank")
+            self._stage_out[peer] = int(rt.ipcOpenMemHandle(handle))
+        finally:
+            rt.setDevice(prev)
+
+    def _store_get(self, key: str, peer: int) -> bytes:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                if self._store.check([key]):
+                    return bytes(self._store.get(key))
+            except Exception as exc:  # noqa: BLE001 - a store that lost its server
+                raise TransportError(f"rank {self.rank}: the bootstrap store failed while waiting for rank {peer} "
+                                     f"({exc})") from None
+            self._raise_if_failed()
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"rank {peer} did not set up its eager staging within {self.timeout_s:.0f} s "
+                                        f"(rank {self.rank} waits for it); is it alive and issuing the same calls?")
+            time.sleep(1e-3)
+
+    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, n: int) -> bool:
+        """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:
+        it can no longer be checked); raises PlanError if it names another size."""
+        words = self._shared.words
+        first = words[ring]
+        if first < seq:
+            return False
+        theirs = words[ring + 1]
+        if first == seq and words[ring] == seq and theirs != digest:
+            raise PlanError(f"rank {peer} sent rank {self.rank} a message of another size than the {n} bytes rank "
+                            f"{self.rank} receives (call {seq} between them): sizes of send and recv must match")
+        return True
+
+    def _verify_eager(self) -> None:
+        self._unverified = [u for u in self._unverified if not self._check_ring(*u)]
+
+    def _promote(self, entry: _Launch, build: Any, s: int) -> None:
         """Capture the call's work once into a CUDA graph (on a private stream: the caller's may be the
         legacy default stream, which cannot capture) and make ``entry`` launch it on ``s``. While the
         caller's own stream is being captured (the user building a graph), the call still issues its
@@ -456,7 +596,7 @@ class Communicator:
             if self._capture is None:
                 self._capture = self._cupy.cuda.Stream(non_blocking=True)
             cap = int(self._capture.ptr)
-            ops = self._build(state, inp, out, remote, cap)
+            ops = build(cap)
             rt.streamBeginCapture(cap, 1)  # cudaStreamCaptureModeThreadLocal
             try:
                 _replay(ops)
@@ -741,6 +881,8 @@ class Communicator:
         HocclTimeoutError after ``timeout_s`` (default: the communicator's timeout)."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
+        if self._unverified:
+            self._verify_eager()
         while self._pending():
             self._raise_if_failed()
             if time.monotonic() > deadline:
@@ -794,6 +936,9 @@ class Communicator:
             flags[index(1, dead, me)] = 1    # "dead's copies into me are done"
             flags[index(0, dead, me)] = 0    # "dead consumed my READY"
             flags[index(1, me, dead)] = 0    # "dead consumed my DONE"
+            for j in range(EAGER_SLOTS):     # eager slots: "dead's message is there", "dead emptied mine"
+                flags[2 * w * w + (dead * w + me) * EAGER_SLOTS + j] = 1
+                flags[2 * w * w + (me * w + dead) * EAGER_SLOTS + j] = 0
             time.sleep(1e-3)
 
     def close(self) -> None:
@@ -812,9 +957,13 @@ class Communicator:
             prev = rt.getDevice()
             rt.setDevice(self.device)
             self._launches.clear()  # destroys the calls' graphs
-            for base in self._opened.values():
+            for base in [*self._opened.values(), *self._stage_out.values()]:
                 with contextlib.suppress(Exception):  # closing anyway
                     rt.ipcCloseMemHandle(base)
+            for ptr in self._stage_in.values():  # peers' mappings keep the memory until they close them
+                with contextlib.suppress(Exception):
+                    rt.free(ptr)
+            self._stage_in, self._stage_out = {}, {}
             for ev in self._events.values():
                 with contextlib.suppress(Exception):
                     rt.eventDestroy(ev)

@@ -353,6 +353,9 @@ class _Prefixed:
     def add(self, key: str, n: int) -> int:
         return self._store.add(self._prefix + key, n)
 
+    def check(self, keys: list[str]) -> bool:
+        return self._store.check([self._prefix + k for k in keys])
+
 
 class NodeNetCommunicator(_Calls):
     """Collectives across nodes with several GPUs per node (torchrun --nnodes N --nproc_per_node L): local

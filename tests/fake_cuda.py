@@ -106,6 +106,12 @@ class Runtime:
     def ipcCloseMemHandle(self, ptr):  # noqa: N802
         pass
 
+    def malloc(self, nbytes):
+        return host_mapped_alloc(nbytes)
+
+    def free(self, ptr):
+        host_free(ptr)
+
 
 class Driver:
     """The cuda.bindings calls the communicator makes: (error, values...) tuples."""
@@ -220,6 +226,10 @@ class Store:
             self._data[key] = str(value).encode()
             self._cond.notify_all()
             return value
+
+    def check(self, keys):
+        with self._cond:
+            return all(k in self._data for k in keys)
 
     def get(self, key):
         with self._cond:

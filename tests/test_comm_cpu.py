@@ -161,3 +161,30 @@ def test_one_process_executor_on_faked_cuda(monkeypatch, sync):
                 want = replay(plan, ins).outputs
                 for r in range(2):
                     assert np.array_equal(outs[r], want[r]), (spec.kind, r)
+
+
+def test_eager_send_recv_many_and_a_size_mismatch(monkeypatch):
+    """Small messages go through the receiver's staging slots (more messages than slots, the same buffers,
+    new contents each time); a receive of another size than was sent raises PlanError on the receiver."""
+    def body(comm, r):
+        bad, n = [], 5000
+        buf = np.zeros(n, np.uint8)
+        for k in range(10):
+            if r == 0:
+                buf[:] = data(0, k, n)
+                comm.send(dev(buf, r), 1, stream=7)
+            else:
+                buf[:] = 0xA5
+                comm.recv(dev(buf, r), 0, stream=7)
+                if not np.array_equal(buf, data(0, k, n)):
+                    bad.append(k)
+        assert comm._stage_in and comm._stage_out and not comm._unverified
+        if r == 0:
+            comm.send(dev(np.zeros(100, np.uint8), r), 1, stream=7)
+            return bad
+        with pytest.raises(PlanError, match="another size"):  # at the call if the entry is there, else later
+            comm.recv(dev(np.zeros(200, np.uint8), r), 0, stream=7)
+            comm.synchronize()
+        return bad
+
+    assert ranks(monkeypatch, 2, body) == {0: [], 1: []}

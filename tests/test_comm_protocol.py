@@ -175,3 +175,109 @@ def test_a_missing_partner_is_a_deadlock_the_simulation_sees():
     sim.enqueue(0, 0, comms[0]._build(state, DeviceBuffer(IN, 10, 0), None, {1: OUT}, 50), 50)
     with pytest.raises(AssertionError, match="deadlock"):
         sim.run()
+
+
+# --- eager send/recv: staging slots and FULL flags, with memory contents modelled -------------------------
+STAGE = 1 << 45  # staging of messages a -> b at STAGE + (a * world + b) << 32
+
+
+def eager_comm(rank: int, world: int, eager: int = 1 << 20) -> Communicator:
+    c = fake_comm(rank, world)
+    c.eager_bytes, c._seq = eager, [0] * world
+    c._stage_in = {p: STAGE + ((p * world + rank) << 32) for p in range(world)}
+    c._stage_out = {p: STAGE + ((rank * world + p) << 32) for p in range(world)}
+    return c
+
+
+class MemSim:
+    """Streams of ops run in random interleavings; copies move tokens between addresses; "store" and
+    "expect" ops stand for the user's work before and after a call on its stream."""
+
+    def __init__(self, seed: int):
+        self.rng, self.streams, self.flags, self.mem = random.Random(seed), {}, {}, {}
+        self.bad: list[str] = []
+
+    def add(self, stream: int, ops: list[tuple]) -> None:
+        q = self.streams.setdefault(stream, [])
+        for op in ops:
+            if op[0] == "memops":
+                q += [("memop", *m) for m in op[1].ops]
+            else:
+                q.append(op)
+
+    def _try(self, op: tuple) -> bool:
+        if op[0] == "memop":
+            if op[1] == "wait_eq":
+                return self.flags.get(op[2], 0) == op[3]
+            self.flags[op[2]] = op[3]
+        elif op[0] == "copy":
+            self.mem[op[1]] = self.mem.get(op[2])
+        elif op[0] == "store":
+            self.mem[op[1]] = op[2]
+        elif op[0] == "expect" and self.mem.get(op[1]) != op[2]:
+            self.bad.append(f"{op[3]}: found {self.mem.get(op[1])}, expected {op[2]}")
+        return True
+
+    def run(self) -> None:
+        while any(self.streams.values()):
+            ready = [s for s, q in self.streams.items() if q]
+            self.rng.shuffle(ready)
+            for s in ready:
+                if self._try(self.streams[s][0]):
+                    self.streams[s].pop(0)
+                    break
+            else:
+                raise AssertionError(f"deadlock: {({s: q[0] for s, q in self.streams.items() if q})}")
+
+
+def eager_run(seed: int, world: int = 3, messages: int = 14, one_pair: bool = False) -> MemSim:
+    """Random messages among ranks, each rank's buffers reused for every message (the hard case for
+    staging slots); every rank issues its calls in the same per-pair order."""
+    rng = random.Random(seed + 100)
+    comms = [eager_comm(r, world) for r in range(world)]
+    sim = MemSim(seed)
+    for k in range(messages):
+        src = 0 if one_pair else rng.randrange(world)
+        dst = 1 if one_pair else rng.choice([r for r in range(world) if r != src])
+        n = rng.choice([1, 4096, 1 << 20])
+        for me in (src, dst):
+            c = comms[me]
+            seq = c._seq[dst if me == src else src] = c._seq[dst if me == src else src] + 1
+            j = seq % 4
+            user, buf = 50 + me, OUT * (me + 1)
+            if me == src:
+                ops = [("store", buf, ("msg", k))] + c._eager_ops(True, dst, j, buf, n, user) + \
+                    [("store", buf, "reused by the sender")]
+            else:
+                ops = c._eager_ops(False, src, j, buf, n, user) + \
+                    [("expect", buf, ("msg", k), f"message {k} {src}->{dst}"), ("store", buf, "reused")]
+            sim.add(user, ops)
+    sim.run()
+    return sim
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_eager_messages_land_in_order_without_deadlock(seed):
+    sim = eager_run(seed)
+    assert sim.bad == []
+    assert all(v == 0 for v in sim.flags.values()), sim.flags
+
+
+def test_eager_without_the_senders_slot_wait_is_caught(monkeypatch):
+    """The check can fail: a sender that does not wait for its slot to be emptied overwrites messages."""
+    real = Communicator._eager_ops
+
+    def no_wait(self, sending, *args, **kw):
+        ops = real(self, sending, *args, **kw)
+        return ops[1:] if sending else ops
+
+    def caught(seed: int) -> bool:
+        try:
+            return bool(eager_run(seed, messages=12, one_pair=True).bad)
+        except AssertionError:  # a deadlock: a FULL written twice, the second message's wait never ends
+            return True
+
+    monkeypatch.setattr(Communicator, "_eager_ops", no_wait)
+    assert any(caught(seed) for seed in range(10))
+    monkeypatch.undo()
+    assert not any(caught(seed) for seed in range(10))

@@ -248,6 +248,17 @@ class _PlanState:
     digest: int
     partners: tuple[int, ...]
     resident: tuple[int, int]  # in place: (offset, bytes) of this rank's input inside its output
+    eager: _EagerLayout | None = None  # small enough for the staging slots: the eager path
+
+
+@dataclass(frozen=True)
+class _EagerLayout:
+    """A plan's copies for one rank on the eager path, as offsets: each peer's pieces packed in order
+    into one staging slot (sender and receiver enumerate the same copies in the same order)."""
+
+    local: tuple[tuple[int, int, int], ...]                     # (dst offset, src offset, bytes) in my buffers
+    sends: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (stage offset, src offset, bytes)
+    recvs: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (dst offset, stage offset, bytes)
 
 
 class Communicator:
@@ -279,7 +290,7 @@ class Communicator:
         self.eager_bytes = int(os.environ.get("HOCCL_EAGER_BYTES", 4 << 20))
         self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
         self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
-        self._unverified: list[tuple[int, int, int, int, int]] = []  # eager receives whose size entry was not there yet
+        self._unverified: list[tuple[int, int, int, int, str]] = []  # eager receives whose size entry was not there yet
         self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
@@ -394,9 +405,28 @@ class Communicator:
 
         res_off, res_bytes = layout(plan.collective, self.world).resident()
         state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners),
-                           (int(res_off[self.rank]), int(res_bytes[self.rank])))
+                           (int(res_off[self.rank]), int(res_bytes[self.rank])), self._eager_layout(prog))
         self._by_id[plan.plan_id] = state
         return state
+
+    def _eager_layout(self, prog: Program) -> _EagerLayout | None:
+        me, local, sends, recvs = self.rank, [], {}, {}
+        fill: dict[tuple[int, int], int] = {}
+        for q in sorted(prog.copies):
+            for c in prog.copies[q]:
+                if c.src_rank == c.dst_rank == me:
+                    local.append((c.dst_offset, c.src_offset, c.nbytes))
+                elif me in (c.src_rank, c.dst_rank):
+                    at = fill.get((c.src_rank, c.dst_rank), 0)
+                    fill[(c.src_rank, c.dst_rank)] = at + c.nbytes
+                    if c.src_rank == me:
+                        sends.setdefault(c.dst_rank, []).append((at, c.src_offset, c.nbytes))
+                    else:
+                        recvs.setdefault(c.src_rank, []).append((c.dst_offset, at, c.nbytes))
+        if not fill or max(fill.values()) > self.eager_bytes:
+            return None
+        return _EagerLayout(tuple(local), {p: tuple(v) for p, v in sends.items()},
+                            {p: tuple(v) for p, v in recvs.items()})
 
     def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any, rate_gbps: float | None = None) -> None:
         self._run_many([(what, input, output)], stream, rate_gbps)
@@ -443,6 +473,9 @@ class Communicator:
                     self._eager(what, input if input is not None else output, s, self._eager_seq(what), rate)
                     return
                 state, inp, out = self._prepare(what, input, output)
+                if state.eager is not None:
+                    self._eager_collective(state, inp, out, s, rate)
+                    return
                 self._launch(state, inp, out, self._collect(state, self._publish(state, out)), s, rate)
                 return
             prepared = []
@@ -497,8 +530,8 @@ class Communicator:
         if sending:
             words[ring + 1] = digest
             words[ring] = seq
-        elif not self._check_ring(peer, seq, ring, digest, n):
-            self._unverified.append((peer, seq, ring, digest, n))
+        elif not self._check_ring(peer, seq, ring, digest, f"a message of {n} bytes"):
+            self._unverified.append((peer, seq, ring, digest, f"a message of {n} bytes"))
         rate = rate if sending else None  # the sender's copy is the one paced
         key = ("eager", sending, peer, j, s, buf.ptr, n, rate)
         entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(
@@ -507,6 +540,65 @@ class Communicator:
         if entry.hits == self.graph_after and rate is None:
             self._promote(entry, lambda stream: self._eager_ops(sending, peer, j, buf.ptr, n, stream), s)
         entry.run()
+
+    def _eager_collective(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None, s: int,
+                          rate: float | None) -> None:
+        """A collective small enough for the staging slots (see _eager): my pieces for each peer go to my
+        slot in its staging, the peers' pieces for me are copied out of mine; no host waits."""
+        e, me, words = state.eager, self.rank, self._shared.words
+        slots = {}
+        for p in state.partners:
+            if p not in self._stage_out:
+                self._eager_setup(p)
+            seq = self._seq[p] = self._seq[p] + 1
+            words[self._region_in[p]] = seq  # nothing of p's left to read in the mailbox (see _eager_seq)
+            slots[p] = seq % EAGER_SLOTS
+            ring = self._pair(me, p) // 8 + _RING + 2 * slots[p]
+            if p in e.sends:
+                words[ring + 1] = state.digest
+                words[ring] = seq
+            if p in e.recvs:
+                ring = self._pair(p, me) // 8 + _RING + 2 * slots[p]
+                what = f"{state.plan.collective.describe()}"
+                if not self._check_ring(p, seq, ring, state.digest, what):
+                    self._unverified.append((p, seq, ring, state.digest, what))
+        js = tuple(slots.items())
+        key = ("eagerc", state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0, js, rate)
+        entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(
+            self._eager_collective_ops(e, inp, out, slots, s, rate), s))))
+        entry.hits += 1
+        if entry.hits == self.graph_after and rate is None:
+            self._promote(entry, lambda stream: self._eager_collective_ops(e, inp, out, slots, stream), s)
+        entry.run()
+
+    def _eager_collective_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                              slots: dict[int, int], s: int, rate: float | None = None) -> list[tuple]:
+        """All on the caller's stream: local copies, [wait my slots empty] my pieces into the peers' slots
+        [mark them full; wait for theirs in mine] copies out of mine [mark mine empty]."""
+        me, size = self.rank, self.eager_bytes
+        ops: list[tuple] = [("copy", out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local]
+        empty, signal, release = MemOps(), MemOps(), MemOps()
+        sends: list[tuple] = []
+        for p, pieces in e.sends.items():
+            flag = self._slot_flag(me, p, slots[p])
+            empty.wait_eq(flag, 0)
+            signal.write(flag, 1)
+            base = self._stage_out[p] + slots[p] * size
+            sends += [("copy", base + at, inp.ptr + src, n, s) for at, src, n in pieces]
+        for p in e.recvs:
+            flag = self._slot_flag(p, me, slots[p])
+            signal.wait_eq(flag, 1)
+            release.write(flag, 0)
+        if empty.ops:
+            ops.append(("memops", empty, s))
+        ops += self._paced(sends, rate, s) if rate and sends else sends
+        ops.append(("memops", signal, s))
+        for p, pieces in e.recvs.items():
+            base = self._stage_in[p] + slots[p] * size
+            ops += [("copy", out.ptr + d, base + at, n, s) for d, at, n in pieces]
+        if release.ops:
+            ops.append(("memops", release, s))
+        return ops
 
     def _eager_ops(self, sending: bool, peer: int, j: int, ptr: int, n: int, s: int,
                    rate: float | None = None) -> list[tuple]:
@@ -564,7 +656,7 @@ class Communicator:
                                         f"(rank {self.rank} waits for it); is it alive and issuing the same calls?")
             time.sleep(1e-3)
 
-    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, n: int) -> bool:
+    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: str) -> bool:
         """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:
         it can no longer be checked); raises PlanError if it names another size."""
         words = self._shared.words
@@ -573,8 +665,9 @@ class Communicator:
             return False
         theirs = words[ring + 1]
         if first == seq and words[ring] == seq and theirs != digest:
-            raise PlanError(f"rank {peer} sent rank {self.rank} a message of another size than the {n} bytes rank "
-                            f"{self.rank} receives (call {seq} between them): sizes of send and recv must match")
+            raise PlanError(f"rank {peer} sent rank {self.rank} another size or collective than the {what} rank "
+                            f"{self.rank} receives (call {seq} between them): every rank must issue the same calls "
+                            "with matching sizes, in the same order")
         return True
 
     def _verify_eager(self) -> None:

@@ -75,11 +75,14 @@ def test_every_collective_twice(monkeypatch, world):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_repeated_calls_run_as_graphs(monkeypatch, world):
+@pytest.mark.parametrize("eager", [True, False])
+def test_repeated_calls_run_as_graphs(monkeypatch, world, eager):
     """The same buffers again: from the second call on, the call's work is one captured graph, launched per
-    call, and it keeps moving the data of each call (new contents in the same buffers)."""
+    call, and it keeps moving the data of each call (new contents in the same buffers). Eager calls cycle
+    through the staging slots: a call is the same again when its slots come round."""
     def body(comm, r):
         n, bad = 1000, []
+        comm.eager_bytes = comm.eager_bytes if eager else 0
         inp, out = np.zeros(n, np.uint8), np.zeros(n * world, np.uint8)
         a2a_in, a2a_out = np.zeros(n * world, np.uint8), np.zeros(n * world, np.uint8)
         before = len(fake_cuda.launches)
@@ -98,11 +101,13 @@ def test_repeated_calls_run_as_graphs(monkeypatch, world):
         return bad, len(comm._launches), sum(e.exe is not None for e in comm._launches._lists.values()), before
 
     results = ranks(monkeypatch, world, body)
+    # rendezvous: one entry per collective, graphs from call 2 on (3 launches each); eager: AllGather and
+    # All-to-All alternate, so each meets 2 slot combinations twice (4 entries, 1 launch each)
+    want, launches = (4, 4) if eager else (2, 6)
     for r in range(world):
         bad, entries, graphs, _ = results[r]
-        assert bad == [] and entries == 2 and graphs == 2, (r, results[r])
-    # every rank launched 3 graphs per collective (calls 2..4): 6 per rank
-    assert len(fake_cuda.launches) - min(res[3] for res in results.values()) >= 6 * world
+        assert bad == [] and entries == want and graphs == want, (r, results[r])
+    assert len(fake_cuda.launches) - min(res[3] for res in results.values()) >= launches * world
 
 
 def test_send_recv_paced_and_a_mismatch(monkeypatch):
@@ -121,6 +126,7 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
         else:
             comm.recv(dev(buf, r), 0, stream=7)
         ok = np.array_equal(buf, data(0, 1, n))
+        comm.eager_bytes = 0  # the rendezvous's check: both ranks raise at the call (eager: see the test below)
         with pytest.raises(PlanError, match="another collective"):
             if r == 0:
                 comm.all_gather_into_tensor(dev(np.zeros(16, np.uint8), r), dev(np.zeros(8, np.uint8), r), stream=7)

@@ -104,7 +104,7 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c._plans, c._by_id, c._seq, c._opened = {}, {}, [0] * world, OrderedDict()
     c.ipc_cache, c._launches, c.graph_after = 64, LaunchCache(), 2
     c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
-    c.eager_bytes, c._unverified = 0, []  # rendezvous unless a case turns eager on
+    c.eager_bytes, c._unverified, c.eager_collectives = 0, [], False  # rendezvous unless a case turns eager on
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
     c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
     c._region_out = [c._pair(rank, p) // 8 for p in range(world)]

@@ -48,7 +48,12 @@ How a call works, for rank ``me`` (every step costs no SM):
    ``EAGER_SLOTS`` messages ahead: the rendezvous's two cross-GPU flag round trips per message
    (about 8 us each on the H200 pair, examples/handshake_latency.py) leave the critical path.
    It costs a second, local copy on the receiver. Sizes are checked through a small ring in the
-   mailbox when the sender's entry is there in time (a mismatch raises PlanError on the receiver).
+   mailbox when the sender's entry is there in time (a mismatch raises PlanError on the receiver, at
+   the call or at a later one or synchronize()).
+   ``eager_collectives`` (HOCCL_EAGER_COLLECTIVES=1; off by default) puts small collectives on the
+   same path. Off by default because, measured on the 2x H200, a collective that the user captured
+   into a CUDA graph reuses one slot on every replay and waits a flag round trip per call (2 MiB
+   AllGather 64 vs 116 GB/s), and a mismatched collective is then caught on one rank only.
 """
 
 from __future__ import annotations
@@ -288,6 +293,8 @@ class Communicator:
         self._shared = _SharedHost(store, rank, world, timeout_s)
         self._store = store
         self.eager_bytes = int(os.environ.get("HOCCL_EAGER_BYTES", 4 << 20))
+        # collectives on the eager path too (opt-in: HOCCL_EAGER_COLLECTIVES=1; see the module docstring)
+        self.eager_collectives = os.environ.get("HOCCL_EAGER_COLLECTIVES", "0") == "1"
         self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
         self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
         self._unverified: list[tuple[int, int, int, int, str]] = []  # eager receives whose size entry was not there yet
@@ -410,6 +417,8 @@ class Communicator:
         return state
 
     def _eager_layout(self, prog: Program) -> _EagerLayout | None:
+        if not self.eager_collectives:
+            return None
         me, local, sends, recvs = self.rank, [], {}, {}
         fill: dict[tuple[int, int], int] = {}
         for q in sorted(prog.copies):
@@ -974,6 +983,7 @@ class Communicator:
         HocclTimeoutError after ``timeout_s`` (default: the communicator's timeout)."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
+        self._raise_if_failed()
         if self._unverified:
             self._verify_eager()
         while self._pending():
@@ -982,6 +992,7 @@ class Communicator:
                 raise HocclTimeoutError(f"rank {self.rank}: copies still pending after {limit:.0f} s; a peer "
                                         "may have died or stopped issuing collectives")
             time.sleep(100e-6)
+        self._raise_if_failed()  # the watchdog may have drained the streams before this wait began
 
     def _dead_peer(self) -> int | None:
         pids = self._shared.pids

@@ -83,6 +83,7 @@ def test_repeated_calls_run_as_graphs(monkeypatch, world, eager):
     def body(comm, r):
         n, bad = 1000, []
         comm.eager_bytes = comm.eager_bytes if eager else 0
+        comm.eager_collectives = eager
         inp, out = np.zeros(n, np.uint8), np.zeros(n * world, np.uint8)
         a2a_in, a2a_out = np.zeros(n * world, np.uint8), np.zeros(n * world, np.uint8)
         before = len(fake_cuda.launches)

@@ -32,6 +32,7 @@ class _Shared:
 def fake_comm(rank: int, world: int) -> Communicator:
     c = object.__new__(Communicator)
     c.rank, c.world, c.device, c.eager_bytes = rank, world, rank, 0  # rendezvous (eager: eager_comm below)
+    c.eager_collectives = False
     c._shared, c._by_id = _Shared(), {}
     c._pacer = types.SimpleNamespace(handle=900 + rank, sleep=lambda stream, us: None, sleep_us=lambda period: 0)
     ids: dict = {}
@@ -183,7 +184,7 @@ STAGE = 1 << 45  # staging of messages a -> b at STAGE + (a * world + b) << 32
 
 def eager_comm(rank: int, world: int, eager: int = 1 << 20) -> Communicator:
     c = fake_comm(rank, world)
-    c.eager_bytes, c._seq = eager, [0] * world  # (fake_comm: 0, rendezvous)
+    c.eager_bytes, c._seq, c.eager_collectives = eager, [0] * world, True  # (fake_comm: rendezvous)
     c._stage_in = {p: STAGE + ((p * world + rank) << 32) for p in range(world)}
     c._stage_out = {p: STAGE + ((rank * world + p) << 32) for p in range(world)}
     return c

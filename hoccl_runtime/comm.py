@@ -680,7 +680,15 @@ class Communicator:
         return True
 
     def _verify_eager(self) -> None:
-        self._unverified = [u for u in self._unverified if not self._check_ring(*u)]
+        """Check the deferred receives whose size entries are there now; a mismatch is raised once."""
+        pending, self._unverified = self._unverified, []
+        for i, entry in enumerate(pending):
+            try:
+                if not self._check_ring(*entry):
+                    self._unverified.append(entry)
+            except PlanError:
+                self._unverified += pending[i + 1:]
+                raise
 
     def _promote(self, entry: _Launch, build: Any, s: int) -> None:
         """Capture the call's work once into a CUDA graph (on a private stream: the caller's may be the

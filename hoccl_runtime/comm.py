@@ -297,7 +297,8 @@ class Communicator:
         self.eager_collectives = os.environ.get("HOCCL_EAGER_COLLECTIVES", "0") == "1"
         self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
         self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
-        self._unverified: list[tuple[int, int, int, int, str]] = []  # eager receives whose size entry was not there yet
+        # eager receives whose sender's size entry was not there yet: (peer, seq, ring word, digest, call)
+        self._unverified: list[tuple[int, int, int, int, CollectiveSpec]] = []
         self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
@@ -412,12 +413,13 @@ class Communicator:
 
         res_off, res_bytes = layout(plan.collective, self.world).resident()
         state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners),
-                           (int(res_off[self.rank]), int(res_bytes[self.rank])), self._eager_layout(prog))
+                           (int(res_off[self.rank]), int(res_bytes[self.rank])), self._eager_layout(plan, prog))
         self._by_id[plan.plan_id] = state
         return state
 
-    def _eager_layout(self, prog: Program) -> _EagerLayout | None:
-        if not self.eager_collectives:
+    def _eager_layout(self, plan: Plan, prog: Program) -> _EagerLayout | None:
+        """Send/recv (and, with ``eager_collectives``, any plan) whose bytes per directed pair fit a slot."""
+        if plan.collective.kind != "sendrecv" and not self.eager_collectives:
             return None
         me, local, sends, recvs = self.rank, [], {}, {}
         fill: dict[tuple[int, int], int] = {}
@@ -478,110 +480,73 @@ class Communicator:
                 self._verify_eager()
             if len(items) == 1:  # the common call, without the batch's lists
                 what, input, output = items[0]
-                if what[0] == "sendrecv" and 0 < what[3] <= self.eager_bytes:
-                    self._eager(what, input if input is not None else output, s, self._eager_seq(what), rate)
-                    return
                 state, inp, out = self._prepare(what, input, output)
                 if state.eager is not None:
-                    self._eager_collective(state, inp, out, s, rate)
-                    return
-                self._launch(state, inp, out, self._collect(state, self._publish(state, out)), s, rate)
+                    self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
+                else:
+                    self._launch(state, inp, out, self._collect(state, self._publish(state, out)), s, rate)
                 return
-            prepared = []
-            for what, input, output in items:  # sequence numbers and entries first ...
-                if what[0] == "sendrecv" and 0 < what[3] <= self.eager_bytes:
-                    prepared.append((None, what, input if input is not None else output, self._eager_seq(what)))
+            prepared = [self._prepare(what, input, output) for what, input, output in items]
+            # all sequence numbers and entries first ...
+            entered = [self._eager_enter(state) if state.eager is not None else self._publish(state, out)
+                       for state, _, out in prepared]
+            for (state, inp, out), got in zip(prepared, entered, strict=True):  # ... then every wait
+                if state.eager is not None:
+                    self._eager_launch(state, inp, out, got, s, rate)
                 else:
-                    state, inp, out = self._prepare(what, input, output)
-                    prepared.append((state, inp, out, self._publish(state, out)))
-            for state, a, b, seq in prepared:  # ... then every wait
-                if state is None:
-                    self._eager(a, b, s, seq, rate)
-                else:
-                    self._launch(state, a, b, self._collect(state, seq), s, rate)
+                    self._launch(state, inp, out, self._collect(state, got), s, rate)
 
     def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                 remote: dict[int, int], s: int, rate: float | None) -> None:
         key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
                tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), rate)
-        entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(
-            self._build(state, inp, out, remote, s, rate), s))))
+        self._cached(key, lambda stream, r: self._build(state, inp, out, remote, stream, r), s, rate)
+
+    def _cached(self, key: tuple, build: Any, s: int, rate: float | None) -> None:
+        """Run the call's work for ``key``: ``build(stream, rate)`` gives its launch list, compiled on first
+        use; at the ``graph_after``-th use of an unpaced call it is captured into a CUDA graph."""
+        entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(build(s, rate), s))))
         entry.hits += 1
         if entry.hits == self.graph_after and rate is None:
-            self._promote(entry, lambda stream: self._build(state, inp, out, remote, stream), s)
+            self._promote(entry, lambda stream: build(stream, None), s)
         entry.run()
 
-    # --- eager send/recv (module docstring, item 7) -------------------------------------------------------
-    def _eager_seq(self, what: tuple) -> int:
-        """The call's sequence number with its peer; acknowledges the peer's mailbox entries up to it (an
-        eager call has none, and earlier ones were all read in order), so rendezvous calls that follow
-        are not held up by the mailbox's flow control."""
-        peer = what[2] if what[1] == self.rank else what[1]
-        seq = self._seq[peer] = self._seq[peer] + 1
-        self._shared.words[self._region_in[peer]] = seq
-        return seq
-
-    def _eager(self, what: tuple, buf: Any, s: int, seq: int, rate: float | None) -> None:
-        _, src, dst, n = what
-        me = self.rank
-        sending = src == me
-        peer = dst if sending else src
-        buf = as_buffer(buf, "tensor")
-        if buf.device != self.device:
-            raise BufferError(f"rank {me}'s {'send' if sending else 'recv'} tensor is on GPU {buf.device}, but this "
-                              f"communicator drives GPU {self.device}; move it to cuda:{self.device}")
-        if peer not in self._stage_out:
-            self._eager_setup(peer)
-        j = seq % EAGER_SLOTS
-        words = self._shared.words
-        ring = self._pair(src, dst) // 8 + _RING + 2 * j
-        digest = zlib.crc32(f"eager {src}->{dst} {n}".encode())
-        if sending:
-            words[ring + 1] = digest
-            words[ring] = seq
-        elif not self._check_ring(peer, seq, ring, digest, f"a message of {n} bytes"):
-            self._unverified.append((peer, seq, ring, digest, f"a message of {n} bytes"))
-        rate = rate if sending else None  # the sender's copy is the one paced
-        key = ("eager", sending, peer, j, s, buf.ptr, n, rate)
-        entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(
-            self._eager_ops(sending, peer, j, buf.ptr, n, s, rate), s))))
-        entry.hits += 1
-        if entry.hits == self.graph_after and rate is None:
-            self._promote(entry, lambda stream: self._eager_ops(sending, peer, j, buf.ptr, n, stream), s)
-        entry.run()
-
-    def _eager_collective(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None, s: int,
-                          rate: float | None) -> None:
-        """A collective small enough for the staging slots (see _eager): my pieces for each peer go to my
-        slot in its staging, the peers' pieces for me are copied out of mine; no host waits."""
+    # --- the eager path (module docstring, item 7) ----------------------------------------------------------
+    def _eager_enter(self, state: _PlanState) -> dict[int, int]:
+        """The call's sequence number with each partner and so its staging slot ({partner: slot}); writes
+        my size entries into the receivers' rings and checks the senders' entries in mine. Acknowledges
+        each partner's mailbox entries up to this call (an eager call has none, earlier ones were all
+        read in order), so rendezvous calls that follow are not held up by the mailbox's flow control."""
         e, me, words = state.eager, self.rank, self._shared.words
+        what = state.plan.collective  # described only in an error
         slots = {}
         for p in state.partners:
             if p not in self._stage_out:
                 self._eager_setup(p)
             seq = self._seq[p] = self._seq[p] + 1
-            words[self._region_in[p]] = seq  # nothing of p's left to read in the mailbox (see _eager_seq)
+            words[self._region_in[p]] = seq
             slots[p] = seq % EAGER_SLOTS
-            ring = self._pair(me, p) // 8 + _RING + 2 * slots[p]
             if p in e.sends:
+                ring = self._pair(me, p) // 8 + _RING + 2 * slots[p]
                 words[ring + 1] = state.digest
                 words[ring] = seq
             if p in e.recvs:
                 ring = self._pair(p, me) // 8 + _RING + 2 * slots[p]
-                what = f"{state.plan.collective.describe()}"
                 if not self._check_ring(p, seq, ring, state.digest, what):
                     self._unverified.append((p, seq, ring, state.digest, what))
-        js = tuple(slots.items())
-        key = ("eagerc", state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0, js, rate)
-        entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(
-            self._eager_collective_ops(e, inp, out, slots, s, rate), s))))
-        entry.hits += 1
-        if entry.hits == self.graph_after and rate is None:
-            self._promote(entry, lambda stream: self._eager_collective_ops(e, inp, out, slots, stream), s)
-        entry.run()
+        return slots
 
-    def _eager_collective_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                              slots: dict[int, int], s: int, rate: float | None = None) -> list[tuple]:
+    def _eager_launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                      slots: dict[int, int], s: int, rate: float | None) -> None:
+        """My pieces for each peer go to my slot in its staging, the peers' pieces for me are copied out of
+        mine; no host waits."""
+        e = state.eager
+        key = ("eager", state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
+               tuple(slots.items()), rate)
+        self._cached(key, lambda stream, r: self._eager_ops(e, inp, out, slots, stream, r), s, rate)
+
+    def _eager_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                   slots: dict[int, int], s: int, rate: float | None = None) -> list[tuple]:
         """All on the caller's stream: local copies, [wait my slots empty] my pieces into the peers' slots
         [mark them full; wait for theirs in mine] copies out of mine [mark mine empty]."""
         me, size = self.rank, self.eager_bytes
@@ -608,19 +573,6 @@ class Communicator:
         if release.ops:
             ops.append(("memops", release, s))
         return ops
-
-    def _eager_ops(self, sending: bool, peer: int, j: int, ptr: int, n: int, s: int,
-                   rate: float | None = None) -> list[tuple]:
-        me = self.rank
-        if sending:
-            flag = self._slot_flag(me, peer, j)
-            copy = [("copy", self._stage_out[peer] + j * self.eager_bytes, ptr, n, s)]
-            return [("memops", MemOps().wait_eq(flag, 0), s), *(self._paced(copy, rate, s) if rate else copy),
-                    ("memops", MemOps().write(flag, 1), s)]
-        flag = self._slot_flag(peer, me, j)
-        return [("memops", MemOps().wait_eq(flag, 1), s),
-                ("copy", ptr, self._stage_in[peer] + j * self.eager_bytes, n, s),
-                ("memops", MemOps().write(flag, 0), s)]
 
     def _slot_flag(self, a: int, b: int, j: int) -> _Flag:
         """FULL of eager slot j for messages a -> b."""
@@ -665,7 +617,7 @@ class Communicator:
                                         f"(rank {self.rank} waits for it); is it alive and issuing the same calls?")
             time.sleep(1e-3)
 
-    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: str) -> bool:
+    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: CollectiveSpec) -> bool:
         """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:
         it can no longer be checked); raises PlanError if it names another size."""
         words = self._shared.words
@@ -674,9 +626,9 @@ class Communicator:
             return False
         theirs = words[ring + 1]
         if first == seq and words[ring] == seq and theirs != digest:
-            raise PlanError(f"rank {peer} sent rank {self.rank} another size or collective than the {what} rank "
-                            f"{self.rank} receives (call {seq} between them): every rank must issue the same calls "
-                            "with matching sizes, in the same order")
+            raise PlanError(f"rank {peer} sent rank {self.rank} another size or collective than the "
+                            f"{what.describe()} rank {self.rank} receives (call {seq} between them): every rank must "
+                            "issue the same calls with matching sizes, in the same order")
         return True
 
     def _verify_eager(self) -> None:

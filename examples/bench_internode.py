@@ -31,25 +31,29 @@ sys.path.insert(0, str(ROOT))
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay  # noqa: E402
 from hoccl_compiler.ir import CompileOptions  # noqa: E402
+from hoccl_runtime.netexec import ring_slots  # noqa: E402
 
 
 def inputs_for(plan, r):
     return np.random.default_rng([r, 11]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
 
 
-def node_main(plan_json, node, lanes, slots, reps, addr_q, box, result_q, host=False):
+def node_main(plan_json, node, lanes, slots, reps, addr_q, box, result_q, host=False, variant=""):
     try:
-        result_q.put((node, node_body(plan_json, node, lanes, slots, reps, addr_q, box, host)))
+        result_q.put((node, node_body(plan_json, node, lanes, slots, reps, addr_q, box, host, variant)))
     except BaseException:  # reported to the parent
         result_q.put((node, traceback.format_exc()))
 
 
-def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host):
-    """One node. ``host``: the same schedule on host buffers (HostNodeExecutor): the network alone."""
-    import cupy as cp
-
+def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host, variant=""):
+    """One node. ``host``: the same schedule on host buffers (HostNodeExecutor): the network alone.
+    ``variant`` (diagnostics, wrong results): "no-d2h" skips the sender's staging copies, "no-h2d" the
+    receiver's landing copies, "no-copies" both (on host buffers too: the protocol and transport alone)."""
     from hoccl_compiler.schema import plan_from_json
     from hoccl_runtime.netexec import GpuNodeExecutor, HostNodeExecutor
+
+    if not host:
+        import cupy as cp
 
     plan = plan_from_json(plan_json)
     L = plan.topology.gpus_per_node
@@ -64,6 +68,14 @@ def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host):
         with cp.cuda.Device(r if gpus >= plan.num_ranks else (r % L if L > 1 else node)):
             bufs[r] = (cp.asarray(inputs_for(plan, r)), cp.full(plan.ranks.output_bytes[r], 0xA5, cp.uint8))
     cls = HostNodeExecutor if host else GpuNodeExecutor
+    if host and variant == "no-copies":  # the host executor's protocol without its copies (diagnostics)
+        cls = type("NoCopies", (HostNodeExecutor,), {"_stage_out": lambda self, *a: None,
+                                                     "_land": lambda self, *a: None})
+    elif variant in ("no-d2h", "no-h2d", "no-copies"):
+        skipped = {"no-d2h": ["_stage_out"], "no-h2d": ["_land"], "no-copies": ["_stage_out", "_land"]}[variant]
+        cls = type("Skipping", (GpuNodeExecutor,), {**{name: lambda self, *a: None for name in skipped},
+                                                    "_done": lambda self, tok: tok is None or
+                                                    GpuNodeExecutor._done(self, tok)})
     transport = cls.make_transport(plan, node, lanes=lanes)
     ex = cls(plan, node, bufs, transport, slots=slots, timeout_s=60)
     addr_q.put((node, transport.listen()))
@@ -82,13 +94,13 @@ def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host):
     return {"outputs": outs if reps == 0 else {}, "seconds": times, "cpu": cpu}
 
 
-def run_nodes(plan, lanes=8, slots=4, reps=0, host=False):
+def run_nodes(plan, lanes=8, slots=4, reps=0, host=False, variant=""):
     ctx = mp.get_context("spawn")
     nodes = plan.topology.nodes
     addr_q, result_q = ctx.Queue(), ctx.Queue()
     boxes = [ctx.Queue() for _ in range(nodes)]
     procs = [ctx.Process(target=node_main, args=(plan.model_dump_json(), n, lanes, slots, reps, addr_q, boxes[n],
-                                                 result_q, host)) for n in range(nodes)]
+                                                 result_q, host, variant)) for n in range(nodes)]
     for p in procs:
         p.start()
     try:
@@ -143,6 +155,9 @@ def main(argv=None) -> int:
     p.add_argument("--check-only", action="store_true")
     p.add_argument("--lanes", type=int, default=8)
     p.add_argument("--chunk", default="8MiB")
+    p.add_argument("--variants", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time 1 GiB with other chunk sizes and ring depths")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the variants (interleaved)")
     p.add_argument("--out", default=os.environ.get("OUT", "results"))
     args = p.parse_args(argv)
     from hoccl_compiler import parse_size
@@ -176,12 +191,13 @@ def main(argv=None) -> int:
         plan = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, size),)),
                             CompileOptions(chunk_bytes=min(chunk, size), baselines=False))
         reps = 5 if size <= (128 << 20) else 3
-        res = run_nodes(plan, lanes=args.lanes, slots=4, reps=reps)
+        slots = ring_slots(plan.options.chunk_bytes)  # the GPU executor's default ring (256 MiB)
+        res = run_nodes(plan, lanes=args.lanes, slots=slots, reps=reps)
         t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(reps))
         cpu = statistics.median(res[0]["cpu"])
         n_chunks = -(-size // min(chunk, size))
         copy = d2h_alone(size, 3)
-        net = run_nodes(plan, lanes=args.lanes, slots=4, reps=reps, host=True)
+        net = run_nodes(plan, lanes=args.lanes, slots=slots, reps=reps, host=True)
         t_net = statistics.median(max(net[n]["seconds"][i] for n in net) for i in range(reps))
         # the network alone, same run, same connections: plain sockets, and the TCP transport host -> host
         sys.path.insert(0, str(ROOT / "examples"))
@@ -193,8 +209,34 @@ def main(argv=None) -> int:
                          transport_seconds=t_transport, of_raw_sockets=t_raw / t, cpu_us_per_call=cpu * 1e6,
                          cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes))
         print(f"size {size >> 20} MiB done", flush=True)
+    variants = []
+    if args.variants:  # 1 GiB: where the GPU path loses against the network alone (chunk size, ring depth)
+        import bench_tcp
+
+        size = 1 << 30
+        # rounds interleave the variants (the shared host drifts), each GPU run beside the transport alone
+        # under the same chunk/credit protocol measured just before it; medians over rounds
+        configs = ((8 << 20, 4, ""), (8 << 20, 32, ""), (32 << 20, 8, ""), (32 << 20, 8, "no-copies"),
+                   (32 << 20, 8, "host-no-copies"), (32 << 20, 8, "no-d2h"), (32 << 20, 8, "no-h2d"))
+        got: dict[tuple, list] = {c: [] for c in configs}
+        for _ in range(args.rounds):
+            for chunk, slots, what in configs:
+                plan = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, size),)),
+                                    CompileOptions(chunk_bytes=chunk, baselines=False))
+                t_chunked = bench_tcp.chunked(args.lanes, size, chunk, slots)
+                res = run_nodes(plan, lanes=args.lanes, slots=slots, reps=3, host=what.startswith("host-"),
+                                variant=what.removeprefix("host-"))
+                t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(3))
+                got[(chunk, slots, what)].append((t, t_chunked, statistics.median(res[0]["cpu"])))
+            print("variants: round done", flush=True)
+        for (chunk, slots, what), samples in got.items():
+            variants.append(dict(chunk=chunk, slots=slots, lanes=args.lanes, variant=what,
+                                 gpu_seconds=statistics.median(s[0] for s in samples),
+                                 transport_chunked_seconds=statistics.median(s[1] for s in samples),
+                                 gpu_over_transport=statistics.median(s[1] / s[0] for s in samples),
+                                 cpu_us_per_call=statistics.median(s[2] for s in samples) * 1e6))
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "internode.json").write_text(json.dumps(dict(
+    (Path(args.out) / "internode.json").write_text(json.dumps(dict(variants=variants,
         kind="internode", date=time.strftime("%Y-%m-%d %H:%M"),
         gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), driver=cp.cuda.runtime.driverGetVersion(),
         checks=checks, rows=rows), indent=1))
@@ -205,6 +247,15 @@ def main(argv=None) -> int:
         print(f"{r['size'] >> 20:>5} MiB {r['gbps']:7.2f} {r['seconds'] * 1e3:12.2f} {r['d2h_seconds'] * 1e3:8.2f} "
               f"{r['transport_seconds'] * 1e3:13.2f} {r['raw_socket_seconds'] * 1e3:11.2f} {r['of_raw_sockets']:11.2f} "
               f"{r['cpu_us_per_call']:12.0f} {r['cpu_us_per_chunk']:13.1f}")
+    if variants:
+        print(f"1 GiB GPU->GPU by chunk and ring depth ({args.lanes} lanes), beside the transport alone under the "
+              "same chunk/credit protocol without copies:")
+        print(f"{'chunk':>9} {'slots':>5} {'variant':>9} {'GPU->GPU ms':>12} {'transport ms':>13} "
+              f"{'transport/GPU':>14} {'cpu ms/call':>12}")
+        for v in variants:
+            print(f"{v['chunk'] >> 20:>5} MiB {v['slots']:>5} {v['variant'] or '-':>9} "
+                  f"{v['gpu_seconds'] * 1e3:12.2f} {v['transport_chunked_seconds'] * 1e3:13.2f} "
+                  f"{v['gpu_over_transport']:14.2f} {v['cpu_us_per_call'] / 1e3:12.1f}")
     return 0 if all(checks.values()) else 1
 
 

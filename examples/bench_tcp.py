@@ -132,6 +132,57 @@ def hoccl(lanes: int, size: int) -> float:
     return _timed(_hoccl_receiver, lanes, size, setup, one_round)
 
 
+def _chunked_receiver(q, lanes, size, rounds, chunk, inflight):
+    rx = TcpTransport(lanes=lanes, session="bench")
+    rx.register(np.zeros(chunk * inflight, dtype=np.uint8))
+    credit = rx.register(np.zeros(1, dtype=np.uint8))
+    q.put(rx.listen())
+    conn = rx.accept(timeout_s=30)
+    n = -(-size // chunk)
+    for _ in range(rounds):
+        got = 0
+        while got < n:
+            for c in conn.poll(timeout_s=60):
+                if c.kind == "received":
+                    conn.write(credit, 0, 0, 0, 0, imm=c.imm)  # the slot is free again
+                    got += 1
+    time.sleep(0.5)
+    rx.close()
+
+
+def chunked(lanes: int, size: int, chunk: int, inflight: int) -> float:
+    """The transport under the node executor's protocol, without its copies: ``size`` bytes as writes of
+    ``chunk`` bytes into a ring of ``inflight`` slots, each slot reused once the receiver credited it."""
+    n = -(-size // chunk)
+
+    def setup(address):
+        tx = TcpTransport(lanes=lanes, session="bench")
+        conn = tx.connect(address, timeout_s=30)
+        region = tx.register(np.ones(chunk * inflight, dtype=np.uint8))
+        tx.register(np.zeros(1, dtype=np.uint8))
+        return (conn, region), tx.close
+
+    def one_round(state, r):
+        conn, region = state
+        credited, k = 0, 0
+        while credited < n:
+            while k < n and k < credited + inflight:
+                slot = (k % inflight) * chunk
+                conn.write(region, slot, min(chunk, size - k * chunk), 0, slot, imm=k)
+                k += 1
+            credited += sum(c.kind == "received" for c in conn.poll(timeout_s=60))
+
+    return _timed(_ChunkedReceiver(chunk, inflight), lanes, size, setup, one_round)
+
+
+class _ChunkedReceiver:  # picklable for the spawn context (a closure is not)
+    def __init__(self, chunk: int, inflight: int):
+        self.chunk, self.inflight = chunk, inflight
+
+    def __call__(self, q, lanes, size, rounds):
+        _chunked_receiver(q, lanes, size, rounds, self.chunk, self.inflight)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="2MiB,64MiB,1GiB")

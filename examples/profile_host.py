@@ -89,6 +89,27 @@ def main() -> int:
         micro["cuMemGetAddressRange (bindings)"] = per_call_us(lambda: cu.cuMemGetAddressRange(buf.data.ptr))
         ev = rt.eventCreateWithFlags(2)
         micro["eventRecord"] = per_call_us(lambda: rt.eventRecord(ev, s.ptr))
+        micro["streamIsCapturing"] = per_call_us(lambda: rt.streamIsCapturing(s.ptr))
+        micro["getDevice"] = per_call_us(rt.getDevice)
+        s.synchronize()
+        cap = cp.cuda.Stream(non_blocking=True)
+        rt.streamBeginCapture(cap.ptr, 1)
+        ops.enqueue(cap.ptr)
+        rt.memcpyAsync(other.data.ptr, buf.data.ptr, 4, 3, cap.ptr)
+        ops.enqueue(cap.ptr)
+        graph = rt.streamEndCapture(cap.ptr)
+        exe = rt.graphInstantiate(graph)
+        micro["graphLaunch (memops, copy, memops)"] = per_call_us(lambda: rt.graphLaunch(exe, s.ptr))
+        for name, body in (("copy", lambda c: rt.memcpyAsync(other.data.ptr, buf.data.ptr, 4, 3, c)),
+                           ("memops", lambda c: ops.enqueue(c)),
+                           ("2 copies", lambda c: [rt.memcpyAsync(other.data.ptr + 64 * i, buf.data.ptr, 4, 3, c)
+                                                   for i in range(2)])):
+            s.synchronize()
+            rt.streamBeginCapture(cap.ptr, 1)
+            body(cap.ptr)
+            g = rt.streamEndCapture(cap.ptr)
+            e = rt.graphInstantiate(g)
+            micro[f"graphLaunch ({name})"] = per_call_us(lambda e=e: rt.graphLaunch(e, s.ptr))
         s.synchronize()
     ag_out, a2a_out = cp.empty(4 << 20, cp.uint8), cp.empty(2 << 20, cp.uint8)
     calls = {
@@ -118,23 +139,86 @@ def main() -> int:
         nbytes = {"allgather": 4 << 20}.get(name, 2 << 20)  # nccl-tests' size: AllGather's whole output
         gbps = 200 * nbytes / (cp.cuda.get_elapsed_time(start, end) / 1e3) / 1e9
         host[name] = (round(statistics.median(reps), 1), round(gbps, 1))
-    dist.barrier()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(300):
-        calls["sendrecv"]()
-    prof.disable()
-    s.synchronize()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+    held = held_host_times(comm, calls, rank, s, dist, torch)
+    texts = []
+    for name in ("sendrecv", "allgather"):
+        dist.barrier()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(300):
+            calls[name]()
+        prof.disable()
+        s.synchronize()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+        texts.append(f"cProfile, 300 x {name}:\n" + "\n".join(
+            line for line in text.getvalue().splitlines()[:40] if line.strip()))
     time.sleep(0.2 * rank)
     print(f"--- rank {rank}: micro costs (us per call) {micro}")
-    print(f"--- rank {rank}: (host us per call, GB/s) at 2 MiB (200 back to back, median of 7): {host}")
-    print("\n".join(line for line in text.getvalue().splitlines()[:40] if line.strip()), flush=True)
+    print(f"--- rank {rank}: (host us per call, GB/s) at 2 MiB (200 back to back, median of 7; GPU-bound when "
+          f"the host us equal the GPU's time per call): {host}")
+    print(f"--- rank {rank}: host us per call with the stream held (median of {HELD_CALLS} x {HELD_REPS}):")
+    for (impl, name), us in held.items():
+        print(f"    {impl:12} {name:10} {us:6.1f}")
+    print("\n".join(texts), flush=True)
     dist.barrier()
     comm.close()
     dist.destroy_process_group()
     return 0
+
+
+HELD_CALLS, HELD_REPS = 40, 5
+
+
+def held_host_times(comm, calls, rank, s, dist, torch):
+    """Host us per call while the GPU cannot run ahead: each rank's stream waits on a host flag while
+    HELD_CALLS calls are enqueued (no launch queue fills, no GPU time is counted), then the flag is
+    set. Per call timed alone, median over every call of every repeat: what a call costs the host, the
+    rendezvous with the partner included. Beside it the same calls with torch tensors, and NCCL's."""
+    import cupy as cp
+
+    from hoccl_runtime.flags import FlagPool, MemOps
+
+    pool = FlagPool(2)
+    go = pool.allocate()
+    ts = torch.cuda.Stream()
+    t_in = torch.randint(0, 256, (2 << 20,), dtype=torch.uint8, device="cuda")
+    t_ag, t_a2a = torch.empty(4 << 20, dtype=torch.uint8, device="cuda"), torch.empty(2 << 20, dtype=torch.uint8,
+                                                                                      device="cuda")
+    peer = 1 - rank
+    impls = {
+        "hoccl-cupy": (s.ptr, calls),
+        "hoccl-torch": (ts.cuda_stream, {
+            "sendrecv": lambda: comm.send(t_in, 1, stream=ts) if rank == 0 else comm.recv(t_in, 0, stream=ts),
+            "allgather": lambda: comm.all_gather_into_tensor(t_ag, t_in, stream=ts),
+            "alltoall": lambda: comm.all_to_all_single(t_a2a, t_in, stream=ts)}),
+        "nccl": (ts.cuda_stream, {
+            "sendrecv": lambda: dist.send(t_in, peer) if rank == 0 else dist.recv(t_in, peer),
+            "allgather": lambda: dist.all_gather_into_tensor(t_ag, t_in),
+            "alltoall": lambda: dist.all_to_all_single(t_a2a, t_in)}),
+    }
+    out = {}
+    for impl, (stream, fns) in impls.items():
+        for name, fn in fns.items():
+            with torch.cuda.stream(ts):
+                fn()
+                fn()
+            torch.cuda.synchronize()
+            samples = []
+            for _ in range(HELD_REPS):
+                dist.barrier()  # before the hold: NCCL's barrier must not queue behind it
+                go.write(0)
+                MemOps().wait_eq(go, 1).enqueue(stream)
+                with torch.cuda.stream(ts):
+                    for _ in range(HELD_CALLS):
+                        t0 = time.perf_counter()
+                        fn()
+                        samples.append((time.perf_counter() - t0) * 1e6)
+                go.write(1)
+                cp.cuda.runtime.deviceSynchronize()
+            out[(impl, name)] = statistics.median(samples)
+    pool.close()
+    return out
 
 
 def _bindings_params(cu, ops):

@@ -15,7 +15,9 @@ broadcast, scatter, gather, send, recv), each returning at once. What happens:
   ``PlanError``) still releases the stream (the data is then wrong), and the error is raised by the
   next call, ``synchronize()`` or ``close()``.
 
-Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``); the listening address:
+Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``); staging: a pinned ring of 256 MiB
+per direction and executor (``ring_bytes=``: 32 chunks in flight; 4 chunks of 8 MiB measured 0.6 of the
+network's rate on the 2x H200 host, see docs/benchmarks.md); the listening address:
 ``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback.
 Addresses are exchanged through the store; every run starts with a plan notice, so ranks in
 different collectives raise ``PlanError``.
@@ -207,7 +209,7 @@ class NetCommunicator(_Calls):
     """Collectives among ranks on different nodes, one GPU per node (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
-                 chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None):
+                 chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None, ring_bytes: int = 256 << 20):
         from hoccl_compiler.topology import make_topology
 
         from .flags import FlagPool
@@ -218,7 +220,7 @@ class NetCommunicator(_Calls):
         if world < 2:
             raise HocclError("a network communicator needs at least 2 ranks")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes, self.ring_bytes = chunk_bytes, ring_bytes
         self.topology = make_topology("h200x2", nodes=world, gpus_per_node=1, forwarding="none")
         self._store = store
         self._lock = threading.Lock()
@@ -265,7 +267,8 @@ class NetCommunicator(_Calls):
     def _connect(self, plan: Any, buffers: dict) -> None:
         from .netexec import GpuNodeExecutor
 
-        ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True)
+        ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
+                             ring_bytes=self.ring_bytes)
         ex.connect(self._addresses)
         self._executor = ex
 
@@ -364,7 +367,8 @@ class NodeNetCommunicator(_Calls):
     docs/architecture.md)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, gpus_per_node: int,
-                 timeout_s: float = 60.0, chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None):
+                 timeout_s: float = 60.0, chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None,
+                 ring_bytes: int = 256 << 20):
         from hoccl_compiler.topology import make_topology
 
         from .transport.tcp import TcpTransport
@@ -374,7 +378,7 @@ class NodeNetCommunicator(_Calls):
             raise HocclError(f"rank {rank} of {world} with {L} GPUs per node: the world must be whole nodes")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self.L, self.node, self.local, self.nodes = L, rank // L, rank % L, world // L
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes, self.ring_bytes = chunk_bytes, ring_bytes
         self.topology = make_topology("h200x2", nodes=self.nodes, gpus_per_node=L,
                                       forwarding="symmetric" if L % 2 == 0 else "none")
         self._plans: dict = {}
@@ -486,7 +490,8 @@ class NodeNetCommunicator(_Calls):
             self._store.set(f"p2p-{lo}-{hi}-{self.rank}", transport.listen())
             addresses = {0: self._store.get(f"p2p-{lo}-{hi}-{lo}").decode(),
                          1: self._store.get(f"p2p-{lo}-{hi}-{hi}").decode()}
-            ex = GpuNodeExecutor(plan, me, bufs, transport, timeout_s=self.timeout_s, reuse=True)
+            ex = GpuNodeExecutor(plan, me, bufs, transport, timeout_s=self.timeout_s, reuse=True,
+                                 ring_bytes=self.ring_bytes)
             ex.connect(addresses)
             self._pair_exec[peer] = ex
         ex.run(plan, bufs)
@@ -587,7 +592,7 @@ class NodeNetCommunicator(_Calls):
             from .netexec import GpuNodeExecutor
 
             self._executor = GpuNodeExecutor(plan, self.node, buffers, self.transport, timeout_s=self.timeout_s,
-                                             reuse=True)
+                                             reuse=True, ring_bytes=self.ring_bytes)
             self._executor.connect(self._addresses)
         self._executor.run(plan, buffers)
         for i in range(self.L):

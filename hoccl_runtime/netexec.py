@@ -34,7 +34,7 @@ from hoccl_compiler.schema import Plan
 from .errors import HocclTimeoutError, PlanError, TransportError
 from .transport.base import Connection, Transport
 
-__all__ = ["HostNodeExecutor", "GpuNodeExecutor"]
+__all__ = ["HostNodeExecutor", "GpuNodeExecutor", "RING_BYTES", "ring_slots"]
 
 CREDIT = 1 << 31
 STAGE_DONE = 0x7F000000
@@ -368,6 +368,21 @@ class HostNodeExecutor:
                 time.sleep(50e-6)
 
 
+# Staging ring per GPU and direction when the caller does not give ``slots``: measured on the 2x H200 host
+# (1 GiB over TCP, 8 lanes, docs/benchmarks.md) 4 slots of 8 MiB took 87-122 ms, 32 of 8 MiB or 8 of
+# 32 MiB 66-73 ms: the ring must hold enough chunks to keep every lane busy while the copies and credits
+# of earlier chunks complete. The same number of slots on every node (the sender picks the remote slot).
+RING_BYTES = 256 << 20
+MAX_SLOTS = 64
+
+
+def ring_slots(chunk_bytes: int, ring_bytes: int = RING_BYTES) -> int:
+    """Slots of a staging ring of about ``ring_bytes`` for chunks of ``chunk_bytes`` (4 to MAX_SLOTS)."""
+    if ring_bytes < 1:
+        raise TransportError(f"ring_bytes={ring_bytes}: give the staging ring size in bytes (default {RING_BYTES})")
+    return max(4, min(MAX_SLOTS, ring_bytes // max(1, chunk_bytes)))
+
+
 class GpuNodeExecutor(HostNodeExecutor):
     """The same schedule with GPU buffers: one process drives its node's GPUs (``{rank: (input, output)}``
     as CuPy arrays, torch tensors or anything :func:`as_buffer` takes).
@@ -380,14 +395,18 @@ class GpuNodeExecutor(HostNodeExecutor):
     engine, the slot's credit leaving once that copy completed. With ``slots`` chunks per ring the
     copies of chunk k+1.. overlap the network transfer of chunk k (the state machine IDLE -> DMA_COPYING
     -> NETWORK -> IDLE, in events and credits). ``run()`` returns when the node's part is complete.
+    By default a ring holds about ``ring_bytes`` (256 MiB, pinned; see :func:`ring_slots`).
     """
 
     direct_receive = False  # TCP lands in host memory: always through the receive ring
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
-                 slots: int = 4, timeout_s: float = 30.0, reuse: bool = False):
+                 slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
+                 ring_bytes: int = RING_BYTES):
         from ._cuda import cupy_runtime
 
+        if slots is None:
+            slots = ring_slots(plan.options.chunk_bytes, ring_bytes)
         topo = plan.topology
         L = topo.gpus_per_node
         ranks = list(range(node * L, (node + 1) * L))

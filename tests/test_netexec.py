@@ -174,3 +174,17 @@ def test_nodes_in_different_collectives_raise_plan_error():
                          CompileOptions(chunk_bytes=2048, baselines=False))
     _, errors = _reuse_nodes([[ag, other], [ag, other]], timeout_s=5)
     assert errors and all(isinstance(e, TransportError) and "chunk size" in str(e) for _, e in errors), errors
+
+
+def test_ring_slots_default_holds_about_256_mib():
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.netexec import RING_BYTES, ring_slots
+
+    assert RING_BYTES == 256 << 20
+    assert ring_slots(8 << 20) == 32
+    assert ring_slots(32 << 20) == 8
+    assert ring_slots(1 << 30) == 4        # never fewer than 4: copies still overlap the network
+    assert ring_slots(4096) == 64          # never more than 64 slots
+    assert ring_slots(8 << 20, 64 << 20) == 8
+    with pytest.raises(TransportError, match="ring_bytes=0"):
+        ring_slots(8 << 20, 0)

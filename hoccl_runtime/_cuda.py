@@ -18,7 +18,7 @@ from typing import Any
 from .errors import CudaError
 
 __all__ = ["driver", "cupy_runtime", "check", "device_count", "enable_peer_access", "host_mapped_alloc",
-           "host_free", "MEMCPY_DEFAULT", "fast_driver", "FastDriver", "pack_memops", "MEMOP_BYTES"]
+           "host_free", "dmabuf_fd", "MEMCPY_DEFAULT", "fast_driver", "FastDriver", "pack_memops", "MEMOP_BYTES"]
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction inferred from unified addresses
 
@@ -109,6 +109,46 @@ def host_mapped_alloc(nbytes: int) -> int:
     finally:
         rt.setDevice(caller_device)
     return int(ptr)
+
+
+DMA_BUF_SUPPORTED = 124          # CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+RANGE_HANDLE_DMA_BUF_FD = 1      # CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+DMA_BUF_PAGE = 4096              # the range given to the driver: host pages
+
+
+def dmabuf_fd(address: int, nbytes: int, device: int) -> tuple[int, int]:
+    """A dma-buf file descriptor for the GPU memory ``[address, address + nbytes)`` of ``device`` (what an
+    RDMA NIC registers for GPUDirect RDMA: ``ibv_reg_dmabuf_mr``), and ``address``'s offset in it. The
+    exported range is the enclosing whole host pages, which must lie inside the allocation. The caller
+    closes the fd (after the memory region that uses it)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    rt = cupy_runtime()
+    caller_device = rt.getDevice()
+    try:
+        rt.setDevice(device)
+        rt.free(0)  # makes the device's primary context current for the driver calls below
+        value = ctypes.c_int(0)
+        err = lib.cuDeviceGetAttribute(ctypes.byref(value), DMA_BUF_SUPPORTED, ctypes.c_int(device))
+        if err or not value.value:
+            raise CudaError(f"GPU {device} cannot export dma-bufs (cuDeviceGetAttribute DMA_BUF_SUPPORTED: error "
+                            f"{err}, value {value.value}); it needs the open GPU kernel modules, CUDA 11.7+ and a "
+                            "kernel with dma-buf")
+        base, size = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(address))
+        base, size = int(base), int(size)
+        start = address - address % DMA_BUF_PAGE
+        end = -(-(address + nbytes) // DMA_BUF_PAGE) * DMA_BUF_PAGE
+        if start < base or end > base + size:
+            raise CudaError(f"GPU memory {address:#x}+{nbytes} (as whole host pages {start:#x}..{end:#x}) is not "
+                            f"inside its allocation {base:#x}+{size}; register whole 4 KiB pages of one allocation")
+        fd = ctypes.c_int(-1)
+        lib.cuMemGetHandleForAddressRange.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t,
+                                                      ctypes.c_int, ctypes.c_ulonglong]
+        err = lib.cuMemGetHandleForAddressRange(ctypes.byref(fd), start, end - start, RANGE_HANDLE_DMA_BUF_FD, 0)
+        if err or fd.value < 0:
+            raise CudaError(f"cuMemGetHandleForAddressRange (dma-buf) failed with CUresult {err}")
+        return fd.value, address - start
+    finally:
+        rt.setDevice(caller_device)
 
 
 def host_free(ptr: int) -> None:

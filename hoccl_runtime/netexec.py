@@ -32,7 +32,7 @@ import numpy as np
 from hoccl_compiler.schema import Plan
 
 from .errors import HocclTimeoutError, PlanError, TransportError
-from .transport.base import Connection, Transport
+from .transport.base import Connection, Region, Transport
 
 __all__ = ["HostNodeExecutor", "GpuNodeExecutor", "RING_BYTES", "ring_slots"]
 
@@ -80,12 +80,10 @@ class HostNodeExecutor:
         for r in self.ranks:
             out = self.outputs[r]
             transport.register(out if out.nbytes else np.zeros(1, np.uint8))
-            self.recv_ring[r] = self._ring(slots * self.chunk)
-            transport.register(self.recv_ring[r])
+            self.recv_ring[r], _ = self._make_ring("recv", r, slots * self.chunk)
         self.send_region = {}
         for r in self.ranks:
-            self.send_ring[r] = self._ring(slots * self.chunk)
-            self.send_region[r] = transport.register(self.send_ring[r])
+            self.send_ring[r], self.send_region[r] = self._make_ring("send", r, slots * self.chunk)
         self.conns: dict[int, Connection] = {}
         self._backlog: dict[int, list] = {}        # completions read during a barrier, for the next stage
         self._early_done: set[tuple[int, int]] = set()
@@ -94,6 +92,11 @@ class HostNodeExecutor:
     def _ring(self, nbytes: int) -> np.ndarray:
         """A staging ring (host memory; pinned and device-mapped in the GPU executor)."""
         return np.zeros(nbytes, np.uint8)
+
+    def _make_ring(self, kind: str, rank: int, nbytes: int) -> tuple[object, Region]:
+        """Rank ``rank``'s ``kind`` ("send" / "recv") staging ring, registered with the transport once."""
+        ring = self._ring(nbytes)
+        return ring, self.transport.register(ring)
 
     def connect(self, addresses: Mapping[int, str]) -> None:
         """Connect to every other node (``addresses[n]`` is node n's listening address)."""
@@ -402,9 +405,19 @@ class GpuNodeExecutor(HostNodeExecutor):
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
                  slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
-                 ring_bytes: int = RING_BYTES):
+                 ring_bytes: int = RING_BYTES, staging: str = "auto"):
         from ._cuda import cupy_runtime
 
+        if staging not in ("auto", "host", "device"):
+            raise TransportError(f"staging={staging!r}: choose 'host' (pinned host rings), 'device' (rings in GPU "
+                                 "memory registered with an RDMA NIC) or 'auto'")
+        if staging == "device" and not transport.device_memory:
+            raise TransportError(f"staging='device' needs a transport that registers GPU memory (verbs); the "
+                                 f"{transport.name} transport moves host memory: use staging='host'")
+        self.staging = "device" if staging == "auto" and transport.device_memory else \
+            ("host" if staging == "auto" else staging)
+        self._ring_at: dict[tuple[str, int], int] = {}   # (kind, rank) -> the ring's address
+        self._device_rings: list[tuple[int, int]] = []  # (GPU, pointer) of rings in GPU memory
         if slots is None:
             slots = ring_slots(plan.options.chunk_bytes, ring_bytes)
         topo = plan.topology
@@ -463,6 +476,21 @@ class GpuNodeExecutor(HostNodeExecutor):
     def _ring(self, nbytes: int) -> np.ndarray:
         return self._pinned(nbytes)
 
+    def _make_ring(self, kind: str, rank: int, nbytes: int) -> tuple[object, Region]:
+        """Host staging: pinned, device-mapped host memory. Device staging (an RDMA transport): GPU memory
+        of the rank's GPU, registered once for GPUDirect RDMA (dma-buf, else peer memory)."""
+        if self.staging == "host":
+            ring, region = super()._make_ring(kind, rank, nbytes)
+            self._ring_at[(kind, rank)] = int(ring.ctypes.data)
+            return ring, region
+        rt, device = self._rt, self._dev[rank]
+        rt.setDevice(device)
+        size = -(-max(1, nbytes) // (2 << 20)) * (2 << 20)  # whole 2 MiB pages: the dma-buf range is whole pages
+        ptr = int(rt.malloc(size))
+        self._device_rings.append((device, ptr))
+        self._ring_at[(kind, rank)] = ptr
+        return ptr, self.transport.register_device(ptr, nbytes, device)
+
     def _stream(self, kind: str, device: int) -> int:
         key = (kind, device)
         if key not in self._streams:
@@ -500,11 +528,11 @@ class GpuNodeExecutor(HostNodeExecutor):
                        n)
 
     def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
-        ring = int(self.send_ring[ubar].ctypes.data)
+        ring = self._ring_at[("send", ubar)]
         return self._copy("d2h", self._dev[src_rank], ring + slot, self._in[src_rank].ptr + src_off, n)
 
     def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
-        ring = int(self.recv_ring[vbar].ctypes.data)
+        ring = self._ring_at[("recv", vbar)]
         return self._copy("h2d", self._dev[v], self._out[v].ptr + dst_off, ring + slot, n)
 
     def _done(self, token: object) -> bool:
@@ -532,4 +560,8 @@ class GpuNodeExecutor(HostNodeExecutor):
         for ptr in self._host:
             host_free(ptr)
         self._host.clear()
+        for device, ptr in self._device_rings:
+            rt.setDevice(device)
+            rt.free(ptr)
+        self._device_rings.clear()
         self._keep_alive.clear()

@@ -13,6 +13,7 @@ run_part() {  # name, seconds, command...
   summary+=("$name rc=$rc $((SECONDS - t0))s")
 }
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv >"$OUT/gpu.txt" 2>&1
+{ nvidia-smi topo -m; lscpu | grep -i "numa\|model name"; } >>"$OUT/gpu.txt" 2>&1
 for p in $parts; do
   case $p in
     tests) run_part tests 400 python -m pytest -q -p no:cacheprovider tests/test_gpu_intranode.py \

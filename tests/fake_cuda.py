@@ -194,6 +194,17 @@ class _Stream:
         pass
 
 
+dmabuf_exports: list[tuple[int, int, int]] = []  # (address, bytes, device) of every dma-buf exported
+
+
+def dmabuf_fd(address: int, nbytes: int, device: int) -> tuple[int, int]:
+    """A real file descriptor (of /dev/null) standing for the dma-buf; offset 0."""
+    import os
+
+    dmabuf_exports.append((address, nbytes, device))
+    return os.open(os.devnull, os.O_RDONLY), 0
+
+
 def install(monkeypatch) -> None:
     """Replace CUDA for the code under test (cupy module, the driver helpers, peer access)."""
     rt = Runtime()
@@ -206,6 +217,8 @@ def install(monkeypatch) -> None:
     monkeypatch.setattr(_cuda, "host_mapped_alloc", host_mapped_alloc)
     monkeypatch.setattr(_cuda, "host_free", host_free)
     monkeypatch.setattr(_cuda, "enable_peer_access", lambda a, b: None)
+    monkeypatch.setattr(_cuda, "dmabuf_fd", dmabuf_fd)
+    dmabuf_exports.clear()
 
 
 class Store:

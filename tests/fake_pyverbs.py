@@ -51,6 +51,20 @@ class MR:
             _mrs.pop(self.rkey, None)
 
 
+class Mlx5DmaBufMR(MR):
+    """pyverbs.providers.mlx5.mlx5dv_dmabuf.Mlx5DmaBufMR (rdma-core 51+): an MR over a dma-buf fd, addressed
+    by ``iova`` through its keys."""
+
+    registered: list[tuple[int, int, int, int]] = []  # (fd, offset, length, iova)
+
+    def __init__(self, pd, offset, length, iova=0, fd=None, access=0, mlx5_access=0):
+        if fd is None or fd < 0:
+            raise RuntimeError("Failed to register a mlx5 dma-buf MR: no fd")
+        os.fstat(fd)  # a real, open descriptor
+        super().__init__(pd, length, access, address=iova)
+        Mlx5DmaBufMR.registered.append((fd, offset, length, iova))
+
+
 class CompChannel:
     def __init__(self, ctx):
         self.fd, self._w = os.pipe()
@@ -171,14 +185,17 @@ class RecvWR(_Obj):
     pass
 
 
-def install(monkeypatch, devices=("fake_0",)) -> types.ModuleType:
-    """Register the fake as the package ``fakeverbs`` (with its submodules) and return it."""
+def install(monkeypatch, devices=("fake_0",), dmabuf: bool = False, mr_refuses=()) -> types.ModuleType:
+    """Register the fake as the package ``fakeverbs`` (with its submodules) and return it. ``dmabuf``: with
+    the mlx5 provider's dma-buf MR; ``mr_refuses``: addresses a plain MR refuses (GPU memory without the
+    nvidia_peermem module)."""
     pkg = types.ModuleType("fakeverbs")
     pkg.__path__ = []
     mods = {
         "device": {"Context": Context, "get_device_list": lambda: [types.SimpleNamespace(name=d.encode())
                                                                     for d in devices]},
-        "pd": {"PD": PD}, "mr": {"MR": MR}, "cq": {"CQ": CQ, "CompChannel": CompChannel, "WC": WC},
+        "pd": {"PD": PD}, "mr": {"MR": _refusing_mr(set(mr_refuses))},
+        "cq": {"CQ": CQ, "CompChannel": CompChannel, "WC": WC},
         "qp": {"QP": QP, "QPCap": QPCap, "QPInitAttr": QPInitAttr, "QPAttr": QPAttr},
         "wr": {"SGE": SGE, "SendWR": SendWR, "RecvWR": RecvWR},
         "addr": {"GID": lambda s: s, "GlobalRoute": _Obj, "AHAttr": _Obj},
@@ -187,6 +204,10 @@ def install(monkeypatch, devices=("fake_0",)) -> types.ModuleType:
                              "IBV_WC_RDMA_WRITE": 1, "IBV_WC_RECV_RDMA_WITH_IMM": 129, "IBV_QPS_INIT": 1,
                              "IBV_QPS_RTR": 2, "IBV_QPS_RTS": 3, "IBV_MTU_4096": 5},
     }
+    if dmabuf:
+        mods["providers"], mods["providers.mlx5"] = {"__path__": []}, {"__path__": []}
+        mods["providers.mlx5.mlx5dv_dmabuf"] = {"Mlx5DmaBufMR": Mlx5DmaBufMR}
+    Mlx5DmaBufMR.registered = []
     monkeypatch.setitem(sys.modules, "fakeverbs", pkg)
     for name, attrs in mods.items():
         mod = types.ModuleType(f"fakeverbs.{name}")
@@ -194,6 +215,15 @@ def install(monkeypatch, devices=("fake_0",)) -> types.ModuleType:
         setattr(pkg, name, mod)
         monkeypatch.setitem(sys.modules, mod.__name__, mod)
     return pkg
+
+
+def _refusing_mr(refused: set) -> type:
+    class RefusingMR(MR):
+        def __init__(self, pd, length, access, address=None, **kwargs):
+            if address in refused:
+                raise RuntimeError("Failed to register a MR (errno 14: Bad address)")
+            super().__init__(pd, length, access, address=address, **kwargs)
+    return RefusingMR
 
 
 def kill_qps_of(conn) -> None:

@@ -253,3 +253,135 @@ def test_transport_queue_pair_arguments_with_real_pyverbs(real_pyverbs):
     assert attr.qp_type == e.IBV_QPT_RC and attr.cap.max_recv_wr == 256
     for name in ("IBV_WC_SUCCESS", "IBV_WC_RECV_RDMA_WITH_IMM", "IBV_ACCESS_REMOTE_WRITE", "IBV_QPT_RC"):
         assert hasattr(e, name), name
+
+
+# --- GPUDirect RDMA: staging rings in GPU memory, registered as dma-bufs or through peer memory ------------
+
+
+def _gpu_nodes_over_verbs(monkeypatch, *, dmabuf, mr_refuses_gpu=False, kind="alltoall"):
+    """2 nodes x 2 GPUs on faked CUDA (device pointers are host memory) over the fake verbs transport,
+    the GPU executor with its default staging: returns (outputs, wanted outputs, transports)."""
+    import fake_cuda
+
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.interop import DeviceBuffer
+    from hoccl_runtime.netexec import GpuNodeExecutor
+
+    fake_cuda.install(monkeypatch)
+    gpu_memory = set()
+    malloc = fake_cuda.Runtime.malloc
+
+    def tracked_malloc(self, nbytes):
+        ptr = malloc(self, nbytes)
+        gpu_memory.add(ptr)
+        return ptr
+
+    monkeypatch.setattr(fake_cuda.Runtime, "malloc", tracked_malloc)
+
+    class Refusing(set):  # a plain MR on GPU memory fails: no nvidia_peermem
+        def __contains__(self, address):
+            return mr_refuses_gpu and address in gpu_memory
+
+    pv = fakepv.install(monkeypatch, dmabuf=dmabuf)
+    monkeypatch.setattr(sys.modules["fakeverbs.mr"], "MR", fakepv._refusing_mr(Refusing()))
+    plan = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind=kind, size_bytes=4 * 10_007),
+                        CompileOptions(chunk_bytes=4096, baselines=False))
+    inputs = [np.random.default_rng([r, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+              for r in range(4)]
+    outputs = [np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8) for r in range(4)]
+    transports = [verbs.VerbsTransport(pyverbs=pv, session=plan.plan_id, name=f"node{n}", qps=2, timeout_s=10)
+                  for n in range(2)]
+    execs = {}
+
+    def make(n):
+        bufs = {r: (DeviceBuffer(int(inputs[r].ctypes.data), inputs[r].nbytes, r % 2),
+                    DeviceBuffer(int(outputs[r].ctypes.data), outputs[r].nbytes, r % 2)) for r in (2 * n, 2 * n + 1)}
+        execs[n] = GpuNodeExecutor(plan, n, bufs, transports[n], slots=3, timeout_s=10)
+
+    errors = failures(in_threads(2, make))
+    if errors:
+        for t in transports:
+            t.close()
+        raise errors[0][1]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+
+    def node(n):
+        execs[n].connect(addresses)
+        execs[n].run()
+        execs[n].close()
+
+    errors = failures(in_threads(2, node))
+    assert not errors, errors
+    return outputs, replay(plan, inputs).outputs, transports, execs
+
+
+def test_gpudirect_rings_registered_as_dmabufs(monkeypatch):
+    """With the verbs transport the GPU executor stages in GPU memory (no pinned host ring), registered once
+    per ring as a dma-buf (fd, offset, iova = the GPU address); the collective is byte-equal to replay."""
+    import fake_cuda
+
+    outputs, want, transports, execs = _gpu_nodes_over_verbs(monkeypatch, dmabuf=True)
+    try:
+        assert all(ex.staging == "device" for ex in execs.values())
+        for r in range(4):
+            assert np.array_equal(outputs[r], want[r]), f"rank {r}"
+        assert [t.gpu_registration for t in transports] == ["dma-buf", "dma-buf"]
+        # 2 GPUs per node x (send + receive ring) x 2 nodes, each exported and registered at its own address
+        assert len(fake_cuda.dmabuf_exports) == 8 and len(fakepv.Mlx5DmaBufMR.registered) == 8
+        assert sorted(iova for *_, iova in fakepv.Mlx5DmaBufMR.registered) == sorted(
+            address for address, *_ in fake_cuda.dmabuf_exports)
+        assert {device for *_, device in fake_cuda.dmabuf_exports} == {0, 1}
+    finally:
+        fds = [fd for fd, *_ in fakepv.Mlx5DmaBufMR.registered]
+        for t in transports:
+            t.close()
+    for fd in fds:  # the transport closed the dma-buf descriptors with its MRs
+        with pytest.raises(OSError):
+            import os
+
+            os.fstat(fd)
+
+
+def test_gpudirect_falls_back_to_peer_memory(monkeypatch):
+    outputs, want, transports, _ = _gpu_nodes_over_verbs(monkeypatch, dmabuf=False, kind="allgather")
+    for t in transports:
+        t.close()
+    assert [t.gpu_registration for t in transports] == ["peer-memory", "peer-memory"]
+    for r in range(4):
+        assert np.array_equal(outputs[r], want[r]), f"rank {r}"
+
+
+def test_gpu_memory_that_cannot_be_registered_says_why_and_what_to_do(monkeypatch):
+    with pytest.raises(TransportError) as info:
+        _gpu_nodes_over_verbs(monkeypatch, dmabuf=False, mr_refuses_gpu=True)
+    text = str(info.value)
+    assert "no mlx5 dma-buf MR" in text and "nvidia_peermem" in text and "staging='host'" in text
+
+
+def test_host_transports_refuse_gpu_memory_and_device_staging(monkeypatch):
+    import fake_cuda
+
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.interop import DeviceBuffer
+    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.transport import TcpTransport
+
+    fake_cuda.install(monkeypatch)
+    tcp = TcpTransport(session="s")
+    with pytest.raises(TransportError, match="cannot register GPU memory"):
+        tcp.register_device(0x1000, 4096, 0)
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
+                        CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1000),)),
+                        CompileOptions(chunk_bytes=4096, baselines=False))
+    a, b = np.zeros(1000, np.uint8), np.zeros(0, np.uint8)
+    bufs = {0: (DeviceBuffer(int(a.ctypes.data), 1000, 0), DeviceBuffer(int(b.ctypes.data), 0, 0))}
+    with pytest.raises(TransportError, match="staging='device' needs a transport that registers GPU memory"):
+        GpuNodeExecutor(plan, 0, bufs, tcp, staging="device")
+    with pytest.raises(TransportError, match="staging='pinned'"):
+        GpuNodeExecutor(plan, 0, bufs, tcp, staging="pinned")
+    ex = GpuNodeExecutor(plan, 0, bufs, tcp)
+    assert ex.staging == "host"
+    ex.close()
+    tcp.close()

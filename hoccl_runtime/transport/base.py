@@ -26,14 +26,22 @@ __all__ = ["Region", "Completion", "Connection", "Transport", "open_listener"]
 
 @dataclass(frozen=True)
 class Region:
-    """A registered buffer: host memory (a NumPy byte view) known to the transport by ``id``."""
+    """A registered buffer known to the transport by ``id``: host memory (a NumPy byte view), or GPU
+    memory (``view`` None; ``device_address`` and ``device_bytes``), which only an RDMA transport can
+    register (:meth:`Transport.register_device`)."""
 
     id: int
-    view: np.ndarray  # uint8, contiguous
+    view: np.ndarray | None  # uint8, contiguous; None for GPU memory
+    device_address: int = 0
+    device_bytes: int = 0
 
     @property
     def nbytes(self) -> int:
-        return int(self.view.nbytes)
+        return int(self.view.nbytes) if self.view is not None else self.device_bytes
+
+    @property
+    def address(self) -> int:
+        return int(self.view.ctypes.data) if self.view is not None else self.device_address
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,15 @@ class Transport(ABC):
 
     @abstractmethod
     def register(self, buffer: np.ndarray) -> Region: ...
+
+    #: whether :meth:`register_device` can register GPU memory (GPUDirect RDMA)
+    device_memory = False
+
+    def register_device(self, address: int, nbytes: int, device: int) -> Region:
+        """Register ``nbytes`` of GPU ``device``'s memory at ``address`` once (RDMA transports only)."""
+        raise TransportError(f"the {self.name} transport moves host memory only and cannot register GPU memory "
+                             f"({nbytes} bytes on GPU {device}); stage through pinned host memory (GpuNodeExecutor's "
+                             "staging='host', the default for it)")
 
     @abstractmethod
     def listen(self) -> str:

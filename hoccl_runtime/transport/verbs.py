@@ -245,7 +245,7 @@ class VerbsConnection(Connection):
             wid = t._next_write
             t._next_write += 1
             t._writes[wid] = (self, lane, remote_region, remote_offset, nbytes, imm)
-        wr = write_with_imm(t.pv, wr_id=wid, addr=int(local.view.ctypes.data) + offset, nbytes=nbytes, lkey=mr.lkey,
+        wr = write_with_imm(t.pv, wr_id=wid, addr=local.address + offset, nbytes=nbytes, lkey=mr.lkey,
                             remote_addr=address + remote_offset, rkey=rkey, imm=imm)
         self._outstanding[lane] += 1
         try:
@@ -316,6 +316,8 @@ class VerbsTransport(Transport):
         self.gid = str(self.ctx.query_gid(port, gid_index))
         self._mrs: list = []
         self._regions: list[Region] = []
+        self._dmabuf_fds: list[int] = []
+        self.gpu_registration: str | None = None  # how GPU memory was registered: "dma-buf" or "peer-memory"
         self._scratch = None
         self._conns: list[VerbsConnection] = []
         self._by_qp: dict[int, VerbsConnection] = {}
@@ -346,6 +348,55 @@ class VerbsTransport(Transport):
         self._mrs.append(mr)
         return region
 
+    device_memory = True
+
+    def register_device(self, address: int, nbytes: int, device: int) -> Region:
+        """Register GPU memory once, for RDMA straight from and into it (GPUDirect RDMA). First as a dma-buf
+        (the CUDA driver exports the range as a dma-buf fd, rdma-core's mlx5 provider registers it:
+        ``Mlx5DmaBufMR``, rdma-core 51+; the kernel's own path, no extra module), else through the
+        nvidia-peermem module (a plain MR on the GPU address). Which one worked is in ``gpu_registration``."""
+        if self._conns:
+            raise TransportError("register every staging region before connecting: the peer learns the regions "
+                                 "(address, rkey) in the connection's hello")
+        if nbytes < 1:
+            raise TransportError(f"a GPU region needs at least one byte (got {nbytes})")
+        access = self.e.IBV_ACCESS_LOCAL_WRITE | self.e.IBV_ACCESS_REMOTE_WRITE
+        why = []
+        mr = None
+        try:
+            dmabuf = importlib.import_module(f"{self.pv.__name__}.providers.mlx5.mlx5dv_dmabuf")
+        except ImportError:
+            why.append("dma-buf: this pyverbs has no mlx5 dma-buf MR (rdma-core 51+ with the mlx5 provider)")
+        else:
+            from .._cuda import dmabuf_fd
+
+            try:
+                fd, offset = dmabuf_fd(address, nbytes, device)
+            except Exception as exc:  # noqa: BLE001 - a CUDA error or an unsupported driver
+                why.append(f"dma-buf: the CUDA driver exported no dma-buf ({exc})")
+            else:
+                try:
+                    mr = dmabuf.Mlx5DmaBufMR(self.pd, offset, nbytes, iova=address, fd=fd, access=access)
+                    self.gpu_registration = "dma-buf"
+                    self._dmabuf_fds.append(fd)
+                except Exception as exc:  # noqa: BLE001
+                    os.close(fd)
+                    why.append(f"dma-buf: registering it with {self.device} failed ({exc})")
+        if mr is None:
+            mr_mod = importlib.import_module(f"{self.pv.__name__}.mr")
+            try:
+                mr = mr_mod.MR(self.pd, nbytes, access, address=address)
+                self.gpu_registration = "peer-memory"
+            except Exception as exc:  # noqa: BLE001
+                why.append(f"peer memory: {exc} (is the nvidia_peermem module loaded?)")
+                raise TransportError(f"cannot register {nbytes} bytes of GPU {device} memory with {self.device}: "
+                                     + "; ".join(why) + ". Stage through host memory instead (GpuNodeExecutor("
+                                     "staging='host'))") from None
+        region = Region(len(self._regions), None, device_address=address, device_bytes=nbytes)
+        self._regions.append(region)
+        self._mrs.append(mr)
+        return region
+
     # --- connection setup -----------------------------------------------------------------------------
     def listen(self) -> str:
         sock = open_listener(self.host, self.oob_port, 64)
@@ -362,7 +413,7 @@ class VerbsTransport(Transport):
     def _hello(self, qps: list, psns: list[int]) -> dict:
         return {"magic": "hoccl-verbs-1", "session": self.session, "name": self.name, "gid": self.gid,
                 "qps": [[qp.qp_num, psn] for qp, psn in zip(qps, psns, strict=True)],
-                "regions": [[int(r.view.ctypes.data), int(mr.rkey), r.nbytes]
+                "regions": [[r.address, int(mr.rkey), r.nbytes]
                             for r, mr in zip(self._regions, self._mrs, strict=True)]}
 
     def _handshake(self, sock: socket.socket, peer: str) -> VerbsConnection:
@@ -524,3 +575,7 @@ class VerbsTransport(Transport):
             if obj is not None:
                 with contextlib.suppress(Exception):  # closing anyway
                     obj.close()
+        for fd in self._dmabuf_fds:  # after the MRs that hold the dma-bufs
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._dmabuf_fds.clear()

@@ -100,10 +100,24 @@ def main() -> int:
         graph = rt.streamEndCapture(cap.ptr)
         exe = rt.graphInstantiate(graph)
         micro["graphLaunch (memops, copy, memops)"] = per_call_us(lambda: rt.graphLaunch(exe, s.ptr))
-        for name, body in (("copy", lambda c: rt.memcpyAsync(other.data.ptr, buf.data.ptr, 4, 3, c)),
-                           ("memops", lambda c: ops.enqueue(c)),
+        sig = pool.allocate()
+        one = cp.ones(1, cp.int32)
+        wait = MemOps().wait_eq(f, 0)
+        write = MemOps().write(sig, 0)
+
+        def data(c):
+            rt.memcpyAsync(other.data.ptr, buf.data.ptr, 4, 3, c)
+
+        def signal(c):  # a flag set by a 4-byte copy from GPU memory (a copy engine) instead of a stream write
+            rt.memcpyAsync(sig.address, one.data.ptr, 4, 4, c)
+
+        for name, body in (("copy", data), ("memops", lambda c: ops.enqueue(c)),
                            ("2 copies", lambda c: [rt.memcpyAsync(other.data.ptr + 64 * i, buf.data.ptr, 4, 3, c)
-                                                   for i in range(2)])):
+                                                   for i in range(2)]),
+                           ("wait, copy", lambda c: (wait.enqueue(c), data(c))),
+                           ("wait, copy, write", lambda c: (wait.enqueue(c), data(c), write.enqueue(c))),
+                           ("wait, copy, signal copy", lambda c: (wait.enqueue(c), data(c), signal(c))),
+                           ("copy, signal copy", lambda c: (data(c), signal(c)))):
             s.synchronize()
             rt.streamBeginCapture(cap.ptr, 1)
             body(cap.ptr)

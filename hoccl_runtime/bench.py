@@ -380,7 +380,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     ops = [o for o in args.collectives.split(",") if o]
     impls = _baselines(args.baselines)
     for size in _sizes(args.sizes):
-        iters = max(3, min(40, (1 << 30) // size))
+        iters = max(10, min(40, (1 << 30) // size))  # nccl-tests times 20; 3 left start-up skew in 1 GiB rows
         for op in ops:
             for impl in impls:
                 if impl in unavailable or (impl == "nccl-ce" and op == "sendrecv"):

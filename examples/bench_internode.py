@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -32,20 +30,14 @@ sys.path.insert(0, str(ROOT))
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay  # noqa: E402
 from hoccl_compiler.ir import CompileOptions  # noqa: E402
 from hoccl_runtime.netexec import ring_slots  # noqa: E402
+from hoccl_runtime.nodeprocs import run_node_processes  # noqa: E402
 
 
 def inputs_for(plan, r):
     return np.random.default_rng([r, 11]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
 
 
-def node_main(plan_json, node, lanes, slots, reps, addr_q, box, result_q, host=False, variant=""):
-    try:
-        result_q.put((node, node_body(plan_json, node, lanes, slots, reps, addr_q, box, host, variant)))
-    except BaseException:  # reported to the parent
-        result_q.put((node, traceback.format_exc()))
-
-
-def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host, variant=""):
+def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
     """One node. ``host``: the same schedule on host buffers (HostNodeExecutor): the network alone.
     ``variant`` (diagnostics, wrong results): "no-d2h" skips the sender's staging copies, "no-h2d" the
     receiver's landing copies, "no-copies" both (on host buffers too: the protocol and transport alone)."""
@@ -78,8 +70,7 @@ def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host, variant=""
                                                     GpuNodeExecutor._done(self, tok)})
     transport = cls.make_transport(plan, node, lanes=lanes)
     ex = cls(plan, node, bufs, transport, slots=slots, timeout_s=60)
-    addr_q.put((node, transport.listen()))
-    ex.connect(box.get(timeout=60))
+    ex.connect(exchange(transport.listen()))
     ex.run()
     outs = {r: (bufs[r][1] if host else cp.asnumpy(bufs[r][1])).tobytes() for r in bufs}
     times, cpu = [], []
@@ -95,30 +86,8 @@ def node_body(plan_json, node, lanes, slots, reps, addr_q, box, host, variant=""
 
 
 def run_nodes(plan, lanes=8, slots=4, reps=0, host=False, variant=""):
-    ctx = mp.get_context("spawn")
-    nodes = plan.topology.nodes
-    addr_q, result_q = ctx.Queue(), ctx.Queue()
-    boxes = [ctx.Queue() for _ in range(nodes)]
-    procs = [ctx.Process(target=node_main, args=(plan.model_dump_json(), n, lanes, slots, reps, addr_q, boxes[n],
-                                                 result_q, host, variant)) for n in range(nodes)]
-    for p in procs:
-        p.start()
-    try:
-        addresses = dict(addr_q.get(timeout=120) for _ in range(nodes))
-        for b in boxes:
-            b.put(addresses)
-        results = {}
-        for _ in range(nodes):
-            node, res = result_q.get(timeout=300)
-            if isinstance(res, str):
-                raise RuntimeError(f"node {node} failed:\n{res}")
-            results[node] = res
-        return results
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+    return run_node_processes(node_body, plan.topology.nodes,
+                              (plan.model_dump_json(), lanes, slots, reps, host, variant), timeout_s=300)
 
 
 def check(plan) -> bool:

@@ -3,8 +3,6 @@ checked byte for byte against the reference replay (hoccl_compiler.verify.replay
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import numpy as np
 import pytest
 
@@ -12,16 +10,7 @@ from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
 from hoccl_compiler.ir import CompileOptions
 
 
-def _node(plan_json, node, slots, addr_q, addrs_box, result_q):
-    import traceback
-
-    try:
-        _node_body(plan_json, node, slots, addr_q, addrs_box, result_q)
-    except BaseException:  # reported to the parent, which fails the test with it
-        result_q.put((node, traceback.format_exc()))
-
-
-def _node_body(plan_json, node, slots, addr_q, addrs_box, result_q):
+def _node(node, exchange, plan_json, slots):
     from hoccl_compiler.schema import plan_from_json
     from hoccl_runtime.netexec import HostNodeExecutor
 
@@ -33,37 +22,17 @@ def _node_body(plan_json, node, slots, addr_q, addrs_box, result_q):
         bufs[r] = (inp, np.full(plan.ranks.output_bytes[r], 0xA5, dtype=np.uint8))
     transport = HostNodeExecutor.make_transport(plan, node, lanes=2)
     ex = HostNodeExecutor(plan, node, bufs, transport, slots=slots, timeout_s=20)
-    addr_q.put((node, transport.listen()))
-    addresses = addrs_box.get(timeout=30)
-    ex.connect(addresses)
+    ex.connect(exchange(transport.listen()))
     ex.run()
-    result_q.put((node, {r: bufs[r][1].tobytes() for r in bufs}))
     transport.close()
+    return {r: bufs[r][1].tobytes() for r in bufs}
 
 
 def run_nodes(plan, slots=2):
-    ctx = mp.get_context("spawn")
-    nodes = plan.topology.nodes
-    addr_q, result_q = ctx.Queue(), ctx.Queue()
-    boxes = [ctx.Queue() for _ in range(nodes)]
-    procs = [ctx.Process(target=_node, args=(plan.model_dump_json(), n, slots, addr_q, boxes[n], result_q))
-             for n in range(nodes)]
-    for p in procs:
-        p.start()
-    try:
-        addresses = dict(addr_q.get(timeout=60) for _ in range(nodes))
-        for box in boxes:
-            box.put(addresses)
-        outputs = {}
-        for _ in range(nodes):
-            node, outs = result_q.get(timeout=120)
-            assert not isinstance(outs, str), f"node {node} failed:\n{outs}"
-            outputs.update({r: np.frombuffer(b, dtype=np.uint8) for r, b in outs.items()})
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+    from hoccl_runtime.nodeprocs import run_node_processes
+
+    results = run_node_processes(_node, plan.topology.nodes, (plan.model_dump_json(), slots), timeout_s=120)
+    outputs = {r: np.frombuffer(b, dtype=np.uint8) for outs in results.values() for r, b in outs.items()}
     inputs = [np.random.default_rng([r, 3]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
               for r in range(plan.num_ranks)]
     expected = replay(plan, inputs).outputs
@@ -188,3 +157,31 @@ def test_ring_slots_default_holds_about_256_mib():
     assert ring_slots(8 << 20, 64 << 20) == 8
     with pytest.raises(TransportError, match="ring_bytes=0"):
         ring_slots(8 << 20, 0)
+
+
+def _echo(node, exchange, tag):
+    return (tag, node, sorted(exchange(f"addr-{node}").items()))
+
+
+def _broken(node, exchange):
+    if node == 1:
+        raise ValueError("node 1 broke on purpose")
+    return exchange("addr")  # never completes: node 1 does not publish; the parent raises first
+
+
+def _vanishes(node, exchange):
+    import os
+
+    os._exit(3)
+
+
+def test_node_processes_exchange_addresses_and_report_failures():
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.nodeprocs import run_node_processes
+
+    got = run_node_processes(_echo, 3, ("t",), timeout_s=60)
+    assert got == {n: ("t", n, [(0, "addr-0"), (1, "addr-1"), (2, "addr-2")]) for n in range(3)}
+    with pytest.raises(TransportError, match="(?s)node 1 failed.*node 1 broke on purpose"):
+        run_node_processes(_broken, 2, timeout_s=60)
+    with pytest.raises(TransportError, match=r"exited without a result \(exit codes \[3\]\)"):
+        run_node_processes(_vanishes, 1, timeout_s=60)

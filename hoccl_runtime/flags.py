@@ -199,30 +199,47 @@ class ChunkState(enum.IntEnum):
     NETWORK = 2
 
 
-_ALLOWED = {
-    (ChunkState.IDLE, ChunkState.DMA_COPYING),      # a copy engine starts filling the staging chunk
-    (ChunkState.DMA_COPYING, ChunkState.NETWORK),   # the copy landed; the NIC / transport takes it
-    (ChunkState.NETWORK, ChunkState.IDLE),          # the network write completed; the chunk is free
+_CYCLES = {
+    # a send ring's chunk: a copy engine fills it, the NIC / transport reads it, then it is free again
+    "send": {
+        (ChunkState.IDLE, ChunkState.DMA_COPYING),      # the host issues the staging copy
+        (ChunkState.DMA_COPYING, ChunkState.NETWORK),   # the copy landed (the copy's stream writes this)
+        (ChunkState.NETWORK, ChunkState.IDLE),          # the write left and the receiver credited the slot
+    },
+    # a receive ring's chunk: the network filled it (a completion says so), a copy engine empties it
+    "receive": {
+        (ChunkState.IDLE, ChunkState.DMA_COPYING),      # the chunk arrived; the host issues the copy out
+        (ChunkState.DMA_COPYING, ChunkState.IDLE),      # the copy finished (its stream writes this): credit it
+    },
 }
+_ALLOWED = _CYCLES["send"]
 
 
 class ChunkStateMachine:
     """The per-chunk state of a staging ring, stored in flags that host and GPU streams share.
 
     Host code moves chunks with :meth:`advance`; GPU streams write the same values with stream
-    memory operations (``MemOps.write(flag, ChunkState.NETWORK)``). Illegal transitions raise.
+    memory operations (``MemOps.write(flag, ChunkState.NETWORK)``) right after their copy, and the
+    host sees the copy finished by reading the flag (no driver call). Illegal transitions raise: a
+    chunk reused before the network or the copy engine let go of it is a protocol error.
+    ``cycle``: "send" (IDLE -> DMA_COPYING -> NETWORK -> IDLE) or "receive" (IDLE -> DMA_COPYING -> IDLE).
     """
 
-    def __init__(self, flags: Iterable[Flag]):
+    def __init__(self, flags: Iterable[Flag], cycle: str = "send"):
+        if cycle not in _CYCLES:
+            raise ValueError(f"cycle {cycle!r}: 'send' or 'receive'")
         self.flags = list(flags)
+        self.cycle = cycle
+        self._allowed = _CYCLES[cycle]
 
     def state(self, chunk: int) -> ChunkState:
         return ChunkState(self.flags[chunk].read())
 
     def advance(self, chunk: int, to: ChunkState) -> None:
         now = self.state(chunk)
-        if (now, to) not in _ALLOWED:
-            raise HocclError(f"staging chunk {chunk}: illegal transition {now.name} -> {to.name}")
+        if (now, to) not in self._allowed:
+            raise HocclError(f"staging chunk {chunk} ({self.cycle} ring): illegal transition {now.name} -> "
+                             f"{to.name}")
         self.flags[chunk].write(int(to))
 
     def idle_chunks(self) -> list[int]:

@@ -396,8 +396,14 @@ class GpuNodeExecutor(HostNodeExecutor):
     forward and the staging copy in one), the transport posts the write once that copy's event has
     completed, and on the far side each received chunk goes staging slot -> destination GPU on its copy
     engine, the slot's credit leaving once that copy completed. With ``slots`` chunks per ring the
-    copies of chunk k+1.. overlap the network transfer of chunk k (the state machine IDLE -> DMA_COPYING
-    -> NETWORK -> IDLE, in events and credits). ``run()`` returns when the node's part is complete.
+    copies of chunk k+1.. overlap the network transfer of chunk k. Every slot's state lives in a flag of
+    a :class:`~hoccl_runtime.flags.FlagPool` (pinned host memory) driven by a
+    :class:`~hoccl_runtime.flags.ChunkStateMachine`: the host moves a send slot IDLE -> DMA_COPYING when
+    it issues the staging copy, the copy's own stream writes NETWORK behind the copy (a stream memory
+    operation), the host posts the write when it reads NETWORK and frees the slot (IDLE) once the write
+    left and the receiver credited it; a receive slot goes IDLE -> DMA_COPYING when its chunk arrives
+    and back to IDLE by the landing copy's stream, which is when the credit leaves. ``run()`` returns
+    when the node's part is complete.
     By default a ring holds about ``ring_bytes`` (256 MiB, pinned; see :func:`ring_slots`).
     """
 
@@ -432,8 +438,11 @@ class GpuNodeExecutor(HostNodeExecutor):
         placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
         self._streams: dict[tuple[str, int], int] = {}
         self._keep_alive: list = []
-        self._events: dict[int, list[int]] = {}
-        self._used: dict[int, int] = {}
+        from .flags import ChunkStateMachine, FlagPool
+
+        self._flags = FlagPool(2 * L * slots)
+        self._chunks = {(kind, r): ChunkStateMachine([self._flags.allocate() for _ in range(slots)], cycle)
+                        for kind, cycle in (("send", "send"), ("recv", "receive")) for r in ranks}
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
                          _check_sizes=False)
 
@@ -502,25 +511,17 @@ class GpuNodeExecutor(HostNodeExecutor):
             self._streams[key] = int(s.ptr)
         return self._streams[key]
 
-    def _event(self, device: int) -> int:
-        """An event of ``device`` (the current device): one per copy of the stage, reused next stage."""
-        pool = self._events.setdefault(device, [])
-        used = self._used.get(device, 0)
-        if used == len(pool):
-            pool.append(self._rt.eventCreateWithFlags(2))  # disable timing
-        self._used[device] = used + 1
-        return pool[used]
-
-    def _copy(self, kind: str, device: int, dst: int, src: int, n: int) -> int:
+    def _copy(self, kind: str, device: int, dst: int, src: int, n: int, then: object = None) -> None:
+        """``n`` bytes on ``device``'s ``kind`` copy stream; ``then``: (flag, value) the stream writes after."""
         from ._cuda import MEMCPY_DEFAULT
+        from .flags import MemOps
 
         rt = self._rt
         rt.setDevice(device)
         s = self._stream(kind, device)
         rt.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, s)
-        ev = self._event(device)
-        rt.eventRecord(ev, s)
-        return ev
+        if then is not None:
+            MemOps().write(*then).enqueue(s)
 
     def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
         if n:
@@ -528,34 +529,49 @@ class GpuNodeExecutor(HostNodeExecutor):
                        n)
 
     def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
+        from .flags import ChunkState
+
+        chunks, j = self._chunks[("send", ubar)], slot // self.chunk
+        if chunks.state(j) == ChunkState.NETWORK:  # the chunk that used the slot left and was credited
+            chunks.advance(j, ChunkState.IDLE)
+        chunks.advance(j, ChunkState.DMA_COPYING)
+        token = (chunks.flags[j], ChunkState.NETWORK)
         ring = self._ring_at[("send", ubar)]
-        return self._copy("d2h", self._dev[src_rank], ring + slot, self._in[src_rank].ptr + src_off, n)
+        self._copy("d2h", self._dev[src_rank], ring + slot, self._in[src_rank].ptr + src_off, n, token)
+        return token
 
     def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
+        from .flags import ChunkState
+
+        chunks, j = self._chunks[("recv", vbar)], slot // self.chunk
+        chunks.advance(j, ChunkState.DMA_COPYING)  # raises if the sender reused a slot not yet credited
+        token = (chunks.flags[j], ChunkState.IDLE)
         ring = self._ring_at[("recv", vbar)]
-        return self._copy("h2d", self._dev[v], self._out[v].ptr + dst_off, ring + slot, n)
+        self._copy("h2d", self._dev[v], self._out[v].ptr + dst_off, ring + slot, n, token)
+        return token
 
     def _done(self, token: object) -> bool:
-        status = self._rt.eventQuery(token)
-        return status == 0
+        flag, value = token
+        return flag.read() == value  # the copy's stream wrote it: no driver call
 
     def _finish_stage(self) -> None:
+        from .flags import ChunkState
+
         rt = self._rt
         for (_, device), s in self._streams.items():
             rt.setDevice(device)
             rt.streamSynchronize(s)
-        self._used.clear()  # every event of the stage has completed: reuse them
+        for chunks in self._chunks.values():  # every write left and was credited: the send slots are free
+            for j in range(len(chunks.flags)):
+                if chunks.state(j) == ChunkState.NETWORK:
+                    chunks.advance(j, ChunkState.IDLE)
 
     def close(self) -> None:
         from ._cuda import host_free
 
         rt = self._rt
         self._finish_stage()
-        for device, pool in self._events.items():
-            rt.setDevice(device)
-            for ev in pool:
-                rt.eventDestroy(ev)
-        self._events.clear()
+        self._flags.close()
         self.send_ring = self.recv_ring = self.inputs = self.outputs = {}
         for ptr in self._host:
             host_free(ptr)

@@ -75,6 +75,60 @@ def test_chunk_state_machine():
         sm.advance(1, ChunkState.NETWORK)
 
 
+def test_receive_ring_cycle_and_what_the_gpu_executor_leaves_behind(monkeypatch):
+    """A receive ring's chunk: the network filled it, a copy engine empties it (IDLE -> DMA_COPYING -> IDLE);
+    a second arrival in a chunk still being copied out is refused. The GPU executor's slots, driven by
+    host advances and by its copy streams' flag writes (faked CUDA: writes happen at once), are all IDLE
+    after a run and its reuse."""
+    import fake_cuda
+
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.interop import DeviceBuffer
+    from hoccl_runtime.netexec import GpuNodeExecutor
+
+    pool = FlagPool(1, device=False)
+    rx = ChunkStateMachine([pool.allocate()], cycle="receive")
+    rx.advance(0, ChunkState.DMA_COPYING)
+    with pytest.raises(HocclError, match=r"chunk 0 \(receive ring\): illegal transition DMA_COPYING -> DMA_COPYING"):
+        rx.advance(0, ChunkState.DMA_COPYING)
+    rx.advance(0, ChunkState.IDLE)
+    with pytest.raises(ValueError, match="'send' or 'receive'"):
+        ChunkStateMachine([], cycle="both")
+
+    fake_cuda.install(monkeypatch)
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
+                        CollectiveSpec(kind="sendrecv", pairs=((0, 1, 50_000),)),
+                        CompileOptions(chunk_bytes=4096, baselines=False))
+    data = np.random.default_rng(4).integers(0, 256, 50_000, dtype=np.uint8)
+    out, empty = np.zeros(50_000, np.uint8), np.zeros(0, np.uint8)
+
+    def dev(a, d):
+        return DeviceBuffer(int(a.ctypes.data), a.nbytes, d)
+
+    bufs = {0: {0: (dev(data, 0), dev(empty, 0))}, 1: {1: (dev(empty, 1), dev(out, 1))}}
+    transports = [GpuNodeExecutor.make_transport(plan, n, lanes=2) for n in range(2)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+    states = {}
+
+    def node(n):
+        ex = GpuNodeExecutor(plan, n, bufs[n], transports[n], slots=3, timeout_s=20, reuse=True)
+        ex.connect(addresses)
+        for _ in range(2):  # 13 chunks through 3 slots, twice
+            ex.run()
+        states[n] = [c.state(j) for c in ex._chunks.values() for j in range(len(c.flags))]
+        ex.close()
+
+    from threaded import failures, in_threads
+
+    errors = failures(in_threads(2, node))
+    for t in transports:
+        t.close()
+    assert not errors, errors
+    assert np.array_equal(out, data)
+    assert all(s == ChunkState.IDLE for n in (0, 1) for s in states[n]) and len(states[0]) == 6
+
+
 class FakeCai:
     def __init__(self, ptr, shape, typestr="<f4", strides=None):
         self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr,

@@ -953,6 +953,8 @@ class Communicator:
                                         "may have died or stopped issuing collectives")
             time.sleep(100e-6)
         self._raise_if_failed()  # the watchdog may have drained the streams before this wait began
+        if self._unverified:  # receives completed: their senders' size entries were written before the data
+            self._verify_eager()
 
     def _dead_peer(self) -> int | None:
         pids = self._shared.pids

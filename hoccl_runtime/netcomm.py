@@ -16,8 +16,8 @@ broadcast, scatter, gather, send, recv), each returning at once. What happens:
   next call, ``synchronize()`` or ``close()``.
 
 Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``); staging: a pinned ring of 256 MiB
-per direction and executor (``ring_bytes=``: 32 chunks in flight; 4 chunks of 8 MiB measured 0.6 of the
-network's rate on the 2x H200 host, see docs/benchmarks.md); the listening address:
+per direction and executor (``ring_bytes=``: 32 chunks in flight; with 4 the GPU path ran at 0.64-0.74 of
+the transport's own rate on the 2x H200 host, see docs/benchmarks.md); the listening address:
 ``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback.
 Addresses are exchanged through the store; every run starts with a plan notice, so ranks in
 different collectives raise ``PlanError``.

@@ -372,9 +372,10 @@ class HostNodeExecutor:
 
 
 # Staging ring per GPU and direction when the caller does not give ``slots``: measured on the 2x H200 host
-# (1 GiB over TCP, 8 lanes, docs/benchmarks.md) 4 slots of 8 MiB took 87-122 ms, 32 of 8 MiB or 8 of
-# 32 MiB 66-73 ms: the ring must hold enough chunks to keep every lane busy while the copies and credits
-# of earlier chunks complete. The same number of slots on every node (the sender picks the remote slot).
+# (1 GiB over TCP, 8 lanes, docs/benchmarks.md) 4 slots of 8 MiB ran at 0.64-0.74 of the transport alone
+# under the same protocol, 32 slots of 8 MiB at 0.84-0.95: the ring must hold enough chunks to keep every
+# lane busy while the copies and credits of earlier chunks complete. The same number of slots on every
+# node (the sender picks the remote slot).
 RING_BYTES = 256 << 20
 MAX_SLOTS = 64
 
@@ -393,8 +394,8 @@ class GpuNodeExecutor(HostNodeExecutor):
     Copies within the node run on copy engines (``cudaMemcpyAsync``, peer access between the node's
     GPUs). The network side is a host transport (TCP here), so staging is pinned, device-mapped host
     memory: the copy engine of the sending GPU moves each chunk device -> staging slot (the u -> ū
-    forward and the staging copy in one), the transport posts the write once that copy's event has
-    completed, and on the far side each received chunk goes staging slot -> destination GPU on its copy
+    forward and the staging copy in one), the transport posts the write once that copy has completed,
+    and on the far side each received chunk goes staging slot -> destination GPU on its copy
     engine, the slot's credit leaving once that copy completed. With ``slots`` chunks per ring the
     copies of chunk k+1.. overlap the network transfer of chunk k. Every slot's state lives in a flag of
     a :class:`~hoccl_runtime.flags.FlagPool` (pinned host memory) driven by a

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import fake_cuda
 import numpy as np
 import pytest
@@ -239,3 +241,36 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
     assert results[1] == "dropped", results
     waited, message = results[0]
     assert waited < 15 and ("closed" in message or "did not" in message), results
+
+
+def test_nodes_with_different_staging_rings_fail_clearly(monkeypatch):
+    """One node with a smaller ring than the other (different ring_bytes): the receiver refuses the first
+    write past its ring, naming the likely cause, and the sender fails too instead of waiting forever."""
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.netexec import GpuNodeExecutor
+
+    fake_cuda.install(monkeypatch)
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
+                        CollectiveSpec(kind="sendrecv", pairs=((0, 1, 200_000),)),
+                        CompileOptions(chunk_bytes=4096, baselines=False))
+    a, b, empty = np.ones(200_000, np.uint8), np.zeros(200_000, np.uint8), np.zeros(0, np.uint8)
+    bufs = {0: {0: (dev(a, 0), dev(empty, 0))}, 1: {1: (dev(empty, 1), dev(b, 1))}}
+    transports = [GpuNodeExecutor.make_transport(plan, n, lanes=2) for n in range(2)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+
+    def node(n):
+        ex = GpuNodeExecutor(plan, n, bufs[n], transports[n], ring_bytes=(64 << 10) if n == 0 else (16 << 10),
+                             timeout_s=10)
+        ex.connect(addresses)
+        try:
+            ex.run()
+        finally:
+            transports[n].close()  # what a failing node process does on its way out
+
+    t0 = time.monotonic()
+    results = in_threads(2, node, timeout_s=30)
+    assert time.monotonic() - t0 < 25
+    assert isinstance(results.get(1), TransportError) and "ring_bytes" in str(results[1]), results
+    assert isinstance(results.get(0), TransportError), results

@@ -220,7 +220,9 @@ class TcpConnection(Connection):
             expected += 1
             target = regions.get(region)
             if target is None or off + n > target.nbytes:
-                self._fail(lane, f"write into region {region} bytes {off}..{off + n} is outside what is registered")
+                size = "no such region" if target is None else f"{target.nbytes} bytes"
+                self._fail(lane, f"a write into region {region} bytes {off}..{off + n} is outside what this side "
+                                 f"registered ({size}); do both ends run the same plan, chunk size and ring_bytes?")
                 return
             try:
                 if n and not _recv_exact(sock, memoryview(target.view)[off:off + n]):

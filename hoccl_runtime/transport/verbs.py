@@ -230,7 +230,7 @@ class VerbsConnection(Connection):
         if remote_offset < 0 or nbytes < 0 or remote_offset + nbytes > size or offset + nbytes > local.nbytes:
             raise TransportError(f"write of {nbytes} bytes at {remote_offset} into {self.peer}'s region "
                                  f"{remote_region} ({size} bytes) from offset {offset} of a {local.nbytes}-byte region "
-                                 "is out of range")
+                                 "is out of range; do both ends run the same plan, chunk size and ring_bytes?")
         mr = t._mrs[local.id]
         lane = self._next % len(self.qps)
         self._next += 1

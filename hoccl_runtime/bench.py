@@ -16,7 +16,8 @@
   (the largest grid of any kernel the call launched; 0 when it launched none).
 * ``contention``: a bf16 8192^3 GEMM loop and a memory-bound loop timed alone and beside back-to-back
   AllGathers of each communicator, in interleaved rounds; slowdown = median time / median time alone,
-  with the bandwidth each communicator delivered inside the window, and HOCCL and raw copies paced
+  and "paired" = median over rounds of time / the same round's time alone (drift-resistant), with the
+  bandwidth each communicator delivered inside the window, and HOCCL and raw copies paced
   at several rates (``--rates``). GPU power and SM clock sampled with nvidia-smi per variant.
 * ``launch``: host microseconds inside one call, by size, for HOCCL and NCCL.
 
@@ -541,26 +542,39 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                     _one_window(b, compute, work, iters, variants.get(name), power))
             b.say(f"{load} round {rnd + 1}/{args.rounds} done")
     power.close()
-    rows = []
-    for (load, name), got in samples.items():
-        alone = statistics.median(s["seconds"] for s in samples[(load, "alone")])
-        t = statistics.median(s["seconds"] for s in got)
-        spread = (min(s["seconds"] for s in got) / alone, max(s["seconds"] for s in got) / alone)
-        gbps = statistics.median(s["gbps"] for s in got)
-        watts = [s["watts"] for s in got if s["watts"] is not None]
-        mhz = [s["sm_mhz"] for s in got if s["sm_mhz"] is not None]
-        rows.append(dict(load=load, comm=name, seconds=t, slowdown=t / alone, spread=spread, delivered_gbps=gbps,
-                         watts=statistics.median(watts) if watts else None,
-                         sm_mhz=statistics.median(mhz) if mhz else None))
+    rows = contention_rows(samples)
     b.write(args.out, "contention", {"rows": rows, "kind": "contention", "allgather_bytes": size,
                                      "pacer": pacer.describe()})
-    b.say(f"{'load':9} {'beside':12} {'slowdown':>9} {'min..max':>13} {'delivered GB/s':>15} {'W':>5} {'MHz':>5}")
+    b.say(f"{'load':9} {'beside':12} {'slowdown':>9} {'paired':>8} {'min..max':>13} {'delivered GB/s':>15} "
+          f"{'W':>5} {'MHz':>5}")
     for r in rows:
         w = f"{r['watts']:5.0f}" if r["watts"] else "    -"
         m = f"{r['sm_mhz']:5.0f}" if r["sm_mhz"] else "    -"
-        b.say(f"{r['load']:9} {r['comm']:12} {100 * (r['slowdown'] - 1):+8.1f}% "
+        b.say(f"{r['load']:9} {r['comm']:12} {100 * (r['slowdown'] - 1):+8.1f}% {100 * (r['paired'] - 1):+7.1f}% "
               f"{100 * (r['spread'][0] - 1):+5.1f}..{100 * (r['spread'][1] - 1):+5.1f}% {r['delivered_gbps']:15.1f} "
               f"{w} {m}")
+    return rows
+
+
+def contention_rows(samples: dict[tuple[str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows of the contention table from per-round samples ({(load, variant): [one dict per round]}, the
+    "alone" variant among them, rounds in the same order for every variant). ``slowdown``: the median
+    time over the median time alone; ``paired``: the median over rounds of time / that round's time
+    alone, which cancels clock and power drift slower than a round (a power-capped GEMM's clock moves
+    by several percent between rounds)."""
+    rows = []
+    for (load, name), got in samples.items():
+        alone_rounds = [s["seconds"] for s in samples[(load, "alone")]]
+        alone = statistics.median(alone_rounds)
+        t = statistics.median(s["seconds"] for s in got)
+        paired = statistics.median(s["seconds"] / a for s, a in zip(got, alone_rounds, strict=False))
+        spread = (min(s["seconds"] for s in got) / alone, max(s["seconds"] for s in got) / alone)
+        gbps = statistics.median(s["gbps"] for s in got)
+        watts = [s["watts"] for s in got if s.get("watts") is not None]
+        mhz = [s["sm_mhz"] for s in got if s.get("sm_mhz") is not None]
+        rows.append(dict(load=load, comm=name, seconds=t, slowdown=t / alone, paired=paired, spread=spread,
+                         delivered_gbps=gbps, watts=statistics.median(watts) if watts else None,
+                         sm_mhz=statistics.median(mhz) if mhz else None))
     return rows
 
 

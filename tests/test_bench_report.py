@@ -56,14 +56,35 @@ def test_report_other_kinds(tmp_path):
         {"load": "gemm", "comm": "alone", "slowdown": 1.0, "spread": [0.99, 1.01], "delivered_gbps": 0.0,
          "watts": None, "sm_mhz": None},
         {"load": "gemm", "comm": "hoccl@200", "slowdown": 1.033, "spread": [1.027, 1.038], "delivered_gbps": 124.6,
-         "watts": 605.0, "sm_mhz": 1890.0}]}))
+         "watts": 605.0, "sm_mhz": 1890.0},
+        {"load": "gemm", "comm": "raw@200", "slowdown": 1.04, "paired": 1.012, "spread": [1.0, 1.1],
+         "delivered_gbps": 130.0, "watts": None, "sm_mhz": None}]}))
     (tmp_path / "internode.json").write_text(json.dumps({"kind": "internode", "date": "d", "rows": [
         {"op": "sendrecv", "impl": "hoccl-gpu-tcp", "size": 1 << 30, "gbps": 13.76, "seconds": 0.078,
          "d2h_seconds": 0.0194, "host_path_seconds": 0.1247, "cpu_us_per_call": 261728}]}))
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
     text = (tmp_path / "r.md").read_text()
     assert "## Launch cost: sendrecv" in text and "| 2 MiB | 21.2 |" in text
-    assert "| gemm | hoccl@200 | +3.3% | +2.7..+3.8% | 124.6 | 605 | 1890 |" in text
+    assert "| gemm | hoccl@200 | +3.3% |  | +2.7..+3.8% | 124.6 | 605 | 1890 |" in text  # before "paired" existed
+    assert "| gemm | raw@200 | +4.0% | +1.2% | +0.0..+10.0% | 130.0 |  |  |" in text
     assert "| sendrecv | 1 GiB | 13.76 | 78.00 | 19.40 |  |  |  | 124.70 | 261728 |" in text
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "mystery", "rows": [{}]}))
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 2
+
+
+def test_contention_rows_pair_each_round_with_its_own_time_alone():
+    """A load whose clock drifts by 10% between rounds: against the median time alone a variant that costs
+    2% looks like -3%..+7%; paired with its round's time alone it is +2% every round."""
+    from hoccl_runtime.bench import contention_rows
+
+    alone = [1.00, 1.10, 0.95, 1.05, 1.00]
+    samples = {("gemm", "alone"): [{"seconds": a, "gbps": 0.0, "watts": None, "sm_mhz": None} for a in alone],
+               ("gemm", "hoccl"): [{"seconds": a * 1.02, "gbps": 150.0, "watts": 600.0, "sm_mhz": 1500.0}
+                                   for a in alone]}
+    rows = {r["comm"]: r for r in contention_rows(samples)}
+    assert rows["alone"]["paired"] == pytest.approx(1.0) and rows["alone"]["slowdown"] == pytest.approx(1.0)
+    assert rows["hoccl"]["paired"] == pytest.approx(1.02)
+    assert rows["hoccl"]["slowdown"] == pytest.approx(1.02)  # the medians agree here; the spread does not
+    lo, hi = rows["hoccl"]["spread"]
+    assert lo == pytest.approx(0.95 * 1.02) and hi == pytest.approx(1.10 * 1.02)
+    assert rows["hoccl"]["watts"] == 600.0 and rows["alone"]["watts"] is None

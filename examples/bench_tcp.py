@@ -132,24 +132,6 @@ def hoccl(lanes: int, size: int) -> float:
     return _timed(_hoccl_receiver, lanes, size, setup, one_round)
 
 
-def _chunked_receiver(q, lanes, size, rounds, chunk, inflight):
-    rx = TcpTransport(lanes=lanes, session="bench")
-    rx.register(np.zeros(chunk * inflight, dtype=np.uint8))
-    credit = rx.register(np.zeros(1, dtype=np.uint8))
-    q.put(rx.listen())
-    conn = rx.accept(timeout_s=30)
-    n = -(-size // chunk)
-    for _ in range(rounds):
-        got = 0
-        while got < n:
-            for c in conn.poll(timeout_s=60):
-                if c.kind == "received":
-                    conn.write(credit, 0, 0, 0, 0, imm=c.imm)  # the slot is free again
-                    got += 1
-    time.sleep(0.5)
-    rx.close()
-
-
 def chunked(lanes: int, size: int, chunk: int, inflight: int) -> float:
     """The transport under the node executor's protocol, without its copies: ``size`` bytes as writes of
     ``chunk`` bytes into a ring of ``inflight`` slots, each slot reused once the receiver credited it."""
@@ -175,12 +157,29 @@ def chunked(lanes: int, size: int, chunk: int, inflight: int) -> float:
     return _timed(_ChunkedReceiver(chunk, inflight), lanes, size, setup, one_round)
 
 
-class _ChunkedReceiver:  # picklable for the spawn context (a closure is not)
+class _ChunkedReceiver:
+    """The receiving process of :func:`chunked`: credits each chunk as it lands (a class, not a closure,
+    so that the spawn context can pickle it)."""
+
     def __init__(self, chunk: int, inflight: int):
         self.chunk, self.inflight = chunk, inflight
 
     def __call__(self, q, lanes, size, rounds):
-        _chunked_receiver(q, lanes, size, rounds, self.chunk, self.inflight)
+        rx = TcpTransport(lanes=lanes, session="bench")
+        rx.register(np.zeros(self.chunk * self.inflight, dtype=np.uint8))
+        credit = rx.register(np.zeros(1, dtype=np.uint8))
+        q.put(rx.listen())
+        conn = rx.accept(timeout_s=30)
+        n = -(-size // self.chunk)
+        for _ in range(rounds):
+            got = 0
+            while got < n:
+                for c in conn.poll(timeout_s=60):
+                    if c.kind == "received":
+                        conn.write(credit, 0, 0, 0, 0, imm=c.imm)  # the slot is free again
+                        got += 1
+        time.sleep(0.5)
+        rx.close()
 
 
 def main(argv=None) -> int:

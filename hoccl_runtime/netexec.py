@@ -32,6 +32,7 @@ import numpy as np
 from hoccl_compiler.schema import Plan
 
 from .errors import HocclTimeoutError, PlanError, TransportError
+from .flags import ChunkState, ChunkStateMachine, FlagPool, MemOps
 from .transport.base import Connection, Region, Transport
 
 __all__ = ["HostNodeExecutor", "GpuNodeExecutor", "RING_BYTES", "ring_slots"]
@@ -439,8 +440,6 @@ class GpuNodeExecutor(HostNodeExecutor):
         placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
         self._streams: dict[tuple[str, int], int] = {}
         self._keep_alive: list = []
-        from .flags import ChunkStateMachine, FlagPool
-
         self._flags = FlagPool(2 * L * slots)
         self._chunks = {(kind, r): ChunkStateMachine([self._flags.allocate() for _ in range(slots)], cycle)
                         for kind, cycle in (("send", "send"), ("recv", "receive")) for r in ranks}
@@ -515,7 +514,6 @@ class GpuNodeExecutor(HostNodeExecutor):
     def _copy(self, kind: str, device: int, dst: int, src: int, n: int, then: object = None) -> None:
         """``n`` bytes on ``device``'s ``kind`` copy stream; ``then``: (flag, value) the stream writes after."""
         from ._cuda import MEMCPY_DEFAULT
-        from .flags import MemOps
 
         rt = self._rt
         rt.setDevice(device)
@@ -530,8 +528,6 @@ class GpuNodeExecutor(HostNodeExecutor):
                        n)
 
     def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
-        from .flags import ChunkState
-
         chunks, j = self._chunks[("send", ubar)], slot // self.chunk
         if chunks.state(j) == ChunkState.NETWORK:  # the chunk that used the slot left and was credited
             chunks.advance(j, ChunkState.IDLE)
@@ -542,8 +538,6 @@ class GpuNodeExecutor(HostNodeExecutor):
         return token
 
     def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
-        from .flags import ChunkState
-
         chunks, j = self._chunks[("recv", vbar)], slot // self.chunk
         chunks.advance(j, ChunkState.DMA_COPYING)  # raises if the sender reused a slot not yet credited
         token = (chunks.flags[j], ChunkState.IDLE)
@@ -556,8 +550,6 @@ class GpuNodeExecutor(HostNodeExecutor):
         return flag.read() == value  # the copy's stream wrote it: no driver call
 
     def _finish_stage(self) -> None:
-        from .flags import ChunkState
-
         rt = self._rt
         for (_, device), s in self._streams.items():
             rt.setDevice(device)

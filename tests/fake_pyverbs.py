@@ -187,14 +187,14 @@ class RecvWR(_Obj):
 
 def install(monkeypatch, devices=("fake_0",), dmabuf: bool = False, mr_refuses=()) -> types.ModuleType:
     """Register the fake as the package ``fakeverbs`` (with its submodules) and return it. ``dmabuf``: with
-    the mlx5 provider's dma-buf MR; ``mr_refuses``: addresses a plain MR refuses (GPU memory without the
-    nvidia_peermem module)."""
+    the mlx5 provider's dma-buf MR; ``mr_refuses``: a container of the addresses a plain MR refuses (GPU
+    memory without the nvidia_peermem module)."""
     pkg = types.ModuleType("fakeverbs")
     pkg.__path__ = []
     mods = {
         "device": {"Context": Context, "get_device_list": lambda: [types.SimpleNamespace(name=d.encode())
                                                                     for d in devices]},
-        "pd": {"PD": PD}, "mr": {"MR": _refusing_mr(set(mr_refuses))},
+        "pd": {"PD": PD}, "mr": {"MR": _refusing_mr(mr_refuses)},
         "cq": {"CQ": CQ, "CompChannel": CompChannel, "WC": WC},
         "qp": {"QP": QP, "QPCap": QPCap, "QPInitAttr": QPInitAttr, "QPAttr": QPAttr},
         "wr": {"SGE": SGE, "SendWR": SendWR, "RecvWR": RecvWR},
@@ -217,7 +217,7 @@ def install(monkeypatch, devices=("fake_0",), dmabuf: bool = False, mr_refuses=(
     return pkg
 
 
-def _refusing_mr(refused: set) -> type:
+def _refusing_mr(refused) -> type:
     class RefusingMR(MR):
         def __init__(self, pd, length, access, address=None, **kwargs):
             if address in refused:

@@ -283,8 +283,7 @@ def _gpu_nodes_over_verbs(monkeypatch, *, dmabuf, mr_refuses_gpu=False, kind="al
         def __contains__(self, address):
             return mr_refuses_gpu and address in gpu_memory
 
-    pv = fakepv.install(monkeypatch, dmabuf=dmabuf)
-    monkeypatch.setattr(sys.modules["fakeverbs.mr"], "MR", fakepv._refusing_mr(Refusing()))
+    pv = fakepv.install(monkeypatch, dmabuf=dmabuf, mr_refuses=Refusing())
     plan = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind=kind, size_bytes=4 * 10_007),
                         CompileOptions(chunk_bytes=4096, baselines=False))
     inputs = [np.random.default_rng([r, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)

@@ -125,8 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--lanes", type=int, default=8)
     p.add_argument("--chunk", default="8MiB")
     p.add_argument("--variants", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time 1 GiB with other chunk sizes and ring depths")
-    p.add_argument("--rounds", type=int, default=2, help="rounds of the variants (interleaved)")
+                   help="also time 1 GiB with other transport settings and chunk sizes")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the variants (interleaved)")
     p.add_argument("--out", default=os.environ.get("OUT", "results"))
     args = p.parse_args(argv)
     from hoccl_compiler import parse_size
@@ -179,30 +179,43 @@ def main(argv=None) -> int:
                          cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes))
         print(f"size {size >> 20} MiB done", flush=True)
     variants = []
-    if args.variants:  # 1 GiB: where the GPU path loses against the network alone (chunk size, ring depth)
+    if args.variants:  # 1 GiB: what the GPU path loses against plain sockets, and to which setting
         import bench_tcp
 
         size = 1 << 30
-        # rounds interleave the variants (the shared host drifts), each GPU run beside the transport alone
-        # under the same chunk/credit protocol measured just before it; medians over rounds
-        configs = ((8 << 20, 4, ""), (8 << 20, 32, ""), (32 << 20, 8, ""), (32 << 20, 8, "no-copies"),
-                   (32 << 20, 8, "host-no-copies"), (32 << 20, 8, "no-d2h"), (32 << 20, 8, "no-h2d"))
-        got: dict[tuple, list] = {c: [] for c in configs}
+        # rounds interleave the settings (the shared host drifts); each round times plain sockets first and
+        # every setting against that round's sockets; medians over rounds
+        configs = (("default", 8 << 20, "", {}),
+                   ("fixed 8 MiB socket buffers", 8 << 20, "", {"HOCCL_TCP_SOCKET_BUFFER": str(8 << 20)}),
+                   ("whole chunks per lane", 8 << 20, "", {"HOCCL_TCP_MIN_PART": str(8 << 20)}),
+                   ("32 MiB chunks", 32 << 20, "", {}),
+                   ("no staging copies", 8 << 20, "no-copies", {}))
+        got: dict[str, list] = {c[0]: [] for c in configs}
         for _ in range(args.rounds):
-            for chunk, slots, what in configs:
+            t_raw = bench_tcp.raw(args.lanes, size)
+            for label, chunk, what, env in configs:
                 plan = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, size),)),
                                     CompileOptions(chunk_bytes=chunk, baselines=False))
-                t_chunked = bench_tcp.chunked(args.lanes, size, chunk, slots)
-                res = run_nodes(plan, lanes=args.lanes, slots=slots, reps=3, host=what.startswith("host-"),
-                                variant=what.removeprefix("host-"))
+                saved = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)  # read by the node processes' transports
+                try:
+                    res = run_nodes(plan, lanes=args.lanes, slots=ring_slots(chunk), reps=3, variant=what)
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
                 t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(3))
-                got[(chunk, slots, what)].append((t, t_chunked, statistics.median(res[0]["cpu"])))
+                got[label].append((t, t_raw, statistics.median(res[0]["cpu"])))
             print("variants: round done", flush=True)
-        for (chunk, slots, what), samples in got.items():
-            variants.append(dict(chunk=chunk, slots=slots, lanes=args.lanes, variant=what,
-                                 gpu_seconds=statistics.median(s[0] for s in samples),
-                                 transport_chunked_seconds=statistics.median(s[1] for s in samples),
-                                 gpu_over_transport=statistics.median(s[1] / s[0] for s in samples),
+        for label, chunk, what, env in configs:
+            samples = got[label]
+            variants.append(dict(setting=label, chunk=chunk, slots=ring_slots(chunk), lanes=args.lanes,
+                                 variant=what, env=env, gpu_seconds=statistics.median(s[0] for s in samples),
+                                 raw_socket_seconds=statistics.median(s[1] for s in samples),
+                                 of_raw_sockets=statistics.median(s[1] / s[0] for s in samples),
+                                 per_round=[s[1] / s[0] for s in samples],
                                  cpu_us_per_call=statistics.median(s[2] for s in samples) * 1e6))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "internode.json").write_text(json.dumps(dict(variants=variants,
@@ -217,14 +230,13 @@ def main(argv=None) -> int:
               f"{r['transport_seconds'] * 1e3:13.2f} {r['raw_socket_seconds'] * 1e3:11.2f} {r['of_raw_sockets']:11.2f} "
               f"{r['cpu_us_per_call']:12.0f} {r['cpu_us_per_chunk']:13.1f}")
     if variants:
-        print(f"1 GiB GPU->GPU by chunk and ring depth ({args.lanes} lanes), beside the transport alone under the "
-              "same chunk/credit protocol without copies:")
-        print(f"{'chunk':>9} {'slots':>5} {'variant':>9} {'GPU->GPU ms':>12} {'transport ms':>13} "
-              f"{'transport/GPU':>14} {'cpu ms/call':>12}")
+        print(f"1 GiB GPU->GPU by setting ({args.lanes} lanes), each round against that round's plain sockets:")
+        print(f"{'setting':>28} {'GPU->GPU ms':>12} {'sockets ms':>11} {'of sockets':>11} {'per round':>22} "
+              f"{'cpu ms/call':>12}")
         for v in variants:
-            print(f"{v['chunk'] >> 20:>5} MiB {v['slots']:>5} {v['variant'] or '-':>9} "
-                  f"{v['gpu_seconds'] * 1e3:12.2f} {v['transport_chunked_seconds'] * 1e3:13.2f} "
-                  f"{v['gpu_over_transport']:14.2f} {v['cpu_us_per_call'] / 1e3:12.1f}")
+            rounds = " ".join(f"{x:.2f}" for x in v["per_round"])
+            print(f"{v['setting']:>28} {v['gpu_seconds'] * 1e3:12.2f} {v['raw_socket_seconds'] * 1e3:11.2f} "
+                  f"{v['of_raw_sockets']:11.2f} {rounds:>22} {v['cpu_us_per_call'] / 1e3:12.1f}")
     return 0 if all(checks.values()) else 1
 
 

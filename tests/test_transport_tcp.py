@@ -18,11 +18,11 @@ from hoccl_runtime.transport import TcpTransport
 from hoccl_runtime.transport.tcp import HEADER, HELLO, MAGIC, VERSION
 
 
-def pair(lanes=4, session="s"):
+def pair(lanes=4, session="s", **settings):
     """(sender connection, receiver connection, sender transport, receiver transport)."""
-    rx = TcpTransport(lanes=lanes, session=session)
+    rx = TcpTransport(lanes=lanes, session=session, **settings)
     address = rx.listen()
-    tx = TcpTransport(lanes=lanes, session=session)
+    tx = TcpTransport(lanes=lanes, session=session, **settings)
     box = {}
     t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
     t.start()
@@ -57,6 +57,39 @@ def test_writes_land_with_their_immediates():
     finally:
         tx.close()
         rx.close()
+
+
+def test_part_size_and_socket_buffers_are_settings(monkeypatch):
+    # whole 8 MiB writes per lane, fixed 1 MiB socket buffers: same bytes, and the buffers are what was set
+    c_tx, c_rx, tx, rx = pair(lanes=4, min_part=8 << 20, socket_buffer=1 << 20)
+    try:
+        src = np.random.default_rng().integers(0, 256, 24 << 20, dtype=np.uint8)
+        dst = np.zeros(24 << 20, dtype=np.uint8)
+        local, remote = tx.register(src), rx.register(dst)
+        for k in range(3):
+            c_tx.write(local, k << 23, 8 << 20, remote.id, k << 23, imm=k)
+        drain(c_rx, "received", 3)
+        assert np.array_equal(src, dst)
+        # Linux doubles the value set (bookkeeping) up to net.core.rmem_max; autotuning would start far lower
+        assert c_tx.lanes[0].getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= min(1 << 20, _rmem_max())
+    finally:
+        tx.close()
+        rx.close()
+    monkeypatch.setenv("HOCCL_TCP_MIN_PART", "4096")
+    assert TcpTransport().min_part == 4096 and TcpTransport().socket_buffer == 0  # autotuning by default
+    monkeypatch.setenv("HOCCL_TCP_SOCKET_BUFFER", "lots")
+    with pytest.raises(TransportError, match="HOCCL_TCP_SOCKET_BUFFER='lots'"):
+        TcpTransport()
+    with pytest.raises(TransportError, match="min_part=0"):
+        TcpTransport(min_part=0, socket_buffer=0)
+
+
+def _rmem_max() -> int:
+    try:
+        with open("/proc/sys/net/core/rmem_max") as f:
+            return int(f.read())
+    except OSError:
+        return 1 << 20
 
 
 def _receiver(address_q, result_q, nbytes, die_after):

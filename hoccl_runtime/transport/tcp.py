@@ -42,7 +42,7 @@ MAGIC = b"HOCL"
 VERSION = 1
 HEADER = struct.Struct("<4sHHQQHHIQQIQQ")        # + crc32 appended as "<I"
 HELLO = struct.Struct("<4sHHH8s32s16s")           # magic, version, lane, lanes, connection id, session, name
-MIN_PART = 1 << 20                                # do not split writes into parts smaller than this
+MIN_PART = 1 << 20                                # default: do not split writes into parts smaller than this
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
@@ -93,7 +93,7 @@ class TcpConnection(Connection):
         if not 0 <= imm < 2**32:
             raise TransportError(f"immediate {imm} does not fit in 32 bits")
         lanes = len(self.lanes)
-        parts = max(1, min(lanes, nbytes // MIN_PART))
+        parts = max(1, min(lanes, nbytes // self.transport.min_part))
         with self._lock:
             write_id = self._next_write
             self._next_write += 1
@@ -247,9 +247,13 @@ class TcpTransport(Transport):
     name = "tcp"
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = "",
-                 name: str = ""):
+                 name: str = "", min_part: int | None = None, socket_buffer: int | None = None):
         if lanes < 1 or lanes > 64:
             raise TransportError(f"lanes={lanes}: use 1..64 connections per peer")
+        # writes are cut into one part per lane, parts of at least min_part bytes (HOCCL_TCP_MIN_PART);
+        # socket_buffer > 0 fixes SO_SNDBUF/SO_RCVBUF (HOCCL_TCP_SOCKET_BUFFER), 0 leaves the kernel's autotuning
+        self.min_part = _setting(min_part, "HOCCL_TCP_MIN_PART", MIN_PART, 1)
+        self.socket_buffer = _setting(socket_buffer, "HOCCL_TCP_SOCKET_BUFFER", 0, 0)
         self.host, self.port, self.lanes = host, port, lanes
         self.session = session.encode()[:32].ljust(32, b"\0")
         self.name = name.encode()[:16].ljust(16, b"\0")  # sent in the hello: the acceptor's peer_name
@@ -294,7 +298,7 @@ class TcpTransport(Transport):
                     raise TransportError(f"cannot connect to {address}: {exc.strerror or exc} (is the peer "
                                          "listening there?)") from None
                 sockets.append(sock)
-                _tune(sock)
+                _tune(sock, self.socket_buffer)
                 sock.sendall(HELLO.pack(MAGIC, VERSION, lane, self.lanes, conn_id, self.session, self.name))
                 reply = bytearray(1)
                 sock.settimeout(max(0.01, deadline - time.monotonic()))
@@ -328,7 +332,7 @@ class TcpTransport(Transport):
                 sock, addr = self._listener.accept()
             except TimeoutError:
                 continue
-            _tune(sock)
+            _tune(sock, self.socket_buffer)
             hello = bytearray(HELLO.size)
             sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
@@ -370,8 +374,24 @@ class TcpTransport(Transport):
             self._listener = None
 
 
-def _tune(sock: socket.socket) -> None:
+def _setting(value: int | None, env: str, default: int, least: int) -> int:
+    if value is None:
+        text = os.environ.get(env, "")
+        try:
+            value = int(text) if text else default
+        except ValueError:
+            raise TransportError(f"{env}={text!r} is not a byte count; unset it or give an integer") from None
+        what = env
+    else:
+        what = env.removeprefix("HOCCL_TCP_").lower()
+    if value < least:
+        raise TransportError(f"{what}={value}: give at least {least}")
+    return value
+
+
+def _tune(sock: socket.socket, buffer: int) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
+    if buffer > 0:  # a fixed size turns the kernel's autotuning off (and is capped at net.core.[rw]mem_max)
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, opt, buffer)

@@ -186,9 +186,9 @@ def main(argv=None) -> int:
         # rounds interleave the settings (the shared host drifts); each round times plain sockets first and
         # every setting against that round's sockets; medians over rounds
         configs = (("default", 8 << 20, "", {}),
+                   ("never split a chunk", 8 << 20, "", {"HOCCL_TCP_MIN_PART": str(8 << 20)}),
                    ("fixed 8 MiB socket buffers", 8 << 20, "", {"HOCCL_TCP_SOCKET_BUFFER": str(8 << 20)}),
-                   ("whole chunks per lane", 8 << 20, "", {"HOCCL_TCP_MIN_PART": str(8 << 20)}),
-                   ("32 MiB chunks", 32 << 20, "", {}),
+                   ("16 MiB chunks", 16 << 20, "", {}),
                    ("no staging copies", 8 << 20, "no-copies", {}))
         got: dict[str, list] = {c[0]: [] for c in configs}
         for _ in range(args.rounds):

@@ -15,10 +15,13 @@
   size on fresh random data with a poisoned output. SMs per row come from a torch.profiler trace
   (the largest grid of any kernel the call launched; 0 when it launched none).
 * ``contention``: a bf16 8192^3 GEMM loop and a memory-bound loop timed alone and beside back-to-back
-  AllGathers of each communicator, in interleaved rounds; slowdown = median time / median time alone,
-  and "paired" = median over rounds of time / the same round's time alone (drift-resistant), with the
-  bandwidth each communicator delivered inside the window, and HOCCL and raw copies paced
-  at several rates (``--rates``). GPU power and SM clock sampled with nvidia-smi per variant.
+  AllGathers of each communicator, in interleaved rounds (the order rotates every round); each window
+  is preceded by untimed load with the same traffic (``--settle-iters``), so that it starts from that
+  pairing's clock and power state rather than from the previous window's; slowdown = median time /
+  median time alone, and "paired" = median over rounds of time / the same round's time alone
+  (drift-resistant), with the bandwidth each communicator delivered inside the window, and HOCCL and
+  raw copies paced at several rates (``--rates``). GPU power and SM clock sampled with nvidia-smi per
+  variant.
 * ``launch``: host microseconds inside one call, by size, for HOCCL and NCCL.
 
 Each writes ``<command>.json`` (machine, GPU, driver, NCCL and torch versions, date, every figure)
@@ -79,7 +82,6 @@ def _sizes(spec: str) -> list[int]:
 class Bench:
     """Process group, communicator, streams and the baselines' handles for this rank."""
 
-    calls_per_window = 40  # contention: collectives queued beside the load (grows until they outlast it)
 
     def __init__(self, timeout_s: float = 120.0):
         if "RANK" not in os.environ:
@@ -103,6 +105,8 @@ class Bench:
         self._symm: Any = None
         self._side: Any = None
         self._graphs: list[tuple[int, int]] = []  # (graph, executable) of hoccl-graph rows, alive to the end
+        # contention, per variant: calls queued beside the load, grown until they outlast it
+        self.calls_per_window: dict[str, int] = {}
 
     # --- helpers ---------------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -536,10 +540,18 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                 for _ in range(iters):
                     work()
                 compute.synchronize()
+        names = ["alone", *variants]
+        settle = iters if args.settle_iters is None else args.settle_iters
         for rnd in range(args.rounds):
-            for name in ["alone", *variants]:
-                samples.setdefault((load, name), []).append(
-                    _one_window(b, compute, work, iters, variants.get(name), power))
+            # rotated every round: a GPU's clock follows its power of the last ~100 ms, so a fixed order
+            # would give each variant its predecessor's state (seen on the power-capped GEMM, 2026-11-30)
+            k = rnd % len(names)
+            for name in names[k:] + names[:k]:
+                for _ in range(8):  # a window whose traffic stopped before it ended is measured again
+                    sample, dry = _one_window(b, compute, work, iters, variants.get(name), power, settle, name)
+                    if not dry:
+                        break
+                samples.setdefault((load, name), []).append(sample)
             b.say(f"{load} round {rnd + 1}/{args.rounds} done")
     power.close()
     rows = contention_rows(samples)
@@ -579,9 +591,13 @@ def contention_rows(samples: dict[tuple[str, str], list[dict[str, Any]]]) -> lis
 
 
 def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
-                variant: tuple[Callable[[], None], int] | None, power: PowerLog) -> dict[str, float]:
+                variant: tuple[Callable[[], None], int] | None, power: PowerLog, settle: int = 0,
+                name: str = "") -> tuple[dict[str, float], bool]:
     """Time ``iters`` of ``work`` on ``compute`` while ``variant`` (a call, bytes it sends) runs back to
-    back on the communication stream; the bytes count is of calls that finished inside the window."""
+    back on the communication stream, after ``settle`` untimed iterations with the traffic already
+    running; the bytes count is of calls that finished inside the timed window. Returns the sample and
+    whether the traffic ran dry before the window ended on any rank (then the count of calls for
+    ``name`` has grown, and the window should be measured again)."""
     from hoccl_runtime.flags import MemOps
 
     torch = b.torch
@@ -595,17 +611,22 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
     # the load is enqueued first, held by a stream wait on a host flag, so host time spent enqueueing the
     # communication (which may block) never shows up as load time; both start when the flag is set
     MemOps().wait_eq(go, 1).write(go, 0).enqueue(compute.cuda_stream)
-    start.record(compute)
+    released = torch.cuda.Event(enable_timing=True)
+    released.record(compute)
     with torch.cuda.stream(compute):
+        for _ in range(settle):
+            work()
+        start.record(compute)
         for _ in range(iters):
             work()
     end.record(compute)
-    b.stream.wait_event(start)
+    b.stream.wait_event(released)
     go.write(1)
+    calls = b.calls_per_window.setdefault(name, 40)
     if variant is not None:
         fn, nbytes = variant
         with torch.cuda.stream(b.stream):
-            for _ in range(b.calls_per_window):
+            for _ in range(calls):
                 fn()
                 ev = torch.cuda.Event(enable_timing=True)
                 ev.record(b.stream)
@@ -613,12 +634,17 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
     torch.cuda.synchronize()
     t1 = time.time()
     window = start.elapsed_time(end) / 1e3
-    done = sum(1 for ev in marks if start.elapsed_time(ev) / 1e3 <= window)
-    # every rank must issue as many collectives: they agree on growing the count when any ran dry
-    if variant is not None and b.max_over_ranks(1.0 if done == len(marks) else 0.0):
-        b.calls_per_window = int(b.calls_per_window * 1.5) + 1  # keep the link busy for the whole window
+    done = sum(1 for ev in marks if 0 < start.elapsed_time(ev) / 1e3 <= window)
+    # every rank must issue as many collectives: they agree on the largest shortfall of any rank
+    dry = False
+    if variant is not None:
+        needed, lasted = released.elapsed_time(end), released.elapsed_time(marks[-1])
+        worst = b.max_over_ranks(needed / max(lasted, 1e-3) if lasted < needed else 0.0)
+        if worst > 0:  # enough calls to outlast the settle and the window, with a margin
+            dry = True
+            b.calls_per_window[name] = int(calls * 1.3 * worst) + 1
     delivered = done * variant[1] / window / 1e9 if variant is not None else 0.0
-    return {"seconds": window, "gbps": delivered, **power.window(t0, t1, b.dev)}
+    return {"seconds": window, "gbps": delivered, **power.window(t0, t1, b.dev)}, dry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -634,8 +660,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup-s", type=float, default=2.0, help="contention: seconds of load before the rounds")
     p.add_argument("--reps", type=int, default=15, help="launch: batches per point")
-    p.add_argument("--gemm-iters", type=int, default=20)
-    p.add_argument("--mem-iters", type=int, default=60)
+    p.add_argument("--gemm-iters", type=int, default=60, help="contention: GEMMs per timed window (~100 ms)")
+    p.add_argument("--mem-iters", type=int, default=200, help="contention: memory-bound adds per timed window")
+    p.add_argument("--settle-iters", type=int, default=None,
+                   help="contention: untimed iterations before each window, traffic running (default: as many)")
     args = p.parse_args(argv)
     _baselines(args.baselines), _sizes(args.sizes)  # refuse bad arguments before starting anything
     b = Bench()

@@ -59,6 +59,25 @@ def test_writes_land_with_their_immediates():
         rx.close()
 
 
+def test_idle_lanes_share_a_write_and_busy_lanes_take_whole_writes():
+    c_tx, c_rx, tx, rx = pair(lanes=4)
+    try:
+        src = np.random.default_rng().integers(0, 256, 128 << 20, dtype=np.uint8)
+        dst = np.zeros(128 << 20, dtype=np.uint8)
+        local, remote = tx.register(src), rx.register(dst)
+        for k in range(8):  # the first finds 4 idle lanes; the next 7 are issued while those are busy
+            c_tx.write(local, k << 24, 16 << 20, remote.id, k << 24, imm=k)
+        drain(c_rx, "received", 8)
+        drain(c_tx, "sent", 8)
+        assert np.array_equal(src, dst)
+        assert min(c_tx.frames_sent) >= 1          # the first write went over every lane
+        assert sum(c_tx.frames_sent) <= 16         # not 4 parts per write (32 frames)
+        assert c_tx._queued == [0, 0, 0, 0]        # the bookkeeping drains
+    finally:
+        tx.close()
+        rx.close()
+
+
 def test_part_size_and_socket_buffers_are_settings(monkeypatch):
     # whole 8 MiB writes per lane, fixed 1 MiB socket buffers: same bytes, and the buffers are what was set
     c_tx, c_rx, tx, rx = pair(lanes=4, min_part=8 << 20, socket_buffer=1 << 20)

@@ -70,6 +70,8 @@ class TcpConnection(Connection):
         self._next_write = 0
         self._lock = threading.Lock()
         self._send_queues: list[queue.Queue] = [queue.Queue() for _ in sockets]
+        self._queued = [0] * len(sockets)  # bytes (+ 1 per part) handed to each lane and not yet sent
+        self.frames_sent = [0] * len(sockets)  # per lane (diagnostics)
         self._sent_parts: dict[int, int] = {}
         self._recv_parts: dict[int, int] = {}
         self._ended = 0
@@ -92,17 +94,24 @@ class TcpConnection(Connection):
                                  f"({local.nbytes} bytes)")
         if not 0 <= imm < 2**32:
             raise TransportError(f"immediate {imm} does not fit in 32 bits")
-        lanes = len(self.lanes)
-        parts = max(1, min(lanes, nbytes // self.transport.min_part))
+        # Lanes that are idle share the write (parts of at least min_part bytes); when every lane has
+        # bytes queued (a pipelined sender keeps many chunks in flight) the whole write goes to the lane
+        # with the fewest, so no lane pays a part's framing and hand-offs per MiB moved.
         with self._lock:
             write_id = self._next_write
             self._next_write += 1
+            queued = self._queued
+            idle = [lane for lane, q in enumerate(queued) if not q]
+            parts = max(1, min(len(idle), nbytes // self.transport.min_part))
+            targets = idle[:parts] if parts > 1 else [min(range(len(queued)), key=queued.__getitem__)]
+            parts = len(targets)
             self._sent_parts[write_id] = parts
-        step = -(-nbytes // parts) if nbytes else 0
-        for part in range(parts):
-            lo = min(part * step, nbytes)
-            hi = min(lo + step, nbytes)
-            self._send_queues[(write_id + part) % lanes].put(
+            step = -(-nbytes // parts) if nbytes else 0
+            cuts = [(min(part * step, nbytes), min(part * step + step, nbytes)) for part in range(parts)]
+            for lane, (lo, hi) in zip(targets, cuts, strict=True):
+                queued[lane] += hi - lo + 1  # + 1: a zero-byte write still occupies its lane
+        for part, (lane, (lo, hi)) in enumerate(zip(targets, cuts, strict=True)):
+            self._send_queues[lane].put(
                 (write_id, part, parts, local, offset + lo, hi - lo, remote_region, remote_offset + lo, imm,
                  remote_offset, nbytes))
         return write_id
@@ -174,6 +183,8 @@ class TcpConnection(Connection):
                 return
             seq += 1
             with self._lock:
+                self._queued[lane] -= n + 1
+                self.frames_sent[lane] += 1
                 left = self._sent_parts[write_id] - 1
                 if left:
                     self._sent_parts[write_id] = left

@@ -325,12 +325,12 @@ class Bench:
     def _paced_raw(self, plan: list[tuple[int, int, int]], pacer: Any, rate: float) -> Callable[[], None]:
         import cupy
 
-        from hoccl_runtime.pacing import PERIOD_US, pieces
+        from hoccl_runtime.pacing import pieces, tick_us
 
         rt, s = cupy.cuda.runtime, self.stream.cuda_stream
         cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate)]
         events = [rt.eventCreateWithFlags(2) for _ in cut]
-        sleep_us = pacer.sleep_us(PERIOD_US)
+        sleep_us = pacer.sleep_us(tick_us(rate))
 
         def fn() -> None:
             rt.eventRecord(events[0], s)

@@ -38,7 +38,9 @@ How a call works, for rank ``me`` (every step costs no SM):
    have written so the streams drain instead of waiting forever, and every later call (and
    ``synchronize``) raises :class:`TransportError` naming the dead rank.
 6. ``rate_gbps=`` (per call, or ``comm.rate_gbps`` for all) caps the rate of this rank's DMA queue:
-   see :mod:`hoccl_runtime.pacing`.
+   see :mod:`hoccl_runtime.pacing`. ``duration_s=`` (per call) spreads the call over that long instead:
+   the rate is this rank's bytes to its peers over the duration (background traffic only has to
+   finish inside the compute window beside it).
 7. Small send/recv (up to ``eager_bytes``, 4 MiB unless HOCCL_EAGER_BYTES says otherwise; 0 turns it
    off) take an eager path instead: the sender's copy lands in one of ``EAGER_SLOTS`` staging slots
    that the receiver allocated for it once (exchanged through the store at the pair's first eager
@@ -254,6 +256,7 @@ class _PlanState:
     partners: tuple[int, ...]
     resident: tuple[int, int]  # in place: (offset, bytes) of this rank's input inside its output
     eager: _EagerLayout | None = None  # small enough for the staging slots: the eager path
+    paced_bytes: int = 0  # what a rate cap paces on this rank: its sends to peers (the main DMA queue's copies)
 
 
 @dataclass(frozen=True)
@@ -326,35 +329,37 @@ class Communicator:
     # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a
     # cache miss, to keep it off the per-call path.
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None, *,
-                               rate_gbps: float | None = None) -> None:
+                               rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("allgather", out.nbytes), input, out, stream, rate_gbps)
+        self._run(("allgather", out.nbytes), input, out, stream, rate_gbps, duration_s)
 
     def all_to_all_single(self, output: Any, input: Any, stream: Any = None, *,
-                          rate_gbps: float | None = None) -> None:
+                          rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("alltoall", out.nbytes), input, out, stream, rate_gbps)
+        self._run(("alltoall", out.nbytes), input, out, stream, rate_gbps, duration_s)
 
-    def broadcast(self, tensor: Any, root: int, stream: Any = None, *, rate_gbps: float | None = None) -> None:
+    def broadcast(self, tensor: Any, root: int, stream: Any = None, *, rate_gbps: float | None = None,
+                  duration_s: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._run(("broadcast", buf.nbytes, root), None, buf, stream, rate_gbps)
+        self._run(("broadcast", buf.nbytes, root), None, buf, stream, rate_gbps, duration_s)
 
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
-                rate_gbps: float | None = None) -> None:
+                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         out = as_buffer(output, "output")
         self._run(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, out, stream,
-                  rate_gbps)
+                  rate_gbps, duration_s)
 
     def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None, *,
-               rate_gbps: float | None = None) -> None:
+               rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         inp = as_buffer(input, "input")
         self._run(("gather", inp.nbytes * self.world, root), inp, output if self.rank == root else None, stream,
-                  rate_gbps)
+                  rate_gbps, duration_s)
 
-    def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None) -> None:
+    def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None,
+             duration_s: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._check_peer(dst, "dst")
-        self._run(("sendrecv", self.rank, dst, buf.nbytes), buf, None, stream, rate_gbps)
+        self._run(("sendrecv", self.rank, dst, buf.nbytes), buf, None, stream, rate_gbps, duration_s)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
@@ -373,9 +378,9 @@ class Communicator:
         return CollectiveSpec(kind="sendrecv", pairs=((key[1], key[2], key[3]),))
 
     def execute(self, plan: Plan, input: Any, output: Any, stream: Any = None, *,
-                rate_gbps: float | None = None) -> None:
+                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         """Run this rank's part of a compiled single-node plan (every partner rank calls it too)."""
-        self._run(plan, input, output, stream, rate_gbps)
+        self._run(plan, input, output, stream, rate_gbps, duration_s)
 
     # --- the call ----------------------------------------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:
@@ -412,8 +417,14 @@ class Communicator:
         from hoccl_compiler.collective import layout
 
         res_off, res_bytes = layout(plan.collective, self.world).resident()
+        eager = self._eager_layout(plan, prog)
+        if eager is not None:
+            paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
+        else:
+            mine = sorted(q for q in prog.copies if plan.queues.gpu[q] == self.rank and plan.queues.kind[q] == "dma")
+            paced = sum(c.nbytes for c in prog.copies[mine[0]]) if mine else 0
         state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners),
-                           (int(res_off[self.rank]), int(res_bytes[self.rank])), self._eager_layout(plan, prog))
+                           (int(res_off[self.rank]), int(res_bytes[self.rank])), eager, paced)
         self._by_id[plan.plan_id] = state
         return state
 
@@ -439,8 +450,9 @@ class Communicator:
         return _EagerLayout(tuple(local), {p: tuple(v) for p, v in sends.items()},
                             {p: tuple(v) for p, v in recvs.items()})
 
-    def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any, rate_gbps: float | None = None) -> None:
-        self._run_many([(what, input, output)], stream, rate_gbps)
+    def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any, rate_gbps: float | None = None,
+             duration_s: float | None = None) -> None:
+        self._run_many([(what, input, output)], stream, rate_gbps, duration_s)
 
     def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
         """Pipeline-stage exchanges in one call: ``ops`` is a list of ("send", tensor, dst) and
@@ -467,7 +479,8 @@ class Communicator:
                 raise HocclError(f"batch has more than {_SLOTS} ops with rank {peer}; split it into several batches")
         self._run_many(items, stream)
 
-    def _run_many(self, items: list[tuple[Any, Any, Any]], stream: Any, rate_gbps: float | None = None) -> None:
+    def _run_many(self, items: list[tuple[Any, Any, Any]], stream: Any, rate_gbps: float | None = None,
+                  duration_s: float | None = None) -> None:
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
         self._raise_if_failed()
@@ -475,12 +488,19 @@ class Communicator:
         rate = self.rate_gbps if rate_gbps is None else rate_gbps
         if rate is not None and not rate > 0:
             raise HocclError(f"rate_gbps={rate!r}: give a positive rate in GB/s, or None for full speed")
+        if duration_s is not None:
+            if rate_gbps is not None:
+                raise HocclError(f"rate_gbps={rate_gbps!r} and duration_s={duration_s!r}: give one of them")
+            if not duration_s > 0:
+                raise HocclError(f"duration_s={duration_s!r}: give a positive number of seconds, or None")
         with self._lock:
             if self._unverified:
                 self._verify_eager()
             if len(items) == 1:  # the common call, without the batch's lists
                 what, input, output = items[0]
                 state, inp, out = self._prepare(what, input, output)
+                if duration_s is not None:  # this rank's paced bytes spread over the duration (none: full speed)
+                    rate = state.paced_bytes / duration_s / 1e9 if state.paced_bytes else None
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
                 else:
@@ -922,12 +942,12 @@ class Communicator:
 
     def _paced(self, copies: list[tuple], rate: float, user: int) -> list[tuple]:
         """The copies cut into pieces, piece k gated on tick k of the clock stream (see pacing.py)."""
-        from .pacing import PERIOD_US, Pacer, pieces
+        from .pacing import Pacer, pieces, tick_us
 
         if self._pacer is None:
             self._pacer = Pacer(self.device)
         pacer, clock = self._pacer, self._pacer.handle
-        sleep_us = pacer.sleep_us(PERIOD_US)
+        sleep_us = pacer.sleep_us(tick_us(rate))
         cut = [("copy", dst + off, src + off, n, stream)
                for _, dst, src, size, stream in copies for off, n in pieces(size, rate)]
         ops: list[tuple] = [("record", self._event(("tick", 0)), user), ("wait", clock, self._event(("tick", 0)))]

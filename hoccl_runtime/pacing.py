@@ -9,7 +9,8 @@ sleep (libc ``usleep``, called by CUDA's own callback thread: no Python, no GIL)
     copies ─piece0──────────wait(tick1)─piece1──wait(tick2)─piece2 ...
 
 Piece k starts no earlier than k*T after the first, so the rate is at most piece/T; a piece that
-takes longer than T delays the next (the cap never speeds anything up). Everything is enqueued at
+takes longer than T delays the next (the cap never speeds anything up). T is 250 us, longer for
+rates under about 4.2 GB/s (pieces stay at least 1 MiB: :func:`tick_us`). Everything is enqueued at
 call time like any other call. ``usleep`` overshoots by the thread's timer slack (about 50 us on
 Linux); the first paced call measures the overshoot and asks for that much less.
 
@@ -27,16 +28,24 @@ from typing import Any
 
 from .errors import CudaError, HocclError
 
-__all__ = ["Pacer", "PERIOD_US", "pieces"]
+__all__ = ["Pacer", "PERIOD_US", "pieces", "tick_us"]
 
 PERIOD_US = 250          # one tick of the clock stream
 MIN_PIECE = 1 << 20      # a copy engine streams pieces under 1 MiB badly (measured 202 GB/s at 1 MiB)
 
 
-def pieces(nbytes: int, rate_gbps: float, period_us: float = PERIOD_US) -> list[tuple[int, int]]:
-    """(offset, bytes) pieces of a transfer of ``nbytes`` paced at ``rate_gbps`` with one piece per period."""
+def tick_us(rate_gbps: float) -> float:
+    """The clock stream's tick for a rate: PERIOD_US, or longer where a 1 MiB piece per PERIOD_US would
+    exceed the rate (below about 4.2 GB/s; e.g. a large collective spread over a long compute window)."""
     if not rate_gbps > 0:
         raise HocclError(f"rate_gbps={rate_gbps!r}: give a positive rate in GB/s (or None for full speed)")
+    return max(PERIOD_US, MIN_PIECE / (rate_gbps * 1e3))
+
+
+def pieces(nbytes: int, rate_gbps: float, period_us: float | None = None) -> list[tuple[int, int]]:
+    """(offset, bytes) pieces of a transfer of ``nbytes`` paced at ``rate_gbps`` with one piece per period
+    (by default :func:`tick_us`)."""
+    period_us = tick_us(rate_gbps) if period_us is None else period_us
     piece = max(MIN_PIECE, int(rate_gbps * 1e9 * period_us * 1e-6))
     return [(off, min(piece, nbytes - off)) for off in range(0, nbytes, piece)]
 

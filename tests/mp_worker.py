@@ -114,6 +114,38 @@ def main() -> int:
         stream.synchronize()
         check(f"batch_isend_irecv {n}", out, data(prv, call, n))
 
+    # paced calls: a rate cap and a duration give the same bytes; a 32 MiB AllGather spread over 40 ms
+    # takes at least most of that (the cap never speeds anything up), a full-speed one about 0.1 ms
+    n = 32 << 20
+    for how in ({"rate_gbps": 50.0}, {"duration_s": 0.04}):
+        call += 1
+        inp = cp.asarray(data(rank, call, n))
+        out = cp.full(n * world, 0xA5, cp.uint8)
+        cp.cuda.Device(dev).synchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        comm.all_gather_into_tensor(out, inp, stream=stream, **how)
+        end.record(stream)
+        end.synchronize()
+        check(f"paced allgather {how}", out, np.concatenate([data(r, call, n) for r in range(world)]))
+        took_s = cp.cuda.get_elapsed_time(start, end) / 1e3
+        floor_s = how.get("duration_s") or n * (world - 1) / (how["rate_gbps"] * 1e9)
+        if took_s < 0.7 * floor_s:
+            failures.append(f"rank {rank}: paced allgather {how} took {took_s * 1e3:.1f} ms, under its "
+                            f"{floor_s * 1e3:.1f} ms")
+    call += 1  # an eager send spread over 5 ms
+    n = (3 << 20) + 7
+    inp, out = cp.asarray(data(rank, call, n)), cp.full(n, 0xA5, cp.uint8)
+    cp.cuda.Device(dev).synchronize()
+    if rank % 2 == 0:
+        comm.send(inp, nxt, stream=stream, duration_s=0.005)
+        comm.recv(out, prv, stream=stream)
+    else:
+        comm.recv(out, prv, stream=stream)
+        comm.send(inp, nxt, stream=stream, duration_s=0.005)
+    stream.synchronize()
+    check(f"paced sendrecv {n}", out, data(prv, call, n))
+
     # 100 create/close cycles leak no file descriptors and no shared memory
     import glob
 

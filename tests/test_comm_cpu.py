@@ -116,17 +116,24 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
 
     from hoccl_runtime import pacing
 
+    ticks: dict[int, list[float]] = {0: [], 1: []}
     monkeypatch.setattr(pacing, "Pacer", lambda device: types.SimpleNamespace(
-        handle=555, sleep=lambda stream, us: None, sleep_us=lambda period: 0))
+        handle=555, sleep=lambda stream, us: None, sleep_us=lambda period: ticks[device].append(period) or 0))
 
     def body(comm, r):
         n = (3 << 20) + 7  # 4 pieces at the 1 MiB floor when paced at a tiny rate
-        buf = data(0, 1, n) if r == 0 else np.full(n, 0xA5, np.uint8)
-        if r == 0:
-            comm.send(dev(buf, r), 1, stream=7, rate_gbps=1e-3)
-        else:
-            comm.recv(dev(buf, r), 0, stream=7)
-        ok = np.array_equal(buf, data(0, 1, n))
+        ok = True
+        for call, how in ((1, {"rate_gbps": 1e-3}), (2, {"duration_s": 2.0})):
+            buf = data(0, call, n) if r == 0 else np.full(n, 0xA5, np.uint8)
+            if r == 0:
+                comm.send(dev(buf, r), 1, stream=7, **how)
+            else:
+                comm.recv(dev(buf, r), 0, stream=7)
+            ok = ok and np.array_equal(buf, data(0, call, n))
+        with pytest.raises(HocclError, match="give one of them"):
+            comm.send(dev(buf, r), 1 - r, stream=7, rate_gbps=1.0, duration_s=1.0)
+        with pytest.raises(HocclError, match="duration_s=0"):
+            comm.send(dev(buf, r), 1 - r, stream=7, duration_s=0)
         comm.eager_bytes = 0  # the rendezvous's check: both ranks raise at the call (eager: see the test below)
         with pytest.raises(PlanError, match="another collective"):
             if r == 0:
@@ -138,6 +145,11 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
         return ok
 
     assert ranks(monkeypatch, 2, body) == {0: True, 1: True}
+    # the sender's ticks: 1 MiB per tick at 1 MB/s, then its 3 MiB + 7 bytes spread over 2 s (4 pieces)
+    assert ticks[1] == [] and len(ticks[0]) == 2
+    assert ticks[0][0] == pytest.approx((1 << 20) / 1e6 * 1e6)
+    assert ticks[0][1] == pytest.approx((1 << 20) / (n_sent := (3 << 20) + 7) * 2.0 * 1e6)
+    assert n_sent / (1 << 20) * ticks[0][1] == pytest.approx(2e6)
 
 
 @pytest.mark.parametrize("sync", ["events", "flags"])

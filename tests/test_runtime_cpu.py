@@ -253,6 +253,11 @@ def test_pacing_pieces():
     assert sum(n for _, n in got) == 100 << 20 and got[0] == (0, 50_000_000) and len(got) == 3
     assert [o for o, _ in got] == [0, 50_000_000, 100_000_000]
     assert pieces(3 << 20, 1.0) == [(0, MIN_PIECE), (MIN_PIECE, MIN_PIECE), (2 * MIN_PIECE, MIN_PIECE)]
+    from hoccl_runtime.pacing import PERIOD_US, tick_us
+
+    assert tick_us(200.0) == PERIOD_US                      # 50 MB a tick
+    assert tick_us(1.0) == pytest.approx(MIN_PIECE / 1e3)   # 1 MiB at 1 GB/s: the tick stretches to ~1 ms
+    assert pieces(3 << 20, 1.0) == pieces(3 << 20, 1.0, tick_us(1.0))
     with pytest.raises(HocclError, match="positive"):
         pieces(10, 0.0)
 

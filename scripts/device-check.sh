@@ -23,7 +23,7 @@ for p in $parts; do
     handshake) run_part handshake 120 python examples/handshake_latency.py ;;
     profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
     sweep) run_part sweep 200 torchrun --nproc_per_node 2 -m hoccl_runtime.bench sweep --out "$OUT" ;;
-    internode) run_part internode 330 python examples/bench_internode.py --out "$OUT" ;;
+    internode) run_part internode 330 python examples/bench_internode.py --rounds 4 --out "$OUT" ;;
     contention) run_part contention 300 torchrun --nproc_per_node 2 -m hoccl_runtime.bench contention \
                   --rounds 15 --rates 50,100,200,300 --out "$OUT" ;;
     *) summary+=("$p: unknown part") ;;

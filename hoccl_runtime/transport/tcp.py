@@ -49,7 +49,9 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
     """Fill ``view`` from ``sock``; False on a clean EOF before the first byte, raise on a short stream."""
     got = 0
     while got < len(view):
-        n = sock.recv_into(view[got:])
+        # MSG_WAITALL: one system call (and one GIL hand-back) per frame part instead of one per socket
+        # buffer's worth; it returns early only on EOF, an error or a signal, which the loop handles
+        n = sock.recv_into(view[got:], 0, socket.MSG_WAITALL)
         if n == 0:
             if got == 0:
                 return False

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
-#   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [profile] [sweep] [internode] [contention]
+#   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [internode] [contention]
 # Each part is bounded in time; a summary of every part is printed last.
 set -u
 OUT=${OUT:-/tmp/hoccl-out}; mkdir -p "$OUT"
@@ -18,6 +18,7 @@ for p in $parts; do
   case $p in
     tests) run_part tests 400 python -m pytest -q -p no:cacheprovider tests/test_gpu_intranode.py \
              tests/test_gpu_multiprocess.py tests/test_gpu_internode.py ;;
+    nettests) run_part nettests 200 python -m pytest -q -p no:cacheprovider tests/test_gpu_internode.py ;;
     mptests) run_part mptests 300 python -m pytest -q -p no:cacheprovider tests/test_gpu_multiprocess.py ;;
     mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/mp_worker.py ;;
     handshake) run_part handshake 120 python examples/handshake_latency.py ;;

@@ -111,14 +111,16 @@ def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
 
 
 def init(*, rank: int | None = None, world_size: int | None = None, device: int | None = None,
-         store: Any = None, timeout_s: float = 60.0, gpus_per_node: int | None = None) -> Any:
+         store: Any = None, timeout_s: float = 60.0, gpus_per_node: int | None = None,
+         dma_queues: int | None = None) -> Any:
     """A communicator for this process's GPU, from torchrun's environment (or the arguments).
 
     All ranks on one node (LOCAL_WORLD_SIZE == WORLD_SIZE): the copy-engine :class:`Communicator`.
     One GPU per node (LOCAL_WORLD_SIZE == 1, or ``gpus_per_node=1`` to make each GPU of a machine its
     own node): :class:`hoccl_runtime.netcomm.NetCommunicator` over the TCP transport. Several GPUs on
     each of several nodes: :class:`hoccl_runtime.netcomm.NodeNetCommunicator` (local rank 0 of each
-    node drives the node's part)."""
+    node drives the node's part). ``dma_queues`` (intra-node; default HOCCL_DMA_QUEUES or 1): copy
+    streams per GPU that the plans spread peers over."""
     env = os.environ
     try:
         rank = int(env["RANK"]) if rank is None else rank
@@ -130,6 +132,9 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
     if local < 1 or world_size % local:
         raise HocclError(f"WORLD_SIZE={world_size} is not a whole number of nodes of {local} GPUs; every node must "
                          "run the same number of ranks")
+    if dma_queues is not None and local < world_size:
+        raise HocclError(f"dma_queues={dma_queues}: only the intra-node communicator takes it (this job has "
+                         f"{world_size // local} nodes of {local} GPUs); leave it out")
     if store is None:
         store = _bootstrap_store(rank, world_size, timeout_s)
     global _instances
@@ -145,7 +150,7 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
         from .netcomm import NodeNetCommunicator
 
         return NodeNetCommunicator(rank, world_size, device, prefixed, gpus_per_node=local, timeout_s=timeout_s)
-    return Communicator(rank, world_size, device, prefixed, timeout_s=timeout_s)
+    return Communicator(rank, world_size, device, prefixed, timeout_s=timeout_s, dma_queues=dma_queues)
 
 
 _instances = 0
@@ -273,13 +278,18 @@ class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
-                 ipc_cache: int = 64):
+                 ipc_cache: int = 64, dma_queues: int | None = None):
         import cupy
 
         from ._cuda import cupy_runtime
 
         if not 0 <= rank < world:
             raise HocclError(f"rank {rank} is outside 0..{world - 1}")
+        if dma_queues is None:  # copy streams per GPU the plans spread peers over (several CEs on NVSwitch)
+            text = os.environ.get("HOCCL_DMA_QUEUES", "1")
+            dma_queues = int(text) if text.isdigit() else -1
+        if not 1 <= dma_queues <= MAX_QUEUES:
+            raise HocclError(f"dma_queues={dma_queues} (or HOCCL_DMA_QUEUES): give 1..{MAX_QUEUES} copy queues per GPU")
         if ipc_cache < world:
             raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
@@ -323,7 +333,7 @@ class Communicator:
         self._watchdog.start()
         from hoccl_compiler.topology import make_topology
 
-        self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1)
+        self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=dma_queues)
 
     # --- torch-like calls ------------------------------------------------------------------------------
     # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a

@@ -13,6 +13,8 @@ run_part() {  # name, seconds, command...
   summary+=("$name rc=$rc $((SECONDS - t0))s")
 }
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv >"$OUT/gpu.txt" 2>&1
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')  # sweep and contention use every GPU (issue 6: 4 or 8)
+[ "$NGPU" -ge 2 ] || NGPU=2
 { nvidia-smi topo -m; lscpu | grep -i "numa\|model name"; } >>"$OUT/gpu.txt" 2>&1
 for p in $parts; do
   case $p in
@@ -23,9 +25,9 @@ for p in $parts; do
     mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/mp_worker.py ;;
     handshake) run_part handshake 120 python examples/handshake_latency.py ;;
     profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
-    sweep) run_part sweep 200 torchrun --nproc_per_node 2 -m hoccl_runtime.bench sweep --out "$OUT" ;;
+    sweep) run_part sweep 400 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench sweep --out "$OUT" ;;
     internode) run_part internode 330 python examples/bench_internode.py --rounds 4 --out "$OUT" ;;
-    contention) run_part contention 300 torchrun --nproc_per_node 2 -m hoccl_runtime.bench contention \
+    contention) run_part contention 300 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench contention \
                   --rounds 15 --rates 50,100,200,300 --out "$OUT" ;;
     *) summary+=("$p: unknown part") ;;
   esac

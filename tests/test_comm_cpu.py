@@ -32,7 +32,7 @@ def data(rank: int, call: int, n: int) -> np.ndarray:
     return np.random.default_rng([rank, call, 3]).integers(0, 256, n, dtype=np.uint8)
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, 3, 8])
 def test_every_collective_twice(monkeypatch, world):
     def body(comm, r):
         bad = []
@@ -209,3 +209,49 @@ def test_eager_send_recv_many_and_a_size_mismatch(monkeypatch):
         return bad
 
     assert ranks(monkeypatch, 2, body) == {0: [], 1: []}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_several_dma_queues_per_gpu(monkeypatch, world):
+    """dma_queues=2: each rank's peers spread over two copy streams (the extra one a side stream joined by
+    events); every collective still lands byte-exact, twice (the second time from the launch cache or
+    a graph)."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.comm import Communicator
+
+    store = fake_cuda.Store()
+
+    def body(comm, r):
+        bad = []
+        for rep in range(2):
+            n = 4099 + rep
+            inp, out = data(r, rep, n), np.full(n * world, 0xA5, np.uint8)
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            if not np.array_equal(out, np.concatenate([data(p, rep, n) for p in range(world)])):
+                bad.append(f"all_gather {n}")
+            inp, out = data(r, rep + 10, n * world), np.full(n * world, 0xA5, np.uint8)
+            comm.all_to_all_single(dev(out, r), dev(inp, r), stream=7)
+            want = np.concatenate([data(p, rep + 10, n * world)[r * n:(r + 1) * n] for p in range(world)])
+            if not np.array_equal(out[:n * world], want):
+                bad.append(f"all_to_all {n}")
+        return bad, sorted(comm._streams)
+
+    results = fake_cuda.run_ranks(world, lambda r: Communicator(r, world, r, store, timeout_s=20, dma_queues=2),
+                                  body)
+    for r in range(world):
+        assert not isinstance(results[r], Exception), results[r]
+        bad, side = results[r]
+        assert bad == [], (r, bad)
+        # with 3 peers, the second DMA queue ran on its own side stream (slot 1; slot 4 is local copies)
+        assert (1 in side) == (world > 2), (r, side)
+
+
+def test_dma_queues_out_of_range(monkeypatch):
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.comm import Communicator
+
+    with pytest.raises(HocclError, match="dma_queues=9"):
+        Communicator(0, 2, 0, fake_cuda.Store(), dma_queues=9)
+    monkeypatch.setenv("HOCCL_DMA_QUEUES", "two")
+    with pytest.raises(HocclError, match="HOCCL_DMA_QUEUES"):
+        Communicator(0, 2, 0, fake_cuda.Store())

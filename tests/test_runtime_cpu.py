@@ -179,6 +179,9 @@ def test_init_without_torchrun_environment_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     with pytest.raises(HocclError, match="WORLD_SIZE=4 is not a whole number of nodes of 3 GPUs"):
         hr.init()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(HocclError, match="dma_queues=2: only the intra-node communicator"):
+        hr.init(dma_queues=2)
 
 
 def test_launch_cache_builds_once_and_drops_least_recent():

@@ -82,7 +82,6 @@ def _sizes(spec: str) -> list[int]:
 class Bench:
     """Process group, communicator, streams and the baselines' handles for this rank."""
 
-
     def __init__(self, timeout_s: float = 120.0):
         if "RANK" not in os.environ:
             raise SystemExit("hoccl-bench runs under torchrun: torchrun --nproc_per_node 2 -m hoccl_runtime.bench ...")

@@ -496,8 +496,10 @@ class Communicator:
         self._raise_if_failed()
         s = as_stream(stream)
         rate = self.rate_gbps if rate_gbps is None else rate_gbps
-        if rate is not None and not rate > 0:
-            raise HocclError(f"rate_gbps={rate!r}: give a positive rate in GB/s, or None for full speed")
+        if rate is not None:
+            from .pacing import tick_us
+
+            tick_us(rate)  # refuse a rate pacing cannot keep before any partner is told of the call
         if duration_s is not None:
             if rate_gbps is not None:
                 raise HocclError(f"rate_gbps={rate_gbps!r} and duration_s={duration_s!r}: give one of them")
@@ -511,6 +513,10 @@ class Communicator:
                 state, inp, out = self._prepare(what, input, output)
                 if duration_s is not None:  # this rank's paced bytes spread over the duration (none: full speed)
                     rate = state.paced_bytes / duration_s / 1e9 if state.paced_bytes else None
+                    if rate is not None:
+                        from .pacing import tick_us
+
+                        tick_us(rate)
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
                 else:

@@ -32,6 +32,7 @@ __all__ = ["Pacer", "PERIOD_US", "pieces", "tick_us"]
 
 PERIOD_US = 250          # one tick of the clock stream
 MIN_PIECE = 1 << 20      # a copy engine streams pieces under 1 MiB badly (measured 202 GB/s at 1 MiB)
+MAX_TICK_US = 600e6      # usleep's argument is 32-bit: ticks of at most 10 minutes
 
 
 def tick_us(rate_gbps: float) -> float:
@@ -39,7 +40,12 @@ def tick_us(rate_gbps: float) -> float:
     exceed the rate (below about 4.2 GB/s; e.g. a large collective spread over a long compute window)."""
     if not rate_gbps > 0:
         raise HocclError(f"rate_gbps={rate_gbps!r}: give a positive rate in GB/s (or None for full speed)")
-    return max(PERIOD_US, MIN_PIECE / (rate_gbps * 1e3))
+    tick = max(PERIOD_US, MIN_PIECE / (rate_gbps * 1e3))
+    if tick > MAX_TICK_US:
+        raise HocclError(f"a rate of {rate_gbps:.3g} GB/s needs a tick of {tick / 1e6:.0f} s between 1 MiB pieces; "
+                         f"pacing spreads a call over at most {MAX_TICK_US / 1e6:.0f} s per MiB: ask for a shorter "
+                         "duration or a higher rate")
+    return tick
 
 
 def pieces(nbytes: int, rate_gbps: float, period_us: float | None = None) -> list[tuple[int, int]]:

@@ -134,6 +134,8 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
             comm.send(dev(buf, r), 1 - r, stream=7, rate_gbps=1.0, duration_s=1.0)
         with pytest.raises(HocclError, match="duration_s=0"):
             comm.send(dev(buf, r), 1 - r, stream=7, duration_s=0)
+        with pytest.raises(HocclError, match="shorter duration"):  # refused before the partner hears of it
+            comm.send(dev(buf, r), 1 - r, stream=7, duration_s=1e12)
         comm.eager_bytes = 0  # the rendezvous's check: both ranks raise at the call (eager: see the test below)
         with pytest.raises(PlanError, match="another collective"):
             if r == 0:

@@ -261,6 +261,8 @@ def test_pacing_pieces():
     assert tick_us(200.0) == PERIOD_US                      # 50 MB a tick
     assert tick_us(1.0) == pytest.approx(MIN_PIECE / 1e3)   # 1 MiB at 1 GB/s: the tick stretches to ~1 ms
     assert pieces(3 << 20, 1.0) == pieces(3 << 20, 1.0, tick_us(1.0))
+    with pytest.raises(HocclError, match="shorter duration or a higher rate"):
+        tick_us(1e-9)  # 1 MiB per ~12 days
     with pytest.raises(HocclError, match="positive"):
         pieces(10, 0.0)
 

@@ -38,6 +38,9 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
         kind = data.get("kind") or "bandwidth"
         runs.append({"file": path.name, "kind": kind,
                      **{k: data.get(k) for k in ("date", "gpu", "driver", "env", "machine", "torch", "nccl")}})
+        settings = [v for v in data.get("variants") or [] if isinstance(v, dict) and "setting" in v]
+        if kind == "internode" and settings:  # bench_internode's 1 GiB settings against plain sockets
+            runs[-1]["settings"] = settings
         need = _NEEDS.get(kind)
         if need is None:
             raise ValueError(f"{path}: unknown kind {kind!r}; expected one of {sorted(_NEEDS)}")
@@ -121,6 +124,15 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
                          f"{ms('d2h_seconds')} | {ms('transport_seconds')} | {ms('raw_socket_seconds')} | "
                          f"{'' if of is None else f'{of:.2f}'} | {ms('host_path_seconds')} | "
                          f"{'' if cpu is None else f'{cpu:.0f}'} |")
+    for run in runs:
+        if run.get("settings"):
+            lines += ["", f"### 1 GiB by transport setting, against the same round's plain sockets (`{run['file']}`)",
+                      "", "| setting | GPU -> GPU ms | plain sockets ms | of sockets | each round |",
+                      "|---|---:|---:|---:|---|"]
+            for v in run["settings"]:
+                rounds = " ".join(f"{x:.2f}" for x in v.get("per_round") or [])
+                lines.append(f"| {v['setting']} | {v['gpu_seconds'] * 1e3:.2f} | {v['raw_socket_seconds'] * 1e3:.2f} | "
+                             f"{v['of_raw_sockets']:.2f} | {rounds} |")
     return "\n".join(lines) + "\n"
 
 

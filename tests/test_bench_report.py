@@ -61,13 +61,16 @@ def test_report_other_kinds(tmp_path):
          "delivered_gbps": 130.0, "watts": None, "sm_mhz": None}]}))
     (tmp_path / "internode.json").write_text(json.dumps({"kind": "internode", "date": "d", "rows": [
         {"op": "sendrecv", "impl": "hoccl-gpu-tcp", "size": 1 << 30, "gbps": 13.76, "seconds": 0.078,
-         "d2h_seconds": 0.0194, "host_path_seconds": 0.1247, "cpu_us_per_call": 261728}]}))
+         "d2h_seconds": 0.0194, "host_path_seconds": 0.1247, "cpu_us_per_call": 261728}],
+        "variants": [{"setting": "default", "gpu_seconds": 0.05932, "raw_socket_seconds": 0.0575,
+                      "of_raw_sockets": 0.95, "per_round": [1.0, 0.92, 0.91, 0.99]}]}))
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
     text = (tmp_path / "r.md").read_text()
     assert "## Launch cost: sendrecv" in text and "| 2 MiB | 21.2 |" in text
     assert "| gemm | hoccl@200 | +3.3% |  | +2.7..+3.8% | 124.6 | 605 | 1890 |" in text  # before "paired" existed
     assert "| gemm | raw@200 | +4.0% | +1.2% | +0.0..+10.0% | 130.0 |  |  |" in text
     assert "| sendrecv | 1 GiB | 13.76 | 78.00 | 19.40 |  |  |  | 124.70 | 261728 |" in text
+    assert "| default | 59.32 | 57.50 | 0.95 | 1.00 0.92 0.91 0.99 |" in text
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "mystery", "rows": [{}]}))
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 2
 

@@ -6,7 +6,8 @@ Every ``*.json`` in the folder with a ``rows`` list is read. Bandwidth files (``
 microseconds per call beside it) and a table of SMs occupied. Files with a ``kind`` are
 ``"launch"`` (host us per call by size), ``"contention"`` (slowdown of a load beside each
 communicator, with the bandwidth it delivered) and ``"internode"`` (GPU -> GPU over the network
-path, with its pieces). With ``--plots``: bandwidth-vs-size PNGs, launch cost and slowdown bars.
+path, with its pieces, and where present its 1 GiB transport settings against plain sockets). With
+``--plots``: bandwidth-vs-size PNGs, launch cost and slowdown bars.
 The header names each file's machine, GPU, driver and date, so a report says where its numbers
 came from.
 """

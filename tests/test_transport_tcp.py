@@ -39,12 +39,17 @@ def drain(conn, kind, count, timeout_s=20):
     return got
 
 
+def regions(tx, rx, nbytes):
+    """(random source, zeroed destination, the source's region, the destination's region)."""
+    src = np.random.default_rng().integers(0, 256, nbytes, dtype=np.uint8)
+    dst = np.zeros(nbytes, dtype=np.uint8)
+    return src, dst, tx.register(src), rx.register(dst)
+
+
 def test_writes_land_with_their_immediates():
     c_tx, c_rx, tx, rx = pair(lanes=4)
     try:
-        src = np.random.default_rng().integers(0, 256, 24 << 20, dtype=np.uint8)
-        dst = np.zeros(24 << 20, dtype=np.uint8)
-        local, remote = tx.register(src), rx.register(dst)
+        src, dst, local, remote = regions(tx, rx, 24 << 20)
         w1 = c_tx.write(local, 0, 16 << 20, remote.id, 0, imm=11)           # split over the 4 lanes
         w2 = c_tx.write(local, 16 << 20, 8 << 20, remote.id, 16 << 20, imm=22)
         w3 = c_tx.write(local, 5, 3, remote.id, 5, imm=33)                  # tiny, one lane
@@ -62,9 +67,7 @@ def test_writes_land_with_their_immediates():
 def test_idle_lanes_share_a_write_and_busy_lanes_take_whole_writes():
     c_tx, c_rx, tx, rx = pair(lanes=4)
     try:
-        src = np.random.default_rng().integers(0, 256, 128 << 20, dtype=np.uint8)
-        dst = np.zeros(128 << 20, dtype=np.uint8)
-        local, remote = tx.register(src), rx.register(dst)
+        src, dst, local, remote = regions(tx, rx, 128 << 20)
         for k in range(8):  # the first finds 4 idle lanes; the next 7 are issued while those are busy
             c_tx.write(local, k << 24, 16 << 20, remote.id, k << 24, imm=k)
         drain(c_rx, "received", 8)
@@ -82,9 +85,7 @@ def test_part_size_and_socket_buffers_are_settings(monkeypatch):
     # whole 8 MiB writes per lane, fixed 1 MiB socket buffers: same bytes, and the buffers are what was set
     c_tx, c_rx, tx, rx = pair(lanes=4, min_part=8 << 20, socket_buffer=1 << 20)
     try:
-        src = np.random.default_rng().integers(0, 256, 24 << 20, dtype=np.uint8)
-        dst = np.zeros(24 << 20, dtype=np.uint8)
-        local, remote = tx.register(src), rx.register(dst)
+        src, dst, local, remote = regions(tx, rx, 24 << 20)
         for k in range(3):
             c_tx.write(local, k << 23, 8 << 20, remote.id, k << 23, imm=k)
         drain(c_rx, "received", 3)

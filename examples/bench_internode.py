@@ -1,6 +1,7 @@
 """Inter-node path on GPUs, "nodes" joined by the TCP transport on one host (2-GPU machine).
 
-    python examples/bench_internode.py [--check-only] [--lanes 8] [--out DIR]
+    python examples/bench_internode.py [--check-only] [--lanes 8] [--rounds 3] [--out DIR]
+                                       [--curves allgather,alltoall --curve-gpus 2]
 
 Each node is a process driving its GPUs with GpuNodeExecutor: 2 nodes x 1 GPU (node n on GPU n) and
 2 nodes x 2 GPUs (on 4 GPUs one each; on 2 GPUs 4 ranks on 2 GPUs, a node's local rank i on GPU i),
@@ -8,8 +9,10 @@ which exercises the forwarding copies; with 8 GPUs also 2 nodes x 4. Checks AllG
 skewed All-to-Allv and send/recv against the reference replay (random inputs, poisoned outputs),
 then times 1-GPU-per-node send/recv 2 MiB..1 GiB beside, in the same run, one device->host copy of
 the same size, the TCP transport alone and plain sockets (examples/bench_tcp.py, same connections),
-and the same schedule on host buffers; and the host CPU time per call and per chunk. Prints a table
-last; writes internode.json to --out.
+and the same schedule on host buffers; and the host CPU time per call and per chunk; then 1 GiB under
+several transport settings, each round against that round's plain sockets (``--no-variants`` skips
+it). ``--curves``: AllGather / All-to-All 2 MiB..1 GiB on 2 nodes of ``--curve-gpus`` GPUs (on 4
+GPUs, 2 x 2 on separate GPUs). Prints a table last; writes internode.json to --out.
 """
 
 from __future__ import annotations
@@ -85,6 +88,30 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
     return {"outputs": outs if reps == 0 else {}, "seconds": times, "cpu": cpu}
 
 
+def time_curves(kinds, gpus_per_node, lanes, chunk, sizes=(2 << 20, 8 << 20, 32 << 20, 128 << 20, 512 << 20, 1 << 30),
+                host=False):
+    """AllGather / All-to-All on 2 nodes of ``gpus_per_node`` GPUs by total size: rows with algbw (total
+    bytes / time, median of the slowest node). ``host``: the same schedule on host buffers (a CPU check)."""
+    rows = []
+    for kind in kinds:
+        if kind not in ("allgather", "alltoall"):
+            raise SystemExit(f"--curves {kind!r}: choose from allgather, alltoall")
+        topo = make_topology("h200x2", nodes=2, gpus_per_node=gpus_per_node)
+        G = topo.num_gpus
+        for size in sizes:
+            total = size // G * G  # every rank's share the same
+            plan = compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=total),
+                                CompileOptions(chunk_bytes=min(chunk, total // G), baselines=False))
+            reps = 5 if size <= (128 << 20) else 3
+            res = run_nodes(plan, lanes=lanes, slots=ring_slots(plan.options.chunk_bytes), reps=reps, host=host)
+            t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(reps))
+            rows.append(dict(op=kind, impl="hoccl-host-tcp" if host else "hoccl-gpu-tcp", size=total, seconds=t,
+                             gbps=total / t / 1e9, nodes=2, gpus_per_node=gpus_per_node, lanes=lanes,
+                             cpu_us_per_call=statistics.median(res[0]["cpu"]) * 1e6))
+            print(f"{kind} {total >> 20} MiB done", flush=True)
+    return rows
+
+
 def run_nodes(plan, lanes=8, slots=4, reps=0, host=False, variant=""):
     return run_node_processes(node_body, plan.topology.nodes,
                               (plan.model_dump_json(), lanes, slots, reps, host, variant), timeout_s=300)
@@ -127,6 +154,9 @@ def main(argv=None) -> int:
     p.add_argument("--variants", action=argparse.BooleanOptionalAction, default=True,
                    help="also time 1 GiB with other transport settings and chunk sizes")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the variants (interleaved)")
+    p.add_argument("--curves", default="", help="also time these collectives 2 MiB..1 GiB (allgather,alltoall) "
+                   "on 2 nodes of --curve-gpus GPUs each")
+    p.add_argument("--curve-gpus", type=int, default=1, help="GPUs per node of the --curves runs")
     p.add_argument("--out", default=os.environ.get("OUT", "results"))
     args = p.parse_args(argv)
     from hoccl_compiler import parse_size
@@ -178,6 +208,8 @@ def main(argv=None) -> int:
                          transport_seconds=t_transport, of_raw_sockets=t_raw / t, cpu_us_per_call=cpu * 1e6,
                          cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes))
         print(f"size {size >> 20} MiB done", flush=True)
+    kinds = [k for k in args.curves.split(",") if k]
+    curves = time_curves(kinds, args.curve_gpus, args.lanes, chunk) if kinds else []
     variants = []
     if args.variants:  # 1 GiB: what the GPU path loses against plain sockets, and to which setting
         import bench_tcp
@@ -221,7 +253,7 @@ def main(argv=None) -> int:
     (Path(args.out) / "internode.json").write_text(json.dumps(dict(variants=variants,
         kind="internode", date=time.strftime("%Y-%m-%d %H:%M"),
         gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), driver=cp.cuda.runtime.driverGetVersion(),
-        checks=checks, rows=rows), indent=1))
+        checks=checks, rows=rows + curves), indent=1))
     print(f"checks: {'ALL OK' if all(checks.values()) else checks}")
     print(f"{'size':>9} {'GB/s':>7} {'GPU->GPU ms':>12} {'D2H ms':>8} {'transport ms':>13} {'sockets ms':>11} "
           f"{'of sockets':>11} {'cpu us/call':>12} {'cpu us/chunk':>13}")
@@ -229,6 +261,11 @@ def main(argv=None) -> int:
         print(f"{r['size'] >> 20:>5} MiB {r['gbps']:7.2f} {r['seconds'] * 1e3:12.2f} {r['d2h_seconds'] * 1e3:8.2f} "
               f"{r['transport_seconds'] * 1e3:13.2f} {r['raw_socket_seconds'] * 1e3:11.2f} {r['of_raw_sockets']:11.2f} "
               f"{r['cpu_us_per_call']:12.0f} {r['cpu_us_per_chunk']:13.1f}")
+    if curves:
+        print(f"2 nodes x {args.curve_gpus} GPUs ({args.lanes} lanes per connection), algbw = total bytes / time:")
+        for r in curves:
+            print(f"{r['op']:>9} {r['size'] >> 20:>5} MiB {r['gbps']:7.2f} GB/s {r['seconds'] * 1e3:9.2f} ms "
+                  f"cpu {r['cpu_us_per_call'] / 1e3:8.1f} ms/call")
     if variants:
         print(f"1 GiB GPU->GPU by setting ({args.lanes} lanes), each round against that round's plain sockets:")
         print(f"{'setting':>28} {'GPU->GPU ms':>12} {'sockets ms':>11} {'of sockets':>11} {'per round':>22} "

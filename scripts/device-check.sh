@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
-#   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [internode] [contention]
+#   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [internode] [netcurves] [contention]
 # Each part is bounded in time; a summary of every part is printed last.
 set -u
 OUT=${OUT:-/tmp/hoccl-out}; mkdir -p "$OUT"
@@ -27,6 +27,8 @@ for p in $parts; do
     profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
     sweep) run_part sweep 400 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench sweep --out "$OUT" ;;
     internode) run_part internode 330 python examples/bench_internode.py --rounds 4 --out "$OUT" ;;
+    netcurves) run_part netcurves 500 python examples/bench_internode.py --no-variants --curves allgather,alltoall \
+                 --curve-gpus $((NGPU / 2)) --out "$OUT" ;;
     contention) run_part contention 300 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench contention \
                   --rounds 15 --rates 50,100,200,300 --out "$OUT" ;;
     *) summary+=("$p: unknown part") ;;

@@ -38,3 +38,15 @@ def test_profile_python_runs_the_communicator_hot_path_without_cuda():
     out = run("profile_python.py", "--calls", "200")
     rows = {line.split()[0]: float(line.split()[-1]) for line in out.splitlines()[1:] if line.strip()}
     assert set(rows) == {"send", "recv", "all_gather"} and all(v > 0 for v in rows.values())
+
+
+def test_internode_curves_on_host_buffers():
+    """bench_internode's AllGather / All-to-All curves (issue 6's 2 nodes x 2 GPUs), here on host buffers:
+    2 nodes x 2 ranks as processes over TCP; one row per collective and size, with a positive rate."""
+    sys.path.insert(0, str(EXAMPLES))
+    import bench_internode
+
+    rows = bench_internode.time_curves(["allgather", "alltoall"], 2, 2, 1 << 20, sizes=(4 << 20,), host=True)
+    assert [(r["op"], r["size"], r["gpus_per_node"]) for r in rows] == [("allgather", 4 << 20, 2),
+                                                                        ("alltoall", 4 << 20, 2)]
+    assert all(r["gbps"] > 0 and r["seconds"] > 0 for r in rows)

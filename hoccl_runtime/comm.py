@@ -77,6 +77,7 @@ import numpy as np
 from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.schema import Plan
 
+from . import _cuda  # no CUDA at import: its functions load cupy / cuda-bindings when first called
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
 from .executor import LaunchCache, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
@@ -806,16 +807,12 @@ class Communicator:
         """(IPC handle of out's whole allocation, out's offset in it). Asked of the driver every call:
         ``cudaIpcGetMemHandle`` + ``cuMemGetAddressRange`` measured 1.4-3.0 us together on the H200 host,
         less than the ``cuPointerGetAttributes`` (2.8-3.9 us) a cache keyed by allocation id needed."""
-        from ._cuda import check, driver
-
-        base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(out.ptr))
+        base, _ = _cuda.check("cuMemGetAddressRange", _cuda.driver().cuMemGetAddressRange(out.ptr))
         return self._ipc_handle(out.ptr), out.ptr - int(base)
 
     def _ipc_handle(self, ptr: int) -> bytes:
-        from ._cuda import cupy_runtime
-
-        try:
-            return bytes(cupy_runtime().ipcGetMemHandle(ptr))
+        try:  # module attributes: a function-level import costs about 1 us, and this runs on every rendezvous call
+            return bytes(_cuda.cupy_runtime().ipcGetMemHandle(ptr))
         except Exception as exc:  # noqa: BLE001
             raise BufferError(f"rank {self.rank}'s output at {ptr:#x} cannot be shared with other processes "
                               f"({exc}); memory from cudaMallocAsync pools or expandable segments is not "

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from hoccl_compiler.collective import layout
 from hoccl_compiler.schema import Plan
 
+from . import _cuda  # no CUDA at import: its functions load cupy / cuda-bindings when first called
 from .errors import BufferError, HocclError
 from .flags import FlagPool, MemOps, handshake
 from .interop import DeviceBuffer, as_buffer, as_stream
@@ -222,9 +223,7 @@ class Executor:
 
     @staticmethod
     def _capturing(user: tuple[int, ...]) -> bool:
-        from ._cuda import cupy_runtime
-
-        rt = cupy_runtime()
+        rt = _cuda.cupy_runtime()
         return any(s != 0 and rt.streamIsCapturing(s) != 0 for s in user)
 
     def _build(self, plan: Plan, info: _PlanInfo, ranks: list[RankBuffers], user: tuple[int, ...],
@@ -410,10 +409,9 @@ def compile_launch(ops: list[tuple]) -> Callable[[], None]:
 
 
 def _replay(ops: list[tuple]) -> None:
-    """Issue a launch list: the hot path of every call."""
-    from ._cuda import MEMCPY_DEFAULT, cupy_runtime
-
-    rt = cupy_runtime()
+    """Issue a launch list: the hot path of every call (module attributes: a function-level import
+    costs about 1 us per call on the CPU VM)."""
+    MEMCPY_DEFAULT, rt = _cuda.MEMCPY_DEFAULT, _cuda.cupy_runtime()  # noqa: N806 - the CUDA constant's name
     set_device, memcpy, record, wait = rt.setDevice, rt.memcpyAsync, rt.eventRecord, rt.streamWaitEvent
     caller_device = rt.getDevice() if ops and ops[-1][0] == "restore" else None
     for op in ops:

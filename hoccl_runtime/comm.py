@@ -32,7 +32,10 @@ How a call works, for rank ``me`` (every step costs no SM):
    ``graph_after``-th call with the same buffers on, it is captured once into a CUDA graph and each
    call launches that graph: one driver call instead of one per copy, handshake and event (a
    ``cudaMemcpyAsync`` alone costs about 7 us of host time on the H200 machine, a graph launch of a
-   whole call about as much).
+   whole call about as much). The graph ends at the call's copies: its trailing batch of stream
+   memory operations (the DONE handshake, an eager slot's FULL or EMPTY write) is launched after
+   it, because inside a graph a memop node after a copy node cost about 3 us more per launch
+   (``graph_tail_direct``; HOCCL_GRAPH_TAIL_DIRECT=0 keeps it inside).
 5. A watchdog thread (it sleeps, and checks every 100 ms that the partner processes live) notices a
    partner that died while this rank's streams wait on it: it writes the flags the dead rank would
    have written so the streams drain instead of waiting forever, and every later call (and
@@ -323,6 +326,9 @@ class Communicator:
         self._launches = LaunchCache(drop=self._drop_launch)
         # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
         self.graph_after = int(os.environ.get("HOCCL_GRAPH_AFTER", "2"))
+        # a graph's trailing stream-memory-operation batch launched after it instead of inside it (measured on
+        # the 2x H200: a memop node after a copy node added about 3 us to a graph's launch, a direct batch 2 us)
+        self.graph_tail_direct = os.environ.get("HOCCL_GRAPH_TAIL_DIRECT", "1") == "1"
         self._capture: Any = None  # the private stream calls are captured on
         self._events: dict[Any, int] = {}
         self._pacer = None
@@ -696,6 +702,9 @@ class Communicator:
                 self._capture = self._cupy.cuda.Stream(non_blocking=True)
             cap = int(self._capture.ptr)
             ops = build(cap)
+            tail: list[tuple] = []
+            while self.graph_tail_direct and len(ops) > 1 and ops[-1][0] == "memops":
+                tail.insert(0, ("memops", ops.pop()[1], s))
             rt.streamBeginCapture(cap, 1)  # cudaStreamCaptureModeThreadLocal
             try:
                 _replay(ops)
@@ -708,7 +717,7 @@ class Communicator:
         finally:
             rt.setDevice(prev)
         entry.exe = exe
-        eager, launch = entry.run, compile_launch(self._launch_list([("graph", exe, s)], s))
+        eager, launch = entry.run, compile_launch(self._launch_list([("graph", exe, s), *tail], s))
         capturing = rt.streamIsCapturing
 
         def run() -> None:
@@ -933,10 +942,9 @@ class Communicator:
             ops += copies(main, user)
         elif main is not None:
             ops += self._paced(copies(main, user), rate, user)
-        ops += [("wait", user, self._event(("side", q))) for q in side if q not in local]
-        if exit_.ops:
+        ops += [("wait", user, self._event(("side", q))) for q in side]
+        if exit_.ops:  # last: a graph of the call ends at its copies, and this batch follows it (_promote)
             ops.append(("memops", exit_, user))
-        ops += [("wait", user, self._event(("side", q))) for q in local]
         return ops
 
     # --- lifetime and faults -------------------------------------------------------------------------------

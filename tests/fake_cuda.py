@@ -134,6 +134,7 @@ def _issue(step) -> None:
 
 _graphs: dict[int, list] = {}
 launches: list[int] = []  # graph launches so far (tests look)
+memops: list[str] = []  # every batch of stream memory operations: "captured" into a graph or "direct"
 
 
 class FastDriver:
@@ -141,6 +142,7 @@ class FastDriver:
 
     def batch_memop(self, stream, count, params):
         address = params if isinstance(params, int) else ctypes.addressof(params)
+        memops.append("captured" if getattr(_current, "capture", None) is not None else "direct")
         _issue(lambda keep=params: self._run(address, count))  # the block lives as long as a graph
 
     def _run(self, address, count):

@@ -257,3 +257,32 @@ def test_dma_queues_out_of_range(monkeypatch):
     monkeypatch.setenv("HOCCL_DMA_QUEUES", "two")
     with pytest.raises(HocclError, match="HOCCL_DMA_QUEUES"):
         Communicator(0, 2, 0, fake_cuda.Store())
+
+
+@pytest.mark.parametrize("tail_direct", [True, False])
+def test_a_graph_ends_at_its_copies_and_the_last_handshake_follows_it(monkeypatch, tail_direct):
+    """From the second call on, a call is a CUDA graph; its trailing memop batch (DONE signal and wait) is
+    launched after the graph rather than captured in it (HOCCL_GRAPH_TAIL_DIRECT=0 captures it too)."""
+    monkeypatch.setenv("HOCCL_GRAPH_TAIL_DIRECT", "1" if tail_direct else "0")
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.comm import Communicator
+
+    store = fake_cuda.Store()
+    before = len(fake_cuda.memops)
+
+    def body(comm, r):
+        n, bad = 4099, 0
+        inp, out = np.empty(n, np.uint8), np.empty(2 * n, np.uint8)  # the same buffers every call
+        for call in range(4):  # call 1: a launch list; call 2: captured, then launched; calls 3-4: launched
+            inp[:], out[:] = data(r, call, n), 0xA5
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            bad += not np.array_equal(out, np.concatenate([data(p, call, n) for p in range(2)]))
+        return bad
+
+    results = fake_cuda.run_ranks(2, lambda r: Communicator(r, 2, r, store, timeout_s=20), body)
+    assert results == {0: 0, 1: 0}
+    got = fake_cuda.memops[before:]
+    # per rank: call 1 issues its entry and exit batches directly; the capture records the entry (and the exit
+    # unless it stays outside); each graph launch from call 2 on is followed by the exit batch when it does
+    want = {"direct": 2 * (2 + 3), "captured": 2 * 1} if tail_direct else {"direct": 2 * 2, "captured": 2 * 2}
+    assert {k: got.count(k) for k in want} == want

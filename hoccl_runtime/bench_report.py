@@ -7,7 +7,8 @@ microseconds per call beside it) and a table of SMs occupied. Files with a ``kin
 ``"launch"`` (host us per call by size), ``"contention"`` (slowdown of a load beside each
 communicator, with the bandwidth it delivered) and ``"internode"`` (GPU -> GPU over the network
 path, with its pieces, and where present its 1 GiB transport settings against plain sockets). With
-``--plots``: bandwidth-vs-size PNGs, launch cost and slowdown bars.
+``--plots``: bandwidth-vs-size PNGs, launch cost, slowdown bars and, per load, the trade-off curve
+(slowdown against the bandwidth delivered, HOCCL and raw copies at each paced rate and full rate).
 The header names each file's machine, GPU, driver and date, so a report says where its numbers
 came from.
 """
@@ -179,6 +180,29 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_title(f"{load} beside back-to-back AllGathers (label: bandwidth delivered)")
         ax.grid(alpha=0.3, axis="y")
         path = folder / f"contention-{load}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        out.append(path)
+        # the trade-off curve: slowdown against bandwidth delivered, paced rates and full rate joined per family
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for family, color in (("hoccl", "C0"), ("raw", "C1")):
+            # in order of the rate asked for (full rate last): a cap above what the link gives delivers alike
+            pts = sorted((float(r["comm"].partition("@")[2] or "inf"), r["delivered_gbps"],
+                          100 * (r.get("paired") or r["slowdown"]) - 100) for r in mine
+                         if r["comm"] == family or r["comm"].startswith(family + "@"))
+            if pts:
+                ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", color=color,
+                        label=f"{family} (paced at each rate, then full rate)")
+        others = [r for r in mine if "@" not in r["comm"] and r["comm"] not in ("hoccl", "raw")]
+        for k, r in enumerate(others):
+            ax.scatter([r["delivered_gbps"]], [100 * (r.get("paired") or r["slowdown"]) - 100], marker="s",
+                       color=f"C{k + 2}", label=r["comm"])
+        ax.set_xlabel("AllGather bandwidth delivered beside the load (GB/s per rank)")
+        ax.set_ylabel("slowdown of the load (%, paired where measured)")
+        ax.set_title(f"{load}: rate against slowdown")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        path = folder / f"contention-{load}-curve.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         out.append(path)

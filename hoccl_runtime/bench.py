@@ -280,7 +280,8 @@ class Bench:
                 addrs.append(int(rt.ipcOpenMemHandle(handle)) + offset)
         return addrs
 
-    def _raw(self, op: str, inp: Any, out: Any, pacer: Any = None, rate: float | None = None) -> Callable[[], None]:
+    def _raw(self, op: str, inp: Any, out: Any, pacer: Any = None, rate: float | None = None,
+             period_us: float | None = None) -> Callable[[], None]:
         """One cudaMemcpyAsync per peer into its output, and the local part on a second stream (as HOCCL
         runs it), joined by events: the copy engines' limit for the collective's bytes, no handshakes."""
         import cupy
@@ -298,7 +299,7 @@ class Bench:
         s = self.stream.cuda_stream
         side = self._raw_side_stream()
         fork, join = rt.eventCreateWithFlags(2), rt.eventCreateWithFlags(2)
-        remote = self._paced_raw(plan, pacer, rate) if rate is not None else None
+        remote = self._paced_raw(plan, pacer, rate, period_us) if rate is not None else None
 
         def fn() -> None:
             if local:
@@ -321,25 +322,28 @@ class Bench:
             self._side = self.torch.cuda.Stream()
         return self._side.cuda_stream
 
-    def _paced_raw(self, plan: list[tuple[int, int, int]], pacer: Any, rate: float) -> Callable[[], None]:
+    def _paced_raw(self, plan: list[tuple[int, int, int]], pacer: Any, rate: float,
+                   period_us: float | None = None) -> Callable[[], None]:
+        """Raw copies paced as the communicator paces (Communicator._paced): piece k on tick k, the next
+        tick piece k's bytes at ``rate`` later, the call's end on the tick after its last piece."""
         import cupy
 
         from hoccl_runtime.pacing import pieces, tick_us
 
         rt, s = cupy.cuda.runtime, self.stream.cuda_stream
-        cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate)]
-        events = [rt.eventCreateWithFlags(2) for _ in cut]
-        sleep_us = pacer.sleep_us(tick_us(rate))
+        tick = tick_us(rate, self.comm.pace_period_us if period_us is None else period_us)
+        cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate, tick)]
+        events = [rt.eventCreateWithFlags(2) for _ in range(len(cut) + 1)]
+        sleeps = [pacer.sleep_us(n / (rate * 1e3)) for _, _, n in cut]
 
         def fn() -> None:
             rt.eventRecord(events[0], s)
             rt.streamWaitEvent(pacer.handle, events[0], 0)
             for k, (dst, src, n) in enumerate(cut):
-                if k:
-                    pacer.sleep(pacer.handle, sleep_us)
-                    rt.eventRecord(events[k], pacer.handle)
-                    rt.streamWaitEvent(s, events[k], 0)
                 rt.memcpyAsync(dst, src, n, 4, s)
+                pacer.sleep(pacer.handle, sleeps[k])
+                rt.eventRecord(events[k + 1], pacer.handle)
+                rt.streamWaitEvent(s, events[k + 1], 0)
         return fn
 
     def sms(self, fn: Callable[[], None]) -> int:
@@ -524,10 +528,21 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     inp = torch.randint(0, 256, (size // b.world,), dtype=torch.uint8, device=dev)
     out = torch.empty(size, dtype=torch.uint8, device=dev)
     sent = size * (b.world - 1) // b.world
+    def paced(rate: float, period: float) -> None:  # one call with another pacing tick, then the default again
+        default, b.comm.pace_period_us = b.comm.pace_period_us, period
+        try:
+            b.comm.all_gather_into_tensor(out, inp, stream=b.stream, rate_gbps=rate)
+        finally:
+            b.comm.pace_period_us = default
+
+    periods = [float(p) for p in args.period_us.split(",") if p and float(p) != b.comm.pace_period_us]
     for rate in [float(r) for r in args.rates.split(",") if r]:
         variants[f"hoccl@{rate:g}"] = (lambda r=rate: b.comm.all_gather_into_tensor(out, inp, stream=b.stream,
                                                                                   rate_gbps=r), sent)
         variants[f"raw@{rate:g}"] = (b._raw("allgather", inp, out, pacer, rate), sent)
+        for period in periods:  # longer ticks: longer idle gaps between pieces at the same rate
+            variants[f"hoccl@{rate:g}/{period:g}us"] = (lambda r=rate, p=period: paced(r, p), sent)
+            variants[f"raw@{rate:g}/{period:g}us"] = (b._raw("allgather", inp, out, pacer, rate, period), sent)
     power = PowerLog()
     samples: dict[tuple[str, str], list[dict[str, float]]] = {}
     for load, (work, iters) in loads.items():
@@ -656,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sm-size", type=int, default=64 << 20, help="size at which SMs are counted by trace")
     p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
+    p.add_argument("--period-us", default="", help="contention: also pace every rate with these clock ticks (us; "
+                   "the default tick is 250 us): e.g. 4000 for longer idle gaps between larger pieces")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup-s", type=float, default=2.0, help="contention: seconds of load before the rounds")
     p.add_argument("--reps", type=int, default=15, help="launch: batches per point")

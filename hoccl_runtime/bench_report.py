@@ -185,18 +185,22 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         out.append(path)
         # the trade-off curve: slowdown against bandwidth delivered, paced rates and full rate joined per family
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for family, color in (("hoccl", "C0"), ("raw", "C1")):
+        lines_of: dict[str, list[tuple[float, float, float]]] = {}
+        for r in mine:  # "hoccl", "hoccl@100", "hoccl@100/4000us" (paced with another clock tick)
+            family, _, rest = r["comm"].partition("@")
+            rate, _, period = rest.partition("/")
+            if family in ("hoccl", "raw"):
+                pt = (float(rate or "inf"), r["delivered_gbps"], 100 * (r.get("paired") or r["slowdown"]) - 100)
+                lines_of.setdefault(family + (f", tick {period}" if period else ""), []).append(pt)
+        for k, (name, pts) in enumerate(sorted(lines_of.items())):
             # in order of the rate asked for (full rate last): a cap above what the link gives delivers alike
-            pts = sorted((float(r["comm"].partition("@")[2] or "inf"), r["delivered_gbps"],
-                          100 * (r.get("paired") or r["slowdown"]) - 100) for r in mine
-                         if r["comm"] == family or r["comm"].startswith(family + "@"))
-            if pts:
-                ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", color=color,
-                        label=f"{family} (paced at each rate, then full rate)")
+            pts.sort()
+            ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", color=f"C{k}",
+                    label=f"{name} (paced at each rate{', then full rate' if ', tick' not in name else ''})")
         others = [r for r in mine if "@" not in r["comm"] and r["comm"] not in ("hoccl", "raw")]
         for k, r in enumerate(others):
             ax.scatter([r["delivered_gbps"]], [100 * (r.get("paired") or r["slowdown"]) - 100], marker="s",
-                       color=f"C{k + 2}", label=r["comm"])
+                       color=f"C{k + len(lines_of)}", label=r["comm"])
         ax.set_xlabel("AllGather bandwidth delivered beside the load (GB/s per rank)")
         ax.set_ylabel("slowdown of the load (%, paired where measured)")
         ax.set_title(f"{load}: rate against slowdown")

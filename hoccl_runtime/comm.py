@@ -333,6 +333,10 @@ class Communicator:
         self._events: dict[Any, int] = {}
         self._pacer = None
         self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
+        from .pacing import PERIOD_US
+
+        # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
+        self.pace_period_us = float(os.environ.get("HOCCL_PACE_PERIOD_US", PERIOD_US))
         self._failure: HocclError | None = None
         self.watch_interval_s = 0.1
         self._stop = threading.Event()
@@ -506,7 +510,7 @@ class Communicator:
         if rate is not None:
             from .pacing import tick_us
 
-            tick_us(rate)  # refuse a rate pacing cannot keep before any partner is told of the call
+            tick_us(rate, self.pace_period_us)  # refuse a rate pacing cannot keep before a partner hears of it
         if duration_s is not None:
             if rate_gbps is not None:
                 raise HocclError(f"rate_gbps={rate_gbps!r} and duration_s={duration_s!r}: give one of them")
@@ -523,7 +527,7 @@ class Communicator:
                     if rate is not None:
                         from .pacing import tick_us
 
-                        tick_us(rate)
+                        tick_us(rate, self.pace_period_us)
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
                 else:
@@ -542,7 +546,8 @@ class Communicator:
     def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                 remote: dict[int, int], s: int, rate: float | None) -> None:
         key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-               tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), rate)
+               tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())),
+               rate and (rate, self.pace_period_us))
         self._cached(key, lambda stream, r: self._build(state, inp, out, remote, stream, r), s, rate)
 
     def _cached(self, key: tuple, build: Any, s: int, rate: float | None) -> None:
@@ -585,7 +590,7 @@ class Communicator:
         mine; no host waits."""
         e = state.eager
         key = ("eager", state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-               tuple(slots.items()), rate)
+               tuple(slots.items()), rate and (rate, self.pace_period_us))
         self._cached(key, lambda stream, r: self._eager_ops(e, inp, out, slots, stream, r), s, rate)
 
     def _eager_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
@@ -962,21 +967,22 @@ class Communicator:
         return busy
 
     def _paced(self, copies: list[tuple], rate: float, user: int) -> list[tuple]:
-        """The copies cut into pieces, piece k gated on tick k of the clock stream (see pacing.py)."""
+        """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
+        k's bytes at ``rate`` after tick k, and the call ends no earlier than the tick after its last
+        piece (see pacing.py)."""
         from .pacing import Pacer, pieces, tick_us
 
         if self._pacer is None:
             self._pacer = Pacer(self.device)
         pacer, clock = self._pacer, self._pacer.handle
-        sleep_us = pacer.sleep_us(tick_us(rate))
+        tick = tick_us(rate, self.pace_period_us)
         cut = [("copy", dst + off, src + off, n, stream)
-               for _, dst, src, size, stream in copies for off, n in pieces(size, rate)]
+               for _, dst, src, size, stream in copies for off, n in pieces(size, rate, tick)]
         ops: list[tuple] = [("record", self._event(("tick", 0)), user), ("wait", clock, self._event(("tick", 0)))]
         for k, piece in enumerate(cut):
-            if k:
-                ops += [("call", pacer.sleep, (clock, sleep_us)), ("record", self._event(("tick", k)), clock),
-                        ("wait", user, self._event(("tick", k)))]
             ops.append(piece)
+            ops += [("call", pacer.sleep, (clock, pacer.sleep_us(piece[3] / (rate * 1e3)))),
+                    ("record", self._event(("tick", k + 1)), clock), ("wait", user, self._event(("tick", k + 1)))]
         return ops
 
     def synchronize(self, timeout_s: float | None = None) -> None:

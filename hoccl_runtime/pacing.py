@@ -8,9 +8,11 @@ sleep (libc ``usleep``, called by CUDA's own callback thread: no Python, no GIL)
     clock  ─wait(start)─[sleep T]─tick1─[sleep T]─tick2─ ...
     copies ─piece0──────────wait(tick1)─piece1──wait(tick2)─piece2 ...
 
-Piece k starts no earlier than k*T after the first, so the rate is at most piece/T; a piece that
-takes longer than T delays the next (the cap never speeds anything up). T is 250 us, longer for
-rates under about 4.2 GB/s (pieces stay at least 1 MiB: :func:`tick_us`). Everything is enqueued at
+Piece k starts no earlier than k*T after the first, and the call ends no earlier than tick n for n
+pieces, so back-to-back calls keep the cap too and a call spread over a duration takes that long; a
+piece that takes longer than T delays the next (the cap never speeds anything up). T is 250 us by
+default (the communicator's ``pace_period_us``, HOCCL_PACE_PERIOD_US), longer for rates under
+about 4.2 GB/s at 250 us (pieces stay at least 1 MiB: :func:`tick_us`). Everything is enqueued at
 call time like any other call. ``usleep`` overshoots by the thread's timer slack (about 50 us on
 Linux); the first paced call measures the overshoot and asks for that much less.
 
@@ -35,12 +37,15 @@ MIN_PIECE = 1 << 20      # a copy engine streams pieces under 1 MiB badly (measu
 MAX_TICK_US = 600e6      # usleep's argument is 32-bit: ticks of at most 10 minutes
 
 
-def tick_us(rate_gbps: float) -> float:
-    """The clock stream's tick for a rate: PERIOD_US, or longer where a 1 MiB piece per PERIOD_US would
-    exceed the rate (below about 4.2 GB/s; e.g. a large collective spread over a long compute window)."""
+def tick_us(rate_gbps: float, period_us: float = PERIOD_US) -> float:
+    """The clock stream's tick for a rate: ``period_us``, or longer where a 1 MiB piece per period would
+    exceed the rate (below about 4.2 GB/s at 250 us; e.g. a large collective spread over a long
+    compute window)."""
     if not rate_gbps > 0:
         raise HocclError(f"rate_gbps={rate_gbps!r}: give a positive rate in GB/s (or None for full speed)")
-    tick = max(PERIOD_US, MIN_PIECE / (rate_gbps * 1e3))
+    if not period_us > 0:
+        raise HocclError(f"pacing period {period_us!r} us: give a positive number of microseconds")
+    tick = max(period_us, MIN_PIECE / (rate_gbps * 1e3))
     if tick > MAX_TICK_US:
         raise HocclError(f"a rate of {rate_gbps:.3g} GB/s needs a tick of {tick / 1e6:.0f} s between 1 MiB pieces; "
                          f"pacing spreads a call over at most {MAX_TICK_US / 1e6:.0f} s per MiB: ask for a shorter "

@@ -147,11 +147,14 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
         return ok
 
     assert ranks(monkeypatch, 2, body) == {0: True, 1: True}
-    # the sender's ticks: 1 MiB per tick at 1 MB/s, then its 3 MiB + 7 bytes spread over 2 s (4 pieces)
-    assert ticks[1] == [] and len(ticks[0]) == 2
-    assert ticks[0][0] == pytest.approx((1 << 20) / 1e6 * 1e6)
-    assert ticks[0][1] == pytest.approx((1 << 20) / (n_sent := (3 << 20) + 7) * 2.0 * 1e6)
-    assert n_sent / (1 << 20) * ticks[0][1] == pytest.approx(2e6)
+    # the sender's ticks, one after each of its 4 pieces (3 of 1 MiB, then 7 bytes), each as long as its
+    # piece takes at the rate: at 1 MB/s, and then spread over 2 s; the receiver paces nothing
+    n_sent = (3 << 20) + 7
+    assert ticks[1] == [] and len(ticks[0]) == 8
+    assert ticks[0][:4] == pytest.approx([1 << 20] * 3 + [7])           # us: bytes at 1 byte per us
+    assert sum(ticks[0][:4]) == pytest.approx(n_sent)
+    assert ticks[0][4:] == pytest.approx([2e6 * (1 << 20) / n_sent] * 3 + [2e6 * 7 / n_sent])
+    assert sum(ticks[0][4:]) == pytest.approx(2e6)                      # the call lasts its 2 s
 
 
 @pytest.mark.parametrize("sync", ["events", "flags"])

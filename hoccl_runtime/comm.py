@@ -507,6 +507,10 @@ class Communicator:
         self._raise_if_failed()
         s = as_stream(stream)
         rate = self.rate_gbps if rate_gbps is None else rate_gbps
+        if (rate is not None or duration_s is not None) and self.topology.dma_queues > 1:
+            # pacing gates the caller's stream, which carries the first DMA queue only
+            raise HocclError(f"rate_gbps / duration_s with dma_queues={self.topology.dma_queues}: pacing "
+                             "caps one copy queue per GPU; use a communicator with dma_queues=1 for paced calls")
         if rate is not None:
             from .pacing import tick_us
 

@@ -239,6 +239,8 @@ def test_several_dma_queues_per_gpu(monkeypatch, world):
             want = np.concatenate([data(p, rep + 10, n * world)[r * n:(r + 1) * n] for p in range(world)])
             if not np.array_equal(out[:n * world], want):
                 bad.append(f"all_to_all {n}")
+        with pytest.raises(HocclError, match="dma_queues=2: pacing caps one copy queue"):
+            comm.all_gather_into_tensor(dev(out[:n * world], r), dev(inp[:n], r), stream=7, rate_gbps=10.0)
         return bad, sorted(comm._streams)
 
     results = fake_cuda.run_ranks(world, lambda r: Communicator(r, world, r, store, timeout_s=20, dma_queues=2),

@@ -149,6 +149,11 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     out = []
 
+    def save(fig: Any, name: str) -> None:
+        fig.savefig(folder / name, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        out.append(folder / name)
+
     def lines(kind: str, key: str, ylabel: str, name: str) -> None:
         mine = [r for r in rows if r["kind"] == kind]
         for op in sorted({r["op"] for r in mine}):
@@ -162,10 +167,7 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
             ax.set_title(f"{op}" + (" (launch cost)" if kind == "launch" else ""))
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-            path = folder / f"{name}{op}.png"
-            fig.savefig(path, dpi=110, bbox_inches="tight")
-            plt.close(fig)
-            out.append(path)
+            save(fig, f"{name}{op}.png")
 
     lines("bandwidth", "gbps", "GB/s", "")
     lines("launch", "host_us", "host us per call", "launch-")
@@ -179,10 +181,7 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_ylabel("slowdown (%)")
         ax.set_title(f"{load} beside back-to-back AllGathers (label: bandwidth delivered)")
         ax.grid(alpha=0.3, axis="y")
-        path = folder / f"contention-{load}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        out.append(path)
+        save(fig, f"contention-{load}.png")
         # the trade-off curve: slowdown against bandwidth delivered, paced rates and full rate joined per family
         fig, ax = plt.subplots(figsize=(7, 4.5))
         lines_of: dict[str, list[tuple[float, float, float]]] = {}
@@ -206,10 +205,7 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_title(f"{load}: rate against slowdown")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        path = folder / f"contention-{load}-curve.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        out.append(path)
+        save(fig, f"contention-{load}-curve.png")
     return out
 
 

@@ -86,6 +86,7 @@ from .executor import LaunchCache, _replay, _squeeze_devices, check_buffer, comp
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
 from .program import Program, lower
+from .settings import env_flag, env_float, env_int
 
 __all__ = ["Communicator", "init"]
 
@@ -290,12 +291,24 @@ class Communicator:
         if not 0 <= rank < world:
             raise HocclError(f"rank {rank} is outside 0..{world - 1}")
         if dma_queues is None:  # copy streams per GPU the plans spread peers over (several CEs on NVSwitch)
-            text = os.environ.get("HOCCL_DMA_QUEUES", "1")
-            dma_queues = int(text) if text.isdigit() else -1
+            dma_queues = env_int("HOCCL_DMA_QUEUES", 1, 1, MAX_QUEUES)
         if not 1 <= dma_queues <= MAX_QUEUES:
             raise HocclError(f"dma_queues={dma_queues} (or HOCCL_DMA_QUEUES): give 1..{MAX_QUEUES} copy queues per GPU")
         if ipc_cache < world:
             raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
+        from .pacing import PERIOD_US
+
+        # settings (docs/settings.md) first: a bad one raises before anything is allocated
+        self.eager_bytes = env_int("HOCCL_EAGER_BYTES", 4 << 20, 0)
+        # collectives on the eager path too (opt-in: HOCCL_EAGER_COLLECTIVES=1; see the module docstring)
+        self.eager_collectives = env_flag("HOCCL_EAGER_COLLECTIVES", False)
+        # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
+        self.graph_after = env_int("HOCCL_GRAPH_AFTER", 2, 0)
+        # a graph's trailing stream-memory-operation batch launched after it instead of inside it (measured on
+        # the 2x H200: a memop node after a copy node added about 3 us to a graph's launch, a direct batch 2 us)
+        self.graph_tail_direct = env_flag("HOCCL_GRAPH_TAIL_DIRECT", True)
+        # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
+        self.pace_period_us = env_float("HOCCL_PACE_PERIOD_US", PERIOD_US)
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self._lock = threading.Lock()
         self._closed = False
@@ -309,9 +322,6 @@ class Communicator:
         self._streams: dict[int, Any] = {}
         self._shared = _SharedHost(store, rank, world, timeout_s)
         self._store = store
-        self.eager_bytes = int(os.environ.get("HOCCL_EAGER_BYTES", 4 << 20))
-        # collectives on the eager path too (opt-in: HOCCL_EAGER_COLLECTIVES=1; see the module docstring)
-        self.eager_collectives = os.environ.get("HOCCL_EAGER_COLLECTIVES", "0") == "1"
         self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
         self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
         # eager receives whose sender's size entry was not there yet: (peer, seq, ring word, digest, call)
@@ -324,19 +334,10 @@ class Communicator:
         self._region_in = [self._pair(p, rank) // 8 for p in range(world)]   # p -> me
         self.ipc_cache = ipc_cache
         self._launches = LaunchCache(drop=self._drop_launch)
-        # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
-        self.graph_after = int(os.environ.get("HOCCL_GRAPH_AFTER", "2"))
-        # a graph's trailing stream-memory-operation batch launched after it instead of inside it (measured on
-        # the 2x H200: a memop node after a copy node added about 3 us to a graph's launch, a direct batch 2 us)
-        self.graph_tail_direct = os.environ.get("HOCCL_GRAPH_TAIL_DIRECT", "1") == "1"
         self._capture: Any = None  # the private stream calls are captured on
         self._events: dict[Any, int] = {}
         self._pacer = None
         self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
-        from .pacing import PERIOD_US
-
-        # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
-        self.pace_period_us = float(os.environ.get("HOCCL_PACE_PERIOD_US", PERIOD_US))
         self._failure: HocclError | None = None
         self.watch_interval_s = 0.1
         self._stop = threading.Event()

@@ -46,8 +46,8 @@ def _local_address() -> str:
     import os
     import socket
 
-    if os.environ.get("HOCCL_SOCKET_ADDR"):
-        return os.environ["HOCCL_SOCKET_ADDR"]
+    if os.environ.get("HOCCL_SOCKET_ADDR", "").strip():
+        return os.environ["HOCCL_SOCKET_ADDR"].strip()
     master = os.environ.get("MASTER_ADDR", "127.0.0.1")
     if master in ("127.0.0.1", "localhost", "::1"):
         return "127.0.0.1"

@@ -33,7 +33,8 @@ import zlib
 
 import numpy as np
 
-from ..errors import HocclTimeoutError, TransportError
+from ..errors import HocclError, HocclTimeoutError, TransportError
+from ..settings import env_int
 from .base import Completion, Connection, Region, Transport, open_listener
 
 __all__ = ["TcpTransport", "TcpConnection", "HEADER"]
@@ -388,17 +389,14 @@ class TcpTransport(Transport):
 
 
 def _setting(value: int | None, env: str, default: int, least: int) -> int:
+    """An argument if given, else the environment's setting (``env``), else ``default``."""
     if value is None:
-        text = os.environ.get(env, "")
         try:
-            value = int(text) if text else default
-        except ValueError:
-            raise TransportError(f"{env}={text!r} is not a byte count; unset it or give an integer") from None
-        what = env
-    else:
-        what = env.removeprefix("HOCCL_TCP_").lower()
+            return env_int(env, default, least)
+        except HocclError as exc:
+            raise TransportError(str(exc)) from None
     if value < least:
-        raise TransportError(f"{what}={value}: give at least {least}")
+        raise TransportError(f"{env.removeprefix('HOCCL_TCP_').lower()}={value}: give at least {least}")
     return value
 
 

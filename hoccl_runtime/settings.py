@@ -1,0 +1,74 @@
+"""Environment settings: every ``HOCCL_*`` variable the runtime reads, read through one place.
+
+A value that is not what the setting takes raises :class:`HocclError` naming the variable, the value
+and what it takes, instead of a bare ``ValueError`` from deep inside a constructor. The table in
+docs/settings.md lists the same settings (a test checks that the two agree).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import HocclError
+
+__all__ = ["SETTINGS", "env_int", "env_float", "env_flag"]
+
+# name -> (default, what it does); defaults as the code applies them
+SETTINGS: dict[str, tuple[str, str]] = {
+    "HOCCL_EAGER_BYTES": ("4194304", "send/recv of up to this many bytes take the eager path (0: off)"),
+    "HOCCL_EAGER_COLLECTIVES": ("0", "1: small collectives take the eager path too"),
+    "HOCCL_GRAPH_AFTER": ("2", "from this call on with the same buffers, a call is one CUDA graph launch (0: never)"),
+    "HOCCL_GRAPH_TAIL_DIRECT": ("1", "1: a call's graph ends at its copies, its last handshake launched after it"),
+    "HOCCL_DMA_QUEUES": ("1", "copy streams per GPU that intra-node plans spread peers over (1-4)"),
+    "HOCCL_PACE_PERIOD_US": ("250", "the pacing clock's tick in microseconds (one piece of a paced call per tick)"),
+    "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across idle lanes (bytes)"),
+    "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
+    "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
+    "HOCCL_DEBUG": ("", "set to anything: the CLIs print the traceback of an unexpected error"),
+}
+
+
+def _text(name: str) -> str | None:
+    if name not in SETTINGS:
+        raise KeyError(f"{name} is not a HOCCL setting; add it to hoccl_runtime.settings.SETTINGS")
+    text = os.environ.get(name, "").strip()
+    return text or None
+
+
+def env_int(name: str, default: int, least: int, most: int | None = None) -> int:
+    """An integer setting from the environment (``default`` when unset or empty)."""
+    text = _text(name)
+    if text is None:
+        return default
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise HocclError(f"{name}={text!r} is not an integer; unset it (default {default}) or give a number") from None
+    if value < least or (most is not None and value > most):
+        span = f"{least}..{most}" if most is not None else f"at least {least}"
+        raise HocclError(f"{name}={value} is out of range: give {span} (default {default})")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    """A positive number setting from the environment."""
+    text = _text(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise HocclError(f"{name}={text!r} is not a number; unset it (default {default:g}) or give one") from None
+    if not value > 0:
+        raise HocclError(f"{name}={text} must be positive (default {default:g})")
+    return value
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A 0/1 setting from the environment."""
+    text = _text(name)
+    if text is None:
+        return default
+    if text not in ("0", "1"):
+        raise HocclError(f"{name}={text!r}: give 1 (on) or 0 (off); default {int(default)}")
+    return text == "1"

@@ -8,6 +8,7 @@ docs/settings.md lists the same settings (a test checks that the two agree).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .errors import HocclError
 
@@ -35,16 +36,21 @@ def _text(name: str) -> str | None:
     return text or None
 
 
-def env_int(name: str, default: int, least: int, most: int | None = None) -> int:
-    """An integer setting from the environment (``default`` when unset or empty)."""
+def _number(name: str, default: Any, convert: Any, what: str) -> tuple[Any, bool]:
+    """(value, whether it came from the environment)."""
     text = _text(name)
     if text is None:
-        return default
+        return default, False
     try:
-        value = int(text, 0)
+        return convert(text), True
     except ValueError:
-        raise HocclError(f"{name}={text!r} is not an integer; unset it (default {default}) or give a number") from None
-    if value < least or (most is not None and value > most):
+        raise HocclError(f"{name}={text!r} is not {what}; unset it (default {default}) or give one") from None
+
+
+def env_int(name: str, default: int, least: int, most: int | None = None) -> int:
+    """An integer setting from the environment (``default`` when unset or empty)."""
+    value, given = _number(name, default, lambda t: int(t, 0), "an integer")
+    if given and (value < least or (most is not None and value > most)):
         span = f"{least}..{most}" if most is not None else f"at least {least}"
         raise HocclError(f"{name}={value} is out of range: give {span} (default {default})")
     return value
@@ -52,15 +58,9 @@ def env_int(name: str, default: int, least: int, most: int | None = None) -> int
 
 def env_float(name: str, default: float) -> float:
     """A positive number setting from the environment."""
-    text = _text(name)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise HocclError(f"{name}={text!r} is not a number; unset it (default {default:g}) or give one") from None
-    if not value > 0:
-        raise HocclError(f"{name}={text} must be positive (default {default:g})")
+    value, given = _number(name, default, float, "a number")
+    if given and not value > 0:
+        raise HocclError(f"{name}={value:g} must be positive (default {default:g})")
     return value
 
 

@@ -3,11 +3,14 @@ joins "nodes" on machines without RDMA NICs.
 
 A connection is ``lanes`` TCP sockets (the analogue of several queue pairs: on the 32-core GPU host,
 plain sockets over loopback moved 3.7 / 14.6 / 23.4 GB/s with 1 / 4 / 8 connections). A write is
-cut into parts, one per lane, each sent as a frame::
+shared by the lanes that are idle when it is posted (parts of at least ``min_part`` bytes), or goes
+whole to the lane with the fewest bytes queued when none is idle (a pipelined sender keeps every
+lane busy: no part framing per MiB). Each part is sent as a frame::
 
     magic "HOCL" | version | lane | seq | write id | part | parts | region | offset | nbytes | imm |
     write offset | write bytes | crc32
-    followed by nbytes of payload, received straight into the registered region (no extra copy)
+    followed by nbytes of payload, received straight into the registered region (no extra copy,
+    one MSG_WAITALL receive per part)
 
 Per-lane sequence numbers and the header's CRC-32 detect a short, reordered or corrupt stream. One
 sender and one receiver thread per lane block in the kernel (the GIL is free while they wait); the
@@ -264,7 +267,7 @@ class TcpTransport(Transport):
                  name: str = "", min_part: int | None = None, socket_buffer: int | None = None):
         if lanes < 1 or lanes > 64:
             raise TransportError(f"lanes={lanes}: use 1..64 connections per peer")
-        # writes are cut into one part per lane, parts of at least min_part bytes (HOCCL_TCP_MIN_PART);
+        # idle lanes share a write in parts of at least min_part bytes (HOCCL_TCP_MIN_PART);
         # socket_buffer > 0 fixes SO_SNDBUF/SO_RCVBUF (HOCCL_TCP_SOCKET_BUFFER), 0 leaves the kernel's autotuning
         self.min_part = _setting(min_part, "HOCCL_TCP_MIN_PART", MIN_PART, 1)
         self.socket_buffer = _setting(socket_buffer, "HOCCL_TCP_SOCKET_BUFFER", 0, 0)

@@ -88,6 +88,11 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
     return {"outputs": outs if reps == 0 else {}, "seconds": times, "cpu": cpu}
 
 
+def slowest_median(results, reps):
+    """The median over repeats of the slowest node's seconds (a transfer ends when its last node does)."""
+    return statistics.median(max(results[n]["seconds"][i] for n in results) for i in range(reps))
+
+
 def time_curves(kinds, gpus_per_node, lanes, chunk, sizes=(2 << 20, 8 << 20, 32 << 20, 128 << 20, 512 << 20, 1 << 30),
                 host=False):
     """AllGather / All-to-All on 2 nodes of ``gpus_per_node`` GPUs by total size: rows with algbw (total
@@ -104,7 +109,7 @@ def time_curves(kinds, gpus_per_node, lanes, chunk, sizes=(2 << 20, 8 << 20, 32 
                                 CompileOptions(chunk_bytes=min(chunk, total // G), baselines=False))
             reps = 5 if size <= (128 << 20) else 3
             res = run_nodes(plan, lanes=lanes, slots=ring_slots(plan.options.chunk_bytes), reps=reps, host=host)
-            t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(reps))
+            t = slowest_median(res, reps)
             rows.append(dict(op=kind, impl="hoccl-host-tcp" if host else "hoccl-gpu-tcp", size=total, seconds=t,
                              gbps=total / t / 1e9, nodes=2, gpus_per_node=gpus_per_node, lanes=lanes,
                              cpu_us_per_call=statistics.median(res[0]["cpu"]) * 1e6))
@@ -192,12 +197,12 @@ def main(argv=None) -> int:
         reps = 5 if size <= (128 << 20) else 3
         slots = ring_slots(plan.options.chunk_bytes)  # the GPU executor's default ring (256 MiB)
         res = run_nodes(plan, lanes=args.lanes, slots=slots, reps=reps)
-        t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(reps))
+        t = slowest_median(res, reps)
         cpu = statistics.median(res[0]["cpu"])
         n_chunks = -(-size // min(chunk, size))
         copy = d2h_alone(size, 3)
         net = run_nodes(plan, lanes=args.lanes, slots=slots, reps=reps, host=True)
-        t_net = statistics.median(max(net[n]["seconds"][i] for n in net) for i in range(reps))
+        t_net = slowest_median(net, reps)
         # the network alone, same run, same connections: plain sockets, and the TCP transport host -> host
         sys.path.insert(0, str(ROOT / "examples"))
         import bench_tcp
@@ -238,7 +243,7 @@ def main(argv=None) -> int:
                             os.environ.pop(k, None)
                         else:
                             os.environ[k] = v
-                t = statistics.median(max(res[n]["seconds"][i] for n in res) for i in range(3))
+                t = slowest_median(res, 3)
                 got[label].append((t, t_raw, statistics.median(res[0]["cpu"])))
             print("variants: round done", flush=True)
         for label, chunk, what, env in configs:

@@ -80,7 +80,7 @@ import numpy as np
 from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.schema import Plan
 
-from . import _cuda  # no CUDA at import: its functions load cupy / cuda-bindings when first called
+from . import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
 from .executor import LaunchCache, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
@@ -279,6 +279,12 @@ class _EagerLayout:
     recvs: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (dst offset, stage offset, bytes)
 
 
+def _dma_queues(plan: Plan, prog: Program, rank: int) -> list[int]:
+    """The rank's DMA queues with copies, in order: the first runs on the caller's stream (pacing caps it),
+    the others on side streams."""
+    return sorted(q for q in prog.copies if plan.queues.gpu[q] == rank and plan.queues.kind[q] == "dma")
+
+
 class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
@@ -296,8 +302,6 @@ class Communicator:
             raise HocclError(f"dma_queues={dma_queues} (or HOCCL_DMA_QUEUES): give 1..{MAX_QUEUES} copy queues per GPU")
         if ipc_cache < world:
             raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
-        from .pacing import PERIOD_US
-
         # settings (docs/settings.md) first: a bad one raises before anything is allocated
         self.eager_bytes = env_int("HOCCL_EAGER_BYTES", 4 << 20, 0)
         # collectives on the eager path too (opt-in: HOCCL_EAGER_COLLECTIVES=1; see the module docstring)
@@ -308,7 +312,7 @@ class Communicator:
         # the 2x H200: a memop node after a copy node added about 3 us to a graph's launch, a direct batch 2 us)
         self.graph_tail_direct = env_flag("HOCCL_GRAPH_TAIL_DIRECT", True)
         # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
-        self.pace_period_us = env_float("HOCCL_PACE_PERIOD_US", PERIOD_US)
+        self.pace_period_us = env_float("HOCCL_PACE_PERIOD_US", pacing.PERIOD_US)
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self._lock = threading.Lock()
         self._closed = False
@@ -443,8 +447,8 @@ class Communicator:
         if eager is not None:
             paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
         else:
-            mine = sorted(q for q in prog.copies if plan.queues.gpu[q] == self.rank and plan.queues.kind[q] == "dma")
-            paced = sum(c.nbytes for c in prog.copies[mine[0]]) if mine else 0
+            dma = _dma_queues(plan, prog, self.rank)
+            paced = sum(c.nbytes for c in prog.copies[dma[0]]) if dma else 0
         state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners),
                            (int(res_off[self.rank]), int(res_bytes[self.rank])), eager, paced)
         self._by_id[plan.plan_id] = state
@@ -513,9 +517,7 @@ class Communicator:
             raise HocclError(f"rate_gbps / duration_s with dma_queues={self.topology.dma_queues}: pacing "
                              "caps one copy queue per GPU; use a communicator with dma_queues=1 for paced calls")
         if rate is not None:
-            from .pacing import tick_us
-
-            tick_us(rate, self.pace_period_us)  # refuse a rate pacing cannot keep before a partner hears of it
+            pacing.tick_us(rate, self.pace_period_us)  # refuse a rate pacing cannot keep before a partner hears of it
         if duration_s is not None:
             if rate_gbps is not None:
                 raise HocclError(f"rate_gbps={rate_gbps!r} and duration_s={duration_s!r}: give one of them")
@@ -530,9 +532,7 @@ class Communicator:
                 if duration_s is not None:  # this rank's paced bytes spread over the duration (none: full speed)
                     rate = state.paced_bytes / duration_s / 1e9 if state.paced_bytes else None
                     if rate is not None:
-                        from .pacing import tick_us
-
-                        tick_us(rate, self.pace_period_us)
+                        pacing.tick_us(rate, self.pace_period_us)
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
                 else:
@@ -916,7 +916,7 @@ class Communicator:
         plan, prog, me = state.plan, state.program, self.rank
         kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
         mine = sorted(q for q in prog.copies if qgpu[q] == me)
-        dma = [q for q in mine if kinds[q] == "dma"]
+        dma = _dma_queues(plan, prog, me)
         main = dma[0] if dma else None
         side = [q for q in mine if q != main]
         senders = sorted({prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]})
@@ -975,14 +975,12 @@ class Communicator:
         """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
         k's bytes at ``rate`` after tick k, and the call ends no earlier than the tick after its last
         piece (see pacing.py)."""
-        from .pacing import Pacer, pieces, tick_us
-
         if self._pacer is None:
-            self._pacer = Pacer(self.device)
+            self._pacer = pacing.Pacer(self.device)
         pacer, clock = self._pacer, self._pacer.handle
-        tick = tick_us(rate, self.pace_period_us)
+        tick = pacing.tick_us(rate, self.pace_period_us)
         cut = [("copy", dst + off, src + off, n, stream)
-               for _, dst, src, size, stream in copies for off, n in pieces(size, rate, tick)]
+               for _, dst, src, size, stream in copies for off, n in pacing.pieces(size, rate, tick)]
         ops: list[tuple] = [("record", self._event(("tick", 0)), user), ("wait", clock, self._event(("tick", 0)))]
         for k, piece in enumerate(cut):
             ops.append(piece)

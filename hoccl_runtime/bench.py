@@ -31,6 +31,8 @@ into ``--out`` on rank 0 and prints a table last.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -77,6 +79,69 @@ def _sizes(spec: str) -> list[int]:
         out.append(s)
         s *= 2
     return out
+
+
+def raw_plan(op: str, rank: int, world: int, out_addrs: list[int], inp: int,
+             out_bytes: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """(remote copies, local copies) as (dst, src, bytes) of one raw collective: ``out_addrs`` holds every
+    rank's output address as this process sees it."""
+    if op == "sendrecv":
+        return ([(out_addrs[1], inp, out_bytes)] if rank == 0 else []), []
+    n = out_bytes // world
+    plan = [(out_addrs[p] + rank * n, inp + (p * n if op == "alltoall" else 0), n) for p in range(world) if p != rank]
+    return plan, [(out_addrs[rank] + rank * n, inp + (rank * n if op == "alltoall" else 0), n)]
+
+
+def raw_call(plan: list[tuple[int, int, int]], local: list[tuple[int, int, int]], stream: int, side: int,
+             pacer: Any = None, rate: float | None = None, period_us: float | None = None) -> Callable[[], None]:
+    """The raw baseline's call: ``plan``'s copies on ``stream`` (paced at ``rate`` GB/s on ``pacer``'s clock
+    when a rate is given) and ``local``'s on ``side``, joined by events."""
+    import cupy
+
+    rt = cupy.cuda.runtime
+    fork, join = rt.eventCreateWithFlags(2), rt.eventCreateWithFlags(2)
+    remote = _paced_raw(plan, stream, pacer, rate, period_us) if rate is not None else None
+
+    def fn() -> None:
+        if local:
+            rt.eventRecord(fork, stream)
+            rt.streamWaitEvent(side, fork, 0)
+            for dst, src, nbytes in local:
+                rt.memcpyAsync(dst, src, nbytes, 4, side)
+            rt.eventRecord(join, side)
+        if remote is not None:
+            remote()
+        else:
+            for dst, src, nbytes in plan:
+                rt.memcpyAsync(dst, src, nbytes, 4, stream)
+        if local:
+            rt.streamWaitEvent(stream, join, 0)
+    return fn
+
+
+def _paced_raw(plan: list[tuple[int, int, int]], s: int, pacer: Any, rate: float,
+               period_us: float | None) -> Callable[[], None]:
+    """Raw copies paced as the communicator paces (Communicator._paced): piece k on tick k, the next
+    tick piece k's bytes at ``rate`` later, the call's end on the tick after its last piece."""
+    import cupy
+
+    from hoccl_runtime.pacing import PERIOD_US, pieces, tick_us
+
+    rt = cupy.cuda.runtime
+    tick = tick_us(rate, PERIOD_US if period_us is None else period_us)
+    cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate, tick)]
+    events = [rt.eventCreateWithFlags(2) for _ in range(len(cut) + 1)]
+    sleeps = [pacer.sleep_us(n / (rate * 1e3)) for _, _, n in cut]
+
+    def fn() -> None:
+        rt.eventRecord(events[0], s)
+        rt.streamWaitEvent(pacer.handle, events[0], 0)
+        for k, (dst, src, n) in enumerate(cut):
+            rt.memcpyAsync(dst, src, n, 4, s)
+            pacer.sleep(pacer.handle, sleeps[k])
+            rt.eventRecord(events[k + 1], pacer.handle)
+            rt.streamWaitEvent(s, events[k + 1], 0)
+    return fn
 
 
 class Bench:
@@ -284,67 +349,14 @@ class Bench:
              period_us: float | None = None) -> Callable[[], None]:
         """One cudaMemcpyAsync per peer into its output, and the local part on a second stream (as HOCCL
         runs it), joined by events: the copy engines' limit for the collective's bytes, no handshakes."""
-        import cupy
-
-        rt, r, w = cupy.cuda.runtime, self.rank, self.world
-        addrs = self.peer_addresses(out)
-        local: list[tuple[int, int, int]] = []
-        if op == "sendrecv":
-            plan = [(addrs[1], inp.data_ptr(), inp.numel())] if r == 0 else []
-        else:
-            n = out.numel() // w
-            plan = [(addrs[p] + r * n, inp.data_ptr() + (p * n if op == "alltoall" else 0), n)
-                    for p in range(w) if p != r]
-            local = [(out.data_ptr() + r * n, inp.data_ptr() + (r * n if op == "alltoall" else 0), n)]
-        s = self.stream.cuda_stream
-        side = self._raw_side_stream()
-        fork, join = rt.eventCreateWithFlags(2), rt.eventCreateWithFlags(2)
-        remote = self._paced_raw(plan, pacer, rate, period_us) if rate is not None else None
-
-        def fn() -> None:
-            if local:
-                rt.eventRecord(fork, s)
-                rt.streamWaitEvent(side, fork, 0)
-                for dst, src, nbytes in local:
-                    rt.memcpyAsync(dst, src, nbytes, 4, side)
-                rt.eventRecord(join, side)
-            if remote is not None:
-                remote()
-            else:
-                for dst, src, nbytes in plan:
-                    rt.memcpyAsync(dst, src, nbytes, 4, s)
-            if local:
-                rt.streamWaitEvent(s, join, 0)
-        return fn
+        plan, local = raw_plan(op, self.rank, self.world, self.peer_addresses(out), inp.data_ptr(), out.numel())
+        period = self.comm.pace_period_us if period_us is None else period_us
+        return raw_call(plan, local, self.stream.cuda_stream, self._raw_side_stream(), pacer, rate, period)
 
     def _raw_side_stream(self) -> int:
         if self._side is None:
             self._side = self.torch.cuda.Stream()
         return self._side.cuda_stream
-
-    def _paced_raw(self, plan: list[tuple[int, int, int]], pacer: Any, rate: float,
-                   period_us: float | None = None) -> Callable[[], None]:
-        """Raw copies paced as the communicator paces (Communicator._paced): piece k on tick k, the next
-        tick piece k's bytes at ``rate`` later, the call's end on the tick after its last piece."""
-        import cupy
-
-        from hoccl_runtime.pacing import pieces, tick_us
-
-        rt, s = cupy.cuda.runtime, self.stream.cuda_stream
-        tick = tick_us(rate, self.comm.pace_period_us if period_us is None else period_us)
-        cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate, tick)]
-        events = [rt.eventCreateWithFlags(2) for _ in range(len(cut) + 1)]
-        sleeps = [pacer.sleep_us(n / (rate * 1e3)) for _, _, n in cut]
-
-        def fn() -> None:
-            rt.eventRecord(events[0], s)
-            rt.streamWaitEvent(pacer.handle, events[0], 0)
-            for k, (dst, src, n) in enumerate(cut):
-                rt.memcpyAsync(dst, src, n, 4, s)
-                pacer.sleep(pacer.handle, sleeps[k])
-                rt.eventRecord(events[k + 1], pacer.handle)
-                rt.streamWaitEvent(s, events[k + 1], 0)
-        return fn
 
     def sms(self, fn: Callable[[], None]) -> int:
         """SMs a call occupies: the largest kernel grid in a torch.profiler trace of 3 calls (0: no kernel)."""
@@ -388,7 +400,10 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     ops = [o for o in args.collectives.split(",") if o]
     impls = _baselines(args.baselines)
     for size in _sizes(args.sizes):
-        iters = max(10, min(40, (1 << 30) // size))  # nccl-tests times 20; 3 left start-up skew in 1 GiB rows
+        # at least 10 calls (3 left start-up skew in 1 GiB rows) and about 1 GiB per timed batch up to 512
+        # calls: with 40 calls of 2 MiB the ranks' start skew added ~11 us to each send/recv (23.5 us per
+        # message in the sweep against 12.7 in profile_host's 200 back to back, same run, 2026-11-30)
+        iters = max(10, min(512, (1 << 30) // size))
         for op in ops:
             for impl in impls:
                 if impl in unavailable or (impl == "nccl-ce" and op == "sendrecv"):
@@ -493,6 +508,118 @@ class PowerLog:
             self.proc.wait(timeout=5)
 
 
+@dataclasses.dataclass(frozen=True)
+class ProcRun:
+    """A contention variant whose traffic comes from the copier process: its variant name there."""
+    copier: ProcCopier
+    name: str
+
+
+class ProcCopier:
+    """The raw AllGather's copies issued from a child process with its own CUDA context, back to back
+    (or paced) between :meth:`run` and :meth:`stop`: whether the same bytes cost the load beside them
+    less when they come from another context than from the load's own (the design notes measured
+    GEMM +3% from another process against +12% from the same one, at full rate)."""
+
+    def __init__(self, b: Bench, inp: Any, out: Any, variants: dict[str, float | None], period_us: float,
+                 timeout_s: float = 120.0):
+        import multiprocessing as mp
+
+        import cupy
+
+        from hoccl_runtime._cuda import check, driver
+
+        def handle(t: Any) -> tuple[bytes, int]:
+            base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(t.data_ptr()))
+            return bytes(cupy.cuda.runtime.ipcGetMemHandle(int(base))), t.data_ptr() - int(base)
+
+        outs: list[Any] = [None] * b.world
+        b.dist.all_gather_object(outs, handle(out))
+        self.timeout_s = timeout_s
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_copier_child, daemon=True, name=f"hoccl-bench-copier-{b.rank}",
+                                args=(child, b.dev, b.rank, b.world, outs, handle(inp), out.numel(), variants,
+                                      period_us))
+        self.proc.start()
+        child.close()
+        self._reply("ready")
+
+    def _reply(self, what: str) -> Any:
+        if not self.conn.poll(self.timeout_s):
+            self.close()
+            raise RuntimeError(f"the copier process sent no '{what}' within {self.timeout_s:g} s")
+        got = self.conn.recv()
+        if isinstance(got, tuple) and got and got[0] == "error":
+            raise RuntimeError(f"copier process: {got[1]}")
+        return got
+
+    def run(self, name: str) -> None:
+        self.conn.send(("run", name))
+        self._reply("running")
+
+    def stop(self) -> tuple[int, float]:
+        """(calls finished, seconds from the first call's start to the last call's end)."""
+        self.conn.send(("stop",))
+        return self._reply("stopped")
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            with contextlib.suppress(OSError):
+                self.conn.send(("close",))
+            self.proc.join(10)
+            if self.proc.is_alive():
+                self.proc.terminate()
+
+
+def _copier_child(conn: Any, device: int, rank: int, world: int, outs: list[tuple[bytes, int]],
+                  inp: tuple[bytes, int], out_bytes: int, variants: dict[str, float | None], period_us: float) -> None:
+    """ProcCopier's process: opens the buffers, then runs the named variant's calls until told to stop,
+    at most four calls ahead of the GPU."""
+    try:
+        import collections
+
+        import cupy
+
+        from hoccl_runtime.pacing import Pacer
+
+        cupy.cuda.Device(device).use()
+        rt = cupy.cuda.runtime
+        addrs = [int(rt.ipcOpenMemHandle(h)) + off for h, off in outs]
+        src = int(rt.ipcOpenMemHandle(inp[0])) + inp[1]
+        plan, local = raw_plan("allgather", rank, world, addrs, src, out_bytes)
+        stream, side = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+        pacer = Pacer(device) if any(r is not None for r in variants.values()) else None
+        calls = {name: raw_call(plan, local, stream.ptr, side.ptr, pacer, rate, period_us)
+                 for name, rate in variants.items()}
+        conn.send("ready")
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    while True:
+        msg = conn.recv()
+        if msg[0] == "close":
+            return
+        fn, done, inflight = calls[msg[1]], 0, collections.deque()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        fn()
+        inflight.append(cupy.cuda.Event())
+        inflight[-1].record(stream)
+        conn.send("running")
+        while not conn.poll():
+            fn()
+            inflight.append(cupy.cuda.Event())
+            inflight[-1].record(stream)
+            if len(inflight) > 4:
+                inflight.popleft().synchronize()
+                done += 1
+        conn.recv()  # stop
+        end.record(stream)
+        end.synchronize()
+        conn.send((done + len(inflight), cupy.cuda.get_elapsed_time(start, end) / 1e3))
+
+
 def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     torch = b.torch
     dev = f"cuda:{b.dev}"
@@ -543,6 +670,15 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         for period in periods:  # longer ticks: longer idle gaps between pieces at the same rate
             variants[f"hoccl@{rate:g}/{period:g}us"] = (lambda r=rate, p=period: paced(r, p), sent)
             variants[f"raw@{rate:g}/{period:g}us"] = (b._raw("allgather", inp, out, pacer, rate, period), sent)
+    copier = None
+    if args.copier_process:
+        named: dict[str, float | None] = {"raw-proc": None, **{f"raw-proc@{float(r):g}": float(r)
+                                                                for r in args.rates.split(",") if r}}
+        try:
+            copier = ProcCopier(b, inp, out, named, b.comm.pace_period_us)
+            variants.update({name: (ProcRun(copier, name), sent) for name in named})
+        except Exception as exc:  # noqa: BLE001 - reported, the rest still runs
+            b.say(f"  raw-proc: unavailable ({type(exc).__name__}: {str(exc)[:150]})")
     power = PowerLog()
     samples: dict[tuple[str, str], list[dict[str, float]]] = {}
     for load, (work, iters) in loads.items():
@@ -568,6 +704,8 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                 samples.setdefault((load, name), []).append(sample)
             b.say(f"{load} round {rnd + 1}/{args.rounds} done")
     power.close()
+    if copier is not None:
+        copier.close()
     rows = contention_rows(samples)
     b.write(args.out, "contention", {"rows": rows, "kind": "contention", "allgather_bytes": size,
                                      "pacer": pacer.describe()})
@@ -635,9 +773,12 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
             work()
     end.record(compute)
     b.stream.wait_event(released)
+    other = variant is not None and isinstance(variant[0], ProcRun)
+    if other:  # traffic from the copier process: running before the load is released
+        variant[0].copier.run(variant[0].name)
     go.write(1)
     calls = b.calls_per_window.setdefault(name, 40)
-    if variant is not None:
+    if variant is not None and not other:
         fn, nbytes = variant
         with torch.cuda.stream(b.stream):
             for _ in range(calls):
@@ -648,6 +789,9 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
     torch.cuda.synchronize()
     t1 = time.time()
     window = start.elapsed_time(end) / 1e3
+    if other:  # the copier's own count: calls over the time it ran (settle and window inside it)
+        finished, lasted_s = variant[0].copier.stop()
+        return {"seconds": window, "gbps": finished * variant[1] / lasted_s / 1e9, **power.window(t0, t1, b.dev)}, False
     done = sum(1 for ev in marks if 0 < start.elapsed_time(ev) / 1e3 <= window)
     # every rank must issue as many collectives: they agree on the largest shortfall of any rank
     dry = False
@@ -673,6 +817,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
     p.add_argument("--period-us", default="", help="contention: also pace every rate with these clock ticks (us; "
                    "the default tick is 250 us): e.g. 4000 for longer idle gaps between larger pieces")
+    p.add_argument("--no-copier-process", dest="copier_process", action="store_false",
+                   help="contention: leave out raw-proc (the raw copies issued from a process of their own)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup-s", type=float, default=2.0, help="contention: seconds of load before the rounds")
     p.add_argument("--reps", type=int, default=15, help="launch: batches per point")

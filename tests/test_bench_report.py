@@ -98,3 +98,18 @@ def test_contention_rows_pair_each_round_with_its_own_time_alone():
     lo, hi = rows["hoccl"]["spread"]
     assert lo == pytest.approx(0.95 * 1.02) and hi == pytest.approx(1.10 * 1.02)
     assert rows["hoccl"]["watts"] == 600.0 and rows["alone"]["watts"] is None
+
+
+def test_raw_plan_moves_each_collectives_bytes_to_the_right_place():
+    """The raw baseline (in this process or the copier process) copies what the collective would."""
+    from hoccl_runtime.bench import raw_plan
+
+    outs = [1000, 2000, 3000]  # every rank's output as this process sees it; 12 bytes, 4 per rank
+    remote, local = raw_plan("allgather", 1, 3, outs, 50, 12)
+    assert remote == [(1000 + 4, 50, 4), (3000 + 4, 50, 4)]
+    assert local == [(2000 + 4, 50, 4)]
+    remote, local = raw_plan("alltoall", 2, 3, outs, 50, 12)
+    assert remote == [(1000 + 8, 50, 4), (2000 + 8, 54, 4)]
+    assert local == [(3000 + 8, 58, 4)]
+    assert raw_plan("sendrecv", 0, 2, outs[:2], 50, 12) == ([(2000, 50, 12)], [])
+    assert raw_plan("sendrecv", 1, 2, outs[:2], 50, 12) == ([], [])

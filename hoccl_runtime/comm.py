@@ -67,6 +67,7 @@ import builtins
 import contextlib
 import ctypes
 import os
+import sys
 import threading
 import time
 import uuid
@@ -179,7 +180,7 @@ class _SharedSegment:
             self.shm.buf[:size] = bytes(size)
             store.set(key, self.shm.name)
         else:
-            self.shm = shared_memory.SharedMemory(name=store.get(key).decode())
+            self.shm = _attach(shared_memory, store.get(key).decode())
         self.owner, self.size = owner, size
         self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
         cupy_runtime().hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
@@ -211,6 +212,20 @@ class _SharedSegment:
                 view.release()
         with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
             self.shm.close()
+
+
+def _attach(shared_memory: Any, name: str) -> Any:
+    """Attach to the owner's segment without handing it to this process's resource tracker: before
+    Python 3.13 attaching registers the name too, and the tracker of a member that exits unlinks it
+    (while others may still be attaching) or warns of a "leaked shared_memory object" it cannot find
+    once the owner has unlinked it (seen at every torchrun exit, 2026-11-30)."""
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    from multiprocessing import resource_tracker
+
+    shm = shared_memory.SharedMemory(name=name)
+    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - the tracker's own key
+    return shm
 
 
 class _SharedHost:

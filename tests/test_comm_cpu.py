@@ -4,6 +4,8 @@ real mailbox, launch lists (compile_launch), READY/DONE protocol and shared host
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import fake_cuda
 import numpy as np
 import pytest
@@ -291,3 +293,30 @@ def test_a_graph_ends_at_its_copies_and_the_last_handshake_follows_it(monkeypatc
     # unless it stays outside); each graph launch from call 2 on is followed by the exit batch when it does
     want = {"direct": 2 * (2 + 3), "captured": 2 * 1} if tail_direct else {"direct": 2 * 2, "captured": 2 * 2}
     assert {k: got.count(k) for k in want} == want
+
+
+def test_a_member_attached_to_the_shared_segment_leaves_its_name_to_the_owner(tmp_path):
+    """A member that attaches and exits must not unlink the owner's segment nor warn of a leak at exit
+    (Python < 3.13 hands attached segments to each process's resource tracker)."""
+    import subprocess
+    import sys
+    from multiprocessing import shared_memory
+
+    owner = shared_memory.SharedMemory(create=True, size=4096)
+    try:
+        script = tmp_path / "attach.py"
+        script.write_text(
+            "import sys\nimport pytest\nsys.path[:0] = [sys.argv[2], sys.argv[2] + '/..']\nimport fake_cuda\n"
+            "fake_cuda.install(pytest.MonkeyPatch())\nfrom hoccl_runtime.comm import _SharedSegment\n"
+            "class Store:\n    def get(self, key):\n        return sys.argv[1].encode()\n"
+            "seg = _SharedSegment(Store(), False, 4096, key='shm-name')\nseg.shm.buf[0] = 7\nseg.close()\n")
+        done = subprocess.run([sys.executable, str(script), owner.name, str(Path(__file__).parent)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "leaked" not in done.stderr and "resource_tracker" not in done.stderr, done.stderr
+        assert owner.buf[0] == 7
+        again = shared_memory.SharedMemory(name=owner.name)  # the name is still there
+        again.close()
+    finally:
+        owner.close()
+        owner.unlink()

@@ -122,25 +122,31 @@ def raw_call(plan: list[tuple[int, int, int]], local: list[tuple[int, int, int]]
 def _paced_raw(plan: list[tuple[int, int, int]], s: int, pacer: Any, rate: float,
                period_us: float | None) -> Callable[[], None]:
     """Raw copies paced as the communicator paces (Communicator._paced): piece k on tick k, the next
-    tick piece k's bytes at ``rate`` later, the call's end on the tick after its last piece."""
+    tick piece k's bytes at ``rate`` later, the call's end on the tick after its last piece, the sleeps
+    scaled by the calls' own Feedback."""
     import cupy
 
-    from hoccl_runtime.pacing import PERIOD_US, pieces, tick_us
+    from hoccl_runtime.pacing import PERIOD_US, Feedback, pieces, tick_us
 
     rt = cupy.cuda.runtime
     tick = tick_us(rate, PERIOD_US if period_us is None else period_us)
     cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate, tick)]
     events = [rt.eventCreateWithFlags(2) for _ in range(len(cut) + 1)]
     sleeps = [pacer.sleep_us(n / (rate * 1e3)) for _, _, n in cut]
+    feedback = Feedback(pacer)
+    feedback.target_us = sum(n for _, _, n in cut) / (rate * 1e3)
 
     def fn() -> None:
+        mark = feedback.begin(s)
         rt.eventRecord(events[0], s)
         rt.streamWaitEvent(pacer.handle, events[0], 0)
         for k, (dst, src, n) in enumerate(cut):
             rt.memcpyAsync(dst, src, n, 4, s)
-            pacer.sleep(pacer.handle, sleeps[k])
+            feedback.sleep(pacer.handle, sleeps[k])
             rt.eventRecord(events[k + 1], pacer.handle)
             rt.streamWaitEvent(s, events[k + 1], 0)
+        if mark is not None:
+            feedback.end(mark, s)
     return fn
 
 

@@ -83,7 +83,7 @@ from hoccl_compiler.schema import Plan
 
 from . import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
-from .executor import LaunchCache, _replay, _squeeze_devices, check_buffer, compile_launch
+from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
 from .program import Program, lower
@@ -267,10 +267,10 @@ class _Flag:
 class _Launch:
     """A cached call: ``run`` issues its work (one by one, or as a CUDA graph once promoted)."""
 
-    __slots__ = ("run", "hits", "exe")
+    __slots__ = ("run", "hits", "exe", "feedback")
 
-    def __init__(self, run: Any):
-        self.run, self.hits, self.exe = run, 0, None
+    def __init__(self, run: Any, feedback: pacing.Feedback | None = None):
+        self.run, self.hits, self.exe, self.feedback = run, 0, None, feedback
 
 
 @dataclass(frozen=True)
@@ -356,6 +356,7 @@ class Communicator:
         self._capture: Any = None  # the private stream calls are captured on
         self._events: dict[Any, int] = {}
         self._pacer = None
+        self._building: pacing.Feedback | None = None  # the paced call being built (_cached_paced)
         self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
         self._failure: HocclError | None = None
         self.watch_interval_s = 0.1
@@ -573,11 +574,36 @@ class Communicator:
     def _cached(self, key: tuple, build: Any, s: int, rate: float | None) -> None:
         """Run the call's work for ``key``: ``build(stream, rate)`` gives its launch list, compiled on first
         use; at the ``graph_after``-th use of an unpaced call it is captured into a CUDA graph."""
+        if rate:
+            self._cached_paced(key, build, s, rate)
+            return
         entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(build(s, rate), s))))
         entry.hits += 1
-        if entry.hits == self.graph_after and rate is None:
+        if entry.hits == self.graph_after:
             self._promote(entry, lambda stream: build(stream, None), s)
         entry.run()
+
+    def _cached_paced(self, key: tuple, build: Any, s: int, rate: float) -> None:
+        """A paced call: never a graph; timed by its entry's Feedback (outside stream capture), whose
+        scale its sleeps follow (pacing.Feedback)."""
+        def make() -> _Launch:
+            self._building = pacing.Feedback(self._pacer_for_calls())  # _paced links the sleeps to it
+            try:
+                return _Launch(compile_launch(self._launch_list(build(s, rate), s)), self._building)
+            finally:
+                self._building = None
+
+        entry = self._launches.get(key, make)
+        entry.hits += 1
+        mark = None if _capturing((s,)) else entry.feedback.begin(s)
+        entry.run()
+        if mark is not None:
+            entry.feedback.end(mark, s)
+
+    def _pacer_for_calls(self) -> pacing.Pacer:
+        if self._pacer is None:
+            self._pacer = pacing.Pacer(self.device)
+        return self._pacer
 
     # --- the eager path (module docstring, item 7) ----------------------------------------------------------
     def _eager_enter(self, state: _PlanState) -> dict[int, int]:
@@ -753,6 +779,9 @@ class Communicator:
         entry.run = run
 
     def _drop_launch(self, entry: _Launch) -> None:
+        if entry.feedback is not None:
+            with contextlib.suppress(Exception):  # closing anyway
+                entry.feedback.close()
         if entry.exe is not None:
             from ._cuda import cupy_runtime
 
@@ -990,16 +1019,16 @@ class Communicator:
         """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
         k's bytes at ``rate`` after tick k, and the call ends no earlier than the tick after its last
         piece (see pacing.py)."""
-        if self._pacer is None:
-            self._pacer = pacing.Pacer(self.device)
-        pacer, clock = self._pacer, self._pacer.handle
+        pacer, feedback = self._pacer_for_calls(), self._building
+        clock = pacer.handle
         tick = pacing.tick_us(rate, self.pace_period_us)
         cut = [("copy", dst + off, src + off, n, stream)
                for _, dst, src, size, stream in copies for off, n in pacing.pieces(size, rate, tick)]
+        feedback.target_us += sum(piece[3] for piece in cut) / (rate * 1e3)
         ops: list[tuple] = [("record", self._event(("tick", 0)), user), ("wait", clock, self._event(("tick", 0)))]
         for k, piece in enumerate(cut):
             ops.append(piece)
-            ops += [("call", pacer.sleep, (clock, pacer.sleep_us(piece[3] / (rate * 1e3)))),
+            ops += [("call", feedback.sleep, (clock, pacer.sleep_us(piece[3] / (rate * 1e3)))),
                     ("record", self._event(("tick", k + 1)), clock), ("wait", user, self._event(("tick", k + 1)))]
         return ops
 

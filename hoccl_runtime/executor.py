@@ -213,18 +213,13 @@ class Executor:
         ranks = [_rank_buffers(plan, info, r, buffers[r]) for r in range(G)]
         user = tuple(as_stream(streams.get(r) if streams is not None else None) for r in range(G))
         with self._lock:
-            if sync == "flags" and self._capturing(user):
+            if sync == "flags" and _capturing(user):
                 # A copy stream joins a CUDA graph capture only through an event from a capturing stream;
                 # flag waits would leave it outside the graph (run once, eagerly). Events order it here.
                 sync = "events"
             key = (plan.plan_id, sync, user,
                    tuple((b.input.ptr if b.input else 0, b.output.ptr if b.output else 0, b.device) for b in ranks))
             _replay(self._launches.get(key, lambda: self._build(plan, info, ranks, user, sync)))
-
-    @staticmethod
-    def _capturing(user: tuple[int, ...]) -> bool:
-        rt = _cuda.cupy_runtime()
-        return any(s != 0 and rt.streamIsCapturing(s) != 0 for s in user)
 
     def _build(self, plan: Plan, info: _PlanInfo, ranks: list[RankBuffers], user: tuple[int, ...],
                sync: Sync) -> list[tuple]:
@@ -406,6 +401,12 @@ def compile_launch(ops: list[tuple]) -> Callable[[], None]:
         finally:
             set_device(caller)  # leave the caller's current device as it was
     return run_on_device
+
+
+def _capturing(user: tuple[int, ...]) -> bool:
+    """Whether any of these streams is capturing a CUDA graph (the legacy stream never is)."""
+    rt = _cuda.cupy_runtime()
+    return any(s != 0 and rt.streamIsCapturing(s) != 0 for s in user)
 
 
 def _replay(ops: list[tuple]) -> None:

@@ -132,6 +132,9 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
             else:
                 comm.recv(dev(buf, r), 0, stream=7)
             ok = ok and np.array_equal(buf, data(0, call, n))
+        # each paced kind of call keeps a Feedback whose target is the call's bytes at its rate (us)
+        targets = sorted(e.feedback.target_us for e in comm._launches._lists.values() if e.feedback is not None)
+        ok = ok and (targets == [] if r == 1 else targets == pytest.approx([2e6, n]))  # 2 s; n bytes at 1 MB/s
         with pytest.raises(HocclError, match="give one of them"):
             comm.send(dev(buf, r), 1 - r, stream=7, rate_gbps=1.0, duration_s=1.0)
         with pytest.raises(HocclError, match="duration_s=0"):

@@ -267,6 +267,93 @@ def test_pacing_pieces():
         pieces(10, 0.0)
 
 
+class _TimedCalls:
+    """A runtime whose events belong to simulated calls: a call lasts ``fixed_us`` plus its sleeps, and
+    only calls marked done have finished."""
+
+    def __init__(self, fixed_us: float):
+        self.fixed_us, self.events, self.done, self.lengths = fixed_us, 0, set(), {}
+
+    def eventCreateWithFlags(self, flags):  # noqa: N802
+        self.events += 1
+        return self.events
+
+    def eventRecord(self, ev, stream):  # noqa: N802 - recorded again: pending until its call is done
+        self.done.discard(ev)
+
+    def eventQuery(self, ev):  # noqa: N802
+        return 0 if ev in self.done else 600
+
+    def eventElapsedTime(self, start, end):  # noqa: N802
+        return self.lengths[end] / 1e3
+
+    def eventDestroy(self, ev):  # noqa: N802
+        pass
+
+
+def test_pacing_feedback_brings_calls_to_their_rate():
+    """Calls that take a fixed 300 us more than their sleeps (handshakes, host-function dispatch) are
+    brought to their target length by scaling the sleeps, learning only from finished calls."""
+    from types import SimpleNamespace
+
+    from hoccl_runtime.pacing import Feedback
+
+    slept = []
+    rt = _TimedCalls(fixed_us=300.0)
+    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: slept.append(us)), runtime=rt)
+    fb.target_us = 1340.0  # 128 MiB at 100 GB/s
+    lengths = []
+    for batch in range(8):  # 8 windows of 40 calls enqueued ahead of the GPU, as the contention benchmark does
+        marks = []
+        for _ in range(40):
+            mark = fb.begin(7)
+            slept.clear()
+            fb.sleep(9, 1340.0)  # one piece's nominal sleep
+            length = rt.fixed_us + sum(slept)
+            lengths.append(length)
+            if mark is not None:
+                fb.end(mark, 7)
+                rt.lengths[mark[1]] = length
+                marks.append(mark)
+        assert fb.measured == 40 * batch  # a batch learns from the ones before, none of its own
+        rt.done.update(m[1] for m in marks)
+    assert lengths[0] == pytest.approx(1640.0)  # the first batch: 22% too long
+    assert lengths[-1] == pytest.approx(1340.0, rel=0.02)  # later ones at the rate
+    assert 0.7 < fb.scale < 0.8
+
+
+def test_pacing_feedback_bounds():
+    """A call held up by a late partner moves the scale by at most MAX_STEP, and never below MIN_SCALE;
+    unfinished calls are not counted, and at most RING are measured at once."""
+    from types import SimpleNamespace
+
+    from hoccl_runtime.pacing import Feedback
+
+    rt = _TimedCalls(fixed_us=0.0)
+    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: None), runtime=rt)
+    fb.target_us = 1000.0
+    mark = fb.begin(7)
+    fb.end(mark, 7)
+    rt.lengths[mark[1]] = 50_000.0  # a partner 49 ms late
+    fb.harvest()
+    assert fb.measured == 0 and fb.scale == 1.0  # not finished yet: nothing learnt
+    rt.done.add(mark[1])
+    fb.harvest()
+    assert fb.measured == 1 and fb.scale == pytest.approx(1.0 - Feedback.MAX_STEP)
+    for _ in range(10):
+        mark = fb.begin(7)
+        fb.end(mark, 7)
+        rt.lengths[mark[1]] = 50_000.0
+        rt.done.add(mark[1])
+    fb.harvest()
+    assert fb.scale == Feedback.MIN_SCALE
+    marks = [fb.begin(7) for _ in range(Feedback.RING)]
+    for m in marks:
+        fb.end(m, 7)
+    assert fb.begin(7) is None  # RING calls in flight: the next one runs unmeasured
+    fb.close()
+
+
 def test_compiled_launch_makes_the_same_cuda_calls_as_the_replay(monkeypatch):
     """compile_launch (the communicator's hot path) against _replay, with CUDA recorded instead of run."""
     from hoccl_runtime import _cuda

@@ -1019,7 +1019,9 @@ class Communicator:
         """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
         k's bytes at ``rate`` after tick k, and the call ends no earlier than the tick after its last
         piece (see pacing.py)."""
-        pacer, feedback = self._pacer_for_calls(), self._building
+        pacer = self._pacer_for_calls()
+        # the Feedback of the launch being made (_cached_paced); a list built on its own gets its own
+        feedback = self._building if self._building is not None else pacing.Feedback(pacer)
         clock = pacer.handle
         tick = pacing.tick_us(rate, self.pace_period_us)
         cut = [("copy", dst + off, src + off, n, stream)

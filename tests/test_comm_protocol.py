@@ -36,6 +36,7 @@ def fake_comm(rank: int, world: int) -> Communicator:
     c._shared, c._by_id = _Shared(), {}
     c._pacer = types.SimpleNamespace(handle=900 + rank, sleep=lambda stream, us: None, sleep_us=lambda period: 0)
     c.pace_period_us = 250.0
+    c._building = None  # no paced launch being made (Communicator._cached_paced)
     ids: dict = {}
     c._event = lambda key: ids.setdefault(("event", rank, key), 10_000 * (rank + 1) + len(ids))
     c._side_stream = lambda slot: 100 + 10 * rank + slot

@@ -93,14 +93,15 @@ def raw_plan(op: str, rank: int, world: int, out_addrs: list[int], inp: int,
 
 
 def raw_call(plan: list[tuple[int, int, int]], local: list[tuple[int, int, int]], stream: int, side: int,
-             pacer: Any = None, rate: float | None = None, period_us: float | None = None) -> Callable[[], None]:
+             pacer: Any = None, rate: float | None = None, period_us: float | None = None,
+             learn: bool = False) -> Callable[[], None]:
     """The raw baseline's call: ``plan``'s copies on ``stream`` (paced at ``rate`` GB/s on ``pacer``'s clock
-    when a rate is given) and ``local``'s on ``side``, joined by events."""
+    when a rate is given, with pacing feedback if ``learn``) and ``local``'s on ``side``, joined by events."""
     import cupy
 
     rt = cupy.cuda.runtime
     fork, join = rt.eventCreateWithFlags(2), rt.eventCreateWithFlags(2)
-    remote = _paced_raw(plan, stream, pacer, rate, period_us) if rate is not None else None
+    remote = _paced_raw(plan, stream, pacer, rate, period_us, learn) if rate is not None else None
 
     def fn() -> None:
         if local:
@@ -120,10 +121,10 @@ def raw_call(plan: list[tuple[int, int, int]], local: list[tuple[int, int, int]]
 
 
 def _paced_raw(plan: list[tuple[int, int, int]], s: int, pacer: Any, rate: float,
-               period_us: float | None) -> Callable[[], None]:
+               period_us: float | None, learn: bool = False) -> Callable[[], None]:
     """Raw copies paced as the communicator paces (Communicator._paced): piece k on tick k, the next
     tick piece k's bytes at ``rate`` later, the call's end on the tick after its last piece, the sleeps
-    scaled by the calls' own Feedback."""
+    scaled by the calls' own Feedback (learning when ``learn``, as with the communicator's pace_feedback)."""
     import cupy
 
     from hoccl_runtime.pacing import PERIOD_US, Feedback, pieces, tick_us
@@ -137,7 +138,7 @@ def _paced_raw(plan: list[tuple[int, int, int]], s: int, pacer: Any, rate: float
     feedback.target_us = sum(n for _, _, n in cut) / (rate * 1e3)
 
     def fn() -> None:
-        mark = feedback.begin(s)
+        mark = feedback.begin(s) if learn else None
         rt.eventRecord(events[0], s)
         rt.streamWaitEvent(pacer.handle, events[0], 0)
         for k, (dst, src, n) in enumerate(cut):
@@ -357,7 +358,8 @@ class Bench:
         runs it), joined by events: the copy engines' limit for the collective's bytes, no handshakes."""
         plan, local = raw_plan(op, self.rank, self.world, self.peer_addresses(out), inp.data_ptr(), out.numel())
         period = self.comm.pace_period_us if period_us is None else period_us
-        return raw_call(plan, local, self.stream.cuda_stream, self._raw_side_stream(), pacer, rate, period)
+        return raw_call(plan, local, self.stream.cuda_stream, self._raw_side_stream(), pacer, rate, period,
+                        self.comm.pace_feedback)
 
     def _raw_side_stream(self) -> int:
         if self._side is None:
@@ -642,6 +644,8 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         "membound": (lambda: torch.add(x, y, out=z), args.mem_iters),
     }
     size = args.size
+    if args.pace_feedback:
+        b.comm.pace_feedback = True
     variants: dict[str, tuple[Callable[[], None], int]] = {}
     from hoccl_runtime.pacing import Pacer
 
@@ -823,6 +827,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
     p.add_argument("--period-us", default="", help="contention: also pace every rate with these clock ticks (us; "
                    "the default tick is 250 us): e.g. 4000 for longer idle gaps between larger pieces")
+    p.add_argument("--pace-feedback", action="store_true",
+                   help="contention: paced calls (HOCCL's and raw) learn their sleeps (HOCCL_PACE_FEEDBACK=1)")
     p.add_argument("--copier-process", action="store_true",
                    help="contention: also raw-proc, raw-proc@R: the raw copies issued from a process of its own "
                    "(another CUDA context; measured 2026-11-30: far worse for the load, +15..25%% GEMM at 55 GB/s)")

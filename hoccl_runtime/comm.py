@@ -328,6 +328,10 @@ class Communicator:
         self.graph_tail_direct = env_flag("HOCCL_GRAPH_TAIL_DIRECT", True)
         # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
         self.pace_period_us = env_float("HOCCL_PACE_PERIOD_US", pacing.PERIOD_US)
+        # paced calls time themselves and scale their sleeps toward their rate (pacing.Feedback). Off by
+        # default: back to back alone it held 40 GB/s of 40, but beside a GEMM or a memory-bound loop
+        # (2x H200, 2026-11-30) calls asked for 100 GB/s delivered 108 and 134, over the cap
+        self.pace_feedback = env_flag("HOCCL_PACE_FEEDBACK", False)
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self._lock = threading.Lock()
         self._closed = False
@@ -584,8 +588,8 @@ class Communicator:
         entry.run()
 
     def _cached_paced(self, key: tuple, build: Any, s: int, rate: float) -> None:
-        """A paced call: never a graph; timed by its entry's Feedback (outside stream capture), whose
-        scale its sleeps follow (pacing.Feedback)."""
+        """A paced call: never a graph; its sleeps follow its entry's Feedback scale, which with
+        ``pace_feedback`` on learns from the calls' lengths (timed outside stream capture only)."""
         def make() -> _Launch:
             self._building = pacing.Feedback(self._pacer_for_calls())  # _paced links the sleeps to it
             try:
@@ -595,7 +599,7 @@ class Communicator:
 
         entry = self._launches.get(key, make)
         entry.hits += 1
-        mark = None if _capturing((s,)) else entry.feedback.begin(s)
+        mark = entry.feedback.begin(s) if self.pace_feedback and not _capturing((s,)) else None
         entry.run()
         if mark is not None:
             entry.feedback.end(mark, s)

@@ -22,6 +22,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_GRAPH_TAIL_DIRECT": ("1", "1: a call's graph ends at its copies, its last handshake launched after it"),
     "HOCCL_DMA_QUEUES": ("1", "copy streams per GPU that intra-node plans spread peers over (1-4)"),
     "HOCCL_PACE_PERIOD_US": ("250", "the pacing clock's tick in microseconds (one piece of a paced call per tick)"),
+    "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "
+                            "(may exceed it)"),
     "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across idle lanes (bytes)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),

@@ -133,9 +133,10 @@ def main() -> int:
         if took_s < 0.7 * floor_s:
             failures.append(f"rank {rank}: paced allgather {how} took {took_s * 1e3:.1f} ms, under its "
                             f"{floor_s * 1e3:.1f} ms")
-    # back to back, paced calls keep their rate: their sleeps follow the lengths of the calls already
-    # finished (pacing.Feedback); 4 batches of 20 AllGathers of 16 MiB per rank at 40 GB/s
+    # back to back, paced calls with pace_feedback keep their rate: their sleeps follow the lengths of the
+    # calls already finished (pacing.Feedback); 4 batches of 20 AllGathers of 16 MiB per rank at 40 GB/s
     call += 1
+    comm.pace_feedback = True  # opt-in (HOCCL_PACE_FEEDBACK=1)
     n, rate, rates = 16 << 20, 40.0, []
     inp, out = cp.asarray(data(rank, call, n)), cp.empty(n * world, cp.uint8)
     for _ in range(4):
@@ -151,6 +152,7 @@ def main() -> int:
     if not 0.8 * rate <= rates[-1] <= 1.15 * rate:
         failures.append(f"rank {rank}: back-to-back AllGathers paced at {rate:g} GB/s delivered "
                         f"{', '.join(f'{r:.1f}' for r in rates)} GB/s per batch")
+    comm.pace_feedback = False
     print(f"rank {rank}: paced at {rate:g} GB/s, batches delivered {[round(r, 1) for r in rates]} GB/s", flush=True)
     call += 1  # an eager send spread over 5 ms
     n = (3 << 20) + 7

@@ -124,7 +124,8 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
 
     def body(comm, r):
         n = (3 << 20) + 7  # 4 pieces at the 1 MiB floor when paced at a tiny rate
-        ok = True
+        ok = comm.pace_feedback is False  # off by default (HOCCL_PACE_FEEDBACK)
+        comm.pace_feedback = True  # each paced call is timed by a pair of events on its stream
         for call, how in ((1, {"rate_gbps": 1e-3}), (2, {"duration_s": 2.0})):
             buf = data(0, call, n) if r == 0 else np.full(n, 0xA5, np.uint8)
             if r == 0:
@@ -133,8 +134,10 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
                 comm.recv(dev(buf, r), 0, stream=7)
             ok = ok and np.array_equal(buf, data(0, call, n))
         # each paced kind of call keeps a Feedback whose target is the call's bytes at its rate (us)
-        targets = sorted(e.feedback.target_us for e in comm._launches._lists.values() if e.feedback is not None)
-        ok = ok and (targets == [] if r == 1 else targets == pytest.approx([2e6, n]))  # 2 s; n bytes at 1 MB/s
+        fbs = sorted((e.feedback for e in comm._launches._lists.values() if e.feedback is not None),
+                     key=lambda fb: fb.target_us)
+        ok = ok and (fbs == [] if r == 1 else [fb.target_us for fb in fbs] == pytest.approx([2e6, n]))  # 2 s; 1 MB/s
+        ok = ok and all(len(fb._busy) == 1 for fb in fbs)  # timed (the fake's events take no time: nothing learnt)
         with pytest.raises(HocclError, match="give one of them"):
             comm.send(dev(buf, r), 1 - r, stream=7, rate_gbps=1.0, duration_s=1.0)
         with pytest.raises(HocclError, match="duration_s=0"):

@@ -201,9 +201,9 @@ def held_host_times(comm, calls, rank, s, dist, torch):
                                                                                       device="cuda")
     peer = 1 - rank
     impls = {
-        "hoccl-cupy": (s.ptr, calls),
-        # the same with each graph's trailing memop batch captured inside it (the code before 2026-11-30 09:30)
+        # CuPy arrays, each graph's trailing memop batch captured inside it (the default) or launched after it
         "hoccl-tailin": (s.ptr, calls),
+        "hoccl-taildirect": (s.ptr, calls),
         "hoccl-torch": (ts.cuda_stream, {
             "sendrecv": lambda: comm.send(t_in, 1, stream=ts) if rank == 0 else comm.recv(t_in, 0, stream=ts),
             "allgather": lambda: comm.all_gather_into_tensor(t_ag, t_in, stream=ts),
@@ -215,10 +215,10 @@ def held_host_times(comm, calls, rank, s, dist, torch):
     }
     out = {}
     for impl, (stream, fns) in impls.items():
-        if comm.graph_tail_direct != (impl != "hoccl-tailin"):
+        if comm.graph_tail_direct != (impl == "hoccl-taildirect"):
             cp.cuda.runtime.deviceSynchronize()
             comm._launches.clear()  # graphs are captured again, with or without their trailing batch
-            comm.graph_tail_direct = impl != "hoccl-tailin"
+            comm.graph_tail_direct = impl == "hoccl-taildirect"
         for name, fn in fns.items():
             with torch.cuda.stream(ts):
                 fn()

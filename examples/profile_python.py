@@ -102,7 +102,7 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c.rank, c.world, c.device, c.timeout_s = rank, world, 0, 10.0
     c._lock, c._closed, c._streams, c._shared = threading.Lock(), False, {}, shared
     c._plans, c._by_id, c._seq, c._opened = {}, {}, [0] * world, OrderedDict()
-    c.ipc_cache, c._launches, c.graph_after, c.graph_tail_direct = 64, LaunchCache(), 2, True
+    c.ipc_cache, c._launches, c.graph_after, c.graph_tail_direct = 64, LaunchCache(), 2, False
     c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
     c.eager_bytes, c._unverified, c.eager_collectives = 0, [], False  # rendezvous unless a case turns eager on
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}

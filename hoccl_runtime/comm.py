@@ -32,10 +32,12 @@ How a call works, for rank ``me`` (every step costs no SM):
    ``graph_after``-th call with the same buffers on, it is captured once into a CUDA graph and each
    call launches that graph: one driver call instead of one per copy, handshake and event (a
    ``cudaMemcpyAsync`` alone costs about 7 us of host time on the H200 machine, a graph launch of a
-   whole call about as much). The graph ends at the call's copies: its trailing batch of stream
-   memory operations (the DONE handshake, an eager slot's FULL or EMPTY write) is launched after
-   it, because inside a graph a memop node after a copy node cost about 3 us more per launch
-   (``graph_tail_direct``; HOCCL_GRAPH_TAIL_DIRECT=0 keeps it inside).
+   whole call about as much). The call's trailing batch of stream memory operations (the DONE
+   handshake, an eager slot's FULL or EMPTY write) is captured in the graph too; with
+   ``graph_tail_direct`` (HOCCL_GRAPH_TAIL_DIRECT=1) the graph ends at the copies and that batch is
+   launched after it. A micro-benchmark priced a memop node after a copy node at ~3 us per launch,
+   but the host time of whole calls with the stream held was lower with the batch inside in 8 of 9
+   comparisons on 2x H200 (2026-11-30, three hosts), so inside is the default.
 5. A watchdog thread (it sleeps, and checks every 100 ms that the partner processes live) notices a
    partner that died while this rank's streams wait on it: it writes the flags the dead rank would
    have written so the streams drain instead of waiting forever, and every later call (and
@@ -323,9 +325,9 @@ class Communicator:
         self.eager_collectives = env_flag("HOCCL_EAGER_COLLECTIVES", False)
         # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
         self.graph_after = env_int("HOCCL_GRAPH_AFTER", 2, 0)
-        # a graph's trailing stream-memory-operation batch launched after it instead of inside it (measured on
-        # the 2x H200: a memop node after a copy node added about 3 us to a graph's launch, a direct batch 2 us)
-        self.graph_tail_direct = env_flag("HOCCL_GRAPH_TAIL_DIRECT", True)
+        # a graph's trailing stream-memory-operation batch launched after it instead of inside it (off: whole
+        # calls cost the host less with it inside, see the module docstring)
+        self.graph_tail_direct = env_flag("HOCCL_GRAPH_TAIL_DIRECT", False)
         # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
         self.pace_period_us = env_float("HOCCL_PACE_PERIOD_US", pacing.PERIOD_US)
         # paced calls time themselves and scale their sleeps toward their rate (pacing.Feedback). Off by

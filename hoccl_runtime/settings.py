@@ -19,7 +19,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_EAGER_BYTES": ("4194304", "send/recv of up to this many bytes take the eager path (0: off)"),
     "HOCCL_EAGER_COLLECTIVES": ("0", "1: small collectives take the eager path too"),
     "HOCCL_GRAPH_AFTER": ("2", "from this call on with the same buffers, a call is one CUDA graph launch (0: never)"),
-    "HOCCL_GRAPH_TAIL_DIRECT": ("1", "1: a call's graph ends at its copies, its last handshake launched after it"),
+    "HOCCL_GRAPH_TAIL_DIRECT": ("0", "1: a call's graph ends at its copies, its last handshake launched after it"),
     "HOCCL_DMA_QUEUES": ("1", "copy streams per GPU that intra-node plans spread peers over (1-4)"),
     "HOCCL_PACE_PERIOD_US": ("250", "the pacing clock's tick in microseconds (one piece of a paced call per tick)"),
     "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "

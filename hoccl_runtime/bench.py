@@ -409,8 +409,8 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     impls = _baselines(args.baselines)
     for size in _sizes(args.sizes):
         # at least 10 calls (3 left start-up skew in 1 GiB rows) and about 1 GiB per timed batch up to 512
-        # calls: with 40 calls of 2 MiB the ranks' start skew added ~11 us to each send/recv (23.5 us per
-        # message in the sweep against 12.7 in profile_host's 200 back to back, same run, 2026-11-30)
+        # calls: with 40 calls of 2 MiB a send/recv took 23.5 us per message in the sweep against 12.7 in
+        # profile_host's 200 back to back in the same run (2026-11-30), which we take to be the ranks' skew
         iters = max(10, min(512, (1 << 30) // size))
         for op in ops:
             for impl in impls:

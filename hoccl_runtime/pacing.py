@@ -166,9 +166,21 @@ class Feedback:
         if len(self._busy) >= self.RING:
             return None
         rt = self._runtime()
-        pair = self._free.pop() if self._free else (rt.eventCreateWithFlags(0), rt.eventCreateWithFlags(0))
+        pair = self._free.pop() if self._free else self._new_pair(rt)
         rt.eventRecord(pair[0], stream)
         return pair
+
+    def _new_pair(self, rt: Any) -> tuple[Any, Any]:
+        """Two timing events on the pacer's GPU (the caller's current device may be another)."""
+        device = getattr(self.pacer, "device", None)
+        before = rt.getDevice() if device is not None else None
+        if device is not None and device != before:
+            rt.setDevice(device)
+        try:
+            return rt.eventCreateWithFlags(0), rt.eventCreateWithFlags(0)
+        finally:
+            if device is not None and device != before:
+                rt.setDevice(before)
 
     def end(self, pair: tuple[Any, Any], stream: int) -> None:
         self._runtime().eventRecord(pair[1], stream)

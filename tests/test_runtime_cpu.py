@@ -456,3 +456,31 @@ def test_network_communicator_listening_address(monkeypatch):
     assert _local_address() == "127.0.0.1"
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     assert _local_address() == "127.0.0.1"
+
+
+def test_pacing_feedback_makes_its_events_on_the_pacers_gpu():
+    """The caller's current device may be another GPU than the communicator's: events are created on the
+    pacer's device and the current device is given back."""
+    from types import SimpleNamespace
+
+    from hoccl_runtime.pacing import Feedback
+
+    class Devices(_TimedCalls):
+        def __init__(self):
+            super().__init__(0.0)
+            self.current, self.made_on = 0, []
+
+        def getDevice(self):  # noqa: N802
+            return self.current
+
+        def setDevice(self, d):  # noqa: N802
+            self.current = d
+
+        def eventCreateWithFlags(self, flags):  # noqa: N802
+            self.made_on.append(self.current)
+            return super().eventCreateWithFlags(flags)
+
+    rt = Devices()
+    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: None, device=3), runtime=rt)
+    mark = fb.begin(7)
+    assert mark is not None and rt.made_on == [3, 3] and rt.current == 0

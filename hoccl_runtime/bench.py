@@ -81,6 +81,16 @@ def _sizes(spec: str) -> list[int]:
     return out
 
 
+def ipc_export(t: Any) -> tuple[bytes, int]:
+    """(CUDA IPC handle of the allocation holding tensor ``t``, ``t``'s offset in it)."""
+    import cupy
+
+    from hoccl_runtime._cuda import check, driver
+
+    base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(t.data_ptr()))
+    return bytes(cupy.cuda.runtime.ipcGetMemHandle(int(base))), t.data_ptr() - int(base)
+
+
 def raw_plan(op: str, rank: int, world: int, out_addrs: list[int], inp: int,
              out_bytes: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
     """(remote copies, local copies) as (dst, src, bytes) of one raw collective: ``out_addrs`` holds every
@@ -338,12 +348,8 @@ class Bench:
         import cupy
 
         rt = cupy.cuda.runtime
-        from hoccl_runtime._cuda import check, driver
-
-        base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(t.data_ptr()))
-        mine = (bytes(rt.ipcGetMemHandle(int(base))), t.data_ptr() - int(base))
         every: list[Any] = [None] * self.world
-        self.dist.all_gather_object(every, mine)
+        self.dist.all_gather_object(every, ipc_export(t))
         addrs = []
         for peer, (handle, offset) in enumerate(every):
             if peer == self.rank:
@@ -533,21 +539,13 @@ class ProcCopier:
                  timeout_s: float = 120.0):
         import multiprocessing as mp
 
-        import cupy
-
-        from hoccl_runtime._cuda import check, driver
-
-        def handle(t: Any) -> tuple[bytes, int]:
-            base, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(t.data_ptr()))
-            return bytes(cupy.cuda.runtime.ipcGetMemHandle(int(base))), t.data_ptr() - int(base)
-
         outs: list[Any] = [None] * b.world
-        b.dist.all_gather_object(outs, handle(out))
+        b.dist.all_gather_object(outs, ipc_export(out))
         self.timeout_s = timeout_s
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_copier_child, daemon=True, name=f"hoccl-bench-copier-{b.rank}",
-                                args=(child, b.dev, b.rank, b.world, outs, handle(inp), out.numel(), variants,
+                                args=(child, b.dev, b.rank, b.world, outs, ipc_export(inp), out.numel(), variants,
                                       period_us))
         self.proc.start()
         child.close()

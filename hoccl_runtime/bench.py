@@ -49,6 +49,7 @@ from typing import Any
 __all__ = ["main"]
 
 OPS = ("sendrecv", "allgather", "alltoall")
+LOADS = ("gemm", "membound")  # contention: the loads timed beside the traffic
 
 
 def _baselines(spec: str) -> list[str]:
@@ -79,6 +80,14 @@ def _sizes(spec: str) -> list[int]:
         out.append(s)
         s *= 2
     return out
+
+
+def _loads(spec: str) -> list[str]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    bad = [n for n in names if n not in LOADS]
+    if bad or not names:
+        raise SystemExit(f"hoccl-bench: --loads {spec!r}: give some of {', '.join(LOADS)}, comma-separated")
+    return names
 
 
 def ipc_export(t: Any) -> tuple[bytes, int]:
@@ -488,15 +497,27 @@ def launch(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 # --- contention ------------------------------------------------------------------------------------------
 class PowerLog:
-    """nvidia-smi samples (time, GPU, watts, SM MHz) in a background process; averaged per window."""
+    """nvidia-smi samples (time, GPU, watts, SM MHz, clock event reasons) in a background process; averaged
+    per window. ``power_cap`` of a window is the share of its samples in which the driver held the clocks
+    down for power (the SW power cap bit, 0x4, of ``clocks_event_reasons.active``; None where this
+    nvidia-smi has no such field)."""
+
+    FIELDS = "index,power.draw,clocks.sm"
+    REASONS = "clocks_event_reasons.active"
+    POWER_CAP = 0x4
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, int, float, float]] = []
-        try:
-            self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=index,power.draw,clocks.sm",
-                                          "--format=csv,noheader,nounits", "-lms", "50"],
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError:
+        self.samples: list[tuple[float, int, float, float, int | None]] = []
+        fields = self.FIELDS
+        try:  # older drivers call it clocks_throttle_reasons; without either the log has no reasons
+            probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields},{self.REASONS}",
+                                    "--format=csv,noheader,nounits", "-i", "0"],
+                                   capture_output=True, text=True, timeout=20)
+            if probe.returncode == 0:
+                fields += "," + self.REASONS
+            self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits",
+                                          "-lms", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except (OSError, subprocess.TimeoutExpired):
             self.proc = None
             return
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -504,17 +525,24 @@ class PowerLog:
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            parts = [p.strip() for p in line.split(",")]
-            try:
-                self.samples.append((time.time(), int(parts[0]), float(parts[1]), float(parts[2])))
-            except (ValueError, IndexError):
-                continue
+            self.add(time.time(), line)
+
+    def add(self, t: float, line: str) -> None:
+        """One line of nvidia-smi's CSV output, sampled at ``t``; lines that do not parse are skipped."""
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            reasons = int(parts[3], 16) if len(parts) > 3 else None
+            self.samples.append((t, int(parts[0]), float(parts[1]), float(parts[2]), reasons))
+        except (ValueError, IndexError):
+            return
 
     def window(self, t0: float, t1: float, gpu: int) -> dict[str, float | None]:
-        got = [(w, c) for t, g, w, c in list(self.samples) if t0 <= t <= t1 and g == gpu]
+        got = [(w, c, r) for t, g, w, c, r in list(self.samples) if t0 <= t <= t1 and g == gpu]
         if not got:
-            return {"watts": None, "sm_mhz": None}
-        return {"watts": statistics.mean(w for w, _ in got), "sm_mhz": statistics.mean(c for _, c in got)}
+            return {"watts": None, "sm_mhz": None, "power_cap": None}
+        known = [r for _, _, r in got if r is not None]
+        return {"watts": statistics.mean(w for w, _, _ in got), "sm_mhz": statistics.mean(c for _, c, _ in got),
+                "power_cap": (sum(1 for r in known if r & self.POWER_CAP) / len(known)) if known else None}
 
     def close(self) -> None:
         if self.proc is not None:
@@ -641,6 +669,7 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         "gemm": (lambda: torch.matmul(a_mat, b_mat, out=c_mat), args.gemm_iters),
         "membound": (lambda: torch.add(x, y, out=z), args.mem_iters),
     }
+    loads = {name: loads[name] for name in _loads(args.loads)}
     size = args.size
     if args.pace_feedback:
         b.comm.pace_feedback = True
@@ -718,13 +747,14 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     b.write(args.out, "contention", {"rows": rows, "kind": "contention", "allgather_bytes": size,
                                      "pacer": pacer.describe()})
     b.say(f"{'load':9} {'beside':12} {'slowdown':>9} {'paired':>8} {'min..max':>13} {'delivered GB/s':>15} "
-          f"{'W':>5} {'MHz':>5}")
+          f"{'W':>5} {'MHz':>5} {'capped':>6}")
     for r in rows:
         w = f"{r['watts']:5.0f}" if r["watts"] else "    -"
         m = f"{r['sm_mhz']:5.0f}" if r["sm_mhz"] else "    -"
+        c = f"{100 * r['power_cap']:5.0f}%" if r["power_cap"] is not None else "     -"
         b.say(f"{r['load']:9} {r['comm']:12} {100 * (r['slowdown'] - 1):+8.1f}% {100 * (r['paired'] - 1):+7.1f}% "
               f"{100 * (r['spread'][0] - 1):+5.1f}..{100 * (r['spread'][1] - 1):+5.1f}% {r['delivered_gbps']:15.1f} "
-              f"{w} {m}")
+              f"{w} {m} {c}")
     return rows
 
 
@@ -744,9 +774,11 @@ def contention_rows(samples: dict[tuple[str, str], list[dict[str, Any]]]) -> lis
         gbps = statistics.median(s["gbps"] for s in got)
         watts = [s["watts"] for s in got if s.get("watts") is not None]
         mhz = [s["sm_mhz"] for s in got if s.get("sm_mhz") is not None]
+        cap = [s["power_cap"] for s in got if s.get("power_cap") is not None]
         rows.append(dict(load=load, comm=name, seconds=t, slowdown=t / alone, paired=paired, spread=spread,
                          delivered_gbps=gbps, watts=statistics.median(watts) if watts else None,
-                         sm_mhz=statistics.median(mhz) if mhz else None))
+                         sm_mhz=statistics.median(mhz) if mhz else None,
+                         power_cap=statistics.mean(cap) if cap else None))
     return rows
 
 
@@ -830,6 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copier-process", action="store_true",
                    help="contention: also raw-proc, raw-proc@R: the raw copies issued from a process of its own "
                    "(another CUDA context; measured 2026-11-30: far worse for the load, +15..25%% GEMM at 55 GB/s)")
+    p.add_argument("--loads", default="gemm,membound", help="contention: loads to run beside (gemm, membound)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup-s", type=float, default=2.0, help="contention: seconds of load before the rounds")
     p.add_argument("--reps", type=int, default=15, help="launch: batches per point")
@@ -838,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle-iters", type=int, default=None,
                    help="contention: untimed iterations before each window, traffic running (default: as many)")
     args = p.parse_args(argv)
-    _baselines(args.baselines), _sizes(args.sizes)  # refuse bad arguments before starting anything
+    _baselines(args.baselines), _sizes(args.sizes), _loads(args.loads)  # refuse bad arguments before starting anything
     b = Bench()
     t0 = time.time()
     try:

@@ -104,14 +104,16 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
     cont = [r for r in rows if r["kind"] == "contention"]
     if cont:
         lines += ["", "## Contention", "", "| load | beside | slowdown | paired | min..max | delivered GB/s | W | "
-                  "SM MHz |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "SM MHz | power-capped |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in cont:
             lo, hi = r.get("spread") or (r["slowdown"], r["slowdown"])
             w, m, pr = r.get("watts"), r.get("sm_mhz"), r.get("paired")  # paired: results from 2026-11-30 08:30 on
+            cap = r.get("power_cap")  # share of nvidia-smi samples with the SW power cap on (from session 7)
             lines.append(f"| {r['load']} | {r['comm']} | {100 * (r['slowdown'] - 1):+.1f}% | "
                          f"{'' if pr is None else f'{100 * (pr - 1):+.1f}%'} | "
                          f"{100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f}% | {r['delivered_gbps']:.1f} | "
-                         f"{'' if w is None else f'{w:.0f}'} | {'' if m is None else f'{m:.0f}'} |")
+                         f"{'' if w is None else f'{w:.0f}'} | {'' if m is None else f'{m:.0f}'} | "
+                         f"{'' if cap is None else f'{100 * cap:.0f}%'} |")
     inter = [r for r in rows if r["kind"] == "internode"]
     if inter:
         lines += ["", "## Inter-node (GPU -> GPU over the network path)", "",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
 #   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [internode] [netcurves] [contention]
-# Each part is bounded in time; a summary of every part is printed last.
+# Each part is bounded in time; a summary of every part is printed last. CONTENTION_ARGS replaces the
+# contention part's arguments (CONTENTION_S its time bound in seconds).
 set -u
 OUT=${OUT:-/tmp/hoccl-out}; mkdir -p "$OUT"
 parts=${*:-tests profile sweep internode}
@@ -29,8 +30,8 @@ for p in $parts; do
     internode) run_part internode 330 python examples/bench_internode.py --rounds 4 --out "$OUT" ;;
     netcurves) run_part netcurves 500 python examples/bench_internode.py --no-variants --curves allgather,alltoall \
                  --curve-gpus $((NGPU / 2)) --out "$OUT" ;;
-    contention) run_part contention 300 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench contention \
-                  --rounds 15 --rates 50,100,200,300 --out "$OUT" ;;
+    contention) run_part contention "${CONTENTION_S:-300}" torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench \
+                  contention ${CONTENTION_ARGS:---rounds 15 --rates 50,100,200,300} --out "$OUT" ;;
     *) summary+=("$p: unknown part") ;;
   esac
 done

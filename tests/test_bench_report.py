@@ -63,7 +63,7 @@ def test_report_other_kinds(tmp_path):
         {"load": "gemm", "comm": "alone", "slowdown": 1.0, "spread": [0.99, 1.01], "delivered_gbps": 0.0,
          "watts": None, "sm_mhz": None},
         {"load": "gemm", "comm": "hoccl@200", "slowdown": 1.033, "spread": [1.027, 1.038], "delivered_gbps": 124.6,
-         "watts": 605.0, "sm_mhz": 1890.0},
+         "watts": 605.0, "sm_mhz": 1890.0, "power_cap": 0.75},
         {"load": "gemm", "comm": "raw@200", "slowdown": 1.04, "paired": 1.012, "spread": [1.0, 1.1],
          "delivered_gbps": 130.0, "watts": None, "sm_mhz": None}]}))
     (tmp_path / "internode.json").write_text(json.dumps({"kind": "internode", "date": "d", "rows": [
@@ -74,8 +74,8 @@ def test_report_other_kinds(tmp_path):
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
     text = (tmp_path / "r.md").read_text()
     assert "## Launch cost: sendrecv" in text and "| 2 MiB | 21.2 |" in text
-    assert "| gemm | hoccl@200 | +3.3% |  | +2.7..+3.8% | 124.6 | 605 | 1890 |" in text  # before "paired" existed
-    assert "| gemm | raw@200 | +4.0% | +1.2% | +0.0..+10.0% | 130.0 |  |  |" in text
+    assert "| gemm | hoccl@200 | +3.3% |  | +2.7..+3.8% | 124.6 | 605 | 1890 | 75% |" in text  # before "paired"
+    assert "| gemm | raw@200 | +4.0% | +1.2% | +0.0..+10.0% | 130.0 |  |  |  |" in text
     assert "| sendrecv | 1 GiB | 13.76 | 78.00 | 19.40 |  |  |  | 124.70 | 261728 |" in text
     assert "| default | 59.32 | 57.50 | 0.95 | 1.00 0.92 0.91 0.99 |" in text
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "mystery", "rows": [{}]}))
@@ -98,6 +98,28 @@ def test_contention_rows_pair_each_round_with_its_own_time_alone():
     lo, hi = rows["hoccl"]["spread"]
     assert lo == pytest.approx(0.95 * 1.02) and hi == pytest.approx(1.10 * 1.02)
     assert rows["hoccl"]["watts"] == 600.0 and rows["alone"]["watts"] is None
+
+
+def test_power_log_reads_the_power_cap_bit_of_each_sample():
+    """nvidia-smi's clock event reasons: the share of a window's samples with the SW power cap (0x4) on."""
+    from hoccl_runtime.bench import PowerLog, contention_rows
+
+    log = PowerLog.__new__(PowerLog)
+    log.samples = []
+    log.add(1.0, "0, 690.5, 1500, 0x0000000000000004")
+    log.add(1.1, "0, 640.0, 1700, 0x0000000000000000")
+    log.add(1.2, "0, 700.0, 1400, 0x000000000000000C")  # power cap and HW slowdown
+    log.add(1.3, "1, 300.0, 1980, 0x0000000000000004")  # another GPU
+    log.add(1.4, "0, [N/A], 1980, 0x0")                 # skipped
+    log.add(1.5, "0, 600.0, 1900")                      # a driver without the field
+    got = log.window(0.9, 1.3, 0)
+    assert got["power_cap"] == pytest.approx(2 / 3) and got["watts"] == pytest.approx((690.5 + 640 + 700) / 3)
+    assert log.window(1.45, 1.6, 0) == {"watts": 600.0, "sm_mhz": 1900.0, "power_cap": None}
+    assert log.window(5.0, 6.0, 0)["power_cap"] is None
+    samples = {("gemm", "alone"): [{"seconds": 1.0, "gbps": 0.0, "power_cap": 0.5}],
+               ("gemm", "raw"): [{"seconds": 1.1, "gbps": 9.0, "power_cap": None}]}
+    rows = {r["comm"]: r for r in contention_rows(samples)}
+    assert rows["alone"]["power_cap"] == 0.5 and rows["raw"]["power_cap"] is None
 
 
 def test_raw_plan_moves_each_collectives_bytes_to_the_right_place():

@@ -244,6 +244,11 @@ def test_bench_needs_torchrun_and_sane_sizes(monkeypatch):
     assert _sizes("4MiB") == [4 << 20]
     with pytest.raises(SystemExit, match="LOW:HIGH"):
         _sizes("16MiB:2MiB")
+    from hoccl_runtime.bench import _loads
+
+    assert _loads("gemm") == ["gemm"] and _loads(" membound, gemm") == ["membound", "gemm"]
+    with pytest.raises(SystemExit, match="'gemm,matmul'"):
+        _loads("gemm,matmul")
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit, match="torchrun"):
         main(["sweep"])

@@ -56,7 +56,7 @@ def _baselines(spec: str) -> list[str]:
     """``hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce`` -> [..., "nccl-ctas=1", "nccl-ctas=2", ...]: bare numbers
     after a ``nccl-ctas=K`` item are more CTA budgets."""
     out: list[str] = []
-    known = ("hoccl", "hoccl-graph", "raw", "nccl", "nccl-ce")
+    known = ("hoccl", "hoccl-graph", "hoccl-inplace", "raw", "nccl", "nccl-ce")
     for token in (t.strip() for t in spec.split(",") if t.strip()):
         if token.isdigit() and out and out[-1].startswith("nccl-ctas="):
             out.append(f"nccl-ctas={token}")
@@ -195,6 +195,7 @@ class Bench:
         self._symm: Any = None
         self._side: Any = None
         self._graphs: list[tuple[int, int]] = []  # (graph, executable) of hoccl-graph rows, alive to the end
+        self._probe: Any = None  # hoccl_runtime.smfree.SmProbe, made at the first SM-free check (False: none)
         # contention, per variant: calls queued beside the load, grown until they outlast it
         self.calls_per_window: dict[str, int] = {}
 
@@ -277,6 +278,12 @@ class Bench:
         else:
             inp, out = self._buffers(impl, n * w, n * w)
         s = self.stream
+        if impl == "hoccl-inplace":  # NCCL's in-place AllGather: no same-GPU copy (hoccl_runtime.smfree)
+            if op != "allgather":
+                raise ValueError("hoccl-inplace is an AllGather variant")
+            inp = out[r * n:(r + 1) * n]
+            fn = lambda: comm.all_gather_into_tensor(out, inp, stream=s)  # noqa: E731
+            return fn, self._checker(op, inp, out, fn)
         if impl in ("hoccl", "hoccl-graph"):
             calls = {
                 "sendrecv": lambda: comm.send(inp, 1, stream=s) if r == 0 else
@@ -329,15 +336,16 @@ class Bench:
         torch, dist = self.torch, self.dist
 
         def check() -> bool:
-            inp.copy_(torch.randint(0, 256, inp.shape, dtype=torch.uint8, device=inp.device))
+            fresh = torch.randint(0, 256, inp.shape, dtype=torch.uint8, device=inp.device)
             out.fill_(0xA5)
+            inp.copy_(fresh)  # after the poison: an in-place input lies inside the output
             torch.cuda.synchronize()
             with torch.cuda.stream(self.stream):
                 call()
             self.stream.synchronize()
             want = torch.empty_like(out)
             if op == "allgather":
-                dist.all_gather_into_tensor(want, inp)
+                dist.all_gather_into_tensor(want, fresh)
             elif op == "alltoall":
                 dist.all_to_all_single(want, inp)
             else:
@@ -399,6 +407,25 @@ class Bench:
                  if ev.get("cat") == "kernel"]
         return int(self.max_over_ranks(float(max(grids, default=0))))
 
+    def sm_free(self, fn: Callable[[], None]) -> bool | None:
+        """Whether a call needed no SM on any rank: its work ends before a kernel holding every SM does
+        (hoccl_runtime.smfree; a trace misses the driver's same-GPU copy kernels). None: no probe here."""
+        if self._probe is None:
+            try:
+                from hoccl_runtime.smfree import SmProbe
+
+                self._probe = SmProbe(self.dev)
+            except Exception as exc:  # noqa: BLE001 - e.g. no NVRTC: reported, the sweep goes on
+                self.say(f"  SM probe unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+                self._probe = False
+        if self._probe is False:
+            return None
+        self.torch.cuda.synchronize()
+        self.dist.barrier()
+        with self.torch.cuda.stream(self.stream):
+            free = self._probe.sm_free(fn, self.stream.cuda_stream)
+        return self.max_over_ranks(0.0 if free else 1.0) == 0.0
+
     def header(self) -> dict[str, Any]:
         torch = self.torch
         import cupy
@@ -429,13 +456,15 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         iters = max(10, min(512, (1 << 30) // size))
         for op in ops:
             for impl in impls:
-                if impl in unavailable or (impl == "nccl-ce" and op == "sendrecv"):
+                if impl in unavailable or (impl == "nccl-ce" and op == "sendrecv") or \
+                        (impl == "hoccl-inplace" and op != "allgather"):
                     continue  # NCCL's copy-engine mode covers collectives, not point-to-point
                 try:
                     fn, check = b.make_op(op, impl, size)
                     ok = check() if check is not None else None
                     t, host = b.timed(fn, iters)
                     sms = b.sms(fn) if size == args.sm_size else None
+                    free = b.sm_free(fn) if size == args.sm_size else None
                     failed = 0.0
                 except Exception as exc:  # noqa: BLE001 - a baseline this torch/NCCL cannot run is reported
                     errors[(impl, op, size)] = f"{type(exc).__name__}: {exc}"[:300]
@@ -451,18 +480,19 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                 bw = size / t / 1e9
                 busbw = bw * (b.world - 1) / b.world if op != "sendrecv" else bw
                 rows.append(dict(op=op, impl=impl, size=size, seconds=t, gbps=bw, busbw=busbw, host_us=host,
-                                 correct=ok, sms=sms))
+                                 correct=ok, sms=sms, sm_free=free))
                 failures.pop((impl, op), None)  # only consecutive failures count
                 b.torch.cuda.empty_cache()
         b.say(f"size {size >> 20} MiB done")
     b.write(args.out, "sweep", {"rows": rows, "unavailable": unavailable,
                                 "failed_points": [f"{i} {o} {n}: {e}" for (i, o, n), e in errors.items()]})
-    b.say(f"{'op':10} {'impl':12} {'size':>9} {'GB/s':>7} {'busbw':>7} {'host us':>8} {'SMs':>4} ok")
+    b.say(f"{'op':10} {'impl':13} {'size':>9} {'GB/s':>7} {'busbw':>7} {'host us':>8} {'SMs':>4} {'SM-free':>7} ok")
     for r in rows:
         sms = "" if r["sms"] is None else r["sms"]
+        free = "" if r["sm_free"] is None else "yes" if r["sm_free"] else "no"
         ok = "" if r["correct"] is None else r["correct"]
-        b.say(f"{r['op']:10} {r['impl']:12} {r['size'] >> 20:>5} MiB {r['gbps']:7.1f} {r['busbw']:7.1f} "
-              f"{r['host_us']:8.1f} {sms:>4} {ok}")
+        b.say(f"{r['op']:10} {r['impl']:13} {r['size'] >> 20:>5} MiB {r['gbps']:7.1f} {r['busbw']:7.1f} "
+              f"{r['host_us']:8.1f} {sms:>4} {free:>7} {ok}")
     return rows
 
 

@@ -97,6 +97,14 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
         for op, size in sorted({(r["op"], int(r["size"])) for r in sms}):
             got = {r["impl"]: r["sms"] for r in sms if r["op"] == op and int(r["size"]) == size}
             lines.append(f"| {op} | {_size(size)} | " + " | ".join(str(got.get(i, "")) for i in impls) + " |")
+    free = [r for r in bw if r.get("sm_free") is not None]
+    if free:
+        impls = sorted({r["impl"] for r in free})
+        lines += ["", "## SM-free (the call's work ended while a kernel held every SM: hoccl_runtime.smfree)", "",
+                  "| op | size | " + " | ".join(impls) + " |", "|---|---:|" + "---:|" * len(impls)]
+        for op, size in sorted({(r["op"], int(r["size"])) for r in free}):
+            got = {r["impl"]: "yes" if r["sm_free"] else "no" for r in free if r["op"] == op and int(r["size"]) == size}
+            lines.append(f"| {op} | {_size(size)} | " + " | ".join(got.get(i, "") for i in impls) + " |")
     launch = [r for r in rows if r["kind"] == "launch"]
     for op in sorted({r["op"] for r in launch}):
         lines += ["", f"## Launch cost: {op}", "", "host us per call (slowest rank)", ""]

@@ -284,6 +284,7 @@ class _PlanState:
     resident: tuple[int, int]  # in place: (offset, bytes) of this rank's input inside its output
     eager: _EagerLayout | None = None  # small enough for the staging slots: the eager path
     paced_bytes: int = 0  # what a rate cap paces on this rank: its sends to peers (the main DMA queue's copies)
+    own_block: int | None = None  # where in my output my whole input may sit for an in-place call (_own_block)
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,43 @@ class _EagerLayout:
     local: tuple[tuple[int, int, int], ...]                     # (dst offset, src offset, bytes) in my buffers
     sends: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (stage offset, src offset, bytes)
     recvs: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (dst offset, stage offset, bytes)
+
+
+def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
+    """Where in its output rank ``me``'s whole input may already sit, so that the call runs in place (NCCL's
+    and torch's in-place AllGather: input = output[rank * n:(rank + 1) * n]): the offset by which the
+    rank's local copies move its input, when they move all of it by one offset and no other rank's copy
+    writes into that block; else None. In place, those local copies have nothing to do and are dropped:
+    a same-GPU copy is a kernel of the CUDA driver on SMs (examples/sm_free_copies.py)."""
+    local = sorted((c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for cs in prog.copies.values() for c in cs
+                   if c.src_rank == c.dst_rank == me)
+    if not input_bytes or not local or len({shift for _, _, shift in local}) != 1:
+        return None
+    at = 0
+    for src, n, _ in local:  # one block: the copies tile [0, input_bytes) of the input
+        if src != at:
+            return None
+        at += n
+    shift = local[0][2]
+    if at != input_bytes:
+        return None
+    for cs in prog.copies.values():
+        for c in cs:
+            overlaps = c.dst_offset < shift + input_bytes and shift < c.dst_offset + c.nbytes
+            if c.dst_rank == me != c.src_rank and overlaps:
+                return None
+    return shift
+
+
+def _check_in_place(me: int, inp: DeviceBuffer, out: DeviceBuffer, own: int | None, kind: str) -> None:
+    """An input that overlaps its output must be exactly the output's own block (:func:`_own_block`)."""
+    if own is not None and inp.ptr - out.ptr == own:
+        return
+    where = (f"in place, pass the output's bytes [{own}, {own + inp.nbytes}) as the input (for allgather: "
+             "output[rank * n:(rank + 1) * n]), or separate buffers" if own is not None else
+             f"{kind} has no in-place form with this input: pass separate buffers")
+    raise BufferError(f"rank {me}: the input [{inp.ptr:#x}, +{inp.nbytes}) overlaps the output [{out.ptr:#x}, "
+                      f"+{out.nbytes}) at offset {inp.ptr - out.ptr}; {where}")
 
 
 def _dma_queues(plan: Plan, prog: Program, rank: int) -> list[int]:
@@ -472,7 +510,8 @@ class Communicator:
             dma = _dma_queues(plan, prog, self.rank)
             paced = sum(c.nbytes for c in prog.copies[dma[0]]) if dma else 0
         state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners),
-                           (int(res_off[self.rank]), int(res_bytes[self.rank])), eager, paced)
+                           (int(res_off[self.rank]), int(res_bytes[self.rank])), eager, paced,
+                           _own_block(prog, self.rank, int(plan.ranks.input_bytes[self.rank])))
         self._by_id[plan.plan_id] = state
         return state
 
@@ -650,7 +689,8 @@ class Communicator:
         """All on the caller's stream: local copies, [wait my slots empty] my pieces into the peers' slots
         [mark them full; wait for theirs in mine] copies out of mine [mark mine empty]."""
         me, size = self.rank, self.eager_bytes
-        ops: list[tuple] = [("copy", out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local]
+        ops: list[tuple] = [("copy", out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local
+                            if out.ptr + d != inp.ptr + src]  # in place: already there
         empty, signal, release = MemOps(), MemOps(), MemOps()
         sends: list[tuple] = []
         for p, pieces in e.sends.items():
@@ -814,6 +854,9 @@ class Communicator:
             out = None
         check_buffer(me, "input", inp, plan.ranks.input_bytes[me], plan, self.device)
         check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
+        if input is not None and inp is not None and out is not None and \
+                inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes:
+            _check_in_place(me, inp, out, state.own_block, plan.collective.kind)
         return state, inp, out
 
     # mailbox: per directed pair (a -> b) a region of the shared memory; a writes its slots, b writes the ack
@@ -981,10 +1024,12 @@ class Communicator:
         for r in senders:
             exit_.wait_eq(self._flag(1, r, me), 1).write(self._flag(1, r, me), 0)
 
-        def copies(q: int, stream: int) -> list[tuple]:
-            return [("copy", (out.ptr if c.dst_rank == me else remote[c.dst_rank]) + c.dst_offset,
-                     inp.ptr + c.src_offset, c.nbytes, stream) for c in prog.copies[q]]
+        def copies(q: int, stream: int) -> list[tuple]:  # an in-place call's own block is already in place
+            moves = [((out.ptr if c.dst_rank == me else remote[c.dst_rank]) + c.dst_offset, inp.ptr + c.src_offset,
+                      c.nbytes) for c in prog.copies[q]]
+            return [("copy", dst, src, n, stream) for dst, src, n in moves if dst != src]
 
+        side = [q for q in side if kinds[q] != "dma_local" or copies(q, 0)]
         ops: list[tuple] = []
         local = [q for q in side if kinds[q] == "dma_local"]
         if local:  # local copies need no peer: they start before the handshake

@@ -226,6 +226,40 @@ def main() -> int:
             failures.append(f"rank {rank}: {name} launched kernels {sorted(set(kernels))}")
         print(f"rank {rank}: {name}: {len(copies)} copies, {len(kernels)} kernels in the trace", flush=True)
 
+    # zero SM, measured: each call beside a kernel that holds every SM (hoccl_runtime.smfree). A same-GPU copy
+    # is a kernel of the CUDA driver (a trace shows a memcpy), so only calls without one must pass: in-place
+    # AllGather, broadcast, send/recv above the eager size; the others are printed with their verdict
+    from hoccl_runtime.smfree import SmProbe
+
+    probe = SmProbe(dev, hold_ms=100.0)
+    big = torch.ones(2 * comm.eager_bytes + 4096, dtype=torch.uint8, device=f"cuda:{dev}")
+    peer = rank + 1 if rank % 2 == 0 else rank - 1
+    probed = {
+        "all_gather in place": (lambda: comm.all_gather_into_tensor(tout, tout[rank * n:(rank + 1) * n], stream=ts),
+                                True),
+        "broadcast": (traced["broadcast"], True),
+        "send/recv rendezvous": ((lambda: comm.send(big, peer, stream=ts) if rank % 2 == 0 else
+                                  comm.recv(big, peer, stream=ts)), True),
+        "all_gather": (traced["all_gather"], False),
+        "all_to_all": (traced["all_to_all"], False),
+        "scatter": (traced["scatter"], False),
+        "gather": (traced["gather"], False),
+        "send/recv eager": (traced["send/recv"], False),
+    }
+    for name, (fn, must) in probed.items():
+        if name.startswith("send/recv") and world % 2:
+            continue
+        fn()  # warm
+        ts.synchronize()
+        dist.barrier()
+        done_ms, held_ms = probe.run(fn, ts.cuda_stream)
+        free = done_ms < 0.9 * held_ms
+        if must and not free:
+            failures.append(f"rank {rank}: {name} needed SMs (done at {done_ms:.1f} ms, SMs held {held_ms:.1f} ms)")
+        print(f"rank {rank}: {name}: {'SM-free' if free else 'needs SMs'} (done at {done_ms:.1f} ms of "
+              f"{held_ms:.1f} ms spun)", flush=True)
+        ts.synchronize()
+
     if "--bench" in sys.argv:
         rows = []
         for size in (2 << 20, 64 << 20, 1 << 30):

@@ -145,11 +145,12 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
         with pytest.raises(HocclError, match="shorter duration"):  # refused before the partner hears of it
             comm.send(dev(buf, r), 1 - r, stream=7, duration_s=1e12)
         comm.eager_bytes = 0  # the rendezvous's check: both ranks raise at the call (eager: see the test below)
+        a16, b16, b8 = np.zeros(16, np.uint8), np.zeros(16, np.uint8), np.zeros(8, np.uint8)  # alive: apart
         with pytest.raises(PlanError, match="another collective"):
             if r == 0:
-                comm.all_gather_into_tensor(dev(np.zeros(16, np.uint8), r), dev(np.zeros(8, np.uint8), r), stream=7)
+                comm.all_gather_into_tensor(dev(a16, r), dev(b8, r), stream=7)
             else:
-                comm.all_to_all_single(dev(np.zeros(16, np.uint8), r), dev(np.zeros(16, np.uint8), r), stream=7)
+                comm.all_to_all_single(dev(a16, r), dev(b16, r), stream=7)
         with pytest.raises(HocclError, match="rate_gbps"):
             comm.send(dev(buf, r), 1 - r, stream=7, rate_gbps=-1)
         return ok
@@ -163,6 +164,48 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
     assert sum(ticks[0][:4]) == pytest.approx(n_sent)
     assert ticks[0][4:] == pytest.approx([2e6 * (1 << 20) / n_sent] * 3 + [2e6 * 7 / n_sent])
     assert sum(ticks[0][4:]) == pytest.approx(2e6)                      # the call lasts its 2 s
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_gather_in_place_makes_no_same_gpu_copy(monkeypatch, world):
+    """NCCL's and torch's in-place AllGather (input = output[rank * n:(rank + 1) * n]) lands byte-exact with
+    no copy inside a rank's own output (a same-GPU copy is a kernel of the CUDA driver, on SMs); an input
+    that overlaps the output anywhere else, or an All-to-All's, is refused before any partner is involved."""
+    from hoccl_runtime.errors import BufferError
+
+    copied = []
+    real = fake_cuda.Runtime.memcpyAsync
+
+    def spy(self, dst, src, n, kind, stream):
+        copied.append((dst, src, n))
+        return real(self, dst, src, n, kind, stream)
+
+    monkeypatch.setattr(fake_cuda.Runtime, "memcpyAsync", spy)
+    n, outs = 4099, {}
+
+    def body(comm, r):
+        bad = []
+        for call in range(3):  # eager, cached, and from the graph of the launch cache
+            out = outs[r, call] = np.full(n * world, 0xA5, np.uint8)
+            out[r * n:(r + 1) * n] = data(r, call, n)
+            comm.all_gather_into_tensor(dev(out, r), dev(out[r * n:(r + 1) * n], r), stream=7)
+            comm.synchronize()
+            if not np.array_equal(out, np.concatenate([data(p, call, n) for p in range(world)])):
+                bad.append(call)
+        out = np.zeros(n * world, np.uint8)
+        other = (r + 1) % world
+        with pytest.raises(BufferError, match=f"overlaps the output .* at offset {other * n}; in place, pass the "
+                                              f"output's bytes \\[{r * n}, {(r + 1) * n}\\)"):
+            comm.all_gather_into_tensor(dev(out, r), dev(out[other * n:(other + 1) * n], r), stream=7)
+        with pytest.raises(BufferError, match="alltoall has no in-place form"):
+            comm.all_to_all_single(dev(out, r), dev(out, r), stream=7)
+        return bad
+
+    assert ranks(monkeypatch, world, body) == {r: [] for r in range(world)}
+    inside = [(r, call) for (r, call), out in outs.items() for dst, src, k in copied
+              if out.ctypes.data <= dst < out.ctypes.data + out.nbytes and
+              out.ctypes.data <= src < out.ctypes.data + out.nbytes]
+    assert copied and inside == []
 
 
 @pytest.mark.parametrize("sync", ["events", "flags"])

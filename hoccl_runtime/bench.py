@@ -108,7 +108,8 @@ def raw_plan(op: str, rank: int, world: int, out_addrs: list[int], inp: int,
         return ([(out_addrs[1], inp, out_bytes)] if rank == 0 else []), []
     n = out_bytes // world
     plan = [(out_addrs[p] + rank * n, inp + (p * n if op == "alltoall" else 0), n) for p in range(world) if p != rank]
-    return plan, [(out_addrs[rank] + rank * n, inp + (rank * n if op == "alltoall" else 0), n)]
+    local = (out_addrs[rank] + rank * n, inp + (rank * n if op == "alltoall" else 0), n)
+    return plan, [local] if local[0] != local[1] else []  # in place: the own block is already there
 
 
 def raw_call(plan: list[tuple[int, int, int]], local: list[tuple[int, int, int]], stream: int, side: int,
@@ -722,6 +723,13 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     inp = torch.randint(0, 256, (size // b.world,), dtype=torch.uint8, device=dev)
     out = torch.empty(size, dtype=torch.uint8, device=dev)
     sent = size * (b.world - 1) // b.world
+    # in place (input = the output's own block): no same-GPU copy, which is a driver kernel on SMs (smfree)
+    out_ip = torch.empty(size, dtype=torch.uint8, device=dev)
+    own = out_ip[b.rank * (size // b.world):(b.rank + 1) * (size // b.world)]
+    own.copy_(inp)
+    if args.in_place:
+        variants["hoccl-inplace"] = (lambda: b.comm.all_gather_into_tensor(out_ip, own, stream=b.stream), sent)
+        variants["raw-inplace"] = (b._raw("allgather", own, out_ip), sent)
     def paced(rate: float, period: float) -> None:  # one call with another pacing tick, then the default again
         default, b.comm.pace_period_us = b.comm.pace_period_us, period
         try:
@@ -734,6 +742,10 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         variants[f"hoccl@{rate:g}"] = (lambda r=rate: b.comm.all_gather_into_tensor(out, inp, stream=b.stream,
                                                                                   rate_gbps=r), sent)
         variants[f"raw@{rate:g}"] = (b._raw("allgather", inp, out, pacer, rate), sent)
+        if args.in_place:
+            variants[f"hoccl-inplace@{rate:g}"] = (lambda r=rate: b.comm.all_gather_into_tensor(
+                out_ip, own, stream=b.stream, rate_gbps=r), sent)
+            variants[f"raw-inplace@{rate:g}"] = (b._raw("allgather", own, out_ip, pacer, rate), sent)
         for period in periods:  # longer ticks: longer idle gaps between pieces at the same rate
             variants[f"hoccl@{rate:g}/{period:g}us"] = (lambda r=rate, p=period: paced(r, p), sent)
             variants[f"raw@{rate:g}/{period:g}us"] = (b._raw("allgather", inp, out, pacer, rate, period), sent)
@@ -887,6 +899,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
     p.add_argument("--period-us", default="", help="contention: also pace every rate with these clock ticks (us; "
                    "the default tick is 250 us): e.g. 4000 for longer idle gaps between larger pieces")
+    p.add_argument("--in-place", action="store_true",
+                   help="contention: also hoccl-inplace and raw-inplace (input = the output's own block: no "
+                   "same-GPU copy), at full rate and at each rate")
     p.add_argument("--pace-feedback", action="store_true",
                    help="contention: paced calls (HOCCL's and raw) learn their sleeps (HOCCL_PACE_FEEDBACK=1)")
     p.add_argument("--copier-process", action="store_true",

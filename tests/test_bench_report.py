@@ -142,3 +142,5 @@ def test_raw_plan_moves_each_collectives_bytes_to_the_right_place():
     assert local == [(3000 + 8, 58, 4)]
     assert raw_plan("sendrecv", 0, 2, outs[:2], 50, 12) == ([(2000, 50, 12)], [])
     assert raw_plan("sendrecv", 1, 2, outs[:2], 50, 12) == ([], [])
+    remote, local = raw_plan("allgather", 1, 3, outs, 2004, 12)  # in place: the input is the own block
+    assert remote == [(1000 + 4, 2004, 4), (3000 + 4, 2004, 4)] and local == []

@@ -105,6 +105,7 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c.ipc_cache, c._launches, c.graph_after, c.graph_tail_direct = 64, LaunchCache(), 2, False
     c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
     c.eager_bytes, c._unverified, c.eager_collectives = 0, [], False  # rendezvous unless a case turns eager on
+    c.local_copies = "sm"
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
     c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
     c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
@@ -122,7 +123,7 @@ def prefill(me: comm.Communicator, partner: int, digest: int, has_handle: bool) 
     words = me._shared.words
     seq = me._seq[partner] + 1
     region = me._pair(partner, me.rank) // 8
-    slot = region + 8 + (seq % comm._SLOTS) * 12
+    slot = region + 8 + (seq % comm._SLOTS) * comm._SLOT_WORDS
     words[slot + 1], words[slot + 2], words[slot + 3] = digest, 0, int(has_handle)
     words[slot] = seq
     words[me._pair(me.rank, partner) // 8] = seq  # the partner read all my entries

@@ -88,18 +88,20 @@ from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, Trans
 from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
-from .program import Program, lower
-from .settings import env_flag, env_float, env_int
+from .program import Copy, Program, lower
+from .settings import env_choice, env_flag, env_float, env_int
 
 __all__ = ["Communicator", "init"]
 
 MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicator
-_PAIR_BYTES = 512       # mailbox region per directed rank pair
+_PAIR_BYTES = 1024      # mailbox region per directed rank pair
 _SLOTS = 4              # mailbox slots per directed pair (a batch may hold 4 calls with one partner)
 _HANDLE = 64            # cudaIpcMemHandle_t
 _NOT_READY = 600        # cudaErrorNotReady
 EAGER_SLOTS = 4         # staging slots per directed pair for eager send/recv
-_RING = 56              # mailbox word of a pair region where the eager size ring starts ([seq, digest] x slots)
+_SLOT_WORDS = 22        # mailbox slot: [seq, digest, out offset, has out, out handle, in offset, has in, in handle]
+_RING = 8 + _SLOTS * _SLOT_WORDS  # mailbox word of a pair region where the eager size ring starts ([seq, digest] x 4)
+LOCAL_COPIES = ("sm", "peer")  # who copies a rank's own block of an out-of-place call (Communicator)
 
 
 def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
@@ -120,7 +122,7 @@ def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
 
 def init(*, rank: int | None = None, world_size: int | None = None, device: int | None = None,
          store: Any = None, timeout_s: float = 60.0, gpus_per_node: int | None = None,
-         dma_queues: int | None = None) -> Any:
+         dma_queues: int | None = None, local_copies: str | None = None) -> Any:
     """A communicator for this process's GPU, from torchrun's environment (or the arguments).
 
     All ranks on one node (LOCAL_WORLD_SIZE == WORLD_SIZE): the copy-engine :class:`Communicator`.
@@ -128,7 +130,9 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
     own node): :class:`hoccl_runtime.netcomm.NetCommunicator` over the TCP transport. Several GPUs on
     each of several nodes: :class:`hoccl_runtime.netcomm.NodeNetCommunicator` (local rank 0 of each
     node drives the node's part). ``dma_queues`` (intra-node; default HOCCL_DMA_QUEUES or 1): copy
-    streams per GPU that the plans spread peers over."""
+    streams per GPU that the plans spread peers over. ``local_copies`` (intra-node; default
+    HOCCL_LOCAL_COPIES or "sm"): who copies a rank's own block of an out-of-place call (see
+    :class:`Communicator`)."""
     env = os.environ
     try:
         rank = int(env["RANK"]) if rank is None else rank
@@ -140,6 +144,9 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
     if local < 1 or world_size % local:
         raise HocclError(f"WORLD_SIZE={world_size} is not a whole number of nodes of {local} GPUs; every node must "
                          "run the same number of ranks")
+    if local_copies is not None and local < world_size:
+        raise HocclError(f"local_copies={local_copies!r}: only the intra-node communicator takes it (this job has "
+                         f"{world_size // local} nodes)")
     if dma_queues is not None and local < world_size:
         raise HocclError(f"dma_queues={dma_queues}: only the intra-node communicator takes it (this job has "
                          f"{world_size // local} nodes of {local} GPUs); leave it out")
@@ -158,7 +165,8 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
         from .netcomm import NodeNetCommunicator
 
         return NodeNetCommunicator(rank, world_size, device, prefixed, gpus_per_node=local, timeout_s=timeout_s)
-    return Communicator(rank, world_size, device, prefixed, timeout_s=timeout_s, dma_queues=dma_queues)
+    return Communicator(rank, world_size, device, prefixed, timeout_s=timeout_s, dma_queues=dma_queues,
+                        local_copies=local_copies)
 
 
 _instances = 0
@@ -285,6 +293,9 @@ class _PlanState:
     eager: _EagerLayout | None = None  # small enough for the staging slots: the eager path
     paced_bytes: int = 0  # what a rate cap paces on this rank: its sends to peers (the main DMA queue's copies)
     own_block: int | None = None  # where in my output my whole input may sit for an in-place call (_own_block)
+    helper: int | None = None  # local_copies="peer": the rank that copies my own block (gets my input's handle)
+    helped: int | None = None  # ... and the rank whose own block I copy
+    helped_copies: tuple[Copy, ...] = ()  # that rank's local copies (offsets in its input and output)
 
 
 @dataclass(frozen=True)
@@ -295,6 +306,11 @@ class _EagerLayout:
     local: tuple[tuple[int, int, int], ...]                     # (dst offset, src offset, bytes) in my buffers
     sends: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (stage offset, src offset, bytes)
     recvs: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (dst offset, stage offset, bytes)
+
+
+def _local_copies(prog: Program, rank: int) -> tuple[Copy, ...]:
+    """The plan's copies from ``rank``'s input into its own output, in queue order."""
+    return tuple(c for q in sorted(prog.copies) for c in prog.copies[q] if c.src_rank == c.dst_rank == rank)
 
 
 def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
@@ -344,7 +360,7 @@ class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
-                 ipc_cache: int = 64, dma_queues: int | None = None):
+                 ipc_cache: int = 64, dma_queues: int | None = None, local_copies: str | None = None):
         import cupy
 
         from ._cuda import cupy_runtime
@@ -355,6 +371,15 @@ class Communicator:
             dma_queues = env_int("HOCCL_DMA_QUEUES", 1, 1, MAX_QUEUES)
         if not 1 <= dma_queues <= MAX_QUEUES:
             raise HocclError(f"dma_queues={dma_queues} (or HOCCL_DMA_QUEUES): give 1..{MAX_QUEUES} copy queues per GPU")
+        if local_copies is None:
+            local_copies = env_choice("HOCCL_LOCAL_COPIES", "sm", LOCAL_COPIES)
+        if local_copies not in LOCAL_COPIES:
+            raise HocclError(f"local_copies={local_copies!r}: give one of {', '.join(LOCAL_COPIES)}")
+        # who copies my own block of an out-of-place call (AllGather's own part, All-to-All's self block,
+        # scatter's and gather's root part): "sm", this rank, where the CUDA driver runs a same-GPU copy as
+        # a kernel on SMs; "peer", the next rank's copy engine, reading my input and writing my output over
+        # NVLink (no SM, more link traffic: on 2 GPUs each direction carries twice the bytes)
+        self.local_copies = local_copies
         if ipc_cache < world:
             raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
         # settings (docs/settings.md) first: a bad one raises before anything is allocated
@@ -497,21 +522,32 @@ class Communicator:
         prog = lower(plan)
         if any(plan.queues.kind[q] == "dma" and plan.queues.index[q] >= MAX_QUEUES for q in prog.copies):
             raise PlanError(f"plan {plan.plan_id} uses more than {MAX_QUEUES} DMA queues per GPU")
-        fl = plan.flows
-        partners = sorted({d for s, d in zip(fl.src, fl.dst, strict=True) if s == self.rank and d != self.rank} |
-                          {s for s, d in zip(fl.src, fl.dst, strict=True) if d == self.rank and s != self.rank})
+        fl, me, w = plan.flows, self.rank, self.world
+        partners = {d for s, d in zip(fl.src, fl.dst, strict=True) if s == me and d != me} | \
+                   {s for s, d in zip(fl.src, fl.dst, strict=True) if d == me and s != me}
         from hoccl_compiler.collective import layout
 
-        res_off, res_bytes = layout(plan.collective, self.world).resident()
+        res_off, res_bytes = layout(plan.collective, w).resident()
         eager = self._eager_layout(plan, prog)
+        helper = helped = None
+        helped_copies: tuple[Copy, ...] = ()
+        if self.local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
+            if _local_copies(prog, me):
+                helper = (me + 1) % w
+            helped_copies = _local_copies(prog, (me - 1) % w)
+            helped = (me - 1) % w if helped_copies else None
+            partners |= {r for r in (helper, helped) if r is not None}
         if eager is not None:
             paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
         else:
-            dma = _dma_queues(plan, prog, self.rank)
+            dma = _dma_queues(plan, prog, me)
             paced = sum(c.nbytes for c in prog.copies[dma[0]]) if dma else 0
-        state = _PlanState(plan, prog, zlib.crc32(plan.plan_id.encode()), tuple(partners),
-                           (int(res_off[self.rank]), int(res_bytes[self.rank])), eager, paced,
-                           _own_block(prog, self.rank, int(plan.ranks.input_bytes[self.rank])))
+            paced += sum(c.nbytes for c in helped_copies)  # they run on my stream, after my sends
+        # the digest names the plan and who copies own blocks: ranks set up differently raise PlanError
+        digest = zlib.crc32(f"{plan.plan_id}/{self.local_copies}".encode())
+        state = _PlanState(plan, prog, digest, tuple(sorted(partners)),
+                           (int(res_off[me]), int(res_bytes[me])), eager, paced,
+                           _own_block(prog, me, int(plan.ranks.input_bytes[me])), helper, helped, helped_copies)
         self._by_id[plan.plan_id] = state
         return state
 
@@ -597,24 +633,24 @@ class Communicator:
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
                 else:
-                    self._launch(state, inp, out, self._collect(state, self._publish(state, out)), s, rate)
+                    self._launch(state, inp, out, *self._collect(state, self._publish(state, out, inp)), s, rate)
                 return
             prepared = [self._prepare(what, input, output) for what, input, output in items]
             # all sequence numbers and entries first ...
-            entered = [self._eager_enter(state) if state.eager is not None else self._publish(state, out)
-                       for state, _, out in prepared]
+            entered = [self._eager_enter(state) if state.eager is not None else self._publish(state, out, inp)
+                       for state, inp, out in prepared]
             for (state, inp, out), got in zip(prepared, entered, strict=True):  # ... then every wait
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, got, s, rate)
                 else:
-                    self._launch(state, inp, out, self._collect(state, got), s, rate)
+                    self._launch(state, inp, out, *self._collect(state, got), s, rate)
 
     def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                remote: dict[int, int], s: int, rate: float | None) -> None:
+                remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> None:
         key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-               tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())),
+               tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), helped_in,
                rate and (rate, self.pace_period_us))
-        self._cached(key, lambda stream, r: self._build(state, inp, out, remote, stream, r), s, rate)
+        self._cached(key, lambda stream, r: self._build(state, inp, out, remote, stream, r, helped_in), s, rate)
 
     def _cached(self, key: tuple, build: Any, s: int, rate: float | None) -> None:
         """Run the call's work for ``key``: ``build(stream, rate)`` gives its launch list, compiled on first
@@ -863,8 +899,10 @@ class Communicator:
     def _pair(self, a: int, b: int) -> int:
         return (a * self.world + b) * _PAIR_BYTES
 
-    def _publish(self, state: _PlanState, out: DeviceBuffer | None) -> dict[int, int]:
-        """Write my output's IPC handle + offset to each partner's mailbox slot; returns {partner: seq}."""
+    def _publish(self, state: _PlanState, out: DeviceBuffer | None,
+                 inp: DeviceBuffer | None = None) -> dict[int, int]:
+        """Write my output's IPC handle + offset to each partner's mailbox slot (and my input's to the rank
+        that copies my own block, local_copies="peer"); returns {partner: seq}."""
         if not state.partners:
             return {}
         if out is not None and out.nbytes:
@@ -872,14 +910,14 @@ class Communicator:
             has_handle = 1
         else:
             handle, offset, has_handle = b"", 0, 0
-        # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots of
-        # [seq, digest, offset, has_handle, handle (64 bytes)] from word 8 on, 12 words apart
+        # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots of _SLOT_WORDS from
+        # word 8 on: [seq, digest, offset, has_handle, handle (64 bytes), in offset, has in, in handle]
         words, mail = self._shared.words, self._shared.mail_bytes
         seqs = {}
         for p in state.partners:
             seq = self._seq[p] + 1
             region = self._region_out[p]
-            slot = region + 8 + (seq % _SLOTS) * 12
+            slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
             # the partner must have read this slot's previous use before it is overwritten
             if words[region] < seq - _SLOTS:
                 self._wait(lambda r=region, q=seq: words[r] >= q - _SLOTS, p, "acknowledge")
@@ -888,45 +926,53 @@ class Communicator:
             words[slot + 3] = has_handle
             if has_handle:
                 mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle
+            words[slot + 13] = 0
+            if p == state.helper and inp is not None and inp.nbytes:
+                in_handle, words[slot + 12] = self._export(inp, "input")
+                mail[8 * slot + 112:8 * slot + 112 + _HANDLE] = in_handle
+                words[slot + 13] = 1
             words[slot] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
             seqs[p] = seq
         return seqs
 
-    def _collect(self, state: _PlanState, seqs: dict[int, int]) -> dict[int, int]:
-        """Wait for each partner's entry of the same call and map its output: {partner: output address}."""
+    def _collect(self, state: _PlanState, seqs: dict[int, int]) -> tuple[dict[int, int], int | None]:
+        """Wait for each partner's entry of the same call and map its output: ({partner: output address},
+        the input address of the rank whose own block I copy, or None)."""
         words, mail = self._shared.words, self._shared.mail_bytes
         remote: dict[int, int] = {}
+        helped_in = None
         for p, seq in seqs.items():
             region = self._region_in[p]
-            slot = region + 8 + (seq % _SLOTS) * 12
+            slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
             if words[slot] < seq:
                 self._wait(lambda s=slot, q=seq: words[s] >= q, p, "arrive")
             if words[slot] != seq or words[slot + 1] != state.digest:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
                                 "issue the same collectives in the same order")
-            if words[slot + 3]:
-                offset = words[slot + 2]
-                handle = bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE])
-                words[region] = seq  # ack: the slot may be reused
-                remote[p] = self._open(handle) + offset
-            else:
-                words[region] = seq
-        return remote
+            out_at = (bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE]), words[slot + 2]) if words[slot + 3] else None
+            in_at = (bytes(mail[8 * slot + 112:8 * slot + 112 + _HANDLE]), words[slot + 12]) if words[slot + 13] \
+                else None
+            words[region] = seq  # ack: the slot may be reused
+            if out_at is not None:
+                remote[p] = self._open(out_at[0]) + out_at[1]
+            if in_at is not None and p == state.helped:
+                helped_in = self._open(in_at[0]) + in_at[1]
+        return remote, helped_in
 
-    def _export(self, out: DeviceBuffer) -> tuple[bytes, int]:
-        """(IPC handle of out's whole allocation, out's offset in it). Asked of the driver every call:
+    def _export(self, buf: DeviceBuffer, what: str = "output") -> tuple[bytes, int]:
+        """(IPC handle of buf's whole allocation, buf's offset in it). Asked of the driver every call:
         ``cudaIpcGetMemHandle`` + ``cuMemGetAddressRange`` measured 1.4-3.0 us together on the H200 host,
         less than the ``cuPointerGetAttributes`` (2.8-3.9 us) a cache keyed by allocation id needed."""
-        base, _ = _cuda.check("cuMemGetAddressRange", _cuda.driver().cuMemGetAddressRange(out.ptr))
-        return self._ipc_handle(out.ptr), out.ptr - int(base)
+        base, _ = _cuda.check("cuMemGetAddressRange", _cuda.driver().cuMemGetAddressRange(buf.ptr))
+        return self._ipc_handle(buf.ptr, what), buf.ptr - int(base)
 
-    def _ipc_handle(self, ptr: int) -> bytes:
+    def _ipc_handle(self, ptr: int, what: str = "output") -> bytes:
         try:  # module attributes: a function-level import costs about 1 us, and this runs on every rendezvous call
             return bytes(_cuda.cupy_runtime().ipcGetMemHandle(ptr))
         except Exception as exc:  # noqa: BLE001
-            raise BufferError(f"rank {self.rank}'s output at {ptr:#x} cannot be shared with other processes "
+            raise BufferError(f"rank {self.rank}'s {what} at {ptr:#x} cannot be shared with other processes "
                               f"({exc}); memory from cudaMallocAsync pools or expandable segments is not "
                               "IPC-capable: allocate with cudaMalloc (torch's default allocator, CuPy's default "
                               "pool)") from None
@@ -999,21 +1045,33 @@ class Communicator:
         return ev
 
     def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-               remote: dict[int, int], user: int, rate: float | None = None) -> list[tuple]:
+               remote: dict[int, int], user: int, rate: float | None = None,
+               helped_in: int | None = None) -> list[tuple]:
         """My launch list (see the module docstring). The caller's stream U carries the cross-process
         handshakes and my first DMA queue's copies; other queues (local copies, extra DMA queues) run on
         side streams ordered with U by events, so the common call costs 3 CUDA calls::
 
             U:  [signal READY to senders; wait READY of receivers] -> copies -> [signal DONE; wait DONE]
-        """
+
+        With local_copies="peer" my own block is copied by ``state.helper`` (a sender to me like any other)
+        and I copy ``state.helped``'s, from its input at ``helped_in`` into its output, after my sends."""
         plan, prog, me = state.plan, state.program, self.rank
         kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
         mine = sorted(q for q in prog.copies if qgpu[q] == me)
         dma = _dma_queues(plan, prog, me)
         main = dma[0] if dma else None
-        side = [q for q in mine if q != main]
-        senders = sorted({prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]})
-        receivers = sorted({c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me})
+        side = [q for q in mine if q != main and not (state.helper is not None and kinds[q] == "dma_local")]
+        senders = {prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]}
+        receivers = {c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me}
+        senders, receivers = sorted(senders | {state.helper} - {None}), sorted(receivers | {state.helped} - {None})
+        helped: list[tuple] = []
+        if state.helped is not None:  # the helped rank's own block, its input to its output, both mapped here
+            if helped_in is None:
+                raise PlanError(f"rank {state.helped} sent no input address for its own block (rank {me} copies it "
+                                "with local_copies='peer'): set HOCCL_LOCAL_COPIES alike on every rank")
+            base = remote[state.helped]
+            helped = [("copy", base + c.dst_offset, helped_in + c.src_offset, c.nbytes, user)
+                      for c in state.helped_copies if base + c.dst_offset != helped_in + c.src_offset]
         entry, exit_ = MemOps(), MemOps()
         for r in senders:      # my output may be written: tell r (signals first, then waits: no deadlock)
             entry.wait_eq(self._flag(0, r, me), 0).write(self._flag(0, r, me), 1)
@@ -1043,10 +1101,11 @@ class Communicator:
             ops.append(("wait", stream, self._event(("pre" if q in local else "post", user))))
             ops += copies(q, stream)
             ops.append(("record", self._event(("side", q)), stream))
-        if main is not None and rate is None:
-            ops += copies(main, user)
-        elif main is not None:
-            ops += self._paced(copies(main, user), rate, user)
+        sends = (copies(main, user) if main is not None else []) + helped
+        if sends and rate is None:
+            ops += sends
+        elif sends:
+            ops += self._paced(sends, rate, user)
         ops += [("wait", user, self._event(("side", q))) for q in side]
         if exit_.ops:  # last: a graph of the call ends at its copies, and this batch follows it (_promote)
             ops.append(("memops", exit_, user))

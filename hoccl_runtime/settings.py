@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import HocclError
 
-__all__ = ["SETTINGS", "env_int", "env_float", "env_flag"]
+__all__ = ["SETTINGS", "env_int", "env_float", "env_flag", "env_choice"]
 
 # name -> (default, what it does); defaults as the code applies them
 SETTINGS: dict[str, tuple[str, str]] = {
@@ -21,6 +21,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_GRAPH_AFTER": ("2", "from this call on with the same buffers, a call is one CUDA graph launch (0: never)"),
     "HOCCL_GRAPH_TAIL_DIRECT": ("0", "1: a call's graph ends at its copies, its last handshake launched after it"),
     "HOCCL_DMA_QUEUES": ("1", "copy streams per GPU that intra-node plans spread peers over (1-4)"),
+    "HOCCL_LOCAL_COPIES": ("sm", "who copies a rank's own block (out-of-place calls): sm (the driver's copy kernel) or "
+                           "peer (the next rank's copy engine, over NVLink: no SM)"),
     "HOCCL_PACE_PERIOD_US": ("250", "the pacing clock's tick in microseconds (one piece of a paced call per tick)"),
     "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "
                             "(may exceed it)"),
@@ -74,3 +76,13 @@ def env_flag(name: str, default: bool) -> bool:
     if text not in ("0", "1"):
         raise HocclError(f"{name}={text!r}: give 1 (on) or 0 (off); default {int(default)}")
     return text == "1"
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` from the environment."""
+    text = _text(name)
+    if text is None:
+        return default
+    if text not in choices:
+        raise HocclError(f"{name}={text!r}: give one of {', '.join(choices)} (default {default})")
+    return text

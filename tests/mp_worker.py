@@ -233,6 +233,7 @@ def main() -> int:
     from hoccl_runtime.smfree import SmProbe
 
     probe = SmProbe(dev, hold_ms=100.0)
+    by_peer = comm.local_copies == "peer"  # own blocks copied by the next rank's copy engine: no SM either
     big = torch.ones(2 * comm.eager_bytes + 4096, dtype=torch.uint8, device=f"cuda:{dev}")
     peer = rank + 1 if rank % 2 == 0 else rank - 1
     probed = {
@@ -241,10 +242,10 @@ def main() -> int:
         "broadcast": (traced["broadcast"], True),
         "send/recv rendezvous": ((lambda: comm.send(big, peer, stream=ts) if rank % 2 == 0 else
                                   comm.recv(big, peer, stream=ts)), True),
-        "all_gather": (traced["all_gather"], False),
-        "all_to_all": (traced["all_to_all"], False),
-        "scatter": (traced["scatter"], False),
-        "gather": (traced["gather"], False),
+        "all_gather": (traced["all_gather"], by_peer),
+        "all_to_all": (traced["all_to_all"], by_peer),
+        "scatter": (traced["scatter"], by_peer),
+        "gather": (traced["gather"], by_peer),
         "send/recv eager": (traced["send/recv"], False),
     }
     for name, (fn, must) in probed.items():

@@ -18,13 +18,13 @@ def dev(a: np.ndarray, device: int) -> DeviceBuffer:
     return DeviceBuffer(int(a.ctypes.data), a.nbytes, device)
 
 
-def ranks(monkeypatch, world, body):
+def ranks(monkeypatch, world, body, **options):
     """body(comm, rank) on every rank in threads; {rank: result or exception}."""
     fake_cuda.install(monkeypatch)
     from hoccl_runtime.comm import Communicator
 
     store = fake_cuda.Store()
-    results = fake_cuda.run_ranks(world, lambda r: Communicator(r, world, r, store, timeout_s=20), body)
+    results = fake_cuda.run_ranks(world, lambda r: Communicator(r, world, r, store, timeout_s=20, **options), body)
     for r in range(world):
         assert not isinstance(results.get(r), Exception), f"rank {r}: {results.get(r)!r}"
     return results
@@ -35,7 +35,8 @@ def data(rank: int, call: int, n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("world", [2, 3, 8])
-def test_every_collective_twice(monkeypatch, world):
+@pytest.mark.parametrize("local_copies", ["sm", "peer"])
+def test_every_collective_twice(monkeypatch, world, local_copies):
     def body(comm, r):
         bad = []
         for rep in range(2):  # the second round reuses plans, launch lists and mappings
@@ -72,8 +73,32 @@ def test_every_collective_twice(monkeypatch, world):
                     bad.append(f"batch_isend_irecv {n}")
         return bad
 
-    results = ranks(monkeypatch, world, body)
+    results = ranks(monkeypatch, world, body, local_copies=local_copies)
     assert all(results[r] == [] for r in range(world)), results
+
+
+def test_local_copies_setting_is_checked_and_must_agree(monkeypatch):
+    """HOCCL_LOCAL_COPIES takes sm or peer; ranks set up differently meet a PlanError, not wrong data."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.comm import Communicator
+
+    monkeypatch.setenv("HOCCL_LOCAL_COPIES", "kernel")
+    with pytest.raises(HocclError, match="HOCCL_LOCAL_COPIES='kernel': give one of sm, peer"):
+        Communicator(0, 2, 0, fake_cuda.Store())
+    with pytest.raises(HocclError, match="local_copies='ce': give one of sm, peer"):
+        Communicator(0, 2, 0, fake_cuda.Store(), local_copies="ce")
+    monkeypatch.delenv("HOCCL_LOCAL_COPIES")
+    store = fake_cuda.Store()
+
+    def body(comm, r):
+        inp, out = data(r, 0, 10), np.zeros(20, np.uint8)
+        with pytest.raises(PlanError, match="another collective"):
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        return True
+
+    got = fake_cuda.run_ranks(2, lambda r: Communicator(r, 2, r, store, timeout_s=20,
+                                                        local_copies=("sm", "peer")[r]), body)
+    assert got == {0: True, 1: True}
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -167,7 +192,8 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_all_gather_in_place_makes_no_same_gpu_copy(monkeypatch, world):
+@pytest.mark.parametrize("local_copies", ["sm", "peer"])
+def test_all_gather_in_place_makes_no_same_gpu_copy(monkeypatch, world, local_copies):
     """NCCL's and torch's in-place AllGather (input = output[rank * n:(rank + 1) * n]) lands byte-exact with
     no copy inside a rank's own output (a same-GPU copy is a kernel of the CUDA driver, on SMs); an input
     that overlaps the output anywhere else, or an All-to-All's, is refused before any partner is involved."""
@@ -201,7 +227,7 @@ def test_all_gather_in_place_makes_no_same_gpu_copy(monkeypatch, world):
             comm.all_to_all_single(dev(out, r), dev(out, r), stream=7)
         return bad
 
-    assert ranks(monkeypatch, world, body) == {r: [] for r in range(world)}
+    assert ranks(monkeypatch, world, body, local_copies=local_copies) == {r: [] for r in range(world)}
     inside = [(r, call) for (r, call), out in outs.items() for dst, src, k in copied
               if out.ctypes.data <= dst < out.ctypes.data + out.nbytes and
               out.ctypes.data <= src < out.ctypes.data + out.nbytes]

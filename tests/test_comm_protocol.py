@@ -29,10 +29,10 @@ class _Shared:
         return 0x1000 + 4 * index
 
 
-def fake_comm(rank: int, world: int) -> Communicator:
+def fake_comm(rank: int, world: int, local_copies: str = "sm") -> Communicator:
     c = object.__new__(Communicator)
     c.rank, c.world, c.device, c.eager_bytes = rank, world, rank, 0  # rendezvous (eager: eager_comm below)
-    c.eager_collectives = False
+    c.eager_collectives, c.local_copies = False, local_copies
     c._shared, c._by_id = _Shared(), {}
     c._pacer = types.SimpleNamespace(handle=900 + rank, sleep=lambda stream, us: None, sleep_us=lambda period: 0)
     c.pace_period_us = 250.0
@@ -156,8 +156,11 @@ def calls_for(world: int) -> list[tuple[CollectiveSpec, set[int]]]:
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("rate", [None, 1e-3])  # 1e-3 GB/s: every copy cut into 1 MiB pieces on clock ticks
-def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate):
-    comms = [fake_comm(r, world) for r in range(world)]
+@pytest.mark.parametrize("local_copies", ["sm", "peer"])
+def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_copies):
+    """... also when each rank's own block is copied by the next rank (local_copies="peer"): that copy reads
+    and writes the helped rank's buffers inside the helped rank's window, and no rank copies its own block."""
+    comms = [fake_comm(r, world, local_copies) for r in range(world)]
     sim = Sim(world, seed)
     for call, (spec, ranks) in enumerate(calls_for(world)):
         plan = plan_for(world, spec)
@@ -170,10 +173,16 @@ def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate):
             if inp is None and state.resident[1] and out is not None:  # in place (broadcast)
                 inp = DeviceBuffer(r * OUT + IN + state.resident[0], state.resident[1], r)
             remote = {p: p * OUT for p in state.partners}
+            helped_in = state.helped * OUT + IN if state.helped is not None else None
             user = 50 + r
-            sim.enqueue(r, call, c._build(state, inp, out, remote, user, rate), user)
+            ops = c._build(state, inp, out, remote, user, rate, helped_in)
+            own = [op for op in ops if op[0] == "copy" and op[1] // OUT == r == (op[2] - IN) // OUT]
+            assert not own or local_copies == "sm", f"rank {r} copies its own block: {own}"
+            sim.enqueue(r, call, ops, user)
     sim.run()
     sim.check()
+    if local_copies == "peer":  # every own block moved, by the rank before it
+        assert {(d, s) for _, d, s, _ in sim.copies if d == s} == {(r, r) for r in range(world)}
     moved = {(d, s) for _, d, s, _ in sim.copies}
     assert {(d, s) for d in range(world) for s in range(world) if d != s} <= moved  # all-to-all traffic ran
 

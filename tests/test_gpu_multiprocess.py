@@ -19,8 +19,12 @@ def _why(text: str) -> str:
     return (text[first:first + 3000] if first >= 0 else "") + "\n...\n" + text[-1500:]
 
 
-def test_communicator_two_processes():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+@pytest.mark.parametrize("local_copies", ["sm", "peer"])
+def test_communicator_two_processes(local_copies):
+    """Every collective, checks and faults, in two processes; with HOCCL_LOCAL_COPIES=peer every collective
+    but the eager receive must also pass the SM probe (a kernel holding every SM does not hold it up)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]),
+               HOCCL_LOCAL_COPIES=local_copies)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(WORKER)],
                          capture_output=True, text=True, timeout=300, env=env)
     text = out.stdout + out.stderr
@@ -28,6 +32,10 @@ def test_communicator_two_processes():
     assert text.count("ALL OK") == 2, _why(text)
     assert "mismatch detected" in text and "dead peer detected" in text
     assert "all_gather: " in text and "gather: " in text and " 0 kernels in the trace" in text
+    assert text.count("all_gather in place: SM-free") == 2, _why(text)
+    if local_copies == "peer":
+        for name in ("all_gather", "all_to_all", "scatter", "gather"):
+            assert text.count(f" {name}: SM-free") == 2, _why(text)
 
 
 def test_peer_dying_while_gpus_wait_on_it():

@@ -148,7 +148,9 @@ def main() -> int:
                 start.record(stream)
         end.record(stream)
         end.synchronize()
-        rates.append(19 * n * (world - 1) / (cp.cuda.get_elapsed_time(start, end) / 1e3) / 1e9)
+        # a rank's paced bytes: its sends, and with local_copies="peer" also the own block it copies for a peer
+        paced = n * world if comm.local_copies == "peer" else n * (world - 1)
+        rates.append(19 * paced / (cp.cuda.get_elapsed_time(start, end) / 1e3) / 1e9)
     check(f"paced allgathers back to back {n}", out, np.concatenate([data(r, call, n) for r in range(world)]))
     if not 0.8 * rate <= rates[-1] <= 1.15 * rate:
         failures.append(f"rank {rank}: back-to-back AllGathers paced at {rate:g} GB/s delivered "

@@ -893,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "results"), help="folder for <command>.json")
     p.add_argument("--sizes", default="2MiB:1GiB", help="LOW:HIGH, powers of two between (default 2MiB:1GiB)")
     p.add_argument("--collectives", default=",".join(OPS))
-    p.add_argument("--baselines", default="hoccl,hoccl-graph,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
+    p.add_argument("--baselines", default="hoccl,hoccl-graph,hoccl-inplace,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
     p.add_argument("--sm-size", type=int, default=64 << 20, help="size at which SMs are counted by trace")
     p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")

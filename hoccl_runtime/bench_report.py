@@ -76,6 +76,19 @@ def _grid(rows: list[dict[str, Any]], col: str, fmt: Any) -> list[str]:
     return lines
 
 
+def _by_impl(rows: list[dict[str, Any]], key: str, title: str, fmt: Any) -> list[str]:
+    """An (op, size) x implementation table of ``fmt(row[key])`` for the rows that measured ``key``."""
+    got = [r for r in rows if r.get(key) is not None]
+    if not got:
+        return []
+    impls = sorted({r["impl"] for r in got})
+    lines = ["", f"## {title}", "", "| op | size | " + " | ".join(impls) + " |", "|---|---:|" + "---:|" * len(impls)]
+    for op, size in sorted({(r["op"], int(r["size"])) for r in got}):
+        cell = {r["impl"]: fmt(r[key]) for r in got if r["op"] == op and int(r["size"]) == size}
+        lines.append(f"| {op} | {_size(size)} | " + " | ".join(cell.get(i, "") for i in impls) + " |")
+    return lines
+
+
 def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
     lines = ["# Benchmark report", "", "Sources:", ""]
     for run in runs:
@@ -89,22 +102,9 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
         lines += _grid([r for r in bw if r["op"] == op], "impl",
                        lambda r: f"{r['gbps']:.1f}" + (f" ({r['host_us']:.0f})" if r.get("host_us") is not None
                                                        else ""))
-    sms = [r for r in bw if r.get("sms") is not None]
-    if sms:
-        impls = sorted({r["impl"] for r in sms})
-        lines += ["", "## SMs occupied (largest kernel grid in a profiler trace; 0 = no kernel)", "",
-                  "| op | size | " + " | ".join(impls) + " |", "|---|---:|" + "---:|" * len(impls)]
-        for op, size in sorted({(r["op"], int(r["size"])) for r in sms}):
-            got = {r["impl"]: r["sms"] for r in sms if r["op"] == op and int(r["size"]) == size}
-            lines.append(f"| {op} | {_size(size)} | " + " | ".join(str(got.get(i, "")) for i in impls) + " |")
-    free = [r for r in bw if r.get("sm_free") is not None]
-    if free:
-        impls = sorted({r["impl"] for r in free})
-        lines += ["", "## SM-free (the call's work ended while a kernel held every SM: hoccl_runtime.smfree)", "",
-                  "| op | size | " + " | ".join(impls) + " |", "|---|---:|" + "---:|" * len(impls)]
-        for op, size in sorted({(r["op"], int(r["size"])) for r in free}):
-            got = {r["impl"]: "yes" if r["sm_free"] else "no" for r in free if r["op"] == op and int(r["size"]) == size}
-            lines.append(f"| {op} | {_size(size)} | " + " | ".join(got.get(i, "") for i in impls) + " |")
+    lines += _by_impl(bw, "sms", "SMs occupied (largest kernel grid in a profiler trace; 0 = no kernel)", str)
+    lines += _by_impl(bw, "sm_free", "SM-free (the call's work ended while a kernel held every SM: "
+                      "hoccl_runtime.smfree)", lambda free: "yes" if free else "no")
     launch = [r for r in rows if r["kind"] == "launch"]
     for op in sorted({r["op"] for r in launch}):
         lines += ["", f"## Launch cost: {op}", "", "host us per call (slowest rank)", ""]

@@ -30,11 +30,12 @@ def test_report_tables(tmp_path, capsys):
     assert "## sendrecv" in text and "NVIDIA H200, driver 13000, 2026-11-30 03:44" in text
     assert "SM-free" not in text  # no row measured it
     (tmp_path / "free.json").write_text(json.dumps({"date": "d", "rows": [
-        {"op": "allgather", "impl": i, "size": 64 << 20, "gbps": 1.0, "host_us": 1.0, "sm_free": f}
-        for i, f in (("hoccl", False), ("hoccl-inplace", True))]}))
+        {"op": "allgather", "impl": i, "size": 64 << 20, "gbps": 1.0, "host_us": 1.0, "sms": k, "sm_free": f}
+        for i, k, f in (("hoccl", 0, False), ("hoccl-inplace", 0, True), ("nccl", 24, False))]}))
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
     text = (tmp_path / "r.md").read_text()
-    assert "| op | size | hoccl | hoccl-inplace |" in text and "| allgather | 64 MiB | no | yes |" in text
+    assert "| op | size | hoccl | hoccl-inplace | nccl |" in text
+    assert "| allgather | 64 MiB | 0 | 0 | 24 |" in text and "| allgather | 64 MiB | no | yes | no |" in text
 
 
 def test_report_plots(tmp_path):

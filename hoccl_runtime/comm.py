@@ -4,7 +4,8 @@
     comm.all_gather_into_tensor(out, inp, stream=s)  # returns at once; `out` is ready for later work on s
     comm.close()
 
-How a call works, for rank ``me`` (every step costs no SM):
+How a call works, for rank ``me`` (every step costs no SM, but one: a copy within one GPU, which the
+CUDA driver runs as a kernel of its own; see step 3):
 
 1. The plan for (collective, sizes) comes from a cache (compiled on first use, a few ms).
 2. Buffer addresses are exchanged with each partner rank through a mailbox in host memory shared by
@@ -16,7 +17,11 @@ How a call works, for rank ``me`` (every step costs no SM):
    ``ipc_cache`` is closed).
 3. Copies are pushed by their source GPU (``cudaMemcpyAsync``, a copy engine, into the peer's output
    through its IPC mapping). The first DMA queue of this rank runs on the caller's stream itself; local
-   copies and any further DMA queues run on side streams ordered with it by CUDA events.
+   copies and any further DMA queues run on side streams ordered with it by CUDA events. A local copy
+   (my own block of an out-of-place AllGather, All-to-All, scatter or gather) is a same-GPU copy, which
+   the driver runs on SMs (measured, driver 580: hoccl_runtime.smfree). None is made in place (input =
+   my own block of the output: NCCL's in-place AllGather), and with ``local_copies="peer"`` the next
+   rank's copy engine makes it instead, reading my input and writing my output over NVLink.
 4. Streams of different processes are ordered with stream memory operations on flags in the shared
    host memory: per directed pair (u -> v), READY (v's stream says its output may be written) and DONE
    (u's stream says its copies into v landed), each a replay-safe handshake (wait for the reset value,

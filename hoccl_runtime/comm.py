@@ -192,6 +192,7 @@ class _SharedSegment:
         size = -(-size // 4096) * 4096
         if owner:
             self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"{prefix}{uuid.uuid4().hex[:16]}")
+            _CREATED.add(self.shm.name)
             self.shm.buf[:size] = bytes(size)
             store.set(key, self.shm.name)
         else:
@@ -229,6 +230,9 @@ class _SharedSegment:
             self.shm.close()
 
 
+_CREATED: set[str] = set()  # shared segments this process created (ranks as threads of one process, in tests)
+
+
 def _attach(shared_memory: Any, name: str) -> Any:
     """Attach to the owner's segment without handing it to this process's resource tracker: before
     Python 3.13 attaching registers the name too, and the tracker of a member that exits unlinks it
@@ -239,7 +243,8 @@ def _attach(shared_memory: Any, name: str) -> Any:
     from multiprocessing import resource_tracker
 
     shm = shared_memory.SharedMemory(name=name)
-    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - the tracker's own key
+    if name not in _CREATED:  # the creator in this process keeps its registration (its unlink removes it)
+        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - the tracker's own key
     return shm
 
 
@@ -345,7 +350,8 @@ def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
 
 
 def _check_in_place(me: int, inp: DeviceBuffer, out: DeviceBuffer, own: int | None, kind: str) -> None:
-    """An input that overlaps its output must be exactly the output's own block (:func:`_own_block`)."""
+    """An input that overlaps its output must be exactly the output's own block: where an out-of-place plan
+    may run in place (:func:`_own_block`), or where an in-place plan keeps it (its resident block)."""
     if own is not None and inp.ptr - out.ptr == own:
         return
     where = (f"in place, pass the output's bytes [{own}, {own + inp.nbytes}) as the input (for allgather: "
@@ -897,7 +903,8 @@ class Communicator:
         check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
         if input is not None and inp is not None and out is not None and \
                 inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes:
-            _check_in_place(me, inp, out, state.own_block, plan.collective.kind)
+            _check_in_place(me, inp, out, state.own_block if not state.resident[1] else state.resident[0],
+                            plan.collective.kind)
         return state, inp, out
 
     # mailbox: per directed pair (a -> b) a region of the shared memory; a writes its slots, b writes the ack

@@ -77,6 +77,35 @@ def test_every_collective_twice(monkeypatch, world, local_copies):
     assert all(results[r] == [] for r in range(world)), results
 
 
+def test_execute_an_in_place_plan_with_or_without_its_input(monkeypatch):
+    """comm.execute of a plan compiled in place: the input left out, or given as the output's own block; any
+    other overlapping input is refused."""
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.errors import BufferError
+
+    n = 3001
+    plan = compile_plan(make_topology("h200x2", nodes=1), CollectiveSpec(kind="allgather", size_bytes=2 * n,
+                                                                         in_place=True),
+                        CompileOptions(chunk_bytes=1 << 30, baselines=False))
+
+    def body(comm, r):
+        bad = []
+        for call, given in enumerate((False, True)):
+            out = np.full(2 * n, 0xA5, np.uint8)
+            out[r * n:(r + 1) * n] = data(r, call, n)
+            comm.execute(plan, dev(out[r * n:(r + 1) * n], r) if given else None, dev(out, r), stream=7)
+            comm.synchronize()
+            if not np.array_equal(out, np.concatenate([data(p, call, n) for p in range(2)])):
+                bad.append(call)
+        out = np.zeros(2 * n, np.uint8)
+        with pytest.raises(BufferError, match=f"at offset {(1 - r) * n}; in place, pass the output's bytes"):
+            comm.execute(plan, dev(out[(1 - r) * n:(2 - r) * n], r), dev(out, r), stream=7)
+        return bad
+
+    assert ranks(monkeypatch, 2, body) == {0: [], 1: []}
+
+
 def test_local_copies_setting_is_checked_and_must_agree(monkeypatch):
     """HOCCL_LOCAL_COPIES takes sm or peer; ranks set up differently meet a PlanError, not wrong data."""
     fake_cuda.install(monkeypatch)

@@ -195,10 +195,12 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         # the trade-off curve: slowdown against bandwidth delivered, paced rates and full rate joined per family
         fig, ax = plt.subplots(figsize=(7, 4.5))
         lines_of: dict[str, list[tuple[float, float, float]]] = {}
+        # a family with paced rows ("hoccl", "raw-inplace", ...) is a curve through its rates and its full rate
+        paced = {r["comm"].partition("@")[0] for r in mine if "@" in r["comm"]}
         for r in mine:  # "hoccl", "hoccl@100", "hoccl@100/4000us" (paced with another clock tick)
             family, _, rest = r["comm"].partition("@")
             rate, _, period = rest.partition("/")
-            if family in ("hoccl", "raw"):
+            if family in paced:
                 pt = (float(rate or "inf"), r["delivered_gbps"], 100 * (r.get("paired") or r["slowdown"]) - 100)
                 lines_of.setdefault(family + (f", tick {period}" if period else ""), []).append(pt)
         for k, (name, pts) in enumerate(sorted(lines_of.items())):
@@ -206,7 +208,7 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
             pts.sort()
             ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", color=f"C{k}",
                     label=f"{name} (paced at each rate{', then full rate' if ', tick' not in name else ''})")
-        others = [r for r in mine if "@" not in r["comm"] and r["comm"] not in ("hoccl", "raw")]
+        others = [r for r in mine if "@" not in r["comm"] and r["comm"] not in paced]
         for k, r in enumerate(others):
             ax.scatter([r["delivered_gbps"]], [100 * (r.get("paired") or r["slowdown"]) - 100], marker="s",
                        color=f"C{k + len(lines_of)}", label=r["comm"])

@@ -47,7 +47,7 @@ def test_report_plots(tmp_path):
         {"load": "gemm", "comm": c, "slowdown": sl, "paired": sl, "spread": [sl, sl], "delivered_gbps": g}
         for c, sl, g in (("alone", 1.0, 0.0), ("hoccl", 1.1, 150.0), ("hoccl@50", 1.05, 50.0),
                          ("raw", 1.12, 149.0), ("raw@50", 1.04, 51.0), ("hoccl@50/4000us", 1.03, 48.0),
-                         ("nccl", 1.14, 72.0))]}))
+                         ("hoccl-inplace", 1.1, 360.0), ("hoccl-inplace@95", 1.04, 84.0), ("nccl", 1.14, 72.0))]}))
     assert main([str(tmp_path), "-o", str(tmp_path / "r.md"), "--plots", str(tmp_path / "png")]) == 0
     assert (tmp_path / "png" / "contention-gemm-curve.png").read_bytes()[:4] == b"\x89PNG"
 

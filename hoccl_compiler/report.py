@@ -119,6 +119,10 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
         "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in s["lower_bound_by_domain_s"].items())
         + ")",
     ]
+    if b["local"]:  # measured on driver 580 / CUDA 13.0 (hoccl_runtime.smfree, docs/architecture.md)
+        local = format_bytes(b["local"])
+        lines[5:5] = [f"note         local {local}: same-GPU copies, which the CUDA driver runs on SMs",
+                      "             (compile --in-place for allgather or gather, or run with HOCCL_LOCAL_COPIES=peer)"]
     if "baselines" in s:
         bl = s["baselines"]
         lines.append(f"simpler      everything at once (fair sharing) {_us(bl['everything_at_once_s'])} "

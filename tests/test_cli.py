@@ -53,6 +53,18 @@ def test_compile_each_collective(tmp_cwd, capsys):
         assert plan.collective.kind == args[0] and plan.num_ranks == 4
 
 
+def test_inspect_notes_same_gpu_copies_unless_in_place(tmp_cwd, capsys):
+    """A plan with local copies says they run on SMs (the CUDA driver's copy kernel) and how to avoid them."""
+    for extra, noted in (([], True), (["--in-place"], False)):
+        code, _, err = run(compile_main, ["allgather", "--size", "1MiB", "--topology", "h200x2", "--nodes", "1",
+                                          "-o", "ag.json", "-q", *extra], capsys)
+        assert code == 0, err
+        code, out, _ = run(inspect_main, ["ag.json"], capsys)
+        assert code == 0
+        assert ("note         local 1 MiB: same-GPU copies, which the CUDA driver runs on SMs" in out) == noted
+        assert ("--in-place" in out) == noted
+
+
 def test_dump_after_each_pass(tmp_cwd, capsys):
     for name in ("traffic", "expand", "stages", "chunks", "plan", "verify"):
         code, _, err = run(compile_main, ["allgather", "--size", "64KiB", "--nodes", "2", "--gpus-per-node", "2",

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .errors import HocclError
+
 __all__ = ["SmProbe", "SPIN_SOURCE"]
 
 SPIN_SOURCE = r"""
@@ -32,6 +34,13 @@ class SmProbe:
     work ended well before the spinner (it needed no SM). Needs CuPy with NVRTC (a kernel is compiled)."""
 
     def __init__(self, device: int, hold_ms: float = 100.0):
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()  # CudaError naming the extra when CuPy is missing
+        if not 0 <= device < rt.getDeviceCount():
+            raise HocclError(f"SmProbe(device={device}): this process sees {rt.getDeviceCount()} GPU(s)")
+        if not hold_ms > 0:
+            raise HocclError(f"SmProbe(hold_ms={hold_ms!r}): give a positive time in ms (the spinner's length)")
         import cupy
 
         self.device, self.hold_ms = device, hold_ms

@@ -489,3 +489,23 @@ def test_pacing_feedback_makes_its_events_on_the_pacers_gpu():
     fb = Feedback(SimpleNamespace(sleep=lambda stream, us: None, device=3), runtime=rt)
     mark = fb.begin(7)
     assert mark is not None and rt.made_on == [3, 3] and rt.current == 0
+
+
+def test_sm_probe_refuses_bad_arguments_before_any_gpu_work(monkeypatch):
+    """hoccl_runtime.smfree: a clear error for a GPU this process does not see or a spinner of no length (with
+    CUDA faked: 8 GPUs); without CuPy, the error names the extra to install."""
+    from hoccl_runtime.errors import CudaError
+    from hoccl_runtime.smfree import SmProbe
+
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(CudaError, match="hoccl\\[gpu\\]"):
+            SmProbe(0)
+    import fake_cuda
+
+    fake_cuda.install(monkeypatch)
+    with pytest.raises(HocclError, match="device=9.*sees 8 GPU"):
+        SmProbe(9)
+    with pytest.raises(HocclError, match="hold_ms=0"):
+        SmProbe(0, hold_ms=0)

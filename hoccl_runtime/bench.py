@@ -723,11 +723,10 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     inp = torch.randint(0, 256, (size // b.world,), dtype=torch.uint8, device=dev)
     out = torch.empty(size, dtype=torch.uint8, device=dev)
     sent = size * (b.world - 1) // b.world
-    # in place (input = the output's own block): no same-GPU copy, which is a driver kernel on SMs (smfree)
-    out_ip = torch.empty(size, dtype=torch.uint8, device=dev)
-    own = out_ip[b.rank * (size // b.world):(b.rank + 1) * (size // b.world)]
-    own.copy_(inp)
-    if args.in_place:
+    if args.in_place:  # input = the output's own block: no same-GPU copy, a driver kernel on SMs (smfree)
+        out_ip = torch.empty(size, dtype=torch.uint8, device=dev)
+        own = out_ip[b.rank * (size // b.world):(b.rank + 1) * (size // b.world)]
+        own.copy_(inp)
         variants["hoccl-inplace"] = (lambda: b.comm.all_gather_into_tensor(out_ip, own, stream=b.stream), sent)
         variants["raw-inplace"] = (b._raw("allgather", own, out_ip), sent)
     def paced(rate: float, period: float) -> None:  # one call with another pacing tick, then the default again

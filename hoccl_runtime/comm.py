@@ -644,7 +644,8 @@ class Communicator:
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
                 else:
-                    self._launch(state, inp, out, *self._collect(state, self._publish(state, out, inp)), s, rate)
+                    remote, helped_in = self._collect(state, self._publish(state, out, inp))
+                    self._launch(state, inp, out, remote, helped_in, s, rate)
                 return
             prepared = [self._prepare(what, input, output) for what, input, output in items]
             # all sequence numbers and entries first ...
@@ -901,8 +902,8 @@ class Communicator:
             out = None
         check_buffer(me, "input", inp, plan.ranks.input_bytes[me], plan, self.device)
         check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
-        if input is not None and inp is not None and out is not None and \
-                inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes:
+        if inp is not None and out is not None and inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes \
+                and input is not None:
             _check_in_place(me, inp, out, state.own_block if not state.resident[1] else state.resident[0],
                             plan.collective.kind)
         return state, inp, out
@@ -925,6 +926,7 @@ class Communicator:
         # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots of _SLOT_WORDS from
         # word 8 on: [seq, digest, offset, has_handle, handle (64 bytes), in offset, has in, in handle]
         words, mail = self._shared.words, self._shared.mail_bytes
+        peer_local = self.local_copies == "peer"
         seqs = {}
         for p in state.partners:
             seq = self._seq[p] + 1
@@ -938,11 +940,12 @@ class Communicator:
             words[slot + 3] = has_handle
             if has_handle:
                 mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle
-            words[slot + 13] = 0
-            if p == state.helper and inp is not None and inp.nbytes:
-                in_handle, words[slot + 12] = self._export(inp, "input")
-                mail[8 * slot + 112:8 * slot + 112 + _HANDLE] = in_handle
-                words[slot + 13] = 1
+            if peer_local:  # (otherwise the input fields stay 0)
+                words[slot + 13] = 0
+                if p == state.helper and inp is not None and inp.nbytes:
+                    in_handle, words[slot + 12] = self._export(inp, "input")
+                    mail[8 * slot + 112:8 * slot + 112 + _HANDLE] = in_handle
+                    words[slot + 13] = 1
             words[slot] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
             seqs[p] = seq
@@ -963,14 +966,15 @@ class Communicator:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
                                 "issue the same collectives in the same order")
-            out_at = (bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE]), words[slot + 2]) if words[slot + 3] else None
-            in_at = (bytes(mail[8 * slot + 112:8 * slot + 112 + _HANDLE]), words[slot + 12]) if words[slot + 13] \
-                else None
-            words[region] = seq  # ack: the slot may be reused
-            if out_at is not None:
-                remote[p] = self._open(out_at[0]) + out_at[1]
-            if in_at is not None and p == state.helped:
-                helped_in = self._open(in_at[0]) + in_at[1]
+            if p == state.helped and words[slot + 13]:  # local_copies="peer": its input, for its own block
+                helped_in = self._open(bytes(mail[8 * slot + 112:8 * slot + 112 + _HANDLE])) + words[slot + 12]
+            if words[slot + 3]:
+                offset = words[slot + 2]
+                handle = bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE])
+                words[region] = seq  # ack: the slot may be reused
+                remote[p] = self._open(handle) + offset
+            else:
+                words[region] = seq
         return remote, helped_in
 
     def _export(self, buf: DeviceBuffer, what: str = "output") -> tuple[bytes, int]:

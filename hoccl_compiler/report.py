@@ -121,8 +121,10 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
     ]
     if b["local"]:  # measured on driver 580 / CUDA 13.0 (hoccl_runtime.smfree, docs/architecture.md)
         local = format_bytes(b["local"])
+        avoid = "compile --in-place for allgather or gather" + (
+            ", or run with HOCCL_LOCAL_COPIES=peer" if plan.topology.nodes == 1 else "")  # the intra-node runtime's
         lines[5:5] = [f"note         local {local}: same-GPU copies, which the CUDA driver runs on SMs",
-                      "             (compile --in-place for allgather or gather, or run with HOCCL_LOCAL_COPIES=peer)"]
+                      f"             ({avoid})"]
     if "baselines" in s:
         bl = s["baselines"]
         lines.append(f"simpler      everything at once (fair sharing) {_us(bl['everything_at_once_s'])} "

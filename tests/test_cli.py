@@ -63,6 +63,11 @@ def test_inspect_notes_same_gpu_copies_unless_in_place(tmp_cwd, capsys):
         assert code == 0
         assert ("note         local 1 MiB: same-GPU copies, which the CUDA driver runs on SMs" in out) == noted
         assert ("--in-place" in out) == noted
+        assert ("HOCCL_LOCAL_COPIES=peer" in out) == noted  # a one-node plan: the intra-node runtime's setting
+    code, _, err = run(compile_main, ["alltoall", "--size", "1MiB", "--topology", "h200x2", "--nodes", "2",
+                                      "-o", "a2a.json", "-q"], capsys)
+    code, out, _ = run(inspect_main, ["a2a.json"], capsys)
+    assert code == 0 and "same-GPU copies" in out and "HOCCL_LOCAL_COPIES" not in out
 
 
 def test_dump_after_each_pass(tmp_cwd, capsys):

@@ -1,9 +1,10 @@
 """Which copies need SMs? (run on a GPU machine: ``python examples/sm_free_copies.py``)
 
-A spinner kernel holds every SM (2 blocks of 1024 threads per SM, each spinning on %globaltimer for
-``--spin-ms``) on one stream; each copy variant is issued on another stream just after it. A copy that a
-copy engine moves finishes long before the spinner ends; a copy that the driver does with a kernel of its
-own waits until SMs come free. CUDA traces show both as a "memcpy", so a profiler trace alone cannot say.
+A spinner kernel holds every SM (``hoccl_runtime.smfree.SmProbe``: 2 blocks of 1024 threads per SM,
+each spinning on %globaltimer for ``--spin-ms``); each copy variant is issued on another stream just after
+it. A copy that a copy engine moves finishes long before the spinner ends; a copy that the driver does
+with a kernel of its own waits until SMs come free. CUDA traces show both as a "memcpy", so a profiler
+trace alone cannot say.
 
 Then a bf16 8192^3 GEMM loop is timed alone and beside each variant copying in a loop (the slowdown and the
 bytes copied per second beside it). Variants: the same-GPU copy with cudaMemcpyAsync and with
@@ -20,14 +21,6 @@ import os
 import statistics
 import sys
 
-SPIN = r"""
-extern "C" __global__ void spin(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-}
-"""
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -37,10 +30,11 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     import ctypes
-    import time
 
     import cupy
     import torch
+
+    from hoccl_runtime.smfree import SmProbe
 
 
     rt = cupy.cuda.runtime
@@ -101,10 +95,8 @@ def main() -> int:
         variants["peer batch prefer-overlap"] = batch_copy(peer.data.ptr, src.data.ptr, nbytes, 1)
         variants["peer memcpyAsync (graph)"] = graphed(variants["peer memcpyAsync"])
 
-    spin = cupy.RawKernel(SPIN, "spin")
-    sms = rt.getDeviceProperties(0)["multiProcessorCount"]
+    probe = SmProbe(0, hold_ms=args.spin_ms)
     side = cupy.cuda.Stream(non_blocking=True)
-    hold = cupy.cuda.Stream(non_blocking=True)
     results = {"driver": rt.driverGetVersion(), "bytes": nbytes, "spin_ms": args.spin_ms, "variants": {}}
 
     def alone_ms(fn) -> float:
@@ -125,17 +117,8 @@ def main() -> int:
             assert bool((dst == src).all()), name
             dst.fill(0)
         took = alone_ms(fn)
-        t0, spun, copied = cupy.cuda.Event(), cupy.cuda.Event(), cupy.cuda.Event()
-        t0.record(hold)
-        spin((sms * 2,), (1024,), (cupy.uint64(int(args.spin_ms * 1e6)),), stream=hold)
-        spun.record(hold)
-        time.sleep(0.01)  # the spinner holds every SM by now
-        fn(side.ptr)
-        copied.record(side)
-        copied.synchronize()
-        spun.synchronize()
-        end_ms, spin_ms = cupy.cuda.get_elapsed_time(t0, copied), cupy.cuda.get_elapsed_time(t0, spun)
-        verdict = "copy engine" if end_ms < spin_ms - 1.0 else "NEEDS SMs"
+        end_ms, spin_ms = probe.run(lambda fn=fn: fn(side.ptr), side.ptr)
+        verdict = "copy engine" if probe.free(end_ms, spin_ms) else "NEEDS SMs"
         results["variants"][name] = {"alone_ms": took, "gbps_alone": nbytes / took / 1e6,
                                      "done_at_ms": end_ms, "spinner_ms": spin_ms, "verdict": verdict}
         print(f"{name:34} alone {nbytes / took / 1e6:7.1f} GB/s; beside the spinner done at {end_ms:6.1f} ms "

@@ -71,5 +71,9 @@ class SmProbe:
             return done_ms, cupy.cuda.get_elapsed_time(start, held)
 
     def sm_free(self, issue: Callable[[], Any], stream: int) -> bool:
-        done_ms, held_ms = self.run(issue, stream)
+        return self.free(*self.run(issue, stream))
+
+    @staticmethod
+    def free(done_ms: float, held_ms: float) -> bool:
+        """The verdict on one :meth:`run`: the work ended well before the spinner (in its first 90%)."""
         return done_ms < 0.9 * held_ms

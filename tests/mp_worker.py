@@ -257,7 +257,7 @@ def main() -> int:
         ts.synchronize()
         dist.barrier()
         done_ms, held_ms = probe.run(fn, ts.cuda_stream)
-        free = done_ms < 0.9 * held_ms
+        free = probe.free(done_ms, held_ms)
         if must and not free:
             failures.append(f"rank {rank}: {name} needed SMs (done at {done_ms:.1f} ms, SMs held {held_ms:.1f} ms)")
         print(f"rank {rank}: {name}: {'SM-free' if free else 'needs SMs'} (done at {done_ms:.1f} ms of "

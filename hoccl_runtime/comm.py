@@ -302,7 +302,9 @@ class _PlanState:
     resident: tuple[int, int]  # in place: (offset, bytes) of this rank's input inside its output
     eager: _EagerLayout | None = None  # small enough for the staging slots: the eager path
     paced_bytes: int = 0  # what a rate cap paces on this rank: its sends to peers (the main DMA queue's copies)
-    own_block: int | None = None  # where in my output my whole input may sit for an in-place call (_own_block)
+    # where in my output my input may overlap it: an in-place plan's resident block, or where an out-of-place
+    # plan's local copies would move it (_own_block); None: nowhere
+    own_block: int | None = None
     helper: int | None = None  # local_copies="peer": the rank that copies my own block (gets my input's handle)
     helped: int | None = None  # ... and the rank whose own block I copy
     helped_copies: tuple[Copy, ...] = ()  # that rank's local copies (offsets in its input and output)
@@ -318,6 +320,16 @@ class _EagerLayout:
     recvs: dict[int, tuple[tuple[int, int, int], ...]]          # peer -> (dst offset, stage offset, bytes)
 
 
+def _pair_flag(world: int, phase: int, a: int, b: int) -> int:
+    """Index in the shared flags of READY[a][b] (phase 0) or DONE[a][b] (phase 1) (Communicator._flag)."""
+    return (phase * world + a) * world + b
+
+
+def _slot_flag_index(world: int, a: int, b: int, j: int) -> int:
+    """Index in the shared flags of FULL of eager slot j for messages a -> b (after READY and DONE)."""
+    return 2 * world * world + (a * world + b) * EAGER_SLOTS + j
+
+
 def _local_copies(prog: Program, rank: int) -> tuple[Copy, ...]:
     """The plan's copies from ``rank``'s input into its own output, in queue order."""
     return tuple(c for q in sorted(prog.copies) for c in prog.copies[q] if c.src_rank == c.dst_rank == rank)
@@ -329,8 +341,7 @@ def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
     rank's local copies move its input, when they move all of it by one offset and no other rank's copy
     writes into that block; else None. In place, those local copies have nothing to do and are dropped:
     a same-GPU copy is a kernel of the CUDA driver on SMs (examples/sm_free_copies.py)."""
-    local = sorted((c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for cs in prog.copies.values() for c in cs
-                   if c.src_rank == c.dst_rank == me)
+    local = sorted((c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in _local_copies(prog, me))
     if not input_bytes or not local or len({shift for _, _, shift in local}) != 1:
         return None
     at = 0
@@ -558,7 +569,8 @@ class Communicator:
         digest = zlib.crc32(f"{plan.plan_id}/{self.local_copies}".encode())
         state = _PlanState(plan, prog, digest, tuple(sorted(partners)),
                            (int(res_off[me]), int(res_bytes[me])), eager, paced,
-                           _own_block(prog, me, int(plan.ranks.input_bytes[me])), helper, helped, helped_copies)
+                           int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
+                           helper, helped, helped_copies)
         self._by_id[plan.plan_id] = state
         return state
 
@@ -764,8 +776,7 @@ class Communicator:
 
     def _slot_flag(self, a: int, b: int, j: int) -> _Flag:
         """FULL of eager slot j for messages a -> b."""
-        w = self.world
-        return _Flag(self._shared.flag_address(2 * w * w + (a * w + b) * EAGER_SLOTS + j))
+        return _Flag(self._shared.flag_address(_slot_flag_index(self.world, a, b, j)))
 
     def _eager_setup(self, peer: int) -> None:
         """Once per pair, at its first eager message (either direction): allocate my staging for the
@@ -904,8 +915,7 @@ class Communicator:
         check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
         if inp is not None and out is not None and inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes \
                 and input is not None:
-            _check_in_place(me, inp, out, state.own_block if not state.resident[1] else state.resident[0],
-                            plan.collective.kind)
+            _check_in_place(me, inp, out, state.own_block, plan.collective.kind)
         return state, inp, out
 
     # mailbox: per directed pair (a -> b) a region of the shared memory; a writes its slots, b writes the ack
@@ -1039,7 +1049,7 @@ class Communicator:
     def _flag(self, phase: int, a: int, b: int) -> _Flag:
         """phase 0, READY[a][b]: b's buffers are ready for a's copies (b's stream writes, a's consumes);
         phase 1, DONE[a][b]: a's copies into b finished (a's stream writes, b's consumes)."""
-        return _Flag(self._shared.flag_address((phase * self.world + a) * self.world + b))
+        return _Flag(self._shared.flag_address(_pair_flag(self.world, phase, a, b)))
 
     def _side_stream(self, slot: int) -> int:
         s = self._streams.get(slot)
@@ -1076,7 +1086,6 @@ class Communicator:
         mine = sorted(q for q in prog.copies if qgpu[q] == me)
         dma = _dma_queues(plan, prog, me)
         main = dma[0] if dma else None
-        side = [q for q in mine if q != main and not (state.helper is not None and kinds[q] == "dma_local")]
         senders = {prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]}
         receivers = {c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me}
         senders, receivers = sorted(senders | {state.helper} - {None}), sorted(receivers | {state.helped} - {None})
@@ -1103,7 +1112,8 @@ class Communicator:
                       c.nbytes) for c in prog.copies[q]]
             return [("copy", dst, src, n, stream) for dst, src, n in moves if dst != src]
 
-        side = [q for q in side if kinds[q] != "dma_local" or copies(q, 0)]
+        # local queues with copies to make: none when the helper makes them, nor in place
+        side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (state.helper is None and copies(q, 0)))]
         ops: list[tuple] = []
         local = [q for q in side if kinds[q] == "dma_local"]
         if local:  # local copies need no peer: they start before the handshake
@@ -1214,19 +1224,15 @@ class Communicator:
 
     def _drain(self, dead: int, limit_s: float = 5.0) -> None:
         flags, me, w = self._shared.flags, self.rank, self.world
-
-        def index(phase: int, a: int, b: int) -> int:
-            return (phase * w + a) * w + b
-
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline and self._events and self._pending():
-            flags[index(0, me, dead)] = 1    # "dead's buffers are ready"
-            flags[index(1, dead, me)] = 1    # "dead's copies into me are done"
-            flags[index(0, dead, me)] = 0    # "dead consumed my READY"
-            flags[index(1, me, dead)] = 0    # "dead consumed my DONE"
-            for j in range(EAGER_SLOTS):     # eager slots: "dead's message is there", "dead emptied mine"
-                flags[2 * w * w + (dead * w + me) * EAGER_SLOTS + j] = 1
-                flags[2 * w * w + (me * w + dead) * EAGER_SLOTS + j] = 0
+            flags[_pair_flag(w, 0, me, dead)] = 1    # "dead's buffers are ready"
+            flags[_pair_flag(w, 1, dead, me)] = 1    # "dead's copies into me are done"
+            flags[_pair_flag(w, 0, dead, me)] = 0    # "dead consumed my READY"
+            flags[_pair_flag(w, 1, me, dead)] = 0    # "dead consumed my DONE"
+            for j in range(EAGER_SLOTS):             # eager slots: "dead's message is there", "dead emptied mine"
+                flags[_slot_flag_index(w, dead, me, j)] = 1
+                flags[_slot_flag_index(w, me, dead, j)] = 0
             time.sleep(1e-3)
 
     def close(self) -> None:

@@ -333,3 +333,22 @@ def test_eager_collectives_move_every_piece(world, seed):
     sim.run()
     assert sim.bad == []
     assert all(v == 0 for v in sim.flags.values()), sim.flags
+
+
+def test_the_watchdog_writes_the_flags_a_dead_rank_would_have_written():
+    """_drain (rank 2 of 3 died): my streams' waits on it are released, READY/DONE and eager FULL flags at the
+    addresses the launch lists wait on (the same index functions), and no flag of a live pair is touched."""
+    import numpy as np
+
+    world, me, dead = 3, 0, 2
+    c = fake_comm(me, world)
+    c._shared.flags = flags = np.full((2 + 4) * world * world, 7, np.int32)  # 7: untouched
+    c._events, rounds = {"call": 1}, iter([True, False])
+    c._pending = lambda: next(rounds)
+    c._drain(dead)
+    at = {(addr - 0x1000) // 4: v for addr, v in [
+        (c._flag(0, me, dead).address, 1), (c._flag(1, dead, me).address, 1),
+        (c._flag(0, dead, me).address, 0), (c._flag(1, me, dead).address, 0),
+        *[(c._slot_flag(dead, me, j).address, 1) for j in range(4)],
+        *[(c._slot_flag(me, dead, j).address, 0) for j in range(4)]]}
+    assert {i: int(v) for i, v in enumerate(flags) if v != 7} == at

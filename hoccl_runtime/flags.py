@@ -212,7 +212,6 @@ _CYCLES = {
         (ChunkState.DMA_COPYING, ChunkState.IDLE),      # the copy finished (its stream writes this): credit it
     },
 }
-_ALLOWED = _CYCLES["send"]
 
 
 class ChunkStateMachine:

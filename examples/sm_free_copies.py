@@ -9,8 +9,9 @@ trace alone cannot say.
 Then a bf16 8192^3 GEMM loop is timed alone and beside each variant copying in a loop (the slowdown and the
 bytes copied per second beside it). Variants: the same-GPU copy with cudaMemcpyAsync and with
 cuMemcpyBatchAsync (flags 0 and CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE, the hint NCCL's copy-engine
-collectives set so that "intra-device copies offload to the CE" on CUDA 13.1+), each also captured in a
-CUDA graph, and, with two GPUs, the copy to the peer GPU.
+collectives set so that "intra-device copies offload to the CE" on CUDA 13.1+; also with location hints and
+any source access order), cudaMemcpy2DAsync (rows, and a pitched destination), cudaMemcpyPeerAsync from
+the GPU to itself, each also captured in a CUDA graph, and, with two GPUs, the copy to the peer GPU.
 """
 
 from __future__ import annotations
@@ -57,10 +58,11 @@ def main() -> int:
                                               ctypes.c_void_p]
     batch.restype = ctypes.c_int
 
-    def batch_copy(d: int, s: int, n: int, flags: int):
+    def batch_copy(d: int, s: int, n: int, flags: int, order: int = 1, hint: int | None = None):
         dsts, srcs = (ctypes.c_uint64 * 1)(d), (ctypes.c_uint64 * 1)(s)
         sizes = (ctypes.c_size_t * 1)(n)
-        attrs = (ctypes.c_int * 6)(1, 0, 0, 0, 0, flags)  # srcAccessOrder STREAM, no hints, flags
+        loc = (0, 0) if hint is None else (1, hint)  # CUmemLocation: (CU_MEM_LOCATION_TYPE_DEVICE, ordinal)
+        attrs = (ctypes.c_int * 6)(order, *loc, *loc, flags)  # srcAccessOrder, src and dst hints, flags
         idxs = (ctypes.c_size_t * 1)(0)
 
         def fn(stream: int) -> None:
@@ -72,6 +74,10 @@ def main() -> int:
     def memcpy(d: int, s: int, n: int):
         return lambda stream: rt.memcpyAsync(d, s, n, 4, stream)
 
+    def memcpy2d(d: int, s: int, n: int, width: int, dpitch: int):
+        # n bytes as rows of `width` bytes; the destination's rows `dpitch` apart (pitch > width: not one run)
+        return lambda stream: rt.memcpy2DAsync(d, dpitch, s, width, width, n // width, 3, stream)
+
     def graphed(fn):
         s = cupy.cuda.Stream(non_blocking=True)
         with s:
@@ -80,10 +86,17 @@ def main() -> int:
             g = s.end_capture()
         return lambda stream: g.launch(cupy.cuda.ExternalStream(stream))
 
+    row = 1 << 20
+    pitched = cupy.empty(nbytes // row * (row + 4096), dtype=cupy.uint8)
     variants = {
         "local memcpyAsync": memcpy(dst.data.ptr, src.data.ptr, nbytes),
         "local batch flags=0": batch_copy(dst.data.ptr, src.data.ptr, nbytes, 0),
         "local batch prefer-overlap": batch_copy(dst.data.ptr, src.data.ptr, nbytes, 1),
+        "local batch prefer+hints+any": batch_copy(dst.data.ptr, src.data.ptr, nbytes, 1, order=3, hint=0),
+        "local memcpy2DAsync rows": memcpy2d(dst.data.ptr, src.data.ptr, nbytes, row, row),
+        "local memcpy2DAsync pitched": memcpy2d(pitched.data.ptr, src.data.ptr, nbytes, row, row + 4096),
+        "local memcpyPeerAsync 0->0": lambda stream: rt.memcpyPeerAsync(dst.data.ptr, 0, src.data.ptr, 0, nbytes,
+                                                                         stream),
     }
     for name in list(variants):
         try:
@@ -113,7 +126,10 @@ def main() -> int:
     for name, fn in variants.items():
         fn(side.ptr)  # warm, and check it works
         side.synchronize()
-        if name.startswith("local"):
+        if name.endswith("pitched"):
+            rows = pitched.reshape(-1, row + 4096)[:, :row].reshape(-1)
+            assert bool((rows == src).all()), name
+        elif name.startswith("local"):
             assert bool((dst == src).all()), name
             dst.fill(0)
         took = alone_ms(fn)

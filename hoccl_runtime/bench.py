@@ -7,7 +7,9 @@
 
 * ``sweep``: bandwidth by size (nccl-tests' definitions: send/recv bytes/t; AllGather and All-to-All
   algbw = total bytes/t, busbw = algbw (n-1)/n) for ``--baselines`` among ``hoccl``, ``hoccl-graph``
-  (each call captured once into a CUDA graph and launched: no Python per call), ``raw`` (one
+  (each call captured once into a CUDA graph and launched: no Python per call), ``hoccl-inplace``
+  (AllGather with the input in the output's own block), ``hoccl-peer`` (a communicator with
+  ``local_copies="peer"``: own blocks through the peer GPUs, no SM), ``raw`` (one
   ``cudaMemcpyAsync`` per peer through CUDA IPC and the local part on a second stream, no
   synchronisation between ranks: the copy engines' limit),
   ``nccl``, ``nccl-ctas=K`` (a communicator with min = max CTAs = K) and ``nccl-ce`` (NCCL's
@@ -56,7 +58,7 @@ def _baselines(spec: str) -> list[str]:
     """``hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce`` -> [..., "nccl-ctas=1", "nccl-ctas=2", ...]: bare numbers
     after a ``nccl-ctas=K`` item are more CTA budgets."""
     out: list[str] = []
-    known = ("hoccl", "hoccl-graph", "hoccl-inplace", "raw", "nccl", "nccl-ce")
+    known = ("hoccl", "hoccl-graph", "hoccl-inplace", "hoccl-peer", "raw", "nccl", "nccl-ce")
     for token in (t.strip() for t in spec.split(",") if t.strip()):
         if token.isdigit() and out and out[-1].startswith("nccl-ctas="):
             out.append(f"nccl-ctas={token}")
@@ -191,6 +193,8 @@ class Bench:
         torch.cuda.set_device(self.dev)
         dist.init_process_group("nccl", device_id=torch.device(f"cuda:{self.dev}"))
         self.comm = hr.init(timeout_s=timeout_s)
+        self._timeout_s = timeout_s
+        self._peer_comm: Any = None  # local_copies="peer", made at the first hoccl-peer row (every rank alike)
         self.stream = torch.cuda.Stream()
         self.groups: dict[str, Any] = {}
         self._symm: Any = None
@@ -268,6 +272,20 @@ class Bench:
         return self._symm[slot << 30:(slot << 30) + n]
 
     # --- one operation, one implementation -------------------------------------------------------------
+    @property
+    def peer_comm(self) -> Any:
+        """A second communicator whose own blocks go through the peer GPUs (local_copies="peer")."""
+        if self._peer_comm is None:
+            import hoccl_runtime as hr
+
+            self._peer_comm = hr.init(timeout_s=self._timeout_s, local_copies="peer")
+        return self._peer_comm
+
+    def close(self) -> None:
+        self.comm.close()
+        if self._peer_comm is not None:
+            self._peer_comm.close()
+
     def make_op(self, op: str, impl: str, size: int) -> tuple[Callable[[], None], Callable[[], bool] | None]:
         """(the call, a checker or None) moving ``size`` bytes (nccl-tests' size: the total per rank)."""
         dist, comm, r, w = self.dist, self.comm, self.rank, self.world
@@ -285,7 +303,11 @@ class Bench:
             inp = out[r * n:(r + 1) * n]
             fn = lambda: comm.all_gather_into_tensor(out, inp, stream=s)  # noqa: E731
             return fn, self._checker(op, inp, out, fn)
-        if impl in ("hoccl", "hoccl-graph"):
+        if impl in ("hoccl", "hoccl-graph", "hoccl-peer"):
+            if impl == "hoccl-peer":
+                if op == "sendrecv":
+                    raise ValueError("hoccl-peer is an AllGather / All-to-All variant (send/recv copies no own block)")
+                comm = self.peer_comm
             calls = {
                 "sendrecv": lambda: comm.send(inp, 1, stream=s) if r == 0 else
                 comm.recv(out, 0, stream=s) if r == 1 else None,
@@ -457,7 +479,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         iters = max(10, min(512, (1 << 30) // size))
         for op in ops:
             for impl in impls:
-                if impl in unavailable or (impl == "nccl-ce" and op == "sendrecv") or \
+                if impl in unavailable or (impl in ("nccl-ce", "hoccl-peer") and op == "sendrecv") or \
                         (impl == "hoccl-inplace" and op != "allgather"):
                     continue  # NCCL's copy-engine mode covers collectives, not point-to-point
                 try:
@@ -729,6 +751,12 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         own.copy_(inp)
         variants["hoccl-inplace"] = (lambda: b.comm.all_gather_into_tensor(out_ip, own, stream=b.stream), sent)
         variants["raw-inplace"] = (b._raw("allgather", own, out_ip), sent)
+    if args.peer:  # own blocks through the peer GPUs: out of place, and no SM either
+        peer_fn, check = b.make_op("allgather", "hoccl-peer", size)
+        if not check():
+            raise RuntimeError("hoccl-peer: wrong result")
+        variants["hoccl-peer"] = (peer_fn, sent)
+
     def paced(rate: float, period: float) -> None:  # one call with another pacing tick, then the default again
         default, b.comm.pace_period_us = b.comm.pace_period_us, period
         try:
@@ -741,6 +769,9 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         variants[f"hoccl@{rate:g}"] = (lambda r=rate: b.comm.all_gather_into_tensor(out, inp, stream=b.stream,
                                                                                   rate_gbps=r), sent)
         variants[f"raw@{rate:g}"] = (b._raw("allgather", inp, out, pacer, rate), sent)
+        if args.peer:
+            variants[f"hoccl-peer@{rate:g}"] = (lambda r=rate: b.peer_comm.all_gather_into_tensor(
+                out, inp, stream=b.stream, rate_gbps=r), sent)
         if args.in_place:
             variants[f"hoccl-inplace@{rate:g}"] = (lambda r=rate: b.comm.all_gather_into_tensor(
                 out_ip, own, stream=b.stream, rate_gbps=r), sent)
@@ -892,7 +923,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "results"), help="folder for <command>.json")
     p.add_argument("--sizes", default="2MiB:1GiB", help="LOW:HIGH, powers of two between (default 2MiB:1GiB)")
     p.add_argument("--collectives", default=",".join(OPS))
-    p.add_argument("--baselines", default="hoccl,hoccl-graph,hoccl-inplace,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
+    p.add_argument("--baselines",
+                   default="hoccl,hoccl-graph,hoccl-inplace,hoccl-peer,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
     p.add_argument("--sm-size", type=int, default=64 << 20, help="size at which SMs are counted by trace")
     p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
@@ -901,6 +933,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--in-place", action="store_true",
                    help="contention: also hoccl-inplace and raw-inplace (input = the output's own block: no "
                    "same-GPU copy), at full rate and at each rate")
+    p.add_argument("--peer", action="store_true",
+                   help="contention: also hoccl-peer and hoccl-peer@R: out-of-place AllGathers whose own block goes "
+                   "through the peer GPU (local_copies=\"peer\"; no SM)")
     p.add_argument("--pace-feedback", action="store_true",
                    help="contention: paced calls (HOCCL's and raw) learn their sleeps (HOCCL_PACE_FEEDBACK=1)")
     p.add_argument("--copier-process", action="store_true",
@@ -922,7 +957,7 @@ def main(argv: list[str] | None = None) -> int:
         {"sweep": sweep, "contention": contention, "launch": launch}[args.command](b, args)
     finally:
         b.say(f"hoccl-bench {args.command}: {time.time() - t0:.0f} s")
-        b.comm.close()
+        b.close()
         b.dist.destroy_process_group()
     return 0
 

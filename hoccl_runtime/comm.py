@@ -20,8 +20,11 @@ CUDA driver runs as a kernel of its own; see step 3):
    copies and any further DMA queues run on side streams ordered with it by CUDA events. A local copy
    (my own block of an out-of-place AllGather, All-to-All, scatter or gather) is a same-GPU copy, which
    the driver runs on SMs (measured, driver 580: hoccl_runtime.smfree). None is made in place (input =
-   my own block of the output: NCCL's in-place AllGather), and with ``local_copies="peer"`` the next
-   rank's copy engine makes it instead, reading my input and writing my output over NVLink.
+   my own block of the output: NCCL's in-place AllGather). With ``local_copies="peer"`` my own block
+   goes through a peer GPU on copy engines instead (:func:`_bounce_route`): read back from where my
+   send put it (AllGather, broadcast), or pushed into a region of a peer's output that my send will
+   overwrite and read back before that send (All-to-All, scatter); a block no send of mine carries
+   (a gather's root) is copied by the next rank, from my input to my output over NVLink.
 4. Streams of different processes are ordered with stream memory operations on flags in the shared
    host memory: per directed pair (u -> v), READY (v's stream says its output may be written) and DONE
    (u's stream says its copies into v landed), each a replay-safe handshake (wait for the reset value,
@@ -294,6 +297,21 @@ class _Launch:
 
 
 @dataclass(frozen=True)
+class _Bounce:
+    """A piece of my own block on its way through peer ``peer``'s output (local_copies="peer"): my output at
+    ``dst`` gets my input at ``src``, read back from the peer's output at ``via`` by my copy engine. With
+    ``temp`` I first write it there, into a region that a later send of mine overwrites; without, a send of
+    mine has put those bytes there already."""
+
+    peer: int
+    via: int
+    src: int
+    dst: int
+    nbytes: int
+    temp: bool
+
+
+@dataclass(frozen=True)
 class _PlanState:
     plan: Plan
     program: Program
@@ -305,8 +323,9 @@ class _PlanState:
     # where in my output my input may overlap it: an in-place plan's resident block, or where an out-of-place
     # plan's local copies would move it (_own_block); None: nowhere
     own_block: int | None = None
-    helper: int | None = None  # local_copies="peer": the rank that copies my own block (gets my input's handle)
-    helped: int | None = None  # ... and the rank whose own block I copy
+    bounce: tuple[_Bounce, ...] = ()  # local_copies="peer": my own block through peers' outputs (_bounce_route)
+    helper: int | None = None  # local_copies="peer", no bounce route: the rank that copies my own block
+    helped: int | None = None  # ... and the rank whose own block I copy (gets its input's handle)
     helped_copies: tuple[Copy, ...] = ()  # that rank's local copies (offsets in its input and output)
 
 
@@ -333,6 +352,50 @@ def _slot_flag_index(world: int, a: int, b: int, j: int) -> int:
 def _local_copies(prog: Program, rank: int) -> tuple[Copy, ...]:
     """The plan's copies from ``rank``'s input into its own output, in queue order."""
     return tuple(c for q in sorted(prog.copies) for c in prog.copies[q] if c.src_rank == c.dst_rank == rank)
+
+
+def _bounce_route(prog: Program, rank: int, world: int, main: int | None) -> tuple[_Bounce, ...] | None:
+    """How ``rank``'s own block (its local copies) can move on copy engines only, through the outputs of the
+    peers its first DMA queue (``main``) sends to, nearest next rank first; None if it has no local copies
+    or no route. A same-GPU copy is a kernel of the CUDA driver; a copy to or from a peer GPU is not.
+
+    * Read back: when sends of mine carry those input bytes (AllGather, broadcast), my copy engine pulls
+      them from where they landed, after the sends (1 block more over NVLink).
+    * Through a region: else (All-to-All, scatter), I first push the bytes into the peers' outputs where my
+      sends will write, pull them back, and only then send (2 blocks more). Both stay inside the peers'
+      windows: after their READY, before my DONE.
+    """
+    local = _local_copies(prog, rank)
+    if not local or main is None:
+        return None
+    sends = sorted((c for c in prog.copies[main] if c.src_rank == rank != c.dst_rank),
+                   key=lambda c: ((c.dst_rank - rank) % world, c.dst_offset))
+    route: list[_Bounce] = []
+    for c in local:  # read back from my sends' destinations
+        pos, end = c.src_offset, c.src_offset + c.nbytes
+        while pos < end:
+            s = next((s for s in sends if s.src_offset <= pos < s.src_offset + s.nbytes), None)
+            if s is None:
+                break
+            n = min(end, s.src_offset + s.nbytes) - pos
+            route.append(_Bounce(s.dst_rank, s.dst_offset + pos - s.src_offset, pos, c.dst_offset + pos - c.src_offset,
+                                 n, False))
+            pos += n
+        if pos < end:
+            break
+    else:
+        return tuple(route)
+    route, regions = [], iter(sends)  # through regions my sends will overwrite
+    for c in local:
+        done = 0
+        while done < c.nbytes:
+            s = next(regions, None)
+            if s is None:
+                return None
+            n = min(c.nbytes - done, s.nbytes)
+            route.append(_Bounce(s.dst_rank, s.dst_offset, c.src_offset + done, c.dst_offset + done, n, True))
+            done += n
+    return tuple(route)
 
 
 def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
@@ -399,8 +462,8 @@ class Communicator:
             raise HocclError(f"local_copies={local_copies!r}: give one of {', '.join(LOCAL_COPIES)}")
         # who copies my own block of an out-of-place call (AllGather's own part, All-to-All's self block,
         # scatter's and gather's root part): "sm", this rank, where the CUDA driver runs a same-GPU copy as
-        # a kernel on SMs; "peer", the next rank's copy engine, reading my input and writing my output over
-        # NVLink (no SM, more link traffic: on 2 GPUs each direction carries twice the bytes)
+        # a kernel on SMs; "peer", copy engines, through a peer GPU's output (_bounce_route; no SM, more
+        # NVLink traffic: on 2 GPUs an AllGather moves twice the bytes per direction, an All-to-All three times)
         self.local_copies = local_copies
         if ipc_cache < world:
             raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
@@ -552,25 +615,33 @@ class Communicator:
         res_off, res_bytes = layout(plan.collective, w).resident()
         eager = self._eager_layout(plan, prog)
         helper = helped = None
+        bounce: tuple[_Bounce, ...] = ()
         helped_copies: tuple[Copy, ...] = ()
         if self.local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
-            if _local_copies(prog, me):
+            def route(r: int) -> tuple[_Bounce, ...] | None:
+                dma = _dma_queues(plan, prog, r)
+                return _bounce_route(prog, r, w, dma[0] if dma else None)
+
+            bounce = route(me) or ()
+            if _local_copies(prog, me) and not bounce:  # no route (a gather's root): the next rank copies it
                 helper = (me + 1) % w
-            helped_copies = _local_copies(prog, (me - 1) % w)
-            helped = (me - 1) % w if helped_copies else None
+            prev = (me - 1) % w
+            if _local_copies(prog, prev) and route(prev) is None:
+                helped, helped_copies = prev, _local_copies(prog, prev)
             partners |= {r for r in (helper, helped) if r is not None}
         if eager is not None:
             paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
         else:
             dma = _dma_queues(plan, prog, me)
             paced = sum(c.nbytes for c in prog.copies[dma[0]]) if dma else 0
-            paced += sum(c.nbytes for c in helped_copies)  # they run on my stream, after my sends
+            # the bounces and the helped copies run on my stream too
+            paced += sum(b.nbytes * (2 if b.temp else 1) for b in bounce) + sum(c.nbytes for c in helped_copies)
         # the digest names the plan and who copies own blocks: ranks set up differently raise PlanError
         digest = zlib.crc32(f"{plan.plan_id}/{self.local_copies}".encode())
         state = _PlanState(plan, prog, digest, tuple(sorted(partners)),
                            (int(res_off[me]), int(res_bytes[me])), eager, paced,
                            int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
-                           helper, helped, helped_copies)
+                           bounce, helper, helped, helped_copies)
         self._by_id[plan.plan_id] = state
         return state
 
@@ -1079,8 +1150,9 @@ class Communicator:
 
             U:  [signal READY to senders; wait READY of receivers] -> copies -> [signal DONE; wait DONE]
 
-        With local_copies="peer" my own block is copied by ``state.helper`` (a sender to me like any other)
-        and I copy ``state.helped``'s, from its input at ``helped_in`` into its output, after my sends."""
+        With local_copies="peer" my own block goes through my receivers' outputs (``state.bounce``), or, where
+        no send of mine carries it, is copied by ``state.helper`` (a sender to me like any other); and I copy
+        ``state.helped``'s, from its input at ``helped_in`` into its output, after my sends."""
         plan, prog, me = state.plan, state.program, self.rank
         kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
         mine = sorted(q for q in prog.copies if qgpu[q] == me)
@@ -1112,8 +1184,20 @@ class Communicator:
                       c.nbytes) for c in prog.copies[q]]
             return [("copy", dst, src, n, stream) for dst, src, n in moves if dst != src]
 
-        # local queues with copies to make: none when the helper makes them, nor in place
-        side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (state.helper is None and copies(q, 0)))]
+        # my own block through peers' outputs: pushed into regions my sends overwrite and pulled back before
+        # them, or pulled back from where my sends put it after them (_bounce_route); none in place
+        before: list[tuple] = []
+        after: list[tuple] = []
+        for b in state.bounce:
+            src, dst, via = inp.ptr + b.src, out.ptr + b.dst, remote[b.peer] + b.via
+            if src != dst:
+                if b.temp:
+                    before += [("copy", via, src, b.nbytes, user), ("copy", dst, via, b.nbytes, user)]
+                else:
+                    after.append(("copy", dst, via, b.nbytes, user))
+        # local queues with copies to make: none when they go through peers, nor in place
+        by_peer = state.helper is not None or bool(state.bounce)
+        side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (not by_peer and copies(q, 0)))]
         ops: list[tuple] = []
         local = [q for q in side if kinds[q] == "dma_local"]
         if local:  # local copies need no peer: they start before the handshake
@@ -1127,7 +1211,7 @@ class Communicator:
             ops.append(("wait", stream, self._event(("pre" if q in local else "post", user))))
             ops += copies(q, stream)
             ops.append(("record", self._event(("side", q)), stream))
-        sends = (copies(main, user) if main is not None else []) + helped
+        sends = before + (copies(main, user) if main is not None else []) + after + helped
         if sends and rate is None:
             ops += sends
         elif sends:

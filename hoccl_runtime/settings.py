@@ -22,7 +22,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_GRAPH_TAIL_DIRECT": ("0", "1: a call's graph ends at its copies, its last handshake launched after it"),
     "HOCCL_DMA_QUEUES": ("1", "copy streams per GPU that intra-node plans spread peers over (1-4)"),
     "HOCCL_LOCAL_COPIES": ("sm", "who copies a rank's own block (out-of-place calls): sm (the driver's copy kernel) or "
-                           "peer (the next rank's copy engine, over NVLink: no SM)"),
+                           "peer (copy engines, through a peer GPU's output over NVLink: no SM, more link traffic)"),
     "HOCCL_PACE_PERIOD_US": ("250", "the pacing clock's tick in microseconds (one piece of a paced call per tick)"),
     "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "
                             "(may exceed it)"),

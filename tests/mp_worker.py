@@ -148,7 +148,7 @@ def main() -> int:
                 start.record(stream)
         end.record(stream)
         end.synchronize()
-        # a rank's paced bytes: its sends, and with local_copies="peer" also the own block it copies for a peer
+        # a rank's paced bytes: its sends, and with local_copies="peer" also its own block, read back from a peer
         paced = n * world if comm.local_copies == "peer" else n * (world - 1)
         rates.append(19 * paced / (cp.cuda.get_elapsed_time(start, end) / 1e3) / 1e9)
     check(f"paced allgathers back to back {n}", out, np.concatenate([data(r, call, n) for r in range(world)]))
@@ -235,7 +235,7 @@ def main() -> int:
     from hoccl_runtime.smfree import SmProbe
 
     probe = SmProbe(dev, hold_ms=100.0)
-    by_peer = comm.local_copies == "peer"  # own blocks copied by the next rank's copy engine: no SM either
+    by_peer = comm.local_copies == "peer"  # own blocks through a peer GPU on copy engines: no SM either
     big = torch.ones(2 * comm.eager_bytes + 4096, dtype=torch.uint8, device=f"cuda:{dev}")
     peer = rank + 1 if rank % 2 == 0 else rank - 1
     probed = {

@@ -6,7 +6,8 @@ with the semantics the GPU gives them: stream order, ``cuStreamWaitValue32`` (EQ
 host flags, event record/wait (a wait binds to the last record enqueued before it), copies. It checks
 that nothing deadlocks, that a copy into rank v's output runs after v's stream reached the call and
 before v's work after the call, that a copy reads its source rank's input within the same window, and
-that every flag is back to 0 after each sequence (replay-safe handshakes).
+that every flag is back to 0 after each sequence (replay-safe handshakes). Copies move real bytes: every
+output must equal the reference executor's (``hoccl_compiler.verify.replay``) and no input is written.
 """
 
 from __future__ import annotations
@@ -14,14 +15,24 @@ from __future__ import annotations
 import random
 import types
 
+import numpy as np
 import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.ir import CompileOptions
+from hoccl_compiler.verify import replay
 from hoccl_runtime.comm import Communicator
 from hoccl_runtime.interop import DeviceBuffer
 
-OUT, IN = 1 << 40, 1 << 39  # rank r's output at r << 40 (mapped at the same address everywhere), input + IN
+OUT, IN, CALL = 1 << 40, 1 << 39, 1 << 32  # rank r's output for call k at r * OUT + k * CALL, its input + IN
+
+
+def where(address: int) -> tuple[int, bool, int, int]:
+    """(rank, is input, call, offset) of a simulated buffer address."""
+    rank, rest = divmod(address, OUT)
+    is_input = rest >= IN
+    call, offset = divmod(rest - IN if is_input else rest, CALL)
+    return rank, is_input, call, offset
 
 
 class _Shared:
@@ -70,6 +81,8 @@ class Sim:
         self.last_record: dict[int, list] = {}
         self.done: set[int] = set()      # ids of executed ops
         self.copies: list[tuple[int, int, int, set]] = []  # (call, dst rank, src rank, done-set snapshot)
+        self.mem: dict[tuple[int, bool, int], np.ndarray] = {}  # (rank, is input, call) -> bytes
+        self.bad: list[str] = []
         self.marks: dict[tuple, int] = {}
         self._next = 0
 
@@ -115,7 +128,12 @@ class Sim:
             return entry[2] is None or entry[2] in self.done
         elif kind == "copy":
             _, dst, src, n, _, call = op
-            self.copies.append((call, dst // OUT, (src - IN) // OUT, set(self.done)))
+            (d, d_in, d_call, d_off), (r, r_in, r_call, r_off) = where(dst), where(src)
+            if d_in:
+                self.bad.append(f"call {call}: a copy of {n} bytes wrote rank {d}'s input")
+            else:
+                self.mem[(d, False, d_call)][d_off:d_off + n] = self.mem[(r, r_in, r_call)][r_off:r_off + n]
+            self.copies.append((call, d, r, set(self.done)))
         return True
 
     def run(self) -> None:
@@ -134,6 +152,7 @@ class Sim:
                 assert self.marks[("work", rank, call)] in done, f"{what} ran before rank {rank} was ready"
                 assert self.marks[("after", rank, call)] not in done, f"{what} ran after rank {rank} went on"
         assert all(v == 0 for v in self.flags.values()), f"flags left set: {self.flags}"
+        assert not self.bad, self.bad
 
 
 def calls_for(world: int) -> list[tuple[CollectiveSpec, set[int]]]:
@@ -158,33 +177,94 @@ def calls_for(world: int) -> list[tuple[CollectiveSpec, set[int]]]:
 @pytest.mark.parametrize("rate", [None, 1e-3])  # 1e-3 GB/s: every copy cut into 1 MiB pieces on clock ticks
 @pytest.mark.parametrize("local_copies", ["sm", "peer"])
 def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_copies):
-    """... also when each rank's own block is copied by the next rank (local_copies="peer"): that copy reads
-    and writes the helped rank's buffers inside the helped rank's window, and no rank copies its own block."""
+    """... and delivers every collective's bytes, also when each rank's own block goes through a peer GPU
+    (local_copies="peer": read back from a peer's output, through a region of it that a later send
+    overwrites, or copied by the next rank): then no copy has its source and destination on one GPU."""
     comms = [fake_comm(r, world, local_copies) for r in range(world)]
     sim = Sim(world, seed)
+    rng = np.random.default_rng(seed)
+    expected = {}
     for call, (spec, ranks) in enumerate(calls_for(world)):
         plan = plan_for(world, spec)
+        inputs = [rng.integers(0, 256, n, dtype=np.uint8) for n in plan.ranks.input_bytes]
+        want = replay(plan, inputs).outputs
         for r in sorted(ranks):
             c = comms[r]
             state = c._make_state(plan)
             need_in, need_out = plan.ranks.input_bytes[r], plan.ranks.output_bytes[r]
-            inp = DeviceBuffer(r * OUT + IN, need_in, r) if need_in else None
-            out = DeviceBuffer(r * OUT, need_out, r) if need_out else None
-            if inp is None and state.resident[1] and out is not None:  # in place (broadcast)
-                inp = DeviceBuffer(r * OUT + IN + state.resident[0], state.resident[1], r)
-            remote = {p: p * OUT for p in state.partners}
-            helped_in = state.helped * OUT + IN if state.helped is not None else None
+            base = r * OUT + call * CALL
+            sim.mem[(r, True, call)] = inputs[r]
+            sim.mem[(r, False, call)] = np.full(need_out, 0xA5, dtype=np.uint8)  # poisoned
+            inp = DeviceBuffer(base + IN, need_in, r) if need_in else None
+            out = DeviceBuffer(base, need_out, r) if need_out else None
+            at, n = state.resident
+            if n and out is not None:  # in place (broadcast): the input sits in the output
+                inp = DeviceBuffer(base + at, n, r)
+                sim.mem[(r, False, call)][at:at + n] = want[r][at:at + n]
+            remote = {p: p * OUT + call * CALL for p in state.partners}
+            helped_in = state.helped * OUT + call * CALL + IN if state.helped is not None else None
             user = 50 + r
             ops = c._build(state, inp, out, remote, user, rate, helped_in)
-            own = [op for op in ops if op[0] == "copy" and op[1] // OUT == r == (op[2] - IN) // OUT]
-            assert not own or local_copies == "sm", f"rank {r} copies its own block: {own}"
+            own = [op for op in ops if op[0] == "copy" and where(op[1])[0] == where(op[2])[0] == r]
+            assert not own or local_copies == "sm", f"rank {r} makes a same-GPU copy: {own}"
             sim.enqueue(r, call, ops, user)
+            expected[(r, call)] = want[r]
     sim.run()
     sim.check()
-    if local_copies == "peer":  # every own block moved, by the rank before it
-        assert {(d, s) for _, d, s, _ in sim.copies if d == s} == {(r, r) for r in range(world)}
+    for (r, call), want in expected.items():
+        got = sim.mem[(r, False, call)]
+        kind = calls_for(world)[call][0].kind
+        assert np.array_equal(got, want), f"call {call} ({kind}): rank {r}'s output differs at " \
+                                          f"{np.flatnonzero(got != want)[:5]}"
     moved = {(d, s) for _, d, s, _ in sim.copies}
     assert {(d, s) for d in range(world) for s in range(world) if d != s} <= moved  # all-to-all traffic ran
+
+
+def test_the_simulation_sees_wrong_bytes():
+    """The data check can fail: rank 0's own-block read-back aimed one byte off gives rank 0 wrong bytes."""
+    comms = [fake_comm(r, 2, "peer") for r in range(2)]
+    plan = plan_for(2, CollectiveSpec(kind="allgather", size_bytes=2000))
+    states = [c._make_state(plan) for c in comms]
+    assert [b.temp for b in states[0].bounce] == [False]  # read back from where the send to rank 1 put it
+    sim, inputs = Sim(2, 0), [np.arange(1000, dtype=np.uint8) + r for r in range(2)]
+    for r in range(2):
+        sim.mem[(r, True, 0)], sim.mem[(r, False, 0)] = inputs[r], np.zeros(2000, dtype=np.uint8)
+        ops = comms[r]._build(states[r], DeviceBuffer(r * OUT + IN, 1000, r), DeviceBuffer(r * OUT, 2000, r),
+                              {1 - r: (1 - r) * OUT}, 50 + r)
+        if r == 0:
+            ops = [(*op[:2], op[2] + 1, *op[3:]) if op[0] == "copy" and where(op[2])[0] == 1 else op for op in ops]
+        sim.enqueue(r, 0, ops, 50 + r)
+    sim.run()
+    sim.check()
+    want = np.concatenate(inputs)
+    assert np.array_equal(sim.mem[(1, False, 0)], want)
+    assert not np.array_equal(sim.mem[(0, False, 0)], want)
+
+
+@pytest.mark.parametrize("kind", ["allgather", "alltoall", "scatter", "gather", "broadcast"])
+def test_peer_routes_for_each_collective(kind):
+    """Which route each collective's own block takes with local_copies="peer" on 3 ranks."""
+    world = 3
+    root = {"scatter": 0, "gather": 2, "broadcast": 1}.get(kind)
+    spec = CollectiveSpec(kind=kind, size_bytes=world * 100, **({} if root is None else {"root": root}))
+    plan = plan_for(world, spec)
+    states = [fake_comm(r, world, "peer")._make_state(plan) for r in range(world)]
+    routes = {r: {b.temp for b in st.bounce} for r, st in enumerate(states)}
+    helpers = {r: (st.helper, st.helped) for r, st in enumerate(states)}
+    if kind == "allgather":  # read back from the next rank's output, after the send there
+        assert routes == {r: {False} for r in range(world)}
+        assert all(st.bounce[0].peer == (r + 1) % world for r, st in enumerate(states))
+    elif kind == "alltoall":
+        assert routes == {r: {True} for r in range(world)}
+    elif kind == "scatter":  # only the root has an own block and sends
+        assert routes == {0: {True}, 1: set(), 2: set()}
+    elif kind == "broadcast":  # out of place: the root's own copy reads back what it sent
+        assert routes == {0: set(), 1: {False}, 2: set()}
+    if kind == "gather":  # the root sends nothing: the next rank copies its block
+        assert routes == {r: set() for r in range(world)}
+        assert helpers == {0: (None, 2), 1: (None, None), 2: (0, None)}
+    else:
+        assert helpers == {r: (None, None) for r in range(world)}
 
 
 def test_a_missing_partner_is_a_deadlock_the_simulation_sees():

@@ -54,11 +54,11 @@ CUDA driver runs as a kernel of its own; see step 3):
    see :mod:`hoccl_runtime.pacing`. ``duration_s=`` (per call) spreads the call over that long instead:
    the rate is this rank's bytes to its peers over the duration (background traffic only has to
    finish inside the compute window beside it).
-7. Small send/recv (up to ``eager_bytes``, 4 MiB unless HOCCL_EAGER_BYTES says otherwise; 0 turns it
-   off) take an eager path instead: the sender's copy lands in one of ``EAGER_SLOTS`` staging slots
-   that the receiver allocated for it once (exchanged through the store at the pair's first eager
-   message), and the receiver's stream copies it out, with one flag per slot (FULL: the sender's
-   stream waits for 0, copies, writes 1; the receiver's waits for 1, copies out, writes 0). Neither
+7. Small send/recv (up to ``eager_bytes``, 4 MiB unless HOCCL_EAGER_BYTES says otherwise, 0 with
+   ``local_copies="peer"``; 0 turns it off) take an eager path instead: the sender's copy lands in one
+   of ``EAGER_SLOTS`` staging slots that the receiver allocated for it once (exchanged through the store
+   at the pair's first eager message), and the receiver's stream copies it out, with one flag per slot
+   (FULL: the sender's stream waits for 0, copies, writes 1; the receiver's waits for 1, copies out, writes 0). Neither
    host waits for the other, no IPC handle moves per call, and on the GPUs the sender runs up to
    ``EAGER_SLOTS`` messages ahead: the rendezvous's two cross-GPU flag round trips per message
    (about 8 us each on the H200 pair, examples/handshake_latency.py) leave the critical path.
@@ -468,7 +468,8 @@ class Communicator:
         if ipc_cache < world:
             raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
         # settings (docs/settings.md) first: a bad one raises before anything is allocated
-        self.eager_bytes = env_int("HOCCL_EAGER_BYTES", 4 << 20, 0)
+        # (0 by default with local_copies="peer": the eager receive's copy out of its slot is a same-GPU copy)
+        self.eager_bytes = env_int("HOCCL_EAGER_BYTES", 0 if local_copies == "peer" else 4 << 20, 0)
         # collectives on the eager path too (opt-in: HOCCL_EAGER_COLLECTIVES=1; see the module docstring)
         self.eager_collectives = env_flag("HOCCL_EAGER_COLLECTIVES", False)
         # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
@@ -884,7 +885,8 @@ class Communicator:
             self._raise_if_failed()
             if time.monotonic() > deadline:
                 raise HocclTimeoutError(f"rank {peer} did not set up its eager staging within {self.timeout_s:.0f} s "
-                                        f"(rank {self.rank} waits for it); is it alive and issuing the same calls?")
+                                        f"(rank {self.rank} waits for it); is it alive, issuing the same calls, and "
+                                        "set up alike (HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
             time.sleep(1e-3)
 
     def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: CollectiveSpec) -> bool:

@@ -16,7 +16,8 @@ __all__ = ["SETTINGS", "env_int", "env_float", "env_flag", "env_choice"]
 
 # name -> (default, what it does); defaults as the code applies them
 SETTINGS: dict[str, tuple[str, str]] = {
-    "HOCCL_EAGER_BYTES": ("4194304", "send/recv of up to this many bytes take the eager path (0: off)"),
+    "HOCCL_EAGER_BYTES": ("4194304", "send/recv of up to this many bytes take the eager path (0: off; the default is 0 "
+                          "with HOCCL_LOCAL_COPIES=peer: the eager receive copies within its GPU)"),
     "HOCCL_EAGER_COLLECTIVES": ("0", "1: small collectives take the eager path too"),
     "HOCCL_GRAPH_AFTER": ("2", "from this call on with the same buffers, a call is one CUDA graph launch (0: never)"),
     "HOCCL_GRAPH_TAIL_DIRECT": ("0", "1: a call's graph ends at its copies, its last handshake launched after it"),

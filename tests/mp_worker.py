@@ -248,7 +248,8 @@ def main() -> int:
         "all_to_all": (traced["all_to_all"], by_peer),
         "scatter": (traced["scatter"], by_peer),
         "gather": (traced["gather"], by_peer),
-        "send/recv eager": (traced["send/recv"], False),
+        # small: eager (its receive copies out of a slot within the GPU), but rendezvous in peer mode
+        "send/recv small": (traced["send/recv"], comm.eager_bytes == 0),
     }
     for name, (fn, must) in probed.items():
         if name.startswith("send/recv") and world % 2:

@@ -130,6 +130,24 @@ def test_local_copies_setting_is_checked_and_must_agree(monkeypatch):
     assert got == {0: True, 1: True}
 
 
+def test_peer_mode_keeps_send_recv_off_the_eager_path(monkeypatch):
+    """local_copies="peer" promises no same-GPU copy, and the eager receive is one: its default eager size
+    is 0 (rendezvous), unless HOCCL_EAGER_BYTES asks for the eager path anyway."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.comm import Communicator
+
+    sizes = {}
+    for mode, env in (("sm", None), ("peer", None), ("peer", "65536")):
+        if env is None:
+            monkeypatch.delenv("HOCCL_EAGER_BYTES", raising=False)
+        else:
+            monkeypatch.setenv("HOCCL_EAGER_BYTES", env)
+        comm = Communicator(0, 1, 0, fake_cuda.Store(), local_copies=mode)
+        sizes[(mode, env)] = comm.eager_bytes
+        comm.close()
+    assert sizes == {("sm", None): 4 << 20, ("peer", None): 0, ("peer", "65536"): 65536}
+
+
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("eager", [True, False])
 def test_repeated_calls_run_as_graphs(monkeypatch, world, eager):

@@ -384,7 +384,7 @@ def _bounce_route(prog: Program, rank: int, world: int, main: int | None) -> tup
         if pos < end:
             break
     else:
-        return tuple(route)
+        return _merged(route)
     route, regions = [], iter(sends)  # through regions my sends will overwrite
     for c in local:
         done = 0
@@ -395,7 +395,21 @@ def _bounce_route(prog: Program, rank: int, world: int, main: int | None) -> tup
             n = min(c.nbytes - done, s.nbytes)
             route.append(_Bounce(s.dst_rank, s.dst_offset, c.src_offset + done, c.dst_offset + done, n, True))
             done += n
-    return tuple(route)
+    return _merged(route)
+
+
+def _merged(route: list[_Bounce]) -> tuple[_Bounce, ...]:
+    """Pieces that continue each other (the chunks of one send, interleaved with others on the queue) as
+    one copy each way: a copy engine streams one large copy better than many small ones."""
+    out: list[_Bounce] = []
+    for b in route:
+        last = out[-1] if out else None
+        if last is not None and (last.peer, last.temp) == (b.peer, b.temp) and last.via + last.nbytes == b.via \
+                and last.src + last.nbytes == b.src and last.dst + last.nbytes == b.dst:
+            out[-1] = _Bounce(b.peer, last.via, last.src, last.dst, last.nbytes + b.nbytes, b.temp)
+        else:
+            out.append(b)
+    return tuple(out)
 
 
 def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:

@@ -54,9 +54,9 @@ def fake_comm(rank: int, world: int, local_copies: str = "sm") -> Communicator:
     return c
 
 
-def plan_for(world: int, spec: CollectiveSpec):
-    return compile_plan(make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1), spec,
-                        CompileOptions(chunk_bytes=1 << 40, baselines=False))
+def plan_for(world: int, spec: CollectiveSpec, dma_queues: int = 1, chunk_bytes: int = 1 << 40):
+    return compile_plan(make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=dma_queues), spec,
+                        CompileOptions(chunk_bytes=chunk_bytes, baselines=False))
 
 
 def run_streams(streams: dict[int, list], rng: random.Random, step) -> None:
@@ -176,7 +176,7 @@ def calls_for(world: int) -> list[tuple[CollectiveSpec, set[int]]]:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("rate", [None, 1e-3])  # 1e-3 GB/s: every copy cut into 1 MiB pieces on clock ticks
 @pytest.mark.parametrize("local_copies", ["sm", "peer"])
-def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_copies):
+def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_copies, dma_queues=1, chunk=1 << 40):
     """... and delivers every collective's bytes, also when each rank's own block goes through a peer GPU
     (local_copies="peer": read back from a peer's output, through a region of it that a later send
     overwrites, or copied by the next rank): then no copy has its source and destination on one GPU."""
@@ -185,7 +185,7 @@ def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_cop
     rng = np.random.default_rng(seed)
     expected = {}
     for call, (spec, ranks) in enumerate(calls_for(world)):
-        plan = plan_for(world, spec)
+        plan = plan_for(world, spec, dma_queues, chunk)
         inputs = [rng.integers(0, 256, n, dtype=np.uint8) for n in plan.ranks.input_bytes]
         want = replay(plan, inputs).outputs
         for r in sorted(ranks):
@@ -218,6 +218,21 @@ def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_cop
                                           f"{np.flatnonzero(got != want)[:5]}"
     moved = {(d, s) for _, d, s, _ in sim.copies}
     assert {(d, s) for d in range(world) for s in range(world) if d != s} <= moved  # all-to-all traffic ran
+
+
+@pytest.mark.parametrize("dma_queues", [2, 3])
+@pytest.mark.parametrize("local_copies", ["sm", "peer"])
+def test_protocol_with_several_dma_queues_and_small_chunks(dma_queues, local_copies):
+    """4 ranks whose peers are spread over several copy queues (side streams), with 64 KiB chunks
+    interleaved per queue: a peer-mode own block is read back from, or passed through, the first queue's
+    send pieces only, and every output is still right."""
+    for seed in range(2):
+        test_protocol_orders_copies_and_never_deadlocks(4, seed, None, local_copies, dma_queues, 64 << 10)
+    if local_copies == "peer":  # the 2.5 MiB own block's 40 pieces of 64 KiB travel as one copy each way
+        for kind in ("allgather", "alltoall"):
+            plan = plan_for(4, CollectiveSpec(kind=kind, size_bytes=4 * (5 << 19)), dma_queues, 64 << 10)
+            bounce = fake_comm(0, 4, "peer")._make_state(plan).bounce
+            assert [(b.peer, b.nbytes, b.temp) for b in bounce] == [(1, 5 << 19, kind == "alltoall")]
 
 
 def test_the_simulation_sees_wrong_bytes():

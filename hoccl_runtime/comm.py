@@ -21,7 +21,7 @@ CUDA driver runs as a kernel of its own; see step 3):
    (my own block of an out-of-place AllGather, All-to-All, scatter or gather) is a same-GPU copy, which
    the driver runs on SMs (measured, driver 580: hoccl_runtime.smfree). None is made in place (input =
    my own block of the output: NCCL's in-place AllGather). With ``local_copies="peer"`` my own block
-   goes through a peer GPU on copy engines instead (:func:`_bounce_route`): read back from where my
+   goes through a peer GPU on copy engines instead (:func:`bounce_route`): read back from where my
    send put it (AllGather, broadcast), or pushed into a region of a peer's output that my send will
    overwrite and read back before that send (All-to-All, scatter); a block no send of mine carries
    (a gather's root) is copied by the next rank, from my input to my output over NVLink.
@@ -96,8 +96,8 @@ from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, Trans
 from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
-from .program import Copy, Program, lower
-from .settings import env_choice, env_flag, env_float, env_int
+from .program import Bounce, Copy, Program, bounce_route, local_copies_setting, lower, own_copies
+from .settings import env_flag, env_float, env_int
 
 __all__ = ["Communicator", "init"]
 
@@ -109,7 +109,6 @@ _NOT_READY = 600        # cudaErrorNotReady
 EAGER_SLOTS = 4         # staging slots per directed pair for eager send/recv
 _SLOT_WORDS = 22        # mailbox slot: [seq, digest, out offset, has out, out handle, in offset, has in, in handle]
 _RING = 8 + _SLOTS * _SLOT_WORDS  # mailbox word of a pair region where the eager size ring starts ([seq, digest] x 4)
-LOCAL_COPIES = ("sm", "peer")  # who copies a rank's own block of an out-of-place call (Communicator)
 
 
 def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
@@ -297,21 +296,6 @@ class _Launch:
 
 
 @dataclass(frozen=True)
-class _Bounce:
-    """A piece of my own block on its way through peer ``peer``'s output (local_copies="peer"): my output at
-    ``dst`` gets my input at ``src``, read back from the peer's output at ``via`` by my copy engine. With
-    ``temp`` I first write it there, into a region that a later send of mine overwrites; without, a send of
-    mine has put those bytes there already."""
-
-    peer: int
-    via: int
-    src: int
-    dst: int
-    nbytes: int
-    temp: bool
-
-
-@dataclass(frozen=True)
 class _PlanState:
     plan: Plan
     program: Program
@@ -323,7 +307,7 @@ class _PlanState:
     # where in my output my input may overlap it: an in-place plan's resident block, or where an out-of-place
     # plan's local copies would move it (_own_block); None: nowhere
     own_block: int | None = None
-    bounce: tuple[_Bounce, ...] = ()  # local_copies="peer": my own block through peers' outputs (_bounce_route)
+    bounce: tuple[Bounce, ...] = ()  # local_copies="peer": my own block through peers' outputs (bounce_route)
     helper: int | None = None  # local_copies="peer", no bounce route: the rank that copies my own block
     helped: int | None = None  # ... and the rank whose own block I copy (gets its input's handle)
     helped_copies: tuple[Copy, ...] = ()  # that rank's local copies (offsets in its input and output)
@@ -349,76 +333,13 @@ def _slot_flag_index(world: int, a: int, b: int, j: int) -> int:
     return 2 * world * world + (a * world + b) * EAGER_SLOTS + j
 
 
-def _local_copies(prog: Program, rank: int) -> tuple[Copy, ...]:
-    """The plan's copies from ``rank``'s input into its own output, in queue order."""
-    return tuple(c for q in sorted(prog.copies) for c in prog.copies[q] if c.src_rank == c.dst_rank == rank)
-
-
-def _bounce_route(prog: Program, rank: int, world: int, main: int | None) -> tuple[_Bounce, ...] | None:
-    """How ``rank``'s own block (its local copies) can move on copy engines only, through the outputs of the
-    peers its first DMA queue (``main``) sends to, nearest next rank first; None if it has no local copies
-    or no route. A same-GPU copy is a kernel of the CUDA driver; a copy to or from a peer GPU is not.
-
-    * Read back: when sends of mine carry those input bytes (AllGather, broadcast), my copy engine pulls
-      them from where they landed, after the sends (1 block more over NVLink).
-    * Through a region: else (All-to-All, scatter), I first push the bytes into the peers' outputs where my
-      sends will write, pull them back, and only then send (2 blocks more). Both stay inside the peers'
-      windows: after their READY, before my DONE.
-    """
-    local = _local_copies(prog, rank)
-    if not local or main is None:
-        return None
-    sends = sorted((c for c in prog.copies[main] if c.src_rank == rank != c.dst_rank),
-                   key=lambda c: ((c.dst_rank - rank) % world, c.dst_offset))
-    route: list[_Bounce] = []
-    for c in local:  # read back from my sends' destinations
-        pos, end = c.src_offset, c.src_offset + c.nbytes
-        while pos < end:
-            s = next((s for s in sends if s.src_offset <= pos < s.src_offset + s.nbytes), None)
-            if s is None:
-                break
-            n = min(end, s.src_offset + s.nbytes) - pos
-            route.append(_Bounce(s.dst_rank, s.dst_offset + pos - s.src_offset, pos, c.dst_offset + pos - c.src_offset,
-                                 n, False))
-            pos += n
-        if pos < end:
-            break
-    else:
-        return _merged(route)
-    route, regions = [], iter(sends)  # through regions my sends will overwrite
-    for c in local:
-        done = 0
-        while done < c.nbytes:
-            s = next(regions, None)
-            if s is None:
-                return None
-            n = min(c.nbytes - done, s.nbytes)
-            route.append(_Bounce(s.dst_rank, s.dst_offset, c.src_offset + done, c.dst_offset + done, n, True))
-            done += n
-    return _merged(route)
-
-
-def _merged(route: list[_Bounce]) -> tuple[_Bounce, ...]:
-    """Pieces that continue each other (the chunks of one send, interleaved with others on the queue) as
-    one copy each way: a copy engine streams one large copy better than many small ones."""
-    out: list[_Bounce] = []
-    for b in route:
-        last = out[-1] if out else None
-        if last is not None and (last.peer, last.temp) == (b.peer, b.temp) and last.via + last.nbytes == b.via \
-                and last.src + last.nbytes == b.src and last.dst + last.nbytes == b.dst:
-            out[-1] = _Bounce(b.peer, last.via, last.src, last.dst, last.nbytes + b.nbytes, b.temp)
-        else:
-            out.append(b)
-    return tuple(out)
-
-
 def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
     """Where in its output rank ``me``'s whole input may already sit, so that the call runs in place (NCCL's
     and torch's in-place AllGather: input = output[rank * n:(rank + 1) * n]): the offset by which the
     rank's local copies move its input, when they move all of it by one offset and no other rank's copy
     writes into that block; else None. In place, those local copies have nothing to do and are dropped:
     a same-GPU copy is a kernel of the CUDA driver on SMs (examples/sm_free_copies.py)."""
-    local = sorted((c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in _local_copies(prog, me))
+    local = sorted((c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in own_copies(prog, me))
     if not input_bytes or not local or len({shift for _, _, shift in local}) != 1:
         return None
     at = 0
@@ -470,13 +391,10 @@ class Communicator:
             dma_queues = env_int("HOCCL_DMA_QUEUES", 1, 1, MAX_QUEUES)
         if not 1 <= dma_queues <= MAX_QUEUES:
             raise HocclError(f"dma_queues={dma_queues} (or HOCCL_DMA_QUEUES): give 1..{MAX_QUEUES} copy queues per GPU")
-        if local_copies is None:
-            local_copies = env_choice("HOCCL_LOCAL_COPIES", "sm", LOCAL_COPIES)
-        if local_copies not in LOCAL_COPIES:
-            raise HocclError(f"local_copies={local_copies!r}: give one of {', '.join(LOCAL_COPIES)}")
+        local_copies = local_copies_setting(local_copies)
         # who copies my own block of an out-of-place call (AllGather's own part, All-to-All's self block,
         # scatter's and gather's root part): "sm", this rank, where the CUDA driver runs a same-GPU copy as
-        # a kernel on SMs; "peer", copy engines, through a peer GPU's output (_bounce_route; no SM, more
+        # a kernel on SMs; "peer", copy engines, through a peer GPU's output (bounce_route; no SM, more
         # NVLink traffic: on 2 GPUs an AllGather moves twice the bytes per direction, an All-to-All three times)
         self.local_copies = local_copies
         if ipc_cache < world:
@@ -630,19 +548,19 @@ class Communicator:
         res_off, res_bytes = layout(plan.collective, w).resident()
         eager = self._eager_layout(plan, prog)
         helper = helped = None
-        bounce: tuple[_Bounce, ...] = ()
+        bounce: tuple[Bounce, ...] = ()
         helped_copies: tuple[Copy, ...] = ()
         if self.local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
-            def route(r: int) -> tuple[_Bounce, ...] | None:
+            def route(r: int) -> tuple[Bounce, ...] | None:
                 dma = _dma_queues(plan, prog, r)
-                return _bounce_route(prog, r, w, dma[0] if dma else None)
+                return bounce_route(prog, r, w, dma[0] if dma else None)
 
             bounce = route(me) or ()
-            if _local_copies(prog, me) and not bounce:  # no route (a gather's root): the next rank copies it
+            if own_copies(prog, me) and not bounce:  # no route (a gather's root): the next rank copies it
                 helper = (me + 1) % w
             prev = (me - 1) % w
-            if _local_copies(prog, prev) and route(prev) is None:
-                helped, helped_copies = prev, _local_copies(prog, prev)
+            if own_copies(prog, prev) and route(prev) is None:
+                helped, helped_copies = prev, own_copies(prog, prev)
             partners |= {r for r in (helper, helped) if r is not None}
         if eager is not None:
             paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
@@ -1201,7 +1119,7 @@ class Communicator:
             return [("copy", dst, src, n, stream) for dst, src, n in moves if dst != src]
 
         # my own block through peers' outputs: pushed into regions my sends overwrite and pulled back before
-        # them, or pulled back from where my sends put it after them (_bounce_route); none in place
+        # them, or pulled back from where my sends put it after them (bounce_route); none in place
         before: list[tuple] = []
         after: list[tuple] = []
         for b in state.bounce:

@@ -32,7 +32,7 @@ from . import _cuda  # no CUDA at import: its functions load cupy / cuda-binding
 from .errors import BufferError, HocclError
 from .flags import FlagPool, MemOps, handshake
 from .interop import DeviceBuffer, as_buffer, as_stream
-from .program import Program, lower
+from .program import Program, bounce_route, local_copies_setting, lower, own_copies
 
 __all__ = ["Executor", "RankBuffers", "Sync"]
 
@@ -143,7 +143,12 @@ class Executor:
     engine copy, ordered with the caller's work for free); the other queues get their own streams.
     """
 
-    def __init__(self, *, flag_capacity: int = 4096):
+    def __init__(self, *, flag_capacity: int = 4096, local_copies: str | None = None):
+        # who copies a rank's own block (default HOCCL_LOCAL_COPIES or "sm"): "sm", a same-GPU copy, which
+        # the CUDA driver runs as a kernel on SMs; "peer", copy engines through a peer GPU's output
+        # (program.bounce_route), or for a rank whose sends do not carry it (a gather's root) the next
+        # rank's first DMA queue, reading its input and writing its output over NVLink
+        self.local_copies = local_copies_setting(local_copies)
         self._lock = threading.Lock()
         self._streams: dict[tuple[int, int], Any] = {}   # (device, plan queue id) -> cupy Stream
         self._events: dict[tuple[str, int, int], int] = {}
@@ -231,16 +236,21 @@ class Executor:
         device; a wait may cross devices), so a ("dev", d) goes only before the driver's batch
         memops and before work on the legacy default stream (handle 0 means "the current device's")."""
         prog = info.program
-        queues = sorted(prog.copies)
+        moves = {q: [(ranks[c.dst_rank].output.ptr + c.dst_offset, ranks[c.src_rank].input.ptr + c.src_offset,
+                      c.nbytes) for c in cs] for q, cs in prog.copies.items()}
+        touches = {q: set(prog.touches[q]) for q in prog.copies}
+        if self.local_copies == "peer":
+            self._own_blocks_through_peers(info, ranks, moves, touches)
+        queues = sorted(q for q in prog.copies if moves[q])
         qdev = {q: ranks[prog.queue_gpu[q]].device for q in queues}
         local = {q for q in queues if info.queue_kind[q] == "dma_local"}
         qstream = {q: (user[prog.queue_gpu[q]] if q in local else self._stream(qdev[q], q)) for q in queues}
         for q in queues:
-            for r in prog.touches[q]:
+            for r in touches[q]:
                 if ranks[r].device != qdev[q]:
                     self._peer(qdev[q], ranks[r].device)
         # edges between a caller's stream and a copy stream; local copies ride on the caller's stream
-        edges = [(r, q) for q in queues if q not in local for r in sorted(prog.touches[q])]
+        edges = [(r, q) for q in queues if q not in local for r in sorted(touches[q])]
         ops: list[tuple] = []
         if sync == "events":
             self._entry_events(ops, ranks, user, qdev, qstream, edges)
@@ -249,15 +259,49 @@ class Executor:
                              lambda e: (qdev[e[1]], qstream[e[1]]))
         for q in queues:
             ops += _on(qdev[q], qstream[q])
-            for c in prog.copies[q]:
-                src, dst = ranks[c.src_rank].input, ranks[c.dst_rank].output
-                ops.append(("copy", dst.ptr + c.dst_offset, src.ptr + c.src_offset, c.nbytes, qstream[q]))
+            ops += [("copy", dst, src, n, qstream[q]) for dst, src, n in moves[q]]
         if sync == "events":
             self._exit_events(ops, ranks, user, qdev, qstream, edges)
         else:
             self._flag_phase(ops, edges, lambda e: (qdev[e[1]], qstream[e[1]]),
                              lambda e: (ranks[e[0]].device, user[e[0]]))
         return _squeeze_devices(ops)
+
+    @staticmethod
+    def _own_blocks_through_peers(info: _PlanInfo, ranks: list[RankBuffers], moves: dict[int, list[tuple]],
+                                  touches: dict[int, set[int]]) -> None:
+        """local_copies="peer": each rank's own block leaves its local queue for its first DMA queue, through
+        a peer's output (program.bounce_route), or for the next rank's first DMA queue (no route: a gather's
+        root), which then touches the rank's buffers too (its caller's stream is ordered with that queue)."""
+        prog, world = info.program, len(ranks)
+        main: dict[int, int] = {}
+        for q in sorted(prog.copies):
+            if info.queue_kind[q] == "dma":
+                main.setdefault(prog.queue_gpu[q], q)
+        for r in range(world):
+            own = own_copies(prog, r)
+            if not own:
+                continue
+            inp, out = ranks[r].input, ranks[r].output
+            route = bounce_route(prog, r, world, main.get(r))
+            if route is not None:
+                before, after = [], []
+                for b in route:
+                    src, dst, via = inp.ptr + b.src, out.ptr + b.dst, ranks[b.peer].output.ptr + b.via
+                    if b.temp:
+                        before += [(via, src, b.nbytes), (dst, via, b.nbytes)]
+                    else:
+                        after.append((dst, via, b.nbytes))
+                moves[main[r]] = before + moves[main[r]] + after
+            elif main.get((r + 1) % world) is not None:
+                q = main[(r + 1) % world]
+                moves[q] = moves[q] + [(out.ptr + c.dst_offset, inp.ptr + c.src_offset, c.nbytes) for c in own]
+                touches[q].add(r)
+            else:  # no copy engine queue to take it: it stays a same-GPU copy
+                continue
+            for q in prog.copies:
+                if info.queue_kind[q] == "dma_local" and prog.queue_gpu[q] == r:
+                    moves[q] = []
 
     # events: one record per producer, one wait per edge
     def _entry_events(self, ops, ranks, user, qdev, qstream, edges) -> None:

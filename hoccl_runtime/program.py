@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 
 from hoccl_compiler.schema import Plan
 
-from .errors import UnsupportedPlanError
+from .errors import HocclError, UnsupportedPlanError
+from .settings import env_choice
 
-__all__ = ["Copy", "Program", "lower"]
+__all__ = ["LOCAL_COPIES", "Bounce", "Copy", "Program", "bounce_route", "local_copies_setting", "lower", "own_copies"]
+
+LOCAL_COPIES = ("sm", "peer")  # who copies a rank's own block of an out-of-place call
 
 _INTRA_ROLES = {"local", "native"}
 
@@ -68,3 +71,93 @@ def lower(plan: Plan) -> Program:
             prog.queue_gpu[q] = plan.queues.gpu[q]
             prog.touches.setdefault(q, set()).update((copy.src_rank, copy.dst_rank))
     return prog
+
+
+def own_copies(prog: Program, rank: int) -> tuple[Copy, ...]:
+    """The plan's copies from ``rank``'s input into its own output (its own block), in queue order."""
+    return tuple(c for q in sorted(prog.copies) for c in prog.copies[q] if c.src_rank == c.dst_rank == rank)
+
+
+@dataclass(frozen=True)
+class Bounce:
+    """A piece of a rank's own block on its way through peer ``peer``'s output (local_copies="peer"): the
+    rank's output at ``dst`` gets its input at ``src``, read back from the peer's output at ``via`` by the
+    rank's copy engine. With ``temp`` the rank first writes it there, into a region that a later send of
+    its own overwrites; without, a send of the rank has put those bytes there already."""
+
+    peer: int
+    via: int
+    src: int
+    dst: int
+    nbytes: int
+    temp: bool
+
+
+def bounce_route(prog: Program, rank: int, world: int, main: int | None) -> tuple[Bounce, ...] | None:
+    """How ``rank``'s own block can move on copy engines only, through the outputs of the peers that its
+    first DMA queue (``main``) sends to, nearest next rank first; None if it has no own block or no route.
+    A same-GPU copy is a kernel of the CUDA driver (hoccl_runtime.smfree); a copy to or from a peer GPU
+    is not. The pieces go on ``main`` itself, so stream order is all the ordering they need:
+
+    * Read back: when the rank's sends carry those input bytes (AllGather, broadcast), its copy engine
+      pulls them from where they landed, after the sends (one block more over NVLink).
+    * Through a region: else (All-to-All, scatter), it first pushes the bytes into the peers' outputs
+      where its sends will write, pulls them back, and only then sends (two blocks more).
+
+    Both stay inside the peers' windows: after they said their output may be written, before the rank
+    says its copies are done.
+    """
+    local = own_copies(prog, rank)
+    if not local or main is None:
+        return None
+    sends = sorted((c for c in prog.copies[main] if c.src_rank == rank != c.dst_rank),
+                   key=lambda c: ((c.dst_rank - rank) % world, c.dst_offset))
+    route: list[Bounce] = []
+    for c in local:  # read back from the sends' destinations
+        pos, end = c.src_offset, c.src_offset + c.nbytes
+        while pos < end:
+            s = next((s for s in sends if s.src_offset <= pos < s.src_offset + s.nbytes), None)
+            if s is None:
+                break
+            n = min(end, s.src_offset + s.nbytes) - pos
+            route.append(Bounce(s.dst_rank, s.dst_offset + pos - s.src_offset, pos, c.dst_offset + pos - c.src_offset,
+                                n, False))
+            pos += n
+        if pos < end:
+            break
+    else:
+        return _merged(route)
+    route, regions = [], iter(sends)  # through regions the sends will overwrite
+    for c in local:
+        done = 0
+        while done < c.nbytes:
+            s = next(regions, None)
+            if s is None:
+                return None
+            n = min(c.nbytes - done, s.nbytes)
+            route.append(Bounce(s.dst_rank, s.dst_offset, c.src_offset + done, c.dst_offset + done, n, True))
+            done += n
+    return _merged(route)
+
+
+def _merged(route: list[Bounce]) -> tuple[Bounce, ...]:
+    """Pieces that continue each other (the chunks of one send, interleaved with others on the queue) as
+    one copy each way: a copy engine streams one large copy better than many small ones."""
+    out: list[Bounce] = []
+    for b in route:
+        last = out[-1] if out else None
+        if last is not None and (last.peer, last.temp) == (b.peer, b.temp) and last.via + last.nbytes == b.via \
+                and last.src + last.nbytes == b.src and last.dst + last.nbytes == b.dst:
+            out[-1] = Bounce(b.peer, last.via, last.src, last.dst, last.nbytes + b.nbytes, b.temp)
+        else:
+            out.append(b)
+    return tuple(out)
+
+
+def local_copies_setting(value: str | None) -> str:
+    """``value``, or HOCCL_LOCAL_COPIES (default "sm") when None; HocclError unless one of LOCAL_COPIES."""
+    if value is None:
+        value = env_choice("HOCCL_LOCAL_COPIES", "sm", LOCAL_COPIES)
+    if value not in LOCAL_COPIES:
+        raise HocclError(f"local_copies={value!r}: give one of {', '.join(LOCAL_COPIES)}")
+    return value

@@ -282,8 +282,10 @@ def test_all_gather_in_place_makes_no_same_gpu_copy(monkeypatch, world, local_co
 
 
 @pytest.mark.parametrize("sync", ["events", "flags"])
-def test_one_process_executor_on_faked_cuda(monkeypatch, sync):
-    """hoccl_runtime.execute for two "GPUs" of one process, every collective, both orderings."""
+@pytest.mark.parametrize("local_copies", ["sm", "peer"])
+def test_one_process_executor_on_faked_cuda(monkeypatch, sync, local_copies):
+    """hoccl_runtime.execute for two "GPUs" of one process, every collective, both orderings; with
+    local_copies="peer" no copy has its source and destination on the GPU whose stream issues it."""
     fake_cuda.install(monkeypatch)
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
     from hoccl_compiler.ir import CompileOptions
@@ -292,8 +294,21 @@ def test_one_process_executor_on_faked_cuda(monkeypatch, sync):
     topo = make_topology("h200x2", nodes=1)
     specs = [CollectiveSpec(kind="allgather", size_bytes=2 * 5003), CollectiveSpec(kind="alltoall", size_bytes=8002),
              CollectiveSpec(kind="broadcast", size_bytes=777, root=1, in_place=True),
+             CollectiveSpec(kind="broadcast", size_bytes=777, root=0),
+             CollectiveSpec(kind="scatter", size_bytes=2 * 301, root=0),
+             CollectiveSpec(kind="gather", size_bytes=2 * 301, root=1),
              CollectiveSpec(kind="sendrecv", pairs=((0, 1, 4097),))]
-    with Executor() as ex:
+    user = {0: 7, 1: 8}
+    with Executor(local_copies=local_copies) as ex:
+        made: dict[int, int] = {}  # copy stream -> its GPU
+        make_stream = ex._stream
+
+        def stream(device: int, queue: int) -> int:
+            s = make_stream(device, queue)
+            made[s] = device
+            return s
+
+        monkeypatch.setattr(ex, "_stream", stream)
         for rep in range(2):
             for spec in specs:
                 plan = compile_plan(topo, spec, CompileOptions(chunk_bytes=1 << 30, baselines=False))
@@ -305,10 +320,19 @@ def test_one_process_executor_on_faked_cuda(monkeypatch, sync):
                 else:
                     bufs = {r: (dev(ins[r], r) if ins[r].size else None, dev(outs[r], r) if outs[r].size else None)
                             for r in range(2)}
-                ex.execute(plan, bufs, {0: 7, 1: 8}, sync=sync)
+                ex.execute(plan, bufs, user, sync=sync)
                 want = replay(plan, ins).outputs
                 for r in range(2):
                     assert np.array_equal(outs[r], want[r]), (spec.kind, r)
+                if local_copies == "peer":
+                    def gpu(ptr: int, arrays=ins + outs) -> int:
+                        return next(i % 2 for i, a in enumerate(arrays)
+                                    if a.size and a.ctypes.data <= ptr < a.ctypes.data + a.nbytes)
+                    key = next(k for k in reversed(ex._launches._lists) if k[0] == plan.plan_id)  # this call
+                    for op in ex._launches._lists[key]:
+                        if op[0] == "copy":
+                            on = made.get(op[4], {7: 0, 8: 1}.get(op[4]))
+                            assert not gpu(op[1]) == gpu(op[2]) == on, f"{spec.kind}: a same-GPU copy {op}"
 
 
 def test_eager_send_recv_many_and_a_size_mismatch(monkeypatch):

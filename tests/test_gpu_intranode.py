@@ -18,8 +18,9 @@ def plan_for(spec: CollectiveSpec, chunk: int = BIG_CHUNK):
     return compile_plan(make_topology("h200x2", nodes=1), spec, CompileOptions(chunk_bytes=chunk, baselines=False))
 
 
-def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=None):
-    """Fresh random inputs, poisoned outputs, execute, compare with the layout on the host."""
+def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=None, executor=None):
+    """Fresh random inputs, poisoned outputs, execute (on ``executor``, else hoccl_runtime's default one),
+    compare with the layout on the host."""
     import cupy as cp
 
     import hoccl_runtime as hr
@@ -45,7 +46,7 @@ def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=Non
             strm[r] = s
     for r in range(G):
         cp.cuda.Device(r).synchronize()
-    hr.execute(plan, bufs, strm, sync=sync)
+    (executor.execute if executor is not None else hr.execute)(plan, bufs, strm, sync=sync)
     for r in range(G):
         with cp.cuda.Device(r):
             (strm[r] or cp.cuda.Stream.null).synchronize()
@@ -76,6 +77,48 @@ SPECS = [
 @pytest.mark.parametrize("make", SPECS, ids=[f"c{i}" for i in range(len(SPECS))])
 def test_collectives_correct(make, n, sync):
     run_and_check(plan_for(make(n)), sync=sync)
+
+
+@pytest.mark.parametrize("n", [1, 4099, 48 << 20])
+@pytest.mark.parametrize("make", SPECS, ids=[f"c{i}" for i in range(len(SPECS))])
+def test_collectives_correct_with_own_blocks_through_the_peer(make, n):
+    from hoccl_runtime.executor import Executor
+
+    with Executor(local_copies="peer") as ex:
+        run_and_check(plan_for(make(n)), executor=ex)
+        run_and_check(plan_for(make(n)), executor=ex, sync="events")
+
+
+def test_own_blocks_through_the_peer_need_no_sm():
+    """An out-of-place AllGather and All-to-All beside a kernel that holds every SM of GPU 0: with
+    local_copies="peer" they end long before it; with "sm" GPU 0's own-block copy (a kernel of the CUDA
+    driver 580) waits for it. If a later driver runs same-GPU copies on copy engines, the second half
+    fails: then the default mode is SM-free too (docs/architecture.md, same-GPU copies)."""
+    import cupy as cp
+
+    from hoccl_runtime.executor import Executor
+    from hoccl_runtime.smfree import SmProbe
+
+    probe = SmProbe(0, hold_ms=100.0)
+    for spec in (CollectiveSpec(kind="allgather", size_bytes=2 * (8 << 20)),
+                 CollectiveSpec(kind="alltoall", size_bytes=2 * (8 << 20))):
+        plan = plan_for(spec)
+        bufs, strm = {}, {}
+        for r in range(2):
+            with cp.cuda.Device(r):
+                bufs[r] = (cp.ones(plan.ranks.input_bytes[r], cp.uint8), cp.zeros(plan.ranks.output_bytes[r], cp.uint8))
+                strm[r] = cp.cuda.Stream(non_blocking=True)
+        verdicts = {}
+        for mode in ("peer", "sm"):
+            with Executor(local_copies=mode) as ex:
+                ex.execute(plan, bufs, strm)  # warm: launch list, peer access
+                ex.synchronize()
+                for r in range(2):
+                    strm[r].synchronize()
+                verdicts[mode] = probe.sm_free(lambda ex=ex, p=plan, b=bufs, s=strm: ex.execute(p, b, s), strm[0].ptr)
+                for r in range(2):
+                    strm[r].synchronize()
+        assert verdicts == {"peer": True, "sm": False}, (spec.kind, verdicts)
 
 
 def test_allgather_1gib_and_chunked_plan():

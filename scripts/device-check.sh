@@ -31,7 +31,7 @@ for p in $parts; do
     netcurves) run_part netcurves 500 python examples/bench_internode.py --no-variants --curves allgather,alltoall \
                  --curve-gpus $((NGPU / 2)) --out "$OUT" ;;
     contention) run_part contention "${CONTENTION_S:-300}" torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench \
-                  contention ${CONTENTION_ARGS:---rounds 15 --in-place --rates 50,100,200,300} --out "$OUT" ;;
+                  contention ${CONTENTION_ARGS:---rounds 15 --in-place --peer --rates 50,100,200,300} --out "$OUT" ;;
     *) summary+=("$p: unknown part") ;;
   esac
 done

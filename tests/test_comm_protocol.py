@@ -168,7 +168,12 @@ def calls_for(world: int) -> list[tuple[CollectiveSpec, set[int]]]:
            (CollectiveSpec(kind="sendrecv", pairs=((world - 1, 0, 77),)), {0, world - 1}),
            # large enough to be cut into several 1 MiB pieces when paced
            (CollectiveSpec(kind="sendrecv", pairs=((1, 0, (3 << 20) + 5),)), {0, 1}),
-           (CollectiveSpec(kind="allgather", size_bytes=world * (5 << 19)), everyone)]
+           (CollectiveSpec(kind="allgather", size_bytes=world * (5 << 19)), everyone),
+           # uneven: own blocks larger than some ranks' sends (peer mode: through several regions, or the
+           # next rank's copy when the sends are too small)
+           (CollectiveSpec(kind="alltoallv", matrix=tuple(tuple(100 * (i + 1) if i == j else 37 * (j + 1) + i
+                                                                for j in range(world)) for i in range(world))),
+            everyone)]
     return seq + seq  # twice: the flags must be reusable
 
 
@@ -254,6 +259,20 @@ def test_the_simulation_sees_wrong_bytes():
     want = np.concatenate(inputs)
     assert np.array_equal(sim.mem[(1, False, 0)], want)
     assert not np.array_equal(sim.mem[(0, False, 0)], want)
+
+
+def test_uneven_own_blocks_take_several_regions_or_the_next_rank():
+    """alltoallv on 4 ranks, own block of rank r 100 * (r + 1) bytes, sends 37 * (dst + 1) + r bytes: rank 0's
+    100 go through the regions of its sends to ranks 1 and 2 (74 + 26 bytes); rank 3's 400 do not fit in its
+    sends (40 + 77 + 114 bytes): the next rank copies them."""
+    world = 4
+    matrix = tuple(tuple(100 * (i + 1) if i == j else 37 * (j + 1) + i for j in range(world)) for i in range(world))
+    plan = plan_for(world, CollectiveSpec(kind="alltoallv", matrix=matrix))
+    states = [fake_comm(r, world, "peer")._make_state(plan) for r in range(world)]
+    pieces = {r: [(b.peer, b.nbytes) for b in st.bounce] for r, st in enumerate(states)}
+    assert pieces[0] == [(1, 74), (2, 26)]  # through the regions of its sends to 1, then to 2
+    assert sum(n for _, n in pieces[1]) == 200 and len(pieces[1]) > 1
+    assert pieces[3] == [] and states[3].helper == 0 and states[0].helped == 3
 
 
 @pytest.mark.parametrize("kind", ["allgather", "alltoall", "scatter", "gather", "broadcast"])

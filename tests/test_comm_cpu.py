@@ -297,6 +297,8 @@ def test_one_process_executor_on_faked_cuda(monkeypatch, sync, local_copies):
              CollectiveSpec(kind="broadcast", size_bytes=777, root=0),
              CollectiveSpec(kind="scatter", size_bytes=2 * 301, root=0),
              CollectiveSpec(kind="gather", size_bytes=2 * 301, root=1),
+             # own blocks larger than the sends: in peer mode the other GPU's queue copies them
+             CollectiveSpec(kind="alltoallv", matrix=((100, 74), (38, 200))),
              CollectiveSpec(kind="sendrecv", pairs=((0, 1, 4097),))]
     user = {0: 7, 1: 8}
     with Executor(local_copies=local_copies) as ex:

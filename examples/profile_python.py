@@ -156,12 +156,12 @@ def main(argv=None) -> int:
         "recv 2 MiB": (c1, 0, False, lambda: c1.recv(a, 0, stream=stream), ("sendrecv", 0, 1, 2 << 20)),
         "all_gather 2 MiB": (c0, 1, True, lambda: c0.all_gather_into_tensor(b, a, stream=stream),
                              ("allgather", 4 << 20)),
-        "all_gather, peer": (c0, 1, True, lambda: c0.all_gather_into_tensor(b, a, stream=stream),
-                             ("allgather", 4 << 20)),
+        "all_gather 2 MiB peer": (c0, 1, True, lambda: c0.all_gather_into_tensor(b, a, stream=stream),
+                                  ("allgather", 4 << 20)),
         "send 2 MiB eager": (c0, 1, None, lambda: c0.send(a, 1, stream=stream), None),
         "recv 2 MiB eager": (c1, 0, None, lambda: c1.recv(a, 0, stream=stream), None),
     }
-    print(f"{'call':18} {'us per call (Python only)':>26}")
+    print(f"{'call':21} {'us per call (Python only)':>26}")
     for name, (c, partner, handle, call, key) in cases.items():
         c._plans.clear()  # states remember whether they are eager, and their own blocks' routes
         c._by_id.clear()
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
             fill()
             call()
         total = time.perf_counter() - t0
-        print(f"{name:18} {(total - t_prefill) / n * 1e6:26.2f}")
+        print(f"{name:21} {(total - t_prefill) / n * 1e6:26.2f}")
     if args.profile:
         import cProfile
         import pstats

@@ -116,6 +116,12 @@ def test_local_copies_setting_is_checked_and_must_agree(monkeypatch):
         Communicator(0, 2, 0, fake_cuda.Store())
     with pytest.raises(HocclError, match="local_copies='ce': give one of sm, peer"):
         Communicator(0, 2, 0, fake_cuda.Store(), local_copies="ce")
+    from hoccl_runtime.executor import Executor
+
+    with pytest.raises(HocclError, match="HOCCL_LOCAL_COPIES='kernel': give one of sm, peer"):
+        Executor()
+    with pytest.raises(HocclError, match="local_copies='ce': give one of sm, peer"):
+        Executor(local_copies="ce")
     monkeypatch.delenv("HOCCL_LOCAL_COPIES")
     store = fake_cuda.Store()
 

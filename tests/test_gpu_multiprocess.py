@@ -14,9 +14,11 @@ WORKER = Path(__file__).with_name("mp_worker.py")
 
 
 def _why(text: str) -> str:
-    """The first traceback of the workers (torchrun's own report comes last and says little), and the tail."""
+    """The workers' own failure lines, their first traceback (torchrun's own report comes last and says
+    little), and the tail."""
+    failed = "\n".join(line for line in text.splitlines() if "FAILED [" in line)
     first = text.find("Traceback")
-    return (text[first:first + 3000] if first >= 0 else "") + "\n...\n" + text[-1500:]
+    return failed + "\n" + (text[first:first + 3000] if first >= 0 else "") + "\n...\n" + text[-1500:]
 
 
 @pytest.mark.parametrize("local_copies", ["sm", "peer"])

@@ -3,6 +3,8 @@
 For each queue of the plan, the copies it issues, in order: the stage order's chunks that sit on the
 queue, consecutive chunks of one transfer merged into one copy (a copy engine streams a large copy
 better than many small ones: measured on H200, 1 MiB chunks 202 GB/s, 16 MiB 364, one copy 396).
+And, for ``local_copies="peer"`` (both runtimes), the routes that move a rank's own block on copy
+engines through a peer's output instead of a same-GPU copy (:func:`bounce_route`).
 """
 
 from __future__ import annotations

@@ -54,7 +54,9 @@ def execute(plan, buffers, streams=None, *, sync="events") -> None:
     """Enqueue ``plan`` on copy engines for every rank in ``buffers`` ({rank: (input, output)}), ordered
     after the work already on ``streams`` ({rank: stream}; None: each device's legacy default stream) and
     before the work enqueued there next. Returns at once. ``sync="flags"`` orders the streams with
-    stream memory operations on host flags (the cross-process protocol) instead of CUDA events."""
+    stream memory operations on host flags (the cross-process protocol) instead of CUDA events. The
+    default executor reads HOCCL_LOCAL_COPIES when first made ("peer": own blocks through a peer GPU,
+    no same-GPU copy; ``Executor(local_copies=...)`` for one of each)."""
     default_executor().execute(plan, buffers, streams, sync=sync)
 
 

@@ -15,7 +15,8 @@
   ``nccl``, ``nccl-ctas=K`` (a communicator with min = max CTAs = K) and ``nccl-ce`` (NCCL's
   copy-engine collectives: symmetric memory, CTA policy zero). HOCCL's output is checked once per
   size on fresh random data with a poisoned output. SMs per row come from a torch.profiler trace
-  (the largest grid of any kernel the call launched; 0 when it launched none).
+  (the largest grid of any kernel the call launched; 0 when it launched none; the JSON names that
+  kernel), after one empty trace (a process's first trace once recorded a kernel not of the call).
 * ``contention``: a bf16 8192^3 GEMM loop and a memory-bound loop timed alone and beside back-to-back
   AllGathers of each communicator, in interleaved rounds (the order rotates every round); each window
   is preceded by untimed load with the same traffic (``--settle-iters``), so that it starts from that
@@ -201,6 +202,7 @@ class Bench:
         self._side: Any = None
         self._graphs: list[tuple[int, int]] = []  # (graph, executable) of hoccl-graph rows, alive to the end
         self._probe: Any = None  # hoccl_runtime.smfree.SmProbe, made at the first SM-free check (False: none)
+        self._traced = False  # whether this process has made a profiler trace yet (sms)
         # contention, per variant: calls queued beside the load, grown until they outlast it
         self.calls_per_window: dict[str, int] = {}
 
@@ -412,12 +414,18 @@ class Bench:
             self._side = self.torch.cuda.Stream()
         return self._side.cuda_stream
 
-    def sms(self, fn: Callable[[], None]) -> int:
-        """SMs a call occupies: the largest kernel grid in a torch.profiler trace of 3 calls (0: no kernel)."""
+    def sms(self, fn: Callable[[], None]) -> tuple[int, str]:
+        """SMs a call occupies: the largest kernel grid in a torch.profiler trace of 3 calls (0: no kernel),
+        over the ranks, and the name of this rank's largest kernel ("" if none)."""
         from torch.profiler import ProfilerActivity, profile
 
         torch = self.torch
         torch.cuda.synchronize()
+        if not self._traced:  # the process's first trace recorded a kernel of grid 8192 that was not the
+            # call's (2x H200, 2026-11-30: the same row traced again showed none); an empty trace first
+            with profile(activities=[ProfilerActivity.CUDA]):
+                torch.cuda.synchronize()
+            self._traced = True
         with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.cuda.stream(self.stream):
             for _ in range(3):
                 fn()
@@ -426,9 +434,10 @@ class Bench:
             path = Path(tmp) / f"trace{self.rank}.json"
             prof.export_chrome_trace(str(path))
             trace = json.loads(path.read_text())
-        grids = [ev.get("args", {}).get("grid", [0])[0] for ev in trace.get("traceEvents", [])
-                 if ev.get("cat") == "kernel"]
-        return int(self.max_over_ranks(float(max(grids, default=0))))
+        kernels = [(ev.get("args", {}).get("grid", [0])[0], ev.get("name", "")) for ev in trace.get("traceEvents", [])
+                   if ev.get("cat") == "kernel"]
+        grid, name = max(kernels, default=(0, ""))
+        return int(self.max_over_ranks(float(grid))), name
 
     def sm_free(self, fn: Callable[[], None]) -> bool | None:
         """Whether a call needed no SM on any rank: its work ends before a kernel holding every SM does
@@ -486,7 +495,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                     fn, check = b.make_op(op, impl, size)
                     ok = check() if check is not None else None
                     t, host = b.timed(fn, iters)
-                    sms = b.sms(fn) if size == args.sm_size else None
+                    sms, kernel = b.sms(fn) if size == args.sm_size else (None, None)
                     free = b.sm_free(fn) if size == args.sm_size else None
                     failed = 0.0
                 except Exception as exc:  # noqa: BLE001 - a baseline this torch/NCCL cannot run is reported
@@ -503,7 +512,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                 bw = size / t / 1e9
                 busbw = bw * (b.world - 1) / b.world if op != "sendrecv" else bw
                 rows.append(dict(op=op, impl=impl, size=size, seconds=t, gbps=bw, busbw=busbw, host_us=host,
-                                 correct=ok, sms=sms, sm_free=free))
+                                 correct=ok, sms=sms, sm_kernel=kernel, sm_free=free))
                 failures.pop((impl, op), None)  # only consecutive failures count
                 b.torch.cuda.empty_cache()
         b.say(f"size {size >> 20} MiB done")

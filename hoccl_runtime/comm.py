@@ -96,7 +96,7 @@ from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, Trans
 from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream
-from .program import Bounce, Copy, Program, bounce_route, local_copies_setting, lower, own_copies
+from .program import Bounce, Copy, Program, bounce_moves, bounce_route, local_copies_setting, lower, own_copies
 from .settings import env_flag, env_float, env_int
 
 __all__ = ["Communicator", "init"]
@@ -1122,13 +1122,10 @@ class Communicator:
         # them, or pulled back from where my sends put it after them (bounce_route); none in place
         before: list[tuple] = []
         after: list[tuple] = []
-        for b in state.bounce:
-            src, dst, via = inp.ptr + b.src, out.ptr + b.dst, remote[b.peer] + b.via
-            if src != dst:
-                if b.temp:
-                    before += [("copy", via, src, b.nbytes, user), ("copy", dst, via, b.nbytes, user)]
-                else:
-                    after.append(("copy", dst, via, b.nbytes, user))
+        if state.bounce:
+            pre, post = bounce_moves(state.bounce, inp.ptr, out.ptr, remote)
+            before = [("copy", dst, src, n, user) for dst, src, n in pre]
+            after = [("copy", dst, src, n, user) for dst, src, n in post]
         # local queues with copies to make: none when they go through peers, nor in place
         by_peer = state.helper is not None or bool(state.bounce)
         side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (not by_peer and copies(q, 0)))]

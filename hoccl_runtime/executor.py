@@ -32,7 +32,7 @@ from . import _cuda  # no CUDA at import: its functions load cupy / cuda-binding
 from .errors import BufferError, HocclError
 from .flags import FlagPool, MemOps, handshake
 from .interop import DeviceBuffer, as_buffer, as_stream
-from .program import Program, bounce_route, local_copies_setting, lower, own_copies
+from .program import Program, bounce_moves, bounce_route, local_copies_setting, lower, own_copies
 
 __all__ = ["Executor", "RankBuffers", "Sync"]
 
@@ -285,15 +285,8 @@ class Executor:
             inp, out = ranks[r].input, ranks[r].output
             route = bounce_route(prog, r, world, main.get(r))
             if route is not None:
-                before, after = [], []
-                for b in route:
-                    src, dst, via = inp.ptr + b.src, out.ptr + b.dst, ranks[b.peer].output.ptr + b.via
-                    if src == dst:  # the input given inside the output: already in place
-                        continue
-                    if b.temp:
-                        before += [(via, src, b.nbytes), (dst, via, b.nbytes)]
-                    else:
-                        after.append((dst, via, b.nbytes))
+                outputs = {b.peer: ranks[b.peer].output.ptr for b in route}
+                before, after = bounce_moves(route, inp.ptr, out.ptr, outputs)
                 moves[main[r]] = before + moves[main[r]] + after
             elif main.get((r + 1) % world) is not None:
                 q = main[(r + 1) % world]

@@ -9,6 +9,7 @@ engines through a peer's output instead of a same-GPU copy (:func:`bounce_route`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hoccl_compiler.schema import Plan
@@ -16,7 +17,8 @@ from hoccl_compiler.schema import Plan
 from .errors import HocclError, UnsupportedPlanError
 from .settings import env_choice
 
-__all__ = ["LOCAL_COPIES", "Bounce", "Copy", "Program", "bounce_route", "local_copies_setting", "lower", "own_copies"]
+__all__ = ["LOCAL_COPIES", "Bounce", "Copy", "Program", "bounce_moves", "bounce_route", "local_copies_setting", "lower",
+           "own_copies"]
 
 LOCAL_COPIES = ("sm", "peer")  # who copies a rank's own block of an out-of-place call
 
@@ -140,6 +142,24 @@ def bounce_route(prog: Program, rank: int, world: int, main: int | None) -> tupl
             route.append(Bounce(s.dst_rank, s.dst_offset, c.src_offset + done, c.dst_offset + done, n, True))
             done += n
     return _merged(route)
+
+
+def bounce_moves(route: tuple[Bounce, ...], inp: int, out: int, outputs: Mapping[int, int]
+                 ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """A route as copies (dst, src, bytes) for a rank whose input is at ``inp`` and output at ``out``, with
+    ``outputs[peer]`` each peer's output as mapped here: (those to issue before the rank's sends, those to
+    issue after them). Pieces already in place (the input given inside the output) are left out."""
+    before: list[tuple[int, int, int]] = []
+    after: list[tuple[int, int, int]] = []
+    for b in route:
+        src, dst, via = inp + b.src, out + b.dst, outputs[b.peer] + b.via
+        if src == dst:
+            continue
+        if b.temp:
+            before += [(via, src, b.nbytes), (dst, via, b.nbytes)]
+        else:
+            after.append((dst, via, b.nbytes))
+    return before, after
 
 
 def _merged(route: list[Bounce]) -> tuple[Bounce, ...]:

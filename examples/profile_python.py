@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import types
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +106,8 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
     c.eager_bytes, c._unverified, c.eager_collectives = 0, [], False  # rendezvous unless a case turns eager on
     c.local_copies = "sm"
+    c._windows, c._window_of, c._win_pending, c._pinned = [], {}, {}, {}
+    c._rdv_open = [deque() for _ in range(world)]
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
     c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
     c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
@@ -118,13 +120,16 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     return c
 
 
-def prefill(me: comm.Communicator, partner: int, digest: int, has_handle: bool) -> None:
-    """Write the partner's entry for my next call with it, and its acknowledgement of my previous ones."""
+def prefill(me: comm.Communicator, partner: int, digest: int, has_handle: bool | str) -> None:
+    """Write the partner's entry for my next call with it (``has_handle="window"``: a call on window 0 at
+    offset 0), and its acknowledgement of my previous ones."""
     words = me._shared.words
     seq = me._seq[partner] + 1
     region = me._pair(partner, me.rank) // 8
     slot = region + 8 + (seq % comm._SLOTS) * comm._SLOT_WORDS
-    words[slot + 1], words[slot + 2], words[slot + 3] = digest, 0, int(has_handle)
+    words[slot + 1], words[slot + 2] = digest, 0
+    words[slot + 3] = comm._IN_WINDOW if has_handle == "window" else int(has_handle)
+    words[slot + 4] = 0
     words[slot] = seq
     words[me._pair(me.rank, partner) // 8] = seq  # the partner read all my entries
 
@@ -158,14 +163,19 @@ def main(argv=None) -> int:
                              ("allgather", 4 << 20)),
         "all_gather 2 MiB peer": (c0, 1, True, lambda: c0.all_gather_into_tensor(b, a, stream=stream),
                                   ("allgather", 4 << 20)),
+        "all_gather 2 MiB window": (c0, 1, "window", lambda: c0.all_gather_into_tensor(b, a, stream=stream),
+                                    ("allgather", 4 << 20)),
         "send 2 MiB eager": (c0, 1, None, lambda: c0.send(a, 1, stream=stream), None),
         "recv 2 MiB eager": (c1, 0, None, lambda: c1.recv(a, 0, stream=stream), None),
     }
-    print(f"{'call':21} {'us per call (Python only)':>26}")
+    print(f"{'call':24} {'us per call (Python only)':>26}")
     for name, (c, partner, handle, call, key) in cases.items():
         c._plans.clear()  # states remember whether they are eager, and their own blocks' routes
         c._by_id.clear()
         c.local_copies = "peer" if name.endswith("peer") else "sm"
+        # a registered window around the output (register_window's result, without the store exchange)
+        c._windows = [comm.Window(c, 0, b.ptr, b.nbytes, {partner: 5 << 40}, ())] if handle == "window" else []
+        c._window_of.clear()
         if key is None:  # eager: no mailbox entry to wait for; a receiver finds the sender's size entry
             c.eager_bytes = 4 << 20
             digest = c._state(("sendrecv", 0, 1, 2 << 20)).digest
@@ -190,7 +200,7 @@ def main(argv=None) -> int:
             fill()
             call()
         total = time.perf_counter() - t0
-        print(f"{name:21} {(total - t_prefill) / n * 1e6:26.2f}")
+        print(f"{name:24} {(total - t_prefill) / n * 1e6:26.2f}")
     if args.profile:
         import cProfile
         import pstats

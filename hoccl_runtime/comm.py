@@ -82,7 +82,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +99,7 @@ from .interop import DeviceBuffer, as_buffer, as_stream
 from .program import Bounce, Copy, Program, bounce_moves, bounce_route, local_copies_setting, lower, own_copies
 from .settings import env_flag, env_float, env_int
 
-__all__ = ["Communicator", "init"]
+__all__ = ["Communicator", "Window", "init"]
 
 MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicator
 _PAIR_BYTES = 1024      # mailbox region per directed rank pair
@@ -109,6 +109,7 @@ _NOT_READY = 600        # cudaErrorNotReady
 EAGER_SLOTS = 4         # staging slots per directed pair for eager send/recv
 _SLOT_WORDS = 22        # mailbox slot: [seq, digest, out offset, has out, out handle, in offset, has in, in handle]
 _RING = 8 + _SLOTS * _SLOT_WORDS  # mailbox word of a pair region where the eager size ring starts ([seq, digest] x 4)
+_IN_WINDOW = 2          # a mailbox slot's "has handle" word: the sender's buffer is in registered window [slot + 4]
 
 
 def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
@@ -295,6 +296,32 @@ class _Launch:
         self.run, self.hits, self.exe, self.feedback = run, 0, None, feedback
 
 
+class Window:
+    """A buffer registered on every rank of a communicator (:meth:`Communicator.register_window`): calls on
+    buffers inside it skip the per-call address exchange. ``close()`` (every rank, like registering)
+    waits for this rank's calls and unmaps the peers' windows; the communicator's ``close()`` does it too."""
+
+    def __init__(self, comm: Communicator, index: int, ptr: int, nbytes: int, peers: dict[int, int],
+                 handles: tuple[bytes, ...]):
+        self.comm, self.index, self.ptr, self.nbytes = comm, index, ptr, nbytes
+        self.peers = peers  # peer rank -> the local address of its window
+        self.handles = handles
+        self.closed = False
+
+    def close(self) -> None:
+        self.comm._deregister(self)
+
+    def __enter__(self) -> Window:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self.peers)} peers mapped"
+        return f"Window({self.index}, rank {self.comm.rank}, {self.ptr:#x}, {self.nbytes} bytes, {state})"
+
+
 @dataclass(frozen=True)
 class _PlanState:
     plan: Plan
@@ -311,6 +338,9 @@ class _PlanState:
     helper: int | None = None  # local_copies="peer", no bounce route: the rank that copies my own block
     helped: int | None = None  # ... and the rank whose own block I copy (gets its input's handle)
     helped_copies: tuple[Copy, ...] = ()  # that rank's local copies (offsets in its input and output)
+    # calls may take the registered-window path: not when some rank's own block is copied by a helper (its input
+    # address moves with each call), the same on every rank
+    windows: bool = True
 
 
 @dataclass(frozen=True)
@@ -436,6 +466,15 @@ class Communicator:
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
         self._opened: OrderedDict[bytes, int] = OrderedDict()
+        # registered windows (register_window): their peers' mappings stay open (not in the LRU above)
+        self._windows: list[Window] = []
+        self._window_count = 0
+        self._window_of: dict[tuple[int, int], tuple[Window, int] | None] = {}  # (ptr, bytes) -> (window, offset)
+        self._pinned: dict[bytes, list[int]] = {}  # handle -> [local address, windows using it]
+        # window calls whose partner's entry was not there yet: peer -> (seq, digest, window, offset, call)
+        self._win_pending: dict[int, deque] = {}
+        self._rdv_open = [deque() for _ in range(world)]  # per partner: seqs of my rendezvous entries _collect
+        # has not matched yet (their partner entries must not be acknowledged before they are read)
         self._region_out = [self._pair(rank, p) // 8 for p in range(world)]  # mailbox word index, me -> p
         self._region_in = [self._pair(p, rank) // 8 for p in range(world)]   # p -> me
         self.ipc_cache = ipc_cache
@@ -548,6 +587,7 @@ class Communicator:
         res_off, res_bytes = layout(plan.collective, w).resident()
         eager = self._eager_layout(plan, prog)
         helper = helped = None
+        windows = True
         bounce: tuple[Bounce, ...] = ()
         helped_copies: tuple[Copy, ...] = ()
         if self.local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
@@ -562,6 +602,7 @@ class Communicator:
             if own_copies(prog, prev) and route(prev) is None:
                 helped, helped_copies = prev, own_copies(prog, prev)
             partners |= {r for r in (helper, helped) if r is not None}
+            windows = not any(own_copies(prog, r) and route(r) is None for r in range(w))
         if eager is not None:
             paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
         else:
@@ -574,7 +615,7 @@ class Communicator:
         state = _PlanState(plan, prog, digest, tuple(sorted(partners)),
                            (int(res_off[me]), int(res_bytes[me])), eager, paced,
                            int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
-                           bounce, helper, helped, helped_copies)
+                           bounce, helper, helped, helped_copies, windows)
         self._by_id[plan.plan_id] = state
         return state
 
@@ -659,17 +700,27 @@ class Communicator:
                         pacing.tick_us(rate, self.pace_period_us)
                 if state.eager is not None:
                     self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
+                elif self._windows and (where := self._in_window(state, inp, out)):
+                    self._launch(state, inp, out, self._enter_window(state, *where), None, s, rate)
                 else:
                     remote, helped_in = self._collect(state, self._publish(state, out, inp))
                     self._launch(state, inp, out, remote, helped_in, s, rate)
                 return
             prepared = [self._prepare(what, input, output) for what, input, output in items]
             # all sequence numbers and entries first ...
-            entered = [self._eager_enter(state) if state.eager is not None else self._publish(state, out, inp)
-                       for state, inp, out in prepared]
-            for (state, inp, out), got in zip(prepared, entered, strict=True):  # ... then every wait
+            entered = []
+            for state, inp, out in prepared:
                 if state.eager is not None:
+                    entered.append(("eager", self._eager_enter(state)))
+                elif self._windows and (where := self._in_window(state, inp, out)):
+                    entered.append(("window", self._enter_window(state, *where)))
+                else:
+                    entered.append(("mailbox", self._publish(state, out, inp)))
+            for (state, inp, out), (path, got) in zip(prepared, entered, strict=True):  # ... then every wait
+                if path == "eager":
                     self._eager_launch(state, inp, out, got, s, rate)
+                elif path == "window":
+                    self._launch(state, inp, out, got, None, s, rate)
                 else:
                     self._launch(state, inp, out, *self._collect(state, got), s, rate)
 
@@ -727,7 +778,10 @@ class Communicator:
             if p not in self._stage_out:
                 self._eager_setup(p)
             seq = self._seq[p] = self._seq[p] + 1
-            words[self._region_in[p]] = seq
+            if self._win_pending.get(p) or self._rdv_open[p]:  # not past an entry of p's still to be read
+                self._ack(p)
+            else:
+                words[self._region_in[p]] = seq
             slots[p] = seq % EAGER_SLOTS
             if p in e.sends:
                 ring = self._pair(me, p) // 8 + _RING + 2 * slots[p]
@@ -805,7 +859,7 @@ class Communicator:
         finally:
             rt.setDevice(prev)
 
-    def _store_get(self, key: str, peer: int) -> bytes:
+    def _store_get(self, key: str, peer: int, what: str = "set up its eager staging") -> bytes:
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
@@ -816,9 +870,9 @@ class Communicator:
                                      f"({exc})") from None
             self._raise_if_failed()
             if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"rank {peer} did not set up its eager staging within {self.timeout_s:.0f} s "
-                                        f"(rank {self.rank} waits for it); is it alive, issuing the same calls, and "
-                                        "set up alike (HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
+                raise HocclTimeoutError(f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank {self.rank} "
+                                        "waits for it); is it alive, issuing the same calls, and set up alike "
+                                        "(HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
             time.sleep(1e-3)
 
     def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: CollectiveSpec) -> bool:
@@ -949,7 +1003,7 @@ class Communicator:
             slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
             # the partner must have read this slot's previous use before it is overwritten
             if words[region] < seq - _SLOTS:
-                self._wait(lambda r=region, q=seq: words[r] >= q - _SLOTS, p, "acknowledge")
+                self._wait(lambda r=region, q=seq: self._check_windows() or words[r] >= q - _SLOTS, p, "acknowledge")
             words[slot + 1] = state.digest
             words[slot + 2] = offset
             words[slot + 3] = has_handle
@@ -963,6 +1017,7 @@ class Communicator:
                     words[slot + 13] = 1
             words[slot] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
+            self._rdv_open[p].append(seq)
             seqs[p] = seq
         return seqs
 
@@ -975,8 +1030,17 @@ class Communicator:
         for p, seq in seqs.items():
             region = self._region_in[p]
             slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
-            if words[slot] < seq:
-                self._wait(lambda s=slot, q=seq: words[s] >= q, p, "arrive")
+            if words[slot] < seq:  # (checking window entries meanwhile: p may wait for my acknowledgement)
+                self._wait((lambda s=slot, q=seq: self._check_windows() or words[s] >= q) if self._win_pending
+                           else (lambda s=slot, q=seq: words[s] >= q), p, "arrive")
+            self._rdv_open[p].popleft()
+            if self._win_pending.get(p):
+                self._check_windows(before=(p, seq))
+            if words[slot] == seq and words[slot + 3] == _IN_WINDOW:
+                raise PlanError(f"rank {p} passed a buffer of registered window {words[slot + 4]} (call {seq} between "
+                                f"them) and rank {self.rank}'s buffer for its {state.plan.collective.describe()} is in "
+                                "no window: pass buffers of the same window at the same offset on every rank, or "
+                                "unregistered buffers on every rank")
             if words[slot] != seq or words[slot + 1] != state.digest:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
@@ -991,6 +1055,198 @@ class Communicator:
             else:
                 words[region] = seq
         return remote, helped_in
+
+    # --- registered windows -------------------------------------------------------------------------------
+    def register_window(self, tensor: Any) -> Window:
+        """Register ``tensor`` (CuPy array, torch tensor, any CUDA buffer) as a window: a collective call,
+        every rank registers a buffer of the same size, in the same order. Each rank maps its peers'
+        windows once, here. A later call whose buffer (its output; a rank without one: its input) lies in
+        a window then skips the per-call address exchange and the wait for the partners' entries: a peer's
+        buffer is taken to sit at the same offset of the same window as this rank's, as with NCCL's
+        symmetric windows. The host never waits for a partner, except to stay within 4 calls of it
+        (mailbox flow control); each call still leaves an entry that the partner checks when it gets there
+        (another collective, size, window or offset raises PlanError, at that call or a later one or
+        ``synchronize()``). Small send/recv keep the eager path. ``Window.close()`` (on every rank)
+        or ``close()`` releases the mappings."""
+        if self._closed:
+            raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
+        self._raise_if_failed()
+        buf = as_buffer(tensor, "window")
+        if buf.device != self.device:
+            raise BufferError(f"rank {self.rank}'s window is on GPU {buf.device}, its communicator on GPU "
+                              f"{self.device}: register memory of GPU {self.device}")
+        if not buf.nbytes:
+            raise BufferError(f"rank {self.rank}'s window has 0 bytes: register a buffer with bytes in it")
+        for w in self._windows:
+            if buf.ptr < w.ptr + w.nbytes and w.ptr < buf.ptr + buf.nbytes:
+                raise BufferError(f"rank {self.rank}'s window at {buf.ptr:#x} ({buf.nbytes} bytes) overlaps window "
+                                  f"{w.index} at {w.ptr:#x} ({w.nbytes} bytes): close that one first")
+        with self._lock:
+            k = self._window_count
+            self._window_count += 1
+            handle, offset = self._export(buf, "window")
+            self._store.set(f"window/{k}/{self.rank}", handle + offset.to_bytes(8, "little") +
+                            buf.nbytes.to_bytes(8, "little"))
+            got = {p: self._store_get(f"window/{k}/{p}", p, f"register window {k}")
+                   for p in range(self.world) if p != self.rank}
+            sizes = {p: int.from_bytes(v[_HANDLE + 8:_HANDLE + 16], "little") for p, v in got.items()}
+            if any(n != buf.nbytes for n in sizes.values()):
+                sizes[self.rank] = buf.nbytes
+                raise BufferError(f"register_window {k}: ranks registered different sizes "
+                                  f"({', '.join(f'rank {p}: {n}' for p, n in sorted(sizes.items()))} bytes); every "
+                                  "rank registers a buffer of the same size")
+            handles = {p: v[:_HANDLE] for p, v in got.items()}
+            peers = {}
+            try:
+                for p, v in got.items():
+                    peers[p] = self._pin(handles[p]) + int.from_bytes(v[_HANDLE:_HANDLE + 8], "little")
+            except Exception:
+                for p in peers:
+                    self._unpin(handles[p])
+                raise
+            win = Window(self, k, buf.ptr, buf.nbytes, peers, tuple(handles.values()))
+            self._windows.append(win)
+            self._window_of.clear()
+        return win
+
+    def _pin(self, handle: bytes) -> int:
+        pinned = self._pinned.get(handle)
+        if pinned is not None:
+            pinned[1] += 1
+            return pinned[0]
+        base = self._opened.pop(handle, None)  # mapped already by a call: the window keeps it
+        if base is None:
+            from ._cuda import cupy_runtime
+
+            rt = cupy_runtime()
+            prev = rt.getDevice()
+            rt.setDevice(self.device)
+            try:
+                base = int(rt.ipcOpenMemHandle(handle))
+            finally:
+                rt.setDevice(prev)
+        self._pinned[handle] = [base, 1]
+        return base
+
+    def _unpin(self, handle: bytes) -> None:
+        pinned = self._pinned[handle]
+        pinned[1] -= 1
+        if not pinned[1]:
+            del self._pinned[handle]
+            from ._cuda import cupy_runtime
+
+            with contextlib.suppress(Exception):  # the peer may have freed it already
+                cupy_runtime().ipcCloseMemHandle(pinned[0])
+
+    def _deregister(self, win: Window) -> None:
+        with self._lock:
+            if win.closed:
+                return
+            win.closed = True
+            if self._closed:  # close() released every mapping
+                return
+            self._windows.remove(win)
+            self._window_of.clear()
+            self.synchronize()  # my copies through the peers' mappings have landed
+            self._launches.clear()  # launch lists name the mappings
+            for handle in win.handles:
+                self._unpin(handle)
+
+    def _in_window(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None
+                   ) -> tuple[Window, int] | None:
+        """(window, offset) of the call's buffer (its output, or its input on a rank without an output) when it
+        lies in a registered window and the plan may take that path; else None."""
+        buf = out if out is not None else inp
+        if buf is None or not state.windows:
+            return None
+        key = (buf.ptr, buf.nbytes)
+        try:
+            return self._window_of[key]
+        except KeyError:
+            pass
+        found = next(((w, buf.ptr - w.ptr) for w in self._windows
+                      if w.ptr <= buf.ptr and buf.ptr + buf.nbytes <= w.ptr + w.nbytes), None)
+        if len(self._window_of) > 4096:
+            self._window_of.clear()
+        self._window_of[key] = found
+        return found
+
+    def _enter_window(self, state: _PlanState, win: Window, offset: int) -> dict[int, int]:
+        """A call on a registered window: write my entry for each partner without waiting for theirs (they
+        are checked when there, _check_windows); the partners' outputs are at ``offset`` in their windows."""
+        plan, words = state.plan, self._shared.words
+        remote = {}
+        for p in state.partners:
+            need = plan.ranks.output_bytes[p]
+            if need:
+                if offset + need > win.nbytes:
+                    raise BufferError(f"rank {self.rank}'s buffer is at offset {offset} of window {win.index} "
+                                      f"({win.nbytes} bytes), so rank {p}'s output of {need} bytes for this "
+                                      f"{plan.collective.describe()} would end past the end of rank {p}'s window: "
+                                      "every rank's buffer must lie in its window at the same offset")
+                remote[p] = win.peers[p] + offset
+        for p in state.partners:
+            seq = self._seq[p] + 1
+            region = self._region_out[p]
+            slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
+            if words[region] < seq - _SLOTS:  # the partner has not read the slot's last entry: 4 calls behind
+                self._wait(lambda r=region, q=seq: self._check_windows() or words[r] >= q - _SLOTS, p, "acknowledge")
+            words[slot + 1] = state.digest
+            words[slot + 2] = offset
+            words[slot + 3] = _IN_WINDOW
+            words[slot + 4] = win.index
+            words[slot] = seq
+            self._seq[p] = seq
+            pending = self._win_pending.get(p)
+            if pending is None:
+                pending = self._win_pending[p] = deque()
+            pending.append((seq, state.digest, win.index, offset, plan.collective))
+        self._check_windows()
+        return remote
+
+    def _check_windows(self, before: tuple[int, int] | None = None) -> None:
+        """Check the partners' entries for my window calls that are there now, in order, and acknowledge
+        them; ``before=(p, seq)``: p's entries before seq must all be there (p has written seq)."""
+        words = self._shared.words
+        for p, pending in self._win_pending.items():
+            if not pending:
+                continue
+            region, checked = self._region_in[p], False
+            while pending:
+                seq, digest, index, offset, what = pending[0]
+                slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
+                got = words[slot]
+                if got < seq and not (before and before[0] == p and seq < before[1]):
+                    break
+                pending.popleft()
+                if got != seq or words[slot + 3] != _IN_WINDOW:
+                    raise PlanError(f"rank {p} did not pass a buffer of a registered window in call {seq} between "
+                                    f"them, where rank {self.rank}'s {what.describe()} used window {index} at "
+                                    f"offset {offset}: pass buffers of the same window at the same offset on every "
+                                    "rank, or unregistered buffers on every rank")
+                if words[slot + 1] != digest:
+                    raise PlanError(f"rank {p} is in another collective than rank {self.rank} ({what.describe()}, "
+                                    f"call {seq} between them): every rank must issue the same collectives in the "
+                                    "same order")
+                if words[slot + 4] != index or words[slot + 2] != offset:
+                    raise PlanError(f"rank {p}'s buffer is at offset {words[slot + 2]} of window {words[slot + 4]}, "
+                                    f"rank {self.rank}'s at offset {offset} of window {index} ({what.describe()}, "
+                                    f"call {seq} between them): peers write to a buffer at the same offset of the "
+                                    "same window on every rank")
+                checked = True
+            if checked:
+                self._ack(p)
+
+    def _ack(self, p: int) -> None:
+        """Acknowledge p's mailbox entries up to the first one still to be read (a window call's entry not
+        checked yet, or a rendezvous entry that _collect has not reached)."""
+        upto = self._rdv_open[p][0] - 1 if self._rdv_open[p] else self._seq[p]
+        pending = self._win_pending.get(p)
+        if pending:
+            upto = min(upto, pending[0][0] - 1)
+        words, at = self._shared.words, self._region_in[p]
+        if upto > words[at]:
+            words[at] = upto
 
     def _export(self, buf: DeviceBuffer, what: str = "output") -> tuple[bytes, int]:
         """(IPC handle of buf's whole allocation, buf's offset in it). Asked of the driver every call:
@@ -1015,6 +1271,9 @@ class Communicator:
         if base is not None:
             self._opened.move_to_end(handle)
             return base
+        pinned = self._pinned.get(handle)
+        if pinned is not None:  # a registered window's allocation, mapped already
+            return pinned[0]
         from ._cuda import cupy_runtime
 
         rt = cupy_runtime()
@@ -1202,6 +1461,8 @@ class Communicator:
         self._raise_if_failed()  # the watchdog may have drained the streams before this wait began
         if self._unverified:  # receives completed: their senders' size entries were written before the data
             self._verify_eager()
+        if self._win_pending:  # window calls completed: their partners' entries were written before the data
+            self._check_windows()
 
     def _dead_peer(self) -> int | None:
         pids = self._shared.pids
@@ -1266,7 +1527,10 @@ class Communicator:
             prev = rt.getDevice()
             rt.setDevice(self.device)
             self._launches.clear()  # destroys the calls' graphs
-            for base in [*self._opened.values(), *self._stage_out.values()]:
+            for w in self._windows:
+                w.closed = True
+            self._windows, self._window_of = [], {}
+            for base in [*self._opened.values(), *self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
                 with contextlib.suppress(Exception):  # closing anyway
                     rt.ipcCloseMemHandle(base)
             for ptr in self._stage_in.values():  # peers' mappings keep the memory until they close them
@@ -1279,6 +1543,7 @@ class Communicator:
             rt.setDevice(prev)
             self._events.clear()
             self._opened.clear()
+            self._pinned.clear()
             self._streams = {}
             self._capture = None
             self._shared.close()

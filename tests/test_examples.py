@@ -37,8 +37,8 @@ def test_profile_python_runs_the_communicator_hot_path_without_cuda():
     """send, recv and all_gather through the real Communicator code (mailbox, launch lists), CUDA stubbed."""
     out = run("profile_python.py", "--calls", "200")
     rows = {" ".join(line.split()[:-1]): float(line.split()[-1]) for line in out.splitlines()[1:] if line.strip()}
-    assert set(rows) == {"send 2 MiB", "recv 2 MiB", "all_gather 2 MiB", "all_gather 2 MiB peer", "send 2 MiB eager",
-                         "recv 2 MiB eager"}, rows
+    assert set(rows) == {"send 2 MiB", "recv 2 MiB", "all_gather 2 MiB", "all_gather 2 MiB peer",
+                         "all_gather 2 MiB window", "send 2 MiB eager", "recv 2 MiB eager"}, rows
     assert all(v > 0 for v in rows.values())
 
 

@@ -1,0 +1,269 @@
+"""Registered windows (Communicator.register_window) on a CPU: end to end with CUDA faked in host memory
+(tests/fake_cuda.py), and the mailbox bookkeeping of window calls on its own (entries without a wait,
+flow control, acknowledgements, mismatches), with ranks as threads or stepped by hand."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import types
+
+import fake_cuda
+import numpy as np
+import pytest
+
+from hoccl_compiler import CollectiveSpec
+from hoccl_runtime.comm import Communicator, _EagerLayout
+from hoccl_runtime.errors import BufferError, HocclTimeoutError, PlanError
+from hoccl_runtime.interop import DeviceBuffer
+
+
+def dev(a: np.ndarray, device: int) -> DeviceBuffer:
+    return DeviceBuffer(int(a.ctypes.data), a.nbytes, device)
+
+
+def data(rank: int, call: int, n: int) -> np.ndarray:
+    return np.random.default_rng([rank, call, 5]).integers(0, 256, n, dtype=np.uint8)
+
+
+def ranks(monkeypatch, world, body, **options):
+    fake_cuda.install(monkeypatch)
+    store = fake_cuda.Store()
+    results = fake_cuda.run_ranks(world, lambda r: Communicator(r, world, r, store, timeout_s=20, **options), body)
+    return results
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("local_copies", ["sm", "peer"])
+def test_collectives_on_a_window_skip_the_address_exchange(monkeypatch, world, local_copies):
+    """Every collective on buffers carved out of one registered window per rank, twice (the second time
+    from cached launch lists and graphs): right bytes, and no IPC handle exported after registration
+    (except a gather in peer mode, whose own-block helper needs its input per call). Then the window
+    is closed: the same buffers take the mailbox path again, still right."""
+    monkeypatch.setenv("HOCCL_EAGER_BYTES", "0")  # send/recv by rendezvous, so on the window too
+    n = 1001
+    size = 64 << 10
+
+    def body(comm, r):
+        space = np.zeros(size, np.uint8)
+        win = comm.register_window(dev(space, r))
+        exports = []
+        real_export = comm._export
+        comm._export = lambda buf, what="output": (exports.append(what), real_export(buf, what))[1]
+        bad = []
+
+        def view(offset, count):
+            return space[offset:offset + count]
+
+        for rep in range(3):
+            if rep == 2:
+                win.close()
+                exports.clear()
+            call = 10 * rep
+            inp, out = view(0, n), view(8192, n * world)
+            inp[:] = data(r, call, n)
+            out[:] = 0xA5
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            if not np.array_equal(out, np.concatenate([data(p, call, n) for p in range(world)])):
+                bad.append(f"all_gather {rep}")
+            inp, out = view(0, n * world), view(8192, n * world)
+            inp[:] = data(r, call + 1, n * world)
+            out[:] = 0xA5
+            comm.all_to_all_single(dev(out, r), dev(inp, r), stream=7)
+            if not np.array_equal(out, np.concatenate([data(p, call + 1, n * world)[r * n:(r + 1) * n]
+                                                       for p in range(world)])):
+                bad.append(f"all_to_all {rep}")
+            t = view(16384, n)
+            t[:] = data(world - 1, call + 2, n) if r == world - 1 else 0xA5
+            comm.broadcast(dev(t, r), world - 1, stream=7)
+            if not np.array_equal(t, data(world - 1, call + 2, n)):
+                bad.append(f"broadcast {rep}")
+            src, out = view(0, n * world), view(24576, n)
+            src[:] = data(0, call + 3, n * world)
+            out[:] = 0xA5
+            comm.scatter(dev(out, r), dev(src, r) if r == 0 else None, root=0, stream=7)
+            if not np.array_equal(out, data(0, call + 3, n * world)[r * n:(r + 1) * n]):
+                bad.append(f"scatter {rep}")
+            inp, out = view(32768, n), view(32768, n * world)  # the root's output where the others' inputs are
+            if r:
+                inp[:] = data(r, call + 4, n)
+            else:
+                out[:] = 0xA5
+                out[:n] = data(0, call + 4, n)
+                inp = out[:n]
+            comm.gather(dev(inp, r), dev(out, r) if r == 0 else None, root=0, stream=7)
+            if r == 0 and not np.array_equal(out, np.concatenate([data(p, call + 4, n) for p in range(world)])):
+                bad.append(f"gather {rep}")
+            if r < 2:  # rank 0 sends from offset 40960 of its window into offset 40960 of rank 1's
+                t = view(40960, n)
+                t[:] = data(0, call + 5, n) if r == 0 else 0xA5
+                comm.send(dev(t, r), 1, stream=7) if r == 0 else comm.recv(dev(t, r), 0, stream=7)
+                if r == 1 and not np.array_equal(t, data(0, call + 5, n)):
+                    bad.append(f"send/recv {rep}")
+            comm.synchronize()
+            if rep < 2:  # gather in peer mode: its root's own block is copied by a helper, on the mailbox path
+                want = ["output", "input"] if local_copies == "peer" and r == 0 else []
+                if exports != want:
+                    bad.append(f"exports {rep}: {exports}")
+                exports.clear()
+        if exports.count("output") < 4:  # closed: the mailbox path again, one export per rendezvous call
+            bad.append(f"after close: {exports}")
+        comm._export = real_export
+        return bad, repr(win)
+
+    results = ranks(monkeypatch, world, body, local_copies=local_copies)
+    for r in range(world):
+        assert not isinstance(results.get(r), Exception), f"rank {r}: {results.get(r)!r}"
+        bad, text = results[r]
+        assert bad == [] and "closed" in text, (r, results[r])
+
+
+def test_register_window_checks_its_buffers(monkeypatch):
+    """Sizes that differ between ranks raise on every rank, naming them; a window that overlaps another,
+    one on another GPU, an empty one are refused; the communicator's close() closes its windows."""
+    def body(comm, r):
+        got = []
+        a = np.zeros(4096, np.uint8)
+        with pytest.raises(BufferError, match="rank 0: 4096, rank 1: 2048 bytes"):
+            comm.register_window(dev(a if r == 0 else a[:2048], r))
+        win = comm.register_window(dev(a, r))
+        with pytest.raises(BufferError, match="overlaps window 1"):
+            comm.register_window(dev(a[100:200], r))
+        with pytest.raises(BufferError, match="on GPU 5"):
+            comm.register_window(dev(a, 5))
+        with pytest.raises(BufferError, match="0 bytes"):
+            comm.register_window(dev(a[:0], r))
+        got.append(win.index)
+        comm.close()
+        got.append(win.closed)
+        win.close()  # closing again is harmless
+        return got
+
+    results = ranks(monkeypatch, 2, body)
+    assert results == {0: [1, True], 1: [1, True]}, results
+
+
+# --- the mailbox bookkeeping alone: ranks share one mailbox, no CUDA ------------------------------------------
+def mailbox(world: int) -> memoryview:
+    from hoccl_runtime.comm import _PAIR_BYTES
+
+    return memoryview(bytearray(world * world * _PAIR_BYTES)).cast("q")
+
+
+def mailbox_comm(rank: int, world: int, words: memoryview, timeout_s: float) -> Communicator:
+    from collections import deque
+
+    c = object.__new__(Communicator)
+    c.rank, c.world, c.timeout_s, c.local_copies = rank, world, timeout_s, "sm"
+    c._shared = types.SimpleNamespace(words=words, mail_bytes=memoryview(words).cast("B"),
+                                      pids=np.zeros(world, np.int64))
+    c._failure = None
+    c._seq = [0] * world
+    c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
+    c._region_in = [c._pair(p, rank) // 8 for p in range(world)]
+    c._win_pending, c._rdv_open = {}, [deque() for _ in range(world)]
+    c._stage_out = dict.fromkeys(range(world), 0)
+    c._unverified = []
+    return c
+
+
+SPEC = CollectiveSpec(kind="allgather", size_bytes=4096)
+WINDOW = types.SimpleNamespace(index=0, nbytes=1 << 20, peers=dict.fromkeys(range(4), 1 << 30))
+
+
+def state(rank: int, world: int, digest: int = 7, eager: bool = False) -> types.SimpleNamespace:
+    others = tuple(p for p in range(world) if p != rank)
+    layout = _EagerLayout((), {p: ((0, 0, 1),) for p in others}, {p: ((0, 0, 1),) for p in others})
+    return types.SimpleNamespace(plan=types.SimpleNamespace(ranks=types.SimpleNamespace(output_bytes=[4096] * world),
+                                                            collective=SPEC),
+                                 partners=others, digest=digest, helped=None, eager=layout if eager else None,
+                                 windows=True)
+
+
+def test_window_calls_run_ahead_up_to_the_mailbox_slots_and_are_checked_later():
+    words = mailbox(2)
+    a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
+    sa, sb = state(0, 2), state(1, 2)
+    for _ in range(4):  # no partner yet: nothing waits
+        assert a._enter_window(sa, WINDOW, 64) == {1: (1 << 30) + 64}
+    with pytest.raises(HocclTimeoutError, match="rank 1 did not acknowledge"):
+        a._enter_window(sa, WINDOW, 64)
+    assert [e[0] for e in a._win_pending[1]] == [1, 2, 3, 4]
+    for _ in range(4):  # the partner finds rank 0's entries there, checks and acknowledges them
+        b._enter_window(sb, WINDOW, 64)
+    assert not b._win_pending[0]
+    a._enter_window(sa, WINDOW, 64)  # the fifth now finds its slot free
+    assert [e[0] for e in a._win_pending[1]] == [5]
+    with pytest.raises(PlanError, match="rank 0's buffer is at offset 64 of window 0, rank 1's at offset 128"):
+        b._enter_window(sb, WINDOW, 128)
+
+
+def test_a_window_call_against_a_mailbox_call_raises_on_both_ranks():
+    words = mailbox(2)
+    a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
+    a._enter_window(state(0, 2), WINDOW, 0)
+    sb = state(1, 2)
+    with pytest.raises(PlanError, match="rank 0 passed a buffer of registered window 0"):
+        b._collect(sb, b._publish(sb, None))
+    with pytest.raises(PlanError, match="rank 1 did not pass a buffer of a registered window in call 1"):
+        a._check_windows()
+
+
+def test_another_collective_on_a_window_raises():
+    words = mailbox(2)
+    a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
+    a._enter_window(state(0, 2, digest=7), WINDOW, 0)
+    with pytest.raises(PlanError, match="rank 0 is in another collective than rank 1"):
+        b._enter_window(state(1, 2, digest=8), WINDOW, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mixed_calls_in_threads_never_deadlock_and_check_every_entry(seed):
+    """Three ranks issue the same random sequence of window calls, mailbox (rendezvous) calls, eager calls
+    and batches of a mailbox and a window call, at their own random pace: nothing deadlocks or raises,
+    every window entry is checked in the end, and every pair ends at the same sequence number."""
+    world, calls = 3, 60
+    rng = random.Random(seed)
+    kinds = [rng.choice(["window", "mailbox", "eager", "batch"]) for _ in range(calls)]
+    words = mailbox(world)
+    comms = [mailbox_comm(r, world, words, 10.0) for r in range(world)]
+    errors: list = []
+
+    def run(r: int) -> None:
+        c, pace = comms[r], random.Random(seed * 10 + r)
+        plain, eager = state(r, world), state(r, world, digest=9, eager=True)
+        try:
+            for kind in kinds:
+                if pace.random() < 0.3:
+                    time.sleep(pace.random() * 2e-3)
+                if kind == "window":
+                    c._enter_window(plain, WINDOW, 0)
+                elif kind == "mailbox":
+                    c._collect(plain, c._publish(plain, None))
+                elif kind == "eager":
+                    c._eager_enter(eager)
+                else:
+                    got = c._publish(plain, None)
+                    c._enter_window(plain, WINDOW, 0)
+                    c._collect(plain, got)
+            deadline = time.monotonic() + 10
+            while (any(c._win_pending.values()) or c._unverified) and time.monotonic() < deadline:
+                c._check_windows()  # (as synchronize() does)
+                c._verify_eager()
+                time.sleep(1e-3)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            errors.append((r, exc))
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads)
+    for c in comms:
+        assert not any(c._win_pending.values()), (c.rank, c._win_pending)
+        assert not any(c._unverified), c._unverified
+    per_call = {"window": 1, "mailbox": 1, "eager": 1, "batch": 2}
+    assert all(c._seq[p] == sum(per_call[k] for k in kinds) for c in comms for p in range(world) if p != c.rank)

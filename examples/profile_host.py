@@ -208,6 +208,11 @@ def held_host_times(comm, calls, rank, s, dist, torch):
             "sendrecv": lambda: comm.send(t_in, 1, stream=ts) if rank == 0 else comm.recv(t_in, 0, stream=ts),
             "allgather": lambda: comm.all_gather_into_tensor(t_ag, t_in, stream=ts),
             "alltoall": lambda: comm.all_to_all_single(t_a2a, t_in, stream=ts)}),
+        # the same, each buffer a registered window: no per-call address exchange, no wait for the partner
+        "hoccl-window": (ts.cuda_stream, {
+            "sendrecv": lambda: comm.send(t_in, 1, stream=ts) if rank == 0 else comm.recv(t_in, 0, stream=ts),
+            "allgather": lambda: comm.all_gather_into_tensor(t_ag, t_in, stream=ts),
+            "alltoall": lambda: comm.all_to_all_single(t_a2a, t_in, stream=ts)}),
         "nccl": (ts.cuda_stream, {
             "sendrecv": lambda: dist.send(t_in, peer) if rank == 0 else dist.recv(t_in, peer),
             "allgather": lambda: dist.all_gather_into_tensor(t_ag, t_in),
@@ -219,6 +224,7 @@ def held_host_times(comm, calls, rank, s, dist, torch):
             cp.cuda.runtime.deviceSynchronize()
             comm._launches.clear()  # graphs are captured again, with or without their trailing batch
             comm.graph_tail_direct = impl == "hoccl-taildirect"
+        windows = [comm.register_window(t) for t in (t_in, t_ag, t_a2a)] if impl == "hoccl-window" else []
         for name, fn in fns.items():
             with torch.cuda.stream(ts):
                 fn()
@@ -237,6 +243,8 @@ def held_host_times(comm, calls, rank, s, dist, torch):
                 go.write(1)
                 cp.cuda.runtime.deviceSynchronize()
             out[(impl, name)] = statistics.median(samples)
+        for w in windows:
+            w.close()
     pool.close()
     return out
 

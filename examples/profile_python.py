@@ -113,6 +113,7 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
     c._region_in = [c._pair(p, rank) // 8 for p in range(world)]
     c._events, c._pacer, c.rate_gbps, c._failure, c.pace_period_us = {}, None, None, None, 250.0
+    c._last_stream = None
     c._side_stream = lambda slot: 1000 + slot
     from hoccl_compiler.topology import make_topology
 

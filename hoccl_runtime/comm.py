@@ -485,6 +485,7 @@ class Communicator:
         self._building: pacing.Feedback | None = None  # the paced call being built (_cached_paced)
         self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
         self._failure: HocclError | None = None
+        self._last_stream: int | None = None  # the caller stream of the last call issued outside a stream capture
         self.watch_interval_s = 0.1
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name=f"hoccl-watchdog-{rank}", daemon=True)
@@ -691,6 +692,8 @@ class Communicator:
         with self._lock:
             if self._unverified:
                 self._verify_eager()
+            if s != self._last_stream:
+                self._follow(s)
             if len(items) == 1:  # the common call, without the batch's lists
                 what, input, output = items[0]
                 state, inp, out = self._prepare(what, input, output)
@@ -723,6 +726,20 @@ class Communicator:
                     self._launch(state, inp, out, got, None, s, rate)
                 else:
                     self._launch(state, inp, out, *self._collect(state, got), s, rate)
+
+    def _follow(self, s: int) -> None:
+        """A call on another stream than the last one waits for the last one's end: a communicator's calls run
+        one after the other on the GPUs whatever their streams, as NCCL's do (it orders them by events), since
+        they share each pair's READY/DONE flags and eager slots. A call inside a stream capture is left alone
+        (the user's graph orders its launches; a wait there on an event from outside would break the capture)."""
+        rt = _cuda.cupy_runtime()
+        if rt.streamIsCapturing(s):
+            return
+        prev, self._last_stream = self._last_stream, s
+        ev = self._events.get(("end", prev)) if prev is not None else None
+        if ev is not None:
+            with contextlib.suppress(Exception):  # last recorded inside a capture: that graph is the user's to order
+                rt.streamWaitEvent(s, ev, 0)
 
     def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                 remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> None:

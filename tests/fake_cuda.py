@@ -10,6 +10,7 @@ node executor and the flag pool.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import struct
 import sys
 import threading
@@ -22,6 +23,7 @@ _MEMOP = struct.Struct("<I4xQQI4xQ8x")
 _buffers: dict[int, ctypes.Array] = {}
 _lock = threading.Lock()
 _current = threading.local()
+_event_ids = itertools.count(1)
 
 
 class Runtime:
@@ -39,8 +41,8 @@ class Runtime:
     def memcpyAsync(self, dst, src, n, kind, stream):  # noqa: N802
         _issue(lambda: ctypes.memmove(dst, src, n))
 
-    def eventCreateWithFlags(self, flags):  # noqa: N802
-        return 1
+    def eventCreateWithFlags(self, flags):  # noqa: N802 - a fresh number per event, so waits name their event
+        return next(_event_ids)
 
     def eventRecord(self, ev, stream):  # noqa: N802
         pass

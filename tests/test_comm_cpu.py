@@ -474,3 +474,38 @@ def test_a_member_attached_to_the_shared_segment_leaves_its_name_to_the_owner(tm
     finally:
         owner.close()
         owner.unlink()
+
+
+def test_calls_on_another_stream_wait_for_the_last_call(monkeypatch):
+    """A communicator's calls share each pair's flags, so a call on another stream than the last call waits
+    for that call's end event (as NCCL orders a communicator's calls); the same stream again, or a call
+    inside a stream capture, adds no wait."""
+    fake_cuda.install(monkeypatch)
+    waits: list = []  # (stream, event) of every stream wait; event numbers are unique
+    real = fake_cuda.Runtime.streamWaitEvent
+
+    def logged(self, stream, ev, flags):
+        waits.append((stream, ev))
+        return real(self, stream, ev, flags)
+
+    monkeypatch.setattr(fake_cuda.Runtime, "streamWaitEvent", logged)
+
+    def body(comm, r):
+        inp, out = np.ones(64, np.uint8), np.zeros(128, np.uint8)
+        marks = []
+        for stream in (7, 7, 8, 8, 7):
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=stream)
+            marks.append(len(waits))
+        rt = fake_cuda.Runtime()
+        rt.streamBeginCapture(9, 1)
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=9)
+        rt.streamEndCapture(9)
+        marks.append(len(waits))
+        return marks, comm._events[("end", 7)], comm._events[("end", 8)]
+
+    results = ranks(monkeypatch, 2, body)
+    for r in range(2):
+        marks, end7, end8 = results[r]
+        seen = [[w for w in waits[:m] if w[1] in (end7, end8)] for m in marks]  # waits on this rank's end events
+        assert seen[0] == seen[1] == [] and seen[2] == seen[3] == [(8, end7)], seen
+        assert seen[4] == seen[5] == [(8, end7), (7, end8)], seen

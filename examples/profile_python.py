@@ -106,7 +106,7 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
     c.eager_bytes, c._unverified, c.eager_collectives = 0, [], False  # rendezvous unless a case turns eager on
     c.local_copies = "sm"
-    c._windows, c._window_of, c._win_pending, c._pinned = [], {}, {}, {}
+    c._windows, c._window_of, c._win_pending, c._pinned, c._window_calls = [], {}, {}, {}, {}
     c._rdv_open = [deque() for _ in range(world)]
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
     c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
@@ -177,6 +177,7 @@ def main(argv=None) -> int:
         # a registered window around the output (register_window's result, without the store exchange)
         c._windows = [comm.Window(c, 0, b.ptr, b.nbytes, {partner: 5 << 40}, ())] if handle == "window" else []
         c._window_of.clear()
+        c._window_calls.clear()
         if key is None:  # eager: no mailbox entry to wait for; a receiver finds the sender's size entry
             c.eager_bytes = 4 << 20
             digest = c._state(("sendrecv", 0, 1, 2 << 20)).digest

@@ -173,6 +173,15 @@ def main() -> int:
     stream.synchronize()
     check(f"paced sendrecv {n}", out, data(prv, call, n))
 
+    # synchronize() waits for calls launched as graphs (their end event is recorded inside the graph)
+    big_in, big_out = cp.empty(256 << 20, cp.uint8), cp.empty((256 << 20) * world, cp.uint8)
+    for _ in range(4):  # from the second call on, one graph launch per call
+        comm.all_gather_into_tensor(big_out, big_in, stream=stream)
+    comm.synchronize()
+    if not stream.done:
+        failures.append(f"rank {rank}: synchronize() returned while the stream still ran the graphs' copies")
+    del big_in, big_out
+
     # 100 create/close cycles leak no file descriptors and no shared memory
     import glob
 

@@ -181,28 +181,35 @@ def state(rank: int, world: int, digest: int = 7, eager: bool = False) -> types.
                                  windows=True)
 
 
+def enter(c: Communicator, st: types.SimpleNamespace, offset: int) -> dict[int, int]:
+    """A window call's mailbox part, as Communicator._window_call makes it: {partner: its output's address}."""
+    remote = c._window_remote(st, WINDOW, offset)
+    c._window_entries(st, WINDOW.index, offset)
+    return remote
+
+
 def test_window_calls_run_ahead_up_to_the_mailbox_slots_and_are_checked_later():
     words = mailbox(2)
     a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
     sa, sb = state(0, 2), state(1, 2)
     for _ in range(4):  # no partner yet: nothing waits
-        assert a._enter_window(sa, WINDOW, 64) == {1: (1 << 30) + 64}
+        assert enter(a, sa, 64) == {1: (1 << 30) + 64}
     with pytest.raises(HocclTimeoutError, match="rank 1 did not acknowledge"):
-        a._enter_window(sa, WINDOW, 64)
+        enter(a, sa, 64)
     assert [e[0] for e in a._win_pending[1]] == [1, 2, 3, 4]
     for _ in range(4):  # the partner finds rank 0's entries there, checks and acknowledges them
-        b._enter_window(sb, WINDOW, 64)
+        enter(b, sb, 64)
     assert not b._win_pending[0]
-    a._enter_window(sa, WINDOW, 64)  # the fifth now finds its slot free
+    enter(a, sa, 64)  # the fifth now finds its slot free
     assert [e[0] for e in a._win_pending[1]] == [5]
     with pytest.raises(PlanError, match="rank 0's buffer is at offset 64 of window 0, rank 1's at offset 128"):
-        b._enter_window(sb, WINDOW, 128)
+        enter(b, sb, 128)
 
 
 def test_a_window_call_against_a_mailbox_call_raises_on_both_ranks():
     words = mailbox(2)
     a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
-    a._enter_window(state(0, 2), WINDOW, 0)
+    enter(a, state(0, 2), 0)
     sb = state(1, 2)
     with pytest.raises(PlanError, match="rank 0 passed a buffer of registered window 0"):
         b._collect(sb, b._publish(sb, None))
@@ -213,9 +220,9 @@ def test_a_window_call_against_a_mailbox_call_raises_on_both_ranks():
 def test_another_collective_on_a_window_raises():
     words = mailbox(2)
     a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
-    a._enter_window(state(0, 2, digest=7), WINDOW, 0)
+    enter(a, state(0, 2, digest=7), 0)
     with pytest.raises(PlanError, match="rank 0 is in another collective than rank 1"):
-        b._enter_window(state(1, 2, digest=8), WINDOW, 0)
+        enter(b, state(1, 2, digest=8), 0)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -238,14 +245,14 @@ def test_mixed_calls_in_threads_never_deadlock_and_check_every_entry(seed):
                 if pace.random() < 0.3:
                     time.sleep(pace.random() * 2e-3)
                 if kind == "window":
-                    c._enter_window(plain, WINDOW, 0)
+                    enter(c, plain, 0)
                 elif kind == "mailbox":
                     c._collect(plain, c._publish(plain, None))
                 elif kind == "eager":
                     c._eager_enter(eager)
                 else:
                     got = c._publish(plain, None)
-                    c._enter_window(plain, WINDOW, 0)
+                    enter(c, plain, 0)
                     c._collect(plain, got)
             deadline = time.monotonic() + 10
             while (any(c._win_pending.values()) or c._unverified) and time.monotonic() < deadline:

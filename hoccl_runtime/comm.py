@@ -941,8 +941,6 @@ class Communicator:
             tail: list[tuple] = []
             while self.graph_tail_direct and len(ops) > 1 and ops[-1][0] == "memops":
                 tail.insert(0, ("memops", ops.pop()[1], s))
-            if not tail:  # the call's end event, recorded by the graph (one driver call less per call)
-                ops.append(("record", self._event(("end", s)), cap))
             rt.streamBeginCapture(cap, 1)  # cudaStreamCaptureModeThreadLocal
             try:
                 _replay(ops)
@@ -955,9 +953,7 @@ class Communicator:
         finally:
             rt.setDevice(prev)
         entry.exe = exe
-        eager = entry.run
-        launch = compile_launch(self._launch_list([("graph", exe, s), *tail], s) if tail else
-                                _squeeze_devices([("dev", self.device), ("graph", exe, s)]))
+        eager, launch = entry.run, compile_launch(self._launch_list([("graph", exe, s), *tail], s))
         capturing = rt.streamIsCapturing
 
         def run() -> None:
@@ -979,7 +975,9 @@ class Communicator:
             entry.exe = None
 
     def _launch_list(self, ops: list[tuple], user: int) -> list[tuple]:
-        """The call's CUDA work, then the end-of-call event that synchronize() and close() look at.
+        """The call's CUDA work, then the end-of-call event that synchronize() and close() look at (recorded
+        by the caller, not captured in a call's graph: an event last recorded by a capture reads as done to
+        cudaEventQuery, and synchronize() returned while the graph's copies ran, 2x H200, 2026-11-30).
         (Capturing the list into a CUDA graph, one cudaGraphLaunch per call, was measured slower on the
         2x H200: 28 vs 21 us of host time for a 2 MiB send, so calls replay the list itself.)"""
         return _squeeze_devices([("dev", self.device), *ops, ("record", self._event(("end", user)), user)])
@@ -1056,8 +1054,8 @@ class Communicator:
             region = self._region_in[p]
             slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
             if words[slot] < seq:  # (checking window entries meanwhile: p may wait for my acknowledgement)
-                self._wait((lambda s=slot, q=seq: self._check_windows() or words[s] >= q) if self._win_pending
-                           else (lambda s=slot, q=seq: words[s] >= q), p, "arrive")
+                self._wait((lambda s=slot, q=seq: self._check_windows() or words[s] >= q)
+                           if any(self._win_pending.values()) else (lambda s=slot, q=seq: words[s] >= q), p, "arrive")
             self._rdv_open[p].popleft()
             if self._win_pending.get(p):
                 self._check_windows(before=(p, seq))

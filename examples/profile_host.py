@@ -91,6 +91,11 @@ def main() -> int:
         micro["eventRecord"] = per_call_us(lambda: rt.eventRecord(ev, s.ptr))
         micro["streamIsCapturing"] = per_call_us(lambda: rt.streamIsCapturing(s.ptr))
         micro["getDevice"] = per_call_us(rt.getDevice)
+        from hoccl_runtime.interop import as_buffer, as_stream
+
+        tensor, tstream = torch.empty(1024, device=f"cuda:{rank}"), torch.cuda.Stream()
+        micro["as_buffer (torch tensor)"] = per_call_us(lambda: as_buffer(tensor))
+        micro["as_stream (torch stream)"] = per_call_us(lambda: as_stream(tstream))
         s.synchronize()
         cap = cp.cuda.Stream(non_blocking=True)
         rt.streamBeginCapture(cap.ptr, 1)
@@ -100,6 +105,21 @@ def main() -> int:
         graph = rt.streamEndCapture(cap.ptr)
         exe = rt.graphInstantiate(graph)
         micro["graphLaunch (memops, copy, memops)"] = per_call_us(lambda: rt.graphLaunch(exe, s.ptr))
+        s.synchronize()
+        # the same graph launched 40 times while the stream waits on a host flag (launches pile up, as in
+        # the held measurement below), and 40 memcpyAsync the same way
+        hold = pool.allocate()
+        for name, fn in (("graphLaunch (memops, copy, memops) x40 held", lambda: rt.graphLaunch(exe, s.ptr)),
+                         ("memcpyAsync 4 B x40 held", lambda: rt.memcpyAsync(other.data.ptr, buf.data.ptr, 4, 3,
+                                                                             s.ptr))):
+            hold.write(0)
+            MemOps().wait_eq(hold, 1).enqueue(s.ptr)
+            t0 = time.perf_counter()
+            for _ in range(40):
+                fn()
+            micro[name] = (time.perf_counter() - t0) / 40 * 1e6
+            hold.write(1)
+            s.synchronize()
         sig = pool.allocate()
         one = cp.ones(1, cp.int32)
         wait = MemOps().wait_eq(f, 0)
@@ -243,10 +263,56 @@ def held_host_times(comm, calls, rank, s, dist, torch):
                 go.write(1)
                 cp.cuda.runtime.deviceSynchronize()
             out[(impl, name)] = statistics.median(samples)
+            if impl == "hoccl-window" and name == "allgather":  # where a window call's host time goes
+                for part, us in _split(comm, fn, go, stream, dist).items():
+                    out[("split", part)] = us
         for w in windows:
             w.close()
     pool.close()
     return out
+
+
+def _split(comm, fn, go, stream, dist):
+    """Median host us per held call spent in each part of a window call: the whole call, the buffer and
+    stream conversions, the mailbox entries and checks, and the cached launch (comm._cached: the graph
+    launch and the end event); wrappers add ~0.1 us each."""
+    import cupy as cp
+
+    from hoccl_runtime import comm as comm_module
+    from hoccl_runtime.flags import MemOps
+
+    spent: dict[str, list[float]] = {}
+
+    def timer(name, real):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                spent.setdefault(name, []).append((time.perf_counter() - t0) * 1e6)
+        return timed
+
+    patched = {"as_buffer": comm_module.as_buffer, "as_stream": comm_module.as_stream}
+    for name, real in patched.items():
+        setattr(comm_module, name, timer(name, real))
+    for name in ("_cached", "_window_entries", "_window_call", "_check_windows", "_wait"):
+        setattr(comm, name, timer(name, getattr(comm, name)))
+    call = timer("whole call", fn)
+    try:
+        dist.barrier()
+        go.write(0)
+        MemOps().wait_eq(go, 1).enqueue(stream)
+        for _ in range(HELD_CALLS):
+            call()
+        go.write(1)
+        cp.cuda.runtime.deviceSynchronize()
+    finally:
+        for name, real in patched.items():
+            setattr(comm_module, name, real)
+        for name in ("_cached", "_window_entries", "_window_call", "_check_windows", "_wait"):
+            delattr(comm, name)
+    per_call = len(spent["whole call"])
+    return {name: sum(v) / per_call for name, v in spent.items()}  # mean us per call of each part
 
 
 def _bindings_params(cu, ops):

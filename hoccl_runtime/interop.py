@@ -7,6 +7,7 @@ Streams are explicit: a CuPy or torch stream, an object with ``__cuda_stream__``
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +28,15 @@ class DeviceBuffer:
 
 
 def _torch_buffer(x: Any, what: str) -> DeviceBuffer:
-    if not x.is_cuda:
+    # as few calls into torch as will do, each a fraction of a microsecond: this runs twice per call
+    # (examples/profile_host.py times it)
+    device = x.get_device()  # -1 off the GPU
+    if device < 0 or not x.is_cuda:
         raise BufferError(f"{what} is a CPU tensor ({tuple(x.shape)}, {x.dtype}); HOCCL moves GPU memory: "
                           "pass x.cuda() or allocate it on the GPU")
     if not x.is_contiguous():
         raise BufferError(f"{what} is not contiguous (strides {x.stride()}); pass x.contiguous()")
-    return DeviceBuffer(int(x.data_ptr()), int(x.numel() * x.element_size()), int(x.device.index))
+    return DeviceBuffer(x.data_ptr(), x.nbytes, device)
 
 
 def _cai_buffer(x: Any, what: str) -> DeviceBuffer:
@@ -94,10 +98,17 @@ def as_buffer(x: Any, what: str = "buffer") -> DeviceBuffer:
                       "tensor or an object with __cuda_array_interface__")
 
 
+_STREAM_GETTERS: dict[type, Any] = {}  # CuPy / torch / cuda.core stream type -> how its handle was read first
+_KNOWN_STREAMS = ("torch", "cupy", "cuda")  # modules of stream types whose handles are read the same way each time
+
+
 def as_stream(s: Any) -> int:
     """A raw ``cudaStream_t`` handle from a CuPy/torch stream, ``__cuda_stream__``, an int, or None (legacy 0)."""
     if s is None:
         return 0
+    get = _STREAM_GETTERS.get(type(s))
+    if get is not None:  # a stream type seen before: read its handle the way that worked then
+        return get(s)
     if isinstance(s, bool):
         raise StreamError(f"{s!r} is not a stream")
     if isinstance(s, int):
@@ -108,10 +119,14 @@ def as_stream(s: Any) -> int:
     if proto is not None:
         value = proto() if callable(proto) else proto
         if isinstance(value, tuple) and len(value) == 2:
+            if callable(proto) and type(s).__module__.startswith(_KNOWN_STREAMS):
+                _STREAM_GETTERS[type(s)] = lambda x: int(x.__cuda_stream__()[1])
             return int(value[1])
     for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy Stream, cuda.core Stream
         value = getattr(s, attr, None)
         if isinstance(value, int):
+            if type(s).__module__.startswith(_KNOWN_STREAMS):
+                _STREAM_GETTERS[type(s)] = operator.attrgetter(attr)
             return value
     raise StreamError(f"cannot use {type(s).__name__} as a CUDA stream; pass a CuPy or torch stream, an object "
                       "with __cuda_stream__, a raw handle, or None for the legacy default stream")

@@ -509,3 +509,25 @@ def test_sm_probe_refuses_bad_arguments_before_any_gpu_work(monkeypatch):
         SmProbe(9)
     with pytest.raises(HocclError, match="hold_ms=0"):
         SmProbe(0, hold_ms=0)
+
+
+def test_as_stream_remembers_how_to_read_a_library_stream_type():
+    """A CuPy / torch / cuda.core stream type's handle is read the way that worked for its first stream (each
+    stream of the type still gives its own handle); other types are looked at afresh every time."""
+    from hoccl_runtime import interop
+
+    class CupyLike:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    CupyLike.__module__ = "cupy.cuda.stream"
+
+    class Other:
+        def __init__(self, **attrs):
+            self.__dict__.update(attrs)
+
+    assert [as_stream(CupyLike(11)), as_stream(CupyLike(12))] == [11, 12]
+    assert CupyLike in interop._STREAM_GETTERS and Other not in interop._STREAM_GETTERS
+    assert [as_stream(Other(ptr=5)), as_stream(Other(cuda_stream=6))] == [5, 6]
+    assert Other not in interop._STREAM_GETTERS
+    del interop._STREAM_GETTERS[CupyLike]

@@ -173,7 +173,7 @@ def main() -> int:
         nbytes = {"allgather": 4 << 20}.get(name, 2 << 20)  # nccl-tests' size: AllGather's whole output
         gbps = 200 * nbytes / (cp.cuda.get_elapsed_time(start, end) / 1e3) / 1e9
         host[name] = (round(statistics.median(reps), 1), round(gbps, 1))
-    held = held_host_times(comm, calls, rank, s, dist, torch)
+    held = held_host_times(comm, calls, rank, s, dist, torch, (buf, ag_out, a2a_out))
     texts = []
     for name in ("sendrecv", "allgather"):
         dist.barrier()
@@ -193,7 +193,7 @@ def main() -> int:
           f"the host us equal the GPU's time per call): {host}")
     print(f"--- rank {rank}: host us per call with the stream held (median of {HELD_CALLS} x {HELD_REPS}):")
     for (impl, name), us in held.items():
-        print(f"    {impl:12} {name:10} {us:6.1f}")
+        print(f"    {impl:17} {name:16} {us:6.1f}")
     print("\n".join(texts), flush=True)
     dist.barrier()
     comm.close()
@@ -204,7 +204,7 @@ def main() -> int:
 HELD_CALLS, HELD_REPS = 40, 5
 
 
-def held_host_times(comm, calls, rank, s, dist, torch):
+def held_host_times(comm, calls, rank, s, dist, torch, cupy_buffers):
     """Host us per call while the GPU cannot run ahead: each rank's stream waits on a host flag while
     HELD_CALLS calls are enqueued (no launch queue fills, no GPU time is counted), then the flag is
     set. Per call timed alone, median over every call of every repeat: what a call costs the host, the
@@ -233,6 +233,7 @@ def held_host_times(comm, calls, rank, s, dist, torch):
             "sendrecv": lambda: comm.send(t_in, 1, stream=ts) if rank == 0 else comm.recv(t_in, 0, stream=ts),
             "allgather": lambda: comm.all_gather_into_tensor(t_ag, t_in, stream=ts),
             "alltoall": lambda: comm.all_to_all_single(t_a2a, t_in, stream=ts)}),
+        "hoccl-window-cupy": (s.ptr, calls),  # the CuPy calls, their buffers registered as windows
         "nccl": (ts.cuda_stream, {
             "sendrecv": lambda: dist.send(t_in, peer) if rank == 0 else dist.recv(t_in, peer),
             "allgather": lambda: dist.all_gather_into_tensor(t_ag, t_in),
@@ -244,7 +245,8 @@ def held_host_times(comm, calls, rank, s, dist, torch):
             cp.cuda.runtime.deviceSynchronize()
             comm._launches.clear()  # graphs are captured again, with or without their trailing batch
             comm.graph_tail_direct = impl == "hoccl-taildirect"
-        windows = [comm.register_window(t) for t in (t_in, t_ag, t_a2a)] if impl == "hoccl-window" else []
+        windows = [comm.register_window(t) for t in {"hoccl-window": (t_in, t_ag, t_a2a),
+                                                     "hoccl-window-cupy": cupy_buffers}.get(impl, ())]
         for name, fn in fns.items():
             with torch.cuda.stream(ts):
                 fn()
@@ -263,9 +265,9 @@ def held_host_times(comm, calls, rank, s, dist, torch):
                 go.write(1)
                 cp.cuda.runtime.deviceSynchronize()
             out[(impl, name)] = statistics.median(samples)
-            if impl == "hoccl-window" and name == "allgather":  # where a window call's host time goes
+            if impl.startswith("hoccl-window") and name == "allgather":  # where a window call's host time goes
                 for part, us in _split(comm, fn, go, stream, dist).items():
-                    out[("split", part)] = us
+                    out[("split" + impl[len("hoccl-window"):], part)] = us
         for w in windows:
             w.close()
     pool.close()

@@ -27,7 +27,7 @@ from .errors import (
     UnsupportedPlanError,
 )
 
-__all__ = ["load_plan", "execute", "default_executor", "Executor", "init", "Communicator",
+__all__ = ["load_plan", "execute", "default_executor", "Executor", "init", "Communicator", "Window",
            "HocclError", "PlanError", "CudaError",
            "BufferError", "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError"]
 
@@ -65,7 +65,7 @@ def __getattr__(name: str) -> Any:
         from .executor import Executor
 
         return Executor
-    if name in ("init", "Communicator"):
+    if name in ("init", "Communicator", "Window"):
         from . import comm
 
         return getattr(comm, name)

@@ -8,13 +8,13 @@ How a call works, for rank ``me`` (every step costs no SM, but one: a copy withi
 CUDA driver runs as a kernel of its own; see step 3):
 
 1. The plan for (collective, sizes) comes from a cache (compiled on first use, a few ms).
-2. Buffer addresses are exchanged with each partner rank through a mailbox in host memory shared by
-   the node's processes: my output's CUDA IPC handle (of its whole allocation) and the offset in it.
-   The host waits for the partner's entry of the same call, up to ``timeout_s``: the CPU-side
-   rendezvous of the paper's point-to-point executor. A partner that never arrives raises
-   :class:`HocclTimeoutError` naming it; a partner that called another collective raises
-   :class:`PlanError`. Opened IPC mappings are cached by handle (the least recently used of more than
-   ``ipc_cache`` is closed).
+2. Buffer addresses are exchanged with each partner rank (unless the buffer is in a registered window:
+   item 8) through a mailbox in host memory shared by the node's processes: my output's CUDA IPC handle
+   (of its whole allocation) and the offset in it. The host waits for the partner's entry of the same
+   call, up to ``timeout_s``: the CPU-side rendezvous of the paper's point-to-point executor. A partner
+   that never arrives raises :class:`HocclTimeoutError` naming it; a partner that called another
+   collective raises :class:`PlanError`. Opened IPC mappings are cached by handle (the least recently
+   used of more than ``ipc_cache`` is closed).
 3. Copies are pushed by their source GPU (``cudaMemcpyAsync``, a copy engine, into the peer's output
    through its IPC mapping). The first DMA queue of this rank runs on the caller's stream itself; local
    copies and any further DMA queues run on side streams ordered with it by CUDA events. A local copy
@@ -69,6 +69,14 @@ CUDA driver runs as a kernel of its own; see step 3):
    same path. Off by default because, measured on the 2x H200, a collective that the user captured
    into a CUDA graph reuses one slot on every replay and waits a flag round trip per call (2 MiB
    AllGather 64 vs 116 GB/s), and a mismatched collective is then caught on one rank only.
+8. Registered windows (:meth:`Communicator.register_window`, collective): a call whose buffer lies in one
+   skips step 2's exchange. Its partners' buffers sit at the same offset of their windows (mapped once,
+   at registration); the call writes its mailbox entry and does not wait for theirs, which it checks
+   when they are there (a mismatch raises PlanError on both ranks). The host waits only to stay within
+   4 calls of a partner.
+9. A communicator's calls run one after the other on the GPU whatever their streams (they share the
+   flags of step 4 and the eager slots): a call on another stream than the previous one waits for the
+   previous one's end event, as NCCL orders a communicator's calls.
 """
 
 from __future__ import annotations

@@ -313,6 +313,24 @@ def main() -> int:
             for name, size, gbps, host in rows:
                 print(f"{name:10} {size >> 20:6} MiB {gbps:8.1f} {host:8.1f}")
 
+    # calls on two streams, issued back to back without any sync between them: the communicator orders them
+    s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    n = (8 << 20) + 5
+    bufs, want = [], []
+    for _ in range(6):
+        call += 1
+        bufs.append((cp.full(n * world, 0xA5, cp.uint8), cp.asarray(data(rank, call, n))))
+        want.append(np.concatenate([data(r, call, n) for r in range(world)]))
+    cp.cuda.Device(dev).synchronize()
+    dist.barrier()
+    for k, (out, inp) in enumerate(bufs):
+        comm.all_gather_into_tensor(out, inp, stream=(s1, s2)[k % 2])
+    s1.synchronize()
+    s2.synchronize()
+    for k, ((out, _), expect) in enumerate(zip(bufs, want, strict=True)):
+        check(f"allgather {k} on alternating streams", out, expect)
+    del bufs
+
     # registered windows: buffers carved out of one torch allocation per rank (a sub-range of the caching
     # allocator's segment), registered once; every call on them skips the per-call address exchange
     space = torch.empty(96 << 20, dtype=torch.uint8, device=f"cuda:{dev}")

@@ -310,14 +310,18 @@ class Window:
     waits for this rank's calls and unmaps the peers' windows; the communicator's ``close()`` does it too."""
 
     def __init__(self, comm: Communicator, index: int, ptr: int, nbytes: int, peers: dict[int, int],
-                 handles: tuple[bytes, ...]):
+                 handles: tuple[bytes, ...], tensor: Any = None):
         self.comm, self.index, self.ptr, self.nbytes = comm, index, ptr, nbytes
         self.peers = peers  # peer rank -> the local address of its window
         self.handles = handles
+        # the registered object itself, held until the window closes: its memory cannot go back to an
+        # allocator (and to other tensors) while the peers may still write into it
+        self.tensor = tensor
         self.closed = False
 
     def close(self) -> None:
         self.comm._deregister(self)
+        self.tensor = None
 
     def __enter__(self) -> Window:
         return self
@@ -1097,8 +1101,10 @@ class Communicator:
         symmetric windows. The host never waits for a partner, except to stay within 4 calls of it
         (mailbox flow control); each call still leaves an entry that the partner checks when it gets there
         (another collective, size, window or offset raises PlanError, at that call or a later one or
-        ``synchronize()``). Small send/recv keep the eager path. ``Window.close()`` (on every rank)
-        or ``close()`` releases the mappings."""
+        ``synchronize()``). Small send/recv keep the eager path. The window holds ``tensor`` (so its
+        memory cannot be freed and reused while peers may write into it) until ``Window.close()`` (on
+        every rank) or ``close()``, which also release the mappings. A rank whose buffer cannot be
+        shared (e.g. from a ``cudaMallocAsync`` pool) raises BufferError, and so do the others at once."""
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
         self._raise_if_failed()
@@ -1115,11 +1121,18 @@ class Communicator:
         with self._lock:
             k = self._window_count
             self._window_count += 1
-            handle, offset = self._export(buf, "window")
+            try:
+                handle, offset = self._export(buf, "window")
+            except HocclError as exc:  # the others hear of it at once instead of waiting for their timeout
+                self._store.set(f"window/{k}/{self.rank}", b"!" + str(exc).encode())
+                raise
             self._store.set(f"window/{k}/{self.rank}", handle + offset.to_bytes(8, "little") +
                             buf.nbytes.to_bytes(8, "little"))
             got = {p: self._store_get(f"window/{k}/{p}", p, f"register window {k}")
                    for p in range(self.world) if p != self.rank}
+            for p, v in got.items():
+                if v.startswith(b"!"):
+                    raise BufferError(f"rank {p} could not register window {k}: {v[1:].decode()}")
             sizes = {p: int.from_bytes(v[_HANDLE + 8:_HANDLE + 16], "little") for p, v in got.items()}
             if any(n != buf.nbytes for n in sizes.values()):
                 sizes[self.rank] = buf.nbytes
@@ -1135,7 +1148,7 @@ class Communicator:
                 for p in peers:
                     self._unpin(handles[p])
                 raise
-            win = Window(self, k, buf.ptr, buf.nbytes, peers, tuple(handles.values()))
+            win = Window(self, k, buf.ptr, buf.nbytes, peers, tuple(handles.values()), tensor)
             self._windows.append(win)
             self._window_of.clear()
             self._window_calls.clear()
@@ -1594,7 +1607,7 @@ class Communicator:
             rt.setDevice(self.device)
             self._launches.clear()  # destroys the calls' graphs
             for w in self._windows:
-                w.closed = True
+                w.closed, w.tensor = True, None
             self._windows, self._window_of, self._window_calls = [], {}, {}
             for base in [*self._opened.values(), *self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
                 with contextlib.suppress(Exception):  # closing anyway

@@ -144,6 +144,32 @@ def test_register_window_checks_its_buffers(monkeypatch):
     assert results == {0: [1, True], 1: [1, True]}, results
 
 
+def test_a_rank_that_cannot_share_its_window_stops_the_others_at_once(monkeypatch):
+    """Rank 1's buffer cannot be exported (as memory of a cudaMallocAsync pool): it raises, and rank 0
+    raises too, naming rank 1 and the reason, well within the communicator's timeout. A window holds the
+    object it registered until it is closed."""
+    def body(comm, r):
+        a = np.zeros(4096, np.uint8)
+        if r == 1:
+            def refuse(buf, what="output"):
+                raise BufferError(f"rank 1's {what} cannot be shared with other processes (test)")
+            comm._export = refuse
+        t0 = time.monotonic()
+        with pytest.raises(BufferError) as info:
+            comm.register_window(dev(a, r))
+        comm.__dict__.pop("_export", None)  # rank 1 exports again
+        held = dev(a, r)
+        win = comm.register_window(held)
+        kept = win.tensor is held
+        win.close()
+        return str(info.value), time.monotonic() - t0, kept, win.tensor
+
+    results = ranks(monkeypatch, 2, body)
+    assert "rank 1 could not register window 0: rank 1's window cannot be shared" in results[0][0], results
+    assert "cannot be shared with other processes (test)" in results[1][0]
+    assert all(results[r][1] < 10 and results[r][2] and results[r][3] is None for r in range(2)), results
+
+
 # --- the mailbox bookkeeping alone: ranks share one mailbox, no CUDA ------------------------------------------
 def mailbox(world: int) -> memoryview:
     from hoccl_runtime.comm import _PAIR_BYTES

@@ -605,24 +605,22 @@ class Communicator:
         windows = True
         bounce: tuple[Bounce, ...] = ()
         helped_copies: tuple[Copy, ...] = ()
+        main = {r: (dma[0] if (dma := _dma_queues(plan, prog, r)) else None) for r in range(w)}  # first DMA queues
         if self.local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
-            def route(r: int) -> tuple[Bounce, ...] | None:
-                dma = _dma_queues(plan, prog, r)
-                return bounce_route(prog, r, w, dma[0] if dma else None)
-
-            bounce = route(me) or ()
-            if own_copies(prog, me) and not bounce:  # no route (a gather's root): the next rank copies it
+            # each rank's own block: its route through peers, or None where it needs a helper (a gather's root)
+            routes = {r: bounce_route(prog, r, w, main[r]) if own_copies(prog, r) else () for r in range(w)}
+            bounce = routes[me] or ()
+            if routes[me] is None:  # the next rank copies it
                 helper = (me + 1) % w
             prev = (me - 1) % w
-            if own_copies(prog, prev) and route(prev) is None:
+            if routes[prev] is None:
                 helped, helped_copies = prev, own_copies(prog, prev)
             partners |= {r for r in (helper, helped) if r is not None}
-            windows = not any(own_copies(prog, r) and route(r) is None for r in range(w))
+            windows = all(route is not None for route in routes.values())
         if eager is not None:
             paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
         else:
-            dma = _dma_queues(plan, prog, me)
-            paced = sum(c.nbytes for c in prog.copies[dma[0]]) if dma else 0
+            paced = sum(c.nbytes for c in prog.copies[main[me]]) if main[me] is not None else 0
             # the bounces and the helped copies run on my stream too
             paced += sum(b.nbytes * (2 if b.temp else 1) for b in bounce) + sum(c.nbytes for c in helped_copies)
         # the digest names the plan and who copies own blocks: ranks set up differently raise PlanError

@@ -728,8 +728,9 @@ class Communicator:
                 if state.eager is not None:
                     entered.append(("eager", self._eager_enter(state)))
                 elif self._windows and (where := self._in_window(state, inp, out)):
-                    remote = self._window_remote(state, *where)
-                    self._window_entries(state, *where)
+                    win, offset = where
+                    remote = self._window_remote(state, win, offset)
+                    self._window_entries(state, win.index, offset)
                     entered.append(("window", remote))
                 else:
                     entered.append(("mailbox", self._publish(state, out, inp)))
@@ -1092,17 +1093,18 @@ class Communicator:
     # --- registered windows -------------------------------------------------------------------------------
     def register_window(self, tensor: Any) -> Window:
         """Register ``tensor`` (CuPy array, torch tensor, any CUDA buffer) as a window: a collective call,
-        every rank registers a buffer of the same size, in the same order. Each rank maps its peers'
-        windows once, here. A later call whose buffer (its output; a rank without one: its input) lies in
-        a window then skips the per-call address exchange and the wait for the partners' entries: a peer's
-        buffer is taken to sit at the same offset of the same window as this rank's, as with NCCL's
-        symmetric windows. The host never waits for a partner, except to stay within 4 calls of it
+        every rank registers a buffer of the same size, in the same order. Each rank maps its peers' windows
+        once, here. A later call whose buffer (its output; a rank without one: its input) lies in a window
+        then skips the per-call address exchange and the wait for the partners' entries: a peer's buffer is
+        taken to sit at the same offset of the same window as this rank's, as with NCCL's symmetric windows
+        (for send/recv: the receiver's buffer at the offset of the sender's; stages that send and receive use
+        two offsets by rank parity). The host never waits for a partner, except to stay within 4 calls of it
         (mailbox flow control); each call still leaves an entry that the partner checks when it gets there
         (another collective, size, window or offset raises PlanError, at that call or a later one or
-        ``synchronize()``). Small send/recv keep the eager path. The window holds ``tensor`` (so its
-        memory cannot be freed and reused while peers may write into it) until ``Window.close()`` (on
-        every rank) or ``close()``, which also release the mappings. A rank whose buffer cannot be
-        shared (e.g. from a ``cudaMallocAsync`` pool) raises BufferError, and so do the others at once."""
+        ``synchronize()``). Small send/recv keep the eager path. The window holds ``tensor`` (so its memory
+        cannot be freed and reused while peers may write into it) until ``Window.close()`` (on every rank) or
+        ``close()``, which also release the mappings. A rank whose buffer cannot be shared (e.g. from a
+        ``cudaMallocAsync`` pool) raises BufferError, and so do the others at once."""
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
         self._raise_if_failed()

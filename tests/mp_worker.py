@@ -396,6 +396,18 @@ def main() -> int:
             comm.send(buf, peer, stream=ts) if rank % 2 == 0 else comm.recv(buf, peer, stream=ts)
             ts.synchronize()
             check(f"window send/recv {n}", got(buf), data(min(rank, peer), call, n))
+    # pipeline stages on the window: a send's buffer and its receiver's at the same offset, so even ranks send
+    # from A and receive at B, odd ranks the other way round; one batch of a send forward and a receive back
+    if world % 2 == 0:
+        for n in (4099, (5 << 20) + 1):
+            call += 1
+            send_at, recv_at = (0, 32 << 20) if rank % 2 == 0 else (32 << 20, 0)
+            nxt, prv = (rank + 1) % world, (rank - 1) % world
+            out, inp = at(recv_at, n, 0xA5), at(send_at, n, src=data(rank, call, n))
+            torch.cuda.synchronize(dev)
+            comm.batch_isend_irecv([("send", inp, nxt), ("recv", out, prv)], stream=ts)
+            ts.synchronize()
+            check(f"window batch_isend_irecv {n}", got(out), data(prv, call, n))
     # a window call does not wait for its partners on the host: the last rank comes 0.5 s late
     n = 1 << 20
     inp, out = at(0, n, 1), at(32 << 20, n * world, 0xA5)

@@ -300,3 +300,33 @@ def test_mixed_calls_in_threads_never_deadlock_and_check_every_entry(seed):
         assert not any(c._unverified), c._unverified
     per_call = {"window": 1, "mailbox": 1, "eager": 1, "batch": 2}
     assert all(c._seq[p] == sum(per_call[k] for k in kinds) for c in comms for p in range(world) if p != c.rank)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_batched_send_recv_on_windows_with_a_parity_layout(monkeypatch, world):
+    """Pipeline stages on windows: a send's buffer and its receiver's sit at the same offset, so even ranks
+    send from offset A and receive at offset B, odd ranks the other way round; a batch of a send to the next
+    rank and a receive from the previous one moves the right bytes, twice (cached), without any export."""
+    monkeypatch.setenv("HOCCL_EAGER_BYTES", "0")
+    n, a_off, b_off = 3001, 0, 8192
+
+    def body(comm, r):
+        space = np.zeros(16384, np.uint8)
+        comm.register_window(dev(space, r))
+        exports = []
+        comm._export = lambda buf, what="output": exports.append(what)
+        send_at, recv_at = (a_off, b_off) if r % 2 == 0 else (b_off, a_off)
+        nxt, prv = (r + 1) % world, (r - 1) % world
+        bad = []
+        for call in range(2):
+            space[send_at:send_at + n] = data(r, call, n)
+            space[recv_at:recv_at + n] = 0xA5
+            comm.batch_isend_irecv([("send", dev(space[send_at:send_at + n], r), nxt),
+                                    ("recv", dev(space[recv_at:recv_at + n], r), prv)], stream=7)
+            comm.synchronize()
+            if not np.array_equal(space[recv_at:recv_at + n], data(prv, call, n)):
+                bad.append(call)
+        return bad, exports
+
+    results = ranks(monkeypatch, world, body)
+    assert all(results[r] == ([], []) for r in range(world)), results

@@ -107,6 +107,7 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c.eager_bytes, c._unverified, c.eager_collectives = 0, [], False  # rendezvous unless a case turns eager on
     c.local_copies = "sm"
     c._windows, c._window_of, c._win_pending, c._pinned, c._window_calls = [], {}, {}, {}, {}
+    c._slot_rdv = [[0] * comm._SLOTS for _ in range(world)]
     c._rdv_open = [deque() for _ in range(world)]
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
     c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}

@@ -72,8 +72,9 @@ CUDA driver runs as a kernel of its own; see step 3):
 8. Registered windows (:meth:`Communicator.register_window`, collective): a call whose buffer lies in one
    skips step 2's exchange. Its partners' buffers sit at the same offset of their windows (mapped once,
    at registration); the call writes its mailbox entry and does not wait for theirs, which it checks
-   when they are there (a mismatch raises PlanError on both ranks). The host waits only to stay within
-   4 calls of a partner.
+   when they are there (a mismatch raises PlanError on both ranks; an entry already replaced by a later
+   one, 4 calls on, goes unchecked). The host waits only where its slot still holds its own rendezvous
+   entry that the partner has not read.
 9. A communicator's calls run one after the other on the GPU whatever their streams (they share the
    flags of step 4 and the eager slots): a call on another stream than the previous one waits for the
    previous one's end event, as NCCL orders a communicator's calls.
@@ -487,6 +488,9 @@ class Communicator:
         self._win_pending: dict[int, deque] = {}
         # window calls seen before: (call, stream, rate, input, output) -> what _window_call needs, or None (no window)
         self._window_calls: dict[tuple, tuple | None] = {}
+        # per partner and mailbox slot: the sequence number of my rendezvous entry in it, 0 for a window entry
+        # (which a partner may lose unchecked) or none; a rendezvous entry must be read before it is overwritten
+        self._slot_rdv = [[0] * _SLOTS for _ in range(world)]
         self._rdv_open = [deque() for _ in range(world)]  # per partner: seqs of my rendezvous entries _collect
         # has not matched yet (their partner entries must not be acknowledged before they are read)
         self._region_out = [self._pair(rank, p) // 8 for p in range(world)]  # mailbox word index, me -> p
@@ -1036,8 +1040,11 @@ class Communicator:
             region = self._region_out[p]
             slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
             # the partner must have read this slot's previous use before it is overwritten
-            if words[region] < seq - _SLOTS:
-                self._wait(lambda r=region, q=seq: self._check_windows() or words[r] >= q - _SLOTS, p, "acknowledge")
+            old = self._slot_rdv[p][seq % _SLOTS]  # the partner must have read the slot's rendezvous entry
+            if old and words[region] < old:
+                self._wait(lambda r=region, q=old: self._check_windows() or words[r] >= q, p, "acknowledge")
+            self._slot_rdv[p][seq % _SLOTS] = seq
+            words[slot] = 0  # the old entry is gone (a partner reading it sees so: _check_windows)
             words[slot + 1] = state.digest
             words[slot + 2] = offset
             words[slot + 3] = has_handle
@@ -1098,13 +1105,14 @@ class Communicator:
         then skips the per-call address exchange and the wait for the partners' entries: a peer's buffer is
         taken to sit at the same offset of the same window as this rank's, as with NCCL's symmetric windows
         (for send/recv: the receiver's buffer at the offset of the sender's; stages that send and receive use
-        two offsets by rank parity). The host never waits for a partner, except to stay within 4 calls of it
-        (mailbox flow control); each call still leaves an entry that the partner checks when it gets there
-        (another collective, size, window or offset raises PlanError, at that call or a later one or
-        ``synchronize()``). Small send/recv keep the eager path. The window holds ``tensor`` (so its memory
-        cannot be freed and reused while peers may write into it) until ``Window.close()`` (on every rank) or
-        ``close()``, which also release the mappings. A rank whose buffer cannot be shared (e.g. from a
-        ``cudaMallocAsync`` pool) raises BufferError, and so do the others at once."""
+        two offsets by rank parity). The host does not wait for a partner (only where a mailbox slot still
+        holds its own unread rendezvous entry); each call leaves an entry that the partner checks when it gets
+        there (another collective, size, window or offset raises PlanError, at that call or a later one or
+        ``synchronize()``; an entry replaced by a later one before its check, 4 calls on, goes unchecked).
+        Small send/recv keep the eager path. The window holds ``tensor`` (so its memory cannot be freed and
+        reused while peers may write into it) until ``Window.close()`` (on every rank) or ``close()``, which
+        also release the mappings. A rank whose buffer cannot be shared (e.g. from a ``cudaMallocAsync`` pool)
+        raises BufferError, and so do the others at once."""
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
         self._raise_if_failed()
@@ -1268,9 +1276,13 @@ class Communicator:
         for p in state.partners:
             seq = seqs[p] + 1
             region = self._region_out[p]
-            if words[region] < seq - _SLOTS:  # the partner has not read the slot's last entry
-                self._wait(lambda r=region, q=seq: self._check_windows() or words[r] >= q - _SLOTS, p, "acknowledge")
+            kinds = self._slot_rdv[p]
+            old = kinds[seq % _SLOTS]
+            if old and words[region] < old:  # my rendezvous entry there not read yet (a window entry may go)
+                self._wait(lambda r=region, q=old: self._check_windows() or words[r] >= q, p, "acknowledge")
+            kinds[seq % _SLOTS] = 0
             slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
+            words[slot] = 0  # the old entry is gone (a partner reading it sees so: _check_windows)
             words[slot + 1] = digest
             words[slot + 2] = offset
             words[slot + 3] = _IN_WINDOW
@@ -1298,21 +1310,26 @@ class Communicator:
                 if got < seq and not (before and before[0] == p and seq < before[1]):
                     break
                 pending.popleft()
-                if got != seq or words[slot + 3] != _IN_WINDOW:
+                checked = True
+                # p writes a slot as 0, the fields, then its sequence number: an entry that changed while it was
+                # read, or that a later one of p's replaced (p is 4 calls ahead), can no longer be checked
+                flag, theirs, at, where = words[slot + 3], words[slot + 1], words[slot + 2], words[slot + 4]
+                if got == 0 or got > seq or words[slot] != got:
+                    continue
+                if got != seq or flag != _IN_WINDOW:
                     raise PlanError(f"rank {p} did not pass a buffer of a registered window in call {seq} between "
                                     f"them, where rank {self.rank}'s {what.describe()} used window {index} at "
                                     f"offset {offset}: pass buffers of the same window at the same offset on every "
                                     "rank, or unregistered buffers on every rank")
-                if words[slot + 1] != digest:
+                if theirs != digest:
                     raise PlanError(f"rank {p} is in another collective than rank {self.rank} ({what.describe()}, "
                                     f"call {seq} between them): every rank must issue the same collectives in the "
                                     "same order")
-                if words[slot + 4] != index or words[slot + 2] != offset:
-                    raise PlanError(f"rank {p}'s buffer is at offset {words[slot + 2]} of window {words[slot + 4]}, "
+                if where != index or at != offset:
+                    raise PlanError(f"rank {p}'s buffer is at offset {at} of window {where}, "
                                     f"rank {self.rank}'s at offset {offset} of window {index} ({what.describe()}, "
                                     f"call {seq} between them): peers write to a buffer at the same offset of the "
                                     "same window on every rank")
-                checked = True
             if checked:
                 self._ack(p)
 

@@ -189,6 +189,7 @@ def mailbox_comm(rank: int, world: int, words: memoryview, timeout_s: float) -> 
     c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
     c._region_in = [c._pair(p, rank) // 8 for p in range(world)]
     c._win_pending, c._rdv_open = {}, [deque() for _ in range(world)]
+    c._slot_rdv = [[0] * 4 for _ in range(world)]
     c._stage_out = dict.fromkeys(range(world), 0)
     c._unverified = []
     return c
@@ -214,22 +215,37 @@ def enter(c: Communicator, st: types.SimpleNamespace, offset: int) -> dict[int, 
     return remote
 
 
-def test_window_calls_run_ahead_up_to_the_mailbox_slots_and_are_checked_later():
+def test_window_calls_never_wait_and_are_checked_later():
+    """Window calls write their entries and go on, even 6 calls ahead of a partner that has not started
+    (its checks of the 2 entries overwritten by then are lost, as an eager size entry can be); the
+    partner then checks the others, and a mismatched offset raises there."""
     words = mailbox(2)
     a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
     sa, sb = state(0, 2), state(1, 2)
-    for _ in range(4):  # no partner yet: nothing waits
+    for _ in range(6):  # no partner yet: nothing waits
         assert enter(a, sa, 64) == {1: (1 << 30) + 64}
-    with pytest.raises(HocclTimeoutError, match="rank 1 did not acknowledge"):
-        enter(a, sa, 64)
-    assert [e[0] for e in a._win_pending[1]] == [1, 2, 3, 4]
-    for _ in range(4):  # the partner finds rank 0's entries there, checks and acknowledges them
+    assert [e[0] for e in a._win_pending[1]] == [1, 2, 3, 4, 5, 6]
+    for _ in range(6):
         enter(b, sb, 64)
-    assert not b._win_pending[0]
-    enter(a, sa, 64)  # the fifth now finds its slot free
-    assert [e[0] for e in a._win_pending[1]] == [5]
+    assert not b._win_pending[0]  # 1, 2 replaced by 5, 6 (unchecked), 3-6 checked
+    a._check_windows()
+    assert not a._win_pending[1]
+    enter(a, sa, 64)
     with pytest.raises(PlanError, match="rank 0's buffer is at offset 64 of window 0, rank 1's at offset 128"):
         enter(b, sb, 128)
+
+
+def test_a_rendezvous_entry_is_not_overwritten_before_it_is_read():
+    """A window call may replace the rank's own unread window entries, never its unread rendezvous entry:
+    4 calls after a mailbox call the partner has not read, the next entry waits for it (here: times out)."""
+    words = mailbox(2)
+    a = mailbox_comm(0, 2, words, 0.2)
+    sa = state(0, 2)
+    a._publish(sa, None)  # call 1: a rendezvous entry, unread
+    for _ in range(3):
+        enter(a, sa, 0)  # calls 2-4
+    with pytest.raises(HocclTimeoutError, match="rank 1 did not acknowledge"):
+        enter(a, sa, 0)  # call 5 would replace call 1's entry
 
 
 def test_a_window_call_against_a_mailbox_call_raises_on_both_ranks():

@@ -1129,18 +1129,20 @@ class Communicator:
         with self._lock:
             k = self._window_count
             self._window_count += 1
+            # each rank's value: b"+" and its handle, offset and size, or b"!" and why it could not share its buffer
             try:
                 handle, offset = self._export(buf, "window")
             except HocclError as exc:  # the others hear of it at once instead of waiting for their timeout
                 self._store.set(f"window/{k}/{self.rank}", b"!" + str(exc).encode())
                 raise
-            self._store.set(f"window/{k}/{self.rank}", handle + offset.to_bytes(8, "little") +
+            self._store.set(f"window/{k}/{self.rank}", b"+" + handle + offset.to_bytes(8, "little") +
                             buf.nbytes.to_bytes(8, "little"))
             got = {p: self._store_get(f"window/{k}/{p}", p, f"register window {k}")
                    for p in range(self.world) if p != self.rank}
             for p, v in got.items():
-                if v.startswith(b"!"):
-                    raise BufferError(f"rank {p} could not register window {k}: {v[1:].decode()}")
+                if v[:1] != b"+":
+                    raise BufferError(f"rank {p} could not register window {k}: {v[1:].decode(errors='replace')}")
+            got = {p: v[1:] for p, v in got.items()}
             sizes = {p: int.from_bytes(v[_HANDLE + 8:_HANDLE + 16], "little") for p, v in got.items()}
             if any(n != buf.nbytes for n in sizes.values()):
                 sizes[self.rank] = buf.nbytes
@@ -1231,7 +1233,8 @@ class Communicator:
         and kept for the same call on the same buffers and stream; each call writes its mailbox entries."""
         inp = as_buffer(input, "input") if input is not None else None
         out = as_buffer(output, "output") if output is not None else None
-        key = (what.plan_id if isinstance(what, Plan) else what, s, rate, inp, out)
+        pace = rate and (rate, self.pace_period_us)
+        key = (what.plan_id if isinstance(what, Plan) else what, s, pace, inp, out)
         known = self._window_calls.get(key, self)
         if known is self:  # first time: all the usual checks
             state, inp, out = self._prepare(what, inp, out)
@@ -1239,7 +1242,7 @@ class Communicator:
             if where:
                 remote = self._window_remote(state, *where)
                 launch = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-                          tuple(sorted(remote.items())), None, rate and (rate, self.pace_period_us))
+                          tuple(sorted(remote.items())), None, pace)  # as _launch's key
                 known = (state, inp, out, where[0].index, where[1], remote, launch)
             else:
                 known = None

@@ -1273,7 +1273,8 @@ class Communicator:
 
     def _window_entries(self, state: _PlanState, index: int, offset: int) -> None:
         """A call on window ``index``: write my entry for each partner without waiting for theirs (they are
-        checked when there, _check_windows); wait only for a partner 4 calls behind (mailbox flow control)."""
+        checked when there, _check_windows); wait only where the slot still holds my rendezvous entry of 4
+        calls before, which the partner has not read (it carries an address)."""
         words, seqs, pending = self._shared.words, self._seq, self._win_pending
         digest, what = state.digest, state.plan.collective
         for p in state.partners:

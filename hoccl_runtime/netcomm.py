@@ -34,7 +34,7 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
-from .errors import HocclError, HocclTimeoutError, PlanError
+from .errors import BufferError, HocclError, HocclTimeoutError, PlanError
 from .interop import DeviceBuffer, as_buffer, as_stream
 
 __all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy"]
@@ -131,6 +131,25 @@ def _compiled(cache: dict, topology: Any, key: tuple, chunk_bytes: int) -> Any:
     return plan
 
 
+class NetWindow:
+    """What ``register_window`` returns across nodes: the same calls as on the intra-node communicator's
+    :class:`~hoccl_runtime.comm.Window` (``close``, a context manager), holding the tensor until closed.
+    Calls between nodes stage through the transport's rings registered once, so a window changes
+    nothing in them."""
+
+    def __init__(self, tensor: Any, nbytes: int):
+        self.tensor, self.nbytes, self.closed = tensor, nbytes, False
+
+    def close(self) -> None:
+        self.closed, self.tensor = True, None
+
+    def __enter__(self) -> NetWindow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class _Calls:
     """The torch-like calls, the plan cache and the per-call buffer checks of the network communicators."""
 
@@ -152,6 +171,15 @@ class _Calls:
         self.close()
 
     # --- torch-like calls ------------------------------------------------------------------------------
+    def register_window(self, tensor: Any) -> NetWindow:
+        """Accepted as on the intra-node communicator, so code written for one node runs across nodes: the
+        buffer is checked and held; calls on it run as any others (see :class:`NetWindow`)."""
+        buf = as_buffer(tensor, "window")
+        if buf.device != self.device:
+            raise BufferError(f"rank {self.rank}'s window is on GPU {buf.device}, its communicator on GPU "
+                              f"{self.device}: register memory of GPU {self.device}")
+        return NetWindow(tensor, buf.nbytes)
+
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
         out = as_buffer(output, "output")
         self._call(("allgather", out.nbytes), input, output, stream)

@@ -54,11 +54,20 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
             got[n] = (inp, out, a2a_in, a2a_out, sent, buf, bc, sc_in, sc_out, ga_in, ga_out)
         with pytest.raises(HocclError, match="one stream"):
             comm.all_gather_into_tensor(dev(np.zeros(2, np.uint8), r), dev(np.zeros(1, np.uint8), r), stream=8)
+        # code written for one node's windows runs here too: calls on a window's buffer move the same bytes
+        space = np.zeros(64, np.uint8)
+        with comm.register_window(dev(space, r)) as win:
+            space[:8] = r + 1
+            comm.all_gather_into_tensor(dev(space[16:32], r), dev(space[:8], r), stream=7)
+            comm.synchronize()
+        got["window"] = (space[16:32].tolist(), win.closed, win.tensor)
         return got
 
     results = two_ranks(monkeypatch, body)
     for r in (0, 1):
         assert not isinstance(results[r], Exception), results
+    for r in (0, 1):
+        assert results[r]["window"] == ([1] * 8 + [2] * 8, True, None), results[r]["window"]
     for n in (1, 3001, 200_000):
         (i0, o0, a0, b0, s0, _, bc0, sc_in0, sc0, ga0, _), (i1, o1, a1, b1, _, r1, bc1, _, sc1, ga1, gout1) = \
             results[0][n], results[1][n]

@@ -28,8 +28,8 @@ class DeviceBuffer:
 
 
 def _torch_buffer(x: Any, what: str) -> DeviceBuffer:
-    # as few calls into torch as will do (four, ~0.4 us each on the H200 hosts): this runs twice per call
-    # (examples/profile_host.py times it: 2.0 us per tensor with is_cuda as a fifth)
+    # as few calls into torch as will do: this runs for two tensors per call (examples/profile_host.py timed
+    # 2.0 us per tensor with is_cuda as a fifth call on one H200 host, 1.1 us with these four on another)
     device = x.get_device()  # -1 off the GPU
     if device < 0:
         raise BufferError(f"{what} is a CPU tensor ({tuple(x.shape)}, {x.dtype}); HOCCL moves GPU memory: "

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import types
-from collections import OrderedDict, deque
 from pathlib import Path
 
 import numpy as np
@@ -101,20 +100,14 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c = object.__new__(comm.Communicator)
     c.rank, c.world, c.device, c.timeout_s = rank, world, 0, 10.0
     c._lock, c._closed, c._streams, c._shared = threading.Lock(), False, {}, shared
-    c._plans, c._by_id, c._seq, c._opened = {}, {}, [0] * world, OrderedDict()
+    c._mailbox_state(rank, world)
     c.ipc_cache, c._launches, c.graph_after, c.graph_tail_direct = 64, LaunchCache(), 2, False
     c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
-    c.eager_bytes, c._unverified, c.eager_collectives = 0, [], False  # rendezvous unless a case turns eager on
+    c.eager_bytes, c.eager_collectives = 0, False  # rendezvous unless a case turns eager on
     c.local_copies = "sm"
-    c._windows, c._window_of, c._win_pending, c._pinned, c._window_calls = [], {}, {}, {}, {}
-    c._slot_rdv = [[0] * comm._SLOTS for _ in range(world)]
-    c._rdv_open = [deque() for _ in range(world)]
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
     c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
-    c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
-    c._region_in = [c._pair(p, rank) // 8 for p in range(world)]
     c._events, c._pacer, c.rate_gbps, c._failure, c.pace_period_us = {}, None, None, None, 250.0
-    c._last_stream = None
     c._side_stream = lambda slot: 1000 + slot
     from hoccl_compiler.topology import make_topology
 

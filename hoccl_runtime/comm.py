@@ -471,6 +471,26 @@ class Communicator:
         self._streams: dict[int, Any] = {}
         self._shared = _SharedHost(store, rank, world, timeout_s)
         self._store = store
+        self._mailbox_state(rank, world)
+        self.ipc_cache = ipc_cache
+        self._launches = LaunchCache(drop=self._drop_launch)
+        self._capture: Any = None  # the private stream calls are captured on
+        self._events: dict[Any, int] = {}
+        self._pacer = None
+        self._building: pacing.Feedback | None = None  # the paced call being built (_cached_paced)
+        self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
+        self._failure: HocclError | None = None
+        self.watch_interval_s = 0.1
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name=f"hoccl-watchdog-{rank}", daemon=True)
+        self._watchdog.start()
+        from hoccl_compiler.topology import make_topology
+
+        self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=dma_queues)
+
+    def _mailbox_state(self, rank: int, world: int) -> None:
+        """The per-call bookkeeping of the mailbox, the eager path and the windows, empty (also what the CPU
+        harnesses of tests/ and examples/profile_python.py start from)."""
         self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
         self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
         # eager receives whose sender's size entry was not there yet: (peer, seq, ring word, digest, call)
@@ -495,22 +515,7 @@ class Communicator:
         # has not matched yet (their partner entries must not be acknowledged before they are read)
         self._region_out = [self._pair(rank, p) // 8 for p in range(world)]  # mailbox word index, me -> p
         self._region_in = [self._pair(p, rank) // 8 for p in range(world)]   # p -> me
-        self.ipc_cache = ipc_cache
-        self._launches = LaunchCache(drop=self._drop_launch)
-        self._capture: Any = None  # the private stream calls are captured on
-        self._events: dict[Any, int] = {}
-        self._pacer = None
-        self._building: pacing.Feedback | None = None  # the paced call being built (_cached_paced)
-        self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
-        self._failure: HocclError | None = None
         self._last_stream: int | None = None  # the caller stream of the last call issued outside a stream capture
-        self.watch_interval_s = 0.1
-        self._stop = threading.Event()
-        self._watchdog = threading.Thread(target=self._watch, name=f"hoccl-watchdog-{rank}", daemon=True)
-        self._watchdog.start()
-        from hoccl_compiler.topology import make_topology
-
-        self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=dma_queues)
 
     # --- torch-like calls ------------------------------------------------------------------------------
     # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a

@@ -178,20 +178,13 @@ def mailbox(world: int) -> memoryview:
 
 
 def mailbox_comm(rank: int, world: int, words: memoryview, timeout_s: float) -> Communicator:
-    from collections import deque
-
     c = object.__new__(Communicator)
     c.rank, c.world, c.timeout_s, c.local_copies = rank, world, timeout_s, "sm"
     c._shared = types.SimpleNamespace(words=words, mail_bytes=memoryview(words).cast("B"),
                                       pids=np.zeros(world, np.int64))
     c._failure = None
-    c._seq = [0] * world
-    c._region_out = [c._pair(rank, p) // 8 for p in range(world)]
-    c._region_in = [c._pair(p, rank) // 8 for p in range(world)]
-    c._win_pending, c._rdv_open = {}, [deque() for _ in range(world)]
-    c._slot_rdv = [[0] * 4 for _ in range(world)]
-    c._stage_out = dict.fromkeys(range(world), 0)
-    c._unverified = []
+    c._mailbox_state(rank, world)
+    c._stage_out = dict.fromkeys(range(world), 0)  # eager staging "mapped" already
     return c
 
 

@@ -516,6 +516,7 @@ class Communicator:
         self._region_out = [self._pair(rank, p) // 8 for p in range(world)]  # mailbox word index, me -> p
         self._region_in = [self._pair(p, rank) // 8 for p in range(world)]   # p -> me
         self._last_stream: int | None = None  # the caller stream of the last call issued outside a stream capture
+        self._window_error: PlanError | None = None  # the first mismatch _check_windows found, raised after a launch
 
     # --- torch-like calls ------------------------------------------------------------------------------
     # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a
@@ -729,6 +730,7 @@ class Communicator:
                 else:
                     remote, helped_in = self._collect(state, self._publish(state, out, inp))
                     self._launch(state, inp, out, remote, helped_in, s, rate)
+                self._raise_window_error()  # found while this call waited (_collect): raised once it is launched
                 return
             prepared = [self._prepare(what, input, output) for what, input, output in items]
             # all sequence numbers and entries first ...
@@ -750,6 +752,9 @@ class Communicator:
                     self._launch(state, inp, out, got, None, s, rate)
                 else:
                     self._launch(state, inp, out, *self._collect(state, got), s, rate)
+            if any(self._win_pending.values()):  # window entries, after the launches (_window_call)
+                self._check_windows()
+            self._raise_window_error()
 
     def _follow(self, s: int) -> None:
         """A call on another stream than the last one waits for the last one's end: a communicator's calls run
@@ -1259,6 +1264,11 @@ class Communicator:
         state, inp, out, index, offset, remote, launch = known
         self._window_entries(state, index, offset)
         self._cached(launch, lambda stream, r: self._build(state, inp, out, remote, stream, r, None), s, rate)
+        # the partners' entries are checked after the launch: a mismatch raises here or later on each rank, and
+        # both ranks' streams still run their calls through (a rank that raised first would leave the other's
+        # stream waiting for it)
+        self._check_windows()
+        self._raise_window_error()
         return True
 
     def _window_remote(self, state: _PlanState, win: Window, offset: int) -> dict[int, int]:
@@ -1278,8 +1288,8 @@ class Communicator:
 
     def _window_entries(self, state: _PlanState, index: int, offset: int) -> None:
         """A call on window ``index``: write my entry for each partner without waiting for theirs (they are
-        checked when there, _check_windows); wait only where the slot still holds my rendezvous entry of 4
-        calls before, which the partner has not read (it carries an address)."""
+        checked when there, after the launch: _check_windows); wait only where the slot still holds my
+        rendezvous entry of 4 calls before, which the partner has not read (it carries an address)."""
         words, seqs, pending = self._shared.words, self._seq, self._win_pending
         digest, what = state.digest, state.plan.collective
         for p in state.partners:
@@ -1302,11 +1312,12 @@ class Communicator:
             if queue is None:
                 queue = pending[p] = deque()
             queue.append((seq, digest, index, offset, what))
-        self._check_windows()
 
     def _check_windows(self, before: tuple[int, int] | None = None) -> None:
         """Check the partners' entries for my window calls that are there now, in order, and acknowledge
-        them; ``before=(p, seq)``: p's entries before seq must all be there (p has written seq)."""
+        them; ``before=(p, seq)``: p's entries before seq must all be there (p has written seq). A mismatch is
+        kept (the first one) and raised by _raise_window_error once this rank's call is launched: a rank that
+        raised before its launch would leave its partners' streams waiting for it."""
         words = self._shared.words
         for p, pending in self._win_pending.items():
             if not pending:
@@ -1326,21 +1337,30 @@ class Communicator:
                 if got == 0 or got > seq or words[slot] != got:
                     continue
                 if got != seq or flag != _IN_WINDOW:
-                    raise PlanError(f"rank {p} did not pass a buffer of a registered window in call {seq} between "
-                                    f"them, where rank {self.rank}'s {what.describe()} used window {index} at "
-                                    f"offset {offset}: pass buffers of the same window at the same offset on every "
-                                    "rank, or unregistered buffers on every rank")
-                if theirs != digest:
-                    raise PlanError(f"rank {p} is in another collective than rank {self.rank} ({what.describe()}, "
-                                    f"call {seq} between them): every rank must issue the same collectives in the "
-                                    "same order")
-                if where != index or at != offset:
-                    raise PlanError(f"rank {p}'s buffer is at offset {at} of window {where}, "
-                                    f"rank {self.rank}'s at offset {offset} of window {index} ({what.describe()}, "
-                                    f"call {seq} between them): peers write to a buffer at the same offset of the "
-                                    "same window on every rank")
+                    self._window_mismatch(PlanError(
+                        f"rank {p} did not pass a buffer of a registered window in call {seq} between them, where "
+                        f"rank {self.rank}'s {what.describe()} used window {index} at offset {offset}: pass buffers "
+                        "of the same window at the same offset on every rank, or unregistered buffers on every rank"))
+                elif theirs != digest:
+                    self._window_mismatch(PlanError(
+                        f"rank {p} is in another collective than rank {self.rank} ({what.describe()}, call {seq} "
+                        "between them): every rank must issue the same collectives in the same order"))
+                elif where != index or at != offset:
+                    self._window_mismatch(PlanError(
+                        f"rank {p}'s buffer is at offset {at} of window {where}, rank {self.rank}'s at offset "
+                        f"{offset} of window {index} ({what.describe()}, call {seq} between them): peers write to a "
+                        "buffer at the same offset of the same window on every rank"))
             if checked:
                 self._ack(p)
+
+    def _window_mismatch(self, error: PlanError) -> None:
+        if self._window_error is None:
+            self._window_error = error
+
+    def _raise_window_error(self) -> None:
+        error, self._window_error = self._window_error, None
+        if error is not None:
+            raise error
 
     def _ack(self, p: int) -> None:
         """Acknowledge p's mailbox entries up to the first one still to be read (a window call's entry not
@@ -1568,6 +1588,7 @@ class Communicator:
             self._verify_eager()
         if self._win_pending:  # window calls completed: their partners' entries were written before the data
             self._check_windows()
+        self._raise_window_error()
 
     def _dead_peer(self) -> int | None:
         pids = self._shared.pids

@@ -202,9 +202,12 @@ def state(rank: int, world: int, digest: int = 7, eager: bool = False) -> types.
 
 
 def enter(c: Communicator, st: types.SimpleNamespace, offset: int) -> dict[int, int]:
-    """A window call's mailbox part, as Communicator._window_call makes it: {partner: its output's address}."""
+    """A window call's mailbox part, as Communicator._window_call makes it (entries, [the launch], the checks):
+    {partner: its output's address}."""
     remote = c._window_remote(st, WINDOW, offset)
     c._window_entries(st, WINDOW.index, offset)
+    c._check_windows()
+    c._raise_window_error()
     return remote
 
 
@@ -248,8 +251,9 @@ def test_a_window_call_against_a_mailbox_call_raises_on_both_ranks():
     sb = state(1, 2)
     with pytest.raises(PlanError, match="rank 0 passed a buffer of registered window 0"):
         b._collect(sb, b._publish(sb, None))
+    a._check_windows()  # (a mismatch is kept until the call is launched, then raised)
     with pytest.raises(PlanError, match="rank 1 did not pass a buffer of a registered window in call 1"):
-        a._check_windows()
+        a._raise_window_error()
 
 
 def test_another_collective_on_a_window_raises():
@@ -294,6 +298,7 @@ def test_mixed_calls_in_threads_never_deadlock_and_check_every_entry(seed):
                 c._check_windows()  # (as synchronize() does)
                 c._verify_eager()
                 time.sleep(1e-3)
+            c._raise_window_error()
         except Exception as exc:  # noqa: BLE001 - handed to the test
             errors.append((r, exc))
 
@@ -339,3 +344,56 @@ def test_batched_send_recv_on_windows_with_a_parity_layout(monkeypatch, world):
 
     results = ranks(monkeypatch, world, body)
     assert all(results[r] == ([], []) for r in range(world)), results
+
+
+def test_buffers_at_different_offsets_raise_on_both_ranks(monkeypatch):
+    """Rank 0 passes its window's bytes at offset 0, rank 1 at offset 256: the calls still pair up on the
+    GPUs (the bytes land inside the windows, at the offsets the other rank assumed), and both ranks raise
+    PlanError naming both offsets, at the latest in synchronize()."""
+    def body(comm, r):
+        space = np.zeros(4096, np.uint8)
+        comm.register_window(dev(space, r))
+        at = 256 * r
+        with pytest.raises(PlanError, match="offset 0 of window 0.*offset 256 of window 0|offset 256 of window 0.*"
+                                            "offset 0 of window 0"):
+            comm.all_gather_into_tensor(dev(space[at:at + 128], r), dev(np.ones(64, np.uint8), r), stream=7)
+            comm.synchronize()
+        return True
+
+    results = ranks(monkeypatch, 2, body)
+    assert results == {0: True, 1: True}, results
+
+
+def test_a_buffer_across_the_window_end_and_execute_on_a_window(monkeypatch):
+    """A buffer that runs past its window's end is not in the window (the mailbox path, exported per call);
+    comm.execute of a compiled plan on buffers inside a window takes the window path (nothing exported)."""
+    from hoccl_compiler import compile_plan, make_topology
+    from hoccl_compiler.ir import CompileOptions
+
+    n = 1000
+    plan = compile_plan(make_topology("h200x2", nodes=1), CollectiveSpec(kind="allgather", size_bytes=2 * n),
+                        CompileOptions(chunk_bytes=1 << 30, baselines=False))
+
+    def body(comm, r):
+        space = np.zeros(8192, np.uint8)
+        comm.register_window(dev(space[:4096], r))
+        exports = []
+        real = comm._export
+        comm._export = lambda buf, what="output": (exports.append(what), real(buf, what))[1]
+        bad = []
+        inp = np.full(n, r + 1, np.uint8)
+        out = space[4000:4000 + 2 * n]  # from inside the window to past its end
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        if out.tolist() != [1] * n + [2] * n or exports != ["output"]:
+            bad.append(("across", exports))
+        exports.clear()
+        out = space[:2 * n]
+        comm.execute(plan, dev(inp, r), dev(out, r), stream=7)
+        comm.synchronize()
+        if out.tolist() != [1] * n + [2] * n or exports:
+            bad.append(("execute", exports))
+        return bad
+
+    results = ranks(monkeypatch, 2, body)
+    assert results == {0: [], 1: []}, results

@@ -1087,11 +1087,23 @@ class Communicator:
             self._rdv_open[p].popleft()
             if self._win_pending.get(p):
                 self._check_windows(before=(p, seq))
-            if words[slot] == seq and words[slot + 3] == _IN_WINDOW:
-                raise PlanError(f"rank {p} passed a buffer of registered window {words[slot + 4]} (call {seq} between "
-                                f"them) and rank {self.rank}'s buffer for its {state.plan.collective.describe()} is in "
-                                "no window: pass buffers of the same window at the same offset on every rank, or "
-                                "unregistered buffers on every rank")
+            if words[slot] == seq and words[slot + 3] == _IN_WINDOW:  # p's buffer is in a window, mine not
+                index, at = words[slot + 4], words[slot + 2]
+                error = PlanError(f"rank {p} passed a buffer at offset {at} of registered window {index} (call {seq} "
+                                  f"between them) and rank {self.rank}'s buffer for its "
+                                  f"{state.plan.collective.describe()} is in no window: pass buffers of the same "
+                                  "window at the same offset on every rank, or unregistered buffers on every rank")
+                win = next((w for w in self._windows if w.index == index), None)
+                need = state.plan.ranks.output_bytes[p]
+                if win is None or at + need > win.nbytes or words[slot + 1] != state.digest:
+                    raise error
+                # p's call runs on regardless (it does not wait for me): mine runs too, into p's buffer as p
+                # passed it, and both raise once launched, rather than leave p's stream waiting for mine
+                self._window_mismatch(error)
+                words[region] = seq
+                if need:
+                    remote[p] = win.peers[p] + at
+                continue
             if words[slot] != seq or words[slot + 1] != state.digest:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
@@ -1580,6 +1592,9 @@ class Communicator:
         while self._pending():
             self._raise_if_failed()
             if time.monotonic() > deadline:
+                if self._win_pending:  # a window call that a partner mismatched says more than the timeout
+                    self._check_windows()
+                    self._raise_window_error()
                 raise HocclTimeoutError(f"rank {self.rank}: copies still pending after {limit:.0f} s; a peer "
                                         "may have died or stopped issuing collectives")
             time.sleep(100e-6)

@@ -249,7 +249,7 @@ def test_a_window_call_against_a_mailbox_call_raises_on_both_ranks():
     a, b = mailbox_comm(0, 2, words, 0.2), mailbox_comm(1, 2, words, 0.2)
     enter(a, state(0, 2), 0)
     sb = state(1, 2)
-    with pytest.raises(PlanError, match="rank 0 passed a buffer of registered window 0"):
+    with pytest.raises(PlanError, match="rank 0 passed a buffer at offset 0 of registered window 0"):
         b._collect(sb, b._publish(sb, None))
     a._check_windows()  # (a mismatch is kept until the call is launched, then raised)
     with pytest.raises(PlanError, match="rank 1 did not pass a buffer of a registered window in call 1"):
@@ -354,9 +354,10 @@ def test_buffers_at_different_offsets_raise_on_both_ranks(monkeypatch):
         space = np.zeros(4096, np.uint8)
         comm.register_window(dev(space, r))
         at = 256 * r
+        inp = np.ones(64, np.uint8)
         with pytest.raises(PlanError, match="offset 0 of window 0.*offset 256 of window 0|offset 256 of window 0.*"
                                             "offset 0 of window 0"):
-            comm.all_gather_into_tensor(dev(space[at:at + 128], r), dev(np.ones(64, np.uint8), r), stream=7)
+            comm.all_gather_into_tensor(dev(space[at:at + 128], r), dev(inp, r), stream=7)
             comm.synchronize()
         return True
 
@@ -397,3 +398,23 @@ def test_a_buffer_across_the_window_end_and_execute_on_a_window(monkeypatch):
 
     results = ranks(monkeypatch, 2, body)
     assert results == {0: [], 1: []}, results
+
+
+def test_a_window_buffer_against_one_outside_the_window_raises_on_both_ranks(monkeypatch):
+    """Rank 0's output lies in its window, rank 1's runs past the end of its own: rank 1 takes the mailbox
+    path and finds rank 0's window entry. Both calls run through on the GPUs (rank 1's copies go where rank 0
+    said its buffer is) and both ranks raise PlanError: rank 1 once its call is launched, rank 0 at its
+    check, at the latest in synchronize()."""
+    def body(comm, r):
+        space = np.zeros(4096, np.uint8)
+        comm.register_window(dev(space[:2048], r))
+        at = 1024 if r == 0 else 2000  # rank 1: bytes 2000..2128, across its window's end at 2048
+        inp = np.full(64, r + 1, np.uint8)
+        with pytest.raises(PlanError, match="rank 0 passed a buffer at offset 1024 of registered window 0|"
+                                            "rank 1 did not pass a buffer of a registered window"):
+            comm.all_gather_into_tensor(dev(space[at:at + 128], r), dev(inp, r), stream=7)
+            comm.synchronize()
+        return space[1024 + 64:1024 + 128].tolist() if r == 0 else None
+
+    results = ranks(monkeypatch, 2, body)
+    assert results == {0: [2] * 64, 1: None}, results

@@ -718,7 +718,7 @@ class Communicator:
                 self._follow(s)
             if len(items) == 1:  # the common call, without the batch's lists
                 what, input, output = items[0]
-                if self._windows and duration_s is None and self._window_call(what, input, output, s, rate):
+                if self._windows and self._window_call(what, input, output, s, rate, duration_s):
                     return
                 state, inp, out = self._prepare(what, input, output)
                 if duration_s is not None:  # this rank's paced bytes spread over the duration (none: full speed)
@@ -1249,7 +1249,8 @@ class Communicator:
         self._window_of[key] = found
         return found
 
-    def _window_call(self, what: tuple | Plan, input: Any, output: Any, s: int, rate: float | None) -> bool:
+    def _window_call(self, what: tuple | Plan, input: Any, output: Any, s: int, rate: float | None,
+                     duration_s: float | None = None) -> bool:
         """Run a call whose buffer lies in a registered window (True), or say it does not (False). The checks
         of its buffers, its window and offset and its partners' addresses are worked out at its first call
         and kept for the same call on the same buffers and stream; each call writes its mailbox entries."""
@@ -1274,6 +1275,11 @@ class Communicator:
         if known is None:
             return False
         state, inp, out, index, offset, remote, launch = known
+        if duration_s is not None:  # this rank's paced bytes spread over the duration (none: full speed)
+            rate = state.paced_bytes / duration_s / 1e9 if state.paced_bytes else None
+            if rate is not None:
+                pacing.tick_us(rate, self.pace_period_us)  # refused before the partners hear of the call
+            launch = (*launch[:-1], rate and (rate, self.pace_period_us))
         self._window_entries(state, index, offset)
         self._cached(launch, lambda stream, r: self._build(state, inp, out, remote, stream, r, None), s, rate)
         # the partners' entries are checked after the launch: a mismatch raises here or later on each rank, and

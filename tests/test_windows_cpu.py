@@ -418,3 +418,35 @@ def test_a_window_buffer_against_one_outside_the_window_raises_on_both_ranks(mon
 
     results = ranks(monkeypatch, 2, body)
     assert results == {0: [2] * 64, 1: None}, results
+
+
+def test_paced_calls_on_a_window(monkeypatch):
+    """rate_gbps= and duration_s= on window buffers take the window path like unpaced calls (on every rank
+    alike, whether or not it paces): the right bytes, nothing exported, the sender's pieces paced."""
+    from hoccl_runtime import pacing
+
+    monkeypatch.setenv("HOCCL_EAGER_BYTES", "0")
+    ticks: dict[int, list[float]] = {0: [], 1: []}
+    monkeypatch.setattr(pacing, "Pacer", lambda device: types.SimpleNamespace(
+        handle=555, sleep=lambda stream, us: None, sleep_us=lambda period: ticks[device].append(period) or 0))
+    n = (2 << 20) + 3
+
+    def body(comm, r):
+        space = np.zeros(n, np.uint8)
+        comm.register_window(dev(space, r))
+        exports = []
+        comm._export = lambda buf, what="output": exports.append(what)
+        ok = True
+        for call, how in ((1, {"rate_gbps": 1e-3}), (2, {"duration_s": 2.0})):
+            space[:] = data(0, call, n) if r == 0 else 0xA5
+            if r == 0:
+                comm.send(dev(space, r), 1, stream=7, **how)
+            else:
+                comm.recv(dev(space, r), 0, stream=7)
+            comm.synchronize()
+            ok = ok and np.array_equal(space, data(0, call, n))
+        return ok, exports
+
+    results = ranks(monkeypatch, 2, body)
+    assert results == {0: (True, []), 1: (True, [])}, results
+    assert ticks[1] == [] and sum(ticks[0][:3]) == pytest.approx(n) and sum(ticks[0][3:]) == pytest.approx(2e6)

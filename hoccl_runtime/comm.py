@@ -1257,7 +1257,10 @@ class Communicator:
         inp = as_buffer(input, "input") if input is not None else None
         out = as_buffer(output, "output") if output is not None else None
         pace = rate and (rate, self.pace_period_us)
-        key = (what.plan_id if isinstance(what, Plan) else what, s, pace, inp, out)
+        # (pointers and sizes, not the buffers: hashing ints costs a third of hashing two dataclasses; a pointer
+        # names its GPU, and a buffer on another GPU fails its first call's checks, so it is never kept)
+        key = (what.plan_id if isinstance(what, Plan) else what, s, pace, inp and inp.ptr, inp and inp.nbytes,
+               out and out.ptr, out and out.nbytes)
         known = self._window_calls.get(key, self)
         if known is self:  # first time: all the usual checks
             state, inp, out = self._prepare(what, inp, out)

@@ -170,7 +170,6 @@ def main(argv=None) -> int:
         c.local_copies = "peer" if name.endswith("peer") else "sm"
         # a registered window around the output (register_window's result, without the store exchange)
         c._windows = [comm.Window(c, 0, b.ptr, b.nbytes, {partner: 5 << 40}, ())] if handle == "window" else []
-        c._window_of.clear()
         c._window_calls.clear()
         if key is None:  # eager: no mailbox entry to wait for; a receiver finds the sender's size entry
             c.eager_bytes = 4 << 20

@@ -502,7 +502,6 @@ class Communicator:
         # registered windows (register_window): their peers' mappings stay open (not in the LRU above)
         self._windows: list[Window] = []
         self._window_count = 0
-        self._window_of: dict[tuple[int, int], tuple[Window, int] | None] = {}  # (ptr, bytes) -> (window, offset)
         self._pinned: dict[bytes, list[int]] = {}  # handle -> [local address, windows using it]
         # window calls whose partner's entry was not there yet: peer -> (seq, digest, window, offset, call)
         self._win_pending: dict[int, deque] = {}
@@ -1047,14 +1046,7 @@ class Communicator:
         seqs = {}
         for p in state.partners:
             seq = self._seq[p] + 1
-            region = self._region_out[p]
-            slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
-            # the partner must have read this slot's previous use before it is overwritten
-            old = self._slot_rdv[p][seq % _SLOTS]  # the partner must have read the slot's rendezvous entry
-            if old and words[region] < old:
-                self._wait(lambda r=region, q=old: self._check_windows() or words[r] >= q, p, "acknowledge")
-            self._slot_rdv[p][seq % _SLOTS] = seq
-            words[slot] = 0  # the old entry is gone (a partner reading it sees so: _check_windows)
+            slot = self._claim_slot(p, seq, rendezvous=True)
             words[slot + 1] = state.digest
             words[slot + 2] = offset
             words[slot + 3] = has_handle
@@ -1071,6 +1063,19 @@ class Communicator:
             self._rdv_open[p].append(seq)
             seqs[p] = seq
         return seqs
+
+    def _claim_slot(self, p: int, seq: int, rendezvous: bool) -> int:
+        """The mailbox word of my slot for call ``seq`` with p, emptied for a new entry (written 0, so a partner
+        reading the old one sees it go: _check_windows). The slot's old entry may go unread if it was a window
+        entry; my rendezvous entry there (an address) must have been read first: wait for p's acknowledgement."""
+        words, region, kinds = self._shared.words, self._region_out[p], self._slot_rdv[p]
+        old = kinds[seq % _SLOTS]
+        if old and words[region] < old:
+            self._wait(lambda q=old: self._check_windows() or words[region] >= q, p, "acknowledge")
+        kinds[seq % _SLOTS] = seq if rendezvous else 0
+        slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
+        words[slot] = 0
+        return slot
 
     def _collect(self, state: _PlanState, seqs: dict[int, int]) -> tuple[dict[int, int], int | None]:
         """Wait for each partner's entry of the same call and map its output: ({partner: output address},
@@ -1182,7 +1187,6 @@ class Communicator:
                 raise
             win = Window(self, k, buf.ptr, buf.nbytes, peers, tuple(handles.values()), tensor)
             self._windows.append(win)
-            self._window_of.clear()
             self._window_calls.clear()
         return win
 
@@ -1223,7 +1227,6 @@ class Communicator:
             if self._closed:  # close() released every mapping
                 return
             self._windows.remove(win)
-            self._window_of.clear()
             self._window_calls.clear()
             self.synchronize()  # my copies through the peers' mappings have landed
             self._launches.clear()  # launch lists name the mappings
@@ -1233,21 +1236,13 @@ class Communicator:
     def _in_window(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None
                    ) -> tuple[Window, int] | None:
         """(window, offset) of the call's buffer (its output, or its input on a rank without an output) when it
-        lies in a registered window and the plan may take that path; else None."""
+        lies in a registered window and the plan may take that path; else None. (A scan of the few windows:
+        a repeated single call finds its answer in _window_calls.)"""
         buf = out if out is not None else inp
         if buf is None or not state.windows:
             return None
-        key = (buf.ptr, buf.nbytes)
-        try:
-            return self._window_of[key]
-        except KeyError:
-            pass
-        found = next(((w, buf.ptr - w.ptr) for w in self._windows
-                      if w.ptr <= buf.ptr and buf.ptr + buf.nbytes <= w.ptr + w.nbytes), None)
-        if len(self._window_of) > 4096:
-            self._window_of.clear()
-        self._window_of[key] = found
-        return found
+        return next(((w, buf.ptr - w.ptr) for w in self._windows
+                     if w.ptr <= buf.ptr and buf.ptr + buf.nbytes <= w.ptr + w.nbytes), None)
 
     def _window_call(self, what: tuple | Plan, input: Any, output: Any, s: int, rate: float | None,
                      duration_s: float | None = None) -> bool:
@@ -1315,14 +1310,7 @@ class Communicator:
         digest, what = state.digest, state.plan.collective
         for p in state.partners:
             seq = seqs[p] + 1
-            region = self._region_out[p]
-            kinds = self._slot_rdv[p]
-            old = kinds[seq % _SLOTS]
-            if old and words[region] < old:  # my rendezvous entry there not read yet (a window entry may go)
-                self._wait(lambda r=region, q=old: self._check_windows() or words[r] >= q, p, "acknowledge")
-            kinds[seq % _SLOTS] = 0
-            slot = region + 8 + (seq % _SLOTS) * _SLOT_WORDS
-            words[slot] = 0  # the old entry is gone (a partner reading it sees so: _check_windows)
+            slot = self._claim_slot(p, seq, rendezvous=False)
             words[slot + 1] = digest
             words[slot + 2] = offset
             words[slot + 3] = _IN_WINDOW
@@ -1679,7 +1667,7 @@ class Communicator:
             self._launches.clear()  # destroys the calls' graphs
             for w in self._windows:
                 w.closed, w.tensor = True, None
-            self._windows, self._window_of, self._window_calls = [], {}, {}
+            self._windows, self._window_calls = [], {}
             for base in [*self._opened.values(), *self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
                 with contextlib.suppress(Exception):  # closing anyway
                     rt.ipcCloseMemHandle(base)

@@ -9,7 +9,8 @@
   algbw = total bytes/t, busbw = algbw (n-1)/n) for ``--baselines`` among ``hoccl``, ``hoccl-graph``
   (each call captured once into a CUDA graph and launched: no Python per call), ``hoccl-inplace``
   (AllGather with the input in the output's own block), ``hoccl-peer`` (a communicator with
-  ``local_copies="peer"``: own blocks through the peer GPUs, no SM), ``raw`` (one
+  ``local_copies="peer"``: own blocks through the peer GPUs, no SM), ``hoccl-window`` (the buffers
+  carved from one registered window per rank: no per-call address exchange), ``raw`` (one
   ``cudaMemcpyAsync`` per peer through CUDA IPC and the local part on a second stream, no
   synchronisation between ranks: the copy engines' limit),
   ``nccl``, ``nccl-ctas=K`` (a communicator with min = max CTAs = K) and ``nccl-ce`` (NCCL's
@@ -59,7 +60,7 @@ def _baselines(spec: str) -> list[str]:
     """``hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce`` -> [..., "nccl-ctas=1", "nccl-ctas=2", ...]: bare numbers
     after a ``nccl-ctas=K`` item are more CTA budgets."""
     out: list[str] = []
-    known = ("hoccl", "hoccl-graph", "hoccl-inplace", "hoccl-peer", "raw", "nccl", "nccl-ce")
+    known = ("hoccl", "hoccl-graph", "hoccl-inplace", "hoccl-peer", "hoccl-window", "raw", "nccl", "nccl-ce")
     for token in (t.strip() for t in spec.split(",") if t.strip()):
         if token.isdigit() and out and out[-1].startswith("nccl-ctas="):
             out.append(f"nccl-ctas={token}")
@@ -201,6 +202,7 @@ class Bench:
         self._symm: Any = None
         self._side: Any = None
         self._graphs: list[tuple[int, int]] = []  # (graph, executable) of hoccl-graph rows, alive to the end
+        self._windows: list[Any] = []  # hoccl-window rows' windows, closed after each row (release)
         self._probe: Any = None  # hoccl_runtime.smfree.SmProbe, made at the first SM-free check (False: none)
         self._traced = False  # whether this process has made a profiler trace yet (sms)
         # contention, per variant: calls queued beside the load, grown until they outlast it
@@ -283,6 +285,12 @@ class Bench:
             self._peer_comm = hr.init(timeout_s=self._timeout_s, local_copies="peer")
         return self._peer_comm
 
+    def release(self) -> None:
+        """After a row: close its windows (every rank at the same point: a collective call)."""
+        self.torch.cuda.synchronize()
+        while self._windows:
+            self._windows.pop().close()
+
     def close(self) -> None:
         self.comm.close()
         if self._peer_comm is not None:
@@ -305,7 +313,9 @@ class Bench:
             inp = out[r * n:(r + 1) * n]
             fn = lambda: comm.all_gather_into_tensor(out, inp, stream=s)  # noqa: E731
             return fn, self._checker(op, inp, out, fn)
-        if impl in ("hoccl", "hoccl-graph", "hoccl-peer"):
+        if impl == "hoccl-window":
+            inp, out = self._window_buffers(op, inp, out)
+        if impl in ("hoccl", "hoccl-graph", "hoccl-peer", "hoccl-window"):
             if impl == "hoccl-peer":
                 if op == "sendrecv":
                     raise ValueError("hoccl-peer is an AllGather / All-to-All variant (send/recv copies no own block)")
@@ -316,7 +326,7 @@ class Bench:
                 "allgather": lambda: comm.all_gather_into_tensor(out, inp, stream=s),
                 "alltoall": lambda: comm.all_to_all_single(out, inp, stream=s),
             }
-            fn = calls[op] if impl == "hoccl" else self._graph(calls[op])
+            fn = self._graph(calls[op]) if impl == "hoccl-graph" else calls[op]
             return fn, self._checker(op, inp, out, fn)
         if impl == "raw":
             return self._raw(op, inp, out), None
@@ -346,6 +356,19 @@ class Bench:
         exe = rt.graphInstantiate(graph)
         self._graphs.append((graph, exe))
         return lambda: rt.graphLaunch(exe, s)
+
+    def _window_buffers(self, op: str, inp: Any, out: Any) -> tuple[Any, Any]:
+        """``inp`` and ``out`` moved into one window per rank: the buffer a peer writes to (the output; the
+        sender's input for send/recv) at offset 0 of every rank's window, the other one after it."""
+        torch = self.torch
+        win = torch.empty(inp.numel() + out.numel(), dtype=torch.uint8, device=inp.device)
+        self._windows.append(self.comm.register_window(win))
+        if op == "sendrecv" and self.rank == 0:  # the receiver's buffer at the sender's offset
+            new_inp, new_out = win[:inp.numel()], win[inp.numel():]
+        else:
+            new_out, new_inp = win[:out.numel()], win[out.numel():]
+        new_inp.copy_(inp)
+        return new_inp, new_out
 
     def _buffers(self, impl: str, n_in: int, n_out: int) -> tuple[Any, Any]:
         torch = self.torch
@@ -485,7 +508,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         # at least 10 calls (3 left start-up skew in 1 GiB rows) and about 1 GiB per timed batch up to 512
         # calls: with 40 calls of 2 MiB a send/recv took 23.5 us per message in the sweep against 12.7 in
         # profile_host's 200 back to back in the same run (2026-11-30), which we take to be the ranks' skew
-        iters = max(10, min(512, (1 << 30) // size))
+        iters = args.iters or max(10, min(512, (1 << 30) // size))
         for op in ops:
             for impl in impls:
                 if impl in unavailable or (impl in ("nccl-ce", "hoccl-peer") and op == "sendrecv") or \
@@ -507,6 +530,8 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                     b.say(f"  {impl} {op} {size} B failed: {why.splitlines()[0]}")
                     if failures[(impl, op)] >= 10:  # give up on a baseline that fails 10 sizes in a row
                         unavailable[impl] = why
+                    with contextlib.suppress(Exception):  # the row's error is reported already
+                        b.release()
                     b.torch.cuda.synchronize()
                     continue
                 bw = size / t / 1e9
@@ -514,6 +539,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                 rows.append(dict(op=op, impl=impl, size=size, seconds=t, gbps=bw, busbw=busbw, host_us=host,
                                  correct=ok, sms=sms, sm_kernel=kernel, sm_free=free))
                 failures.pop((impl, op), None)  # only consecutive failures count
+                b.release()
                 b.torch.cuda.empty_cache()
         b.say(f"size {size >> 20} MiB done")
     b.write(args.out, "sweep", {"rows": rows, "unavailable": unavailable,
@@ -933,7 +959,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="2MiB:1GiB", help="LOW:HIGH, powers of two between (default 2MiB:1GiB)")
     p.add_argument("--collectives", default=",".join(OPS))
     p.add_argument("--baselines",
-                   default="hoccl,hoccl-graph,hoccl-inplace,hoccl-peer,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
+                   default="hoccl,hoccl-graph,hoccl-inplace,hoccl-peer,hoccl-window,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce")
+    p.add_argument("--iters", type=int, default=0,
+                   help="sweep: calls per timed batch (default: about 1 GiB per batch, 10 to 512 calls)")
     p.add_argument("--sm-size", type=int, default=64 << 20, help="size at which SMs are counted by trace")
     p.add_argument("--size", type=int, default=256 << 20, help="contention: AllGather bytes per call")
     p.add_argument("--rates", default="100,200,300", help="contention: paced rates in GB/s")
@@ -960,6 +988,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="contention: untimed iterations before each window, traffic running (default: as many)")
     args = p.parse_args(argv)
     _baselines(args.baselines), _sizes(args.sizes), _loads(args.loads)  # refuse bad arguments before starting anything
+    if args.iters < 0:
+        raise SystemExit(f"hoccl-bench: --iters {args.iters}: give a positive number of calls (or 0: by size)")
     b = Bench()
     t0 = time.time()
     try:

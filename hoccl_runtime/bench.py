@@ -94,6 +94,35 @@ def _loads(spec: str) -> list[str]:
     return names
 
 
+def cpu_gauge_us() -> float:
+    """How fast this process runs plain Python now: microseconds for a fixed dict walk (median of 7 x 50). A
+    call's host time is mostly Python and driver calls, so the gauge tells a slow host (or core) from a slow
+    call when host times differ between runs."""
+    table = {i: i for i in range(64)}
+
+    def walk() -> int:
+        total = 0
+        for i in range(64):
+            total += table[i]
+        return total
+
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(50):
+            walk()
+        times.append((time.perf_counter() - t0) / 50 * 1e6)
+    return statistics.median(times)
+
+
+def current_cpu() -> int | None:
+    """The CPU this process last ran on (Linux), else None."""
+    try:
+        return int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def ipc_export(t: Any) -> tuple[bytes, int]:
     """(CUDA IPC handle of the allocation holding tensor ``t``, ``t``'s offset in it)."""
     import cupy
@@ -536,21 +565,24 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                     continue
                 bw = size / t / 1e9
                 busbw = bw * (b.world - 1) / b.world if op != "sendrecv" else bw
+                gauge = b.max_over_ranks(cpu_gauge_us())  # the slowest rank's, as for the times
                 rows.append(dict(op=op, impl=impl, size=size, seconds=t, gbps=bw, busbw=busbw, host_us=host,
-                                 correct=ok, sms=sms, sm_kernel=kernel, sm_free=free))
+                                 correct=ok, sms=sms, sm_kernel=kernel, sm_free=free, cpu_gauge_us=gauge,
+                                 cpu=current_cpu()))
                 failures.pop((impl, op), None)  # only consecutive failures count
                 b.release()
                 b.torch.cuda.empty_cache()
         b.say(f"size {size >> 20} MiB done")
     b.write(args.out, "sweep", {"rows": rows, "unavailable": unavailable,
                                 "failed_points": [f"{i} {o} {n}: {e}" for (i, o, n), e in errors.items()]})
-    b.say(f"{'op':10} {'impl':13} {'size':>9} {'GB/s':>7} {'busbw':>7} {'host us':>8} {'SMs':>4} {'SM-free':>7} ok")
+    b.say(f"{'op':10} {'impl':13} {'size':>9} {'GB/s':>7} {'busbw':>7} {'host us':>8} {'SMs':>4} {'SM-free':>7} ok"
+          f"{'py us':>7}")
     for r in rows:
         sms = "" if r["sms"] is None else r["sms"]
         free = "" if r["sm_free"] is None else "yes" if r["sm_free"] else "no"
         ok = "" if r["correct"] is None else r["correct"]
         b.say(f"{r['op']:10} {r['impl']:13} {r['size'] >> 20:>5} MiB {r['gbps']:7.1f} {r['busbw']:7.1f} "
-              f"{r['host_us']:8.1f} {sms:>4} {free:>7} {ok}")
+              f"{r['host_us']:8.1f} {sms:>4} {free:>7} {ok!s:>4} {r['cpu_gauge_us']:6.2f}")
     return rows
 
 

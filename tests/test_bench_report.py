@@ -145,3 +145,26 @@ def test_raw_plan_moves_each_collectives_bytes_to_the_right_place():
     assert raw_plan("sendrecv", 1, 2, outs[:2], 50, 12) == ([], [])
     remote, local = raw_plan("allgather", 1, 3, outs, 2004, 12)  # in place: the input is the own block
     assert remote == [(1000 + 4, 2004, 4), (3000 + 4, 2004, 4)] and local == []
+
+
+def test_cpu_gauge_and_current_cpu():
+    """The sweep's CPU gauge is a positive time of microseconds, and the CPU it names is one this process may
+    run on."""
+    import os
+
+    from hoccl_runtime.bench import cpu_gauge_us, current_cpu
+
+    assert 0 < cpu_gauge_us() < 10_000
+    cpu = current_cpu()
+    if hasattr(os, "sched_getaffinity") and cpu is not None:
+        assert cpu in os.sched_getaffinity(0)
+
+
+def test_sweep_refuses_bad_iters_and_names_window_baseline():
+    import pytest
+
+    from hoccl_runtime.bench import _baselines, main
+
+    assert "hoccl-window" in _baselines("hoccl,hoccl-window")
+    with pytest.raises(SystemExit, match="--iters -3"):
+        main(["sweep", "--iters", "-3"])

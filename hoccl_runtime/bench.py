@@ -874,7 +874,8 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
             k = rnd % len(names)
             for name in names[k:] + names[:k]:
                 for _ in range(8):  # a window whose traffic stopped before it ended is measured again
-                    sample, dry = _one_window(b, compute, work, iters, variants.get(name), power, settle, name)
+                    sample, dry = _one_window(b, compute, work, iters, variants.get(name), power, settle, name,
+                                              args.traffic_first)
                     if not dry:
                         break
                 samples.setdefault((load, name), []).append(sample)
@@ -923,12 +924,15 @@ def contention_rows(samples: dict[tuple[str, str], list[dict[str, Any]]]) -> lis
 
 def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
                 variant: tuple[Callable[[], None], int] | None, power: PowerLog, settle: int = 0,
-                name: str = "") -> tuple[dict[str, float], bool]:
+                name: str = "", traffic_first: bool = False) -> tuple[dict[str, float], bool]:
     """Time ``iters`` of ``work`` on ``compute`` while ``variant`` (a call, bytes it sends) runs back to
     back on the communication stream, after ``settle`` untimed iterations with the traffic already
     running; the bytes count is of calls that finished inside the timed window. Returns the sample and
     whether the traffic ran dry before the window ended on any rank (then the count of calls for
-    ``name`` has grown, and the window should be measured again)."""
+    ``name`` has grown, and the window should be measured again). The load is enqueued first, held on a
+    host flag; ``traffic_first``: the traffic is enqueued (and runs) first and the load after it, as a
+    training step issues a background collective before the compute it overlaps (which decides what
+    overlaps when all streams share one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1)."""
     from hoccl_runtime.flags import MemOps
 
     torch = b.torch
@@ -939,32 +943,74 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
     marks = []
     go = b.go_flag
     t0 = time.time()
-    # the load is enqueued first, held by a stream wait on a host flag, so host time spent enqueueing the
-    # communication (which may block) never shows up as load time; both start when the flag is set
-    MemOps().wait_eq(go, 1).write(go, 0).enqueue(compute.cuda_stream)
     released = torch.cuda.Event(enable_timing=True)
-    released.record(compute)
-    with torch.cuda.stream(compute):
-        for _ in range(settle):
-            work()
-        start.record(compute)
-        for _ in range(iters):
-            work()
-    end.record(compute)
-    b.stream.wait_event(released)
     other = variant is not None and isinstance(variant[0], ProcRun)
-    if other:  # traffic from the copier process: running before the load is released
-        variant[0].copier.run(variant[0].name)
-    go.write(1)
     calls = b.calls_per_window.setdefault(name, 40)
-    if variant is not None and not other:
-        fn, nbytes = variant
-        with torch.cuda.stream(b.stream):
-            for _ in range(calls):
-                fn()
-                ev = torch.cuda.Event(enable_timing=True)
-                ev.record(b.stream)
-                marks.append(ev)
+
+    def enqueue_load() -> None:
+        # held by a stream wait on a host flag, so host time spent enqueueing the communication (which may
+        # block) never shows up as load time; it starts when the flag is set
+        MemOps().wait_eq(go, 1).write(go, 0).enqueue(compute.cuda_stream)
+        released.record(compute)
+        with torch.cuda.stream(compute):
+            for _ in range(settle):
+                work()
+            start.record(compute)
+            for _ in range(iters):
+                work()
+        end.record(compute)
+
+    def enqueue_traffic() -> None:
+        if variant is not None and not other:
+            fn, nbytes = variant
+            with torch.cuda.stream(b.stream):
+                for _ in range(calls):
+                    fn()
+                    ev = torch.cuda.Event(enable_timing=True)
+                    ev.record(b.stream)
+                    marks.append(ev)
+
+    if traffic_first and variant is not None and not other:
+        # a thread issues the traffic (the host blocks once the GPU's queue is full, so it cannot all be
+        # issued in advance); the load is issued once the first two calls are, and behind them
+        issued, failure = threading.Event(), []
+
+        def feed() -> None:
+            try:
+                torch.cuda.set_device(b.dev)
+                with torch.cuda.stream(b.stream):
+                    for i in range(calls):
+                        variant[0]()
+                        ev = torch.cuda.Event(enable_timing=True)
+                        ev.record(b.stream)
+                        marks.append(ev)
+                        if i == 1:
+                            issued.set()
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller below
+                failure.append(exc)
+            finally:
+                issued.set()
+
+        feeder = threading.Thread(target=feed, name="hoccl-bench-traffic", daemon=True)
+        feeder.start()
+        issued.wait()
+        enqueue_load()
+        go.write(1)
+        feeder.join(b._timeout_s)
+        if feeder.is_alive() or failure:
+            raise RuntimeError(f"{name}: the traffic thread failed or hung") from (failure[0] if failure else None)
+    elif traffic_first:
+        if other:
+            variant[0].copier.run(variant[0].name)
+        enqueue_load()
+        go.write(1)
+    else:
+        enqueue_load()
+        b.stream.wait_event(released)
+        if other:  # traffic from the copier process: running before the load is released
+            variant[0].copier.run(variant[0].name)
+        go.write(1)
+        enqueue_traffic()
     torch.cuda.synchronize()
     t1 = time.time()
     window = start.elapsed_time(end) / 1e3
@@ -979,7 +1025,8 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
         worst = b.max_over_ranks(needed / max(lasted, 1e-3) if lasted < needed else 0.0)
         if worst > 0:  # enough calls to outlast the settle and the window, with a margin
             dry = True
-            b.calls_per_window[name] = int(calls * 1.3 * worst) + 1
+            # (at most 4x per try: traffic that cannot overlap the load, e.g. queued behind it, never lasts)
+            b.calls_per_window[name] = int(calls * min(1.3 * worst, 4.0)) + 1
     delivered = done * variant[1] / window / 1e9 if variant is not None else 0.0
     return {"seconds": window, "gbps": delivered, **power.window(t0, t1, b.dev)}, dry
 
@@ -1011,6 +1058,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="contention: also raw-proc, raw-proc@R: the raw copies issued from a process of its own "
                    "(another CUDA context; measured 2026-11-30: far worse for the load, +15..25%% GEMM at 55 GB/s)")
     p.add_argument("--loads", default="gemm,membound", help="contention: loads to run beside (gemm, membound)")
+    p.add_argument("--traffic-first", action="store_true",
+                   help="contention: enqueue the traffic before the load (as a step issues a background collective "
+                   "before the compute it overlaps) instead of the load first, held until both are enqueued")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup-s", type=float, default=2.0, help="contention: seconds of load before the rounds")
     p.add_argument("--reps", type=int, default=15, help="launch: batches per point")

@@ -161,7 +161,22 @@ class _Calls:
     _plans: dict
     _stream: int | None
 
-    def close(self) -> None:  # pragma: no cover - every communicator defines it
+    closed: bool
+
+    def close(self) -> None:
+        """Wait for the calls issued so far (within the timeout), then free everything; again: nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._finish_calls()
+        finally:
+            self._free()
+
+    def _finish_calls(self) -> None:  # pragma: no cover - every communicator defines it
+        raise NotImplementedError
+
+    def _free(self) -> None:  # pragma: no cover - every communicator defines it
         raise NotImplementedError
 
     def __enter__(self) -> Any:
@@ -316,18 +331,15 @@ class NetCommunicator(_Calls):
                                     "rank's stream reached its calls?")
         self._raise()
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self._proxy.wait_idle(self.timeout_s)
-        finally:
-            self._proxy.close()
-            if self._executor is not None:
-                self._executor.close()
-            self.transport.close()
-            self._flags.close()
+    def _finish_calls(self) -> None:
+        self._proxy.wait_idle(self.timeout_s)
+
+    def _free(self) -> None:
+        self._proxy.close()
+        if self._executor is not None:
+            self._executor.close()
+        self.transport.close()
+        self._flags.close()
 
 
 
@@ -651,32 +663,29 @@ class NodeNetCommunicator(_Calls):
             time.sleep(100e-6)
         self._raise()
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            with contextlib.suppress(HocclError):
-                self.synchronize()
-        finally:
-            if self._p2p_proxy is not None:
-                self._p2p_proxy.close()
-                for ex in self._pair_exec.values():
-                    ex.close()
-                    ex.transport.close()
-                self._p2p_pool.close()
-            if self._intra is not None:
-                self._intra.close()
-            if self._proxy is not None:
-                self._proxy.close()
-                if self._executor is not None:
-                    self._executor.close()
-                self.transport.close()
-                from ._cuda import cupy_runtime
+    def _finish_calls(self) -> None:
+        with contextlib.suppress(HocclError):
+            self.synchronize()
 
-                for ptr in self._opened.values():
-                    with contextlib.suppress(Exception):  # closing anyway
-                        cupy_runtime().ipcCloseMemHandle(ptr)
-                self._opened.clear()
-            self._shared.close()
+    def _free(self) -> None:
+        if self._p2p_proxy is not None:
+            self._p2p_proxy.close()
+            for ex in self._pair_exec.values():
+                ex.close()
+                ex.transport.close()
+            self._p2p_pool.close()
+        if self._intra is not None:
+            self._intra.close()
+        if self._proxy is not None:
+            self._proxy.close()
+            if self._executor is not None:
+                self._executor.close()
+            self.transport.close()
+            from ._cuda import cupy_runtime
+
+            for ptr in self._opened.values():
+                with contextlib.suppress(Exception):  # closing anyway
+                    cupy_runtime().ipcCloseMemHandle(ptr)
+            self._opened.clear()
+        self._shared.close()
 

@@ -90,6 +90,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -422,6 +423,8 @@ def _dma_queues(plan: Plan, prog: Program, rank: int) -> list[int]:
 class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
+    _one_queue = False  # CUDA_DEVICE_MAX_CONNECTIONS=1 and no warning yet (set by _mailbox_state)
+
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
                  ipc_cache: int = 64, dma_queues: int | None = None, local_copies: str | None = None):
         import cupy
@@ -516,6 +519,9 @@ class Communicator:
         self._region_in = [self._pair(p, rank) // 8 for p in range(world)]   # p -> me
         self._last_stream: int | None = None  # the caller stream of the last call issued outside a stream capture
         self._window_error: PlanError | None = None  # the first mismatch _check_windows found, raised after a launch
+        # Megatron's setting: one hardware queue for every stream, where a same-GPU copy (a driver kernel)
+        # waits behind compute issued before it (warned once, at the first call that makes one: _build)
+        self._one_queue = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "").strip() == "1"
 
     # --- torch-like calls ------------------------------------------------------------------------------
     # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a
@@ -1524,6 +1530,17 @@ class Communicator:
         side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (not by_peer and copies(q, 0)))]
         ops: list[tuple] = []
         local = [q for q in side if kinds[q] == "dma_local"]
+        if local and self._one_queue:
+            self._one_queue = False
+            n = plan.ranks.input_bytes[me]
+            in_place = (f"pass the output's own block as the input (in place: input = output[{me * n}:{(me + 1) * n}] "
+                        "in bytes) or " if plan.collective.kind == "allgather" else "")
+            warnings.warn(
+                f"rank {me}: this {plan.collective.describe()} copies its own block within GPU {self.device}, which "
+                "the CUDA driver does with a kernel; under CUDA_DEVICE_MAX_CONNECTIONS=1 that kernel waits behind "
+                "compute issued before it on any stream, so the call cannot overlap that compute. For traffic that "
+                f"overlaps compute, {in_place}use hoccl_runtime.init(local_copies='peer') (HOCCL_LOCAL_COPIES=peer); "
+                "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=2)
         if local:  # local copies need no peer: they start before the handshake
             ops.append(("record", self._event(("pre", user)), user))
         if entry.ops:

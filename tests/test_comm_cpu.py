@@ -509,3 +509,46 @@ def test_calls_on_another_stream_wait_for_the_last_call(monkeypatch):
         seen = [[w for w in waits[:m] if w[1] in (end7, end8)] for m in marks]  # waits on this rank's end events
         assert seen[0] == seen[1] == [] and seen[2] == seen[3] == [(8, end7)], seen
         assert seen[4] == seen[5] == [(8, end7), (7, end8)], seen
+
+
+@pytest.mark.parametrize("connections", ["1", "8", None])
+def test_one_hardware_queue_warns_once_of_a_same_gpu_copy(monkeypatch, connections):
+    """Under CUDA_DEVICE_MAX_CONNECTIONS=1 the first call that copies its own block within the GPU (a driver
+    kernel, queued behind compute) warns once, naming the in-place form and local_copies='peer'; an in-place
+    AllGather does not, nor does any call under another setting."""
+    import warnings
+
+    if connections is None:
+        monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", connections)
+    n = 256
+
+    def in_place(comm, r):
+        out = np.zeros(2 * n, np.uint8)
+        for call in range(3):
+            out[r * n:(r + 1) * n] = data(r, call, n)
+            comm.all_gather_into_tensor(dev(out, r), dev(out[r * n:(r + 1) * n], r), stream=7)
+            comm.synchronize()
+
+    def out_of_place(comm, r):
+        out = np.zeros(2 * n, np.uint8)
+        for call in range(3):  # three times: one warning
+            comm.all_gather_into_tensor(dev(out, r), dev(data(r, call, n), r), stream=7)
+            comm.synchronize()
+        comm.all_to_all_single(dev(out, r), dev(np.zeros(2 * n, np.uint8), r), stream=7)
+        comm.synchronize()
+
+    # (ranks are threads and the record of warnings is the process's: it is taken around them all)
+    for body in (in_place, out_of_place):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            ranks(monkeypatch, 2, body)
+        messages = sorted(str(w.message) for w in got if issubclass(w.category, RuntimeWarning))
+        if connections == "1" and body is out_of_place:
+            assert len(messages) == 2, messages  # once per rank
+            for r, text in enumerate(messages):
+                assert text.startswith(f"rank {r}: this allgather") and "CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+                assert f"input = output[{r * n}:{(r + 1) * n}]" in text and "local_copies='peer'" in text
+        else:
+            assert messages == [], (body.__name__, messages)

@@ -21,16 +21,24 @@ def _why(text: str) -> str:
     return failed + "\n" + (text[first:first + 3000] if first >= 0 else "") + "\n...\n" + text[-1500:]
 
 
-@pytest.mark.parametrize("local_copies", ["sm", "peer"])
-def test_communicator_two_processes(local_copies):
+@pytest.mark.parametrize("local_copies,connections", [("sm", None), ("peer", None), ("sm", "1")])
+def test_communicator_two_processes(local_copies, connections):
     """Every collective, checks and faults, in two processes; with HOCCL_LOCAL_COPIES=peer every collective
-    but the eager receive must also pass the SM probe (a kernel holding every SM does not hold it up)."""
+    but the eager receive must also pass the SM probe (a kernel holding every SM does not hold it up). Also
+    under CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting), where each rank's communicator warns once of its
+    first same-GPU copy."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]),
                HOCCL_LOCAL_COPIES=local_copies)
+    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    if connections is not None:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = connections
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(WORKER)],
                          capture_output=True, text=True, timeout=300, env=env)
     text = out.stdout + out.stderr
     assert out.returncode == 0, _why(text)
+    warned = [line for line in text.splitlines() if "under CUDA_DEVICE_MAX_CONNECTIONS=1 that kernel waits" in line]
+    # once per communicator: every rank's first one at least
+    assert all(any(f"rank {r}: this " in line for line in warned) for r in range(2)) if connections else not warned
     assert text.count("ALL OK") == 2, _why(text)
     assert "mismatch detected" in text and "dead peer detected" in text
     assert "all_gather: " in text and "gather: " in text and " 0 kernels in the trace" in text

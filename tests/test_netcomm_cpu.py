@@ -192,6 +192,44 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
             assert np.array_equal(parts[r][6], parts[parts[r][7]][5]), (i, r)  # what rank r received
 
 
+def test_two_nodes_of_four_gpus(monkeypatch):
+    """2 nodes x 4 GPUs (issue 6's second layout, here as 8 threads): AllGather and All-to-All through the
+    leaders with forwarding inside each node, and send/recv around the ring (inside a node and across)."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.netcomm import NodeNetCommunicator
+
+    store, world, L, n = fake_cuda.Store(), 8, 4, 30_011
+
+    def body(comm, r):
+        inp = np.random.default_rng([r, 1]).integers(0, 256, n, dtype=np.uint8)
+        out = np.full(world * n, 0xA5, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r % L), dev(inp, r % L), stream=7)
+        a2a_in = np.random.default_rng([r, 2]).integers(0, 256, world * n, dtype=np.uint8)
+        a2a_out = np.full(world * n, 0xA5, np.uint8)
+        comm.all_to_all_single(dev(a2a_out, r % L), dev(a2a_in, r % L), stream=7)
+        p2p = np.random.default_rng([r, 3]).integers(0, 256, n, dtype=np.uint8)
+        got = np.full(n, 0xA5, np.uint8)
+        nxt, prv = (r + 1) % world, (r - 1) % world
+        if r % 2 == 0:  # even ranks send first, odd ranks receive first: no host deadlock around the ring
+            comm.send(dev(p2p, r % L), nxt, stream=7)
+            comm.recv(dev(got, r % L), prv, stream=7)
+        else:
+            comm.recv(dev(got, r % L), prv, stream=7)
+            comm.send(dev(p2p, r % L), nxt, stream=7)
+        comm.synchronize()
+        return inp, out, a2a_in, a2a_out, p2p, got
+
+    results = fake_cuda.run_ranks(world, lambda r: NodeNetCommunicator(
+        r, world, r % L, store, gpus_per_node=L, timeout_s=30, chunk_bytes=16 << 10, lanes=2), body)
+    assert all(not isinstance(results.get(r), Exception) for r in range(world)), results
+    want_ag = np.concatenate([results[r][0] for r in range(world)])
+    for r in range(world):
+        assert np.array_equal(results[r][1], want_ag), r
+        want_a2a = np.concatenate([results[p][2][r * n:(r + 1) * n] for p in range(world)])
+        assert np.array_equal(results[r][3], want_a2a), r
+        assert np.array_equal(results[r][5], results[(r - 1) % world][4]), r
+
+
 def test_two_nodes_of_three_gpus(monkeypatch):
     """L = 3 (no forwarding pairs): an all_gather through the leaders, a send between two non-leader ranks
     of one node (the other local ranks do not take part), and one across the nodes."""

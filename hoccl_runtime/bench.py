@@ -885,7 +885,7 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         copier.close()
     rows = contention_rows(samples)
     b.write(args.out, "contention", {"rows": rows, "kind": "contention", "allgather_bytes": size,
-                                     "pacer": pacer.describe()})
+                                     "pacer": pacer.describe(), "traffic_first": args.traffic_first})
     b.say(f"{'load':9} {'beside':12} {'slowdown':>9} {'paired':>8} {'min..max':>13} {'delivered GB/s':>15} "
           f"{'W':>5} {'MHz':>5} {'capped':>6}")
     for r in rows:

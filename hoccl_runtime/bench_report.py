@@ -39,7 +39,8 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
             continue
         kind = data.get("kind") or "bandwidth"
         runs.append({"file": path.name, "kind": kind,
-                     **{k: data.get(k) for k in ("date", "gpu", "driver", "env", "machine", "torch", "nccl")}})
+                     **{k: data.get(k) for k in ("date", "gpu", "driver", "env", "machine", "torch", "nccl",
+                                                 "traffic_first")}})
         settings = [v for v in data.get("variants") or [] if isinstance(v, dict) and "setting" in v]
         if kind == "internode" and settings:  # bench_internode's 1 GiB settings against plain sockets
             runs[-1]["settings"] = settings
@@ -95,7 +96,8 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
         env = {k: v for k, v in (run.get("env") or {}).items() if v is not None}
         extra = "".join(f", {k} {run[k]}" for k in ("torch", "nccl") if run.get(k))
         lines.append(f"* `{run['file']}` ({run['kind']}): {run.get('gpu') or run.get('machine') or '?'}, driver "
-                     f"{run.get('driver')}{extra}, {run.get('date')}" + (f", env {env}" if env else ""))
+                     f"{run.get('driver')}{extra}, {run.get('date')}" + (f", env {env}" if env else "") +
+                     (", traffic issued before the load" if run.get("traffic_first") else ""))
     bw = [r for r in rows if r["kind"] == "bandwidth"]
     for op in sorted({r["op"] for r in bw}):
         lines += ["", f"## {op}", "", "GB/s (host us per call)", ""]
@@ -111,13 +113,16 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
         lines += _grid([r for r in launch if r["op"] == op], "impl", lambda r: f"{r['host_us']:.1f}")
     cont = [r for r in rows if r["kind"] == "contention"]
     if cont:
-        lines += ["", "## Contention", "", "| load | beside | slowdown | paired | min..max | delivered GB/s | W | "
-                  "SM MHz | power-capped |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        several = len({r["file"] for r in cont}) > 1  # then each row names its file (see Sources for its setting)
+        lines += ["", "## Contention", "", ("| run " if several else "") + "| load | beside | slowdown | paired | "
+                  "min..max | delivered GB/s | W | SM MHz | power-capped |",
+                  ("|---" if several else "") + "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in cont:
             lo, hi = r.get("spread") or (r["slowdown"], r["slowdown"])
             w, m, pr = r.get("watts"), r.get("sm_mhz"), r.get("paired")  # paired: results from 2026-11-30 08:30 on
             cap = r.get("power_cap")  # share of nvidia-smi samples with the SW power cap on (from session 7)
-            lines.append(f"| {r['load']} | {r['comm']} | {100 * (r['slowdown'] - 1):+.1f}% | "
+            lines.append((f"| `{r['file']}` " if several else "") +
+                         f"| {r['load']} | {r['comm']} | {100 * (r['slowdown'] - 1):+.1f}% | "
                          f"{'' if pr is None else f'{100 * (pr - 1):+.1f}%'} | "
                          f"{100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f}% | {r['delivered_gbps']:.1f} | "
                          f"{'' if w is None else f'{w:.0f}'} | {'' if m is None else f'{m:.0f}'} | "

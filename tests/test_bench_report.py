@@ -168,3 +168,25 @@ def test_sweep_refuses_bad_iters_and_names_window_baseline():
     assert "hoccl-window" in _baselines("hoccl,hoccl-window")
     with pytest.raises(SystemExit, match="--iters -3"):
         main(["sweep", "--iters", "-3"])
+
+
+def test_report_names_each_contention_rows_file_when_there_are_several(tmp_path):
+    """Two contention runs (say, with and without CUDA_DEVICE_MAX_CONNECTIONS=1, or traffic first): each row
+    names its file, and the sources say which run issued the traffic first."""
+    def run(name, gbps, first):
+        (tmp_path / name).write_text(json.dumps({"kind": "contention", "date": "d", "traffic_first": first,
+                                                 "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "rows": [
+            {"load": "gemm", "comm": "alone", "slowdown": 1.0, "delivered_gbps": 0.0},
+            {"load": "gemm", "comm": "nccl", "slowdown": 1.08, "delivered_gbps": gbps}]}))
+
+    run("a.json", 0.0, False)
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
+    assert "| gemm | nccl | +8.0% |" in (tmp_path / "r.md").read_text()  # one file: no run column
+    run("b.json", 17.3, True)
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert "| `a.json` | gemm | nccl | +8.0% |" in text and "| 0.0 |" in text
+    assert "| `b.json` | gemm | nccl | +8.0% |" in text and "| 17.3 |" in text
+    sources = [line for line in text.splitlines() if line.startswith("* `")]
+    assert any("b.json" in line and "traffic issued before the load" in line for line in sources)
+    assert not any("a.json" in line and "traffic issued" in line for line in sources)

@@ -187,6 +187,15 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
     lines("bandwidth", "gbps", "GB/s", "")
     lines("launch", "host_us", "host us per call", "launch-")
     cont = [r for r in rows if r["kind"] == "contention"]
+    files = sorted({r["file"] for r in cont})
+    for file in files:  # one set of plots per run when there are several (named after the file)
+        tag = f"{Path(file).stem}-" if len(files) > 1 else ""
+        _contention_plots(plt, [r for r in cont if r["file"] == file], tag, save)
+    return out
+
+
+def _contention_plots(plt: Any, cont: list[dict[str, Any]], tag: str, save: Any) -> None:
+    """A bar chart and a trade-off curve per load of one contention run's rows."""
     for load in sorted({r["load"] for r in cont}):
         mine = [r for r in cont if r["load"] == load and r["comm"] != "alone"]
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -196,7 +205,7 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_ylabel("slowdown (%)")
         ax.set_title(f"{load} beside back-to-back AllGathers (label: bandwidth delivered)")
         ax.grid(alpha=0.3, axis="y")
-        save(fig, f"contention-{load}.png")
+        save(fig, f"contention-{tag}{load}.png")
         # the trade-off curve: slowdown against bandwidth delivered, paced rates and full rate joined per family
         fig, ax = plt.subplots(figsize=(7, 4.5))
         lines_of: dict[str, list[tuple[float, float, float]]] = {}
@@ -222,8 +231,7 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_title(f"{load}: rate against slowdown")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        save(fig, f"contention-{load}-curve.png")
-    return out
+        save(fig, f"contention-{tag}{load}-curve.png")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -190,3 +191,8 @@ def test_report_names_each_contention_rows_file_when_there_are_several(tmp_path)
     sources = [line for line in text.splitlines() if line.startswith("* `")]
     assert any("b.json" in line and "traffic issued before the load" in line for line in sources)
     assert not any("a.json" in line and "traffic issued" in line for line in sources)
+    if importlib.util.find_spec("matplotlib") is not None:  # one set of plots per run, named after its file
+        assert main([str(tmp_path), "-o", str(tmp_path / "r.md"), "--plots", str(tmp_path / "png")]) == 0
+        names = sorted(q.name for q in (tmp_path / "png").iterdir())
+        assert names == ["contention-a-gemm-curve.png", "contention-a-gemm.png", "contention-b-gemm-curve.png",
+                         "contention-b-gemm.png"], names

@@ -960,15 +960,16 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
                 work()
         end.record(compute)
 
-    def enqueue_traffic() -> None:
+    def enqueue_traffic(issued: threading.Event | None = None) -> None:  # ``issued`` set after two calls
         if variant is not None and not other:
-            fn, nbytes = variant
             with torch.cuda.stream(b.stream):
-                for _ in range(calls):
-                    fn()
+                for i in range(calls):
+                    variant[0]()
                     ev = torch.cuda.Event(enable_timing=True)
                     ev.record(b.stream)
                     marks.append(ev)
+                    if issued is not None and i == 1:
+                        issued.set()
 
     if traffic_first and variant is not None and not other:
         # a thread issues the traffic (the host blocks once the GPU's queue is full, so it cannot all be
@@ -978,14 +979,7 @@ def _one_window(b: Bench, compute: Any, work: Callable[[], None], iters: int,
         def feed() -> None:
             try:
                 torch.cuda.set_device(b.dev)
-                with torch.cuda.stream(b.stream):
-                    for i in range(calls):
-                        variant[0]()
-                        ev = torch.cuda.Event(enable_timing=True)
-                        ev.record(b.stream)
-                        marks.append(ev)
-                        if i == 1:
-                            issued.set()
+                enqueue_traffic(issued)
             except BaseException as exc:  # noqa: BLE001 - raised in the caller below
                 failure.append(exc)
             finally:

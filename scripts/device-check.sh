@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
-#   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [internode] [netcurves] [contention]
+#   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [sweepq] [internode] [netcurves] [contention]
 # Each part is bounded in time; a summary of every part is printed last. CONTENTION_ARGS replaces the
 # contention part's arguments (CONTENTION_S its time bound in seconds).
 set -u
@@ -27,6 +27,9 @@ for p in $parts; do
     handshake) run_part handshake 120 python examples/handshake_latency.py ;;
     profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
     sweep) run_part sweep 400 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench sweep --out "$OUT" ;;
+    sweepq) for q in 2 4; do  # several copy streams per GPU (NVSwitch machines run several copy engines at once)
+              HOCCL_DMA_QUEUES=$q run_part "sweepq$q" 300 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench sweep \
+                --baselines hoccl,hoccl-inplace,hoccl-window --sm-size 0 --out "$OUT/dma-queues-$q"; done ;;
     internode) run_part internode 330 python examples/bench_internode.py --rounds 4 --out "$OUT" ;;
     netcurves) run_part netcurves 500 python examples/bench_internode.py --no-variants --curves allgather,alltoall \
                  --curve-gpus $((NGPU / 2)) --out "$OUT" ;;
@@ -35,5 +38,6 @@ for p in $parts; do
     *) summary+=("$p: unknown part") ;;
   esac
 done
-for p in $parts; do [ -f "$OUT/$p.log" ] && { echo "=== $p"; tail -n 40 "$OUT/$p.log"; }; done
+for p in $parts; do for f in "$OUT/$p.log" "$OUT/${p}2.log" "$OUT/${p}4.log"; do
+  [ -f "$f" ] && { echo "=== $(basename "$f" .log)"; tail -n 40 "$f"; }; done; done
 printf '%s\n' "${summary[@]}"

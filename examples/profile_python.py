@@ -72,6 +72,16 @@ class StubRuntime:
         pass
 
 
+class CupyLikeStream:
+    """A stream as CuPy's are seen by as_stream: a known module, its handle read by attribute (a
+    types.SimpleNamespace took as_stream's slow path on every call, about 0.45 us more)."""
+
+    ptr = 12345
+
+
+CupyLikeStream.__module__ = "cupy.cuda.stream"
+
+
 class StubDriver:
     def batch_memop(self, stream, count, params):
         pass
@@ -149,7 +159,7 @@ def main(argv=None) -> int:
     shared = Shared(2)
     c0, c1 = make(0, 2, shared), make(1, 2, shared)
     a, b = DeviceBuffer(1 << 40, 2 << 20, 0), DeviceBuffer(2 << 40, 4 << 20, 0)
-    stream = types.SimpleNamespace(ptr=12345)
+    stream = CupyLikeStream()
     n = args.calls
     cases = {
         "send 2 MiB": (c0, 1, True, lambda: c0.send(a, 1, stream=stream), ("sendrecv", 0, 1, 2 << 20)),

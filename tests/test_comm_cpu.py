@@ -532,11 +532,12 @@ def test_one_hardware_queue_warns_once_of_a_same_gpu_copy(monkeypatch, connectio
             comm.synchronize()
 
     def out_of_place(comm, r):
-        out = np.zeros(2 * n, np.uint8)
+        out, zeros = np.zeros(2 * n, np.uint8), np.zeros(2 * n, np.uint8)
         for call in range(3):  # three times: one warning
-            comm.all_gather_into_tensor(dev(out, r), dev(data(r, call, n), r), stream=7)
+            inp = data(r, call, n)  # (alive through the call: a DeviceBuffer is only a pointer)
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
             comm.synchronize()
-        comm.all_to_all_single(dev(out, r), dev(np.zeros(2 * n, np.uint8), r), stream=7)
+        comm.all_to_all_single(dev(out, r), dev(zeros, r), stream=7)
         comm.synchronize()
 
     # (ranks are threads and the record of warnings is the process's: it is taken around them all)
@@ -552,3 +553,26 @@ def test_one_hardware_queue_warns_once_of_a_same_gpu_copy(monkeypatch, connectio
                 assert f"input = output[{r * n}:{(r + 1) * n}]" in text and "local_copies='peer'" in text
         else:
             assert messages == [], (body.__name__, messages)
+
+
+def test_one_hardware_queue_warning_for_an_all_to_all_names_peer_mode_only(monkeypatch):
+    """An All-to-All has no in-place form: its warning points to local_copies='peer' alone."""
+    import warnings
+
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    n = 128
+
+    def body(comm, r):
+        out, inp = np.zeros(2 * n, np.uint8), np.full(2 * n, r, np.uint8)  # alive through the call
+        comm.all_to_all_single(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        return out
+
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        results = ranks(monkeypatch, 2, body)
+    for r in range(2):  # the call itself is unchanged: block p of rank r's output came from rank p
+        assert all((results[r][p * n:(p + 1) * n] == p).all() for p in range(2))
+    messages = sorted(str(w.message) for w in got if issubclass(w.category, RuntimeWarning))
+    assert len(messages) == 2 and all("alltoall" in m and "local_copies='peer'" in m for m in messages), messages
+    assert not any("in place" in m for m in messages), messages

@@ -316,6 +316,8 @@ class Bench:
 
     def release(self) -> None:
         """After a row: close its windows (every rank at the same point: a collective call)."""
+        if not self._windows:  # (rows without windows go on as before)
+            return
         self.torch.cuda.synchronize()
         while self._windows:
             self._windows.pop().close()

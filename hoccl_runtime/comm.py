@@ -110,7 +110,7 @@ from . import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-binding
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
 from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
-from .interop import DeviceBuffer, as_buffer, as_stream
+from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from .program import Bounce, Copy, Program, bounce_moves, bounce_route, local_copies_setting, lower, own_copies
 from .settings import env_flag, env_float, env_int
 
@@ -782,10 +782,15 @@ class Communicator:
 
     def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                 remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> None:
-        key = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-               tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), helped_in,
-               rate and (rate, self.pace_period_us))
+        key = self._launch_key(state, inp, out, remote, helped_in, s, rate)
         self._cached(key, lambda stream, r: self._build(state, inp, out, remote, stream, r, helped_in), s, rate)
+
+    def _launch_key(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                    remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> tuple:
+        """What a call's cached launch list depends on (the launch cache's key)."""
+        return (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
+                tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), helped_in,
+                rate and (rate, self.pace_period_us))
 
     def _cached(self, key: tuple, build: Any, s: int, rate: float | None) -> None:
         """Run the call's work for ``key``: ``build(stream, rate)`` gives its launch list, compiled on first
@@ -1154,10 +1159,7 @@ class Communicator:
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
         self._raise_if_failed()
-        buf = as_buffer(tensor, "window")
-        if buf.device != self.device:
-            raise BufferError(f"rank {self.rank}'s window is on GPU {buf.device}, its communicator on GPU "
-                              f"{self.device}: register memory of GPU {self.device}")
+        buf = window_buffer(tensor, self.rank, self.device)
         if not buf.nbytes:
             raise BufferError(f"rank {self.rank}'s window has 0 bytes: register a buffer with bytes in it")
         for w in self._windows:
@@ -1273,8 +1275,7 @@ class Communicator:
             where = state.eager is None and self._in_window(state, inp, out)
             if where:
                 remote = self._window_remote(state, *where)
-                launch = (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
-                          tuple(sorted(remote.items())), None, pace)  # as _launch's key
+                launch = self._launch_key(state, inp, out, remote, None, s, rate)
                 known = (state, inp, out, where[0].index, where[1], remote, launch)
             else:
                 known = None
@@ -1288,7 +1289,7 @@ class Communicator:
             rate = state.paced_bytes / duration_s / 1e9 if state.paced_bytes else None
             if rate is not None:
                 pacing.tick_us(rate, self.pace_period_us)  # refused before the partners hear of the call
-            launch = (*launch[:-1], rate and (rate, self.pace_period_us))
+            launch = self._launch_key(state, inp, out, remote, None, s, rate)
         self._window_entries(state, index, offset)
         self._cached(launch, lambda stream, r: self._build(state, inp, out, remote, stream, r, None), s, rate)
         # the partners' entries are checked after the launch: a mismatch raises here or later on each rank, and

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import BufferError, StreamError
 
-__all__ = ["DeviceBuffer", "as_buffer", "as_stream"]
+__all__ = ["DeviceBuffer", "as_buffer", "as_stream", "window_buffer"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,15 @@ def as_buffer(x: Any, what: str = "buffer") -> DeviceBuffer:
                           "array or a CUDA torch tensor")
     raise BufferError(f"{what} of type {type(x).__name__} is not a GPU buffer; pass a CuPy array, a CUDA torch "
                       "tensor or an object with __cuda_array_interface__")
+
+
+def window_buffer(tensor: Any, rank: int, device: int) -> DeviceBuffer:
+    """The buffer a rank registers as a window (``register_window`` of every communicator): on its GPU."""
+    buf = as_buffer(tensor, "window")
+    if buf.device != device:
+        raise BufferError(f"rank {rank}'s window is on GPU {buf.device}, its communicator on GPU {device}: "
+                          f"register memory of GPU {device}")
+    return buf
 
 
 _STREAM_GETTERS: dict[type, Any] = {}  # CuPy / torch / cuda.core stream type -> how its handle was read first

@@ -34,8 +34,8 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
-from .errors import BufferError, HocclError, HocclTimeoutError, PlanError
-from .interop import DeviceBuffer, as_buffer, as_stream
+from .errors import HocclError, HocclTimeoutError, PlanError
+from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 
 __all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy"]
 
@@ -189,11 +189,7 @@ class _Calls:
     def register_window(self, tensor: Any) -> NetWindow:
         """Accepted as on the intra-node communicator, so code written for one node runs across nodes: the
         buffer is checked and held; calls on it run as any others (see :class:`NetWindow`)."""
-        buf = as_buffer(tensor, "window")
-        if buf.device != self.device:
-            raise BufferError(f"rank {self.rank}'s window is on GPU {buf.device}, its communicator on GPU "
-                              f"{self.device}: register memory of GPU {self.device}")
-        return NetWindow(tensor, buf.nbytes)
+        return NetWindow(tensor, window_buffer(tensor, self.rank, self.device).nbytes)
 
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
         out = as_buffer(output, "output")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from threaded import failures, in_threads
 
-from hoccl_runtime.errors import HocclError
+from hoccl_runtime.errors import BufferError, HocclError
 from hoccl_runtime.interop import DeviceBuffer
 
 
@@ -56,6 +56,8 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
             comm.all_gather_into_tensor(dev(np.zeros(2, np.uint8), r), dev(np.zeros(1, np.uint8), r), stream=8)
         # code written for one node's windows runs here too: calls on a window's buffer move the same bytes
         space = np.zeros(64, np.uint8)
+        with pytest.raises(BufferError, match="on GPU 5"):  # as on one node: memory of the communicator's GPU
+            comm.register_window(dev(space, 5))
         with comm.register_window(dev(space, r)) as win:
             space[:8] = r + 1
             comm.all_gather_into_tensor(dev(space[16:32], r), dev(space[:8], r), stream=7)

@@ -111,7 +111,17 @@ from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, Trans
 from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
-from .program import Bounce, Copy, Program, bounce_moves, bounce_route, local_copies_setting, lower, own_copies
+from .program import (
+    Bounce,
+    Copy,
+    Program,
+    bounce_moves,
+    bounce_route,
+    dma_queues,
+    local_copies_setting,
+    lower,
+    own_copies,
+)
 from .settings import env_flag, env_float, env_int
 
 __all__ = ["Communicator", "Window", "init"]
@@ -419,12 +429,6 @@ def _check_in_place(me: int, inp: DeviceBuffer, out: DeviceBuffer, own: int | No
                       f"+{out.nbytes}) at offset {inp.ptr - out.ptr}; {where}")
 
 
-def _dma_queues(plan: Plan, prog: Program, rank: int) -> list[int]:
-    """The rank's DMA queues with copies, in order: the first runs on the caller's stream (pacing caps it),
-    the others on side streams."""
-    return sorted(q for q in prog.copies if plan.queues.gpu[q] == rank and plan.queues.kind[q] == "dma")
-
-
 class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
@@ -625,7 +629,8 @@ class Communicator:
         windows = True
         bounce: tuple[Bounce, ...] = ()
         helped_copies: tuple[Copy, ...] = ()
-        main = {r: (dma[0] if (dma := _dma_queues(plan, prog, r)) else None) for r in range(w)}  # first DMA queues
+        kinds = plan.queues.kind
+        main = {r: (dma[0] if (dma := dma_queues(prog, kinds, r)) else None) for r in range(w)}  # first DMA queues
         if self.local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
             # each rank's own block: its route through peers, or None where it needs a helper (a gather's root)
             routes = {r: bounce_route(prog, r, w, main[r]) if own_copies(prog, r) else () for r in range(w)}
@@ -901,12 +906,7 @@ class Communicator:
         """Once per pair, at its first eager message (either direction): allocate my staging for the
         peer's messages and publish its IPC handle, then map the peer's staging for mine. Both sides
         publish before they wait, so two ranks that first send to each other do not deadlock."""
-        from ._cuda import cupy_runtime
-
-        rt = cupy_runtime()
-        prev = rt.getDevice()
-        rt.setDevice(self.device)
-        try:
+        with _cuda.on_device(self.device) as rt:
             if peer not in self._stage_in:
                 ptr = self._stage_in[peer] = int(rt.malloc(EAGER_SLOTS * self.eager_bytes))
                 self._store.set(f"eager/{peer}->{self.rank}", bytes(rt.ipcGetMemHandle(ptr)) +
@@ -917,8 +917,6 @@ class Communicator:
                 raise HocclError(f"rank {peer} stages eager messages of up to {theirs} bytes, rank {self.rank} of "
                                  f"{self.eager_bytes}: set HOCCL_EAGER_BYTES alike on every rank")
             self._stage_out[peer] = int(rt.ipcOpenMemHandle(handle))
-        finally:
-            rt.setDevice(prev)
 
     def _store_get(self, key: str, peer: int, what: str = "set up its eager staging") -> bytes:
         deadline = time.monotonic() + self.timeout_s
@@ -966,14 +964,10 @@ class Communicator:
         legacy default stream, which cannot capture) and make ``entry`` launch it on ``s``. While the
         caller's own stream is being captured (the user building a graph), the call still issues its
         work one by one, so that it is captured into the user's graph."""
-        from ._cuda import cupy_runtime
-
-        rt = cupy_runtime()
+        rt = _cuda.cupy_runtime()
         if rt.streamIsCapturing(s):
             return
-        prev = rt.getDevice()
-        rt.setDevice(self.device)
-        try:
+        with _cuda.on_device(self.device):
             if self._capture is None:
                 self._capture = self._cupy.cuda.Stream(non_blocking=True)
             cap = int(self._capture.ptr)
@@ -990,8 +984,6 @@ class Communicator:
                 exe = rt.graphInstantiate(graph)
             finally:
                 rt.graphDestroy(graph)
-        finally:
-            rt.setDevice(prev)
         entry.exe = exe
         eager, launch = entry.run, compile_launch(self._launch_list([("graph", exe, s), *tail], s))
         capturing = rt.streamIsCapturing
@@ -1210,15 +1202,7 @@ class Communicator:
             return pinned[0]
         base = self._opened.pop(handle, None)  # mapped already by a call: the window keeps it
         if base is None:
-            from ._cuda import cupy_runtime
-
-            rt = cupy_runtime()
-            prev = rt.getDevice()
-            rt.setDevice(self.device)
-            try:
-                base = int(rt.ipcOpenMemHandle(handle))
-            finally:
-                rt.setDevice(prev)
+            base = self._map(handle)
         self._pinned[handle] = [base, 1]
         return base
 
@@ -1227,10 +1211,7 @@ class Communicator:
         pinned[1] -= 1
         if not pinned[1]:
             del self._pinned[handle]
-            from ._cuda import cupy_runtime
-
-            with contextlib.suppress(Exception):  # the peer may have freed it already
-                cupy_runtime().ipcCloseMemHandle(pinned[0])
+            self._unmap(pinned[0])
 
     def _deregister(self, win: Window) -> None:
         with self._lock:
@@ -1395,20 +1376,8 @@ class Communicator:
             words[at] = upto
 
     def _export(self, buf: DeviceBuffer, what: str = "output") -> tuple[bytes, int]:
-        """(IPC handle of buf's whole allocation, buf's offset in it). Asked of the driver every call:
-        ``cudaIpcGetMemHandle`` + ``cuMemGetAddressRange`` measured 1.4-3.0 us together on the H200 host,
-        less than the ``cuPointerGetAttributes`` (2.8-3.9 us) a cache keyed by allocation id needed."""
-        base, _ = _cuda.check("cuMemGetAddressRange", _cuda.driver().cuMemGetAddressRange(buf.ptr))
-        return self._ipc_handle(buf.ptr, what), buf.ptr - int(base)
-
-    def _ipc_handle(self, ptr: int, what: str = "output") -> bytes:
-        try:  # module attributes: a function-level import costs about 1 us, and this runs on every rendezvous call
-            return bytes(_cuda.cupy_runtime().ipcGetMemHandle(ptr))
-        except Exception as exc:  # noqa: BLE001
-            raise BufferError(f"rank {self.rank}'s {what} at {ptr:#x} cannot be shared with other processes "
-                              f"({exc}); memory from cudaMallocAsync pools or expandable segments is not "
-                              "IPC-capable: allocate with cudaMalloc (torch's default allocator, CuPy's default "
-                              "pool)") from None
+        """(IPC handle of buf's whole allocation, buf's offset in it), asked of the driver on every call."""
+        return _cuda.ipc_export(buf.ptr, f"rank {self.rank}'s {what}")
 
     def _open(self, handle: bytes) -> int:
         """The local address of a peer allocation. The least recently used of more than ``ipc_cache``
@@ -1420,23 +1389,22 @@ class Communicator:
         pinned = self._pinned.get(handle)
         if pinned is not None:  # a registered window's allocation, mapped already
             return pinned[0]
-        from ._cuda import cupy_runtime
-
-        rt = cupy_runtime()
-        prev = rt.getDevice()
-        rt.setDevice(self.device)
-        try:
-            if len(self._opened) >= self.ipc_cache:
-                self.synchronize()
-                self._launches.clear()  # launch lists may name the mapping that goes
-                _, old = self._opened.popitem(last=False)
-                with contextlib.suppress(Exception):  # the peer may have freed it already
-                    rt.ipcCloseMemHandle(old)
-            base = int(rt.ipcOpenMemHandle(handle))
-        finally:
-            rt.setDevice(prev)
-        self._opened[handle] = base
+        if len(self._opened) >= self.ipc_cache:
+            self.synchronize()
+            self._launches.clear()  # launch lists may name the mapping that goes
+            _, old = self._opened.popitem(last=False)
+            self._unmap(old)
+        base = self._opened[handle] = self._map(handle)
         return base
+
+    def _map(self, handle: bytes) -> int:
+        """Map a peer's allocation (its IPC handle) into my GPU's address space: its local base address."""
+        with _cuda.on_device(self.device) as rt:
+            return int(rt.ipcOpenMemHandle(handle))
+
+    def _unmap(self, base: int) -> None:
+        with _cuda.on_device(self.device) as rt, contextlib.suppress(Exception):  # the peer may have freed it
+            rt.ipcCloseMemHandle(base)
 
     def _wait(self, ready, peer: int, what: str) -> None:
         if ready():
@@ -1471,13 +1439,8 @@ class Communicator:
     def _event(self, key: Any) -> int:
         ev = self._events.get(key)
         if ev is None:
-            from ._cuda import cupy_runtime
-
-            rt = cupy_runtime()
-            prev = rt.getDevice()
-            rt.setDevice(self.device)
-            ev = self._events[key] = rt.eventCreateWithFlags(2)  # cudaEventDisableTiming
-            rt.setDevice(prev)
+            with _cuda.on_device(self.device) as rt:
+                ev = self._events[key] = rt.eventCreateWithFlags(2)  # cudaEventDisableTiming
         return ev
 
     def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
@@ -1495,7 +1458,7 @@ class Communicator:
         plan, prog, me = state.plan, state.program, self.rank
         kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
         mine = sorted(q for q in prog.copies if qgpu[q] == me)
-        dma = _dma_queues(plan, prog, me)
+        dma = dma_queues(prog, plan.queues.kind, me)
         main = dma[0] if dma else None
         senders = {prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]}
         receivers = {c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me}
@@ -1677,31 +1640,26 @@ class Communicator:
             return
         self._closed = True
         self._stop.set()
-        from ._cuda import cupy_runtime
-
-        rt = cupy_runtime()
         try:
             if self._failure is None:
                 self.synchronize()
         finally:
             self._watchdog.join(timeout=10)  # a drain in progress ends within 5 s
-            prev = rt.getDevice()
-            rt.setDevice(self.device)
-            self._launches.clear()  # destroys the calls' graphs
-            for w in self._windows:
-                w.closed, w.tensor = True, None
-            self._windows, self._window_calls = [], {}
-            for base in [*self._opened.values(), *self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
-                with contextlib.suppress(Exception):  # closing anyway
-                    rt.ipcCloseMemHandle(base)
-            for ptr in self._stage_in.values():  # peers' mappings keep the memory until they close them
-                with contextlib.suppress(Exception):
-                    rt.free(ptr)
-            self._stage_in, self._stage_out = {}, {}
-            for ev in self._events.values():
-                with contextlib.suppress(Exception):
-                    rt.eventDestroy(ev)
-            rt.setDevice(prev)
+            with _cuda.on_device(self.device) as rt:
+                self._launches.clear()  # destroys the calls' graphs
+                for w in self._windows:
+                    w.closed, w.tensor = True, None
+                self._windows, self._window_calls = [], {}
+                for base in [*self._opened.values(), *self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
+                    with contextlib.suppress(Exception):  # closing anyway
+                        rt.ipcCloseMemHandle(base)
+                for ptr in self._stage_in.values():  # peers' mappings keep the memory until they close them
+                    with contextlib.suppress(Exception):
+                        rt.free(ptr)
+                self._stage_in, self._stage_out = {}, {}
+                for ev in self._events.values():
+                    with contextlib.suppress(Exception):
+                        rt.eventDestroy(ev)
             self._events.clear()
             self._opened.clear()
             self._pinned.clear()

@@ -32,7 +32,7 @@ from . import _cuda  # no CUDA at import: its functions load cupy / cuda-binding
 from .errors import BufferError, HocclError
 from .flags import FlagPool, MemOps, handshake
 from .interop import DeviceBuffer, as_buffer, as_stream
-from .program import Program, bounce_moves, bounce_route, local_copies_setting, lower, own_copies
+from .program import Program, bounce_moves, bounce_route, dma_queues, local_copies_setting, lower, own_copies
 
 __all__ = ["Executor", "RankBuffers", "Sync"]
 
@@ -274,10 +274,7 @@ class Executor:
         a peer's output (program.bounce_route), or for the next rank's first DMA queue (no route: a gather's
         root), which then touches the rank's buffers too (its caller's stream is ordered with that queue)."""
         prog, world = info.program, len(ranks)
-        main: dict[int, int] = {}
-        for q in sorted(prog.copies):
-            if info.queue_kind[q] == "dma":
-                main.setdefault(prog.queue_gpu[q], q)
+        main = {r: dma[0] for r in range(world) if (dma := dma_queues(prog, info.queue_kind, r))}
         for r in range(world):
             own = own_copies(prog, r)
             if not own:

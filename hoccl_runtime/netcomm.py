@@ -34,6 +34,7 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
+from ._cuda import ipc_export, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from .errors import HocclError, HocclTimeoutError, PlanError
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 
@@ -291,17 +292,10 @@ class NetCommunicator(_Calls):
         with self._lock:
             if self._executor is None:
                 self._connect(plan, {r: (inp, out)})
-            from ._cuda import cupy_runtime
-
             self._proxy.submit((plan, {r: (inp, out)}))  # it waits for START: the order does not matter
-            rt = cupy_runtime()
-            prev = rt.getDevice()
-            rt.setDevice(self.device)
-            try:
+            with on_device(self.device):
                 MemOps().write(self._start, 1).enqueue(s)
                 MemOps().wait_eq(self._done, 1).write(self._done, 0).enqueue(s)
-            finally:
-                rt.setDevice(prev)
 
     def _connect(self, plan: Any, buffers: dict) -> None:
         from .netexec import GpuNodeExecutor
@@ -486,16 +480,9 @@ class NodeNetCommunicator(_Calls):
         with self._lock:
             proxy = self._pair_proxy()
             proxy.submit((peer, plan, bufs))
-            from ._cuda import cupy_runtime
-
-            rt = cupy_runtime()
-            prev = rt.getDevice()
-            rt.setDevice(self.device)
-            try:
+            with on_device(self.device):
                 MemOps().write(self._p2p_flags[0], 1).enqueue(s)
                 MemOps().wait_eq(self._p2p_flags[1], 1).write(self._p2p_flags[1], 0).enqueue(s)
-            finally:
-                rt.setDevice(prev)
 
     def _pair_proxy(self) -> CallProxy:
         if self._p2p_proxy is None:
@@ -533,7 +520,6 @@ class NodeNetCommunicator(_Calls):
         ex.run(plan, bufs)
 
     def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
-        from ._cuda import check, cupy_runtime, driver
         from .flags import MemOps
 
         if self.closed:
@@ -541,7 +527,10 @@ class NodeNetCommunicator(_Calls):
         self._raise()
         plan = self._plan(key)
         inp, out, s = self._buffers(plan, input, output, stream)
-        rt = cupy_runtime()
+        # the leader maps the others' buffers (its own it has); exported before the call takes a number, so
+        # memory that cannot be shared raises here and leaves no half-written entry behind
+        exports = [ipc_export(buf.ptr, f"rank {self.rank}'s {what}") if buf.nbytes and self.local else None
+                   for what, buf in (("input", inp), ("output", out))]
         with self._lock:
             self._seq += 1
             seq = self._seq
@@ -554,22 +543,16 @@ class NodeNetCommunicator(_Calls):
             w[slot + 2] = self.device
             for k, buf in ((0, inp), (1, out)):
                 w[slot + 5 + k] = buf.nbytes
-                if buf.nbytes and self.local:  # the leader maps the others' buffers; its own it has
-                    handle = bytes(rt.ipcGetMemHandle(buf.ptr))
-                    first, _ = check("cuMemGetAddressRange", driver().cuMemGetAddressRange(buf.ptr))
-                    w[slot + 3 + k] = buf.ptr - int(first)
+                if exports[k] is not None:
+                    handle, w[slot + 3 + k] = exports[k]
                     sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)] = handle
             w[slot] = seq  # last: the leader reads the entry after seeing seq
             if self._proxy is not None:
                 self._own[seq] = (inp, out)
                 self._proxy.submit((plan, seq))
-            prev = rt.getDevice()
-            rt.setDevice(self.device)
-            try:
+            with on_device(self.device):
                 MemOps().write(sh.flag(self.local, 0), 1).enqueue(s)
                 MemOps().wait_eq(sh.flag(self.local, 1), 1).write(sh.flag(self.local, 1), 0).enqueue(s)
-            finally:
-                rt.setDevice(prev)
 
     def _wait(self, ready: Any, what: str) -> None:
         deadline = time.monotonic() + self.timeout_s

@@ -9,7 +9,7 @@ engines through a peer's output instead of a same-GPU copy (:func:`bounce_route`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hoccl_compiler.schema import Plan
@@ -75,6 +75,13 @@ def lower(plan: Plan) -> Program:
             prog.queue_gpu[q] = plan.queues.gpu[q]
             prog.touches.setdefault(q, set()).update((copy.src_rank, copy.dst_rank))
     return prog
+
+
+def dma_queues(prog: Program, kind: Sequence[str], gpu: int) -> list[int]:
+    """GPU ``gpu``'s DMA queues with copies, in order (``kind``: the plan's queue kinds). The first is the one
+    the caller's stream carries (pacing caps it) and the one a rank's own block leaves by with
+    local_copies="peer"; the others run on side streams."""
+    return sorted(q for q in prog.copies if prog.queue_gpu[q] == gpu and kind[q] == "dma")
 
 
 def own_copies(prog: Program, rank: int) -> tuple[Copy, ...]:

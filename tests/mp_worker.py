@@ -452,6 +452,28 @@ def main() -> int:
     ts.synchronize()
     check("allgather after the window closed", got(out), np.concatenate([data(r, call, n) for r in range(world)]))
 
+    # memory from a cudaMallocAsync pool is not IPC-capable: both ranks' calls are refused by name (BufferError),
+    # and the next call, on ordinary memory, runs (a refused call takes no sequence number)
+    from hoccl_runtime.errors import BufferError
+
+    call += 1
+    n = 4099
+    pool = cp.cuda.MemoryAsyncPool()
+    pooled = cp.ndarray(n * world, cp.uint8, pool.malloc(n * world))
+    inp, out = cp.asarray(data(rank, call, n)), cp.full(n * world, 0xA5, cp.uint8)
+    try:
+        comm.all_gather_into_tensor(pooled, inp, stream=stream)
+        stream.synchronize()
+        failures.append(f"rank {rank}: an output from a cudaMallocAsync pool was not refused")
+    except BufferError as exc:
+        if "cudaMalloc" not in str(exc) or f"rank {rank}'s output" not in str(exc):
+            failures.append(f"rank {rank}: the refusal of async-pool memory does not name it and the fix: {exc}")
+        print(f"rank {rank}: async-pool memory refused: {str(exc)[:100]}", flush=True)
+    comm.all_gather_into_tensor(out, inp, stream=stream)
+    stream.synchronize()
+    check("allgather after a refused one", out, np.concatenate([data(r, call, n) for r in range(world)]))
+    del pooled, pool
+
     # a mismatched collective: both sides must say so
     try:
         if rank == 0:

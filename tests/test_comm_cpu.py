@@ -576,3 +576,41 @@ def test_one_hardware_queue_warning_for_an_all_to_all_names_peer_mode_only(monke
     messages = sorted(str(w.message) for w in got if issubclass(w.category, RuntimeWarning))
     assert len(messages) == 2 and all("alltoall" in m and "local_copies='peer'" in m for m in messages), messages
     assert not any("in place" in m for m in messages), messages
+
+
+def test_memory_that_cannot_be_shared_is_refused_by_name_and_the_next_call_works(monkeypatch):
+    """cudaIpcGetMemHandle refuses memory from cudaMallocAsync pools (or expandable segments): the call raises
+    a BufferError naming the rank, the buffer and the fix, before it takes a sequence number, so the same
+    communicators' next call, on shareable memory, runs and is right."""
+    from hoccl_runtime.errors import BufferError
+
+    pooled: set[int] = set()
+    real = fake_cuda.Runtime.ipcGetMemHandle
+
+    def ipc_get(self, ptr):
+        if ptr in pooled:
+            raise RuntimeError("cudaErrorInvalidValue: invalid argument")
+        return real(self, ptr)
+
+    monkeypatch.setattr(fake_cuda.Runtime, "ipcGetMemHandle", ipc_get)
+    world, n = 2, 4099
+    bad_out = [np.full(n * world, 0xA5, np.uint8) for _ in range(world)]
+    pooled.update(int(a.ctypes.data) for a in bad_out)
+
+    def body(comm, r):
+        inp = data(r, 1, n)
+        try:
+            comm.all_gather_into_tensor(dev(bad_out[r], r), dev(inp, r), stream=7)
+            return "not refused", False
+        except BufferError as exc:
+            refused = str(exc)
+        out = np.full(n * world, 0xA5, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        return refused, np.array_equal(out, np.concatenate([data(p, 1, n) for p in range(world)]))
+
+    results = ranks(monkeypatch, world, body)
+    for r in range(world):
+        message, right = results[r]
+        assert f"rank {r}'s output" in message and "cannot be shared with other processes" in message, message
+        assert "cudaMallocAsync" in message and "allocate with cudaMalloc" in message, message
+        assert right, f"rank {r}: the call after the refused one delivered wrong bytes"

@@ -144,14 +144,15 @@ def raw_plan(op: str, rank: int, world: int, out_addrs: list[int], inp: int,
 
 def raw_call(plan: list[tuple[int, int, int]], local: list[tuple[int, int, int]], stream: int, side: int,
              pacer: Any = None, rate: float | None = None, period_us: float | None = None,
-             learn: bool = False) -> Callable[[], None]:
-    """The raw baseline's call: ``plan``'s copies on ``stream`` (paced at ``rate`` GB/s on ``pacer``'s clock
-    when a rate is given, with pacing feedback if ``learn``) and ``local``'s on ``side``, joined by events."""
+             learn: bool = False, gate: str = "clock") -> Callable[[], None]:
+    """The raw baseline's call: ``plan``'s copies on ``stream`` (paced at ``rate`` GB/s when a rate is given:
+    see _paced_raw for ``gate``, and pacing feedback if ``learn``) and ``local``'s on ``side``, joined by
+    events."""
     import cupy
 
     rt = cupy.cuda.runtime
     fork, join = rt.eventCreateWithFlags(2), rt.eventCreateWithFlags(2)
-    remote = _paced_raw(plan, stream, pacer, rate, period_us, learn) if rate is not None else None
+    remote = _paced_raw(plan, stream, pacer, rate, period_us, learn, gate) if rate is not None else None
 
     def fn() -> None:
         if local:
@@ -171,17 +172,34 @@ def raw_call(plan: list[tuple[int, int, int]], local: list[tuple[int, int, int]]
 
 
 def _paced_raw(plan: list[tuple[int, int, int]], s: int, pacer: Any, rate: float,
-               period_us: float | None, learn: bool = False) -> Callable[[], None]:
+               period_us: float | None, learn: bool = False, gate: str = "clock") -> Callable[[], None]:
     """Raw copies paced as the communicator paces (Communicator._paced): piece k on tick k, the next
     tick piece k's bytes at ``rate`` later, the call's end on the tick after its last piece, the sleeps
-    scaled by the calls' own Feedback (learning when ``learn``, as with the communicator's pace_feedback)."""
+    scaled by the calls' own Feedback (learning when ``learn``, as with the communicator's pace_feedback).
+    Two controls for what the pacing itself costs the load, apart from the bytes: ``gate="ticks"``, the
+    same clock stream and waits with no copies; ``gate="host"``, the same pieces issued by this thread at
+    the rate (sleeping to each piece's due time: no clock stream, no waits on the GPU)."""
     import cupy
 
     from hoccl_runtime.pacing import PERIOD_US, Feedback, pieces, tick_us
 
+    if gate not in ("clock", "ticks", "host"):
+        raise ValueError(f"gate={gate!r}: clock, ticks or host")
     rt = cupy.cuda.runtime
     tick = tick_us(rate, PERIOD_US if period_us is None else period_us)
     cut = [(dst + off, src + off, n) for dst, src, size in plan for off, n in pieces(size, rate, tick)]
+    if gate == "host":
+        due_s = [n / (rate * 1e9) for _, _, n in cut]
+
+        def by_host() -> None:
+            due = time.perf_counter()
+            for (dst, src, n), dt in zip(cut, due_s, strict=True):
+                rt.memcpyAsync(dst, src, n, 4, s)
+                due += dt
+                if (wait := due - time.perf_counter()) > 0:
+                    time.sleep(wait)
+        return by_host
+    copies = gate == "clock"
     events = [rt.eventCreateWithFlags(2) for _ in range(len(cut) + 1)]
     sleeps = [pacer.sleep_us(n / (rate * 1e3)) for _, _, n in cut]
     feedback = Feedback(pacer)
@@ -192,7 +210,8 @@ def _paced_raw(plan: list[tuple[int, int, int]], s: int, pacer: Any, rate: float
         rt.eventRecord(events[0], s)
         rt.streamWaitEvent(pacer.handle, events[0], 0)
         for k, (dst, src, n) in enumerate(cut):
-            rt.memcpyAsync(dst, src, n, 4, s)
+            if copies:
+                rt.memcpyAsync(dst, src, n, 4, s)
             feedback.sleep(pacer.handle, sleeps[k])
             rt.eventRecord(events[k + 1], pacer.handle)
             rt.streamWaitEvent(s, events[k + 1], 0)
@@ -452,13 +471,13 @@ class Bench:
         return addrs
 
     def _raw(self, op: str, inp: Any, out: Any, pacer: Any = None, rate: float | None = None,
-             period_us: float | None = None) -> Callable[[], None]:
+             period_us: float | None = None, gate: str = "clock") -> Callable[[], None]:
         """One cudaMemcpyAsync per peer into its output, and the local part on a second stream (as HOCCL
         runs it), joined by events: the copy engines' limit for the collective's bytes, no handshakes."""
         plan, local = raw_plan(op, self.rank, self.world, self.peer_addresses(out), inp.data_ptr(), out.numel())
         period = self.comm.pace_period_us if period_us is None else period_us
         return raw_call(plan, local, self.stream.cuda_stream, self._raw_side_stream(), pacer, rate, period,
-                        self.comm.pace_feedback)
+                        self.comm.pace_feedback, gate)
 
     def _raw_side_stream(self) -> int:
         if self._side is None:
@@ -811,10 +830,11 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     inp = torch.randint(0, 256, (size // b.world,), dtype=torch.uint8, device=dev)
     out = torch.empty(size, dtype=torch.uint8, device=dev)
     sent = size * (b.world - 1) // b.world
-    if args.in_place:  # input = the output's own block: no same-GPU copy, a driver kernel on SMs (smfree)
+    if args.in_place or args.controls:  # input = the output's own block: no same-GPU copy, a driver kernel on SMs
         out_ip = torch.empty(size, dtype=torch.uint8, device=dev)
         own = out_ip[b.rank * (size // b.world):(b.rank + 1) * (size // b.world)]
         own.copy_(inp)
+    if args.in_place:
         variants["hoccl-inplace"] = (lambda: b.comm.all_gather_into_tensor(out_ip, own, stream=b.stream), sent)
         variants["raw-inplace"] = (b._raw("allgather", own, out_ip), sent)
     if args.peer:  # own blocks through the peer GPUs: out of place, and no SM either
@@ -842,6 +862,10 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
             variants[f"hoccl-inplace@{rate:g}"] = (lambda r=rate: b.comm.all_gather_into_tensor(
                 out_ip, own, stream=b.stream, rate_gbps=r), sent)
             variants[f"raw-inplace@{rate:g}"] = (b._raw("allgather", own, out_ip, pacer, rate), sent)
+        if args.controls:  # what pacing costs apart from the bytes: its clock alone; copies paced by the host
+            variants[f"ticks@{rate:g}"] = (b._raw("allgather", own, out_ip, pacer, rate, gate="ticks"), 0)
+            variants[f"raw-inplace-host@{rate:g}"] = (b._raw("allgather", own, out_ip, pacer, rate, gate="host"),
+                                                      sent)
         for period in periods:  # longer ticks: longer idle gaps between pieces at the same rate
             variants[f"hoccl@{rate:g}/{period:g}us"] = (lambda r=rate, p=period: paced(r, p), sent)
             variants[f"raw@{rate:g}/{period:g}us"] = (b._raw("allgather", inp, out, pacer, rate, period), sent)
@@ -1042,6 +1066,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--in-place", action="store_true",
                    help="contention: also hoccl-inplace and raw-inplace (input = the output's own block: no "
                    "same-GPU copy), at full rate and at each rate")
+    p.add_argument("--controls", action="store_true",
+                   help="contention: also ticks@R (the pacing clock stream and its waits, no copies) and "
+                   "raw-inplace-host@R (in-place copies in the same pieces, issued at the rate by a sleeping host "
+                   "thread: no clock): what pacing costs the load apart from the bytes it moves")
     p.add_argument("--peer", action="store_true",
                    help="contention: also hoccl-peer and hoccl-peer@R: out-of-place AllGathers whose own block goes "
                    "through the peer GPU (local_copies=\"peer\"; no SM)")

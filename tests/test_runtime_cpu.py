@@ -531,3 +531,46 @@ def test_as_stream_remembers_how_to_read_a_library_stream_type():
     assert [as_stream(Other(ptr=5)), as_stream(Other(cuda_stream=6))] == [5, 6]
     assert Other not in interop._STREAM_GETTERS
     del interop._STREAM_GETTERS[CupyLike]
+
+
+@pytest.mark.parametrize("gate", ["clock", "ticks", "host"])
+def test_paced_raw_baseline_and_its_controls(monkeypatch, gate):
+    """hoccl-bench's raw paced copies (clock), the clock without copies (ticks) and the copies paced by
+    the host (host): the bytes land, or do not, as named; the host gate takes the bytes' time at the rate;
+    the clock gates sleep once per piece; an unknown gate is refused."""
+    import time
+
+    import fake_cuda
+    import numpy as np
+
+    from hoccl_runtime.bench import raw_call
+    from hoccl_runtime.pacing import pieces
+
+    fake_cuda.install(monkeypatch)
+    sleeps = []
+
+    class Pacer:
+        handle = 99
+
+        def sleep_us(self, us):
+            return us
+
+        def sleep(self, stream, us):
+            sleeps.append((stream, us))
+
+    src = np.random.default_rng(5).integers(0, 256, 6 << 20, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    plan = [(int(dst.ctypes.data), int(src.ctypes.data), src.nbytes)]
+    rate = 12.0  # GB/s: pieces of 3 MB every 250 us, ~0.52 ms in all
+    call = raw_call(plan, [], 7, 8, Pacer(), rate, 250.0, gate=gate)
+    t0 = time.perf_counter()
+    call()
+    took = time.perf_counter() - t0
+    assert np.array_equal(dst, src) == (gate != "ticks")
+    if gate == "host":
+        assert took >= 0.9 * src.nbytes / (rate * 1e9) and not sleeps
+    else:
+        assert len(sleeps) == len(pieces(src.nbytes, rate, 250.0)) == 3, sleeps
+        assert all(s == Pacer.handle for s, _ in sleeps), sleeps
+    with pytest.raises(ValueError, match="clock, ticks or host"):
+        raw_call(plan, [], 7, 8, Pacer(), rate, 250.0, gate="kernel")

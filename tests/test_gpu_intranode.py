@@ -18,9 +18,9 @@ def plan_for(spec: CollectiveSpec, chunk: int = BIG_CHUNK):
     return compile_plan(make_topology("h200x2", nodes=1), spec, CompileOptions(chunk_bytes=chunk, baselines=False))
 
 
-def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=None, executor=None):
+def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=None, executor=None, gpus=None):
     """Fresh random inputs, poisoned outputs, execute (on ``executor``, else hoccl_runtime's default one),
-    compare with the layout on the host."""
+    compare with the layout on the host. Rank r's buffers are on GPU r, or on GPU r % ``gpus``."""
     import cupy as cp
 
     import hoccl_runtime as hr
@@ -29,8 +29,9 @@ def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=Non
     rng = np.random.default_rng(seed)
     lay = layout(plan.collective, G)
     inputs, outputs, bufs, strm = [], [], {}, {}
+    gpu = [r % gpus if gpus else r for r in range(G)]
     for r in range(G):
-        with cp.cuda.Device(r):
+        with cp.cuda.Device(gpu[r]):
             host_in = rng.integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
             out = cp.full(plan.ranks.output_bytes[r], 0xA5, dtype=cp.uint8)
             if in_place:
@@ -45,10 +46,10 @@ def run_and_check(plan, *, sync="flags", streams="new", in_place=False, seed=Non
             bufs[r] = (inp, out)
             strm[r] = s
     for r in range(G):
-        cp.cuda.Device(r).synchronize()
+        cp.cuda.Device(gpu[r]).synchronize()
     (executor.execute if executor is not None else hr.execute)(plan, bufs, strm, sync=sync)
     for r in range(G):
-        with cp.cuda.Device(r):
+        with cp.cuda.Device(gpu[r]):
             (strm[r] or cp.cuda.Stream.null).synchronize()
     for r in range(G):
         got = cp.asnumpy(outputs[r])
@@ -119,6 +120,23 @@ def test_own_blocks_through_the_peer_need_no_sm():
                 for r in range(2):
                     strm[r].synchronize()
         assert verdicts == {"peer": True, "sm": False}, (spec.kind, verdicts)
+
+
+@pytest.mark.parametrize("queues", [2, 3])
+@pytest.mark.parametrize("n", [(1 << 20) + 3, 24 << 20])
+@pytest.mark.parametrize("kind", ["allgather", "alltoall"])
+def test_several_dma_queues_per_rank(kind, n, queues):
+    """Plans whose ranks spread their peers over 2 or 3 copy streams each (HOCCL_DMA_QUEUES; for NVSwitch
+    machines, where several copy engines run at once): 4 ranks, two on each GPU (on 2 GPUs a rank has one
+    peer, and one queue carries it all), right in both sync modes."""
+    topo = make_topology("h200x2", nodes=1, gpus_per_node=4, dma_queues=queues)
+    plan = compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=4 * n), CompileOptions(baselines=False))
+    from hoccl_runtime.program import dma_queues, lower
+
+    prog = lower(plan)
+    assert all(len(dma_queues(prog, plan.queues.kind, r)) > 1 for r in range(4))  # the case this test is for
+    run_and_check(plan, gpus=2)
+    run_and_check(plan, sync="events", gpus=2)
 
 
 def test_allgather_1gib_and_chunked_plan():

@@ -48,6 +48,13 @@ class LaunchCache:
         self.drop = drop
         self._lists: OrderedDict[tuple, Any] = OrderedDict()
 
+    def hit(self, key: tuple) -> Any:
+        """The entry for ``key`` (now the most recently used), or None: no builder to make on the hot path."""
+        launch = self._lists.get(key)
+        if launch is not None:
+            self._lists.move_to_end(key)
+        return launch
+
     def get(self, key: tuple, build: Callable[[], Any]) -> Any:
         launch = self._lists.get(key)
         if launch is None:

@@ -158,8 +158,9 @@ def test_peer_mode_keeps_send_recv_off_the_eager_path(monkeypatch):
 @pytest.mark.parametrize("eager", [True, False])
 def test_repeated_calls_run_as_graphs(monkeypatch, world, eager):
     """The same buffers again: from the second call on, the call's work is one captured graph, launched per
-    call, and it keeps moving the data of each call (new contents in the same buffers). Eager calls cycle
-    through the staging slots: a call is the same again when its slots come round."""
+    call, and it keeps moving the data of each call (new contents in the same buffers), whichever GPU is
+    the caller's current one (left as it was). Eager calls cycle through the staging slots: a call is the
+    same again when its slots come round."""
     def body(comm, r):
         n, bad = 1000, []
         comm.eager_bytes = comm.eager_bytes if eager else 0
@@ -167,10 +168,14 @@ def test_repeated_calls_run_as_graphs(monkeypatch, world, eager):
         inp, out = np.zeros(n, np.uint8), np.zeros(n * world, np.uint8)
         a2a_in, a2a_out = np.zeros(n * world, np.uint8), np.zeros(n * world, np.uint8)
         before = len(fake_cuda.launches)
+        rt = fake_cuda.Runtime()  # the current device is the calling thread's
         for call in range(4):
             inp[:] = data(r, call, n)
             out[:] = 0xA5
+            rt.setDevice((r + call) % world)  # the caller's current device: the rank's GPU or another
             comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            if rt.getDevice() != (r + call) % world:
+                bad.append(f"all_gather call {call} left the caller on GPU {rt.getDevice()}")
             if not np.array_equal(out, np.concatenate([data(p, call, n) for p in range(world)])):
                 bad.append(f"all_gather call {call}")
             a2a_in[:] = data(r, call + 50, n * world)

@@ -8,7 +8,6 @@ Streams are explicit: a CuPy or torch stream, an object with ``__cuda_stream__``
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import BufferError, StreamError
@@ -16,11 +15,28 @@ from .errors import BufferError, StreamError
 __all__ = ["DeviceBuffer", "as_buffer", "as_stream", "window_buffer"]
 
 
-@dataclass(frozen=True)
 class DeviceBuffer:
-    ptr: int
-    nbytes: int
-    device: int
+    """(device pointer, byte size, GPU): a value, to be treated as immutable (compared and hashed by its three
+    fields). A class with slots rather than a frozen dataclass: two are made per call on the hot path, at
+    0.20 us each against 0.54 on the CPU VM (a NamedTuple: 0.30, and slower to read fields from)."""
+
+    __slots__ = ("ptr", "nbytes", "device")
+
+    def __init__(self, ptr: int, nbytes: int, device: int) -> None:
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(ptr={self.ptr:#x}, nbytes={self.nbytes}, device={self.device})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeviceBuffer):
+            return NotImplemented
+        return self.ptr == other.ptr and self.nbytes == other.nbytes and self.device == other.device
+
+    def __hash__(self) -> int:
+        return hash((self.ptr, self.nbytes, self.device))
 
     def slice(self, offset: int, nbytes: int) -> DeviceBuffer:
         """The ``nbytes`` bytes from ``offset`` on (e.g. an in-place input inside its output)."""

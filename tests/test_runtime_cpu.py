@@ -138,6 +138,16 @@ class FakeCai:
         id = 1
 
 
+def test_device_buffer_is_a_value():
+    """Compared and hashed by (pointer, bytes, GPU), as the launch and window caches need; slice() is a new one."""
+    a, b = DeviceBuffer(0x1000, 64, 1), DeviceBuffer(0x1000, 64, 1)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != DeviceBuffer(0x1000, 64, 0) and a != DeviceBuffer(0x1000, 32, 1) and a != (0x1000, 64, 1)
+    assert a.slice(16, 8) == DeviceBuffer(0x1010, 8, 1) and a == b
+    assert repr(a) == "DeviceBuffer(ptr=0x1000, nbytes=64, device=1)"
+    assert as_buffer(a) is a
+
+
 def test_as_buffer_from_array_interface():
     buf = as_buffer(FakeCai(0x1000, (4, 8), "<u2"))
     assert buf == DeviceBuffer(0x1000, 64, 1)

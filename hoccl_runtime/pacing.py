@@ -20,7 +20,7 @@ What pacing buys a load beside it is only the bytes it holds back: measured 2026
 (``hoccl-bench contention --controls``, a power-capped bf16 GEMM), the clock stream and its waits with no
 copies cost the GEMM nothing measurable (-0.1..+0.4%), and the same copies issued at the rate by a
 sleeping host thread cost what clock-paced ones cost (+1.8..+3.3% against +2.1..+3.4% at 25-200 GB/s);
-copy-engine traffic costs that GEMM +2..3% at 25 GB/s already, so no pacing gets it much lower there.
+copy-engine traffic costs that GEMM +2..4% at 25 GB/s already, so no pacing gets it much lower there.
 
 Handshakes, the clock's start after the call's and the host function's dispatch still add time per call
 (measured 2026-11-30 on 2x H200: back-to-back AllGathers of 128 MiB per rank asked for 100 GB/s

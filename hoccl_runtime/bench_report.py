@@ -217,11 +217,13 @@ def _contention_plots(plt: Any, cont: list[dict[str, Any]], tag: str, save: Any)
             if family in paced:
                 pt = (float(rate or "inf"), r["delivered_gbps"], 100 * (r.get("paired") or r["slowdown"]) - 100)
                 lines_of.setdefault(family + (f", tick {period}" if period else ""), []).append(pt)
+        full = {r["comm"] for r in mine if "@" not in r["comm"]}  # families with a full-rate row
         for k, (name, pts) in enumerate(sorted(lines_of.items())):
             # in order of the rate asked for (full rate last): a cap above what the link gives delivers alike
             pts.sort()
+            then = ", then full rate" if ", tick" not in name and name in full else ""
             ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", color=f"C{k}",
-                    label=f"{name} (paced at each rate{', then full rate' if ', tick' not in name else ''})")
+                    label=f"{name} (paced at each rate{then})")
         others = [r for r in mine if "@" not in r["comm"] and r["comm"] not in paced]
         for k, r in enumerate(others):
             ax.scatter([r["delivered_gbps"]], [100 * (r.get("paired") or r["slowdown"]) - 100], marker="s",

@@ -348,14 +348,9 @@ class Executor:
         try:
             self.synchronize()
         finally:
-            from ._cuda import cupy_runtime
-
-            rt = cupy_runtime()
-            caller_device = rt.getDevice()
             for (_, device, _), ev in self._events.items():
-                rt.setDevice(device)
-                rt.eventDestroy(ev)
-            rt.setDevice(caller_device)
+                with _cuda.on_device(device) as rt:
+                    rt.eventDestroy(ev)
             self._events.clear()
             self._streams.clear()
             self._launches.clear()

@@ -18,7 +18,8 @@ from typing import Any
 from .errors import BufferError, CudaError
 
 __all__ = ["driver", "cupy_runtime", "check", "device_count", "on_device", "enable_peer_access", "ipc_export",
-           "host_mapped_alloc", "host_free", "dmabuf_fd", "MEMCPY_DEFAULT", "fast_driver", "FastDriver", "pack_memops",
+           "host_mapped_alloc", "host_free", "dmabuf_fd", "MEMCPY_DEFAULT",
+           "copy_async", "fast_driver", "FastDriver", "pack_memops",
            "MEMOP_BYTES"]
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction inferred from unified addresses
@@ -65,6 +66,15 @@ def check(call: str, result: Any) -> Any:
     if not values:
         return None
     return values[0] if len(values) == 1 else values
+
+
+def copy_async(dst: int, src: int, nbytes: int, stream: int) -> None:
+    """``cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream)`` on the current device; a failure raises
+    :class:`CudaError` naming the call."""
+    try:
+        cupy_runtime().memcpyAsync(dst, src, nbytes, MEMCPY_DEFAULT, stream)
+    except Exception as exc:  # noqa: BLE001 - cupy's CUDARuntimeError, into the hierarchy
+        raise CudaError(f"cudaMemcpyAsync of {nbytes} bytes {src:#x} -> {dst:#x} failed: {exc}") from None
 
 
 def device_count() -> int:

@@ -98,6 +98,7 @@ import uuid
 import warnings
 import zlib
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,7 @@ from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.schema import Plan
 
 from . import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from ._splits import alltoallv_pieces
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
 from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
 from .flags import MemOps
@@ -572,6 +574,24 @@ class Communicator:
         buf = as_buffer(tensor, "tensor")
         self._check_peer(src, "src")
         self._run(("sendrecv", src, self.rank, buf.nbytes), None, buf, stream)
+
+    def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Sequence[int],
+                     input_split_bytes: Sequence[int], stream: Any = None) -> None:
+        """All-to-Allv (MoE token exchange): block j of ``input`` (``input_split_bytes[j]`` bytes, blocks back to
+        back) goes to rank j and lands as block ``rank`` of its ``output`` (whose blocks are
+        ``output_split_bytes``). Runs as one batch of pairwise copies on copy engines (each a one-pair plan,
+        compiled once per size; see :mod:`hoccl_runtime._splits`) plus this rank's own block, a same-GPU copy."""
+        pieces = alltoallv_pieces(self.rank, self.world, as_buffer(input, "input"), as_buffer(output, "output"),
+                                  input_split_bytes, output_split_bytes)
+        items = [(("sendrecv", self.rank, j, b.nbytes), b, None) for j, b in pieces.sends]
+        items += [(("sendrecv", j, self.rank, b.nbytes), None, b) for j, b in pieces.recvs]
+        items.sort(key=lambda it: it[0][1:])  # both ends of a pair publish in the same order
+        if items:
+            self._run_many(items, stream)
+        if pieces.local is not None:
+            src, dst = pieces.local
+            with _cuda.on_device(self.device):
+                _cuda.copy_async(dst.ptr, src.ptr, dst.nbytes, as_stream(stream))
 
     @staticmethod
     def _spec(key: tuple) -> CollectiveSpec:

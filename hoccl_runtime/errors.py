@@ -5,7 +5,7 @@ from __future__ import annotations
 from hoccl_compiler.errors import CollectiveError, HocclError, PlanError, TopologyError
 
 __all__ = ["HocclError", "PlanError", "TopologyError", "CollectiveError", "CudaError", "BufferError",
-           "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError"]
+           "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError", "UnsupportedOpError"]
 
 
 class CudaError(HocclError, RuntimeError):
@@ -30,3 +30,8 @@ class TransportError(HocclError, ConnectionError):
 
 class UnsupportedPlanError(HocclError, NotImplementedError):
     """The plan needs a part of the runtime that this build does not have yet (e.g. inter-node transfers)."""
+
+
+class UnsupportedOpError(HocclError, NotImplementedError):
+    """A call or option that HOCCL does not do (a reduce op it cannot compute, ``recv`` from any source, ...);
+    the message names it and what to use instead."""

@@ -220,6 +220,25 @@ class _Calls:
         buf = as_buffer(tensor, "tensor")
         self._call(("sendrecv", src, self.rank, buf.nbytes), None, tensor, stream)
 
+    def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Any, input_split_bytes: Any,
+                     stream: Any = None) -> None:
+        """All-to-Allv, as on the intra-node communicator: this rank's sends and receives one after the other, in
+        the (src, dst) order every rank uses (so no two nodes wait on each other), and its own block copied on
+        the GPU."""
+        from ._cuda import copy_async
+        from ._splits import alltoallv_pieces
+
+        pieces = alltoallv_pieces(self.rank, self.world, as_buffer(input, "input"), as_buffer(output, "output"),
+                                  input_split_bytes, output_split_bytes)
+        calls = [((self.rank, j), ("sendrecv", self.rank, j, b.nbytes), b, None) for j, b in pieces.sends]
+        calls += [((j, self.rank), ("sendrecv", j, self.rank, b.nbytes), None, b) for j, b in pieces.recvs]
+        for _, key, inp, out in sorted(calls, key=lambda c: c[0]):
+            self._call(key, inp, out, stream)
+        if pieces.local is not None:
+            src, dst = pieces.local
+            with on_device(self.device):
+                copy_async(dst.ptr, src.ptr, dst.nbytes, as_stream(stream))
+
     def _buffers(self, plan: Any, input: Any, output: Any, stream: Any) -> tuple[Any, Any, int]:
         """(input, output, stream) of this rank for ``plan``: absent parts as empty buffers, an in-place
         input as the resident slice of the output, and the one stream these calls may use."""

@@ -30,6 +30,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across idle lanes (bytes)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
+    "HOCCL_REDUCE": ("auto", "hoccl process groups: who computes reductions: nccl (an NCCL group from the same store), "
+                     "hoccl (copy engines, then one local kernel) or auto (nccl unless ranks share a GPU)"),
+    "HOCCL_GPUS_PER_NODE": ("", "hoccl process groups: ranks per node (global rank // this), e.g. 1 to make each GPU "
+                            "of one machine its own node over TCP (default: the host each rank runs on)"),
     "HOCCL_DEBUG": ("", "set to anything: the CLIs print the traceback of an unexpected error"),
 }
 

@@ -1,0 +1,530 @@
+"""The ``hoccl`` torch.distributed backend: a Python ``dist.ProcessGroup`` whose calls run on a HOCCL communicator.
+
+    import hoccl_runtime.torch                      # registers the backend "hoccl" for CUDA tensors
+    pp = dist.new_group(ranks, backend="hoccl")     # or dist.init_process_group("hoccl")
+    dist.all_gather_into_tensor(out, inp, group=pp) # copy engines, no SM
+
+Where a call runs::
+
+    current stream ─[work]─(ready)─────────────────────────── [wait end] ─[work]─▶     (Work.wait())
+    group's stream ────────[wait ready]─[HOCCL call]─(end)──────────────────────▶
+
+Every call is enqueued on the group's own stream after an event from the caller's current stream, so work the
+caller issues next overlaps it (as with NCCL's internal streams); ``Work.wait()`` is a GPU-side wait. The
+tensors of a call are marked used on the group's stream (``record_stream``), so freeing them early is safe.
+
+What moves how:
+
+* AllGather (tensor and list), All-to-All (single, with and without split sizes, and list), broadcast,
+  scatter, gather, send/recv: on the communicator's copy engines (or its network path). The list forms and
+  All-to-Allv are batches of pairwise transfers straight into the caller's tensors (no staging copy). A rank's
+  own block of an out-of-place call is a same-GPU copy, which the CUDA driver runs on SMs (see the README);
+  in-place AllGather has none.
+* send/recv are deferred: ``isend``/``irecv`` queue their op and return a Work; the queue is issued as one
+  batch (``batch_isend_irecv`` of the communicator: every address before any wait, so ranks that send to each
+  other do not deadlock) when a Work of it is waited on, or before the group's next collective.
+  ``dist.batch_isend_irecv`` and torch.distributed.pipelining's schedules use exactly this pattern.
+* Reductions (all_reduce, reduce_scatter, reduce): ``reduce="nccl"`` hands them to an NCCL group made from
+  the same store (the paper's choice; the default where every rank has its own GPU), ``reduce="hoccl"``
+  moves the blocks with HOCCL and adds them with one local kernel on the receiving GPU (the default where
+  ranks share a GPU, where NCCL cannot run). SUM, AVG, PREMUL_SUM, MIN and MAX.
+* barrier: a one-word AllGather whose ``wait()`` blocks the host, as torch's barrier does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..errors import BufferError, CollectiveError, HocclError, UnsupportedOpError
+from ..settings import env_choice, env_int
+from ._ops import check_tensor, reduce_blocks, reduction, split_bytes
+from ._work import Completion, HocclWork
+
+__all__ = ["ProcessGroupHoccl", "create_backend", "configure", "REDUCE_MODES"]
+
+REDUCE_MODES = ("auto", "nccl", "hoccl")
+
+# defaults for groups made through dist.new_group / init_process_group, which take no HOCCL arguments
+_options: dict[str, Any] = {}
+
+
+def configure(*, reduce: str | None = None, device: int | None = None, gpus_per_node: int | None = None) -> None:
+    """Defaults for the ``hoccl`` groups created from now on (``dist.new_group(backend="hoccl")`` takes no
+    HOCCL arguments): ``reduce`` ("auto", "nccl" or "hoccl"; else HOCCL_REDUCE), ``device`` (the GPU; else
+    ``torch.cuda.current_device()``), ``gpus_per_node`` (ranks per node, to make each GPU of one machine a
+    "node" over TCP; else HOCCL_GPUS_PER_NODE, else the hosts the ranks run on)."""
+    if reduce is not None and reduce not in REDUCE_MODES:
+        raise HocclError(f"reduce={reduce!r}: give one of {', '.join(REDUCE_MODES)}")
+    if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or gpus_per_node < 1):
+        raise HocclError(f"gpus_per_node={gpus_per_node!r}: give a positive number of ranks per node")
+    _options.update({k: v for k, v in (("reduce", reduce), ("device", device), ("gpus_per_node", gpus_per_node))
+                     if v is not None})
+
+
+class _Streams:
+    """The group's CUDA stream and the events that order it with the caller's (the only CUDA of this module;
+    the CPU tests give a ProcessGroupHoccl one that runs everything at once)."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+
+    def begin(self) -> Any:
+        """The group's stream waits for the caller's current stream; returns the context to issue in."""
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        return torch.cuda.stream(self.stream)
+
+    def end(self, tensors: Sequence[Any]) -> Any:
+        for t in tensors:
+            if t is not None and t.device.type == "cuda":
+                t.record_stream(self.stream)
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+    @property
+    def handle(self) -> Any:
+        return self.stream
+
+
+class _P2P:
+    __slots__ = ("kind", "tensor", "peer", "done")
+
+    def __init__(self, kind: str, tensor: Any, peer: int, done: Completion):
+        self.kind, self.tensor, self.peer, self.done = kind, tensor, peer, done
+
+
+def _one(tensors: Any, what: str) -> Any:
+    if isinstance(tensors, torch.Tensor):
+        return tensors
+    if len(tensors) != 1:
+        raise UnsupportedOpError(f"{what} with {len(tensors)} tensors per rank: the hoccl backend takes one "
+                                 "(multi-device lists are not supported)")
+    return tensors[0]
+
+
+class ProcessGroupHoccl(dist.ProcessGroup):
+    """A ``dist.ProcessGroup`` over a HOCCL communicator (see the module docstring). Made by torch through
+    :func:`create_backend`, or directly: ``ProcessGroupHoccl(comm, rank, size, reduce="hoccl")``."""
+
+    def __init__(self, comm: Any, rank: int, size: int, *, reduce: str = "hoccl", nccl: Any = None,
+                 streams: Any = None, shares_gpu: bool = False):
+        super().__init__(rank, size)
+        if reduce not in ("nccl", "hoccl"):
+            raise HocclError(f"reduce={reduce!r}: give 'nccl' or 'hoccl'")
+        if reduce == "nccl" and nccl is None:
+            raise HocclError("reduce='nccl' needs an NCCL backend to hand reductions to (nccl=)")
+        self.comm = comm
+        self.reduce_mode = reduce
+        self.shares_gpu = shares_gpu
+        self._nccl = nccl
+        self._streams = streams if streams is not None else _Streams(comm.device)
+        self._lock = threading.RLock()
+        self._pending: list[_P2P] = []
+        self._barrier_buf: Any = None
+        self._closed = False
+
+    # --- torch's ProcessGroup surface ---------------------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "hoccl"
+
+    @property
+    def name(self) -> str:  # pragma: no cover - torch reads it in logs
+        return "hoccl"
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupHoccl(rank={self.rank()}, size={self.size()}, reduce={self.reduce_mode!r})"
+
+    # --- the engine: every call goes through _issue ------------------------------------------------------
+    def _issue(self, run: Any, tensors: Sequence[Any], outputs: Sequence[Any] = (), host_wait: bool = False
+               ) -> HocclWork:
+        """Run ``run(stream)`` on the group's stream after the caller's current work; a Work for its end."""
+        with self._lock:
+            if self._closed:
+                raise HocclError("this hoccl process group is shut down; create a new one")
+            self._flush()
+            with self._streams.begin():
+                if any(t.numel() for t in tensors):  # a call of zero bytes moves nothing (and needs no plan)
+                    run(self._streams.handle)
+                event = self._streams.end(tensors)
+        return HocclWork(Completion(event, list(tensors), host_wait=host_wait), list(outputs))
+
+    def _check(self, t: Any, what: str) -> None:
+        check_tensor(t, what)
+
+    # --- AllGather ------------------------------------------------------------------------------------------
+    def _allgather_base(self, output: Any, input: Any, opts: Any = None) -> HocclWork:
+        self._check(output, "output")
+        self._check(input, "input")
+        w = self.size()
+        if output.dtype != input.dtype or output.numel() != input.numel() * w:
+            raise BufferError(f"all_gather_into_tensor: output has {output.numel()} {output.dtype} elements, the "
+                              f"input {input.numel()} {input.dtype}; the output must hold {w} x the input "
+                              f"({input.numel() * w}) of the same dtype")
+        return self._issue(lambda s: self.comm.all_gather_into_tensor(output, input, stream=s), [output, input],
+                           [output])
+
+    all_gather_single = _allgather_base  # its name in newer torch
+
+    def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> HocclWork:
+        outs = _one(output_tensors, "all_gather") if not isinstance(output_tensors[0], torch.Tensor) \
+            else output_tensors
+        inp = _one(input_tensors, "all_gather")
+        self._check(inp, "input")
+        self._same_sizes(outs, inp, "all_gather output")
+        me = self.rank()
+        sends = [(j, inp) for j in range(self.size()) if j != me]
+        recvs = [(j, outs[j]) for j in range(self.size()) if j != me]
+        return self._pairwise(sends, recvs, [(inp, outs[me])], [*outs, inp], list(outs))
+
+    # --- All-to-All -----------------------------------------------------------------------------------------
+    def alltoall_base(self, output: Any, input: Any, output_split_sizes: Any, input_split_sizes: Any,
+                      opts: Any = None) -> HocclWork:
+        self._check(output, "output")
+        self._check(input, "input")
+        if output.dtype != input.dtype:
+            raise BufferError(f"all_to_all_single: output is {output.dtype}, input {input.dtype}; give one dtype")
+        w = self.size()
+        if not output_split_sizes and not input_split_sizes:
+            rows = input.shape[0] if input.dim() else 1
+            if output.numel() != input.numel() or rows % w:
+                raise BufferError(f"all_to_all_single: input shape {tuple(input.shape)} and output shape "
+                                  f"{tuple(output.shape)} must have as many elements, with a first dimension "
+                                  f"divisible by the group size {w} (or give split sizes)")
+            return self._issue(lambda s: self.comm.all_to_all_single(output, input, stream=s), [output, input],
+                               [output])
+        ins = split_bytes(input_split_sizes, input, w, "input")
+        outs = split_bytes(output_split_sizes, output, w, "output")
+        return self._issue(lambda s: self.comm.all_to_all_v(output, input, outs, ins, stream=s), [output, input],
+                           [output])
+
+    all_to_all_single = alltoall_base
+
+    def alltoall(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> HocclWork:
+        w, me = self.size(), self.rank()
+        if len(output_tensors) != w or len(input_tensors) != w:
+            raise CollectiveError(f"all_to_all: {len(input_tensors)} inputs and {len(output_tensors)} outputs for a "
+                                  f"group of {w}: give one tensor per rank in each list")
+        for j in range(w):
+            self._check(output_tensors[j], f"output_tensor_list[{j}]")
+            self._check(input_tensors[j], f"input_tensor_list[{j}]")
+        if output_tensors[me].nbytes != input_tensors[me].nbytes:
+            raise BufferError(f"all_to_all: rank {me} sends itself {input_tensors[me].nbytes} bytes but its output "
+                              f"block holds {output_tensors[me].nbytes}")
+        sends = [(j, input_tensors[j]) for j in range(w) if j != me]
+        recvs = [(j, output_tensors[j]) for j in range(w) if j != me]
+        return self._pairwise(sends, recvs, [(input_tensors[me], output_tensors[me])],
+                              [*output_tensors, *input_tensors], list(output_tensors))
+
+    # --- rooted collectives -------------------------------------------------------------------------------
+    def _root(self, root: int, what: str) -> int:
+        if not 0 <= root < self.size():
+            raise CollectiveError(f"{what}: root {root} is outside this group's ranks 0..{self.size() - 1}")
+        return root
+
+    def broadcast(self, tensors: Any, opts: Any = None) -> HocclWork:
+        t = _one(tensors, "broadcast")
+        self._check(t, "tensor")
+        root = self._root(opts.rootRank if opts is not None else 0, "broadcast")
+        return self._issue(lambda s: self.comm.broadcast(t, root, stream=s), [t], [t])
+
+    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> HocclWork:
+        out = _one(output_tensors, "scatter")
+        self._check(out, "output")
+        root, me = self._root(opts.rootRank if opts is not None else 0, "scatter"), self.rank()
+        if me != root:
+            return self._pairwise([], [(root, out)], [], [out], [out])
+        ins = input_tensors[0] if input_tensors and not isinstance(input_tensors[0], torch.Tensor) else input_tensors
+        self._same_sizes(ins, out, "scatter input")
+        sends = [(j, ins[j]) for j in range(self.size()) if j != me]
+        return self._pairwise(sends, [], [(ins[me], out)], [out, *ins], [out])
+
+    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> HocclWork:
+        inp = _one(input_tensors, "gather")
+        self._check(inp, "input")
+        root, me = self._root(opts.rootRank if opts is not None else 0, "gather"), self.rank()
+        if me != root:
+            return self._pairwise([(root, inp)], [], [], [inp], [])
+        outs = output_tensors[0] if output_tensors and not isinstance(output_tensors[0], torch.Tensor) \
+            else output_tensors
+        self._same_sizes(outs, inp, "gather output")
+        recvs = [(j, outs[j]) for j in range(self.size()) if j != me]
+        return self._pairwise([], recvs, [(inp, outs[me])], [inp, *outs], list(outs))
+
+    def _same_sizes(self, tensors: Any, like: Any, what: str) -> None:
+        if len(tensors) != self.size():
+            raise CollectiveError(f"{what} list has {len(tensors)} tensors for a group of {self.size()}: give one "
+                                  "per rank")
+        for j, t in enumerate(tensors):
+            self._check(t, f"{what}[{j}]")
+            if t.nbytes != like.nbytes or t.dtype != like.dtype:
+                raise BufferError(f"{what}[{j}] is {tuple(t.shape)} {t.dtype} but the tensor it pairs with is "
+                                  f"{tuple(like.shape)} {like.dtype}: give tensors of one size and dtype")
+
+    def _pairwise(self, sends: list, recvs: list, local: list, tensors: list, outputs: list) -> HocclWork:
+        """Sends [(peer, tensor)], receives [(peer, tensor)] and same-GPU copies [(src, dst)] as one call."""
+        def run(stream: Any) -> None:
+            _exchange(self.comm, self.rank(), sends, recvs, stream)
+            for src, dst in local:
+                if src.data_ptr() != dst.data_ptr():
+                    dst.copy_(src)  # a same-GPU copy (the driver runs it on SMs)
+        return self._issue(run, tensors, outputs)
+
+    # --- point to point: deferred into batches ------------------------------------------------------------
+    def send(self, tensors: Any, dst: int, tag: int = 0) -> HocclWork:
+        return self._defer("send", _one(tensors, "send"), dst)
+
+    def recv(self, tensors: Any, src: int, tag: int = 0) -> HocclWork:
+        return self._defer("recv", _one(tensors, "recv"), src)
+
+    def recv_anysource(self, tensors: Any, tag: int = 0) -> HocclWork:
+        raise UnsupportedOpError("recv from any source: HOCCL pairs every transfer before it runs; name the "
+                                 "sender (dist.recv(tensor, src=...))")
+
+    def _defer(self, kind: str, t: Any, peer: int) -> HocclWork:
+        self._check(t, f"{kind} tensor")
+        if not 0 <= peer < self.size() or peer == self.rank():
+            raise CollectiveError(f"{kind} with rank {peer}: give another rank of this group, 0..{self.size() - 1} "
+                                  f"(this is rank {self.rank()})")
+        with self._lock:
+            done = Completion(None, [t], issue=self._flush_now)
+            with self._streams.begin():  # the group's stream will run the batch after the caller's work so far
+                pass
+            self._pending.append(_P2P(kind, t, peer, done))
+        return HocclWork(done, [t] if kind == "recv" else [])
+
+    def _flush_now(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Issue the deferred sends and receives as one batch (caller holds the lock)."""
+        if not self._pending:
+            return
+        ops, self._pending = self._pending, []
+        sends = [(op.peer, op.tensor) for op in ops if op.kind == "send"]
+        recvs = [(op.peer, op.tensor) for op in ops if op.kind == "recv"]
+        try:
+            with self._streams.begin():
+                _exchange(self.comm, self.rank(), sends, recvs, self._streams.handle)
+                event = self._streams.end([op.tensor for op in ops])
+        except Exception as exc:
+            for op in ops:
+                op.done.error = exc
+            raise
+        for op in ops:
+            op.done.event, op.done.issue = event, None
+
+    def _start_coalescing(self, device: Any = None) -> None:
+        """torch's coalescing manager (batch_isend_irecv on some versions): sends and receives are deferred
+        anyway; the batch is issued at ``_end_coalescing``."""
+
+    def _end_coalescing(self, device: Any = None) -> HocclWork:
+        with self._lock:
+            last = self._pending[-1].done if self._pending else Completion()
+            self._flush()
+        return HocclWork(last)
+
+    # --- barrier ----------------------------------------------------------------------------------------------
+    def barrier(self, opts: Any = None) -> HocclWork:
+        if self._barrier_buf is None:
+            self._barrier_buf = torch.zeros(self.size(), dtype=torch.int32, device=f"cuda:{self.comm.device}")
+        buf = self._barrier_buf
+        me = self.rank()
+        return self._issue(lambda s: self.comm.all_gather_into_tensor(buf, buf[me:me + 1], stream=s), [buf],
+                           host_wait=True)
+
+    # --- reductions -----------------------------------------------------------------------------------------
+    def _reduce_scatter_base(self, output: Any, input: Any, opts: Any = None) -> HocclWork:
+        self._check(output, "output")
+        self._check(input, "input")
+        w = self.size()
+        if output.dtype != input.dtype or input.numel() != output.numel() * w:
+            raise BufferError(f"reduce_scatter_tensor: input has {input.numel()} {input.dtype} elements, the output "
+                              f"{output.numel()} {output.dtype}; the input must hold {w} x the output of one dtype")
+        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        if self.reduce_mode == "nccl":
+            return self._nccl._reduce_scatter_base(output, input, opts)
+
+        def run(stream: Any) -> None:
+            blocks = torch.empty_like(input)
+            self.comm.all_to_all_single(blocks, input, stream=stream)
+            reduce_blocks(blocks.view(w, *output.shape), red, output)
+        return self._issue(run, [output, input], [output])
+
+    reduce_scatter_single = _reduce_scatter_base
+
+    def reduce_scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> HocclWork:
+        out = _one(output_tensors, "reduce_scatter")
+        ins = input_tensors[0] if input_tensors and not isinstance(input_tensors[0], torch.Tensor) else input_tensors
+        self._check(out, "output")
+        self._same_sizes(ins, out, "reduce_scatter input")
+        if self.reduce_mode == "nccl":
+            return self._nccl.reduce_scatter([out], [list(ins)], opts)
+        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        me, w = self.rank(), self.size()
+
+        def run(stream: Any) -> None:
+            blocks = torch.empty((w, *out.shape), dtype=out.dtype, device=out.device)
+            _exchange(self.comm, me, [(j, ins[j]) for j in range(w) if j != me],
+                      [(j, blocks[j]) for j in range(w) if j != me], stream)
+            blocks[me].copy_(ins[me])
+            reduce_blocks(blocks, red, out)
+        return self._issue(run, [out, *ins], [out])
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> HocclWork:
+        t = _one(tensors, "all_reduce")
+        self._check(t, "tensor")
+        if self.reduce_mode == "nccl":
+            return self._nccl.allreduce([t], opts)
+        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        w, me = self.size(), self.rank()
+
+        def run(stream: Any) -> None:
+            flat = t.view(-1)
+            n = flat.numel()
+            part = -(-n // w)  # each rank reduces one part, then every part is gathered in place
+            padded = flat if n == part * w else torch.cat([flat, flat.new_zeros(part * w - n)])
+            blocks = torch.empty_like(padded)
+            self.comm.all_to_all_single(blocks, padded, stream=stream)
+            reduce_blocks(blocks.view(w, part), red, padded[me * part:(me + 1) * part])
+            self.comm.all_gather_into_tensor(padded, padded[me * part:(me + 1) * part], stream=stream)
+            if padded is not flat:
+                flat.copy_(padded[:n])
+        return self._issue(run, [t], [t])
+
+    def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> HocclWork:
+        work = None
+        for t in tensors:
+            work = self.allreduce([t], opts)
+        return work if work is not None else HocclWork(Completion())
+
+    def reduce(self, tensors: Any, opts: Any = None) -> HocclWork:
+        t = _one(tensors, "reduce")
+        self._check(t, "tensor")
+        if self.reduce_mode == "nccl":
+            return self._nccl.reduce([t], opts)
+        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        root, me, w = self._root(opts.rootRank if opts is not None else 0, "reduce"), self.rank(), self.size()
+        if me != root:
+            return self._pairwise([(root, t)], [], [], [t], [])
+
+        def run(stream: Any) -> None:
+            blocks = torch.empty((w, *t.shape), dtype=t.dtype, device=t.device)
+            _exchange(self.comm, me, [], [(j, blocks[j]) for j in range(w) if j != me], stream)
+            blocks[me].copy_(t)
+            reduce_blocks(blocks, red, t)
+        return self._issue(run, [t], [t])
+
+    # --- lifetime -----------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Close the communicator (torch calls it from destroy_process_group)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._flush()
+            self.comm.close()
+
+    abort = shutdown
+
+
+def _exchange(comm: Any, me: int, sends: list, recvs: list, stream: Any) -> None:
+    """Sends [(peer, tensor)] and receives [(peer, tensor)] as one batch on ``stream``: the communicator's
+    ``batch_isend_irecv`` where it has one (every address before any wait), else one call after another in
+    the (src, dst) order every rank uses, so no two ranks wait on each other."""
+    ops = [("send", t, p) for p, t in sends if t.numel()] + [("recv", t, p) for p, t in recvs if t.numel()]
+    if not ops:
+        return
+    if hasattr(comm, "batch_isend_irecv"):
+        per_peer: dict[int, list] = {}
+        for op in ops:
+            per_peer.setdefault(op[2], []).append(op)
+        # the communicator takes at most 4 ops per peer in a batch: cut longer lists into rounds, alike on both ends
+        # (each end sorts a peer's ops by (src, dst, bytes) the same way)
+        rounds: list[list] = []
+        for peer_ops in per_peer.values():
+            peer_ops.sort(key=lambda op: ((me, op[2]) if op[0] == "send" else (op[2], me), op[1].nbytes))
+            for i in range(0, len(peer_ops), 4):
+                while len(rounds) <= i // 4:
+                    rounds.append([])
+                rounds[i // 4].extend(peer_ops[i:i + 4])
+        for batch in rounds:
+            comm.batch_isend_irecv(batch, stream=stream)
+        return
+    for op in sorted(ops, key=lambda op: (me, op[2]) if op[0] == "send" else (op[2], me)):
+        if op[0] == "send":
+            comm.send(op[1], op[2], stream=stream)
+        else:
+            comm.recv(op[1], op[2], stream=stream)
+
+
+# --- creation through torch ---------------------------------------------------------------------------------
+def _node_key(global_rank: int) -> str:
+    per_node = _options.get("gpus_per_node") or env_int("HOCCL_GPUS_PER_NODE", 0, 0)
+    if per_node:
+        return f"node{global_rank // per_node}"
+    return f"{socket.gethostname()}/{os.environ.get('GROUP_RANK', '0')}"
+
+
+def _gpu_id(device: int) -> str:
+    props = torch.cuda.get_device_properties(device)
+    return str(getattr(props, "uuid", f"{socket.gethostname()}:{device}"))
+
+
+def create_backend(store: Any, group_rank: int, group_size: int, timeout: timedelta) -> ProcessGroupHoccl:
+    """torch's creator for the ``hoccl`` backend (``dist.Backend.register_backend``): a communicator for the
+    group's ranks, the intra-node one where they share a node, a network one otherwise."""
+    from ..comm import Communicator
+    from ..netcomm import NetCommunicator, NodeNetCommunicator
+
+    if group_size < 2:
+        raise HocclError(f"a hoccl group needs at least 2 ranks (this one has {group_size}); a group of one has "
+                         "nothing to move: use the tensors as they are, or a gloo group")
+    device = _options.get("device")
+    device = torch.cuda.current_device() if device is None else int(device)
+    timeout_s = timeout.total_seconds() if timeout is not None else 600.0
+    global_rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", group_rank))
+    # who shares a node and a GPU with whom: every member says, through the group's store
+    store.set(f"hoccl-member/{group_rank}", f"{_node_key(global_rank)}|{_gpu_id(device)}")
+    members = [store.get(f"hoccl-member/{r}").decode().split("|") for r in range(group_size)]
+    nodes = [m[0] for m in members]
+    shares_gpu = len({m[1] for m in members}) < group_size
+    mode = _options.get("reduce") or env_choice("HOCCL_REDUCE", "auto", REDUCE_MODES)
+    if mode == "auto":
+        mode = "hoccl" if shares_gpu else "nccl"
+    if mode == "nccl" and shares_gpu:
+        raise HocclError("reduce='nccl' (HOCCL_REDUCE=nccl) but ranks of this group share a GPU, where NCCL cannot "
+                         "run: use reduce='hoccl' (hoccl_runtime.torch.configure(reduce='hoccl'))")
+    order = list(dict.fromkeys(nodes))
+    per_node = nodes.count(nodes[0])
+    contiguous = nodes == [n for n in order for _ in range(per_node)]
+    comm_store = dist.PrefixStore("comm/", store)
+    if len(order) == 1:
+        comm = Communicator(group_rank, group_size, device, comm_store, timeout_s=timeout_s)
+    elif not contiguous or any(nodes.count(n) != per_node for n in order):
+        raise HocclError(f"this group's ranks lie on nodes {nodes}: a hoccl group across nodes needs the same number "
+                         "of ranks on every node, numbered node by node")
+    elif per_node == 1:
+        comm = NetCommunicator(group_rank, group_size, device, comm_store, timeout_s=timeout_s)
+    else:
+        comm = NodeNetCommunicator(group_rank, group_size, device, comm_store, gpus_per_node=per_node,
+                                   timeout_s=timeout_s)
+    nccl = None
+    if mode == "nccl":
+        from torch.distributed.distributed_c10d import ProcessGroupNCCL
+
+        opts = ProcessGroupNCCL.Options()
+        opts._timeout = timeout
+        nccl = ProcessGroupNCCL(dist.PrefixStore("nccl/", store), group_rank, group_size, opts)
+    return ProcessGroupHoccl(comm, group_rank, group_size, reduce=mode, nccl=nccl, shares_gpu=shares_gpu)

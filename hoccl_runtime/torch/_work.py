@@ -1,0 +1,92 @@
+"""``dist.Work`` for HOCCL calls: a CUDA event on the group's stream, waited on the GPU.
+
+A HOCCL call is enqueued on a stream and returns; its Work holds the event recorded after it there::
+
+    caller's stream  ─[work]─(ready)──────────────────────── [wait end] ─[work using the result]─▶
+    group's stream   ───────── [wait ready] ─[HOCCL call: copies, flag memops]─(end)─────────────▶
+
+``wait()`` makes the caller's current stream wait for that event (``cudaStreamWaitEvent``: no kernel, no
+SM; torch's ``Work.block_current_stream`` would launch a spin kernel) and returns at once, as NCCL's Work
+does. ``synchronize()`` blocks the host; ``is_completed()`` polls. A Work whose call is still deferred (a
+send or recv waiting for its batch, see :mod:`hoccl_runtime.torch._group`) issues the batch first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["HocclWork", "Completion", "wait_on_current_stream"]
+
+
+def wait_on_current_stream(event: Any) -> None:
+    """The caller's current CUDA stream waits for ``event`` (on the GPU; the host goes on)."""
+    torch.cuda.current_stream().wait_event(event)
+
+
+class Completion:
+    """What a Work waits for: the end event of one call (or batch), set once it is issued, and the tensors
+    it keeps alive until then. ``issue`` issues a deferred batch (and sets ``event``)."""
+
+    __slots__ = ("event", "issue", "tensors", "error", "host_wait")
+
+    def __init__(self, event: Any = None, tensors: list | None = None, issue: Callable[[], None] | None = None,
+                 host_wait: bool = False):
+        self.event, self.tensors, self.issue, self.error = event, tensors or [], issue, None
+        self.host_wait = host_wait  # barrier: wait() blocks the host too, as torch's barrier does
+
+    def ready(self) -> Any:
+        if self.event is None and self.issue is not None:
+            self.issue()
+        if self.error is not None:
+            raise self.error
+        return self.event
+
+
+class HocclWork(dist.Work):
+    """The Work of a HOCCL call (see the module docstring). ``result()`` is the call's output tensors."""
+
+    def __init__(self, done: Completion, outputs: list | None = None):
+        super().__init__()
+        self._done = done
+        self._outputs = outputs or []
+
+    def wait(self, timeout: Any = None) -> bool:
+        event = self._done.ready()
+        if event is not None:
+            if self._done.host_wait:
+                event.synchronize()
+            else:
+                wait_on_current_stream(event)
+        return True
+
+    def is_completed(self) -> bool:
+        event = self._done.ready()
+        return event is None or event.query()
+
+    def is_success(self) -> bool:
+        return self._done.error is None
+
+    def exception(self) -> Any:
+        return self._done.error
+
+    def synchronize(self) -> None:
+        event = self._done.ready()
+        if event is not None:
+            event.synchronize()
+
+    def result(self) -> list:
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        """A future completed with ``result()`` once the call ended on the GPU (the host waits for it here)."""
+        fut: torch.futures.Future = torch.futures.Future()
+        try:
+            self.synchronize()
+            fut.set_result(self._outputs)
+        except Exception as exc:  # noqa: BLE001 - handed to the future's waiter
+            fut.set_exception(exc)
+        return fut

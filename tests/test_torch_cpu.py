@@ -1,0 +1,294 @@
+"""The torch integration's logic on the CPU: every backend operation against a reference (random data, poisoned
+outputs, odd sizes, uneven splits with zeros, several dtypes), reduce ops, deferred send/recv, errors.
+The communicator is faked (tests/torch_fakes.py); the GPU run is tests/test_gpu_torch.py."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():  # pragma: no cover - a torch built without distributed
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from torch_fakes import run_ranks  # noqa: E402
+
+import hoccl_runtime.torch as ht  # noqa: E402
+from hoccl_runtime._splits import alltoallv_pieces  # noqa: E402
+from hoccl_runtime.errors import BufferError, CollectiveError, HocclError, UnsupportedOpError  # noqa: E402
+from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
+from hoccl_runtime.torch import _work  # noqa: E402
+from hoccl_runtime.torch._ops import reduce_blocks, reduction, split_bytes  # noqa: E402
+
+POISON = -7
+
+
+@pytest.fixture(autouse=True)
+def _no_cuda_waits(monkeypatch):
+    monkeypatch.setattr(_work, "wait_on_current_stream", lambda event: None)
+
+
+def _data(rank: int, shape, dtype=torch.float32, salt: int = 0):
+    g = torch.Generator().manual_seed(1000 * salt + rank)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-50, 50, shape, generator=g).to(dtype)
+
+
+def _poisoned(shape, dtype=torch.float32):
+    return torch.full(shape, POISON, dtype=dtype)
+
+
+def _opts(cls, **fields):
+    o = cls()
+    for k, v in fields.items():
+        setattr(o, k, v)
+    return o
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8])
+def test_all_gather_into_tensor_and_list(world, dtype):
+    n = 7  # odd
+    def body(g, r):
+        inp = _data(r, (n,), dtype)
+        out = _poisoned((world * n,), dtype)
+        g._allgather_base(out, inp).wait()
+        outs = [_poisoned((n,), dtype) for _ in range(world)]
+        g.allgather([outs], [inp]).wait()
+        inplace = _poisoned((world * n,), dtype)
+        inplace[r * n:(r + 1) * n] = inp
+        g.all_gather_single(inplace, inplace[r * n:(r + 1) * n]).wait()
+        return out, outs, inplace
+    res, _ = run_ranks(world, body)
+    want = torch.cat([_data(r, (n,), dtype) for r in range(world)])
+    for out, outs, inplace in res:
+        assert torch.equal(out, want)
+        assert torch.equal(torch.cat(outs), want)
+        assert torch.equal(inplace, want)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_to_all_single_even_and_uneven_splits(world):
+    # rank r sends (r + j) % 3 rows to j (zeros included); rows are 5 wide
+    def sends(r):
+        return [(r + j) % 3 for j in range(world)]
+
+    def body(g, r):
+        inp = _data(r, (sum(sends(r)), 5), torch.bfloat16)
+        recv = [sends(j)[r] for j in range(world)]
+        out = _poisoned((sum(recv), 5), torch.bfloat16)
+        g.alltoall_base(out, inp, recv, sends(r)).wait()
+        even_in = _data(r, (world * 3, 5), salt=1)
+        even_out = _poisoned((world * 3, 5))
+        g.all_to_all_single(even_out, even_in, [], []).wait()
+        ins = [_data(r, (j + 1,), salt=2 + j) for j in range(world)]
+        outs = [_poisoned((r + 1,)) for _ in range(world)]
+        g.alltoall(outs, ins).wait()
+        return out, even_out, outs
+    res, _ = run_ranks(world, body)
+    for r, (out, even_out, outs) in enumerate(res):
+        blocks = []
+        for j in range(world):
+            src = _data(j, (sum(sends(j)), 5), torch.bfloat16)
+            start = sum(sends(j)[:r])
+            blocks.append(src[start:start + sends(j)[r]])
+        assert torch.equal(out, torch.cat(blocks))
+        even = [_data(j, (world * 3, 5), salt=1)[3 * r:3 * r + 3] for j in range(world)]
+        assert torch.equal(even_out, torch.cat(even))
+        for j in range(world):
+            assert torch.equal(outs[j], _data(j, (r + 1,), salt=2 + r))
+
+
+@pytest.mark.parametrize("root", [0, 2])
+def test_broadcast_scatter_gather(root):
+    world, n = 3, 9
+    def body(g, r):
+        t = _data(r, (n,), torch.int32)
+        g.broadcast([t], _opts(dist.BroadcastOptions, rootRank=root)).wait()
+        out = _poisoned((n,), torch.int32)
+        ins = [[_data(j, (n,), torch.int32, salt=5) for j in range(world)]] if r == root else []
+        g.scatter([out], ins, _opts(dist.ScatterOptions, rootRank=root)).wait()
+        gathered = [[_poisoned((n,), torch.int32) for _ in range(world)]] if r == root else []
+        g.gather(gathered, [_data(r, (n,), torch.int32, salt=6)], _opts(dist.GatherOptions, rootRank=root)).wait()
+        return t, out, gathered
+    res, _ = run_ranks(world, body)
+    for r, (t, out, gathered) in enumerate(res):
+        assert torch.equal(t, _data(root, (n,), torch.int32))
+        assert torch.equal(out, _data(r, (n,), torch.int32, salt=5))
+        if r == root:
+            for j in range(world):
+                assert torch.equal(gathered[0][j], _data(j, (n,), torch.int32, salt=6))
+
+
+def _reference(parts, name, factor=None):
+    acc = torch.stack([p.double() for p in parts])
+    if name == "SUM":
+        return acc.sum(0)
+    if name == "AVG":
+        return acc.mean(0)
+    if name == "PREMUL_SUM":
+        return acc.sum(0) * factor
+    return acc.amin(0) if name == "MIN" else acc.amax(0)
+
+
+OPS = [("SUM", lambda: dist.ReduceOp.SUM, None), ("AVG", lambda: dist.ReduceOp.AVG, None),
+       ("PREMUL_SUM", lambda: dist._make_nccl_premul_sum(0.25), 0.25), ("MIN", lambda: dist.ReduceOp.MIN, None),
+       ("MAX", lambda: dist.ReduceOp.MAX, None)]
+
+
+@pytest.mark.parametrize("name,make,factor", OPS, ids=[o[0] for o in OPS])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_reductions(name, make, factor, dtype, tol):
+    world, n = 3, 11  # 11 is not a multiple of 3: all_reduce pads
+    def body(g, r):
+        inp = _data(r, (world * n,), dtype, salt=7)
+        out = _poisoned((n,), dtype)
+        g._reduce_scatter_base(out, inp, _opts(dist.ReduceScatterOptions, reduceOp=make())).wait()
+        lst_out = _poisoned((n,), dtype)
+        g.reduce_scatter([lst_out], [list(inp.view(world, n).clone().unbind(0))],
+                         _opts(dist.ReduceScatterOptions, reduceOp=make())).wait()
+        t = _data(r, (n,), dtype, salt=8)
+        g.allreduce([t], _opts(dist.AllreduceOptions, reduceOp=make())).wait()
+        rt = _data(r, (n,), dtype, salt=9)
+        g.reduce([rt], _opts(dist.ReduceOptions, reduceOp=make(), rootRank=1)).wait()
+        return out, lst_out, t, rt
+    res, _ = run_ranks(world, body)
+    scale = 1.0 if dtype == torch.float32 else 4.0
+    for r, (out, lst_out, t, rt) in enumerate(res):
+        blocks = [_data(j, (world * n,), dtype, salt=7)[r * n:(r + 1) * n] for j in range(world)]
+        want = _reference(blocks, name, factor)
+        assert torch.allclose(out.double(), want, atol=tol * scale, rtol=tol), (name, r)
+        assert torch.equal(lst_out, out)
+        want_ar = _reference([_data(j, (n,), dtype, salt=8) for j in range(world)], name, factor)
+        assert torch.allclose(t.double(), want_ar, atol=tol * scale, rtol=tol)
+        if r == 1:
+            want_r = _reference([_data(j, (n,), dtype, salt=9) for j in range(world)], name, factor)
+            assert torch.allclose(rt.double(), want_r, atol=tol * scale, rtol=tol)
+        else:
+            assert torch.equal(rt, _data(r, (n,), dtype, salt=9))  # a non-root's tensor is left alone
+
+
+def test_reduction_ops_named():
+    assert reduction(dist.ReduceOp.SUM).name == "SUM"
+    assert reduction(dist._make_nccl_premul_sum(0.5)) == ht.Reduction("PREMUL_SUM", 0.5)
+    for op in (dist.ReduceOp.BAND, dist.ReduceOp.PRODUCT, dist.ReduceOp.BXOR):
+        with pytest.raises(UnsupportedOpError, match="HOCCL reduces with SUM, AVG, PREMUL_SUM, MIN, MAX"):
+            reduction(op)
+    with pytest.raises(UnsupportedOpError, match="AVG of torch.int32"):
+        reduce_blocks(torch.ones(2, 3, dtype=torch.int32), reduction(dist.ReduceOp.AVG),
+                      torch.empty(3, dtype=torch.int32))
+
+
+def test_split_sizes_are_checked():
+    t = torch.empty(10, 3)
+    assert split_bytes([4, 0, 6], t, 3, "input") == (48, 0, 72)
+    assert split_bytes(None, torch.empty(6, 2), 3, "input") == (16, 16, 16)
+    with pytest.raises(CollectiveError, match=r"input_split_sizes \[4, 5\] add up to 9 but input has 10 rows"):
+        split_bytes([4, 5], torch.empty(10), 2, "input")
+    with pytest.raises(CollectiveError, match="has 2 entries for a group of 3"):
+        split_bytes([5, 5], t, 3, "input")
+    with pytest.raises(CollectiveError, match="negative"):
+        split_bytes([12, -2], t, 2, "input")
+    with pytest.raises(CollectiveError, match="not a multiple of the group size 3"):
+        split_bytes([], t, 3, "output")
+
+
+def test_alltoallv_pieces_offsets_and_errors():
+    inp, out = DeviceBuffer(1000, 60, 0), DeviceBuffer(5000, 40, 0)
+    p = alltoallv_pieces(1, 3, inp, out, [10, 20, 30], [15, 20, 5])
+    assert p.sends == [(0, DeviceBuffer(1000, 10, 0)), (2, DeviceBuffer(1030, 30, 0))]
+    assert p.recvs == [(0, DeviceBuffer(5000, 15, 0)), (2, DeviceBuffer(5035, 5, 0))]
+    assert p.local == (DeviceBuffer(1010, 20, 0), DeviceBuffer(5015, 20, 0))
+    zero = alltoallv_pieces(0, 2, DeviceBuffer(1, 8, 0), DeviceBuffer(2, 8, 0), [0, 8], [0, 8])
+    assert zero.local is None and zero.sends == [(1, DeviceBuffer(1, 8, 0))]
+    with pytest.raises(CollectiveError, match="sends itself 20 bytes .* expects 25"):
+        alltoallv_pieces(1, 3, inp, DeviceBuffer(5000, 45, 0), [10, 20, 30], [15, 25, 5])
+    with pytest.raises(CollectiveError, match="add up to 50 bytes but the buffer holds 60"):
+        alltoallv_pieces(1, 3, inp, out, [10, 20, 20], [15, 20, 5])
+
+
+@pytest.mark.parametrize("rendezvous", [False, True])
+@pytest.mark.parametrize("batch", [True, False])
+def test_isend_irecv_deferred_into_one_batch(batch, rendezvous):
+    """Both ranks isend first, then irecv (as 1F1B stages do): with a rendezvous communicator that blocks a send
+    until its receive is posted, sending at once would deadlock; the batch issued at wait() does not."""
+    world = 3
+    def body(g, r):
+        works, outs = [], {}
+        for j in range(world):
+            if j != r:
+                works.append(g.send([_data(r, (5 + j,), salt=j)], j, 0))
+        for j in range(world):
+            if j != r:
+                outs[j] = _poisoned((5 + r,))
+                works.append(g.recv([outs[j]], j, 0))
+        assert all(w._done.event is None for w in works)  # nothing issued yet
+        works[-1].wait()
+        assert all(w.is_completed() for w in works)
+        return outs
+    res, fabric = run_ranks(world, body, batch=batch, rendezvous=rendezvous)
+    for r, outs in enumerate(res):
+        for j, t in outs.items():
+            assert torch.equal(t, _data(j, (5 + r,), salt=r))
+
+
+def test_a_collective_issues_pending_sends_first():
+    def body(g, r):
+        peer = 1 - r
+        got = _poisoned((4,))
+        w1 = g.send([_data(r, (4,))], peer, 0)
+        w2 = g.recv([got], peer, 0)
+        out = _poisoned((2,))
+        g._allgather_base(out, torch.tensor([float(r)])).wait()  # flushes the batch before its own call
+        assert w1._done.event is not None and w2._done.event is not None
+        return got, out
+    res, _ = run_ranks(2, body)
+    for r, (got, out) in enumerate(res):
+        assert torch.equal(got, _data(1 - r, (4,)))
+        assert torch.equal(out, torch.tensor([0.0, 1.0]))
+
+
+def test_bad_input_is_refused_and_the_next_call_works():
+    def body(g, r):
+        with pytest.raises(BufferError, match="must hold 2 x the input"):
+            g._allgather_base(torch.empty(3), torch.empty(2))
+        with pytest.raises(CollectiveError, match="add up to 3 but input has 4 rows"):
+            g.alltoall_base(torch.empty(4), torch.empty(4), [2, 2], [1, 2])
+        with pytest.raises(UnsupportedOpError, match="recv from any source"):
+            g.recv_anysource([torch.empty(1)], 0)
+        with pytest.raises(CollectiveError, match="send with rank 5"):
+            g.send([torch.empty(1)], 5, 0)
+        with pytest.raises(BufferError, match="not contiguous"):
+            g.broadcast([torch.empty(4, 4).t()], _opts(dist.BroadcastOptions, rootRank=0))
+        with pytest.raises(UnsupportedOpError, match="BAND"):
+            g.allreduce([torch.ones(2)], _opts(dist.AllreduceOptions, reduceOp=dist.ReduceOp.BAND))
+        out = _poisoned((4,))
+        g._allgather_base(out, torch.full((2,), float(r))).wait()
+        return out
+    res, _ = run_ranks(2, body)
+    assert all(torch.equal(o, torch.tensor([0.0, 0.0, 1.0, 1.0])) for o in res)
+
+
+def test_tensor_checks_name_the_fix():
+    from hoccl_runtime.torch._ops import check_tensor
+
+    with pytest.raises(BufferError, match=r"on cpu .* pass x.cuda\(\)"):
+        check_tensor(torch.ones(3), "input")
+    with pytest.raises(BufferError, match="not a torch tensor"):
+        check_tensor([1, 2], "input")
+
+
+def test_configure_and_group_options():
+    with pytest.raises(HocclError, match="reduce='sum'"):
+        ht.configure(reduce="sum")
+    with pytest.raises(HocclError, match="gpus_per_node=0"):
+        ht.configure(gpus_per_node=0)
+    with pytest.raises(HocclError, match="needs an NCCL backend"):
+        ht.ProcessGroupHoccl(object(), 0, 2, reduce="nccl", streams=object())
+
+
+def test_the_backend_is_registered_for_cuda():
+    assert "HOCCL" in dist.Backend._plugins
+    assert dist.Backend.backend_capability["hoccl"] == ["cuda"]
+    assert dist.Backend("hoccl") == "hoccl"

@@ -148,7 +148,10 @@ class _AtOnce:
 
     handle = None
 
-    def begin(self):
+    def follow(self):
+        pass
+
+    def torch_ops(self):
         return contextlib.nullcontext()
 
     def end(self, tensors):

@@ -24,4 +24,4 @@ __all__ = ["use_for_fsdp", "HocclAllGather", "HocclReduceScatter", "WindowPool",
 BACKEND = "hoccl"
 
 if BACKEND.upper() not in dist.Backend._plugins:  # importing twice (or after a user's own registration) is fine
-    dist.Backend.register_backend(BACKEND, create_backend, devices=["cuda"])
+    dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cuda"])

@@ -112,7 +112,14 @@ def _tensor_on(ptr: int, nbytes: int, device: int, owner: Any) -> torch.Tensor:
 
     mem = cupy.cuda.UnownedMemory(ptr, nbytes, owner, device)
     arr = cupy.ndarray((nbytes,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(mem, 0))
-    return torch.utils.dlpack.from_dlpack(arr.toDlpack())
+    try:  # stream=-1: no synchronization (the array has no pending work; an event on CuPy's legacy stream
+        # would order the caller's stream behind the default stream's compute)
+        capsule = arr.__dlpack__(stream=-1)
+    except (TypeError, ValueError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            capsule = arr.toDlpack()
+    return torch.utils.dlpack.from_dlpack(capsule)
 
 
 def _fsdp_modules(model: torch.nn.Module) -> list[Any]:
@@ -129,8 +136,7 @@ def _groups_and_sizes(mods: Sequence[Any]) -> tuple[list[Any], int]:
     """Every FSDP module's shard group, and the largest all-gather output of one module in bytes."""
     groups, largest = [], 0
     for m in mods:
-        state = m._get_fsdp_state()
-        for pg in state._fsdp_param_groups:
+        for pg in _param_groups(m._get_fsdp_state()):
             groups.append(pg.mesh_info.shard_process_group)
             w = pg.mesh_info.shard_mesh_size
             total = 0
@@ -140,10 +146,29 @@ def _groups_and_sizes(mods: Sequence[Any]) -> tuple[list[Any], int]:
                 rest = 1
                 for d in shape[1:]:
                     rest *= d
-                dtype = fp.param_dtype or fp.sharded_param.dtype
+                # the all-gather dtype: mixed precision's param_dtype (set at FSDP's lazy init, so read from the
+                # policy before the first forward), else the parameter's own
+                policy = getattr(pg, "mp_policy", None)
+                dtype = getattr(fp, "param_dtype", None) or getattr(policy, "param_dtype", None) or \
+                    fp.sharded_param.dtype
                 total += -(-rows // w) * w * rest * dtype.itemsize
             largest = max(largest, total)
     return groups, largest
+
+
+def _current_raw_stream(device: int) -> int:
+    """The current stream's raw handle, without making a torch Stream object (a few us less per call)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def _param_groups(state: Any) -> list[Any]:
+    """An FSDP state's parameter groups: one (``_fsdp_param_group``, torch <= 2.11) or a list (newer torch)."""
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    one = getattr(state, "_fsdp_param_group", None)
+    return [one] if one is not None else []
 
 
 class HocclAllGather:
@@ -184,12 +209,12 @@ class HocclAllGather:
                 return work
             work.wait()
             return None
-        stream = torch.cuda.current_stream()  # FSDP's all-gather stream
+        stream = _current_raw_stream(self.comm.device)  # FSDP's all-gather stream
         self.comm.all_gather_into_tensor(output_tensor, input_tensor, stream=stream)
         if not async_op:
             return None
         event = torch.cuda.Event()
-        event.record(stream)
+        event.record()
         return HocclWork(Completion(event, [output_tensor, input_tensor]), [output_tensor])
 
 

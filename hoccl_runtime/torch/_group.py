@@ -11,7 +11,7 @@ Where a call runs::
 
 Every call is enqueued on the group's own stream after an event from the caller's current stream, so work the
 caller issues next overlaps it (as with NCCL's internal streams); ``Work.wait()`` is a GPU-side wait. The
-tensors of a call are marked used on the group's stream (``record_stream``), so freeing them early is safe.
+tensors of a call are held by the group until the call's end event has completed, so freeing them early is safe.
 
 What moves how:
 
@@ -37,6 +37,7 @@ import contextlib
 import os
 import socket
 import threading
+from collections import deque
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -72,28 +73,37 @@ def configure(*, reduce: str | None = None, device: int | None = None, gpus_per_
 
 class _Streams:
     """The group's CUDA stream and the events that order it with the caller's (the only CUDA of this module;
-    the CPU tests give a ProcessGroupHoccl one that runs everything at once)."""
+    the CPU tests give a ProcessGroupHoccl one that runs everything at once). Tensors of a call are held here
+    until its end event has completed, so memory freed early by the caller is not reused under the copies
+    (what NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` does, without ``record_stream``'s cost per tensor)."""
 
     def __init__(self, device: int):
         self.device = device
         self.stream = torch.cuda.Stream(device)
+        self.handle = self.stream.cuda_stream  # the raw handle the communicators take
+        self._ready = torch.cuda.Event()
+        self._held: deque = deque()  # (end event, tensors) of calls that may still run
 
-    def begin(self) -> Any:
-        """The group's stream waits for the caller's current stream; returns the context to issue in."""
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+    def follow(self) -> None:
+        """The group's stream waits for the work on the caller's current stream so far (one reused event:
+        a stream wait takes the event's state when it is enqueued)."""
+        self._ready.record()  # on the current stream
+        self.stream.wait_event(self._ready)
+
+    def torch_ops(self) -> Any:
+        """The context in which a call's own torch work (reduction kernels, temporaries) goes on the group's
+        stream."""
         return torch.cuda.stream(self.stream)
 
     def end(self, tensors: Sequence[Any]) -> Any:
-        for t in tensors:
-            if t is not None and t.device.type == "cuda":
-                t.record_stream(self.stream)
         event = torch.cuda.Event()
         event.record(self.stream)
+        held = self._held
+        while held and held[0][0].query():
+            held.popleft()
+        if tensors:
+            held.append((event, tensors))
         return event
-
-    @property
-    def handle(self) -> Any:
-        return self.stream
 
 
 class _P2P:
@@ -137,25 +147,37 @@ class ProcessGroupHoccl(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "hoccl"
 
+    _name = "hoccl"
+
     @property
-    def name(self) -> str:  # pragma: no cover - torch reads it in logs
-        return "hoccl"
+    def group_name(self) -> str:
+        """The name torch gave the group (DeviceMesh and the functional collectives look groups up by it)."""
+        return self._name
+
+    @property
+    def pg_name(self) -> str:
+        return self._name
 
     def __repr__(self) -> str:
         return f"ProcessGroupHoccl(rank={self.rank()}, size={self.size()}, reduce={self.reduce_mode!r})"
 
     # --- the engine: every call goes through _issue ------------------------------------------------------
-    def _issue(self, run: Any, tensors: Sequence[Any], outputs: Sequence[Any] = (), host_wait: bool = False
-               ) -> HocclWork:
-        """Run ``run(stream)`` on the group's stream after the caller's current work; a Work for its end."""
+    def _issue(self, run: Any, tensors: Sequence[Any], outputs: Sequence[Any] = (), host_wait: bool = False,
+               torch_ops: bool = False) -> HocclWork:
+        """Run ``run(stream)`` on the group's stream after the caller's current work; a Work for its end.
+        ``torch_ops``: ``run`` launches torch work of its own (kernels, temporaries), to go on that stream too."""
         with self._lock:
             if self._closed:
                 raise HocclError("this hoccl process group is shut down; create a new one")
             self._flush()
-            with self._streams.begin():
-                if any(t.numel() for t in tensors):  # a call of zero bytes moves nothing (and needs no plan)
+            self._streams.follow()
+            if any(t.numel() for t in tensors):  # a call of zero bytes moves nothing (and needs no plan)
+                if torch_ops:
+                    with self._streams.torch_ops():
+                        run(self._streams.handle)
+                else:
                     run(self._streams.handle)
-                event = self._streams.end(tensors)
+            event = self._streams.end(tensors)
         return HocclWork(Completion(event, list(tensors), host_wait=host_wait), list(outputs))
 
     def _check(self, t: Any, what: str) -> None:
@@ -277,7 +299,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             for src, dst in local:
                 if src.data_ptr() != dst.data_ptr():
                     dst.copy_(src)  # a same-GPU copy (the driver runs it on SMs)
-        return self._issue(run, tensors, outputs)
+        return self._issue(run, tensors, outputs, torch_ops=bool(local))
 
     # --- point to point: deferred into batches ------------------------------------------------------------
     def send(self, tensors: Any, dst: int, tag: int = 0) -> HocclWork:
@@ -297,8 +319,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
                                   f"(this is rank {self.rank()})")
         with self._lock:
             done = Completion(None, [t], issue=self._flush_now)
-            with self._streams.begin():  # the group's stream will run the batch after the caller's work so far
-                pass
+            self._streams.follow()  # the group's stream will run the batch after the caller's work so far
             self._pending.append(_P2P(kind, t, peer, done))
         return HocclWork(done, [t] if kind == "recv" else [])
 
@@ -314,9 +335,8 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         sends = [(op.peer, op.tensor) for op in ops if op.kind == "send"]
         recvs = [(op.peer, op.tensor) for op in ops if op.kind == "recv"]
         try:
-            with self._streams.begin():
-                _exchange(self.comm, self.rank(), sends, recvs, self._streams.handle)
-                event = self._streams.end([op.tensor for op in ops])
+            _exchange(self.comm, self.rank(), sends, recvs, self._streams.handle)
+            event = self._streams.end([op.tensor for op in ops])
         except Exception as exc:
             for op in ops:
                 op.done.error = exc
@@ -359,7 +379,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             blocks = torch.empty_like(input)
             self.comm.all_to_all_single(blocks, input, stream=stream)
             reduce_blocks(blocks.view(w, *output.shape), red, output)
-        return self._issue(run, [output, input], [output])
+        return self._issue(run, [output, input], [output], torch_ops=True)
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -379,7 +399,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
                       [(j, blocks[j]) for j in range(w) if j != me], stream)
             blocks[me].copy_(ins[me])
             reduce_blocks(blocks, red, out)
-        return self._issue(run, [out, *ins], [out])
+        return self._issue(run, [out, *ins], [out], torch_ops=True)
 
     def allreduce(self, tensors: Any, opts: Any = None) -> HocclWork:
         t = _one(tensors, "all_reduce")
@@ -400,7 +420,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             self.comm.all_gather_into_tensor(padded, padded[me * part:(me + 1) * part], stream=stream)
             if padded is not flat:
                 flat.copy_(padded[:n])
-        return self._issue(run, [t], [t])
+        return self._issue(run, [t], [t], torch_ops=True)
 
     def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> HocclWork:
         work = None
@@ -423,7 +443,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             _exchange(self.comm, me, [], [(j, blocks[j]) for j in range(w) if j != me], stream)
             blocks[me].copy_(t)
             reduce_blocks(blocks, red, t)
-        return self._issue(run, [t], [t])
+        return self._issue(run, [t], [t], torch_ops=True)
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -482,9 +502,17 @@ def _gpu_id(device: int) -> str:
     return str(getattr(props, "uuid", f"{socket.gethostname()}:{device}"))
 
 
-def create_backend(store: Any, group_rank: int, group_size: int, timeout: timedelta) -> ProcessGroupHoccl:
-    """torch's creator for the ``hoccl`` backend (``dist.Backend.register_backend``): a communicator for the
+def create_backend(opts: Any, backend_options: Any = None) -> ProcessGroupHoccl:
+    """torch's creator for the ``hoccl`` backend (``dist.Backend.register_backend(..., extended_api=True)``:
+    ``opts`` carries the group's store, rank, size, timeout, name and global ranks): a communicator for the
     group's ranks, the intra-node one where they share a node, a network one otherwise."""
+    pg = _create(opts.store, opts.group_rank, opts.group_size, opts.timeout, list(opts.global_ranks_in_group))
+    pg._name = str(opts.group_id)
+    return pg
+
+
+def _create(store: Any, group_rank: int, group_size: int, timeout: timedelta, global_ranks: list[int]
+            ) -> ProcessGroupHoccl:
     from ..comm import Communicator
     from ..netcomm import NetCommunicator, NodeNetCommunicator
 
@@ -494,7 +522,10 @@ def create_backend(store: Any, group_rank: int, group_size: int, timeout: timede
     device = _options.get("device")
     device = torch.cuda.current_device() if device is None else int(device)
     timeout_s = timeout.total_seconds() if timeout is not None else 600.0
-    global_rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", group_rank))
+    if global_ranks:  # empty for the default group
+        global_rank = global_ranks[group_rank]
+    else:
+        global_rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", group_rank))
     # who shares a node and a GPU with whom: every member says, through the group's store
     store.set(f"hoccl-member/{group_rank}", f"{_node_key(global_rank)}|{_gpu_id(device)}")
     members = [store.get(f"hoccl-member/{r}").decode().split("|") for r in range(group_size)]

@@ -24,7 +24,7 @@ __all__ = ["HocclWork", "Completion", "wait_on_current_stream"]
 
 def wait_on_current_stream(event: Any) -> None:
     """The caller's current CUDA stream waits for ``event`` (on the GPU; the host goes on)."""
-    torch.cuda.current_stream().wait_event(event)
+    event.wait()  # torch.cuda.Event.wait: the current stream waits
 
 
 class Completion:

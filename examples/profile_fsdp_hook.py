@@ -1,0 +1,84 @@
+"""Host time per AllGather call: the communicator's own call, FSDP2's hook (HocclAllGather) and the hoccl backend
+(dist.all_gather_into_tensor), in place on window memory, under torchrun.
+
+    torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py [--share-gpu] [--calls 200] [--size 2MiB]
+
+Each row issues ``--calls`` calls back to back on one stream and divides the host time by the count (the GPU
+catches up afterwards and the output is checked); rows are interleaved over ``--repeats`` rounds and the median
+is printed. With ``--share-gpu`` (every rank on GPU 0) the copies are same-GPU copies: the host figures hold, the
+GPU's do not say anything about copy engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--share-gpu", action="store_true")
+    p.add_argument("--calls", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--size", default="2MiB", help="output bytes per call (KiB / MiB suffixes)")
+    args = p.parse_args(argv)
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    size = next((int(args.size[:-3]) * m for u, m in units.items() if args.size.endswith(u)), None) or int(args.size)
+
+    import hoccl_runtime.torch as ht
+    from hoccl_runtime.torch import HocclAllGather, WindowPool
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dev = 0 if args.share_gpu else int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(dev)
+    dist.init_process_group("gloo")
+    ht.configure(device=dev, reduce="hoccl")
+    g = dist.new_group(backend="hoccl")
+    n = size // world // 2  # bf16 elements per rank
+    pool = WindowPool(g.comm, 4 * size, dev)
+    gather = HocclAllGather(g, pool)
+    out = gather.allocate((world * n,), dtype=torch.bfloat16, device=torch.device("cuda", dev))
+    mine = out[rank * n:(rank + 1) * n]
+    stream = torch.cuda.Stream()
+    rows = {
+        "communicator": lambda: g.comm.all_gather_into_tensor(out, mine, stream=stream),
+        "FSDP hook": lambda: gather(out, mine, g),
+        "hoccl backend": lambda: dist.all_gather_into_tensor(out, mine, group=g),
+    }
+    times: dict[str, list[float]] = {k: [] for k in rows}
+    with torch.cuda.stream(stream):
+        for _ in range(args.repeats):
+            for name, call in rows.items():
+                mine.fill_(rank + 1)
+                for _ in range(5):
+                    call()
+                torch.cuda.synchronize()
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(args.calls):
+                    call()
+                times[name].append((time.perf_counter() - t0) / args.calls * 1e6)
+                torch.cuda.synchronize()
+                want = torch.repeat_interleave(torch.arange(1, world + 1, device=out.device, dtype=out.dtype), n)
+                if not torch.equal(out, want):
+                    raise SystemExit(f"rank {rank}: {name}: wrong output")
+                dist.barrier()
+    if rank == 0:
+        print(f"AllGather of {size} bytes ({world} ranks{', sharing GPU 0' if args.share_gpu else ''}), in place on "
+              f"window memory; host us per call, median of {args.repeats} rounds of {args.calls} calls")
+        for name, ts in times.items():
+            print(f"{name:<15}{statistics.median(ts):>8.2f}   (range {min(ts):.2f}-{max(ts):.2f})")
+    dist.barrier()
+    pool.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Train a GPT-style decoder with FSDP2 (bf16 mixed precision) and report tokens/s, TFLOP/s, step time, forward and
+backward time, CPU slack and peak memory per communication variant.
+
+    torchrun --nproc_per_node 2 examples/train_fsdp.py --size small --comm hoccl,nccl --repeats 3
+    torchrun --nproc_per_node 2 examples/train_fsdp.py --size tiny --comm hoccl --share-gpu    # 2 ranks, 1 GPU
+
+``--comm`` takes a list; the variants train the same model from the same seed on the same synthetic data, in
+interleaved rounds (``--repeats``), so their numbers come from the same minutes of the machine and their losses can be
+compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exactly.
+
+* ``hoccl``: ``hoccl_runtime.torch.use_for_fsdp`` (AllGathers in place on copy engines, window memory).
+* ``nccl``: FSDP2 as it comes, on the NCCL default group.
+* ``nccl-ce``: NCCL's copy-engine AllGather (symmetric memory, CTA policy zero; torch's
+  ``FSDPModule.set_symm_mem_for_comm``).
+
+``--reduce nccl|hoccl``: who reduces the gradients (HOCCL: copy-engine moves plus one local kernel).
+``--share-gpu``: every rank on GPU 0 (for correctness on a 1-GPU machine: the copies are then same-GPU copies,
+and their speed says nothing about HOCCL; NCCL cannot run there).
+
+CPU slack (the HOCCL paper's Figure 10) is, per transformer block's forward, the time its first kernel starts on
+the GPU minus the time the CPU finished launching the block: positive while the CPU runs ahead of the GPU.
+Forward and backward times are measured on the compute stream, so they include any wait for communication that
+was not hidden (the paper's Figure 12). Ends with a table (rank 0) and ``--json`` (default train_fsdp.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpt import GPT, SIZES, Config, batch, loss_fn  # noqa: E402
+
+VARIANTS = ("hoccl", "nccl", "nccl-ce")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="small", choices=sorted(SIZES), help="model shape (examples/gpt.py)")
+    p.add_argument("--layers", type=int, help="override the size's layer count")
+    p.add_argument("--batch", type=int, default=4, help="sequences per rank and step")
+    p.add_argument("--steps", type=int, default=10, help="steps per variant and round")
+    p.add_argument("--warmup", type=int, default=2, help="steps of each variant left out of the figures")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the variants")
+    p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(VARIANTS)}")
+    p.add_argument("--reduce", default=None, choices=("nccl", "hoccl"),
+                   help="who reduces gradients (default: nccl, or hoccl with --share-gpu)")
+    p.add_argument("--share-gpu", action="store_true", help="every rank on GPU 0 (correctness only)")
+    p.add_argument("--fp32", action="store_true", help="no mixed precision (for exact comparisons)")
+    p.add_argument("--no-reshard-after-forward", action="store_true")
+    p.add_argument("--cpu-offload", action="store_true", help="FSDP2 CPUOffloadPolicy")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default="train_fsdp.json", help="where rank 0 writes every figure")
+    args = p.parse_args(argv)
+    args.comm = [c.strip() for c in args.comm.split(",") if c.strip()]
+    for c in args.comm:
+        if c not in VARIANTS:
+            p.error(f"--comm {c!r}: choose from {', '.join(VARIANTS)}")
+    if args.share_gpu and any(c.startswith("nccl") for c in args.comm):
+        p.error("--share-gpu with an NCCL variant: NCCL refuses two ranks on one GPU; use --comm hoccl")
+    if args.reduce is None:
+        args.reduce = "hoccl" if args.share_gpu else "nccl"
+    if args.share_gpu and args.reduce == "nccl":
+        p.error("--reduce nccl with --share-gpu: NCCL cannot run with ranks on one GPU; use --reduce hoccl")
+    if args.steps <= args.warmup and args.repeats == 1:
+        p.error(f"--steps {args.steps} with --warmup {args.warmup}: nothing left to measure")
+    return args
+
+
+class Slack:
+    """CPU slack per block forward: GPU start (an event before the block) minus CPU launch end (after it)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.marks: list[tuple[torch.cuda.Event, float]] = []
+        self._open: list[torch.cuda.Event] = []
+        for block in model.layers:
+            block.register_forward_pre_hook(self._pre)
+            block.register_forward_hook(self._post)
+        self.on = False
+
+    def _pre(self, module, args):
+        if self.on:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._open.append(ev)
+
+    def _post(self, module, args, out):
+        if self.on and self._open:
+            self.marks.append((self._open.pop(), time.perf_counter()))
+
+    def read(self, base: torch.cuda.Event, t0: float) -> list[float]:
+        """Slack in ms of the marks since ``base`` (recorded at host time ``t0`` on an idle GPU)."""
+        out = [(t0 + base.elapsed_time(ev) / 1e3 - cpu) * 1e3 for ev, cpu in self.marks]
+        self.marks.clear()
+        return out
+
+
+def build(variant: str, args: argparse.Namespace, c: Config, device: torch.device, groups: dict) -> tuple:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(args.seed)
+    model = GPT(c).to(device)
+    if variant == "hoccl":
+        import hoccl_runtime.torch as ht
+
+        if "hoccl" not in groups:
+            ht.configure(reduce=args.reduce, device=device.index)
+            groups["hoccl"] = dist.new_group(backend="hoccl")
+        mesh_group = groups["hoccl"] if args.share_gpu else dist.group.WORLD
+    elif variant == "nccl-ce":
+        if "nccl-ce" not in groups:
+            from torch.distributed.distributed_c10d import ProcessGroupNCCL
+
+            opts = ProcessGroupNCCL.Options()
+            opts.config.cta_policy = 2  # NCCL_CTA_POLICY_ZERO
+            groups["nccl-ce"] = dist.new_group(backend="nccl", pg_options=opts)
+        mesh_group = groups["nccl-ce"]
+    else:
+        mesh_group = dist.group.WORLD
+    mesh = DeviceMesh.from_group(mesh_group, "cuda")
+    kw: dict = {"mesh": mesh, "reshard_after_forward": not args.no_reshard_after_forward}
+    if not args.fp32:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if args.cpu_offload:
+        kw["offload_policy"] = CPUOffloadPolicy()
+    for block in model.layers:
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+    if variant == "hoccl":
+        import hoccl_runtime.torch as ht
+
+        ht.use_for_fsdp(model, groups["hoccl"], reduce=args.reduce)
+    elif variant == "nccl-ce":
+        from torch.distributed.fsdp import FSDPModule
+
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                if not hasattr(m, "set_symm_mem_for_comm"):
+                    raise SystemExit("--comm nccl-ce needs torch's FSDPModule.set_symm_mem_for_comm (torch >= 2.11)")
+                m.set_symm_mem_for_comm()
+    if variant == "nccl" and args.reduce == "hoccl":
+        import hoccl_runtime.torch as ht
+
+        if "hoccl" not in groups:
+            ht.configure(reduce="hoccl", device=device.index)
+            groups["hoccl"] = dist.new_group(backend="hoccl")
+        rs = ht.HocclReduceScatter(groups["hoccl"])
+        for m in model.modules():
+            if hasattr(m, "set_custom_reduce_scatter"):
+                m.set_custom_reduce_scatter(rs)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True)
+    return model, opt, Slack(model)
+
+
+def step(model, opt, slack, c: Config, args, index: int, rank: int, device) -> dict:
+    x, y = batch(c, args.batch, index, rank, device)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    base, f1, b1, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+    base.record()
+    slack.on = True
+    loss = loss_fn(model(x), y)
+    slack.on = False
+    f1.record()
+    loss.backward()
+    b1.record()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    end.record()
+    end.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"step": index, "loss": loss.item(), "seconds": seconds, "forward_ms": base.elapsed_time(f1),
+            "backward_ms": f1.elapsed_time(b1), "slack_ms": slack.read(base, t0)}
+
+
+def settings_line(args) -> str:
+    keys = ("NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE",
+            "NCCL_CTA_POLICY", "CUDA_DEVICE_MAX_CONNECTIONS", "HOCCL_REDUCE")
+    env = " ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ) or "no NCCL_* transport overrides"
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
+    return (f"torch {torch.__version__}, NCCL {nccl}, GPU {torch.cuda.get_device_name()}, ranks "
+            f"{dist.get_world_size()} {'sharing GPU 0' if args.share_gpu else 'one GPU each'}, {env}")
+
+
+def summarize(records: list[dict], c: Config, args, world: int) -> dict:
+    timed = [r for r in records if r["measured"]]
+    secs = [r["seconds"] for r in timed]
+    tokens = args.batch * c.seq * world
+    med = statistics.median(secs)
+    slack = [s for r in timed for s in r["slack_ms"]]
+    return {"tokens_per_s": tokens / med, "tflops": tokens * c.flops_per_token() / med / 1e12,
+            "step_ms": med * 1e3, "forward_ms": statistics.median(r["forward_ms"] for r in timed),
+            "backward_ms": statistics.median(r["backward_ms"] for r in timed),
+            "slack_ms_median": statistics.median(slack) if slack else None,
+            "slack_ms_p10": sorted(slack)[len(slack) // 10] if slack else None,
+            "steps_measured": len(timed), "final_loss": records[-1]["loss"]}
+
+
+def progress(done: int, total: int, label: str) -> None:
+    if not sys.stderr.isatty():
+        if done == total or done % max(1, total // 10) == 0:
+            print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)
+        return
+    width = 30
+    fill = width * done // total
+    print(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} {label:<40}", end="" if done < total else "\n",
+          file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    device = torch.device("cuda", 0 if args.share_gpu else local)
+    torch.cuda.set_device(device)
+    if args.share_gpu:
+        dist.init_process_group("gloo")
+    else:
+        dist.init_process_group("nccl", device_id=device)
+    base = SIZES[args.size]
+    c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
+    groups: dict = {}
+    runs = {v: build(v, args, c, device, groups) for v in args.comm}
+    records: dict[str, list[dict]] = {v: [] for v in args.comm}
+    total, done = len(args.comm) * args.repeats * args.steps, 0
+    for _ in range(args.repeats):
+        for v in args.comm:
+            model, opt, slack = runs[v]
+            for _ in range(args.steps):
+                i = len(records[v])
+                rec = step(model, opt, slack, c, args, i, rank, device)
+                rec["measured"] = i >= args.warmup
+                records[v].append(rec)
+                done += 1
+                if rank == 0:
+                    progress(done, total, f"{v} step {i} loss {rec['loss']:.4f}")
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    summary = {v: summarize(records[v], c, args, world) for v in args.comm}
+    losses = {v: [r["loss"] for r in records[v]] for v in args.comm}
+    first = args.comm[0]
+    equal = {v: losses[v] == losses[first] for v in args.comm}
+    if rank == 0:
+        print(settings_line(args))
+        print(f"model {args.size}: {c.params / 1e6:.1f} M parameters, {c.layers} layers, seq {c.seq}, batch "
+              f"{args.batch} per rank, {'fp32' if args.fp32 else 'bf16 params / fp32 reduce'}, reduce by {args.reduce}")
+        head = f"{'comm':<9}{'tokens/s':>11}{'TFLOP/s':>9}{'step ms':>9}{'fwd ms':>8}{'bwd ms':>8}" \
+               f"{'slack ms':>10}{'loss':>9}  losses == {first}"
+        print(head)
+        for v in args.comm:
+            s = summary[v]
+            slack = f"{s['slack_ms_median']:.2f}" if s["slack_ms_median"] is not None else "-"
+            print(f"{v:<9}{s['tokens_per_s']:>11.0f}{s['tflops']:>9.1f}{s['step_ms']:>9.2f}{s['forward_ms']:>8.2f}"
+                  f"{s['backward_ms']:>8.2f}{slack:>10}{s['final_loss']:>9.4f}  {'yes' if equal[v] else 'NO'}")
+        print(f"peak memory on rank 0: {peak:.2f} GiB (all variants' models and optimizers together)")
+        Path(args.json).write_text(json.dumps({"settings": settings_line(args), "args": vars(args),
+                                               "params": c.params, "summary": summary, "records": records,
+                                               "losses_equal": equal, "peak_gib_rank0": peak}, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The torch integration on a GPU: the hoccl backend, FSDP2, pipelining and the examples, under torchrun with every
+rank on GPU 0 (the 1-GPU machine). Copies between ranks on one GPU are same-GPU copies: these tests check
+behaviour, not speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).with_name("mp_torch_worker.py")
+
+
+def _torchrun(nproc: int, script: Path, *args: str, timeout: int = 400) -> str:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+                          str(script), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-6000:]
+    return text
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    path = tmp_path_factory.mktemp("torch") / "two.json"
+    _torchrun(2, WORKER, str(path))
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    path = tmp_path_factory.mktemp("torch") / "four.json"
+    _torchrun(4, WORKER, str(path), "all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors")
+    return json.loads(path.read_text())
+
+
+CHECKS2 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "nccl_refused", "fsdp",
+           "fsdp_no_kernel"]
+CHECKS4 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"]
+
+
+@pytest.mark.parametrize("check", CHECKS2)
+def test_backend_two_ranks(two_ranks, check):
+    assert two_ranks[check] == "ok"
+
+
+@pytest.mark.parametrize("check", CHECKS4)
+def test_backend_four_ranks(four_ranks, check):
+    assert four_ranks[check] == "ok"
+
+
+def test_a_dead_rank_raises_in_time():
+    text = _torchrun(2, WORKER.with_name("mp_torch_death.py"), timeout=200)
+    line = next(line for line in text.splitlines() if line.startswith("DEATH OK"))
+    assert float(line.split()[2]) < 25.0, line
+
+
+def test_train_fsdp_example(tmp_path):
+    out = tmp_path / "fsdp.json"
+    _torchrun(2, ROOT / "examples" / "train_fsdp.py", "--size", "tiny", "--steps", "4", "--warmup", "1",
+              "--share-gpu", "--json", str(out))
+    got = json.loads(out.read_text())
+    s = got["summary"]["hoccl"]
+    assert s["tokens_per_s"] > 0 and s["steps_measured"] == 3 and s["slack_ms_median"] is not None
+    assert all(r["loss"] == r["loss"] for r in got["records"]["hoccl"])  # no NaN
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_train_pipeline_example_matches_one_process(tmp_path, schedule):
+    out = tmp_path / "pp.json"
+    _torchrun(2, ROOT / "examples" / "train_pipeline.py", "--size", "tiny", "--steps", "3", "--share-gpu",
+              "--check", "--schedule", schedule, "--json", str(out))
+    ranks = json.loads(out.read_text())["ranks"]
+    assert ranks[-1]["max_loss_diff"] < 1e-5
+    assert max(r["max_grad_rel_diff"] for r in ranks) < 1e-4

@@ -3,8 +3,9 @@
 
     torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py [--share-gpu] [--calls 200] [--size 2MiB]
 
-Each row issues ``--calls`` calls back to back on one stream and divides the host time by the count (the GPU
-catches up afterwards and the output is checked); rows are interleaved over ``--repeats`` rounds and the median
+Each row issues ``--calls`` calls back to back on a stream held by a wait on a host flag (so the GPU runs none of
+them while they are timed, and a full launch queue cannot slow the host), divides the host time by the count,
+then releases the stream and checks the output; rows are interleaved over ``--repeats`` rounds and the median
 is printed. With ``--share-gpu`` (every rank on GPU 0) the copies are same-GPU copies: the host figures hold, the
 GPU's do not say anything about copy engines.
 """
@@ -24,8 +25,8 @@ import torch.distributed as dist
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--share-gpu", action="store_true")
-    p.add_argument("--calls", type=int, default=200)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--calls", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--size", default="2MiB", help="output bytes per call (KiB / MiB suffixes)")
     args = p.parse_args(argv)
     units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -46,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     out = gather.allocate((world * n,), dtype=torch.bfloat16, device=torch.device("cuda", dev))
     mine = out[rank * n:(rank + 1) * n]
     stream = torch.cuda.Stream()
+    import cupy
+
+    from hoccl_runtime.flags import FlagPool, MemOps
+
+    with cupy.cuda.Device(dev):
+        flags = FlagPool(1)
+    hold = flags.allocate()
     rows = {
         "communicator": lambda: g.comm.all_gather_into_tensor(out, mine, stream=stream),
         "FSDP hook": lambda: gather(out, mine, g),
@@ -60,10 +68,14 @@ def main(argv: list[str] | None = None) -> int:
                     call()
                 torch.cuda.synchronize()
                 dist.barrier()
+                hold.write(0)
+                with cupy.cuda.Device(dev):
+                    MemOps().wait_eq(hold, 1).enqueue(stream.cuda_stream)  # the stream stops here until released
                 t0 = time.perf_counter()
                 for _ in range(args.calls):
                     call()
                 times[name].append((time.perf_counter() - t0) / args.calls * 1e6)
+                hold.write(1)
                 torch.cuda.synchronize()
                 want = torch.repeat_interleave(torch.arange(1, world + 1, device=out.device, dtype=out.dtype), n)
                 if not torch.equal(out, want):
@@ -76,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<15}{statistics.median(ts):>8.2f}   (range {min(ts):.2f}-{max(ts):.2f})")
     dist.barrier()
     pool.close()
+    flags.close()
     dist.destroy_process_group()
     return 0
 

@@ -602,6 +602,8 @@ class Communicator:
             return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2], in_place=True)
         if kind in ("scatter", "gather"):
             return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2])
+        if kind == "alltoallv":  # ("alltoallv", matrix as a tuple of rows): the network communicators' All-to-Allv
+            return CollectiveSpec(kind=kind, matrix=key[1])
         return CollectiveSpec(kind="sendrecv", pairs=((key[1], key[2], key[3]),))
 
     def execute(self, plan: Plan, input: Any, output: Any, stream: Any = None, *,

@@ -222,22 +222,31 @@ class _Calls:
 
     def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Any, input_split_bytes: Any,
                      stream: Any = None) -> None:
-        """All-to-Allv, as on the intra-node communicator: this rank's sends and receives one after the other, in
-        the (src, dst) order every rank uses (so no two nodes wait on each other), and its own block copied on
-        the GPU."""
-        from ._cuda import copy_async
+        """All-to-Allv: block j of ``input`` (``input_split_bytes[j]`` bytes, back to back) goes to rank j, landing
+        as block ``rank`` of its ``output`` (blocks ``output_split_bytes``). A collective call (every rank, in the
+        same order, as every call of these communicators is): the ranks' rows of the traffic matrix are exchanged
+        through the store (a host round trip), then one All-to-Allv plan of that matrix runs, cached by it."""
         from ._splits import alltoallv_pieces
 
-        pieces = alltoallv_pieces(self.rank, self.world, as_buffer(input, "input"), as_buffer(output, "output"),
-                                  input_split_bytes, output_split_bytes)
-        calls = [((self.rank, j), ("sendrecv", self.rank, j, b.nbytes), b, None) for j, b in pieces.sends]
-        calls += [((j, self.rank), ("sendrecv", j, self.rank, b.nbytes), None, b) for j, b in pieces.recvs]
-        for _, key, inp, out in sorted(calls, key=lambda c: c[0]):
-            self._call(key, inp, out, stream)
-        if pieces.local is not None:
-            src, dst = pieces.local
-            with on_device(self.device):
-                copy_async(dst.ptr, src.ptr, dst.nbytes, as_stream(stream))
+        me, w = self.rank, self.world
+        alltoallv_pieces(me, w, as_buffer(input, "input"), as_buffer(output, "output"), input_split_bytes,
+                         output_split_bytes)  # checks the sizes against the buffers
+        k = self._a2av_calls = getattr(self, "_a2av_calls", 0) + 1
+        self._store.set(f"a2av/{k}/{me}", ",".join(str(int(b)) for b in input_split_bytes))
+        rows = []
+        for r in range(w):
+            text = self._store.get(f"a2av/{k}/{r}").decode() if r != me else None
+            rows.append(tuple(int(b) for b in text.split(",")) if text is not None else
+                        tuple(int(b) for b in input_split_bytes))
+        with contextlib.suppress(Exception):  # every rank read call k - 2's rows before it wrote call k - 1's
+            self._store.delete_key(f"a2av/{k - 2}/{me}")
+        column = [rows[r][me] for r in range(w)]
+        if column != [int(b) for b in output_split_bytes]:
+            raise PlanError(f"rank {me} expects {list(output_split_bytes)} bytes from ranks 0..{w - 1} "
+                            f"(output_split_bytes) but they send it {column}: each rank's output splits must be the "
+                            "column of the others' input splits")
+        if any(any(row) for row in rows):
+            self._call(("alltoallv", tuple(rows)), input, output, stream)
 
     def _buffers(self, plan: Any, input: Any, output: Any, stream: Any) -> tuple[Any, Any, int]:
         """(input, output, stream) of this rank for ``plan``: absent parts as empty buffers, an in-place

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("mp_torch_worker.py")
 
 
-def _torchrun(nproc: int, script: Path, *args: str, timeout: int = 400) -> str:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+def _torchrun(nproc: int, script: Path, *args: str, timeout: int = 400, **extra_env: str) -> str:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **extra_env)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                           str(script), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     text = out.stdout + out.stderr
@@ -41,6 +41,23 @@ def four_ranks(tmp_path_factory):
     return json.loads(path.read_text())
 
 
+@pytest.fixture(scope="module")
+def over_tcp(tmp_path_factory):
+    """2 ranks, each its own "node" (HOCCL_GPUS_PER_NODE=1): the group runs on NetCommunicator over TCP."""
+    path = tmp_path_factory.mktemp("torch") / "tcp.json"
+    _torchrun(2, WORKER, str(path), *CHECKS_NET, HOCCL_GPUS_PER_NODE="1")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def two_nodes_of_two(tmp_path_factory):
+    """4 ranks as 2 nodes of 2 (HOCCL_GPUS_PER_NODE=2): NodeNetCommunicator, node leaders over TCP."""
+    path = tmp_path_factory.mktemp("torch") / "nodes.json"
+    _torchrun(4, WORKER, str(path), *CHECKS_NET, HOCCL_GPUS_PER_NODE="2")
+    return json.loads(path.read_text())
+
+
+CHECKS_NET = ["all_gather", "all_to_all", "rooted", "reductions", "barrier", "errors", "fsdp", "p2p"]
 CHECKS2 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "nccl_refused", "fsdp",
            "fsdp_no_kernel"]
 CHECKS4 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"]
@@ -54,6 +71,16 @@ def test_backend_two_ranks(two_ranks, check):
 @pytest.mark.parametrize("check", CHECKS4)
 def test_backend_four_ranks(four_ranks, check):
     assert four_ranks[check] == "ok"
+
+
+@pytest.mark.parametrize("check", CHECKS_NET)
+def test_backend_over_tcp(over_tcp, check):
+    assert over_tcp[check] == "ok"
+
+
+@pytest.mark.parametrize("check", CHECKS_NET)
+def test_backend_two_nodes_of_two(two_nodes_of_two, check):
+    assert two_nodes_of_two[check] == "ok"
 
 
 def test_a_dead_rank_raises_in_time():

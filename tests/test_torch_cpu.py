@@ -46,9 +46,13 @@ def _opts(cls, **fields):
     return o
 
 
+NET = pytest.mark.parametrize("batch", [True, False], ids=["intranode", "network"])  # network: no batches
+
+
+@NET
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8])
-def test_all_gather_into_tensor_and_list(world, dtype):
+def test_all_gather_into_tensor_and_list(world, dtype, batch):
     n = 7  # odd
     def body(g, r):
         inp = _data(r, (n,), dtype)
@@ -60,7 +64,7 @@ def test_all_gather_into_tensor_and_list(world, dtype):
         inplace[r * n:(r + 1) * n] = inp
         g.all_gather_single(inplace, inplace[r * n:(r + 1) * n]).wait()
         return out, outs, inplace
-    res, _ = run_ranks(world, body)
+    res, _ = run_ranks(world, body, batch=batch)
     want = torch.cat([_data(r, (n,), dtype) for r in range(world)])
     for out, outs, inplace in res:
         assert torch.equal(out, want)
@@ -68,8 +72,9 @@ def test_all_gather_into_tensor_and_list(world, dtype):
         assert torch.equal(inplace, want)
 
 
+@NET
 @pytest.mark.parametrize("world", [2, 3])
-def test_all_to_all_single_even_and_uneven_splits(world):
+def test_all_to_all_single_even_and_uneven_splits(world, batch):
     # rank r sends (r + j) % 3 rows to j (zeros included); rows are 5 wide
     def sends(r):
         return [(r + j) % 3 for j in range(world)]
@@ -86,7 +91,7 @@ def test_all_to_all_single_even_and_uneven_splits(world):
         outs = [_poisoned((r + 1,)) for _ in range(world)]
         g.alltoall(outs, ins).wait()
         return out, even_out, outs
-    res, _ = run_ranks(world, body)
+    res, _ = run_ranks(world, body, batch=batch)
     for r, (out, even_out, outs) in enumerate(res):
         blocks = []
         for j in range(world):
@@ -100,8 +105,9 @@ def test_all_to_all_single_even_and_uneven_splits(world):
             assert torch.equal(outs[j], _data(j, (r + 1,), salt=2 + r))
 
 
+@NET
 @pytest.mark.parametrize("root", [0, 2])
-def test_broadcast_scatter_gather(root):
+def test_broadcast_scatter_gather(root, batch):
     world, n = 3, 9
     def body(g, r):
         t = _data(r, (n,), torch.int32)
@@ -112,7 +118,7 @@ def test_broadcast_scatter_gather(root):
         gathered = [[_poisoned((n,), torch.int32) for _ in range(world)]] if r == root else []
         g.gather(gathered, [_data(r, (n,), torch.int32, salt=6)], _opts(dist.GatherOptions, rootRank=root)).wait()
         return t, out, gathered
-    res, _ = run_ranks(world, body)
+    res, _ = run_ranks(world, body, batch=batch)
     for r, (t, out, gathered) in enumerate(res):
         assert torch.equal(t, _data(root, (n,), torch.int32))
         assert torch.equal(out, _data(r, (n,), torch.int32, salt=5))
@@ -137,9 +143,10 @@ OPS = [("SUM", lambda: dist.ReduceOp.SUM, None), ("AVG", lambda: dist.ReduceOp.A
        ("MAX", lambda: dist.ReduceOp.MAX, None)]
 
 
+@NET
 @pytest.mark.parametrize("name,make,factor", OPS, ids=[o[0] for o in OPS])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
-def test_reductions(name, make, factor, dtype, tol):
+def test_reductions(name, make, factor, dtype, tol, batch):
     world, n = 3, 11  # 11 is not a multiple of 3: all_reduce pads
     def body(g, r):
         inp = _data(r, (world * n,), dtype, salt=7)
@@ -153,7 +160,7 @@ def test_reductions(name, make, factor, dtype, tol):
         rt = _data(r, (n,), dtype, salt=9)
         g.reduce([rt], _opts(dist.ReduceOptions, reduceOp=make(), rootRank=1)).wait()
         return out, lst_out, t, rt
-    res, _ = run_ranks(world, body)
+    res, _ = run_ranks(world, body, batch=batch)
     scale = 1.0 if dtype == torch.float32 else 4.0
     for r, (out, lst_out, t, rt) in enumerate(res):
         blocks = [_data(j, (world * n,), dtype, salt=7)[r * n:(r + 1) * n] for j in range(world)]
@@ -292,3 +299,35 @@ def test_the_backend_is_registered_for_cuda():
     assert "HOCCL" in dist.Backend._plugins
     assert dist.Backend.backend_capability["hoccl"] == ["cuda"]
     assert dist.Backend("hoccl") == "hoccl"
+
+
+def test_training_examples_parse_and_the_model_trains_on_cpu():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import train_fsdp
+    import train_pipeline
+    from gpt import GPT, SIZES, batch, loss_fn
+
+    for argv, text in ((["--comm", "nccl", "--share-gpu"], "NCCL refuses two ranks on one GPU"),
+                       (["--comm", "gloo"], "choose from hoccl, nccl, nccl-ce"),
+                       (["--share-gpu", "--reduce", "nccl"], "--reduce nccl with --share-gpu")):
+        with pytest.raises(SystemExit):
+            train_fsdp.parse(argv)
+    args = train_fsdp.parse(["--comm", "hoccl,nccl", "--repeats", "2"])
+    assert args.comm == ["hoccl", "nccl"] and args.reduce == "nccl"
+    assert train_fsdp.parse(["--share-gpu"]).reduce == "hoccl"
+    with pytest.raises(SystemExit):
+        train_pipeline.parse(["--batch", "6", "--microbatches", "4"])
+    c = SIZES["tiny"]
+    torch.manual_seed(0)
+    model = GPT(c)
+    x, y = batch(c, 2, 0, 0, "cpu")
+    assert x.shape == (2, c.seq) and torch.equal(batch(c, 2, 0, 0, "cpu")[0], x)  # the same data on every run
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    assert torch.isfinite(loss) and all(p.grad is not None for p in model.parameters())
+    stages = [train_pipeline.stage_module(model, s, 2) for s in range(2)]
+    assert torch.allclose(stages[1](stages[0](x)), model(x))  # the stages compose to the model
+    assert c.flops_per_token() > 6 * c.params

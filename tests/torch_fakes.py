@@ -162,6 +162,9 @@ class CpuGroup(ProcessGroupHoccl):
     def __init__(self, comm, rank, size, **kw):
         super().__init__(comm, rank, size, streams=_AtOnce(), **kw)
 
+    def _device(self):
+        return torch.device("cpu")
+
     def _check(self, t, what):
         if not t.is_contiguous():
             from hoccl_runtime.errors import BufferError

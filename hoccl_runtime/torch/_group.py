@@ -293,13 +293,53 @@ class ProcessGroupHoccl(dist.ProcessGroup):
                                   f"{tuple(like.shape)} {like.dtype}: give tensors of one size and dtype")
 
     def _pairwise(self, sends: list, recvs: list, local: list, tensors: list, outputs: list) -> HocclWork:
-        """Sends [(peer, tensor)], receives [(peer, tensor)] and same-GPU copies [(src, dst)] as one call."""
+        """A collective's sends [(peer, tensor)], receives [(peer, tensor)] and same-GPU copies [(src, dst)] as
+        one call (every rank of the group makes it)."""
+        packed = not self._zero_copy
+
         def run(stream: Any) -> None:
-            _exchange(self.comm, self.rank(), sends, recvs, stream)
+            self._collective_exchange(sends, recvs, stream)
             for src, dst in local:
                 if src.data_ptr() != dst.data_ptr():
                     dst.copy_(src)  # a same-GPU copy (the driver runs it on SMs)
-        return self._issue(run, tensors, outputs, torch_ops=bool(local))
+        return self._issue(run, tensors, outputs, torch_ops=bool(local) or packed)
+
+    @property
+    def _zero_copy(self) -> bool:
+        """Whether the communicator takes batches of sends and receives straight into the caller's tensors (the
+        intra-node one); the network ones run a collective's transfers as one All-to-Allv plan instead."""
+        return hasattr(self.comm, "batch_isend_irecv")
+
+    def _collective_exchange(self, sends: list, recvs: list, stream: Any) -> None:
+        """The transfers of a collective call: a batch of pairwise copies where the communicator has batches,
+        else one All-to-Allv of the sends packed by destination into a temporary, unpacked by source after
+        (same-GPU copies: the network path's cost is the network's)."""
+        if self._zero_copy:
+            _exchange(self.comm, self.rank(), sends, recvs, stream)
+            return
+        w = self.size()
+        in_bytes, out_bytes = [0] * w, [0] * w
+        by_dst = dict(sends)
+        by_src = dict(recvs)
+        for p, t in sends:
+            in_bytes[p] += t.nbytes
+        for p, t in recvs:
+            out_bytes[p] += t.nbytes
+        dev = self._device()
+        packed_in = torch.cat([by_dst[p].reshape(-1).view(torch.uint8) for p in range(w) if p in by_dst]) if sends \
+            else torch.empty(0, dtype=torch.uint8, device=dev)
+        packed_out = torch.empty(sum(out_bytes), dtype=torch.uint8, device=dev)
+        # every rank takes part, also one with nothing to move (the matrix is exchanged among all)
+        self.comm.all_to_all_v(packed_out, packed_in, out_bytes, in_bytes, stream=stream)
+        at = 0
+        for p in range(w):
+            if p in by_src:
+                t = by_src[p]
+                t.reshape(-1).view(torch.uint8).copy_(packed_out[at:at + t.nbytes])
+                at += t.nbytes
+
+    def _device(self) -> Any:
+        return torch.device("cuda", self.comm.device)
 
     # --- point to point: deferred into batches ------------------------------------------------------------
     def send(self, tensors: Any, dst: int, tag: int = 0) -> HocclWork:
@@ -395,8 +435,8 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
         def run(stream: Any) -> None:
             blocks = torch.empty((w, *out.shape), dtype=out.dtype, device=out.device)
-            _exchange(self.comm, me, [(j, ins[j]) for j in range(w) if j != me],
-                      [(j, blocks[j]) for j in range(w) if j != me], stream)
+            self._collective_exchange([(j, ins[j]) for j in range(w) if j != me],
+                                      [(j, blocks[j]) for j in range(w) if j != me], stream)
             blocks[me].copy_(ins[me])
             reduce_blocks(blocks, red, out)
         return self._issue(run, [out, *ins], [out], torch_ops=True)
@@ -440,7 +480,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
         def run(stream: Any) -> None:
             blocks = torch.empty((w, *t.shape), dtype=t.dtype, device=t.device)
-            _exchange(self.comm, me, [], [(j, blocks[j]) for j in range(w) if j != me], stream)
+            self._collective_exchange([], [(j, blocks[j]) for j in range(w) if j != me], stream)
             blocks[me].copy_(t)
             reduce_blocks(blocks, red, t)
         return self._issue(run, [t], [t], torch_ops=True)

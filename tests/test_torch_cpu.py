@@ -301,7 +301,7 @@ def test_the_backend_is_registered_for_cuda():
     assert dist.Backend("hoccl") == "hoccl"
 
 
-def test_training_examples_parse_and_the_model_trains_on_cpu():
+def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     import sys
     from pathlib import Path
 
@@ -315,6 +315,7 @@ def test_training_examples_parse_and_the_model_trains_on_cpu():
                        (["--share-gpu", "--reduce", "nccl"], "--reduce nccl with --share-gpu")):
         with pytest.raises(SystemExit):
             train_fsdp.parse(argv)
+        assert text in capsys.readouterr().err
     args = train_fsdp.parse(["--comm", "hoccl,nccl", "--repeats", "2"])
     assert args.comm == ["hoccl", "nccl"] and args.reduce == "nccl"
     assert train_fsdp.parse(["--share-gpu"]).reduce == "hoccl"

@@ -234,10 +234,12 @@ def _inspect(argv: Sequence[str] | None) -> int:
         check_plan_topology(plan, _topology_from_args(args))
     verified = None
     if args.verify:
-        from .verify import verify_plan
+        from .verify import hot_spots, verify_plan
 
         verify_plan(plan)
         verified = True
+        for warning in hot_spots(plan):
+            print(f"warning: {warning}", file=sys.stderr)
     if args.format == "json":
         out = summary(plan)
         out["stage_table"] = stage_rows(plan)

@@ -265,6 +265,31 @@ def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
                         "the chunk it waits for in the stage's chunk order (the queues could deadlock)")
 
 
+def hot_spots(plan: Plan) -> list[str]:
+    """Warnings (not errors: the plan is correct, only slower) for stages whose DMA queues start on one
+    destination: the first copies of several GPUs' queues converge on one in-port while other destinations
+    wait, where the stage has enough distinct destinations to give each its own."""
+    kinds = plan.queues.kind
+    out = []
+    for stage in plan.stages:
+        tr = stage.transfers
+        first: dict[int, int] = {}  # DMA queue -> destination of its first entry in the stage order
+        for i in stage.chunks:
+            q = tr.queue[i]
+            if kinds[q] == "dma" and q not in first and tr.src[i] != tr.dst[i]:
+                first[q] = tr.dst[i]
+        if len(first) < 2:
+            continue
+        counts = np.bincount(np.fromiter(first.values(), dtype=np.int64), minlength=plan.topology.num_gpus)
+        dests = {tr.dst[i] for i in range(len(tr.flow)) if kinds[tr.queue[i]] == "dma" and tr.src[i] != tr.dst[i]}
+        if counts.max() > 1 and len(dests) >= len(first):
+            d = int(counts.argmax())
+            out.append(f"stage {stage.index}: {int(counts.max())} of {len(first)} DMA queues start on GPU {d} while "
+                       f"{len(dests)} destinations are open (a destination hot spot: recompile with this version, "
+                       "which rotates the issue order)")
+    return out
+
+
 class ReplayResult:
     def __init__(self, outputs: list[np.ndarray]):
         self.outputs = outputs

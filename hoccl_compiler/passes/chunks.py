@@ -7,8 +7,9 @@ network never blocks the GPU's own sends), network writes on the NIC queue of th
 transfer is cut into ``chunk_bytes`` chunks.
 
 Per stage the chunks are ordered by their *progress key*: chunk k of a transfer of n
-chunks has key (k + 1/2) / n (the midpoint of its share of the stage), ties broken by role, then
-transfer index. Every transfer on a queue therefore
+chunks has key (k + 1/2) / n (the midpoint of its share of the stage), ties broken by role, then by
+the rotation (dst - src) mod gpus-per-node (led by the node offset; :func:`issue_rotation`: no two
+queues start on one destination), then transfer index. Every transfer on a queue therefore
 advances in proportion to its size, and all of them finish together (the paper's flow-size-aware
 chunk schedule). Each queue runs the stage order's entries that belong to it. The three pieces of
 one segment have equal sizes, so chunk k of each carries the
@@ -72,7 +73,8 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     # (send_forward, rdma, recv_forward before native and local copies), then by transfer.
     # Each queue runs the entries of its own transfers in this order.
     priority = ROLE_PRIORITY[tr_role][chunk_tr]
-    order = np.lexsort((chunk_tr, priority, progress, tr_stage[chunk_tr]))
+    rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
+    order = np.lexsort((chunk_tr, rotation, priority, progress, tr_stage[chunk_tr]))
     ordered_tr = chunk_tr[order]
     chunks = ChunkSchedule(
         tr_stage=tr_stage, tr_flow=tr_flow, tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
@@ -81,6 +83,22 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         order_stage=tr_stage[ordered_tr], order_transfer=ordered_tr,
     )
     return dataclasses.replace(state, chunks=chunks)
+
+
+def issue_rotation(src: np.ndarray, dst: np.ndarray, gpus_per_node: int, nodes: int) -> np.ndarray:
+    """The tie-break that keeps destinations apart: (dst - src) mod gpus-per-node inside a node, led by the node
+    offset (dst node - src node) mod nodes. Among chunks of equal progress, GPU u's queue serves u+1 first, then
+    u+2, ...: at each step the senders' destinations are a permutation, so no in-port has two senders while
+    another idles (ascending destinations would send every GPU to GPU 0 first)::
+
+        step      0     1     2          (4 GPUs, an AllGather's one chunk per transfer)
+        GPU 0   ->1   ->2   ->3
+        GPU 1   ->2   ->3   ->0
+        GPU 2   ->3   ->0   ->1
+    """
+    local = (dst % gpus_per_node - src % gpus_per_node) % gpus_per_node
+    node = (dst // gpus_per_node - src // gpus_per_node) % max(1, nodes)
+    return node * gpus_per_node + local
 
 
 def _spread_over_queues(stage, gpu, nbytes, is_copy, q: int) -> np.ndarray:

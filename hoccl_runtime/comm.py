@@ -356,6 +356,8 @@ class Window:
 @dataclass(frozen=True)
 class _PlanState:
     plan: Plan
+    uid: str  # what the caches key it by: the compiler's plan id for this communicator's own plans, the content
+    # hash for a plan from outside (hoccl_runtime._trust: a file's claimed id proves nothing)
     program: Program
     digest: int
     partners: tuple[int, ...]
@@ -617,13 +619,16 @@ class Communicator:
             raise HocclError(f"{what}={peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
 
     def _state(self, what: tuple | Plan) -> _PlanState:
-        if isinstance(what, Plan):
-            state = self._by_id.get(what.plan_id)
+        if isinstance(what, Plan):  # a plan from outside: verified before its first run, known by its content
+            from ._trust import trusted
+
+            if what.num_ranks != self.world:
+                raise PlanError(f"plan {what.plan_id} was compiled for {what.num_ranks} ranks but the "
+                                f"communicator has {self.world}; recompile it with --gpus-per-node {self.world}")
+            uid = trusted(what)
+            state = self._by_id.get(uid)
             if state is None:
-                if what.num_ranks != self.world:
-                    raise PlanError(f"plan {what.plan_id} was compiled for {what.num_ranks} ranks but the "
-                                    f"communicator has {self.world}; recompile it with --gpus-per-node {self.world}")
-                state = self._make_state(what)
+                state = self._by_id[uid] = self._make_state(what, uid)
             return state
         state = self._plans.get(what)
         if state is None:
@@ -636,7 +641,7 @@ class Communicator:
             self._plans[what] = state
         return state
 
-    def _make_state(self, plan: Plan) -> _PlanState:
+    def _make_state(self, plan: Plan, uid: str | None = None) -> _PlanState:
         prog = lower(plan)
         if any(plan.queues.kind[q] == "dma" and plan.queues.index[q] >= MAX_QUEUES for q in prog.copies):
             raise PlanError(f"plan {plan.plan_id} uses more than {MAX_QUEUES} DMA queues per GPU")
@@ -671,12 +676,12 @@ class Communicator:
             # the bounces and the helped copies run on my stream too
             paced += sum(b.nbytes * (2 if b.temp else 1) for b in bounce) + sum(c.nbytes for c in helped_copies)
         # the digest names the plan and who copies own blocks: ranks set up differently raise PlanError
-        digest = zlib.crc32(f"{plan.plan_id}/{self.local_copies}".encode())
-        state = _PlanState(plan, prog, digest, tuple(sorted(partners)),
+        uid = plan.plan_id if uid is None else uid  # this communicator's own plans: the compiler's id
+        digest = zlib.crc32(f"{uid}/{self.local_copies}".encode())
+        state = _PlanState(plan, uid, prog, digest, tuple(sorted(partners)),
                            (int(res_off[me]), int(res_bytes[me])), eager, paced,
                            int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
                            bounce, helper, helped, helped_copies, windows)
-        self._by_id[plan.plan_id] = state
         return state
 
     def _eager_layout(self, plan: Plan, prog: Program) -> _EagerLayout | None:
@@ -815,7 +820,7 @@ class Communicator:
     def _launch_key(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                     remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> tuple:
         """What a call's cached launch list depends on (the launch cache's key)."""
-        return (state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
+        return (state.uid, s, inp.ptr if inp else 0, out.ptr if out else 0,
                 tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), helped_in,
                 rate and (rate, self.pace_period_us))
 
@@ -888,7 +893,7 @@ class Communicator:
         """My pieces for each peer go to my slot in its staging, the peers' pieces for me are copied out of
         mine; no host waits."""
         e = state.eager
-        key = ("eager", state.plan.plan_id, s, inp.ptr if inp else 0, out.ptr if out else 0,
+        key = ("eager", state.uid, s, inp.ptr if inp else 0, out.ptr if out else 0,
                tuple(slots.items()), rate and (rate, self.pace_period_us))
         self._cached(key, lambda stream, r: self._eager_ops(e, inp, out, slots, stream, r), s, rate)
 
@@ -1288,7 +1293,7 @@ class Communicator:
         pace = rate and (rate, self.pace_period_us)
         # (pointers and sizes, not the buffers: hashing ints costs a third of hashing two dataclasses; a pointer
         # names its GPU, and a buffer on another GPU fails its first call's checks, so it is never kept)
-        key = (what.plan_id if isinstance(what, Plan) else what, s, pace, inp and inp.ptr, inp and inp.nbytes,
+        key = (self._state(what).uid if isinstance(what, Plan) else what, s, pace, inp and inp.ptr, inp and inp.nbytes,
                out and out.ptr, out and out.nbytes)
         known = self._window_calls.get(key, self)
         if known is self:  # first time: all the usual checks

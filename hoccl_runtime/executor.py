@@ -111,6 +111,7 @@ class _PlanInfo:
     resident_offset: tuple[int, ...]
     resident_bytes: tuple[int, ...]
     queue_kind: tuple[str, ...]
+    uid: str = ""  # the plan's content hash (hoccl_runtime._trust): what the caches key it by
 
 
 def _split(rank: int, value: Any) -> tuple[Any, Any]:
@@ -192,13 +193,16 @@ class Executor:
         return ev
 
     def _info(self, plan: Plan) -> _PlanInfo:
-        info = self._plans.get(plan.plan_id)
+        from ._trust import trusted
+
+        uid = trusted(plan)  # verified before its first run; known by its content, not the id it claims
+        info = self._plans.get(uid)
         if info is None:
             res_off, res_bytes = layout(plan.collective, plan.num_ranks).resident()
             info = _PlanInfo(lower(plan), tuple(plan.ranks.input_bytes), tuple(plan.ranks.output_bytes),
                              tuple(int(x) for x in res_off), tuple(int(x) for x in res_bytes),
-                             tuple(plan.queues.kind))
-            self._plans[plan.plan_id] = info
+                             tuple(plan.queues.kind), uid)
+            self._plans[uid] = info
         return info
 
     def _peer(self, a: int, b: int) -> None:
@@ -229,7 +233,7 @@ class Executor:
                 # A copy stream joins a CUDA graph capture only through an event from a capturing stream;
                 # flag waits would leave it outside the graph (run once, eagerly). Events order it here.
                 sync = "events"
-            key = (plan.plan_id, sync, user,
+            key = (info.uid, sync, user,
                    tuple((b.input.ptr if b.input else 0, b.output.ptr if b.output else 0, b.device) for b in ranks))
             _replay(self._launches.get(key, lambda: self._build(plan, info, ranks, user, sync)))
 

@@ -54,8 +54,8 @@ def lower(plan: Plan) -> Program:
         if not used <= _INTRA_ROLES:
             raise UnsupportedPlanError(
                 f"plan {plan.plan_id} stage {stage.index} has {sorted(used - _INTRA_ROLES)} transfers (inter-node "
-                "traffic); this runtime executes single-node plans so far: compile for one node "
-                "(--nodes 1) or wait for the network path")
+                "traffic), which a single-node executor cannot run: compile for one node (--nodes 1), or run it "
+                "one process per node with hoccl_runtime.netexec.GpuNodeExecutor")
         seen: dict[int, int] = {}
         for t in stage.chunks:
             k = seen.get(t, 0)

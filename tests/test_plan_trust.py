@@ -1,0 +1,78 @@
+"""The runtime never runs an unverified plan, and knows plans by their content, not the id they claim."""
+
+from __future__ import annotations
+
+import fake_cuda
+import numpy as np
+import pytest
+
+from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
+from hoccl_compiler.ir import CompileOptions
+from hoccl_runtime import _trust
+from hoccl_runtime.errors import PlanError
+from hoccl_runtime.interop import DeviceBuffer
+
+OPTS = CompileOptions(chunk_bytes=1 << 30, baselines=False)
+
+
+def _plan(kind="allgather", size=4096):
+    return compile_plan(make_topology("h200x2", nodes=1), CollectiveSpec(kind=kind, size_bytes=size), OPTS)
+
+
+def _moved(plan, by=1 << 30):
+    """The plan with one flow's destination offset moved by ``by`` bytes: well typed, loads, would write outside."""
+    offsets = list(plan.flows.dst_offset)
+    offsets[-1] += by
+    return plan.model_copy(update={"flows": plan.flows.model_copy(update={"dst_offset": offsets})})
+
+
+def _buffers(plan, seed):
+    ins = [np.random.default_rng(seed + r).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+           for r in range(2)]
+    outs = [np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8) for r in range(2)]
+    bufs = {r: (DeviceBuffer(ins[r].ctypes.data, ins[r].nbytes, r), DeviceBuffer(outs[r].ctypes.data, outs[r].nbytes, r))
+            for r in range(2)}
+    return ins, outs, bufs
+
+
+def test_a_tampered_plan_is_refused_before_any_copy(monkeypatch):
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.executor import Executor
+
+    bad = _moved(_plan())
+    ins, outs, bufs = _buffers(bad, 1)
+    copies = []
+    with Executor() as ex:
+        monkeypatch.setattr(ex, "_build", lambda *a, **k: copies.append(a) or [])
+        with pytest.raises(PlanError, match=r"fails verification, so the runtime will not run it .* recompile"):
+            ex.execute(bad, bufs, {0: 7, 1: 8})
+    assert not copies and all((o == 0xA5).all() for o in outs)
+
+
+def test_a_plan_claiming_another_plans_id_runs_its_own_copies(monkeypatch):
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.executor import Executor
+
+    first, second = _plan("allgather", 4096), _plan("alltoall", 4096)
+    spoof = second.model_copy(update={"plan_id": first.plan_id})  # valid, but not the plan that id names
+    with Executor() as ex:
+        for plan in (first, spoof):
+            ins, outs, bufs = _buffers(plan, 5)
+            ex.execute(plan, bufs, {0: 7, 1: 8})
+            want = replay(plan, ins).outputs
+            assert all(np.array_equal(outs[r], want[r]) for r in range(2)), plan.collective.kind
+
+
+def test_the_verdict_is_cached_by_content(monkeypatch):
+    import hoccl_compiler.verify as verify
+
+    calls = []
+    real = verify.verify_plan
+    monkeypatch.setattr(verify, "verify_plan", lambda p, **k: calls.append(p.plan_id) or real(p, **k))
+    plan = _plan("allgather", 8192)
+    same = plan.model_copy(deep=True)  # another object, the same content
+    assert _trust.trusted(plan) == _trust.trusted(same) == _trust.plan_uid(plan)
+    assert calls == [plan.plan_id]
+    with pytest.raises(PlanError, match="fails verification"):
+        _trust.trusted(_moved(plan, 8))  # one byte range changed: another content, verified again, refused
+    assert len(calls) == 2

@@ -30,8 +30,8 @@ def _buffers(plan, seed):
     ins = [np.random.default_rng(seed + r).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
            for r in range(2)]
     outs = [np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8) for r in range(2)]
-    bufs = {r: (DeviceBuffer(ins[r].ctypes.data, ins[r].nbytes, r), DeviceBuffer(outs[r].ctypes.data, outs[r].nbytes, r))
-            for r in range(2)}
+    bufs = {r: (DeviceBuffer(ins[r].ctypes.data, ins[r].nbytes, r),
+                DeviceBuffer(outs[r].ctypes.data, outs[r].nbytes, r)) for r in range(2)}
     return ins, outs, bufs
 
 

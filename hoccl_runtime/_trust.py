@@ -47,10 +47,10 @@ def trusted(plan: Any) -> str:
     if uid in _VERIFIED:
         _VERIFIED.move_to_end(uid)
         return uid
-    from hoccl_compiler.verify import verify_plan
+    from .plans import verify
 
     try:
-        verify_plan(plan)
+        verify(plan)
     except HocclError as exc:
         raise PlanError(f"plan {plan.plan_id} fails verification, so the runtime will not run it (it was changed "
                         f"after compiling, or is corrupt): {exc}; recompile it with hoccl-compile") from None

@@ -104,7 +104,6 @@ from typing import Any
 
 import numpy as np
 
-from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.schema import Plan
 
 from . import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
@@ -500,9 +499,9 @@ class Communicator:
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name=f"hoccl-watchdog-{rank}", daemon=True)
         self._watchdog.start()
-        from hoccl_compiler.topology import make_topology
+        from .plans import machine_topology
 
-        self.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=dma_queues)
+        self.topology = machine_topology(nodes=1, gpus_per_node=world, device=device, dma_queues=dma_queues)
 
     def _mailbox_state(self, rank: int, world: int) -> None:
         """The per-call bookkeeping of the mailbox, the eager path and the windows, empty (also what the CPU
@@ -510,7 +509,7 @@ class Communicator:
         self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
         self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
         # eager receives whose sender's size entry was not there yet: (peer, seq, ring word, digest, call)
-        self._unverified: list[tuple[int, int, int, int, CollectiveSpec]] = []
+        self._unverified: list[tuple[int, int, int, int, Any]] = []  # ..., CollectiveSpec
         self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = {}
         self._seq = [0] * world
@@ -596,17 +595,11 @@ class Communicator:
                 _cuda.copy_async(dst.ptr, src.ptr, dst.nbytes, as_stream(stream))
 
     @staticmethod
-    def _spec(key: tuple) -> CollectiveSpec:
-        kind = key[0]
-        if kind in ("allgather", "alltoall"):
-            return CollectiveSpec(kind=kind, size_bytes=key[1])
-        if kind == "broadcast":
-            return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2], in_place=True)
-        if kind in ("scatter", "gather"):
-            return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2])
-        if kind == "alltoallv":  # ("alltoallv", matrix as a tuple of rows): the network communicators' All-to-Allv
-            return CollectiveSpec(kind=kind, matrix=key[1])
-        return CollectiveSpec(kind="sendrecv", pairs=((key[1], key[2], key[3]),))
+    def _spec(key: tuple) -> Any:
+        """The CollectiveSpec of a call key (:func:`hoccl_runtime.plans.call_spec`)."""
+        from .plans import call_spec
+
+        return call_spec(key)
 
     def execute(self, plan: Plan, input: Any, output: Any, stream: Any = None, *,
                 rate_gbps: float | None = None, duration_s: float | None = None) -> None:
@@ -632,12 +625,10 @@ class Communicator:
             return state
         state = self._plans.get(what)
         if state is None:
-            from hoccl_compiler.ir import CompileOptions
-            from hoccl_compiler.pipeline import compile_plan
+            from .plans import compile_call
 
             # one chunk per transfer: intra-node copies need no pipelining, and fewer calls mean less host time
-            options = CompileOptions(chunk_bytes=1 << 40, baselines=False)
-            state = self._make_state(compile_plan(self.topology, self._spec(what), options))
+            state = self._make_state(compile_call(self.topology, what, 1 << 40))
             self._plans[what] = state
         return state
 
@@ -648,9 +639,9 @@ class Communicator:
         fl, me, w = plan.flows, self.rank, self.world
         partners = {d for s, d in zip(fl.src, fl.dst, strict=True) if s == me and d != me} | \
                    {s for s, d in zip(fl.src, fl.dst, strict=True) if d == me and s != me}
-        from hoccl_compiler.collective import layout
+        from .plans import resident
 
-        res_off, res_bytes = layout(plan.collective, w).resident()
+        res_off, res_bytes = resident(plan)
         eager = self._eager_layout(plan, prog)
         helper = helped = None
         windows = True
@@ -963,7 +954,7 @@ class Communicator:
                                         "(HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
             time.sleep(1e-3)
 
-    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: CollectiveSpec) -> bool:
+    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: Any) -> bool:
         """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:
         it can no longer be checked); raises PlanError if it names another size."""
         words = self._shared.words

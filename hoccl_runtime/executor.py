@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hoccl_compiler.collective import layout
 from hoccl_compiler.schema import Plan
 
 from . import _cuda  # no CUDA at import: its functions load cupy / cuda-bindings when first called
@@ -198,7 +197,9 @@ class Executor:
         uid = trusted(plan)  # verified before its first run; known by its content, not the id it claims
         info = self._plans.get(uid)
         if info is None:
-            res_off, res_bytes = layout(plan.collective, plan.num_ranks).resident()
+            from .plans import resident
+
+            res_off, res_bytes = resident(plan)
             info = _PlanInfo(lower(plan), tuple(plan.ranks.input_bytes), tuple(plan.ranks.output_bytes),
                              tuple(int(x) for x in res_off), tuple(int(x) for x in res_bytes),
                              tuple(plan.queues.kind), uid)

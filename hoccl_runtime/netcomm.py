@@ -122,13 +122,9 @@ def _compiled(cache: dict, topology: Any, key: tuple, chunk_bytes: int) -> Any:
     built only on a cache miss, off the per-call path)."""
     plan = cache.get(key)
     if plan is None:
-        from hoccl_compiler.ir import CompileOptions
-        from hoccl_compiler.pipeline import compile_plan
+        from .plans import compile_call
 
-        from .comm import Communicator
-
-        plan = cache[key] = compile_plan(topology, Communicator._spec(key), CompileOptions(
-            chunk_bytes=chunk_bytes, baselines=False))
+        plan = cache[key] = compile_call(topology, key, chunk_bytes)
     return plan
 
 
@@ -256,9 +252,9 @@ class _Calls:
         inp = as_buffer(input, "input") if input is not None and plan.ranks.input_bytes[r] else none
         out = as_buffer(output, "output") if output is not None and plan.ranks.output_bytes[r] else none
         if plan.collective.in_place and inp.nbytes:  # the rank's input is the resident part of its output
-            from hoccl_compiler.collective import layout
+            from .plans import resident
 
-            offset, nbytes = layout(plan.collective, self.world).resident()
+            offset, nbytes = resident(plan)
             inp = out.slice(int(offset[r]), int(nbytes[r]))
         s = as_stream(stream)
         if self._stream is None:
@@ -278,9 +274,8 @@ class NetCommunicator(_Calls):
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
                  chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None, ring_bytes: int = 256 << 20):
-        from hoccl_compiler.topology import make_topology
-
         from .flags import FlagPool
+        from .plans import machine_topology
         from .transport.tcp import TcpTransport
 
         if not 0 <= rank < world:
@@ -289,7 +284,7 @@ class NetCommunicator(_Calls):
             raise HocclError("a network communicator needs at least 2 ranks")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self.chunk_bytes, self.ring_bytes = chunk_bytes, ring_bytes
-        self.topology = make_topology("h200x2", nodes=world, gpus_per_node=1, forwarding="none")
+        self.topology = machine_topology(nodes=world, gpus_per_node=1, device=device, forwarding="none")
         self._store = store
         self._lock = threading.Lock()
         self._plans: dict[tuple, Any] = {}
@@ -427,8 +422,7 @@ class NodeNetCommunicator(_Calls):
     def __init__(self, rank: int, world: int, device: int, store: Any, *, gpus_per_node: int,
                  timeout_s: float = 60.0, chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None,
                  ring_bytes: int = 256 << 20):
-        from hoccl_compiler.topology import make_topology
-
+        from .plans import machine_topology
         from .transport.tcp import TcpTransport
 
         L = gpus_per_node
@@ -437,8 +431,8 @@ class NodeNetCommunicator(_Calls):
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self.L, self.node, self.local, self.nodes = L, rank // L, rank % L, world // L
         self.chunk_bytes, self.ring_bytes = chunk_bytes, ring_bytes
-        self.topology = make_topology("h200x2", nodes=self.nodes, gpus_per_node=L,
-                                      forwarding="symmetric" if L % 2 == 0 else "none")
+        self.topology = machine_topology(nodes=self.nodes, gpus_per_node=L, device=device,
+                                         forwarding="symmetric" if L % 2 == 0 else "none")
         self._plans: dict = {}
         self._stream = None
         self._lock = threading.Lock()
@@ -453,7 +447,7 @@ class NodeNetCommunicator(_Calls):
 
         self._intra: Any = Communicator(self.local, L, device, _Prefixed(store, f"intra{self.node}/"),
                                         timeout_s=timeout_s) if L > 1 else None
-        self._pair_topology = make_topology("h200x2", nodes=2, gpus_per_node=1, forwarding="none")
+        self._pair_topology = machine_topology(nodes=2, gpus_per_node=1, device=device, forwarding="none")
         self._pair_plans: dict = {}
         self._pair_exec: dict[int, Any] = {}          # peer -> its pair's executor (owns its transport)
         self._p2p_proxy: CallProxy | None = None

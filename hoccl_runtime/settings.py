@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import HocclError
 
-__all__ = ["SETTINGS", "env_int", "env_float", "env_flag", "env_choice"]
+__all__ = ["SETTINGS", "env_int", "env_float", "env_flag", "env_choice", "env_text"]
 
 # name -> (default, what it does); defaults as the code applies them
 SETTINGS: dict[str, tuple[str, str]] = {
@@ -34,6 +34,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                      "hoccl (copy engines, then one local kernel) or auto (nccl unless ranks share a GPU)"),
     "HOCCL_GPUS_PER_NODE": ("", "hoccl process groups: ranks per node (global rank // this), e.g. 1 to make each GPU "
                             "of one machine its own node over TCP (default: the host each rank runs on)"),
+    "HOCCL_TOPOLOGY": ("", "a topology file (JSON/YAML, hoccl_compiler.Topology's fields) with this machine's figures "
+                       "for the runtime's plans (default: from the GPU's name, hoccl_runtime.plans)"),
     "HOCCL_DEBUG": ("", "set to anything: the CLIs print the traceback of an unexpected error"),
 }
 
@@ -91,3 +93,8 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if text not in choices:
         raise HocclError(f"{name}={text!r}: give one of {', '.join(choices)} (default {default})")
     return text
+
+
+def env_text(name: str) -> str | None:
+    """A text setting (a path, an address) from the environment, or None when unset or empty."""
+    return _text(name)

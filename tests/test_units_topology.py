@@ -89,3 +89,52 @@ def test_topology_bad_json_and_missing_file(tmp_path):
 def test_unknown_preset():
     with pytest.raises(TopologyError, match="unknown topology preset"):
         make_topology("tpu-pod")
+
+
+def test_the_runtime_compiles_for_the_machine_not_a_preset(monkeypatch, tmp_path):
+    import warnings
+
+    from hoccl_runtime import plans
+
+    monkeypatch.delenv("HOCCL_TOPOLOGY", raising=False)
+    for name, nvlink in (("NVIDIA H200", 396.0), ("NVIDIA H100 80GB HBM3", 450.0), ("NVIDIA H800", 200.0)):
+        monkeypatch.setattr(plans, "_gpu_name", lambda device, name=name: name)
+        topo = plans.machine_topology(nodes=1, gpus_per_node=8, device=0, dma_queues=2)
+        assert (topo.nvlink_gbps, topo.gpus_per_node, topo.dma_queues, topo.name) == (nvlink, 8, 2, f"machine ({name})")
+    monkeypatch.setattr(plans, "_gpu_name", lambda device: "NVIDIA A100-SXM4-80GB")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        topo = plans.machine_topology(nodes=2, gpus_per_node=4, device=0)
+    assert topo.nvlink_gbps == 450.0 and any("HOCCL_TOPOLOGY" in str(w.message) for w in caught)
+    path = tmp_path / "machine.json"
+    path.write_text('{"name": "lab", "nodes": 1, "gpus_per_node": 2, "nvlink_gbps": 123, "nic_gbps": 7}')
+    monkeypatch.setenv("HOCCL_TOPOLOGY", str(path))
+    topo = plans.machine_topology(nodes=3, gpus_per_node=4, device=0, forwarding="none")
+    assert (topo.name, topo.nvlink_gbps, topo.nic_gbps, topo.nodes, topo.gpus_per_node, topo.forwarding) == \
+        ("lab", 123.0, 7.0, 3, 4, "none")
+    assert topo.peers == (1, 0, 3, 2)  # the file's peer map was for 2 GPUs: the default pairs for 4
+
+
+def test_the_runtime_reaches_the_compiler_only_through_plans_py():
+    """Beyond the plan schema and the error classes, runtime modules import the compiler in plans.py only (the
+    benchmark harness, bench.py, is exempt until it leaves the package)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "hoccl_runtime"
+    allowed = {"hoccl_compiler.schema", "hoccl_compiler.errors"}
+    found = {}
+    for path in root.rglob("*.py"):
+        if path.name in ("plans.py", "bench.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hoccl_compiler"):
+                if node.module not in allowed:
+                    found.setdefault(str(path.relative_to(root)), []).append(node.module)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("hoccl_compiler") and alias.name not in allowed:
+                        found.setdefault(str(path.relative_to(root)), []).append(alias.name)
+    assert not found, found
+    text = "\n".join(p.read_text() for p in root.rglob("*.py") if p.name != "bench.py")
+    assert 'make_topology("' not in text  # no preset chosen for the machine

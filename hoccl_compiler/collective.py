@@ -24,6 +24,7 @@ sendrecv    sum of the rank's sends, in list order  sum of its receives, in list
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,7 +181,17 @@ def _layout_from_matrix(mat: np.ndarray) -> Layout:
 
 
 def layout(spec: CollectiveSpec, G: int) -> Layout:
-    """The exact byte layout of ``spec`` on ``G`` ranks (see the module docstring)."""
+    """The exact byte layout of ``spec`` on ``G`` ranks (see the module docstring). Blocks of 0 bytes are left
+    out, so a collective of size 0 has no flows (an empty, valid plan)."""
+    lay = _layout(spec, G)
+    keep = lay.bytes > 0
+    if keep.all():
+        return lay
+    return dataclasses.replace(lay, src=lay.src[keep], dst=lay.dst[keep], bytes=lay.bytes[keep],
+                               src_offset=lay.src_offset[keep], dst_offset=lay.dst_offset[keep])
+
+
+def _layout(spec: CollectiveSpec, G: int) -> Layout:
     if spec.in_place and spec.kind not in IN_PLACE_KINDS:
         raise CollectiveError(f"{spec.kind} has no in-place form here; in-place is supported for "
                               f"{', '.join(IN_PLACE_KINDS)}")

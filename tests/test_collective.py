@@ -102,3 +102,17 @@ def test_matrix_and_pairs_files(tmp_path):
     (tmp_path / "p.json").write_text("[[0, 1]]")
     with pytest.raises(CollectiveError, match="must be"):
         load_pairs(tmp_path / "p.json")
+
+
+@pytest.mark.parametrize("kind,in_place", [("allgather", False), ("allgather", True), ("broadcast", False),
+                                           ("broadcast", True), ("scatter", False), ("gather", False),
+                                           ("gather", True), ("alltoall", False)])
+def test_size_zero_is_an_empty_valid_plan(kind, in_place):
+    from hoccl_compiler import compile_plan, make_topology
+    from hoccl_compiler.verify import verify_plan
+
+    spec = CollectiveSpec(kind=kind, size_bytes=0, root=1 if kind in ("broadcast", "scatter", "gather") else None,
+                          in_place=in_place)
+    plan = compile_plan(make_topology("dgx-h100", nodes=2), spec)
+    verify_plan(plan)
+    assert len(plan.flows.src) == 0 and not plan.stages and plan.report.baselines.naive_rounds == 0

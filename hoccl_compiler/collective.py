@@ -284,12 +284,34 @@ def _sendrecv_layout(spec: CollectiveSpec, G: int) -> Layout:
 
 # --- input files -------------------------------------------------------------------------------------
 
+def _load_npy(path: Path) -> np.ndarray:
+    """An .npy array, its header checked against the file's size before anything is allocated."""
+    import numpy.lib.format  # noqa: F401 - np.lib.format is a lazy submodule
+
+    with path.open("rb") as fh:
+        fmt = np.lib.format
+        version = fmt.read_magic(fh)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(fh)
+        if dtype.hasobject:
+            raise CollectiveError(f"matrix file {path} holds Python objects; save a numeric array")
+        count = 1
+        for n in shape:
+            count *= int(n)
+        need = count * dtype.itemsize
+        have = path.stat().st_size - fh.tell()
+    if need > have:
+        raise CollectiveError(f"matrix file {path}: its header claims shape {shape} of {dtype} ({need} bytes) but the "
+                              f"file holds {have} bytes after it: the file is truncated or corrupt")
+    return np.load(path, allow_pickle=False)
+
+
 def load_matrix(path: str | Path) -> tuple[tuple[int, ...], ...]:
     """A square byte matrix from .npy, .csv (comma-separated rows) or .json (list of rows)."""
     path = Path(path)
     try:
         if path.suffix == ".npy":
-            mat = np.load(path, allow_pickle=False)
+            mat = _load_npy(path)
         elif path.suffix == ".csv":
             with path.open(newline="") as fh:
                 mat = np.array([[float(x) for x in row if x.strip()] for row in csv.reader(fh) if row])

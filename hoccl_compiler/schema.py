@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Literal
 
@@ -211,24 +212,72 @@ def save_plan(plan: Plan, path: str | Path, *, indent: int | None | Literal["aut
     return path
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file (``.json`` or ``.json.gz``). Raises :class:`PlanError` with the reason."""
-    path = Path(path)
+DEFAULT_MAX_PLAN_BYTES = 2 << 30  # a 2048-GPU All-to-All plan is 731 MB of JSON
+
+
+def max_plan_bytes() -> int:
+    """The largest plan (JSON bytes, after decompression) :func:`load_plan` reads: ``HOCCL_MAX_PLAN_BYTES``, else
+    2 GiB."""
+    text = os.environ.get("HOCCL_MAX_PLAN_BYTES", "").strip()
+    if not text:
+        return DEFAULT_MAX_PLAN_BYTES
     try:
-        raw = path.read_bytes()
+        value = int(text, 0)
+    except ValueError:
+        raise PlanError(f"HOCCL_MAX_PLAN_BYTES={text!r} is not a byte count; unset it (default "
+                        f"{DEFAULT_MAX_PLAN_BYTES}) or give one") from None
+    if value <= 0:
+        raise PlanError(f"HOCCL_MAX_PLAN_BYTES={value} must be positive (default {DEFAULT_MAX_PLAN_BYTES})")
+    return value
+
+
+def _read_bounded(path: Path, cap: int) -> bytes:
+    """The file's bytes, gunzipped in bounded pieces where it is gzip: never more than ``cap`` in memory."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            if head != b"\x1f\x8b":
+                raw = fh.read(cap + 1)
+                if len(raw) > cap:
+                    raise PlanError(f"plan {path} is larger than {cap} bytes (HOCCL_MAX_PLAN_BYTES); raise the cap "
+                                    "if the plan is real")
+                return raw
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = bytearray()
+            while True:
+                piece = fh.read(1 << 20)
+                if not piece:
+                    break
+                out += d.decompress(piece, cap + 1 - len(out))
+                while d.unconsumed_tail and len(out) <= cap:
+                    out += d.decompress(d.unconsumed_tail, cap + 1 - len(out))
+                if len(out) > cap:
+                    raise PlanError(f"plan {path} decompresses to more than {cap} bytes (HOCCL_MAX_PLAN_BYTES); "
+                                    "raise the cap if the plan is real")
+            if not d.eof:
+                raise PlanError(f"plan {path} is a truncated gzip file; recompile it with hoccl-compile")
+            return bytes(out)
     except OSError as exc:
-        raise PlanError(f"cannot read plan {str(path)!r}: {exc.strerror}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise PlanError(f"plan {path} is a damaged gzip file ({exc}); recompile it with hoccl-compile") from None
+        raise PlanError(f"cannot read plan {str(path)!r}: {exc.strerror or exc}") from None
+    except zlib.error as exc:
+        raise PlanError(f"plan {path} is a damaged gzip file ({exc}); recompile it with hoccl-compile") from None
+
+
+def load_plan(path: str | Path, *, max_bytes: int | None = None) -> Plan:
+    """Read and validate a plan file (``.json`` or ``.json.gz``). Raises :class:`PlanError` with the reason. A
+    file (decompressed) larger than ``max_bytes`` (default :func:`max_plan_bytes`) is refused before it is
+    read whole."""
+    path = Path(path)
+    raw = _read_bounded(path, max_plan_bytes() if max_bytes is None else max_bytes)
     return plan_from_json(raw, source=str(path))
 
 
 def plan_from_json(raw: bytes | str, source: str = "<plan>") -> Plan:
     try:
         head = json.loads(raw)
+    except RecursionError:
+        raise PlanError(f"plan {source} nests too deeply to be a HOCCL plan") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PlanError(f"plan {source} is not valid JSON ({exc}); it may be truncated or corrupt: "
                         "recompile it with hoccl-compile") from None

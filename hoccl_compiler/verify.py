@@ -63,6 +63,15 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     """Raise :class:`PlanError` unless ``plan`` is a correct schedule of its collective."""
     topo = plan.topology
     G = topo.num_gpus
+    # 0. sizes the file must carry for its GPU count, checked before anything G x G is allocated -------------
+    if len(plan.origin_matrix) != G or any(len(row) != G for row in plan.origin_matrix) or \
+            len(plan.ranks.input_bytes) != G or len(plan.ranks.output_bytes) != G:
+        raise PlanError(f"plan {plan.plan_id} claims {G} GPUs ({topo.nodes} x {topo.gpus_per_node}) but its origin "
+                        f"matrix is {len(plan.origin_matrix)} rows and its rank table {len(plan.ranks.input_bytes)} "
+                        "entries: the plan is corrupt; recompile it")
+    if plan.collective.matrix is not None and len(plan.collective.matrix) != G:
+        raise PlanError(f"plan {plan.plan_id}: its collective's matrix is {len(plan.collective.matrix)} rows for {G} "
+                        "GPUs: the plan is corrupt; recompile it")
     # 1. flows == layout of the collective; outputs tiled exactly once -----------------------------
     lay = layout(plan.collective, G)
     flows = {k: np.asarray(getattr(plan.flows, k), dtype=np.int64)

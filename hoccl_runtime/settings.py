@@ -36,6 +36,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                             "of one machine its own node over TCP (default: the host each rank runs on)"),
     "HOCCL_TOPOLOGY": ("", "a topology file (JSON/YAML, hoccl_compiler.Topology's fields) with this machine's figures "
                        "for the runtime's plans (default: from the GPU's name, hoccl_runtime.plans)"),
+    "HOCCL_MAX_PLAN_BYTES": ("2147483648", "the largest plan file load_plan reads, in bytes after decompression (a "
+                             "guard against decompression bombs)"),
     "HOCCL_DEBUG": ("", "set to anything: the CLIs print the traceback of an unexpected error"),
 }
 

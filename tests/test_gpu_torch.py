@@ -60,8 +60,12 @@ def two_nodes_of_two(tmp_path_factory):
 # On the 1-GPU machine (2026-12-01, device run 8) AllGather, All-to-All (with and without splits) and the rooted
 # calls passed over both network communicators; the first reductions gave wrong results (all_reduce SUM over TCP,
 # reduce_scatter PREMUL_SUM with 2 nodes of 2, after SUM and AVG had passed) and every later call then stalled.
-# The same all_reduce over the real NetCommunicator with CUDA faked passes on the CPU, so it looks like an ordering
-# race of the GPU path; not yet found. Those checks are expected to fail until it is.
+# The same all_reduce over the real NetCommunicator with CUDA faked passes on the CPU. Device runs 10-11: the first
+# unsynchronized all_reduce over TCP was wrong in every element (its input, made by a kernel on the group's stream
+# just before the call, looks stale to the proxy's copies) and the next call's proxy raised; with
+# torch.cuda.synchronize() after (or before) each network call, 3 x 4 rounds of reduce_scatter, all_reduce and
+# All-to-All were right, and 4 unsynchronized rounds after them too. An ordering race of the GPU network path, not
+# yet found. Those checks are expected to fail until it is.
 _NET_BUG = "network path under the backend: wrong reductions on the GPU, then stalls (device run 8; not yet found)"
 CHECKS_NET = ["all_gather", "all_to_all", "rooted",
               *(pytest.param(c, marks=pytest.mark.xfail(reason=_NET_BUG, strict=False))

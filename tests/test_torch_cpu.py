@@ -332,3 +332,38 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     stages = [train_pipeline.stage_module(model, s, 2) for s in range(2)]
     assert torch.allclose(stages[1](stages[0](x)), model(x))  # the stages compose to the model
     assert c.flops_per_token() > 6 * c.params
+
+
+def test_reductions_go_to_the_nccl_group_when_asked():
+    """reduce='nccl': every reduction is handed to the NCCL backend made from the same store, unchanged."""
+    from torch_fakes import CpuGroup, Fabric, FakeComm
+
+    calls = []
+
+    class FakeNccl:
+        def allreduce(self, tensors, opts):
+            calls.append(("allreduce", tensors[0].shape, opts.reduceOp))
+            return "nccl-work"
+
+        def _reduce_scatter_base(self, out, inp, opts):
+            calls.append(("reduce_scatter_tensor", out.shape, opts.reduceOp))
+            return "nccl-work"
+
+        def reduce_scatter(self, outs, ins, opts):
+            calls.append(("reduce_scatter", outs[0].shape, opts.reduceOp))
+            return "nccl-work"
+
+        def reduce(self, tensors, opts):
+            calls.append(("reduce", tensors[0].shape, opts.rootRank))
+            return "nccl-work"
+
+    g = CpuGroup(FakeComm(Fabric(2), 0), 0, 2, reduce="nccl", nccl=FakeNccl())
+    t = torch.ones(4)
+    assert g.allreduce([t], _opts(dist.AllreduceOptions, reduceOp=dist.ReduceOp.AVG)) == "nccl-work"
+    assert g._reduce_scatter_base(torch.empty(2), torch.ones(4), _opts(dist.ReduceScatterOptions)) == "nccl-work"
+    assert g.reduce_scatter([torch.empty(2)], [[torch.ones(2), torch.ones(2)]], _opts(dist.ReduceScatterOptions)) \
+        == "nccl-work"
+    assert g.reduce([t], _opts(dist.ReduceOptions, rootRank=1)) == "nccl-work"
+    assert [c[0] for c in calls] == ["allreduce", "reduce_scatter_tensor", "reduce_scatter", "reduce"]
+    assert calls[0][2] == dist.ReduceOp.AVG and calls[3][2] == 1
+    assert torch.equal(t, torch.ones(4))  # HOCCL moved nothing itself

@@ -41,6 +41,17 @@ from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 __all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy"]
 
 
+def job_secret(store: Any, rank: int) -> bytes:
+    """The job's secret for the TCP handshake (hoccl_runtime.transport.tcp): made by rank 0 at bootstrap, shared
+    through the communicator's store; every connection of the job proves it holds it."""
+    import os
+
+    if rank == 0:
+        store.set("tcp-secret", os.urandom(32))
+    secret = store.get("tcp-secret")
+    return bytes(secret)
+
+
 def _local_address() -> str:
     """The address other nodes reach this one at: HOCCL_SOCKET_ADDR if set, else the address of the
     interface that routes to MASTER_ADDR (torchrun's), else loopback (every "node" on this machine)."""
@@ -296,8 +307,9 @@ class NetCommunicator(_Calls):
         with cupy.cuda.Device(device):
             self._flags = FlagPool(2)
         self._start, self._done = self._flags.allocate(), self._flags.allocate()
+        self._secret = job_secret(store, rank)
         self.transport = TcpTransport(host=host or _local_address(), lanes=lanes, session=f"hoccl-net-{world}",
-                                      name=f"node{rank}")
+                                      name=f"node{rank}", secret=self._secret)
         store.set(f"net-addr{rank}", self.transport.listen())
         self._addresses = {r: store.get(f"net-addr{r}").decode() for r in range(world)}
         self._proxy = CallProxy(self._work, lambda: self._start.read() == 1, lambda: self._start.write(0),
@@ -455,9 +467,11 @@ class NodeNetCommunicator(_Calls):
         self._opened: OrderedDict[bytes, int] = OrderedDict()  # least recently used first
         self._own: dict[int, tuple] = {}   # seq -> the leader's own buffers
         self._proxy: CallProxy | None = None
+        self._secret = job_secret(store, rank)
         if self.local == 0:
             self.transport = TcpTransport(host=host or _local_address(), lanes=lanes,
-                                          session=f"hoccl-node-net-{world}-{L}", name=f"node{self.node}")
+                                          session=f"hoccl-node-net-{world}-{L}", name=f"node{self.node}",
+                                          secret=self._secret)
             store.set(f"leader-addr{self.node}", self.transport.listen())
             self._addresses = {n: store.get(f"leader-addr{n}").decode() for n in range(self.nodes)}
             i32, sh = self._shared.i32, self._shared
@@ -531,7 +545,7 @@ class NodeNetCommunicator(_Calls):
             me = 0 if self.rank < peer else 1
             lo, hi = sorted((self.rank, peer))
             transport = TcpTransport(host=self._host or _local_address(), lanes=self._lanes,
-                                     session=f"hoccl-p2p-{lo}-{hi}", name=f"node{me}")
+                                     session=f"hoccl-p2p-{lo}-{hi}", name=f"node{me}", secret=self._secret)
             self._store.set(f"p2p-{lo}-{hi}-{self.rank}", transport.listen())
             addresses = {0: self._store.get(f"p2p-{lo}-{hi}-{lo}").decode(),
                          1: self._store.get(f"p2p-{lo}-{hi}-{hi}").decode()}

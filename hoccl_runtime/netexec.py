@@ -118,13 +118,15 @@ class HostNodeExecutor:
 
     @staticmethod
     def make_transport(plan: Plan, node: int, kind: str = "tcp", **kwargs) -> Transport:
-        """A transport for ``node`` (``kind`` "tcp" or "verbs"): the plan id as session (a node with
-        another plan is refused at the first exchange) and the node's name, by which the accepting node
-        knows who connected."""
+        """A transport for ``node`` (``kind`` "tcp" or "verbs"): a hash of the plan's content as session (a node
+        with another plan, or another schedule under the same claimed id, is refused at the first exchange) and
+        the node's name, by which the accepting node knows who connected. Give TCP ``secret=`` (the job's, shared
+        through the store) so that peers prove they belong to the job; without it nobody is authenticated."""
         if kind == "tcp":
+            from ._trust import plan_uid
             from .transport.tcp import TcpTransport
 
-            return TcpTransport(session=plan.plan_id, name=f"node{node}", **kwargs)
+            return TcpTransport(session=plan_uid(plan)[7:39], name=f"node{node}", **kwargs)
         if kind == "verbs":
             from .transport.verbs import VerbsTransport
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hoccl_runtime.errors import HocclTimeoutError, TransportError
 from hoccl_runtime.transport import TcpTransport
-from hoccl_runtime.transport.tcp import HEADER, HELLO, MAGIC, VERSION
+from hoccl_runtime.transport.tcp import CHALLENGE, HEADER, HELLO, MAGIC, VERSION
 
 
 def pair(lanes=4, session="s", **settings):
@@ -185,8 +185,7 @@ def test_corrupt_frame_is_detected():
     t.start()
     host, port = address.split(":")
     raw = socket.create_connection((host, int(port)), timeout=10)
-    raw.sendall(HELLO.pack(MAGIC, VERSION, 0, 1, b"12345678", b"s".ljust(32, b"\0"), b"raw".ljust(16, b"\0")))
-    assert raw.recv(1) == b"\1"
+    assert raw_handshake(raw, b"s") == 1
     t.join(10)
     head = HEADER.pack(MAGIC, VERSION, 0, 0, 0, 0, 1, 0, 0, 4, 0, 0, 4)
     raw.sendall(head + struct.pack("<I", zlib.crc32(head) ^ 1))  # a bit flipped
@@ -196,6 +195,26 @@ def test_corrupt_frame_is_detected():
     rx.close()
 
 
+def raw_handshake(sock, session: bytes, key: bytes = b"", lane: int = 0, lanes: int = 1, name: bytes = b"raw",
+                  magic: bytes = MAGIC) -> int:
+    """A hand-made peer's side of the handshake; the acceptor's final status (0 refused, 1 accepted)."""
+    import hashlib
+    import hmac
+
+    hello = HELLO.pack(magic, VERSION, lane, lanes, b"12345678", session.ljust(32, b"\0"), name.ljust(16, b"\0"),
+                       b"n" * 16)
+    sock.sendall(hello)
+    status = sock.recv(1)
+    if status != b"\1":
+        return 0
+    rest = b""
+    while len(rest) < CHALLENGE.size - 1:
+        rest += sock.recv(CHALLENGE.size - 1 - len(rest))
+    nonce_a = rest[:16]
+    sock.sendall(hmac.new(key, b"connector" + hello + nonce_a, hashlib.sha256).digest())
+    return sock.recv(1)[0]
+
+
 def test_session_mismatch_refused_on_both_sides():
     rx = TcpTransport(lanes=1, session="plan-a")
     address = rx.listen()
@@ -203,8 +222,8 @@ def test_session_mismatch_refused_on_both_sides():
 
     def accept():
         try:
-            rx.accept(timeout_s=10)
-        except TransportError as exc:
+            rx.accept(timeout_s=2)
+        except (TransportError, HocclTimeoutError) as exc:  # the wrong peer is dropped; the wait times out naming it
             errors["rx"] = str(exc)
 
     t = threading.Thread(target=accept)
@@ -307,3 +326,70 @@ def test_any_writes_land_whole_whatever_the_lanes_hold(writes, min_part, lanes):
     finally:
         tx.close()
         rx.close()
+
+
+def _accepting(rx, timeout_s=10):
+    box = {}
+
+    def run():
+        try:
+            box["conn"] = rx.accept(timeout_s=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            box["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, box
+
+
+def test_stray_connections_are_dropped_and_the_real_peer_gets_in():
+    """A wrong-session hello, an HTTP request, a silent socket and a hello naming lane 7 of 2 come first; the
+    acceptor drops each and the real peer (with the job's secret) connects."""
+    import hoccl_runtime.transport.tcp as tcp
+
+    secret = b"k" * 32
+    rx = TcpTransport(lanes=2, session="job", secret=secret)
+    address = rx.listen()
+    host, port = address.split(":")
+    t, box = _accepting(rx)
+    old = tcp.HELLO_TIMEOUT_S
+    tcp.HELLO_TIMEOUT_S = 0.5  # the silent one is dropped after this long
+    try:
+        strays = []
+        for send in (lambda c: raw_handshake(c, b"other", secret, lanes=2),
+                     lambda c: c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b" " * 100),
+                     lambda c: None,
+                     lambda c: raw_handshake(c, b"job", secret, lane=7, lanes=2)):
+            c = socket.create_connection((host, int(port)), timeout=10)
+            send(c)
+            strays.append(c)
+        tx = TcpTransport(lanes=2, session="job", secret=secret, name="node1")
+        tx.connect(address, timeout_s=10)
+        t.join(10)
+        assert "conn" in box, box
+        assert box["conn"].peer_name == "node1"
+        reasons = " | ".join(rx.refused)
+        assert "session mismatch" in reasons and "lane 7 of 2" in reasons and "no valid hello" in reasons
+    finally:
+        tcp.HELLO_TIMEOUT_S = old
+        for c in strays:
+            c.close()
+        rx.close()
+        tx.close()
+
+
+def test_peers_prove_they_hold_the_secret():
+    rx = TcpTransport(lanes=1, session="job", secret=b"a" * 32)
+    address = rx.listen()
+    t, box = _accepting(rx, timeout_s=2)
+    with pytest.raises(TransportError, match="failed authentication: it does not hold this job's secret"):
+        TcpTransport(lanes=1, session="job", secret=b"b" * 32).connect(address, timeout_s=5)
+    # a process with only the plan (the session) and no secret: refused by the acceptor's check of its code
+    host, port = address.split(":")
+    c = socket.create_connection((host, int(port)), timeout=5)
+    assert raw_handshake(c, b"job", b"") == 0
+    c.close()
+    t.join(10)
+    assert isinstance(box.get("error"), HocclTimeoutError)
+    assert "failed authentication" in str(box["error"])
+    rx.close()

@@ -17,15 +17,27 @@ sender and one receiver thread per lane block in the kernel (the GIL is free whi
 caller's ``poll`` waits on a queue. A peer that dies shows up as EOF or a reset, reported by
 ``poll`` as :class:`TransportError` naming the peer.
 
-Connection setup: the connecting side opens every lane and sends a hello with a random connection
-id, its lane index, the session id (e.g. the plan id) and its name (``peer_name`` on the other
-side); the acceptor groups lanes by connection id and answers each hello with OK or a refusal
-(session mismatch), so both sides fail clearly.
+Connection setup, per lane, a challenge-response over both sides' nonces with the job's secret (``secret=``,
+made at bootstrap and shared through the store by the communicators)::
+
+    connector -> acceptor   hello: magic, version, lane, lanes, connection id, session, name, nonce_c
+    acceptor  -> connector  1, nonce_a, HMAC(secret, "acceptor" | hello | nonce_a)    (0: refused, then closed)
+    connector -> acceptor   HMAC(secret, "connector" | hello | nonce_a)
+    acceptor  -> connector  1                                                          (0: failed the check)
+
+Each side proves it holds the secret before a byte of data moves, and the hello (its name, lane and session)
+is covered by both codes, so a name cannot be claimed. Without a secret the same exchange runs with an empty
+key: it then authenticates nobody (threat model: docs/architecture.md, "Transports"). The acceptor groups lanes
+by connection id. A connection that fails any check (another session, not a HOCCL peer, a lane outside the
+count, a wrong code, silence past ``HELLO_TIMEOUT_S``) is answered 0 where it can be, dropped, and the acceptor
+keeps waiting for its real peer; if none comes, its timeout names the last refusal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import queue
 import socket
@@ -43,9 +55,11 @@ from .base import Completion, Connection, Region, Transport, open_listener
 __all__ = ["TcpTransport", "TcpConnection", "HEADER"]
 
 MAGIC = b"HOCL"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<4sHHQQHHIQQIQQ")        # + crc32 appended as "<I"
-HELLO = struct.Struct("<4sHHH8s32s16s")           # magic, version, lane, lanes, connection id, session, name
+HELLO = struct.Struct("<4sHHH8s32s16s16s")        # magic, version, lane, lanes, connection id, session, name, nonce
+CHALLENGE = struct.Struct("<B16s32s")             # status, the acceptor's nonce, its code
+HELLO_TIMEOUT_S = 5.0                             # how long the acceptor waits for one connection's handshake
 MIN_PART = 1 << 20                                # default: do not split writes into parts smaller than this
 
 
@@ -264,7 +278,8 @@ class TcpTransport(Transport):
     name = "tcp"
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = "",
-                 name: str = "", min_part: int | None = None, socket_buffer: int | None = None):
+                 name: str = "", min_part: int | None = None, socket_buffer: int | None = None,
+                 secret: bytes | None = None):
         if lanes < 1 or lanes > 64:
             raise TransportError(f"lanes={lanes}: use 1..64 connections per peer")
         # idle lanes share a write in parts of at least min_part bytes (HOCCL_TCP_MIN_PART);
@@ -274,6 +289,8 @@ class TcpTransport(Transport):
         self.host, self.port, self.lanes = host, port, lanes
         self.session = session.encode()[:32].ljust(32, b"\0")
         self.name = name.encode()[:16].ljust(16, b"\0")  # sent in the hello: the acceptor's peer_name
+        self._key = bytes(secret or b"")  # the job's secret (empty: peers are not authenticated)
+        self.refused: list[str] = []  # why connections were dropped by accept (newest last)
         self._regions: dict[int, Region] = {}
         self._listener: socket.socket | None = None
         self._pending: dict[bytes, dict[int, socket.socket]] = {}
@@ -316,16 +333,27 @@ class TcpTransport(Transport):
                                          "listening there?)") from None
                 sockets.append(sock)
                 _tune(sock, self.socket_buffer)
-                sock.sendall(HELLO.pack(MAGIC, VERSION, lane, self.lanes, conn_id, self.session, self.name))
-                reply = bytearray(1)
+                hello = HELLO.pack(MAGIC, VERSION, lane, self.lanes, conn_id, self.session, self.name,
+                                   os.urandom(16))
+                sock.sendall(hello)
                 sock.settimeout(max(0.01, deadline - time.monotonic()))
                 try:
-                    ok = _recv_exact(sock, memoryview(reply))
+                    reply = _recv_struct(sock, CHALLENGE, first_byte_only_on_refusal=True)
+                    if reply is None or reply[0] != 1:
+                        raise TransportError(f"{address} refused the connection: session mismatch (another plan or "
+                                             "communicator on the two sides), or another lane count or protocol "
+                                             "version")
+                    _, nonce_a, code = reply
+                    if not hmac.compare_digest(code, self._code(b"acceptor", hello, nonce_a)):
+                        raise TransportError(f"{address} failed authentication: it does not hold this job's secret "
+                                             "(a stray or hostile process, or another job)")
+                    sock.sendall(self._code(b"connector", hello, nonce_a))
+                    final = bytearray(1)
+                    if not _recv_exact(sock, memoryview(final)) or final[0] != 1:
+                        raise TransportError(f"{address} refused this side's authentication: the two sides hold "
+                                             "different secrets (different jobs?)")
                 except TimeoutError:
                     raise HocclTimeoutError(f"{address} did not answer the hello within {timeout_s:g} s") from None
-                if not ok or reply[0] != 1:
-                    raise TransportError(f"{address} refused the connection (session mismatch: different plan or "
-                                         "communicator on the two sides?)")
                 sock.settimeout(None)
         except BaseException:
             for s in sockets:
@@ -335,7 +363,12 @@ class TcpTransport(Transport):
         self._connections.append(conn)
         return conn
 
+    def _code(self, side: bytes, hello: bytes, nonce_a: bytes) -> bytes:
+        return hmac.new(self._key, side + hello + nonce_a, hashlib.sha256).digest()
+
     def accept(self, timeout_s: float = 30.0) -> TcpConnection:
+        """The next whole connection (every lane authenticated). A connection that fails a check is dropped and
+        the wait goes on (see the module docstring); the timeout names the last refusal."""
         if self._listener is None:
             self.listen()
         assert self._listener is not None
@@ -343,31 +376,27 @@ class TcpTransport(Transport):
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise HocclTimeoutError(f"no peer connected to {self.host}:{self.port} within {timeout_s:g} s")
+                last = f" (refused {len(self.refused)} connection(s); the last: {self.refused[-1]})" \
+                    if self.refused else ""
+                raise HocclTimeoutError(f"no peer connected to {self.host}:{self.port} within {timeout_s:g} s{last}")
             self._listener.settimeout(left)
             try:
                 sock, addr = self._listener.accept()
             except TimeoutError:
                 continue
             _tune(sock, self.socket_buffer)
-            hello = bytearray(HELLO.size)
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            sock.settimeout(max(0.01, min(HELLO_TIMEOUT_S, deadline - time.monotonic())))
             try:
-                if not _recv_exact(sock, memoryview(hello)):
+                got = self._handshake(sock)
+            except (OSError, TransportError) as exc:  # a silent, short or broken connection
+                got = f"no valid hello ({type(exc).__name__}: {exc})"
+            if isinstance(got, str):
+                self.refused.append(f"{addr[0]}:{addr[1]}: {got}")
+                del self.refused[:-16]
+                with contextlib.suppress(OSError):
                     sock.close()
-                    continue
-            except (OSError, TransportError):
-                sock.close()
                 continue
-            magic, version, lane, lanes, conn_id, session, name = HELLO.unpack(hello)
-            if magic != MAGIC or version != VERSION or lanes != self.lanes or session != self.session:
-                sock.sendall(b"\0")
-                sock.close()
-                why = ("not a HOCCL peer" if magic != MAGIC else
-                       f"peer uses {lanes} lanes, this side {self.lanes}" if lanes != self.lanes else
-                       "session mismatch (different plan or communicator on the two sides)")
-                raise TransportError(f"refused a connection from {addr[0]}:{addr[1]}: {why}")
-            sock.sendall(b"\1")
+            lane, lanes, conn_id, name = got
             sock.settimeout(None)
             group = self._pending.setdefault(conn_id, {})
             group[lane] = sock
@@ -377,6 +406,34 @@ class TcpTransport(Transport):
                                      name.rstrip(b"\0").decode(errors="replace"))
                 self._connections.append(conn)
                 return conn
+
+    def _handshake(self, sock: socket.socket) -> tuple | str:
+        """The acceptor's side of one lane's handshake: (lane, lanes, connection id, name), or why it failed."""
+        raw = bytearray(HELLO.size)
+        if not _recv_exact(sock, memoryview(raw)):
+            return "closed before its hello"
+        hello = bytes(raw)
+        magic, version, lane, lanes, conn_id, session, name, _ = HELLO.unpack(hello)
+        why = ("not a HOCCL peer" if magic != MAGIC else
+               f"protocol version {version}, this side {VERSION}" if version != VERSION else
+               f"peer uses {lanes} lanes, this side {self.lanes}" if lanes != self.lanes else
+               f"lane {lane} of {lanes}" if lane >= lanes else
+               "session mismatch (different plan or communicator on the two sides)" if session != self.session else
+               None)
+        if why is not None:
+            with contextlib.suppress(OSError):
+                sock.sendall(CHALLENGE.pack(0, b"\0" * 16, b"\0" * 32))
+            return why
+        nonce_a = os.urandom(16)
+        sock.sendall(CHALLENGE.pack(1, nonce_a, self._code(b"acceptor", hello, nonce_a)))
+        code = bytearray(32)
+        if not _recv_exact(sock, memoryview(code)) or \
+                not hmac.compare_digest(bytes(code), self._code(b"connector", hello, nonce_a)):
+            with contextlib.suppress(OSError):
+                sock.sendall(b"\0")
+            return "failed authentication (it does not hold this job's secret)"
+        sock.sendall(b"\1")
+        return lane, lanes, conn_id, name
 
     def close(self) -> None:
         for conn in self._connections:
@@ -389,6 +446,19 @@ class TcpTransport(Transport):
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+
+
+def _recv_struct(sock: socket.socket, layout: struct.Struct, first_byte_only_on_refusal: bool = False) -> tuple | None:
+    """One ``layout`` from ``sock``; None on EOF. A refusal may be a lone 0 byte then EOF (older peers)."""
+    buf = bytearray(layout.size)
+    view = memoryview(buf)
+    if not _recv_exact(sock, view[:1]):
+        return None
+    if first_byte_only_on_refusal and buf[0] != 1:
+        return (buf[0], b"", b"")
+    if not _recv_exact(sock, view[1:]):
+        return None
+    return layout.unpack(buf)
 
 
 def _setting(value: int | None, env: str, default: int, least: int) -> int:

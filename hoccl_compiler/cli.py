@@ -7,6 +7,7 @@ Set ``HOCCL_DEBUG=1`` to see tracebacks of internal errors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ def _run(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except (HocclError, ValueError, OSError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -49,6 +50,19 @@ def _run(prog: str, body: Callable[[], int]) -> int:
               "this is a bug in HOCCL; rerun with HOCCL_DEBUG=1 for a traceback and please report it",
               file=sys.stderr)
         return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line: a pydantic ValidationError as "field: what" pairs, anything else with its newlines
+    folded."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']} (got {e.get('input')!r})"
+                 for e in exc.errors()[:3]]
+        more = f"; and {exc.error_count() - 3} more" if exc.error_count() > 3 else ""
+        return "; ".join(parts) + more
+    return " ".join(str(exc).split())
 
 
 def _add_topology_args(p: argparse.ArgumentParser, default: str | None) -> None:
@@ -196,10 +210,20 @@ def _default_name(kind: str, topo, size: int | None, root: int | None) -> str:
 
 
 def _write_json(path: Path, data: object) -> None:
+    """Atomically, through a temporary file of a random name made exclusively (mkstemp: a name planted in
+    advance, a symlink say, is never followed), removed again if anything fails (a full disk)."""
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(data, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # --- hoccl-inspect ----------------------------------------------------------------------------------

@@ -75,8 +75,8 @@ class CollectiveSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: CollectiveKind
-    size_bytes: int | None = Field(default=None, ge=0)
-    root: int | None = Field(default=None, ge=0)
+    size_bytes: int | None = Field(default=None, ge=0, le=1 << 60, strict=True)
+    root: int | None = Field(default=None, ge=0, strict=True)
     matrix: tuple[tuple[int, ...], ...] | None = None
     pairs: tuple[tuple[int, int, int], ...] | None = None
     in_place: bool = False
@@ -319,13 +319,30 @@ def load_matrix(path: str | Path) -> tuple[tuple[int, ...], ...]:
             mat = np.array(json.loads(path.read_text()), dtype=float)
         else:
             raise CollectiveError(f"matrix file {path} must end in .npy, .csv or .json")
-    except (OSError, ValueError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError, json.JSONDecodeError) as exc:
         raise CollectiveError(f"cannot read matrix file {path}: {exc}") from None
+    if mat.dtype.kind not in "iuf":  # complex, bool, strings
+        raise CollectiveError(f"matrix file {path} holds {mat.dtype} entries; give whole byte counts (integers)")
     if mat.ndim != 2 or mat.shape[0] != mat.shape[1]:
         raise CollectiveError(f"matrix file {path} holds shape {mat.shape}; it must be a square G x G matrix")
     if not np.all(np.isfinite(mat)) or np.any(mat != np.round(mat)):
         raise CollectiveError(f"matrix file {path} has entries that are not whole byte counts")
+    if mat.size and np.abs(mat).max() > 1 << 60:
+        raise CollectiveError(f"matrix file {path} has an entry of {np.abs(mat).max():.3g} bytes, over 1 EiB; give "
+                              "real byte counts")
     return tuple(tuple(int(x) for x in row) for row in mat)
+
+
+def _whole(value: object, path: Path, what: str) -> int:
+    """A rank from a pairs file: a whole number (not a boolean, not 1.5)."""
+    if isinstance(value, bool):
+        raise CollectiveError(f"pairs file {path}: {what} {value!r} is a boolean; give a rank number")
+    if isinstance(value, float) and not value.is_integer():
+        raise CollectiveError(f"pairs file {path}: {what} {value!r} is not a whole rank number")
+    try:
+        return int(str(value).strip()) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        raise CollectiveError(f"pairs file {path}: {what} {value!r} is not a rank number") from None
 
 
 def load_pairs(path: str | Path) -> tuple[tuple[int, int, int], ...]:
@@ -342,10 +359,17 @@ def load_pairs(path: str | Path) -> tuple[tuple[int, int, int], ...]:
         else:
             raise CollectiveError(f"pairs file {path} must end in .json or .csv")
         pairs = []
+        if not isinstance(rows, list):
+            raise CollectiveError(f"pairs file {path} must hold a list of [src, dst, bytes] rows")
         for row in rows:
-            if len(row) != 3:
+            if not isinstance(row, (list, tuple)) or len(row) != 3:
                 raise CollectiveError(f"pairs file {path}: row {row!r} must be [src, dst, bytes]")
-            pairs.append((int(row[0]), int(row[1]), parse_size(str(row[2]).strip())))
-    except (OSError, ValueError, json.JSONDecodeError) as exc:
+            pairs.append((_whole(row[0], path, "src"), _whole(row[1], path, "dst"),
+                          parse_size(str(row[2]).strip())))
+        if not pairs:
+            raise CollectiveError(f"pairs file {path} has no pairs; give at least one [src, dst, bytes] row")
+    except CollectiveError:
+        raise
+    except (OSError, ValueError, RecursionError, json.JSONDecodeError) as exc:
         raise CollectiveError(f"cannot read pairs file {path}: {exc}") from None
     return tuple(pairs)

@@ -40,11 +40,12 @@ class Topology(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
-    nodes: int = Field(ge=1, le=65536)
-    gpus_per_node: int = Field(ge=1, le=64)
-    nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU and direction, GB/s")
-    nic_gbps: float = Field(gt=0, description="NIC bandwidth per GPU and direction, GB/s")
-    dma_queues: int = Field(default=1, ge=1, le=16, description="DMA (copy-engine) queues per GPU a plan uses")
+    nodes: int = Field(ge=1, le=65536, strict=True)
+    gpus_per_node: int = Field(ge=1, le=64, strict=True)
+    nvlink_gbps: float = Field(gt=0, allow_inf_nan=False, description="NVLink bandwidth per GPU and direction, GB/s")
+    nic_gbps: float = Field(gt=0, allow_inf_nan=False, description="NIC bandwidth per GPU and direction, GB/s")
+    dma_queues: int = Field(default=1, ge=1, le=16, strict=True,
+                            description="DMA (copy-engine) queues per GPU a plan uses")
     peers: tuple[int, ...] | None = Field(default=None, description="symmetric peer of each local GPU")
     forwarding: Forwarding = "symmetric"
 
@@ -160,11 +161,15 @@ def load_topology(path: str | Path, **overrides: Any) -> Topology:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise TopologyError(f"topology file {path} is not valid YAML: {exc}") from None
+        except RecursionError:
+            raise TopologyError(f"topology file {path} nests too deeply to be a topology") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise TopologyError(f"topology file {path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise TopologyError(f"topology file {path} nests too deeply to be a topology") from None
     if not isinstance(data, dict):
         raise TopologyError(f"topology file {path} must hold an object with the topology's fields, "
                             f"got {type(data).__name__}")

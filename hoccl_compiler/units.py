@@ -15,14 +15,21 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
+MAX_BYTES = 1 << 60  # 1 EiB: any size beyond is a typo (and would overflow the plan's int64 offsets)
+
+
 def parse_size(text: str | int) -> int:
     """Parse ``"1GiB"``, ``"512 MiB"``, ``"4k"`` or ``"1000"`` into a byte count.
 
     KiB/MiB/GiB are powers of 1024, KB/MB/GB powers of 1000 (as nccl-tests prints them).
     """
+    if isinstance(text, bool):
+        raise ValueError(f"size {text!r} is a boolean; give a byte count")
     if isinstance(text, int):
         if text < 0:
             raise ValueError(f"size {text} is negative; give a byte count >= 0")
+        if text > MAX_BYTES:
+            raise ValueError(f"size {text} is larger than 1 EiB ({MAX_BYTES} bytes); give a real buffer size")
         return text
     match = _SIZE_RE.match(str(text))
     if not match:
@@ -32,6 +39,8 @@ def parse_size(text: str | int) -> int:
     if factor is None:
         raise ValueError(f"unknown size unit {unit!r} in {text!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")
     value = float(number) * factor
+    if not value <= MAX_BYTES:  # also inf and nan
+        raise ValueError(f"size {text!r} is larger than 1 EiB ({MAX_BYTES} bytes); give a real buffer size")
     if value != int(value):
         raise ValueError(f"size {text!r} is not a whole number of bytes ({value})")
     return int(value)

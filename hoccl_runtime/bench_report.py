@@ -47,16 +47,25 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
         need = _NEEDS.get(kind)
         if need is None:
             raise ValueError(f"{path}: unknown kind {kind!r}; expected one of {sorted(_NEEDS)}")
-        for row in data["rows"]:
+        for i, row in enumerate(data["rows"]):
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}: row {i} is a {type(row).__name__}, not an object; rerun the benchmark")
             missing = need - set(row)
             if missing:
                 raise ValueError(f"{path}: a row lacks {sorted(missing)}: {row}")
+            for key in sorted(need):
+                want = str if key in _TEXT else int if key == "size" else (int, float)
+                value = row[key]
+                if isinstance(value, bool) or not isinstance(value, want) or (key == "size" and value < 0):
+                    raise ValueError(f"{path}: row {i}'s {key} is {value!r}; expected "
+                                     f"{'text' if want is str else 'a byte count' if want is int else 'a number'}")
             rows.append({**row, "file": path.name, "kind": kind})
     if not rows:
         raise ValueError(f"no benchmark rows in {folder} (expected *.json files with a 'rows' list)")
     return rows, runs
 
 
+_TEXT = {"op", "impl", "load", "comm"}  # the other fields every row needs are numbers
 _NEEDS = {"bandwidth": {"op", "impl", "size", "gbps"}, "internode": {"op", "impl", "size", "gbps"},
           "launch": {"op", "impl", "size", "host_us"}, "contention": {"load", "comm", "slowdown", "delivered_gbps"}}
 

@@ -28,8 +28,11 @@ import dataclasses
 
 import numpy as np
 
+from ..errors import ScheduleError
 from ..ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, SEND_FORWARD, ChunkSchedule, CompileOptions, CompileState
 from .stages import expand_segments
+
+MAX_CHUNKS = 1 << 26  # chunk entries a plan may hold (67 M: about 2 GB of plan file)
 
 ROLE_PRIORITY = np.zeros(5, dtype=np.int64)
 ROLE_PRIORITY[[SEND_FORWARD, RDMA, RECV_FORWARD, NATIVE, LOCAL]] = np.arange(5)
@@ -64,8 +67,13 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     tr_queue = tr_src * per_gpu + np.select([tr_role == LOCAL, tr_role == RECV_FORWARD, tr_role == RDMA],
                                             [q, q + 1, q + 2], dma_index)
 
-    # Chunks and their progress keys.
+    # Chunks and their progress keys (their count checked first: each costs a few dozen bytes here and in the file)
     n_chunks = np.maximum(1, -(-tr_bytes // options.chunk_bytes))
+    total = int(n_chunks.sum())
+    if total > MAX_CHUNKS:
+        need = -(-int(tr_bytes.sum()) // MAX_CHUNKS)
+        raise ScheduleError(f"chunks of {options.chunk_bytes} B cut this plan into {total:,} chunks, over the "
+                            f"{MAX_CHUNKS:,} a plan may hold; give a larger chunk size (--chunk), at least {need} B")
     chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
     chunk_k = np.arange(chunk_tr.size, dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
     progress = (chunk_k + 0.5) / n_chunks[chunk_tr]

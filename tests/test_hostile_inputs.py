@@ -1,0 +1,184 @@
+"""Bad and hostile inputs: every one gets exit 2 (a CLI) or a HocclError subclass (the library), one line, never
+another exception, never a hang. Fuzzed with hypothesis in bounded time: mutated real plans into the loader and
+the verifier, a hostile peer's bytes into the TCP handshake, random command lines into hoccl-compile."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+from hoccl_compiler.cli import compile_main, inspect_main
+from hoccl_compiler.errors import HocclError
+from hoccl_compiler.ir import CompileOptions
+from hoccl_compiler.schema import plan_from_json
+from hoccl_runtime import _trust
+from hoccl_runtime.transport.tcp import TcpTransport
+
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _one_error_line(code, err, prog="hoccl-compile"):
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("argv,text", [
+    (["alltoall", "--size", "99999999999999999999999"], "larger than 1 EiB"),
+    (["alltoall", "--topology", "h200x2", "--nodes", "1", "--size", "1GiB", "--chunk", "1"], "over the 67,108,864"),
+    (["broadcast", "--root", "-1", "--size", "1MiB"], "root: Input should be greater than or equal to 0"),
+    (["alltoall", "--size", "inf"], "cannot read size"),
+    (["alltoall", "--size", "1e30"], "cannot read size"),
+    (["alltoall", "--size", "2000000TiB"], "larger than 1 EiB"),
+])
+def test_compile_refuses_with_one_line(argv, text, capsys, tmp_cwd):
+    code = compile_main(argv)
+    _, err = capsys.readouterr()
+    _one_error_line(code, err)
+    assert text in err
+
+
+@pytest.mark.parametrize("name,content,text", [
+    ("inf.json", '{"name": "x", "nodes": 1, "gpus_per_node": 2, "nvlink_gbps": Infinity, "nic_gbps": 1}',
+     "finite number"),
+    ("bool.json", '{"name": "x", "nodes": true, "gpus_per_node": 2, "nvlink_gbps": 1, "nic_gbps": 1}',
+     "nodes: Input should be a valid integer"),
+    ("deep.json", "[" * 50_000 + "]" * 50_000, "nests too deeply"),
+], ids=["inf", "bool", "deep"])
+def test_topology_files_refused_with_one_line(name, content, text, capsys, tmp_path):
+    path = tmp_path / name
+    path.write_text(content)
+    code = compile_main(["alltoall", "--topology", str(path), "--size", "1MiB", "-o", str(tmp_path / "p.json")])
+    _, err = capsys.readouterr()
+    _one_error_line(code, err)
+    assert text in err
+
+
+@pytest.mark.parametrize("kind,name,content,text", [
+    ("sendrecv", "pairs.json", "[]", "has no pairs"),
+    ("sendrecv", "frac.json", "[[0.5, 1, 100]]", "not a whole rank number"),
+    ("sendrecv", "bool.json", "[[true, 1, 100]]", "is a boolean"),
+    ("sendrecv", "obj.json", '{"a": 1}', "a list of [src, dst, bytes] rows"),
+    ("alltoallv", "ragged.json", "[[0, 1], [2]]", "cannot read matrix file"),
+    ("alltoallv", "huge.json", "[[0, 1e30], [2, 0]]", "over 1 EiB"),
+    ("alltoallv", "text.json", '[[0, "1j"], [2, 0]]', "cannot read matrix file"),
+    ("alltoallv", "deep.json", "[" * 50_000 + "]" * 50_000, "cannot read matrix file"),
+], ids=["empty", "fractional", "bool", "object", "ragged", "huge", "text", "deep"])
+def test_input_files_refused_with_one_line(kind, name, content, text, capsys, tmp_path):
+    path = tmp_path / name
+    path.write_text(content)
+    flag = "--pairs" if kind == "sendrecv" else "--matrix"
+    code = compile_main([kind, "--topology", "h200x2", "--nodes", "1", flag, str(path), "-o", str(tmp_path / "p.json")])
+    _, err = capsys.readouterr()
+    _one_error_line(code, err)
+    assert text in err
+
+
+def test_a_complex_npy_matrix_is_refused(capsys, tmp_path):
+    path = tmp_path / "c.npy"
+    np.save(path, np.array([[0, 1 + 1j], [2, 0]]))
+    code = compile_main(["alltoallv", "--topology", "h200x2", "--nodes", "1", "--matrix", str(path)])
+    _, err = capsys.readouterr()
+    _one_error_line(code, err)
+    assert "complex128" in err
+
+
+def test_dump_after_never_follows_a_planted_symlink(tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "a.json"
+    (tmp_path / ".a.json.stages.json.tmp").symlink_to(victim)  # the old predictable temp name
+    code = compile_main(["alltoall", "--topology", "h200x2", "--nodes", "1", "--size", "1MiB", "--dump-after",
+                         "stages", "-o", str(out)])
+    capsys.readouterr()
+    assert code == 0 and victim.read_text() == "keep me" and (tmp_path / "a.json.stages.json").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".a.json.stages.json.") and p.name !=
+                ".a.json.stages.json.tmp"]  # no temporary left behind
+
+
+# --- fuzzing ------------------------------------------------------------------------------------------------
+_PLAN = compile_plan(make_topology("h200x2"), CollectiveSpec(kind="alltoall", size_bytes=6000),
+                     CompileOptions(chunk_bytes=1024, baselines=False))
+_TEXT = _PLAN.model_dump_json()
+
+
+@FUZZ
+@given(st.data())
+def test_mutated_plans_are_valid_or_refused(data):
+    """Single-digit edits, deletions and insertions of a real plan's JSON: load + verify either pass or raise a
+    HocclError subclass (a PlanError from the runtime's check)."""
+    text = _TEXT
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(text) - 1))
+        how = data.draw(st.sampled_from(["digit", "delete", "insert"]))
+        if how == "digit":
+            text = text[:i] + data.draw(st.sampled_from("0123456789-")) + text[i + 1:]
+        elif how == "delete":
+            text = text[:i] + text[i + 1:]
+        else:
+            text = text[:i] + data.draw(st.sampled_from(['9', '"', ",", "[", "]", "{", "}", "1e9", "null"])) + text[i:]
+    try:
+        plan = plan_from_json(text)
+        _trust.trusted(plan)
+    except HocclError:
+        pass
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(max_size=160), min_size=1, max_size=4))
+def test_a_hostile_peers_bytes_never_break_the_handshake(strays):
+    """Arbitrary bytes on fresh connections before the real peer: each is dropped, the real peer gets in."""
+    import hoccl_runtime.transport.tcp as tcp
+
+    old = tcp.HELLO_TIMEOUT_S
+    tcp.HELLO_TIMEOUT_S = 0.3
+    secret = os.urandom(32)
+    rx = TcpTransport(lanes=1, session="job", secret=secret)
+    try:
+        address = rx.listen()
+        host, port = address.split(":")
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=20)), daemon=True)
+        t.start()
+        for raw in strays:
+            with socket.create_connection((host, int(port)), timeout=5) as c:
+                c.sendall(raw)
+        tx = TcpTransport(lanes=1, session="job", secret=secret, name="real")
+        t0 = time.monotonic()
+        tx.connect(address, timeout_s=15)
+        t.join(20)
+        assert box.get("conn") is not None and box["conn"].peer_name == "real"
+        assert time.monotonic() - t0 < 15
+        tx.close()
+    finally:
+        tcp.HELLO_TIMEOUT_S = old
+        rx.close()
+
+
+_TOKENS = ["alltoall", "allgather", "broadcast", "sendrecv", "alltoallv", "allreduce", "--size", "--nodes",
+           "--root", "--chunk", "--topology", "--gpus-per-node", "--dma-queues", "--max-extra-time", "--in-place",
+           "--forwarding", "1MiB", "0", "-1", "3", "1.5", "true", "none", "h200x2", "dgx-h100", "nope", "1e999",
+           "99999999999999999999", "64KiB", "--dump-after", "stages", "--no-baselines"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=st.lists(st.sampled_from(_TOKENS), max_size=7))
+def test_random_command_lines_exit_0_or_2(argv, tmp_path_factory, capsys):
+    out = tmp_path_factory.mktemp("cli") / "p.json"
+    code = compile_main([*argv, "-o", str(out), "-q"])
+    _, err = capsys.readouterr()
+    assert code in (0, 2), (argv, err)
+    assert "Traceback" not in err and "internal error" not in err, (argv, err)
+    if code == 0:
+        code = inspect_main([str(out), "--format", "json"])
+        got, err = capsys.readouterr()
+        assert code == 0 and json.loads(got), err

@@ -213,7 +213,8 @@ class _SharedSegment:
     attached and the owner has unlinked the name (a crash leaves nothing in /dev/shm; the mapping lives
     until the last process unmaps it)."""
 
-    def __init__(self, store: Any, owner: bool, size: int, *, key: str, prefix: str = "hoccl-"):
+    def __init__(self, store: Any, owner: bool, size: int, *, key: str, prefix: str = "hoccl-", world: int = 1,
+                 timeout_s: float = 60.0):
         from multiprocessing import shared_memory
 
         from ._cuda import check, cupy_runtime, driver
@@ -225,8 +226,10 @@ class _SharedSegment:
             self.shm.buf[:size] = bytes(size)
             store.set(key, self.shm.name)
         else:
-            self.shm = _attach(shared_memory, store.get(key).decode())
+            name = wait_for_key(store, key, world, timeout_s, what="the shared host memory's name")
+            self.shm = _attach(shared_memory, name.decode() if isinstance(name, bytes) else name)
         self.owner, self.size = owner, size
+        self.linked = owner  # the owner unlinks the name once everyone attached (join), or on failure (close)
         self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
         cupy_runtime().hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
         self.registered = True
@@ -236,13 +239,18 @@ class _SharedSegment:
         """Wait until all ``members`` attached (up to ``timeout_s``); then the owner unlinks the name."""
         store.add(count_key, 1)
         deadline = time.monotonic() + timeout_s
+        polls = 0
         while int(store.add(count_key, 0)) < members:
+            polls += 1
+            if polls % 20 == 0:  # every ~20 ms: a rank that failed at start is reported at once
+                raise_if_a_rank_failed(store, members, who)
             if time.monotonic() > deadline:
                 raise HocclTimeoutError(f"{who}only {int(store.add(count_key, 0))} of {members} ranks attached to "
                                         f"the shared host memory within {timeout_s:.0f} s")
             time.sleep(0.001)
         if self.owner:
             self.shm.unlink()
+            self.linked = False
 
     def close(self, *views: memoryview) -> None:
         """Unregister, release ``views`` of the memory (drop NumPy views first), unmap."""
@@ -257,9 +265,45 @@ class _SharedSegment:
                 view.release()
         with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
             self.shm.close()
+        if self.linked:  # set up failed before every rank attached: nothing may stay in /dev/shm
+            self.linked = False
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
 
 
 _CREATED: set[str] = set()  # shared segments this process created (ranks as threads of one process, in tests)
+
+
+def announce_failure(store: Any, rank: int, exc: BaseException) -> None:
+    """Tell the other ranks, through the store, that this rank failed while setting up (they raise at once
+    instead of waiting for it until their timeout)."""
+    with contextlib.suppress(Exception):  # the store itself may be what failed
+        store.set(f"failed/{rank}", f"{type(exc).__name__}: {exc}"[:2000])
+        store.add("failed-count", 1)
+
+
+def raise_if_a_rank_failed(store: Any, world: int, who: str = "") -> None:
+    """Raise :class:`HocclError` naming a rank that announced a failure (one store round trip when none did)."""
+    if int(store.add("failed-count", 0)) == 0:
+        return
+    for r in range(world):
+        if store.check([f"failed/{r}"]):
+            why = store.get(f"failed/{r}")
+            why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+            raise HocclError(f"{who}rank {r} failed while setting up the communicator ({why}); fix it there, then "
+                             "start every rank again")
+
+
+def wait_for_key(store: Any, key: str, world: int, timeout_s: float, who: str = "", what: str = "") -> Any:
+    """``store.get(key)`` once the key is there, watching for ranks that failed (every 50 ms) and the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not store.check([key]):
+        raise_if_a_rank_failed(store, world, who)
+        if time.monotonic() > deadline:
+            raise HocclTimeoutError(f"{who}{what or key} did not appear within {timeout_s:.0f} s: has every rank "
+                                    "started?")
+        time.sleep(0.05)
+    return store.get(key)
 
 
 def _attach(shared_memory: Any, name: str) -> Any:
@@ -285,7 +329,8 @@ class _SharedHost:
         self.flag_count = (2 + EAGER_SLOTS) * world * world  # READY, DONE, and the eager slots' FULL
         flag_bytes = -(-4 * self.flag_count // 4096) * 4096
         mail_bytes = world * world * _PAIR_BYTES
-        self.segment = seg = _SharedSegment(store, rank == 0, flag_bytes + mail_bytes + 8 * world, key="shm-name")
+        self.segment = seg = _SharedSegment(store, rank == 0, flag_bytes + mail_bytes + 8 * world, key="shm-name",
+                                            world=world, timeout_s=timeout_s)
         self.dev_ptr = seg.dev_ptr
         self.flags = np.frombuffer(seg.shm.buf, dtype=np.int32, count=self.flag_count)
         self.mail = np.frombuffer(seg.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
@@ -293,7 +338,11 @@ class _SharedHost:
         self.words, self.mail_bytes = memoryview(self.mail).cast("q"), memoryview(self.mail)
         self.pids = np.frombuffer(seg.shm.buf, dtype=np.int64, count=world, offset=flag_bytes + mail_bytes)
         self.pids[rank] = os.getpid()  # partners' watchdogs tell a dead process from a slow one
-        seg.join(store, "attached", world, timeout_s)
+        try:
+            seg.join(store, "attached", world, timeout_s)
+        except BaseException:
+            self.close()
+            raise
 
     def flag_address(self, index: int) -> int:
         return self.dev_ptr + 4 * index
@@ -439,6 +488,24 @@ class Communicator:
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
                  ipc_cache: int = 64, dma_queues: int | None = None, local_copies: str | None = None):
+        try:
+            self._setup(rank, world, device, store, timeout_s=timeout_s, ipc_cache=ipc_cache, dma_queues=dma_queues,
+                        local_copies=local_copies)
+        except BaseException as exc:
+            # the others hear of it through the store at once (raise_if_a_rank_failed) instead of waiting for
+            # this rank until their timeout; what was made here is released (no /dev/shm segment, no thread)
+            announce_failure(store, rank, exc)
+            stop = getattr(self, "_stop", None)
+            if stop is not None:
+                stop.set()
+            shared = getattr(self, "_shared", None)
+            if shared is not None:
+                with contextlib.suppress(Exception):
+                    shared.close()
+            raise
+
+    def _setup(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float, ipc_cache: int,
+               dma_queues: int | None, local_copies: str | None) -> None:
         import cupy
 
         from ._cuda import cupy_runtime

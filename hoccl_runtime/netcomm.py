@@ -280,11 +280,33 @@ class _Calls:
         return _compiled(self._plans, self.topology, key, self.chunk_bytes)
 
 
+def _set_up(comm: Any, setup: Any, rank: int, store: Any) -> None:
+    """Run a network communicator's set-up; if it fails, tell the other ranks through the store at once and
+    release what was made (listening socket, proxy thread, flags)."""
+    from .comm import announce_failure
+
+    try:
+        setup()
+    except BaseException as exc:
+        announce_failure(store, rank, exc)
+        for name in ("_proxy", "transport", "_flags", "_intra", "_shared"):
+            part = getattr(comm, name, None)
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.close()
+        raise
+
+
 class NetCommunicator(_Calls):
     """Collectives among ranks on different nodes, one GPU per node (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
                  chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None, ring_bytes: int = 256 << 20):
+        _set_up(self, lambda: self._setup(rank, world, device, store, timeout_s, chunk_bytes, lanes, host,
+                                          ring_bytes), rank, store)
+
+    def _setup(self, rank: int, world: int, device: int, store: Any, timeout_s: float, chunk_bytes: int, lanes: int,
+               host: str | None, ring_bytes: int) -> None:
         from .flags import FlagPool
         from .plans import machine_topology
         from .transport.tcp import TcpTransport
@@ -310,8 +332,11 @@ class NetCommunicator(_Calls):
         self._secret = job_secret(store, rank)
         self.transport = TcpTransport(host=host or _local_address(), lanes=lanes, session=f"hoccl-net-{world}",
                                       name=f"node{rank}", secret=self._secret)
+        from .comm import wait_for_key
+
         store.set(f"net-addr{rank}", self.transport.listen())
-        self._addresses = {r: store.get(f"net-addr{r}").decode() for r in range(world)}
+        self._addresses = {r: wait_for_key(store, f"net-addr{r}", world, timeout_s, f"rank {rank}: ",
+                                           f"rank {r}'s address").decode() for r in range(world)}
         self._proxy = CallProxy(self._work, lambda: self._start.read() == 1, lambda: self._start.write(0),
                                 lambda: self._done.write(1), name=f"hoccl-proxy-{rank}")
 
@@ -434,6 +459,11 @@ class NodeNetCommunicator(_Calls):
     def __init__(self, rank: int, world: int, device: int, store: Any, *, gpus_per_node: int,
                  timeout_s: float = 60.0, chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None,
                  ring_bytes: int = 256 << 20):
+        _set_up(self, lambda: self._setup(rank, world, device, store, gpus_per_node, timeout_s, chunk_bytes, lanes,
+                                          host, ring_bytes), rank, store)
+
+    def _setup(self, rank: int, world: int, device: int, store: Any, gpus_per_node: int, timeout_s: float,
+               chunk_bytes: int, lanes: int, host: str | None, ring_bytes: int) -> None:
         from .plans import machine_topology
         from .transport.tcp import TcpTransport
 
@@ -472,8 +502,11 @@ class NodeNetCommunicator(_Calls):
             self.transport = TcpTransport(host=host or _local_address(), lanes=lanes,
                                           session=f"hoccl-node-net-{world}-{L}", name=f"node{self.node}",
                                           secret=self._secret)
+            from .comm import wait_for_key
+
             store.set(f"leader-addr{self.node}", self.transport.listen())
-            self._addresses = {n: store.get(f"leader-addr{n}").decode() for n in range(self.nodes)}
+            self._addresses = {n: wait_for_key(store, f"leader-addr{n}", world, timeout_s, f"rank {rank}: ",
+                                               f"node {n}'s leader address").decode() for n in range(self.nodes)}
             i32, sh = self._shared.i32, self._shared
             self._proxy = CallProxy(
                 self._work, lambda: all(i32[sh.flag_index(i, 0)] == 1 for i in range(L)),

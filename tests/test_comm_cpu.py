@@ -470,6 +470,8 @@ def test_a_member_attached_to_the_shared_segment_leaves_its_name_to_the_owner(tm
             "import sys\nimport pytest\nsys.path[:0] = [sys.argv[2], sys.argv[2] + '/..']\nimport fake_cuda\n"
             "fake_cuda.install(pytest.MonkeyPatch())\nfrom hoccl_runtime.comm import _SharedSegment\n"
             "class Store:\n    def get(self, key):\n        return sys.argv[1].encode()\n"
+            "    def check(self, keys):\n        return True\n"
+            "    def add(self, key, n):\n        return 0\n"
             "seg = _SharedSegment(Store(), False, 4096, key='shm-name')\nseg.shm.buf[0] = 7\nseg.close()\n")
         done = subprocess.run([sys.executable, str(script), owner.name, str(Path(__file__).parent)],
                               capture_output=True, text=True, timeout=120)
@@ -621,3 +623,37 @@ def test_memory_that_cannot_be_shared_is_refused_by_name_and_the_next_call_works
         assert f"rank {r}'s output" in message and "cannot be shared with other processes" in message, message
         assert "cudaMallocAsync" in message and "allocate with cudaMalloc" in message, message
         assert right, f"rank {r}: the call after the refused one delivered wrong bytes"
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_a_rank_that_fails_at_start_is_heard_of_at_once(monkeypatch, failing):
+    """One rank asks for a GPU that does not exist: it raises at once, and the others raise within a second
+    naming it (through the store), instead of waiting for it until their timeout; no /dev/shm segment stays."""
+    import os
+    import time
+    from pathlib import Path
+
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.comm import Communicator
+
+    store = fake_cuda.Store()
+    before = set(os.listdir("/dev/shm")) if Path("/dev/shm").is_dir() else set()
+    took = {}
+
+    def make(r):
+        t0 = time.monotonic()
+        try:
+            return Communicator(r, 3, 99 if r == failing else r, store, timeout_s=30)
+        finally:
+            took[r] = time.monotonic() - t0
+
+    results = fake_cuda.run_ranks(3, make, lambda comm, r: "up", timeout_s=60)
+    assert isinstance(results[failing], HocclError) and "asked for GPU 99" in str(results[failing])
+    for r in range(3):
+        if r != failing:
+            assert isinstance(results[r], HocclError), results[r]
+            assert f"rank {failing} failed while setting up" in str(results[r]) and "GPU 99" in str(results[r])
+            assert took[r] < 2.0, took
+    after = set(os.listdir("/dev/shm")) if Path("/dev/shm").is_dir() else set()
+    assert not {n for n in after - before if n.startswith("hoccl-")}, after - before
+    assert not [t for t in __import__("threading").enumerate() if t.name.startswith("hoccl-watchdog")]

@@ -323,3 +323,25 @@ def test_nodes_with_different_staging_rings_fail_clearly(monkeypatch):
     assert time.monotonic() - t0 < 25
     assert isinstance(results.get(1), TransportError) and "ring_bytes" in str(results[1]), results
     assert isinstance(results.get(0), TransportError), results
+
+
+def test_a_rank_that_fails_at_start_is_heard_of_at_once(monkeypatch):
+    """Rank 1's transport cannot be made (lanes=0): rank 0, waiting for its address, raises within a second
+    naming it, instead of waiting until its timeout; nothing of rank 0's is left listening."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.netcomm import NetCommunicator
+
+    store = fake_cuda.Store()
+    took = {}
+
+    def make(r):
+        t0 = time.monotonic()
+        try:
+            return NetCommunicator(r, 2, r, store, timeout_s=30, lanes=0 if r == 1 else 2)
+        finally:
+            took[r] = time.monotonic() - t0
+
+    results = fake_cuda.run_ranks(2, make, lambda comm, r: "up", timeout_s=60)
+    assert isinstance(results[1], HocclError) and "lanes=0" in str(results[1])
+    assert isinstance(results[0], HocclError) and "rank 1 failed while setting up" in str(results[0])
+    assert took[0] < 2.0, took

@@ -328,8 +328,13 @@ class HostNodeExecutor:
             return
         imm = c.imm
         if imm & CREDIT:
-            t = next(t for t in sends if tr.src[t] % self.L == (imm >> 24) & 0x7F and
-                     self._node_of(tr.dst[t]) == node)
+            t = next((t for t in sends if tr.src[t] % self.L == (imm >> 24) & 0x7F and
+                      self._node_of(tr.dst[t]) == node), None)
+            if t is None or (imm & 0xFFFFFF) >= state[t]["n"]:
+                raise TransportError(f"node {self.node}, stage {stage.index}: node {node} credited chunk "
+                                     f"{imm & 0xFFFFFF} of local GPU {(imm >> 24) & 0x7F}, which this stage does not "
+                                     f"send it (immediate {imm:#x}): the nodes run different schedules, or the "
+                                     "peer is not a HOCCL node of this job")
             state[t]["credited"].add(imm & 0xFFFFFF)
             return
         if (imm & 0x7F000000) == STAGE_DONE:
@@ -340,7 +345,12 @@ class HostNodeExecutor:
             return
         vbar = self.node * self.L + ((imm >> 24) & 0x7F)
         k = imm & 0xFFFFFF
-        t = recvs[vbar]
+        t = recvs.get(vbar)
+        if t is None or k >= max(1, -(-tr.bytes[t] // self.chunk)) or pending[t] <= 0:
+            raise TransportError(f"node {self.node}, stage {stage.index}: node {node} wrote chunk {k} for local GPU "
+                                 f"{(imm >> 24) & 0x7F}, which this stage does not receive "
+                                 f"{'(no more chunks are due)' if t is not None else ''} (immediate {imm:#x}): the "
+                                 "nodes run different schedules, or the peer is not a HOCCL node of this job")
         f = tr.flow[t]
         v = fl.dst[f]
         if vbar != v or not self.direct_receive:  # out of the ring (recv_forward v̄ -> v), then the credit

@@ -185,3 +185,34 @@ def test_node_processes_exchange_addresses_and_report_failures():
         run_node_processes(_broken, 2, timeout_s=60)
     with pytest.raises(TransportError, match=r"exited without a result \(exit codes \[3\]\)"):
         run_node_processes(_vanishes, 1, timeout_s=60)
+
+
+def test_forged_immediates_are_transport_errors_naming_node_and_stage():
+    """A credit for a chunk nobody sent, data for a GPU the stage does not receive, or one chunk too many: a
+    TransportError naming the node, the stage and the value (these were KeyError and StopIteration)."""
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.netexec import CREDIT, HostNodeExecutor
+    from hoccl_runtime.transport.base import Completion
+
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
+                        size_bytes=128), CompileOptions(chunk_bytes=64, baselines=False))
+    bufs = {0: (np.zeros(64, np.uint8), np.zeros(128, np.uint8))}
+    transport = HostNodeExecutor.make_transport(plan, 0)
+    try:
+        ex = HostNodeExecutor(plan, 0, bufs, transport)
+        stage = plan.stages[0]
+        tr = stage.transfers
+        sends = [t for t in range(len(tr.flow)) if tr.src[t] == 0 and tr.dst[t] == 1]
+        recvs = {int(tr.dst[t]): t for t in range(len(tr.flow)) if tr.dst[t] == 0 and tr.src[t] == 1}
+        state = {t: {"next": 0, "sent": set(), "credited": set(), "n": 1} for t in sends}
+        pending = {t: 1 for t in recvs.values()}
+        ex.conns = {1: None}
+        cases = [(CREDIT | (5 << 24) | 0, "credited chunk 0 of local GPU 5"),   # no such sender
+                 (CREDIT | 7, "credited chunk 7"),                              # beyond the transfer's chunks
+                 ((9 << 24) | 0, "wrote chunk 0 for local GPU 9"),              # not a GPU this stage receives
+                 (0 | 3, "wrote chunk 3 for local GPU 0")]                      # beyond the chunks due
+        for imm, text in cases:
+            with pytest.raises(TransportError, match=rf"node 0, stage {stage.index}: node 1 {text}"):
+                ex._on_completion(stage, 1, Completion("received", 1, imm, 0, 0, 0), state, recvs, pending, sends)
+    finally:
+        transport.close()

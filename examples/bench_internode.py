@@ -30,10 +30,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hoccl_bench.nodeprocs import run_node_processes  # noqa: E402
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay  # noqa: E402
 from hoccl_compiler.ir import CompileOptions  # noqa: E402
 from hoccl_runtime.netexec import ring_slots  # noqa: E402
-from hoccl_runtime.nodeprocs import run_node_processes  # noqa: E402
 
 
 def inputs_for(plan, r):

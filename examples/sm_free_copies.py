@@ -1,6 +1,6 @@
 """Which copies need SMs? (run on a GPU machine: ``python examples/sm_free_copies.py``)
 
-A spinner kernel holds every SM (``hoccl_runtime.smfree.SmProbe``: 2 blocks of 1024 threads per SM,
+A spinner kernel holds every SM (``hoccl_bench.smfree.SmProbe``: 2 blocks of 1024 threads per SM,
 each spinning on %globaltimer for ``--spin-ms``); each copy variant is issued on another stream just after
 it. A copy that a copy engine moves finishes long before the spinner ends; a copy that the driver does
 with a kernel of its own waits until SMs come free. CUDA traces show both as a "memcpy", so a profiler
@@ -35,7 +35,7 @@ def main() -> int:
     import cupy
     import torch
 
-    from hoccl_runtime.smfree import SmProbe
+    from hoccl_bench.smfree import SmProbe
 
 
     rt = cupy.cuda.runtime

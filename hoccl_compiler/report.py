@@ -119,7 +119,7 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
         "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in s["lower_bound_by_domain_s"].items())
         + ")",
     ]
-    if b["local"]:  # measured on driver 580 / CUDA 13.0 (hoccl_runtime.smfree, docs/architecture.md)
+    if b["local"]:  # measured on driver 580 / CUDA 13.0 (hoccl_bench.smfree, docs/architecture.md)
         local = format_bytes(b["local"])
         avoid = "compile --in-place for allgather or gather" + (
             ", or run with HOCCL_LOCAL_COPIES=peer" if plan.topology.nodes == 1 else "")  # the intra-node runtime's

@@ -19,7 +19,7 @@ CUDA driver runs as a kernel of its own; see step 3):
    through its IPC mapping). The first DMA queue of this rank runs on the caller's stream itself; local
    copies and any further DMA queues run on side streams ordered with it by CUDA events. A local copy
    (my own block of an out-of-place AllGather, All-to-All, scatter or gather) is a same-GPU copy, which
-   the driver runs on SMs (measured, driver 580: hoccl_runtime.smfree). None is made in place (input =
+   the driver runs on SMs (measured, driver 580: hoccl_bench.smfree). None is made in place (input =
    my own block of the output: NCCL's in-place AllGather). With ``local_copies="peer"`` my own block
    goes through a peer GPU on copy engines instead (:func:`bounce_route`): read back from where my
    send put it (AllGather, broadcast), or pushed into a region of a peer's output that my send will

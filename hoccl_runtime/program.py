@@ -107,7 +107,7 @@ class Bounce:
 def bounce_route(prog: Program, rank: int, world: int, main: int | None) -> tuple[Bounce, ...] | None:
     """How ``rank``'s own block can move on copy engines only, through the outputs of the peers that its
     first DMA queue (``main``) sends to, nearest next rank first; None if it has no own block or no route.
-    A same-GPU copy is a kernel of the CUDA driver (hoccl_runtime.smfree); a copy to or from a peer GPU
+    A same-GPU copy is a kernel of the CUDA driver (hoccl_bench.smfree); a copy to or from a peer GPU
     is not. The pieces go on ``main`` itself, so stream order is all the ordering they need:
 
     * Read back: when the rank's sends carry those input bytes (AllGather, broadcast), its copy engine

@@ -26,14 +26,14 @@ for p in $parts; do
     mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/mp_worker.py ;;
     handshake) run_part handshake 120 python examples/handshake_latency.py ;;
     profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
-    sweep) run_part sweep 400 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench sweep --out "$OUT" ;;
+    sweep) run_part sweep 400 torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench sweep --out "$OUT" ;;
     sweepq) for q in 2 4; do  # several copy streams per GPU (NVSwitch machines run several copy engines at once)
-              HOCCL_DMA_QUEUES=$q run_part "sweepq$q" 300 torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench sweep \
+              HOCCL_DMA_QUEUES=$q run_part "sweepq$q" 300 torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench sweep \
                 --baselines hoccl,hoccl-inplace,hoccl-window --sm-size 0 --out "$OUT/dma-queues-$q"; done ;;
     internode) run_part internode 330 python examples/bench_internode.py --rounds 4 --out "$OUT" ;;
     netcurves) run_part netcurves 500 python examples/bench_internode.py --no-variants --curves allgather,alltoall \
                  --curve-gpus $((NGPU / 2)) --out "$OUT" ;;
-    contention) run_part contention "${CONTENTION_S:-300}" torchrun --nproc_per_node "$NGPU" -m hoccl_runtime.bench \
+    contention) run_part contention "${CONTENTION_S:-300}" torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench \
                   contention ${CONTENTION_ARGS:---rounds 15 --in-place --peer --rates 50,100,200,300} --out "$OUT" ;;
     *) summary+=("$p: unknown part") ;;
   esac

@@ -241,10 +241,10 @@ def main() -> int:
             failures.append(f"rank {rank}: {name} launched kernels {sorted(set(kernels))}")
         print(f"rank {rank}: {name}: {len(copies)} copies, {len(kernels)} kernels in the trace", flush=True)
 
-    # zero SM, measured: each call beside a kernel that holds every SM (hoccl_runtime.smfree). A same-GPU copy
+    # zero SM, measured: each call beside a kernel that holds every SM (hoccl_bench.smfree). A same-GPU copy
     # is a kernel of the CUDA driver (a trace shows a memcpy), so only calls without one must pass: in-place
     # AllGather, broadcast, send/recv above the eager size; the others are printed with their verdict
-    from hoccl_runtime.smfree import SmProbe
+    from hoccl_bench.smfree import SmProbe
 
     probe = SmProbe(dev, hold_ms=100.0)
     by_peer = comm.local_copies == "peer"  # own blocks through a peer GPU on copy engines: no SM either

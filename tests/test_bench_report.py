@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hoccl_runtime.bench_report import main
+from hoccl_bench.report import main
 
 RUN = {"date": "2026-11-30 03:44", "gpu": "NVIDIA H200", "driver": 13000, "env": {"X": None},
        "rows": [
@@ -94,7 +94,7 @@ def test_report_other_kinds(tmp_path):
 def test_contention_rows_pair_each_round_with_its_own_time_alone():
     """A load whose clock drifts by 10% between rounds: against the median time alone a variant that costs
     2% looks like -3%..+7%; paired with its round's time alone it is +2% every round."""
-    from hoccl_runtime.bench import contention_rows
+    from hoccl_bench.bench import contention_rows
 
     alone = [1.00, 1.10, 0.95, 1.05, 1.00]
     samples = {("gemm", "alone"): [{"seconds": a, "gbps": 0.0, "watts": None, "sm_mhz": None} for a in alone],
@@ -111,7 +111,7 @@ def test_contention_rows_pair_each_round_with_its_own_time_alone():
 
 def test_power_log_reads_the_power_cap_bit_of_each_sample():
     """nvidia-smi's clock event reasons: the share of a window's samples with the SW power cap (0x4) on."""
-    from hoccl_runtime.bench import PowerLog, contention_rows
+    from hoccl_bench.bench import PowerLog, contention_rows
 
     log = PowerLog.__new__(PowerLog)
     log.samples = []
@@ -133,7 +133,7 @@ def test_power_log_reads_the_power_cap_bit_of_each_sample():
 
 def test_raw_plan_moves_each_collectives_bytes_to_the_right_place():
     """The raw baseline (in this process or the copier process) copies what the collective would."""
-    from hoccl_runtime.bench import raw_plan
+    from hoccl_bench.bench import raw_plan
 
     outs = [1000, 2000, 3000]  # every rank's output as this process sees it; 12 bytes, 4 per rank
     remote, local = raw_plan("allgather", 1, 3, outs, 50, 12)
@@ -153,7 +153,7 @@ def test_cpu_gauge_and_current_cpu():
     run on."""
     import os
 
-    from hoccl_runtime.bench import cpu_gauge_us, current_cpu
+    from hoccl_bench.bench import cpu_gauge_us, current_cpu
 
     assert 0 < cpu_gauge_us() < 10_000
     cpu = current_cpu()
@@ -164,7 +164,7 @@ def test_cpu_gauge_and_current_cpu():
 def test_sweep_refuses_bad_iters_and_names_window_baseline():
     import pytest
 
-    from hoccl_runtime.bench import _baselines, main
+    from hoccl_bench.bench import _baselines, main
 
     assert "hoccl-window" in _baselines("hoccl,hoccl-window")
     with pytest.raises(SystemExit, match="--iters -3"):

@@ -97,8 +97,8 @@ def test_own_blocks_through_the_peer_need_no_sm():
     fails: then the default mode is SM-free too (docs/architecture.md, same-GPU copies)."""
     import cupy as cp
 
+    from hoccl_bench.smfree import SmProbe
     from hoccl_runtime.executor import Executor
-    from hoccl_runtime.smfree import SmProbe
 
     probe = SmProbe(0, hold_ms=100.0)
     for spec in (CollectiveSpec(kind="allgather", size_bytes=2 * (8 << 20)),

@@ -29,7 +29,7 @@ def _node(node, exchange, plan_json, slots):
 
 
 def run_nodes(plan, slots=2):
-    from hoccl_runtime.nodeprocs import run_node_processes
+    from hoccl_bench.nodeprocs import run_node_processes
 
     results = run_node_processes(_node, plan.topology.nodes, (plan.model_dump_json(), slots), timeout_s=120)
     outputs = {r: np.frombuffer(b, dtype=np.uint8) for outs in results.values() for r, b in outs.items()}
@@ -176,8 +176,8 @@ def _vanishes(node, exchange):
 
 
 def test_node_processes_exchange_addresses_and_report_failures():
+    from hoccl_bench.nodeprocs import run_node_processes
     from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.nodeprocs import run_node_processes
 
     got = run_node_processes(_echo, 3, ("t",), timeout_s=60)
     assert got == {n: ("t", n, [(0, "addr-0"), (1, "addr-1"), (2, "addr-2")]) for n in range(3)}

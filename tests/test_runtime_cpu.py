@@ -244,7 +244,7 @@ def test_memop_parameter_block_layout():
 
 
 def test_bench_needs_torchrun_and_sane_sizes(monkeypatch):
-    from hoccl_runtime.bench import _baselines, _sizes, main
+    from hoccl_bench.bench import _baselines, _sizes, main
 
     assert _baselines("hoccl,raw,nccl,nccl-ctas=1,2,4,8,nccl-ce") == [
         "hoccl", "raw", "nccl", "nccl-ctas=1", "nccl-ctas=2", "nccl-ctas=4", "nccl-ctas=8", "nccl-ce"]
@@ -254,7 +254,7 @@ def test_bench_needs_torchrun_and_sane_sizes(monkeypatch):
     assert _sizes("4MiB") == [4 << 20]
     with pytest.raises(SystemExit, match="LOW:HIGH"):
         _sizes("16MiB:2MiB")
-    from hoccl_runtime.bench import _loads
+    from hoccl_bench.bench import _loads
 
     assert _loads("gemm") == ["gemm"] and _loads(" membound, gemm") == ["membound", "gemm"]
     with pytest.raises(SystemExit, match="'gemm,matmul'"):
@@ -502,10 +502,10 @@ def test_pacing_feedback_makes_its_events_on_the_pacers_gpu():
 
 
 def test_sm_probe_refuses_bad_arguments_before_any_gpu_work(monkeypatch):
-    """hoccl_runtime.smfree: a clear error for a GPU this process does not see or a spinner of no length (with
+    """hoccl_bench.smfree: a clear error for a GPU this process does not see or a spinner of no length (with
     CUDA faked: 8 GPUs); without CuPy, the error names the extra to install."""
+    from hoccl_bench.smfree import SmProbe
     from hoccl_runtime.errors import CudaError
-    from hoccl_runtime.smfree import SmProbe
 
     try:
         import cupy  # noqa: F401
@@ -553,7 +553,7 @@ def test_paced_raw_baseline_and_its_controls(monkeypatch, gate):
     import fake_cuda
     import numpy as np
 
-    from hoccl_runtime.bench import raw_call
+    from hoccl_bench.bench import raw_call
     from hoccl_runtime.pacing import pieces
 
     fake_cuda.install(monkeypatch)

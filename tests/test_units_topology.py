@@ -116,8 +116,7 @@ def test_the_runtime_compiles_for_the_machine_not_a_preset(monkeypatch, tmp_path
 
 
 def test_the_runtime_reaches_the_compiler_only_through_plans_py():
-    """Beyond the plan schema and the error classes, runtime modules import the compiler in plans.py only (the
-    benchmark harness, bench.py, is exempt until it leaves the package)."""
+    """Beyond the plan schema and the error classes, runtime modules import the compiler in plans.py only."""
     import ast
     from pathlib import Path
 
@@ -125,7 +124,7 @@ def test_the_runtime_reaches_the_compiler_only_through_plans_py():
     allowed = {"hoccl_compiler.schema", "hoccl_compiler.errors"}
     found = {}
     for path in root.rglob("*.py"):
-        if path.name in ("plans.py", "bench.py"):
+        if path.name == "plans.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hoccl_compiler"):
@@ -136,5 +135,5 @@ def test_the_runtime_reaches_the_compiler_only_through_plans_py():
                     if alias.name.startswith("hoccl_compiler") and alias.name not in allowed:
                         found.setdefault(str(path.relative_to(root)), []).append(alias.name)
     assert not found, found
-    text = "\n".join(p.read_text() for p in root.rglob("*.py") if p.name != "bench.py")
+    text = "\n".join(p.read_text() for p in root.rglob("*.py"))
     assert 'make_topology("' not in text  # no preset chosen for the machine

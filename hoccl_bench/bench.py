@@ -1,8 +1,8 @@
 """``hoccl-bench``: HOCCL against raw copy-engine copies and NCCL, in one run (torchrun, one process per GPU).
 
-    torchrun --nproc_per_node 2 -m hoccl_runtime.bench sweep --out results/
-    torchrun --nproc_per_node 2 -m hoccl_runtime.bench contention --out results/
-    torchrun --nproc_per_node 2 -m hoccl_runtime.bench launch --out results/
+    torchrun --nproc_per_node 2 -m hoccl_bench.bench sweep --out results/
+    torchrun --nproc_per_node 2 -m hoccl_bench.bench contention --out results/
+    torchrun --nproc_per_node 2 -m hoccl_bench.bench launch --out results/
     hoccl-bench-report results/ -o report.md
 
 * ``sweep``: bandwidth by size (nccl-tests' definitions: send/recv bytes/t; AllGather and All-to-All
@@ -225,7 +225,7 @@ class Bench:
 
     def __init__(self, timeout_s: float = 120.0):
         if "RANK" not in os.environ:
-            raise SystemExit("hoccl-bench runs under torchrun: torchrun --nproc_per_node 2 -m hoccl_runtime.bench ...")
+            raise SystemExit("hoccl-bench runs under torchrun: torchrun --nproc_per_node 2 -m hoccl_bench.bench ...")
         try:
             import torch
             import torch.distributed as dist
@@ -248,7 +248,7 @@ class Bench:
         self._side: Any = None
         self._graphs: list[tuple[int, int]] = []  # (graph, executable) of hoccl-graph rows, alive to the end
         self._windows: list[Any] = []  # hoccl-window rows' windows, closed after each row (release)
-        self._probe: Any = None  # hoccl_runtime.smfree.SmProbe, made at the first SM-free check (False: none)
+        self._probe: Any = None  # hoccl_bench.smfree.SmProbe, made at the first SM-free check (False: none)
         self._traced = False  # whether this process has made a profiler trace yet (sms)
         # contention, per variant: calls queued beside the load, grown until they outlast it
         self.calls_per_window: dict[str, int] = {}
@@ -354,7 +354,7 @@ class Bench:
         else:
             inp, out = self._buffers(impl, n * w, n * w)
         s = self.stream
-        if impl == "hoccl-inplace":  # NCCL's in-place AllGather: no same-GPU copy (hoccl_runtime.smfree)
+        if impl == "hoccl-inplace":  # NCCL's in-place AllGather: no same-GPU copy (hoccl_bench.smfree)
             if op != "allgather":
                 raise ValueError("hoccl-inplace is an AllGather variant")
             inp = out[r * n:(r + 1) * n]
@@ -511,10 +511,10 @@ class Bench:
 
     def sm_free(self, fn: Callable[[], None]) -> bool | None:
         """Whether a call needed no SM on any rank: its work ends before a kernel holding every SM does
-        (hoccl_runtime.smfree; a trace misses the driver's same-GPU copy kernels). None: no probe here."""
+        (hoccl_bench.smfree; a trace misses the driver's same-GPU copy kernels). None: no probe here."""
         if self._probe is None:
             try:
-                from hoccl_runtime.smfree import SmProbe
+                from hoccl_bench.smfree import SmProbe
 
                 self._probe = SmProbe(self.dev)
             except Exception as exc:  # noqa: BLE001 - e.g. no NVRTC: reported, the sweep goes on

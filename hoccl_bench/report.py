@@ -115,7 +115,7 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
                                                        else ""))
     lines += _by_impl(bw, "sms", "SMs occupied (largest kernel grid in a profiler trace; 0 = no kernel)", str)
     lines += _by_impl(bw, "sm_free", "SM-free (the call's work ended while a kernel held every SM: "
-                      "hoccl_runtime.smfree)", lambda free: "yes" if free else "no")
+                      "hoccl_bench.smfree)", lambda free: "yes" if free else "no")
     launch = [r for r in rows if r["kind"] == "launch"]
     for op in sorted({r["op"] for r in launch}):
         lines += ["", f"## Launch cost: {op}", "", "host us per call (slowest rank)", ""]

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .errors import HocclTimeoutError, TransportError
+from hoccl_runtime.errors import HocclTimeoutError, TransportError
 
 __all__ = ["run_node_processes"]
 

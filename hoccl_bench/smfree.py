@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import HocclError
+from hoccl_runtime.errors import HocclError
 
 __all__ = ["SmProbe", "SPIN_SOURCE"]
 
@@ -34,7 +34,7 @@ class SmProbe:
     work ended well before the spinner (it needed no SM). Needs CuPy with NVRTC (a kernel is compiled)."""
 
     def __init__(self, device: int, hold_ms: float = 100.0):
-        from ._cuda import cupy_runtime
+        from hoccl_runtime._cuda import cupy_runtime
 
         rt = cupy_runtime()  # CudaError naming the extra when CuPy is missing
         if not 0 <= device < rt.getDeviceCount():

@@ -184,14 +184,18 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         check_tensor(t, what)
 
     # --- AllGather ------------------------------------------------------------------------------------------
-    def _allgather_base(self, output: Any, input: Any, opts: Any = None) -> HocclWork:
-        self._check(output, "output")
-        self._check(input, "input")
+    def _check_group_sized(self, call: str, big: Any, big_name: str, small: Any, small_name: str) -> None:
+        """Both tensors usable, of one dtype, ``big`` holding the group's size times ``small``."""
+        self._check(big, big_name)
+        self._check(small, small_name)
         w = self.size()
-        if output.dtype != input.dtype or output.numel() != input.numel() * w:
-            raise BufferError(f"all_gather_into_tensor: output has {output.numel()} {output.dtype} elements, the "
-                              f"input {input.numel()} {input.dtype}; the output must hold {w} x the input "
-                              f"({input.numel() * w}) of the same dtype")
+        if big.dtype != small.dtype or big.numel() != small.numel() * w:
+            raise BufferError(f"{call}: {big_name} has {big.numel()} {big.dtype} elements, the {small_name} "
+                              f"{small.numel()} {small.dtype}; the {big_name} must hold {w} x the {small_name} "
+                              f"({small.numel() * w}) of the same dtype")
+
+    def _allgather_base(self, output: Any, input: Any, opts: Any = None) -> HocclWork:
+        self._check_group_sized("all_gather_into_tensor", output, "output", input, "input")
         return self._issue(lambda s: self.comm.all_gather_into_tensor(output, input, stream=s), [output, input],
                            [output])
 
@@ -405,12 +409,8 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
     # --- reductions -----------------------------------------------------------------------------------------
     def _reduce_scatter_base(self, output: Any, input: Any, opts: Any = None) -> HocclWork:
-        self._check(output, "output")
-        self._check(input, "input")
+        self._check_group_sized("reduce_scatter_tensor", input, "input", output, "output")
         w = self.size()
-        if output.dtype != input.dtype or input.numel() != output.numel() * w:
-            raise BufferError(f"reduce_scatter_tensor: input has {input.numel()} {input.dtype} elements, the output "
-                              f"{output.numel()} {output.dtype}; the input must hold {w} x the output of one dtype")
         red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         if self.reduce_mode == "nccl":
             return self._nccl._reduce_scatter_base(output, input, opts)

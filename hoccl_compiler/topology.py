@@ -100,12 +100,15 @@ class Topology(BaseModel):
         )
 
 
-# The presets. Sources: the paper's testbed; NVIDIA's DGX H100 datasheet (NVLink 4: 450 GB/s per
-# direction, 8x 400 Gb/s NICs); the 2x H200 machine we borrow, measured 2026-11-30 (DESIGN.md):
-# 396 GB/s copy-engine P2P per direction, and TCP over loopback at 23.4 GB/s with 8 connections as
-# its "NIC" (it has no RDMA NIC; the TCP transport joins its GPUs as nodes).
+# The presets, all bandwidths per GPU and direction, each with its source:
+# - paper-h800: the HOCCL paper's testbed (8x H800 per node, 400 Gb/s = 50 GB/s NIC per GPU). NVLink is about
+#   200 GB/s per direction: the H800's "400 GB/s" is its total of both directions, and the paper's own measured
+#   peaks (192 GB/s P2P and AllGather) agree. (Until 2026-12-01 this preset had 400 per direction.)
+# - dgx-h100: NVIDIA's DGX H100 datasheet (NVLink 4: 900 GB/s total, 450 per direction; 8x 400 Gb/s NICs).
+# - h200x2: the 2x H200 machine we borrow, measured 2026-11-30 (DESIGN.md): 396 GB/s copy-engine P2P per
+#   direction, and TCP over loopback at 23.4 GB/s with 8 connections as its "NIC" (it has no RDMA NIC).
 PRESETS: dict[str, dict[str, Any]] = {
-    "paper-h800": dict(gpus_per_node=8, nvlink_gbps=400.0, nic_gbps=50.0, dma_queues=1),
+    "paper-h800": dict(gpus_per_node=8, nvlink_gbps=200.0, nic_gbps=50.0, dma_queues=1),
     "dgx-h100": dict(gpus_per_node=8, nvlink_gbps=450.0, nic_gbps=50.0, dma_queues=1),
     "h200x2": dict(gpus_per_node=2, nvlink_gbps=396.0, nic_gbps=23.4, dma_queues=1),
 }

@@ -27,7 +27,7 @@ def test_format_bytes():
 
 def test_presets_scale_with_nodes():
     topo = make_topology("paper-h800", nodes=4)
-    assert topo.num_gpus == 32 and topo.nvlink_gbps == 400 and topo.nic_gbps == 50
+    assert topo.num_gpus == 32 and topo.nvlink_gbps == 200 and topo.nic_gbps == 50
     assert topo.peer_of(0) == 1 and topo.peer_of(9) == 8 and topo.peer_of(31) == 30
     assert set(PRESETS) >= {"paper-h800", "dgx-h100", "h200x2"}
     h = make_topology("h200x2", nodes=2)

@@ -15,11 +15,11 @@ import functools
 import struct
 from typing import Any
 
-from .errors import BufferError, CudaError
+from .errors import BufferError, CudaError, HocclError
 
 __all__ = ["driver", "cupy_runtime", "check", "device_count", "on_device", "enable_peer_access", "ipc_export",
            "host_mapped_alloc", "host_free", "dmabuf_fd", "MEMCPY_DEFAULT",
-           "copy_async", "fast_driver", "FastDriver", "pack_memops",
+           "copy_async", "cuda_error", "fast_driver", "FastDriver", "pack_memops",
            "MEMOP_BYTES"]
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction inferred from unified addresses
@@ -66,6 +66,14 @@ def check(call: str, result: Any) -> Any:
     if not values:
         return None
     return values[0] if len(values) == 1 else values
+
+
+def cuda_error(exc: BaseException, what: str) -> BaseException:
+    """``exc`` as a :class:`CudaError` naming ``what`` when it is CuPy's or cuda-bindings' own CUDA error (which
+    would otherwise escape the hierarchy); anything else unchanged."""
+    if isinstance(exc, CudaError) or type(exc).__name__ not in ("CUDARuntimeError", "CUDADriverError", "CUDARTError"):
+        return exc
+    return CudaError(f"{what}: a CUDA call failed: {exc}")
 
 
 def copy_async(dst: int, src: int, nbytes: int, stream: int) -> None:
@@ -218,7 +226,7 @@ def pack_memops(ops: list[tuple[str, int, int]]) -> bytes:
         elif kind == "write":
             _MEMOP.pack_into(out, i * MEMOP_BYTES, WRITE_VALUE_32, address, value, WRITE_DEFAULT, 0)
         else:
-            raise ValueError(f"unknown stream memory operation {kind!r}")
+            raise HocclError(f"unknown stream memory operation {kind!r}: give 'wait_eq' or 'write'")
     return bytes(out)
 
 

@@ -220,7 +220,7 @@ class Executor:
         if self.closed:
             raise HocclError("this executor is closed; create a new one")
         if sync not in ("flags", "events"):
-            raise ValueError(f"sync={sync!r}; choose 'flags' or 'events'")
+            raise HocclError(f"sync={sync!r}; choose 'flags' or 'events'")
         G = plan.num_ranks
         with self._lock:
             info = self._info(plan)  # refuses plans this executor cannot run, before looking at buffers

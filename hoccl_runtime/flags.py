@@ -55,7 +55,7 @@ class FlagPool:
 
     def __init__(self, capacity: int, *, device: bool = True):
         if capacity <= 0:
-            raise ValueError(f"flag pool capacity {capacity} must be positive")
+            raise HocclError(f"flag pool capacity {capacity} must be positive")
         self.capacity = capacity
         self._next = 0
         self._free: list[int] = []
@@ -87,7 +87,7 @@ class FlagPool:
 
     def release(self, flag: Flag) -> None:
         if flag.pool is not self:
-            raise ValueError("flag belongs to another pool")
+            raise HocclError("flag belongs to another pool: free it to the pool it came from")
         self._free.append(flag.index)
 
     def close(self) -> None:
@@ -226,7 +226,7 @@ class ChunkStateMachine:
 
     def __init__(self, flags: Iterable[Flag], cycle: str = "send"):
         if cycle not in _CYCLES:
-            raise ValueError(f"cycle {cycle!r}: 'send' or 'receive'")
+            raise HocclError(f"cycle {cycle!r}: give 'send' or 'receive'")
         self.flags = list(flags)
         self.cycle = cycle
         self._allowed = _CYCLES[cycle]

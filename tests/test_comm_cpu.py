@@ -657,3 +657,16 @@ def test_a_rank_that_fails_at_start_is_heard_of_at_once(monkeypatch, failing):
     after = set(os.listdir("/dev/shm")) if Path("/dev/shm").is_dir() else set()
     assert not {n for n in after - before if n.startswith("hoccl-")}, after - before
     assert not [t for t in __import__("threading").enumerate() if t.name.startswith("hoccl-watchdog")]
+
+
+def test_cupys_own_cuda_errors_leave_as_cuda_error():
+    from hoccl_runtime import _cuda
+    from hoccl_runtime.errors import CudaError
+
+    class CUDARuntimeError(RuntimeError):  # what CuPy raises (cupy_backends.cuda.api.runtime)
+        pass
+
+    got = _cuda.cuda_error(CUDARuntimeError("cudaErrorInvalidValue: invalid argument"), "rank 0: allgather")
+    assert isinstance(got, CudaError) and "rank 0: allgather: a CUDA call failed: cudaErrorInvalidValue" in str(got)
+    other = ValueError("x")
+    assert _cuda.cuda_error(other, "y") is other

@@ -8,6 +8,7 @@ import pytest
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.collective import layout
 from hoccl_compiler.ir import CompileOptions
+from hoccl_runtime.errors import HocclError
 
 pytestmark = pytest.mark.multi_gpu(2)
 
@@ -188,7 +189,7 @@ def test_bad_buffers_are_refused():
     inter = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind="allgather", size_bytes=4 * 1024))
     with pytest.raises(UnsupportedPlanError, match="inter-node"):
         hr.execute(inter, {r: (a_in, a_out) for r in range(4)})
-    with pytest.raises(ValueError, match="sync="):
+    with pytest.raises(HocclError, match="sync="):
         hr.execute(plan, {0: (a_in, a_out), 1: (b_in, b_out)}, sync="spin")
 
 

@@ -93,7 +93,7 @@ def test_receive_ring_cycle_and_what_the_gpu_executor_leaves_behind(monkeypatch)
     with pytest.raises(HocclError, match=r"chunk 0 \(receive ring\): illegal transition DMA_COPYING -> DMA_COPYING"):
         rx.advance(0, ChunkState.DMA_COPYING)
     rx.advance(0, ChunkState.IDLE)
-    with pytest.raises(ValueError, match="'send' or 'receive'"):
+    with pytest.raises(HocclError, match="'send' or 'receive'"):
         ChunkStateMachine([], cycle="both")
 
     fake_cuda.install(monkeypatch)
@@ -239,7 +239,7 @@ def test_memop_parameter_block_layout():
     assert (op, address, value, flags, alias) == (1, 0x7F00_0000_1000, 1, 1, 0)  # WAIT_VALUE_32, EQ
     op, address, value, flags, _ = struct.unpack_from("<I4xQQI4xQ", block, MEMOP_BYTES)
     assert (op, address, value, flags) == (2, 0x7F00_0000_1004, 0, 0)  # WRITE_VALUE_32, default
-    with pytest.raises(ValueError, match="unknown"):
+    with pytest.raises(HocclError, match="unknown"):
         pack_memops([("wait_geq", 0, 0)])
 
 

@@ -39,6 +39,10 @@ class CompileOptions:
     # Fraction of predicted time the scheduler may add to cut the number of stages (0: time-optimal
     # peeling only). Skewed traffic peels into many tiny stages; each costs the runtime a barrier.
     max_extra_time: float = 0.0
+    # The verify pass's byte-level replay (on top of the structural checks, which already prove delivery): None
+    # replays small plans only, False never (the runtime's on-demand compiles, where it was 6-13 ms of a 1 MiB
+    # 8-GPU compile), True always. Not part of the plan: the same plan either way.
+    byte_replay: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"chunk_bytes": self.chunk_bytes, "max_extra_time": self.max_extra_time}

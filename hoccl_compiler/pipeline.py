@@ -29,7 +29,7 @@ Progress = Callable[[str], None]
 
 def _verify(state: CompileState, options: CompileOptions) -> CompileState:
     assert state.plan is not None, "verify runs after plan"
-    verify_plan(state.plan)
+    verify_plan(state.plan, byte_replay=options.byte_replay)
     return state
 
 

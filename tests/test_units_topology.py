@@ -137,3 +137,23 @@ def test_the_runtime_reaches_the_compiler_only_through_plans_py():
     assert not found, found
     text = "\n".join(p.read_text() for p in root.rglob("*.py"))
     assert 'make_topology("' not in text  # no preset chosen for the machine
+
+
+def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch):
+    """compile_call verifies structurally but never replays bytes (the replay made small compiles 6-13 ms); a
+    CLI compile of the same size still replays."""
+    import hoccl_compiler.verify as verify
+    from hoccl_compiler import CollectiveSpec, compile_plan
+    from hoccl_runtime.plans import compile_call
+
+    replays = []
+    real = verify.replay
+    monkeypatch.setattr(verify, "replay", lambda *a, **k: replays.append(1) or real(*a, **k))
+    structural = []
+    real_orders = verify._check_chunk_orders
+    monkeypatch.setattr(verify, "_check_chunk_orders", lambda *a: structural.append(1) or real_orders(*a))
+    topo = make_topology("dgx-h100", nodes=1)
+    plan = compile_call(topo, ("alltoall", 1 << 20), 1 << 40)
+    assert plan.num_ranks == 8 and structural and not replays
+    compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=1 << 20))
+    assert replays

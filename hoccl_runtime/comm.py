@@ -577,8 +577,10 @@ class Communicator:
         self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
         # eager receives whose sender's size entry was not there yet: (peer, seq, ring word, digest, call)
         self._unverified: list[tuple[int, int, int, int, Any]] = []  # ..., CollectiveSpec
-        self._plans: dict[tuple, _PlanState] = {}
-        self._by_id: dict[str, _PlanState] = {}
+        from .plans import PlanCache
+
+        self._plans: dict[tuple, _PlanState] = PlanCache()  # bounded: MoE sizes change every step
+        self._by_id: dict[str, _PlanState] = PlanCache()
         self._seq = [0] * world
         self._opened: OrderedDict[bytes, int] = OrderedDict()
         # registered windows (register_window): their peers' mappings stay open (not in the LRU above)

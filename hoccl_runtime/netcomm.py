@@ -37,6 +37,7 @@ from typing import Any
 from ._cuda import ipc_export, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from .errors import HocclError, HocclTimeoutError, PlanError
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
+from .plans import PlanCache
 
 __all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy"]
 
@@ -320,7 +321,7 @@ class NetCommunicator(_Calls):
         self.topology = machine_topology(nodes=world, gpus_per_node=1, device=device, forwarding="none")
         self._store = store
         self._lock = threading.Lock()
-        self._plans: dict[tuple, Any] = {}
+        self._plans: dict[tuple, Any] = PlanCache()
         self._executor = None
         self._stream: int | None = None
         self.closed = False
@@ -475,7 +476,7 @@ class NodeNetCommunicator(_Calls):
         self.chunk_bytes, self.ring_bytes = chunk_bytes, ring_bytes
         self.topology = machine_topology(nodes=self.nodes, gpus_per_node=L, device=device,
                                          forwarding="symmetric" if L % 2 == 0 else "none")
-        self._plans: dict = {}
+        self._plans: dict = PlanCache()
         self._stream = None
         self._lock = threading.Lock()
         self._seq = 0
@@ -490,7 +491,7 @@ class NodeNetCommunicator(_Calls):
         self._intra: Any = Communicator(self.local, L, device, _Prefixed(store, f"intra{self.node}/"),
                                         timeout_s=timeout_s) if L > 1 else None
         self._pair_topology = machine_topology(nodes=2, gpus_per_node=1, device=device, forwarding="none")
-        self._pair_plans: dict = {}
+        self._pair_plans: dict = PlanCache()
         self._pair_exec: dict[int, Any] = {}          # peer -> its pair's executor (owns its transport)
         self._p2p_proxy: CallProxy | None = None
         self._p2p_flags: tuple = ()

@@ -23,7 +23,25 @@ from hoccl_compiler.schema import Plan
 
 from .errors import HocclError
 
-__all__ = ["machine_topology", "compile_call", "call_spec", "verify", "resident", "GPU_PRESETS"]
+__all__ = ["machine_topology", "compile_call", "call_spec", "verify", "resident", "GPU_PRESETS", "PlanCache",
+           "PLAN_CACHE_SIZE"]
+
+PLAN_CACHE_SIZE = 1024  # plans a communicator keeps: MoE All-to-Allv sizes change every step, each a new plan
+
+
+class PlanCache(dict):
+    """A dict of compiled plans (or their states) that forgets the oldest entry beyond ``maxsize`` (a forgotten
+    plan is compiled again, about 1 ms, if it comes back). Reads are plain ``dict.get``: nothing on the hot
+    path."""
+
+    def __init__(self, maxsize: int = PLAN_CACHE_SIZE):
+        super().__init__()
+        self.maxsize = maxsize
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key not in self and len(self) >= self.maxsize:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
 
 # GPU name fragment -> (preset fields, where the figure comes from); the first match wins
 GPU_PRESETS: tuple[tuple[str, dict[str, float], str], ...] = (

@@ -157,3 +157,15 @@ def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch):
     assert plan.num_ranks == 8 and structural and not replays
     compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=1 << 20))
     assert replays
+
+
+def test_plan_caches_are_bounded():
+    """MoE All-to-Allv sizes change every step: a communicator's plan cache forgets its oldest entries."""
+    from hoccl_runtime.plans import PlanCache
+
+    cache = PlanCache(maxsize=3)
+    for k in range(5):
+        cache[("sendrecv", 0, 1, k)] = k
+    assert list(cache) == [("sendrecv", 0, 1, k) for k in (2, 3, 4)] and cache.get(("sendrecv", 0, 1, 0)) is None
+    cache[("sendrecv", 0, 1, 3)] = "again"  # an update keeps the size
+    assert len(cache) == 3 and cache[("sendrecv", 0, 1, 3)] == "again"

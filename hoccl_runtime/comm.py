@@ -579,7 +579,9 @@ class Communicator:
         self._unverified: list[tuple[int, int, int, int, Any]] = []  # ..., CollectiveSpec
         from .plans import PlanCache
 
-        self._plans: dict[tuple, _PlanState] = PlanCache()  # bounded: MoE sizes change every step
+        # call key -> plan state: a plain dict on the hot path, bounded where _state adds to it (MoE sizes change
+        # every step)
+        self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = PlanCache()
         self._seq = [0] * world
         self._opened: OrderedDict[bytes, int] = OrderedDict()
@@ -697,10 +699,12 @@ class Communicator:
             return state
         state = self._plans.get(what)
         if state is None:
-            from .plans import compile_call
+            from .plans import PLAN_CACHE_SIZE, compile_call
 
             # one chunk per transfer: intra-node copies need no pipelining, and fewer calls mean less host time
             state = self._make_state(compile_call(self.topology, what, 1 << 40))
+            if len(self._plans) >= PLAN_CACHE_SIZE:  # forget the oldest (compiled again, ~1 ms, if it returns)
+                del self._plans[next(iter(self._plans))]
             self._plans[what] = state
         return state
 

@@ -367,3 +367,27 @@ def test_reductions_go_to_the_nccl_group_when_asked():
     assert [c[0] for c in calls] == ["allreduce", "reduce_scatter_tensor", "reduce_scatter", "reduce"]
     assert calls[0][2] == dist.ReduceOp.AVG and calls[3][2] == 1
     assert torch.equal(t, torch.ones(4))  # HOCCL moved nothing itself
+
+
+@NET
+def test_a_rank_with_nothing_to_move_still_takes_part(batch):
+    """Uneven All-to-Allv where rank 1 sends and receives nothing: on the network path (every call a collective
+    of all ranks) it must still make the call, or the others would wait for it."""
+    world = 3
+
+    def sends(r):
+        return [0, 0, 0] if r == 1 else [2 if j != 1 else 0 for j in range(world)]
+
+    def body(g, r):
+        inp = _data(r, (sum(sends(r)), 4), salt=90)
+        recv = [sends(j)[r] for j in range(world)]
+        out = _poisoned((sum(recv), 4))
+        g.alltoall_base(out, inp, recv, sends(r)).wait()
+        return out
+
+    res, _ = run_ranks(world, body, batch=batch)
+    for r in (0, 2):
+        want = torch.cat([_data(j, (sum(sends(j)), 4), salt=90)[sum(sends(j)[:r]):sum(sends(j)[:r + 1])]
+                          for j in range(world)])
+        assert torch.equal(res[r], want)
+    assert res[1].numel() == 0

@@ -171,7 +171,9 @@ class ProcessGroupHoccl(dist.ProcessGroup):
                 raise HocclError("this hoccl process group is shut down; create a new one")
             self._flush()
             self._streams.follow()
-            if any(t.numel() for t in tensors):  # a call of zero bytes moves nothing (and needs no plan)
+            # a call of zero bytes here moves nothing and needs no plan, where ranks pair up (one node); across
+            # nodes every call is a collective of every rank, so this rank takes part whatever its size
+            if not self._zero_copy or any(t.numel() for t in tensors):
                 if torch_ops:
                     with self._streams.torch_ops():
                         run(self._streams.handle)

@@ -235,6 +235,10 @@ def _inspect_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", default=None,
                    help="draw stage matrices and a Gantt chart of NVLink / RDMA / DMA queues (needs matplotlib)")
     p.add_argument("--verify", action="store_true", help="re-run the full verifier on the file")
+    p.add_argument("--simulate", action="store_true",
+                   help="simulate the plan chunk by chunk (serial queues, per-chunk DMA start, shared ports)")
+    p.add_argument("--chunk-start-us", type=float, default=None, metavar="US",
+                   help="with --simulate: per-chunk DMA start (default 2.5, measured on the H200)")
     p.add_argument("--stages", type=int, default=20, metavar="N", help="rows of the per-stage table (default 20)")
     p.add_argument("--timelines", type=int, default=1, metavar="N",
                    help="stages whose per-queue chunk order is printed (default 1)")
@@ -264,16 +268,32 @@ def _inspect(argv: Sequence[str] | None) -> int:
         verified = True
         for warning in hot_spots(plan):
             print(f"warning: {warning}", file=sys.stderr)
+    simulated = None
+    if args.simulate:
+        from .simulate import CHUNK_START_S, simulate
+
+        start = CHUNK_START_S if args.chunk_start_us is None else args.chunk_start_us * 1e-6
+        if not start >= 0:
+            raise _UsageError(f"--chunk-start-us {args.chunk_start_us} must be a time >= 0")
+        simulated = simulate(plan, chunk_start_s=start)
+        bound = plan.report.lower_bound_s
     if args.format == "json":
         out = summary(plan)
         out["stage_table"] = stage_rows(plan)
         if verified:
             out["verified"] = True
+        if simulated is not None:
+            out["simulated_s"] = simulated.total_s
+            out["simulated_chunk_start_s"] = start
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         print(format_text(plan, max_stages=args.stages, timelines=args.timelines))
         if verified:
             print("\nverify: OK (postcondition, stage rules, chunk orders)")
+        if simulated is not None:
+            ratio = f" (x{simulated.total_s / bound:.3f} of the bound)" if bound > 0 else ""
+            print(f"\nsimulated    {simulated.total_s * 1e6:.1f} us{ratio}: {simulated.chunks} chunks on serial "
+                  f"queues, {start * 1e6:g} us DMA start each, ports shared max-min fairly")
     if args.plot:
         from .plot import plot_plan
 

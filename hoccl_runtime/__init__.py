@@ -27,7 +27,7 @@ from .errors import (
     UnsupportedPlanError,
 )
 
-__all__ = ["load_plan", "execute", "default_executor", "Executor", "init", "Communicator", "Window",
+__all__ = ["load_plan", "execute", "default_executor", "Executor", "init", "Communicator", "Window", "CommunicatorAPI",
            "HocclError", "PlanError", "CudaError",
            "BufferError", "StreamError", "HocclTimeoutError", "TransportError", "UnsupportedPlanError"]
 
@@ -65,6 +65,10 @@ def __getattr__(name: str) -> Any:
         from .executor import Executor
 
         return Executor
+    if name == "CommunicatorAPI":
+        from .api import CommunicatorAPI
+
+        return CommunicatorAPI
     if name in ("init", "Communicator", "Window"):
         from . import comm
 

@@ -157,7 +157,8 @@ def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
 def init(*, rank: int | None = None, world_size: int | None = None, device: int | None = None,
          store: Any = None, timeout_s: float = 60.0, gpus_per_node: int | None = None,
          dma_queues: int | None = None, local_copies: str | None = None) -> Any:
-    """A communicator for this process's GPU, from torchrun's environment (or the arguments).
+    """A communicator for this process's GPU, from torchrun's environment (or the arguments); whichever it is, it
+    has the calls of :class:`hoccl_runtime.api.CommunicatorAPI`.
 
     All ranks on one node (LOCAL_WORLD_SIZE == WORLD_SIZE): the copy-engine :class:`Communicator`.
     One GPU per node (LOCAL_WORLD_SIZE == 1, or ``gpus_per_node=1`` to make each GPU of a machine its
@@ -485,6 +486,7 @@ class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
     _one_queue = False  # CUDA_DEVICE_MAX_CONNECTIONS=1 and no warning yet (set by _mailbox_state)
+    pairs_alone = True  # two ranks exchange without the others (hoccl_runtime.api)
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
                  ipc_cache: int = 64, dma_queues: int | None = None, local_copies: str | None = None):

@@ -194,39 +194,87 @@ class _Calls:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- torch-like calls ------------------------------------------------------------------------------
+    # --- torch-like calls (hoccl_runtime.api.CommunicatorAPI) ------------------------------------------------
+    pairs_alone = False  # every call is a collective of every rank (each run says hello to every node)
+
+    def _no_pacing(self, call: str, rate_gbps: float | None, duration_s: float | None) -> None:
+        if rate_gbps is not None or duration_s is not None:
+            from .api import unsupported
+
+            raise unsupported(type(self).__name__, f"{call}(rate_gbps=/duration_s=)",
+                              "pacing caps a node's copy-engine queue; across nodes the network sets the pace: "
+                              "leave it out")
+
     def register_window(self, tensor: Any) -> NetWindow:
         """Accepted as on the intra-node communicator, so code written for one node runs across nodes: the
         buffer is checked and held; calls on it run as any others (see :class:`NetWindow`)."""
         return NetWindow(tensor, window_buffer(tensor, self.rank, self.device).nbytes)
 
-    def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None) -> None:
+    def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None, *, rate_gbps: float | None = None,
+                               duration_s: float | None = None) -> None:
+        self._no_pacing("all_gather_into_tensor", rate_gbps, duration_s)
         out = as_buffer(output, "output")
         self._call(("allgather", out.nbytes), input, output, stream)
 
-    def all_to_all_single(self, output: Any, input: Any, stream: Any = None) -> None:
+    def all_to_all_single(self, output: Any, input: Any, stream: Any = None, *, rate_gbps: float | None = None,
+                          duration_s: float | None = None) -> None:
+        self._no_pacing("all_to_all_single", rate_gbps, duration_s)
         out = as_buffer(output, "output")
         self._call(("alltoall", out.nbytes), input, output, stream)
 
-    def broadcast(self, tensor: Any, root: int, stream: Any = None) -> None:
+    def broadcast(self, tensor: Any, root: int, stream: Any = None, *, rate_gbps: float | None = None,
+                  duration_s: float | None = None) -> None:
+        self._no_pacing("broadcast", rate_gbps, duration_s)
         buf = as_buffer(tensor, "tensor")
         self._call(("broadcast", buf.nbytes, root), tensor, tensor, stream)
 
-    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None) -> None:
+    def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
+                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
+        self._no_pacing("scatter", rate_gbps, duration_s)
         out = as_buffer(output, "output")
         self._call(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, output, stream)
 
-    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None) -> None:
+    def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None, *,
+               rate_gbps: float | None = None, duration_s: float | None = None) -> None:
+        self._no_pacing("gather", rate_gbps, duration_s)
         inp = as_buffer(input, "input")
         self._call(("gather", inp.nbytes * self.world, root), input, output if self.rank == root else None, stream)
 
-    def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
+    def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None,
+             duration_s: float | None = None) -> None:
+        self._no_pacing("send", rate_gbps, duration_s)
         buf = as_buffer(tensor, "tensor")
         self._call(("sendrecv", self.rank, dst, buf.nbytes), tensor, None, stream)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._call(("sendrecv", src, self.rank, buf.nbytes), None, tensor, stream)
+
+    def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
+        """Pipeline-stage exchanges, as on the intra-node communicator: ("send", tensor, dst) and ("recv", tensor,
+        src) ops, run one after the other in the (src, dst) order every rank uses, so ranks that send to each other
+        never wait on each other."""
+        calls = []
+        for op in ops:
+            if len(op) != 3 or op[0] not in ("send", "recv"):
+                raise HocclError(f"batch op {op!r}: use ('send', tensor, dst) or ('recv', tensor, src)")
+            kind, tensor, peer = op
+            if not 0 <= peer < self.world or peer == self.rank:
+                raise HocclError(f"{'dst' if kind == 'send' else 'src'}={peer} must be another rank in "
+                                 f"0..{self.world - 1} (this is rank {self.rank})")
+            calls.append(((self.rank, peer) if kind == "send" else (peer, self.rank), kind, tensor, peer))
+        for _, kind, tensor, peer in sorted(calls, key=lambda c: c[0]):
+            if kind == "send":
+                self.send(tensor, peer, stream)
+            else:
+                self.recv(tensor, peer, stream)
+
+    def execute(self, plan: Any, input: Any, output: Any, stream: Any = None, *, rate_gbps: float | None = None,
+                duration_s: float | None = None) -> None:
+        from .api import unsupported
+
+        raise unsupported(type(self).__name__, "execute(plan)", "run a multi-node plan one process per node with "
+                          "hoccl_runtime.netexec.GpuNodeExecutor, or call the collectives, which compile their own")
 
     def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Any, input_split_bytes: Any,
                      stream: Any = None) -> None:
@@ -520,7 +568,9 @@ class NodeNetCommunicator(_Calls):
     # of ranks has its own connection and reusable executor (a 2 x 1 "topology", no forwarding), driven
     # by this rank's own proxy in the order the rank issues its calls (both ends issue theirs in the
     # same order, as with NCCL).
-    def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
+    def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None,
+             duration_s: float | None = None) -> None:
+        self._no_pacing("send", rate_gbps, duration_s)
         self._p2p(tensor, None, dst, stream)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:

@@ -345,3 +345,42 @@ def test_a_rank_that_fails_at_start_is_heard_of_at_once(monkeypatch):
     assert isinstance(results[1], HocclError) and "lanes=0" in str(results[1])
     assert isinstance(results[0], HocclError) and "rank 1 failed while setting up" in str(results[0])
     assert took[0] < 2.0, took
+
+
+def test_one_call_set_for_every_communicator(monkeypatch):
+    """Every communicator has the calls of hoccl_runtime.api; an option one cannot honour is an
+    UnsupportedOpError naming it (not a TypeError); the network batch runs sends and receives in one order."""
+    import inspect
+
+    from hoccl_runtime.api import CALLS
+    from hoccl_runtime.comm import Communicator
+    from hoccl_runtime.errors import UnsupportedOpError
+    from hoccl_runtime.netcomm import NetCommunicator, NodeNetCommunicator
+
+    for cls in (Communicator, NetCommunicator, NodeNetCommunicator):
+        missing = [c for c in CALLS if not callable(getattr(cls, c, None))]
+        assert not missing, (cls.__name__, missing)
+        for call in ("all_gather_into_tensor", "all_to_all_single", "broadcast", "scatter", "gather", "send"):
+            params = inspect.signature(getattr(cls, call)).parameters
+            assert "rate_gbps" in params and "duration_s" in params, (cls.__name__, call)
+    assert Communicator.pairs_alone and not NetCommunicator.pairs_alone and not NodeNetCommunicator.pairs_alone
+
+    def body(comm, r):
+        n = 3001
+        mine = np.random.default_rng(r).integers(0, 256, n, dtype=np.uint8)
+        got = np.full(n, 0xA5, np.uint8)
+        # both ranks list their send first: the batch orders them alike on both
+        comm.batch_isend_irecv([("send", dev(mine, r), 1 - r), ("recv", dev(got, r), 1 - r)], stream=7)
+        comm.synchronize()
+        with pytest.raises(UnsupportedOpError, match=r"all_gather_into_tensor\(rate_gbps=/duration_s=\)"):
+            comm.all_gather_into_tensor(dev(np.zeros(2, np.uint8), r), dev(np.zeros(1, np.uint8), r), stream=7,
+                                        rate_gbps=10.0)
+        with pytest.raises(UnsupportedOpError, match="execute"):
+            comm.execute(None, None, None, stream=7)
+        with pytest.raises(HocclError, match="batch op"):
+            comm.batch_isend_irecv([("put", dev(mine, r), 1 - r)], stream=7)
+        return mine, got
+
+    results = two_ranks(monkeypatch, body)
+    assert not failures(results), results
+    assert np.array_equal(results[0][1], results[1][0]) and np.array_equal(results[1][1], results[0][0])

@@ -38,8 +38,8 @@ class FakeComm:
         self._seq = 0
         self.rendezvous = rendezvous
         self.closed = False
-        if batch:
-            self.batch_isend_irecv = self._batch
+        self.pairs_alone = batch  # the intra-node communicator's way; else the network ones'
+        self.batch_isend_irecv = self._batch if batch else self._sequential
 
     def close(self) -> None:
         self.closed = True
@@ -71,7 +71,7 @@ class FakeComm:
             out[j].copy_(parts[j].reshape(w, -1)[me])
 
     def all_to_all_v(self, output, input, output_split_bytes, input_split_bytes, stream=None):
-        if hasattr(self, "batch_isend_irecv"):  # the intra-node communicator: pairwise, a rank with nothing sits out
+        if self.pairs_alone:  # the intra-node communicator: pairwise, a rank with nothing sits out
             src, dst = input.reshape(-1).view(torch.uint8), output.reshape(-1).view(torch.uint8)
             ins = [sum(input_split_bytes[:j]) for j in range(self.world)]
             outs = [sum(output_split_bytes[:j]) for j in range(self.world)]
@@ -110,6 +110,12 @@ class FakeComm:
                 self.send(t, peer, stream)
         for t, peer in recvs:
             self._take(t, peer)
+
+    def _sequential(self, ops, stream=None):
+        """As the network communicators' batch: one op after another in the (src, dst) order of every rank."""
+        key = {"send": lambda p: (self.rank, p), "recv": lambda p: (p, self.rank)}
+        for kind, t, peer in sorted(ops, key=lambda op: key[op[0]](op[2])):
+            self.send(t, peer, stream) if kind == "send" else self.recv(t, peer, stream)
 
     def _post(self, src):
         f = self.fabric

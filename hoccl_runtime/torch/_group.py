@@ -312,9 +312,9 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
     @property
     def _zero_copy(self) -> bool:
-        """Whether the communicator takes batches of sends and receives straight into the caller's tensors (the
-        intra-node one); the network ones run a collective's transfers as one All-to-Allv plan instead."""
-        return hasattr(self.comm, "batch_isend_irecv")
+        """Whether two ranks exchange without the others, straight into the caller's tensors (one node:
+        ``pairs_alone``); across nodes a collective's transfers run as one All-to-Allv plan instead."""
+        return getattr(self.comm, "pairs_alone", False)
 
     def _collective_exchange(self, sends: list, recvs: list, stream: Any) -> None:
         """The transfers of a collective call: a batch of pairwise copies where the communicator has batches,
@@ -502,13 +502,14 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
 
 def _exchange(comm: Any, me: int, sends: list, recvs: list, stream: Any) -> None:
-    """Sends [(peer, tensor)] and receives [(peer, tensor)] as one batch on ``stream``: the communicator's
-    ``batch_isend_irecv`` where it has one (every address before any wait), else one call after another in
-    the (src, dst) order every rank uses, so no two ranks wait on each other."""
+    """Sends [(peer, tensor)] and receives [(peer, tensor)] as one batch on ``stream`` (the communicator's
+    ``batch_isend_irecv``: on one node every address before any wait, in rounds of at most 4 ops per peer;
+    across nodes one call after another in the (src, dst) order every rank uses), so no two ranks wait on each
+    other."""
     ops = [("send", t, p) for p, t in sends if t.numel()] + [("recv", t, p) for p, t in recvs if t.numel()]
     if not ops:
         return
-    if hasattr(comm, "batch_isend_irecv"):
+    if getattr(comm, "pairs_alone", False):
         per_peer: dict[int, list] = {}
         for op in ops:
             per_peer.setdefault(op[2], []).append(op)
@@ -524,11 +525,7 @@ def _exchange(comm: Any, me: int, sends: list, recvs: list, stream: Any) -> None
         for batch in rounds:
             comm.batch_isend_irecv(batch, stream=stream)
         return
-    for op in sorted(ops, key=lambda op: (me, op[2]) if op[0] == "send" else (op[2], me)):
-        if op[0] == "send":
-            comm.send(op[1], op[2], stream=stream)
-        else:
-            comm.recv(op[1], op[2], stream=stream)
+    comm.batch_isend_irecv(ops, stream=stream)  # across nodes: one after the other in the (src, dst) order
 
 
 # --- creation through torch ---------------------------------------------------------------------------------

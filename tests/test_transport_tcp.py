@@ -393,3 +393,21 @@ def test_peers_prove_they_hold_the_secret():
     assert isinstance(box.get("error"), HocclTimeoutError)
     assert "failed authentication" in str(box["error"])
     rx.close()
+
+
+def test_an_incomplete_connection_is_closed_when_accept_times_out():
+    """A peer that opens one lane of two and stops: accept times out naming it, and that lane is closed (the
+    peer sees EOF), not left open until the transport closes."""
+    rx = TcpTransport(lanes=2, session="job")
+    address = rx.listen()
+    host, port = address.split(":")
+    t, box = _accepting(rx, timeout_s=1.5)
+    c = socket.create_connection((host, int(port)), timeout=5)
+    assert raw_handshake(c, b"job", lanes=2) == 1  # lane 0 of 2 accepted, lane 1 never comes
+    t.join(10)
+    assert isinstance(box.get("error"), HocclTimeoutError) and "closed 1 lane(s)" in str(box["error"])
+    c.settimeout(5)
+    assert c.recv(1) == b""  # closed by the acceptor
+    assert not rx._pending
+    c.close()
+    rx.close()

@@ -378,7 +378,11 @@ class TcpTransport(Transport):
             if left <= 0:
                 last = f" (refused {len(self.refused)} connection(s); the last: {self.refused[-1]})" \
                     if self.refused else ""
-                raise HocclTimeoutError(f"no peer connected to {self.host}:{self.port} within {timeout_s:g} s{last}")
+                partial = sum(len(g) for g in self._pending.values())
+                self._drop_pending()  # lanes of a connection that never completed: closed, not left open
+                some = f"; closed {partial} lane(s) of connections that never completed" if partial else ""
+                raise HocclTimeoutError(f"no peer connected to {self.host}:{self.port} within {timeout_s:g} s"
+                                        f"{last}{some}")
             self._listener.settimeout(left)
             try:
                 sock, addr = self._listener.accept()
@@ -435,14 +439,18 @@ class TcpTransport(Transport):
         sock.sendall(b"\1")
         return lane, lanes, conn_id, name
 
+    def _drop_pending(self) -> None:
+        for group in self._pending.values():
+            for s in group.values():
+                with contextlib.suppress(OSError):
+                    s.close()
+        self._pending.clear()
+
     def close(self) -> None:
         for conn in self._connections:
             conn.close()
         self._connections.clear()
-        for group in self._pending.values():
-            for s in group.values():
-                s.close()
-        self._pending.clear()
+        self._drop_pending()
         if self._listener is not None:
             self._listener.close()
             self._listener = None

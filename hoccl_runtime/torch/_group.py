@@ -413,7 +413,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
     def _reduce_scatter_base(self, output: Any, input: Any, opts: Any = None) -> HocclWork:
         self._check_group_sized("reduce_scatter_tensor", input, "input", output, "output")
         w = self.size()
-        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        red = _reduction_of(opts)
         if self.reduce_mode == "nccl":
             return self._nccl._reduce_scatter_base(output, input, opts)
 
@@ -432,7 +432,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         self._same_sizes(ins, out, "reduce_scatter input")
         if self.reduce_mode == "nccl":
             return self._nccl.reduce_scatter([out], [list(ins)], opts)
-        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        red = _reduction_of(opts)
         me, w = self.rank(), self.size()
 
         def run(stream: Any) -> None:
@@ -448,7 +448,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         self._check(t, "tensor")
         if self.reduce_mode == "nccl":
             return self._nccl.allreduce([t], opts)
-        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        red = _reduction_of(opts)
         w, me = self.size(), self.rank()
 
         def run(stream: Any) -> None:
@@ -475,7 +475,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         self._check(t, "tensor")
         if self.reduce_mode == "nccl":
             return self._nccl.reduce([t], opts)
-        red = reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        red = _reduction_of(opts)
         root, me, w = self._root(opts.rootRank if opts is not None else 0, "reduce"), self.rank(), self.size()
         if me != root:
             return self._pairwise([(root, t)], [], [], [t], [])
@@ -499,6 +499,11 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             self.comm.close()
 
     abort = shutdown
+
+
+def _reduction_of(opts: Any) -> Any:
+    """The Reduction a call's options ask for (SUM where torch passes none)."""
+    return reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
 
 
 def _exchange(comm: Any, me: int, sends: list, recvs: list, stream: Any) -> None:

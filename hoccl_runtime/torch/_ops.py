@@ -82,8 +82,8 @@ def reduce_blocks(blocks: Any, red: Reduction, out: Any) -> None:
     out.copy_(res)
 
 
-def check_tensor(t: Any, what: str, device: Any = None) -> None:
-    """A tensor a HOCCL call can move: on a CUDA device (``device`` where given) and contiguous."""
+def check_tensor(t: Any, what: str) -> None:
+    """A tensor a HOCCL call can move: on a CUDA device and contiguous (the communicator checks which GPU)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -91,8 +91,6 @@ def check_tensor(t: Any, what: str, device: Any = None) -> None:
     if t.device.type != "cuda":
         raise BufferError(f"{what} is on {t.device} ({tuple(t.shape)}, {t.dtype}); the hoccl backend moves GPU "
                           "memory: pass x.cuda(), or use a gloo group for CPU tensors")
-    if device is not None and t.device != device:
-        raise BufferError(f"{what} is on {t.device} but this group's GPU is {device}: move it there")
     if not t.is_contiguous():
         raise BufferError(f"{what} is not contiguous (strides {t.stride()}); pass x.contiguous()")
 

@@ -27,15 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import _max_min_rates, port_capacity
+from .cost import _max_min_rates, piece_ports, port_capacity
 from .errors import PlanError
 from .schema import Plan
 
 __all__ = ["simulate", "Simulation", "CHUNK_START_S"]
 
 CHUNK_START_S = 2.5e-6  # per chunk and queue: measured on the H200 (1 GB in 4 MB chunks: 316 GB/s of 396)
-
-_RDMA_ROLE = "rdma"
 
 
 @dataclass(frozen=True)
@@ -51,18 +49,15 @@ def simulate(plan: Plan, *, chunk_start_s: float = CHUNK_START_S, stage_sync_s: 
     topo = plan.topology
     G = topo.num_gpus
     capacity = port_capacity(topo)
-    roles = [r.name for r in plan.roles]
     chunk = plan.options.chunk_bytes
     stage_times = []
     events = 0
     n_chunks_total = 0
     for stage in plan.stages:
         tr = stage.transfers
-        rdma = np.array([roles[r] == _RDMA_ROLE for r in tr.role], dtype=bool)
-        local = np.array([s == d for s, d in zip(tr.src, tr.dst, strict=True)], dtype=bool)
-        src, dst = np.asarray(tr.src), np.asarray(tr.dst)
-        out_port = np.where(rdma, 2 * G + src, src)
-        in_port = np.where(rdma, 3 * G + dst, G + dst)
+        # the cost model's ports (a plan's role indices are the IR's role codes); local copies use none
+        out_port, in_port = piece_ports(np.asarray(tr.role), np.asarray(tr.src), np.asarray(tr.dst), G)
+        local = out_port < 0
         n_of = np.maximum(1, -(-np.asarray(tr.bytes, dtype=np.int64) // chunk))
         # every queue's entries in order: (transfer, chunk k, bytes)
         seen = np.zeros(len(tr.flow), dtype=np.int64)

@@ -215,16 +215,18 @@ _MEMOP = struct.Struct("<I4xQQI4xQ8x")
 assert _MEMOP.size == MEMOP_BYTES
 WAIT_VALUE_32, WRITE_VALUE_32 = 1, 2          # CUstreamBatchMemOpType
 WAIT_EQ, WRITE_DEFAULT = 1, 0                 # CUstreamWaitValue_flags / CUstreamWriteValue_flags
+WAIT_GEQ = 0                                  # (int32)(*address - value) >= 0: cyclic, ignores wraparound
 
 
 def pack_memops(ops: list[tuple[str, int, int]]) -> bytes:
-    """The parameter block of ``cuStreamBatchMemOp`` for [("wait_eq" | "write", address, value)]."""
+    """The parameter block of ``cuStreamBatchMemOp`` for [("wait_eq" | "wait_geq" | "write", address, value)]."""
     out = bytearray(MEMOP_BYTES * len(ops))
     for i, (kind, address, value) in enumerate(ops):
-        if kind == "wait_eq":
-            _MEMOP.pack_into(out, i * MEMOP_BYTES, WAIT_VALUE_32, address, value, WAIT_EQ, 0)
+        if kind in ("wait_eq", "wait_geq"):
+            _MEMOP.pack_into(out, i * MEMOP_BYTES, WAIT_VALUE_32, address, value & 0xFFFFFFFF,
+                             WAIT_EQ if kind == "wait_eq" else WAIT_GEQ, 0)
         elif kind == "write":
-            _MEMOP.pack_into(out, i * MEMOP_BYTES, WRITE_VALUE_32, address, value, WRITE_DEFAULT, 0)
+            _MEMOP.pack_into(out, i * MEMOP_BYTES, WRITE_VALUE_32, address, value & 0xFFFFFFFF, WRITE_DEFAULT, 0)
         else:
             raise HocclError(f"unknown stream memory operation {kind!r}: give 'wait_eq' or 'write'")
     return bytes(out)
@@ -253,8 +255,8 @@ def fast_driver() -> FastDriver | None:
     cu = driver()
     t, w, v = cu.CUstreamBatchMemOpType, cu.CUstreamWaitValue_flags, cu.CUstreamWriteValue_flags
     if (int(t.CU_STREAM_MEM_OP_WAIT_VALUE_32), int(t.CU_STREAM_MEM_OP_WRITE_VALUE_32),
-            int(w.CU_STREAM_WAIT_VALUE_EQ), int(v.CU_STREAM_WRITE_VALUE_DEFAULT)) != \
-            (WAIT_VALUE_32, WRITE_VALUE_32, WAIT_EQ, WRITE_DEFAULT):
+            int(w.CU_STREAM_WAIT_VALUE_EQ), int(w.CU_STREAM_WAIT_VALUE_GEQ), int(v.CU_STREAM_WRITE_VALUE_DEFAULT)) != \
+            (WAIT_VALUE_32, WRITE_VALUE_32, WAIT_EQ, WAIT_GEQ, WRITE_DEFAULT):
         return None
     try:
         return FastDriver(ctypes.CDLL("libcuda.so.1"), cu)

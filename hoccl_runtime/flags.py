@@ -12,21 +12,22 @@
       consumer stream                    ──wait(f == 1)──write(f = 0)──▶ (work after this waits for the producer)
 
   The producer's wait(f == 0) keeps a second signal from overwriting one not yet consumed.
-* :class:`ChunkState` and :class:`ChunkStateMachine`: the staging-chunk life cycle of the paper
-  (IDLE -> DMA_COPYING -> NETWORK -> IDLE), checked on every transition.
+* Counters (:func:`reached`, :func:`as_int32`): a flag that only grows (1, 2, ... modulo 2**32), that a stream
+  waits on with :meth:`MemOps.wait_geq` and the host reads with :func:`reached`; a later value opens every
+  earlier wait. The staging slots of the network path are gated by them (hoccl_runtime.netexec.GpuNodeExecutor:
+  the paper's chunk states IDLE -> DMA_COPYING -> NETWORK -> IDLE become the counts of go / staged and
+  arrived / landed).
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from .errors import HocclError
 
-__all__ = ["FlagPool", "Flag", "MemOps", "handshake", "ChunkState", "ChunkStateMachine"]
+__all__ = ["FlagPool", "Flag", "MemOps", "handshake", "as_int32", "reached"]
 
 
 class Flag:
@@ -115,11 +116,18 @@ class MemOps:
     """An ordered batch of 32-bit stream waits and writes, enqueued with one ``cuStreamBatchMemOp``."""
 
     def __init__(self) -> None:
-        self.ops: list[tuple[str, int, int]] = []  # ("wait_eq" | "write", address, value)
+        self.ops: list[tuple[str, int, int]] = []  # ("wait_eq" | "wait_geq" | "write", address, value)
         self._params: Any = None
 
     def wait_eq(self, flag: Flag, value: int) -> MemOps:
         self.ops.append(("wait_eq", flag.address, value))
+        self._params = None
+        return self
+
+    def wait_geq(self, flag: Flag, value: int) -> MemOps:
+        """Wait until the flag has reached ``value``: ``(int32)(flag - value) >= 0``, a cyclic comparison, so
+        counters that wrap at 2**32 keep working and a later value releases every earlier wait."""
+        self.ops.append(("wait_geq", flag.address, value))
         self._params = None
         return self
 
@@ -149,15 +157,16 @@ class MemOps:
         params = []
         for kind, address, value in self.ops:
             p = cu.CUstreamBatchMemOpParams()
-            if kind == "wait_eq":
+            if kind in ("wait_eq", "wait_geq"):
                 p.operation = cu.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WAIT_VALUE_32
                 p.waitValue.address = address
-                p.waitValue.value = value
-                p.waitValue.flags = cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ
+                p.waitValue.value = value & 0xFFFFFFFF  # a 32-bit counter
+                p.waitValue.flags = cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ if kind == "wait_eq" else \
+                    cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ
             else:
                 p.operation = cu.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WRITE_VALUE_32
                 p.writeValue.address = address
-                p.writeValue.value = value
+                p.writeValue.value = value & 0xFFFFFFFF
                 p.writeValue.flags = cu.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT
             params.append(p)
         return None, params
@@ -193,53 +202,12 @@ def handshake(flag: Flag) -> tuple[MemOps, MemOps]:
     return MemOps().wait_eq(flag, 0).write(flag, 1), MemOps().wait_eq(flag, 1).write(flag, 0)
 
 
-class ChunkState(enum.IntEnum):
-    IDLE = 0
-    DMA_COPYING = 1
-    NETWORK = 2
+def as_int32(count: int) -> int:
+    """A 32-bit counter value as the int32 a flag stores (what the host writes)."""
+    count &= 0xFFFFFFFF
+    return count - (1 << 32) if count >= 1 << 31 else count
 
 
-_CYCLES = {
-    # a send ring's chunk: a copy engine fills it, the NIC / transport reads it, then it is free again
-    "send": {
-        (ChunkState.IDLE, ChunkState.DMA_COPYING),      # the host issues the staging copy
-        (ChunkState.DMA_COPYING, ChunkState.NETWORK),   # the copy landed (the copy's stream writes this)
-        (ChunkState.NETWORK, ChunkState.IDLE),          # the write left and the receiver credited the slot
-    },
-    # a receive ring's chunk: the network filled it (a completion says so), a copy engine empties it
-    "receive": {
-        (ChunkState.IDLE, ChunkState.DMA_COPYING),      # the chunk arrived; the host issues the copy out
-        (ChunkState.DMA_COPYING, ChunkState.IDLE),      # the copy finished (its stream writes this): credit it
-    },
-}
-
-
-class ChunkStateMachine:
-    """The per-chunk state of a staging ring, stored in flags that host and GPU streams share.
-
-    Host code moves chunks with :meth:`advance`; GPU streams write the same values with stream
-    memory operations (``MemOps.write(flag, ChunkState.NETWORK)``) right after their copy, and the
-    host sees the copy finished by reading the flag (no driver call). Illegal transitions raise: a
-    chunk reused before the network or the copy engine let go of it is a protocol error.
-    ``cycle``: "send" (IDLE -> DMA_COPYING -> NETWORK -> IDLE) or "receive" (IDLE -> DMA_COPYING -> IDLE).
-    """
-
-    def __init__(self, flags: Iterable[Flag], cycle: str = "send"):
-        if cycle not in _CYCLES:
-            raise HocclError(f"cycle {cycle!r}: give 'send' or 'receive'")
-        self.flags = list(flags)
-        self.cycle = cycle
-        self._allowed = _CYCLES[cycle]
-
-    def state(self, chunk: int) -> ChunkState:
-        return ChunkState(self.flags[chunk].read())
-
-    def advance(self, chunk: int, to: ChunkState) -> None:
-        now = self.state(chunk)
-        if (now, to) not in self._allowed:
-            raise HocclError(f"staging chunk {chunk} ({self.cycle} ring): illegal transition {now.name} -> "
-                             f"{to.name}")
-        self.flags[chunk].write(int(to))
-
-    def idle_chunks(self) -> list[int]:
-        return [i for i, f in enumerate(self.flags) if f.read() == ChunkState.IDLE]
+def reached(flag: Flag, count: int) -> bool:
+    """Whether a counter flag has reached ``count``: the cyclic comparison of the GPU's GEQ wait."""
+    return ((flag.read() - count) & 0xFFFFFFFF) < 1 << 31

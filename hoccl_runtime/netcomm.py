@@ -31,7 +31,7 @@ import threading
 import time
 import types
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from ._cuda import ipc_export, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
@@ -39,7 +39,10 @@ from .errors import HocclError, HocclTimeoutError, PlanError
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from .plans import PlanCache
 
-__all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy"]
+__all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy", "CallEvents"]
+
+
+MAX_STREAMS = 16  # streams one NetCommunicator's calls may come on (a START/DONE pair each)
 
 
 def job_secret(store: Any, rank: int) -> bytes:
@@ -75,12 +78,14 @@ def _local_address() -> str:
 class CallProxy:
     """The proxy thread: runs queued calls in order, each once its START flag is set, then sets DONE.
 
-    ``started()`` / ``reset_start()`` / ``finish()`` are the flag operations and ``run(call)`` does the
-    work, so the ordering logic is testable without a GPU."""
+    ``started(call)`` / ``reset_start(call)`` / ``finish(call)`` are the flag operations and ``run(call)`` does
+    the work, so the ordering logic is testable without a GPU. Once a call failed, the later ones are not run but
+    handed to ``skip(call)`` (to release what they hold) and their streams released as well."""
 
     def __init__(self, run: Any, started: Any, reset_start: Any, finish: Any, *, poll_s: float = 50e-6,
-                 name: str = "hoccl-proxy"):
+                 name: str = "hoccl-proxy", skip: Any = None):
         self._run, self._started, self._reset, self._finish = run, started, reset_start, finish
+        self._skip = skip  # what a call not run (an earlier one failed) needs done instead, if anything
         self.poll_s = poll_s
         self._calls: queue.Queue = queue.Queue()
         self._idle = threading.Event()
@@ -103,18 +108,20 @@ class CallProxy:
             call = self._calls.get()
             if call is None:
                 return
-            while not self._started():  # the stream has not reached the call yet
+            while not self._started(call):  # the stream has not reached the call yet
                 if self._stop:
                     return
                 time.sleep(self.poll_s)
-            self._reset()
+            self._reset(call)
             try:
                 if self.error is None:
                     self._run(call)
+                elif self._skip is not None:
+                    self._skip(call)
             except BaseException as exc:  # noqa: BLE001 - kept, raised by the caller's next call
                 self.error = exc
             finally:
-                self._finish()  # releases the stream even after an error: nothing waits forever
+                self._finish(call)  # releases the stream even after an error: nothing waits forever
                 with self._lock:
                     self._pending -= 1
                     if not self._pending:
@@ -127,6 +134,60 @@ class CallProxy:
         self._stop = True
         self._calls.put(None)
         self._thread.join(timeout_s)
+
+
+class CallEvents:
+    """CUDA events that mark where each call sits in its caller's stream. The proxy's copies wait for them on
+    the GPU (``GpuNodeExecutor.run(after=...)``): the START flag only tells the proxy *when* to begin, and an
+    order set through stream memory operations is invisible to CUDA (the driver's manual asks for it to be
+    expressed with events too). Without them, a copy that the proxy issued on seeing START could read an input
+    that a kernel just before the call had not finished writing (seen on the H200: wrong reductions).
+
+    ``interprocess``: events another process of the node opens (the node leader's copies wait for them).
+    ``record(stream)`` takes a free event and records it; ``give_back(event)`` returns it once the copies that
+    wait for it were enqueued (a wait takes the event's state when it is enqueued)."""
+
+    def __init__(self, device: int, *, interprocess: bool = False):
+        self.device = device
+        self._flags = 2 | (4 if interprocess else 0)  # cudaEventDisableTiming | cudaEventInterprocess
+        self._free: list[int] = []
+        self._made: list[int] = []
+        self._handles: dict[int, bytes] = {}
+        self._lock = threading.Lock()
+
+    def record(self, stream: int) -> int:
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()
+        with self._lock:
+            event = self._free.pop() if self._free else None
+        if event is None:
+            event = rt.eventCreateWithFlags(self._flags)
+            self._made.append(event)
+        rt.eventRecord(event, stream)
+        return event
+
+    def handle(self, event: int) -> bytes:
+        """The event's IPC handle (64 bytes; ``interprocess`` events), made once per event."""
+        if event not in self._handles:
+            from ._cuda import cupy_runtime
+
+            self._handles[event] = bytes(cupy_runtime().ipcGetEventHandle(event))
+        return self._handles[event]
+
+    def give_back(self, event: int) -> None:
+        with self._lock:
+            self._free.append(event)
+
+    def close(self) -> None:
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()
+        for event in self._made:
+            with contextlib.suppress(Exception):  # closing anyway
+                rt.eventDestroy(event)
+        self._made.clear()
+        self._free.clear()
 
 
 def _compiled(cache: dict, topology: Any, key: tuple, chunk_bytes: int) -> Any:
@@ -317,13 +378,18 @@ class _Calls:
             offset, nbytes = resident(plan)
             inp = out.slice(int(offset[r]), int(nbytes[r]))
         s = as_stream(stream)
+        self._check_stream(s)
+        return inp, out, s
+
+    def _check_stream(self, s: int) -> None:
+        """Calls of the several-GPUs-per-node communicator go on one stream (its START/DONE flags in the node's
+        shared memory are one pair per rank)."""
         if self._stream is None:
             self._stream = s
         elif s != self._stream:
             raise HocclError(f"this network communicator's calls go on one stream (the first call used "
                              f"{self._stream:#x}, this one {s:#x}): its START/DONE flags order calls by that "
                              "stream; order other streams with events, or create another communicator")
-        return inp, out, s
 
     def _plan(self, key: tuple) -> Any:
         return _compiled(self._plans, self.topology, key, self.chunk_bytes)
@@ -338,7 +404,7 @@ def _set_up(comm: Any, setup: Any, rank: int, store: Any) -> None:
         setup()
     except BaseException as exc:
         announce_failure(store, rank, exc)
-        for name in ("_proxy", "transport", "_flags", "_intra", "_shared"):
+        for name in ("_proxy", "transport", "_flags", "_events", "_intra", "_shared"):
             part = getattr(comm, name, None)
             if part is not None:
                 with contextlib.suppress(Exception):
@@ -376,8 +442,9 @@ class NetCommunicator(_Calls):
         import cupy
 
         with cupy.cuda.Device(device):
-            self._flags = FlagPool(2)
-        self._start, self._done = self._flags.allocate(), self._flags.allocate()
+            self._flags = FlagPool(2 * MAX_STREAMS)
+        self._pairs: dict[int, tuple] = {}  # stream -> its (START, DONE) flags
+        self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
         self.transport = TcpTransport(host=host or _local_address(), lanes=lanes, session=f"hoccl-net-{world}",
                                       name=f"node{rank}", secret=self._secret)
@@ -386,8 +453,19 @@ class NetCommunicator(_Calls):
         store.set(f"net-addr{rank}", self.transport.listen())
         self._addresses = {r: wait_for_key(store, f"net-addr{r}", world, timeout_s, f"rank {rank}: ",
                                            f"rank {r}'s address").decode() for r in range(world)}
-        self._proxy = CallProxy(self._work, lambda: self._start.read() == 1, lambda: self._start.write(0),
-                                lambda: self._done.write(1), name=f"hoccl-proxy-{rank}")
+        # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
+        self._proxy = CallProxy(lambda call: self._executor.run(prepared=call[0]), lambda call: call[1][0].read() == 1,
+                                lambda call: call[1][0].write(0), lambda call: call[1][1].write(1),
+                                name=f"hoccl-proxy-{rank}", skip=lambda call: self._executor.release(call[0]))
+
+    def _check_stream(self, s: int) -> None:
+        """Any stream: each has its own START/DONE pair (calls still run in the order they were made, on every
+        rank, as NCCL's do whatever their streams)."""
+        if s not in self._pairs:
+            if len(self._pairs) >= MAX_STREAMS:
+                raise HocclError(f"this network communicator's calls came on {MAX_STREAMS} streams already; use "
+                                 "fewer streams (each takes a pair of flags), or another communicator")
+            self._pairs[s] = (self._flags.allocate(), self._flags.allocate())
 
     def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
         from .flags import MemOps
@@ -401,10 +479,16 @@ class NetCommunicator(_Calls):
         with self._lock:
             if self._executor is None:
                 self._connect(plan, {r: (inp, out)})
-            self._proxy.submit((plan, {r: (inp, out)}))  # it waits for START: the order does not matter
             with on_device(self.device):
-                MemOps().write(self._start, 1).enqueue(s)
-                MemOps().wait_eq(self._done, 1).write(self._done, 0).enqueue(s)
+                # every copy of the call is enqueued here, in the caller's thread, after an event where the call sits
+                # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
+                event = self._events.record(s)
+                prepared = self._executor.prepare(plan, {r: (inp, out)}, after=(event,))
+                self._events.give_back(event)  # the waits on it are enqueued
+                start, done = self._pairs[s]
+                self._proxy.submit((prepared, (start, done)))  # it waits for START: the order does not matter
+                MemOps().write(start, 1).enqueue(s)
+                MemOps().wait_eq(done, 1).write(done, 0).enqueue(s)
 
     def _connect(self, plan: Any, buffers: dict) -> None:
         from .netexec import GpuNodeExecutor
@@ -414,9 +498,6 @@ class NetCommunicator(_Calls):
         ex.connect(self._addresses)
         self._executor = ex
 
-    def _work(self, call: tuple) -> None:
-        plan, buffers = call
-        self._executor.run(plan, buffers)
 
     def _raise(self) -> None:
         if self._proxy.error is not None:
@@ -439,6 +520,7 @@ class NetCommunicator(_Calls):
             self._executor.close()
         self.transport.close()
         self._flags.close()
+        self._events.close()
 
 
 
@@ -447,9 +529,10 @@ class NetCommunicator(_Calls):
 # a header (error word) and one region per local rank: START and DONE flags (int32) that the rank's stream
 # writes and waits on, the leader's ack and completed-call words, and a ring of _SLOTS entries in which the
 # rank publishes each call: [seq, digest, device, in_offset, out_offset, in_bytes, out_bytes, -,
-# in_handle (8 words), out_handle (8 words)].
+# in_handle (8 words), out_handle (8 words), event_handle (8 words: where the call sits in the rank's stream, see
+# CallEvents)].
 _SLOTS = 4
-_SLOT_WORDS = 24
+_SLOT_WORDS = 32
 _REGION = 64 + _SLOTS * _SLOT_WORDS * 8   # bytes per local rank
 _HEADER = 64
 
@@ -544,7 +627,11 @@ class NodeNetCommunicator(_Calls):
         self._p2p_proxy: CallProxy | None = None
         self._p2p_flags: tuple = ()
         self._opened: OrderedDict[bytes, int] = OrderedDict()  # least recently used first
-        self._own: dict[int, tuple] = {}   # seq -> the leader's own buffers
+        self._own: dict[int, tuple] = {}   # seq -> the leader's own buffers and event
+        self._events = CallEvents(device, interprocess=True)  # the leader's copies wait for them (any process)
+        self._recorded: deque[tuple[int, int]] = deque()      # (seq, event) of calls not yet completed
+        self._opened_events: dict[bytes, int] = {}            # the leader: other ranks' events, opened once
+        self._p2p_events = CallEvents(device)
         self._proxy: CallProxy | None = None
         self._secret = job_secret(store, rank)
         if self.local == 0:
@@ -558,9 +645,9 @@ class NodeNetCommunicator(_Calls):
                                                f"node {n}'s leader address").decode() for n in range(self.nodes)}
             i32, sh = self._shared.i32, self._shared
             self._proxy = CallProxy(
-                self._work, lambda: all(i32[sh.flag_index(i, 0)] == 1 for i in range(L)),
-                lambda: [i32.__setitem__(sh.flag_index(i, 0), 0) for i in range(L)],
-                lambda: [i32.__setitem__(sh.flag_index(i, 1), 1) for i in range(L)], name=f"hoccl-leader-{rank}")
+                self._work, lambda _: all(i32[sh.flag_index(i, 0)] == 1 for i in range(L)),
+                lambda _: [i32.__setitem__(sh.flag_index(i, 0), 0) for i in range(L)],
+                lambda _: [i32.__setitem__(sh.flag_index(i, 1), 1) for i in range(L)], name=f"hoccl-leader-{rank}")
 
     # --- the call -------------------------------------------------------------------------------------
     # send/recv do not go through the leader (independent pairs give it no order all nodes agree on):
@@ -599,8 +686,12 @@ class NodeNetCommunicator(_Calls):
         s = as_stream(stream)
         with self._lock:
             proxy = self._pair_proxy()
-            proxy.submit((peer, plan, bufs))
+            ex = self._pair_executor(peer, plan, bufs)  # connected on first use, here in the caller's thread
             with on_device(self.device):
+                event = self._p2p_events.record(s)
+                prepared = ex.prepare(plan, bufs, after=(event,))  # as NetCommunicator._call
+                self._p2p_events.give_back(event)
+                proxy.submit((ex, prepared))
                 MemOps().write(self._p2p_flags[0], 1).enqueue(s)
                 MemOps().wait_eq(self._p2p_flags[1], 1).write(self._p2p_flags[1], 0).enqueue(s)
 
@@ -614,13 +705,13 @@ class NodeNetCommunicator(_Calls):
                 self._p2p_pool = FlagPool(2)
             start, done = self._p2p_pool.allocate(), self._p2p_pool.allocate()
             self._p2p_flags = (start, done)
-            self._p2p_proxy = CallProxy(self._pair_work, lambda: start.read() == 1, lambda: start.write(0),
-                                        lambda: done.write(1), name=f"hoccl-p2p-{self.rank}")
+            self._p2p_proxy = CallProxy(lambda call: call[0].run(prepared=call[1]), lambda _: start.read() == 1,
+                                        lambda _: start.write(0), lambda _: done.write(1),
+                                        name=f"hoccl-p2p-{self.rank}", skip=lambda call: call[0].release(call[1]))
         return self._p2p_proxy
 
-    def _pair_work(self, call: tuple) -> None:
-        """This rank's proxy: run one send or receive with the pair's executor (connected on first use)."""
-        peer, plan, bufs = call
+    def _pair_executor(self, peer: int, plan: Any, bufs: dict) -> Any:
+        """The executor of this rank's pair with ``peer`` (connected on first use)."""
         ex = self._pair_exec.get(peer)
         if ex is None:
             from .netexec import GpuNodeExecutor
@@ -637,7 +728,7 @@ class NodeNetCommunicator(_Calls):
                                  ring_bytes=self.ring_bytes)
             ex.connect(addresses)
             self._pair_exec[peer] = ex
-        ex.run(plan, bufs)
+        return ex
 
     def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
         from .flags import MemOps
@@ -659,6 +750,13 @@ class NodeNetCommunicator(_Calls):
             ack = base + 1
             self._wait(lambda: w[ack] >= seq - _SLOTS, "read this rank's earlier calls")
             slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
+            while self._recorded and w[base + 2] >= self._recorded[0][0]:  # the leader ran those calls
+                self._events.give_back(self._recorded.popleft()[1])
+            with on_device(self.device):
+                event = self._events.record(s)
+            self._recorded.append((seq, event))
+            if self.local:
+                sh.bytes[8 * (slot + 24):8 * (slot + 32)] = self._events.handle(event)
             w[slot + 1] = zlib.crc32(plan.plan_id.encode())
             w[slot + 2] = self.device
             for k, buf in ((0, inp), (1, out)):
@@ -668,7 +766,7 @@ class NodeNetCommunicator(_Calls):
                     sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)] = handle
             w[slot] = seq  # last: the leader reads the entry after seeing seq
             if self._proxy is not None:
-                self._own[seq] = (inp, out)
+                self._own[seq] = ((inp, out), event)
                 self._proxy.submit((plan, seq))
             with on_device(self.device):
                 MemOps().write(sh.flag(self.local, 0), 1).enqueue(s)
@@ -697,7 +795,7 @@ class NodeNetCommunicator(_Calls):
         plan, seq = call
         sh, w, rt = self._shared, self._shared.words, cupy_runtime()
         digest = zlib.crc32(plan.plan_id.encode())
-        buffers = {}
+        buffers, events = {}, []
         for i in range(self.L):
             base = sh.region(i) // 8
             slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
@@ -707,8 +805,13 @@ class NodeNetCommunicator(_Calls):
                                 f"{seq}, {plan.collective.describe()}): every rank must issue the same collectives")
             r = self.node * self.L + i
             if i == 0:
-                buffers[r] = self._own.pop(seq)
+                buffers[r], event = self._own.pop(seq)
+                events.append(event)
             else:
+                handle = bytes(sh.bytes[8 * (slot + 24):8 * (slot + 32)])
+                if handle not in self._opened_events:
+                    self._opened_events[handle] = int(rt.ipcOpenEventHandle(handle))
+                events.append(self._opened_events[handle])
                 device, parts = w[slot + 2], []
                 for k in (0, 1):
                     n = w[slot + 5 + k]
@@ -733,7 +836,7 @@ class NodeNetCommunicator(_Calls):
             self._executor = GpuNodeExecutor(plan, self.node, buffers, self.transport, timeout_s=self.timeout_s,
                                              reuse=True, ring_bytes=self.ring_bytes)
             self._executor.connect(self._addresses)
-        self._executor.run(plan, buffers)
+        self._executor.run(plan, buffers, after=events)
         for i in range(self.L):
             w[sh.region(i) // 8 + 2] = seq  # completed: what synchronize() on every local rank waits for
 
@@ -786,5 +889,11 @@ class NodeNetCommunicator(_Calls):
                 with contextlib.suppress(Exception):  # closing anyway
                     cupy_runtime().ipcCloseMemHandle(ptr)
             self._opened.clear()
+            for event in self._opened_events.values():
+                with contextlib.suppress(Exception):
+                    cupy_runtime().eventDestroy(event)
+            self._opened_events.clear()
+        self._events.close()
+        self._p2p_events.close()
         self._shared.close()
 

@@ -25,17 +25,19 @@ the transport session: a node with a different plan is refused at the first exch
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from hoccl_compiler.schema import Plan
 
 from .errors import HocclTimeoutError, PlanError, TransportError
-from .flags import ChunkState, ChunkStateMachine, FlagPool, MemOps
+from .flags import Flag, FlagPool, MemOps, as_int32, reached
 from .transport.base import Connection, Region, Transport
 
-__all__ = ["HostNodeExecutor", "GpuNodeExecutor", "RING_BYTES", "ring_slots"]
+__all__ = ["HostNodeExecutor", "GpuNodeExecutor", "PreparedRun", "RING_BYTES", "ring_slots"]
 
 CREDIT = 1 << 31
 STAGE_DONE = 0x7F000000
@@ -139,13 +141,20 @@ class HostNodeExecutor:
         other buffers) to completion. With ``reuse`` every run starts with a notice of the plan's id to
         every node, so nodes in different collectives raise PlanError instead of mixing data."""
         if plan is not None or buffers is not None:
-            if not self.reuse:
-                raise TransportError("this executor runs the plan and buffers it was created with; create it with "
-                                     "reuse=True to run other plans or buffers")
+            self._only_with_reuse()
             if plan is not None:
                 self._use_plan(plan)
             if buffers is not None:
                 self._bind(buffers)
+        self._drive()
+
+    def _only_with_reuse(self) -> None:
+        if not self.reuse:
+            raise TransportError("this executor runs the plan and buffers it was created with; create it with "
+                                 "reuse=True to run other plans or buffers")
+
+    def _drive(self) -> None:
+        """The run's network protocol: the plan notice, then every stage and its barrier."""
         if self.reuse:
             self._hello()
         for stage in self.plan.stages:
@@ -155,13 +164,16 @@ class HostNodeExecutor:
         self._early_done = {(n, s) for n, s in self._early_done if s >= self._stage_base}
 
     def _use_plan(self, plan: Plan) -> None:
+        self._fits(plan)
+        self.plan = plan
+
+    def _fits(self, plan: Plan) -> None:
         a, b = plan.topology, self.plan.topology
         if (a.nodes, a.gpus_per_node) != (b.nodes, b.gpus_per_node) or plan.options.chunk_bytes != self.chunk:
             raise TransportError(f"plan {plan.plan_id} ({a.nodes} x {a.gpus_per_node} GPUs, chunks of "
                                  f"{plan.options.chunk_bytes} B) does not fit this executor ({b.nodes} x "
                                  f"{b.gpus_per_node}, chunks of {self.chunk} B): compile it with the same topology "
                                  "and chunk size")
-        self.plan = plan
 
     def _bind(self, buffers: Mapping[int, tuple]) -> None:
         """Take this run's buffers ({rank: (input, output)} for the node's ranks), checking their sizes."""
@@ -400,6 +412,20 @@ def ring_slots(chunk_bytes: int, ring_bytes: int = RING_BYTES) -> int:
     return max(4, min(MAX_SLOTS, ring_bytes // max(1, chunk_bytes)))
 
 
+class PreparedRun:
+    """One run of a plan whose every GPU copy is already enqueued (:meth:`GpuNodeExecutor.prepare`): the gates
+    that the run opens, in the order it opens them, per staging slot, and the counters the copy streams write
+    when they are through."""
+
+    __slots__ = ("plan", "send", "recv", "ends")
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.send: dict[tuple[int, int], deque] = {}  # (ū, slot) -> (go flag, staged flag, count, bytes) per use
+        self.recv: dict[tuple[int, int], deque] = {}  # (v̄, slot) -> (arrived flag, landed flag, count, bytes)
+        self.ends: list[tuple[Flag, int]] = []        # per copy stream: its end flag and the count it writes last
+
+
 class GpuNodeExecutor(HostNodeExecutor):
     """The same schedule with GPU buffers: one process drives its node's GPUs (``{rank: (input, output)}``
     as CuPy arrays, torch tensors or anything :func:`as_buffer` takes).
@@ -408,16 +434,19 @@ class GpuNodeExecutor(HostNodeExecutor):
     GPUs). The network side is a host transport (TCP here), so staging is pinned, device-mapped host
     memory: the copy engine of the sending GPU moves each chunk device -> staging slot (the u -> ū
     forward and the staging copy in one), the transport posts the write once that copy has completed,
-    and on the far side each received chunk goes staging slot -> destination GPU on its copy
-    engine, the slot's credit leaving once that copy completed. With ``slots`` chunks per ring the
-    copies of chunk k+1.. overlap the network transfer of chunk k. Every slot's state lives in a flag of
-    a :class:`~hoccl_runtime.flags.FlagPool` (pinned host memory) driven by a
-    :class:`~hoccl_runtime.flags.ChunkStateMachine`: the host moves a send slot IDLE -> DMA_COPYING when
-    it issues the staging copy, the copy's own stream writes NETWORK behind the copy (a stream memory
-    operation), the host posts the write when it reads NETWORK and frees the slot (IDLE) once the write
-    left and the receiver credited it; a receive slot goes IDLE -> DMA_COPYING when its chunk arrives
-    and back to IDLE by the landing copy's stream, which is when the credit leaves. ``run()`` returns
-    when the node's part is complete.
+    and on the far side each received chunk goes staging slot -> destination GPU on its copy engine, the
+    slot's credit leaving once that copy completed. With ``slots`` chunks per ring the copies of chunk
+    k+1.. overlap the network transfer of chunk k.
+
+    Every copy of a run is enqueued up front, by :meth:`prepare` in the thread that calls it, each gated on the
+    GPU by a counter flag (pinned host memory) that the driving thread (:meth:`run`) opens: a staging copy waits
+    for its slot's ``go`` counter (written when the slot is free) and writes ``staged`` after it; a landing copy
+    waits for ``arrived`` (written when the chunk is in the ring) and writes ``landed``, after which the credit
+    leaves. So ``run`` makes no CUDA call at all: a thread that drives the network while the application's thread
+    sits in a blocking CUDA call (a ``tensor.cpu()`` waiting for this very run) cannot be blocked behind it, which
+    is what happened on the H200 when the proxy issued its copies itself. Every copy stream also waits for the
+    ``after`` events (where the buffers' producers sit in their streams) before its first copy. A run that fails
+    opens every gate it still holds (its data is then wrong), so no stream waits forever.
     By default a ring holds about ``ring_bytes`` (256 MiB, pinned; see :func:`ring_slots`).
     """
 
@@ -444,26 +473,30 @@ class GpuNodeExecutor(HostNodeExecutor):
         L = topo.gpus_per_node
         ranks = list(range(node * L, (node + 1) * L))
         self._rt = cupy_runtime()
-        self._in, self._out, self._dev = {}, {}, {}
         self._peers: set[tuple[int, int]] = set()
-        self.plan, self.node, self.ranks = plan, node, ranks  # what _bind needs before the base class runs
-        self._bind(buffers)
+        self.plan, self.node, self.ranks = plan, node, ranks  # what _check_buffers needs before the base class runs
+        given = self._check_buffers(plan, buffers)
+        self._given, self._dev = buffers, {r: b[2] for r, b in given.items()}  # what run() runs without arguments
+        self._current: PreparedRun | None = None
         self._host: list[int] = []
         placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
-        self._streams: dict[tuple[str, int], int] = {}
+        self._streams: dict[tuple, int] = {}
         self._keep_alive: list = []
-        self._flags = FlagPool(2 * L * slots)
-        self._chunks = {(kind, r): ChunkStateMachine([self._flags.allocate() for _ in range(slots)], cycle)
-                        for kind, cycle in (("send", "send"), ("recv", "receive")) for r in ranks}
+        # per local rank and slot: go/staged (its send ring) and arrived/landed (its receive ring); per stream: end
+        self._flags = FlagPool(4 * L * slots + 2 * L * L + L + 8)
+        self._gates = {(kind, r, j): (self._flags.allocate(), self._flags.allocate())
+                       for kind in ("send", "recv") for r in ranks for j in range(slots)}
+        self._ends: dict[int, Flag] = {}
+        self._counts: dict[object, int] = {}  # the last count of every gate and end flag
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
                          _check_sizes=False)
 
-    def _bind(self, buffers: Mapping[int, tuple]) -> None:
-        """This run's device buffers: sizes, one GPU per rank, peer access between the node's GPUs."""
+    def _check_buffers(self, plan: Plan, buffers: Mapping[int, tuple]) -> dict:
+        """{rank: (input, output, GPU)} of a run's buffers: sizes, one GPU per rank, peer access between them."""
         from ._cuda import enable_peer_access
         from .interop import as_buffer
 
-        plan = self.plan
+        bound = {}
         for r in self.ranks:
             if r not in buffers:
                 raise TransportError(f"node {self.node}: no buffers for rank {r} (this node drives ranks "
@@ -471,18 +504,18 @@ class GpuNodeExecutor(HostNodeExecutor):
             inp, out = buffers[r]
             ib, ob = as_buffer(inp, f"rank {r} input"), as_buffer(out, f"rank {r} output")
             if ib.nbytes != plan.ranks.input_bytes[r] or ob.nbytes != plan.ranks.output_bytes[r]:
-                raise TransportError(f"rank {r}: buffers of {ib.nbytes}/{ob.nbytes} bytes, the plan needs "
-                                     f"{plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+                raise TransportError(f"rank {r}: buffers of {ib.nbytes}/{ob.nbytes} bytes, plan {plan.plan_id} "
+                                     f"needs {plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
             if ib.nbytes and ob.nbytes and ib.device != ob.device:
                 raise TransportError(f"rank {r}: input and output on different GPUs ({ib.device}, {ob.device})")
-            self._in[r], self._out[r] = ib, ob
-            self._dev[r] = ob.device if ob.nbytes else ib.device
+            bound[r] = (ib, ob, ob.device if ob.nbytes else ib.device)
         for a in self.ranks:
             for b in self.ranks:
-                pair = (self._dev[a], self._dev[b])
+                pair = (bound[a][2], bound[b][2])
                 if pair[0] != pair[1] and pair not in self._peers:
                     enable_peer_access(*pair)
                     self._peers.add(pair)
+        return bound
 
     # pinned, device-mapped staging (portable: every GPU of the node can copy to and from it)
     def _pinned(self, nbytes: int) -> np.ndarray:
@@ -512,8 +545,10 @@ class GpuNodeExecutor(HostNodeExecutor):
         self._ring_at[(kind, rank)] = ptr
         return ptr, self.transport.register_device(ptr, nbytes, device)
 
-    def _stream(self, kind: str, device: int) -> int:
-        key = (kind, device)
+    def _stream(self, key: tuple, device: int) -> int:
+        """The copy stream of ``key``: ("d2h", ū) and ("h2d", v̄) per staging ring (each carries one transfer
+        per stage, so no ring's copies queue behind another's), ("d2d", GPU) for the copies within the node."""
+        key = (*key, device)
         if key not in self._streams:
             import cupy
 
@@ -523,59 +558,166 @@ class GpuNodeExecutor(HostNodeExecutor):
             self._streams[key] = int(s.ptr)
         return self._streams[key]
 
-    def _copy(self, kind: str, device: int, dst: int, src: int, n: int, then: object = None) -> None:
-        """``n`` bytes on ``device``'s ``kind`` copy stream; ``then``: (flag, value) the stream writes after."""
+    def _count(self, key: object) -> int:
+        """The next value of a counter (1, 2, ... modulo 2**32, never 0: the flags start at 0)."""
+        n = self._counts.get(key, 0) % 0xFFFFFFFF + 1
+        self._counts[key] = n
+        return n
+
+    # --- the copies, enqueued up front ------------------------------------------------------------------------
+    def prepare(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
+                after: Sequence[int] = ()) -> PreparedRun:
+        """Enqueue every copy of one run of ``plan`` on ``buffers`` (default: the executor's) and return what
+        :meth:`run` needs to drive it. Runs are driven in the order they were prepared; preparing may go ahead
+        of driving (the network communicators prepare at call time, their proxy drives). ``after``: CUDA events
+        (raw handles) that every copy of the run waits for on the GPU."""
         from ._cuda import MEMCPY_DEFAULT
 
-        rt = self._rt
-        rt.setDevice(device)
-        s = self._stream(kind, device)
-        rt.memcpyAsync(dst, src, n, MEMCPY_DEFAULT, s)
-        if then is not None:
-            MemOps().write(*then).enqueue(s)
+        plan = self.plan if plan is None else plan
+        if plan is not self.plan or buffers is not None:
+            self._only_with_reuse()
+        self._fits(plan)
+        bound = self._check_buffers(plan, self._given if buffers is None else buffers)
+        run, rt, fl, mine = PreparedRun(plan), self._rt, plan.flows, set(self.ranks)
+        used: dict[int, int] = {}  # stream -> its GPU
+
+        def stream(key: tuple, device: int) -> int:
+            s = self._stream(key, device)
+            if s not in used:
+                rt.setDevice(device)
+                for event in after:  # the run's first copy on this stream: after the callers' work
+                    rt.streamWaitEvent(s, event, 0)
+                used[s] = device
+            else:
+                rt.setDevice(device)
+            return s
+
+        for stage in plan.stages:
+            tr = stage.transfers
+            sending, receiving = set(), set()
+            for t in range(len(tr.flow)):
+                f, role, n = tr.flow[t], tr.role[t], tr.bytes[t]
+                if role in (LOCAL, NATIVE) and tr.src[t] in mine:
+                    if n:
+                        src, dst = bound[fl.src[f]], bound[fl.dst[f]]
+                        s = stream(("d2d",), src[2])
+                        rt.memcpyAsync(dst[1].ptr + fl.dst_offset[f] + tr.offset[t],
+                                       src[0].ptr + fl.src_offset[f] + tr.offset[t], n, MEMCPY_DEFAULT, s)
+                    continue
+                if role != RDMA:
+                    continue
+                if tr.src[t] in mine:  # ū's send ring: staging copies u -> slot, each once its slot is free (go)
+                    ubar, u = tr.src[t], fl.src[f]
+                    self._one_per_ring(sending, ubar, stage, "sends")
+                    ring, data = self._ring_at[("send", ubar)], bound[u][0].ptr + fl.src_offset[f]
+                    self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
+                                lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
+                if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
+                    vbar, v = tr.dst[t], fl.dst[f]
+                    self._one_per_ring(receiving, vbar, stage, "receives")
+                    ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
+                    self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
+                                lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
+        for s, device in used.items():  # each stream says when it is through with the run
+            flag = self._ends.get(s)
+            if flag is None:
+                flag = self._ends[s] = self._flags.allocate()
+            c = self._count(("end", s))
+            rt.setDevice(device)
+            MemOps().write(flag, c).enqueue(s)
+            run.ends.append((flag, c))
+        return run
+
+    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, where: Any) -> None:
+        """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s``, each copy (``where(slot offset, chunk
+        start)`` gives its (destination, source)) after its slot's gate count and writing the done count after."""
+        from ._cuda import MEMCPY_DEFAULT
+
+        for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
+            start, nb = self._chunk_range(tr, t, k)
+            j = k % self.slots
+            gate, done = self._gates[(kind, ring, j)]
+            c = self._count((kind, ring, j))
+            MemOps().wait_geq(gate, c).enqueue(s)
+            if nb:
+                self._rt.memcpyAsync(*where(j * self.chunk, start), nb, MEMCPY_DEFAULT, s)
+            MemOps().write(done, c).enqueue(s)
+            side.setdefault((ring, j), deque()).append((gate, done, c, nb))
+
+    def _one_per_ring(self, seen: set, ring: int, stage: Any, what: str) -> None:
+        if ring in seen:
+            raise TransportError(f"plan stage {stage.index}: GPU {ring} {what} two network transfers in one stage; "
+                                 "a stage holds at most one per GPU and direction (the plan is not a valid HOCCL "
+                                 "schedule: hoccl-inspect --verify)")
+        seen.add(ring)
+
+    def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
+            after: Sequence[int] = (), prepared: PreparedRun | None = None) -> None:
+        """Drive one run to completion: ``prepared`` (from :meth:`prepare`, possibly in another thread), else
+        this plan and buffers prepared here first. Makes no CUDA call when given ``prepared``."""
+        if prepared is None:
+            prepared = self.prepare(plan, buffers, after=after)
+        self._current = prepared
+        try:
+            self.plan = prepared.plan
+            self._drive()
+            self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
+        except BaseException:
+            self.release(prepared)
+            raise
+
+    def release(self, prepared: PreparedRun) -> None:
+        """Open every gate of a run that will not be driven to its end (it failed, or an earlier one did), so
+        that its copy streams finish (moving stale bytes) instead of waiting forever."""
+        for gates in (*prepared.send.values(), *prepared.recv.values()):
+            if gates:
+                gate, _, c, _ = gates[-1]  # counters only grow: the last opens every earlier wait too
+                if not reached(gate, c):
+                    gate.write(as_int32(c))
+                gates.clear()
+
+    def _wait(self, ready: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while not ready():
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"node {self.node}: the GPU did not finish {what} within {self.timeout_s:g} s "
+                                        "(a copy that never ran: is the GPU hung?)")
+            time.sleep(20e-6)
+
+    def _gate(self, side: dict, key: tuple, n: int) -> tuple:
+        gates = side.get(key)
+        if not gates:
+            raise TransportError(f"node {self.node}: the run asked for a copy of slot {key} that was not prepared "
+                                 "(prepare and run must see the same plan)")
+        gate, done, c, nb = gates.popleft()
+        if nb != n:
+            raise TransportError(f"node {self.node}: slot {key} was prepared for {nb} bytes, the run moves {n}")
+        gate.write(as_int32(c))
+        return done, c
 
     def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
-        if n:
-            self._copy("d2d", self._dev[src_rank], self._out[dst_rank].ptr + dst_off, self._in[src_rank].ptr + src_off,
-                       n)
+        """Enqueued by prepare (no gate: only after the callers' events)."""
 
     def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
-        chunks, j = self._chunks[("send", ubar)], slot // self.chunk
-        if chunks.state(j) == ChunkState.NETWORK:  # the chunk that used the slot left and was credited
-            chunks.advance(j, ChunkState.IDLE)
-        chunks.advance(j, ChunkState.DMA_COPYING)
-        token = (chunks.flags[j], ChunkState.NETWORK)
-        ring = self._ring_at[("send", ubar)]
-        self._copy("d2h", self._dev[src_rank], ring + slot, self._in[src_rank].ptr + src_off, n, token)
-        return token
+        return self._gate(self._current.send, (ubar, slot // self.chunk), n)
 
     def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
-        chunks, j = self._chunks[("recv", vbar)], slot // self.chunk
-        chunks.advance(j, ChunkState.DMA_COPYING)  # raises if the sender reused a slot not yet credited
-        token = (chunks.flags[j], ChunkState.IDLE)
-        ring = self._ring_at[("recv", vbar)]
-        self._copy("h2d", self._dev[v], self._out[v].ptr + dst_off, ring + slot, n, token)
-        return token
+        return self._gate(self._current.recv, (vbar, slot // self.chunk), n)
 
     def _done(self, token: object) -> bool:
-        flag, value = token
-        return flag.read() == value  # the copy's stream wrote it: no driver call
+        flag, c = token
+        return reached(flag, c)  # the copy's stream wrote it: no driver call
 
     def _finish_stage(self) -> None:
-        rt = self._rt
-        for (_, device), s in self._streams.items():
-            rt.setDevice(device)
-            rt.streamSynchronize(s)
-        for chunks in self._chunks.values():  # every write left and was credited: the send slots are free
-            for j in range(len(chunks.flags)):
-                if chunks.state(j) == ChunkState.NETWORK:
-                    chunks.advance(j, ChunkState.IDLE)
+        """Nothing: a stage ends when its staged and landed counters were seen (the base class waits for them)."""
 
     def close(self) -> None:
         from ._cuda import host_free
 
         rt = self._rt
-        self._finish_stage()
+        for (*_, device), s in self._streams.items():
+            rt.setDevice(device)
+            rt.streamSynchronize(s)
         self._flags.close()
         self.send_ring = self.recv_ring = self.inputs = self.outputs = {}
         for ptr in self._host:

@@ -1,16 +1,19 @@
 """CUDA faked in host memory, for running the GPU code paths' logic on a CPU (tests only).
 
-"Device" pointers are host addresses. A stream runs everything at once, in the caller's thread:
-copies are ``memmove``; a batch of stream memory operations writes its flags and *blocks* on its
-waits (as a stream would, but holding up the caller instead of a queue), with a deadline. Events are
-always complete. Enough of ``cupy`` and ``hoccl_runtime._cuda`` for the network communicator, the GPU
-node executor and the flag pool.
+"Device" pointers are host addresses. By default a stream runs everything at once, in the caller's
+thread: copies are ``memmove``; a batch of stream memory operations writes its flags and *blocks* on its
+waits (as a stream would, but holding up the caller instead of a queue), with a deadline; events are
+always complete. ``install(monkeypatch, async_streams=True)`` gives every stream a thread of its own that
+runs its work in order after the caller moved on, as a GPU does: events then complete when their stream
+reaches them, and a stream that waits on an event or a flag holds up only itself. Enough of ``cupy`` and
+``hoccl_runtime._cuda`` for the network communicator, the GPU node executor and the flag pool.
 """
 
 from __future__ import annotations
 
 import ctypes
 import itertools
+import queue
 import struct
 import sys
 import threading
@@ -39,15 +42,22 @@ class Runtime:
         _current.device = d
 
     def memcpyAsync(self, dst, src, n, kind, stream):  # noqa: N802
-        _issue(lambda: ctypes.memmove(dst, src, n))
+        _trace("copy", stream, dst)
+        _issue(lambda: ctypes.memmove(dst, src, n), stream)
 
     def eventCreateWithFlags(self, flags):  # noqa: N802 - a fresh number per event, so waits name their event
         return next(_event_ids)
 
     def eventRecord(self, ev, stream):  # noqa: N802
-        pass
+        _trace("record", ev, stream)
+        if _streams.on:
+            with _lock:
+                seq = _streams.recorded[ev] = _streams.recorded.get(ev, 0) + 1
+            _issue(lambda: _streams.reached(ev, seq), stream)
 
     def eventQuery(self, ev):  # noqa: N802
+        if _streams.on and _streams.done.get(ev, 0) < _streams.recorded.get(ev, 0):
+            return 600  # cudaErrorNotReady
         return 0
 
     def eventDestroy(self, ev):  # noqa: N802
@@ -57,10 +67,15 @@ class Runtime:
         return 0.0
 
     def streamWaitEvent(self, stream, ev, flags):  # noqa: N802
-        pass
+        _trace("wait", stream, ev)
+        if _streams.on:
+            target = _streams.recorded.get(ev, 0)  # the record the event had when the wait was enqueued
+            _issue(lambda: _until(lambda: _streams.done.get(ev, 0) >= target, f"event {ev}"), stream)
 
     def streamSynchronize(self, stream):  # noqa: N802
-        pass
+        _trace("synchronize", stream, 0)
+        if _streams.on:
+            _streams.worker(stream).drain()
 
     def streamIsCapturing(self, stream):  # noqa: N802
         return int(getattr(_current, "capture", None) is not None and stream == _current.capture_stream)
@@ -111,6 +126,12 @@ class Runtime:
     def ipcCloseMemHandle(self, ptr):  # noqa: N802
         pass
 
+    def ipcGetEventHandle(self, ev):  # noqa: N802 - the "handle" carries the event's number (one process)
+        return struct.pack("<Q", ev) + bytes(56)
+
+    def ipcOpenEventHandle(self, handle):  # noqa: N802
+        return struct.unpack_from("<Q", handle)[0]
+
     def malloc(self, nbytes):
         return host_mapped_alloc(nbytes)
 
@@ -128,13 +149,91 @@ class Driver:
         return 0, ptr, 0
 
 
-def _issue(step) -> None:
-    """Run a step now, or record it when this thread captures."""
+trace: list | None = None  # set to [] to record (what, a, b, thread name) of copies, events, memops, synchronizes
+
+
+def _trace(what: str, a: int, b: int) -> None:
+    if trace is not None:
+        with _lock:
+            trace.append((what, a, b, threading.current_thread().name))
+
+
+def _issue(step, stream=None) -> None:
+    """Run a step now (or on its stream's thread, with async streams), or record it when this thread captures."""
     capture = getattr(_current, "capture", None)
-    if capture is None:
-        step()
-    else:
+    if capture is not None:
         capture.append(step)
+    elif _streams.on and stream is not None:
+        _streams.worker(stream).put(step)
+    else:
+        step()
+
+
+def _until(ready, what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fake stream: {what} never came")
+        time.sleep(1e-4)
+
+
+class _Worker:
+    """One stream: a thread running its steps in order."""
+
+    def __init__(self, stream: int):
+        self.queue: queue.Queue = queue.Queue()
+        self.pending = 0
+        self.cond = threading.Condition()
+        threading.Thread(target=self._loop, name=f"fake-stream-{stream}", daemon=True).start()
+
+    def put(self, step) -> None:
+        with self.cond:
+            self.pending += 1
+        self.queue.put(step)
+
+    def _loop(self) -> None:
+        while True:
+            step = self.queue.get()
+            try:
+                step()
+            except BaseException as exc:  # noqa: BLE001 - kept for the test to see
+                _streams.errors.append(exc)
+            finally:
+                with self.cond:
+                    self.pending -= 1
+                    self.cond.notify_all()
+
+    def drain(self, timeout_s: float = 30.0) -> None:
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.pending == 0, timeout_s):
+                raise TimeoutError("fake stream: work still pending at synchronize")
+
+
+class _Streams:
+    def __init__(self):
+        self.on = False
+        self.workers: dict[int, _Worker] = {}
+        self.recorded: dict[int, int] = {}
+        self.done: dict[int, int] = {}
+        self.errors: list[BaseException] = []
+
+    def worker(self, stream: int) -> _Worker:
+        # the streams the code makes (_Stream: 1001, ...) are unique; a raw handle a test passes (7) is each rank's
+        # own, as in separate processes (run_ranks names the rank of its threads)
+        if stream < 1000:
+            stream = (getattr(_current, "process", None), stream)
+        with _lock:
+            w = self.workers.get(stream)
+            if w is None:
+                w = self.workers[stream] = _Worker(stream)
+        return w
+
+    def reached(self, ev: int, seq: int) -> None:
+        with _lock:
+            self.done[ev] = max(self.done.get(ev, 0), seq)
+
+
+_streams = _Streams()
 
 
 _graphs: dict[int, list] = {}
@@ -148,20 +247,20 @@ class FastDriver:
     def batch_memop(self, stream, count, params):
         address = params if isinstance(params, int) else ctypes.addressof(params)
         memops.append("captured" if getattr(_current, "capture", None) is not None else "direct")
-        _issue(lambda keep=params: self._run(address, count))  # the block lives as long as a graph
+        _trace("memops", stream, count)
+        _issue(lambda keep=params: self._run(address, count), stream)  # the block lives as long as a graph
 
     def _run(self, address, count):
         for i in range(count):
-            op, flag, value, _, _ = _MEMOP.unpack(ctypes.string_at(address + 48 * i, 48))
+            op, flag, value, how, _ = _MEMOP.unpack(ctypes.string_at(address + 48 * i, 48))
             cell = ctypes.c_int32.from_address(flag)
             if op == _cuda.WRITE_VALUE_32:
-                cell.value = value
+                cell.value = value  # a 32-bit counter: c_int32 keeps its low 32 bits
                 continue
-            deadline = time.monotonic() + 20
-            while cell.value != value:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"fake stream: flag {flag:#x} never became {value}")
-                time.sleep(1e-4)
+            if how == _cuda.WAIT_GEQ:  # cyclic: (int32)(*flag - value) >= 0
+                _until(lambda c=cell, v=value: ((c.value - v) & 0xFFFFFFFF) < 1 << 31, f"flag {flag:#x} >= {value}")
+            else:
+                _until(lambda c=cell, v=value: (c.value & 0xFFFFFFFF) == v, f"flag {flag:#x} == {value}")
 
 
 def host_mapped_alloc(nbytes: int) -> int:
@@ -212,8 +311,12 @@ def dmabuf_fd(address: int, nbytes: int, device: int) -> tuple[int, int]:
     return os.open(os.devnull, os.O_RDONLY), 0
 
 
-def install(monkeypatch) -> None:
-    """Replace CUDA for the code under test (cupy module, the driver helpers, peer access)."""
+def install(monkeypatch, *, async_streams: bool = False) -> None:
+    """Replace CUDA for the code under test (cupy module, the driver helpers, peer access); ``async_streams``:
+    streams that run on threads of their own (see the module docstring)."""
+    global _streams
+    monkeypatch.setattr(sys.modules[__name__], "_streams", _Streams())
+    _streams.on = async_streams
     rt = Runtime()
     cupy = types.ModuleType("cupy")
     cupy.cuda = types.SimpleNamespace(Device=_Device, Stream=_Stream, runtime=rt)
@@ -264,6 +367,7 @@ def run_ranks(world: int, make, body, timeout_s: float = 120) -> dict:
     from threaded import in_threads
 
     def rank(r):
+        _current.process = r
         comm = make(r)
         try:
             return body(comm, r)

@@ -20,7 +20,7 @@ def dev(a: np.ndarray, device: int) -> DeviceBuffer:
 
 def two_ranks(monkeypatch, body):
     """Run body(comm, rank) on ranks 0 and 1 in threads; returns {rank: result or exception}."""
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     from hoccl_runtime.netcomm import NetCommunicator
 
     store = fake_cuda.Store()
@@ -52,8 +52,11 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
             comm.gather(dev(ga_in, r), dev(ga_out, r) if r == 1 else None, root=1, stream=7)
             comm.synchronize()
             got[n] = (inp, out, a2a_in, a2a_out, sent, buf, bc, sc_in, sc_out, ga_in, ga_out)
-        with pytest.raises(HocclError, match="one stream"):
-            comm.all_gather_into_tensor(dev(np.zeros(2, np.uint8), r), dev(np.zeros(1, np.uint8), r), stream=8)
+        # another stream (FSDP's all-gather stream beside the group's): its own START/DONE pair, same call order
+        other_in, other_out = np.full(4, r + 7, np.uint8), np.zeros(8, np.uint8)
+        comm.all_gather_into_tensor(dev(other_out, r), dev(other_in, r), stream=8)
+        comm.synchronize()
+        got["other stream"] = other_out.tolist()
         # code written for one node's windows runs here too: calls on a window's buffer move the same bytes
         space = np.zeros(64, np.uint8)
         with pytest.raises(BufferError, match="on GPU 5"):  # as on one node: memory of the communicator's GPU
@@ -70,6 +73,7 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
         assert not isinstance(results[r], Exception), results
     for r in (0, 1):
         assert results[r]["window"] == ([1] * 8 + [2] * 8, True, None), results[r]["window"]
+        assert results[r]["other stream"] == [7] * 4 + [8] * 4
     for n in (1, 3001, 200_000):
         (i0, o0, a0, b0, s0, _, bc0, sc_in0, sc0, ga0, _), (i1, o1, a1, b1, _, r1, bc1, _, sc1, ga1, gout1) = \
             results[0][n], results[1][n]
@@ -106,7 +110,7 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
     from hoccl_compiler.ir import CompileOptions
     from hoccl_runtime.netexec import GpuNodeExecutor
 
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     topo = make_topology("h200x2", nodes=2)  # symmetric forwarding: u -> ū -> v̄ -> v
     spec = CollectiveSpec(kind=kind, size_bytes=4 * 20_011) if kind != "sendrecv" else \
         CollectiveSpec(kind=kind, pairs=((0, 3, 70_000), (2, 1, 9_999), (1, 2, 5)))
@@ -144,7 +148,7 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
     """NodeNetCommunicator: 4 ranks in threads as 2 nodes x 2 GPUs (local rank 0 drives each node, forwarding
     within the node), faked CUDA, real TCP: all_gather, all_to_all, broadcast through the leaders, and
     send/recv within a node (copy-engine communicator) and across nodes (pair executors), twice."""
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     from hoccl_runtime.netcomm import NodeNetCommunicator
 
     store = fake_cuda.Store()
@@ -197,7 +201,7 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
 def test_two_nodes_of_four_gpus(monkeypatch):
     """2 nodes x 4 GPUs (issue 6's second layout, here as 8 threads): AllGather and All-to-All through the
     leaders with forwarding inside each node, and send/recv around the ring (inside a node and across)."""
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     from hoccl_runtime.netcomm import NodeNetCommunicator
 
     store, world, L, n = fake_cuda.Store(), 8, 4, 30_011
@@ -235,7 +239,7 @@ def test_two_nodes_of_four_gpus(monkeypatch):
 def test_two_nodes_of_three_gpus(monkeypatch):
     """L = 3 (no forwarding pairs): an all_gather through the leaders, a send between two non-leader ranks
     of one node (the other local ranks do not take part), and one across the nodes."""
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     from hoccl_runtime.netcomm import NodeNetCommunicator
 
     store, world, n = fake_cuda.Store(), 6, 10_007
@@ -300,7 +304,7 @@ def test_nodes_with_different_staging_rings_fail_clearly(monkeypatch):
     from hoccl_runtime.errors import TransportError
     from hoccl_runtime.netexec import GpuNodeExecutor
 
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
                         CollectiveSpec(kind="sendrecv", pairs=((0, 1, 200_000),)),
                         CompileOptions(chunk_bytes=4096, baselines=False))
@@ -328,7 +332,7 @@ def test_nodes_with_different_staging_rings_fail_clearly(monkeypatch):
 def test_a_rank_that_fails_at_start_is_heard_of_at_once(monkeypatch):
     """Rank 1's transport cannot be made (lanes=0): rank 0, waiting for its address, raises within a second
     naming it, instead of waiting until its timeout; nothing of rank 0's is left listening."""
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     from hoccl_runtime.netcomm import NetCommunicator
 
     store = fake_cuda.Store()
@@ -384,3 +388,103 @@ def test_one_call_set_for_every_communicator(monkeypatch):
     results = two_ranks(monkeypatch, body)
     assert not failures(results), results
     assert np.array_equal(results[0][1], results[1][0]) and np.array_equal(results[1][1], results[0][0])
+
+
+def _traced_prepares(monkeypatch) -> list:
+    """Record every GpuNodeExecutor.prepare: (after events, trace start, trace end, thread name)."""
+    import threading
+
+    from hoccl_runtime import netexec
+
+    prepares: list = []
+    real = netexec.GpuNodeExecutor.prepare
+
+    def prepare(self, plan=None, buffers=None, *, after=()):
+        with fake_cuda._lock:
+            start = len(fake_cuda.trace)
+        got = real(self, plan, buffers, after=after)
+        with fake_cuda._lock:
+            prepares.append((tuple(after), start, len(fake_cuda.trace), threading.current_thread().name))
+        return got
+
+    monkeypatch.setattr(netexec.GpuNodeExecutor, "prepare", prepare)
+    monkeypatch.setattr(fake_cuda, "trace", [])
+    return prepares
+
+
+def _check_copies_wait_for_the_callers(prepares: list, calls: int) -> None:
+    """Each prepared run's copy streams wait for every one of its events before their first copy, and each event
+    was recorded on the callers' stream (7) before."""
+    trace = fake_cuda.trace
+    assert len(prepares) == calls, (len(prepares), calls)
+    for after, start, end, thread in prepares:
+        assert after, "a network call's copies were enqueued without an event of its caller's stream"
+        for event in after:
+            assert any(t[:3] == ("record", event, 7) for t in trace[:start]), (event, trace[:start][-5:])
+        mine = [t for t in trace[start:end] if t[3] == thread]
+        copy_streams = {t[1] for t in mine if t[0] == "copy"}
+        assert copy_streams, "the run enqueued no copy"
+        for s in copy_streams:
+            first = next(i for i, t in enumerate(mine) if t[0] == "copy" and t[1] == s)
+            waited = {t[2] for t in mine[:first] if t[0] == "wait" and t[1] == s}
+            assert set(after) <= waited, (s, after, waited)
+
+
+def _cuda_calls_of(prefix: str) -> list:
+    return [t for t in fake_cuda.trace if t[3].startswith(prefix)]
+
+
+def test_the_network_proxy_makes_no_cuda_call(monkeypatch):
+    """Every copy of a network call is enqueued in the caller's thread, gated by counters, after an event where
+    the call sits in the caller's stream; the proxy thread only opens the gates. On the H200 the proxy issuing its
+    own copies deadlocked behind the application's blocking tensor.cpu() (which waited for that very call): a
+    proxy that makes no CUDA call cannot be held up by one."""
+    prepares = _traced_prepares(monkeypatch)
+
+    def body(comm, r):
+        n = 3001
+        inp = np.full(n, r + 1, np.uint8)
+        out = np.zeros(2 * n, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        a2a_in, a2a_out = np.full(2 * n, r + 1, np.uint8), np.zeros(2 * n, np.uint8)  # held until synchronize
+        comm.all_to_all_single(dev(a2a_out, r), dev(a2a_in, r), stream=7)
+        buf = np.full(n, 9, np.uint8) if r == 0 else np.zeros(n, np.uint8)
+        comm.send(dev(buf, r), 1, stream=7) if r == 0 else comm.recv(dev(buf, r), 0, stream=7)
+        comm.synchronize()
+        return out.tolist() == [1] * n + [2] * n and a2a_out.tolist() == [1] * n + [2] * n and buf.min() == 9
+
+    results = two_ranks(monkeypatch, body)
+    assert results == {0: True, 1: True}, results
+    _check_copies_wait_for_the_callers(prepares, calls=2 * 3)
+    assert not any(thread.startswith("hoccl-proxy") for *_, thread in prepares)
+    assert _cuda_calls_of("hoccl-proxy") == []
+    assert fake_cuda._streams.errors == []
+
+
+def test_the_node_leaders_copies_wait_for_every_local_ranks_stream(monkeypatch):
+    """With several GPUs per node the leader's copies wait for an event of each local rank's stream (opened from
+    the IPC handle the rank published with its call); a pair's send/recv across nodes is enqueued by the caller
+    and its proxy makes no CUDA call."""
+    fake_cuda.install(monkeypatch, async_streams=True)
+    prepares = _traced_prepares(monkeypatch)
+    from hoccl_runtime.netcomm import NodeNetCommunicator
+
+    store = fake_cuda.Store()
+    world = 4
+
+    def body(comm, r):
+        n = 501
+        inp, out = np.full(n, r + 1, np.uint8), np.zeros(world * n, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r % 2), dev(inp, r % 2), stream=7)
+        buf = np.full(n, 5, np.uint8) if r == 0 else np.zeros(n, np.uint8)
+        if r in (0, 3):  # across the nodes: the pair's executor
+            comm.send(dev(buf, 0), 3, stream=7) if r == 0 else comm.recv(dev(buf, 1), 0, stream=7)
+        comm.synchronize()
+        return out.tolist() == sum(([k + 1] * n for k in range(world)), []) and (r not in (0, 3) or buf.min() == 5)
+
+    results = fake_cuda.run_ranks(world, lambda r: NodeNetCommunicator(
+        r, world, r % 2, store, gpus_per_node=2, timeout_s=20, chunk_bytes=16 << 10, lanes=2), body)
+    assert results == {r: True for r in range(world)}, results
+    _check_copies_wait_for_the_callers(prepares, calls=2 + 2)  # one AllGather per leader, one run per pair end
+    assert any(len(after) == 2 for after, *_ in prepares)  # a leader waits for both local ranks' streams
+    assert _cuda_calls_of("hoccl-p2p") == []

@@ -8,7 +8,7 @@ import pytest
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.ir import CompileOptions
 from hoccl_runtime.errors import BufferError, HocclError, StreamError, UnsupportedPlanError
-from hoccl_runtime.flags import ChunkState, ChunkStateMachine, FlagPool, handshake
+from hoccl_runtime.flags import FlagPool, as_int32, handshake, reached
 from hoccl_runtime.interop import DeviceBuffer, as_buffer, as_stream
 from hoccl_runtime.program import lower
 
@@ -61,25 +61,19 @@ def test_flag_pool_and_handshake_ops():
     assert pool.allocate().index == b.index
 
 
-def test_chunk_state_machine():
-    pool = FlagPool(2, device=False)
-    sm = ChunkStateMachine([pool.allocate(), pool.allocate()])
-    assert sm.idle_chunks() == [0, 1]
-    sm.advance(0, ChunkState.DMA_COPYING)
-    sm.advance(0, ChunkState.NETWORK)
-    assert sm.idle_chunks() == [1]
-    with pytest.raises(HocclError, match="illegal transition NETWORK -> DMA_COPYING"):
-        sm.advance(0, ChunkState.DMA_COPYING)
-    sm.advance(0, ChunkState.IDLE)
-    with pytest.raises(HocclError, match="IDLE -> NETWORK"):
-        sm.advance(1, ChunkState.NETWORK)
+def test_counters_wrap_and_compare_cyclically():
+    pool = FlagPool(1, device=False)
+    f = pool.allocate()
+    assert reached(f, 0) and not reached(f, 1)
+    f.write(as_int32(5))
+    assert reached(f, 5) and reached(f, 4) and not reached(f, 6)
+    f.write(as_int32(0xFFFFFFFF))  # stored as -1; the next count after it is 1 (0 is never used)
+    assert f.read() == -1 and reached(f, 0xFFFFFFFE) and not reached(f, 1)
+    f.write(as_int32(1))
+    assert reached(f, 0xFFFFFFFF) and reached(f, 1)
 
 
-def test_receive_ring_cycle_and_what_the_gpu_executor_leaves_behind(monkeypatch):
-    """A receive ring's chunk: the network filled it, a copy engine empties it (IDLE -> DMA_COPYING -> IDLE);
-    a second arrival in a chunk still being copied out is refused. The GPU executor's slots, driven by
-    host advances and by its copy streams' flag writes (faked CUDA: writes happen at once), are all IDLE
-    after a run and its reuse."""
+def _sendrecv_executors(monkeypatch, chunks_bytes: int = 50_000):
     import fake_cuda
 
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
@@ -87,21 +81,12 @@ def test_receive_ring_cycle_and_what_the_gpu_executor_leaves_behind(monkeypatch)
     from hoccl_runtime.interop import DeviceBuffer
     from hoccl_runtime.netexec import GpuNodeExecutor
 
-    pool = FlagPool(1, device=False)
-    rx = ChunkStateMachine([pool.allocate()], cycle="receive")
-    rx.advance(0, ChunkState.DMA_COPYING)
-    with pytest.raises(HocclError, match=r"chunk 0 \(receive ring\): illegal transition DMA_COPYING -> DMA_COPYING"):
-        rx.advance(0, ChunkState.DMA_COPYING)
-    rx.advance(0, ChunkState.IDLE)
-    with pytest.raises(HocclError, match="'send' or 'receive'"):
-        ChunkStateMachine([], cycle="both")
-
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
-                        CollectiveSpec(kind="sendrecv", pairs=((0, 1, 50_000),)),
+                        CollectiveSpec(kind="sendrecv", pairs=((0, 1, chunks_bytes),)),
                         CompileOptions(chunk_bytes=4096, baselines=False))
-    data = np.random.default_rng(4).integers(0, 256, 50_000, dtype=np.uint8)
-    out, empty = np.zeros(50_000, np.uint8), np.zeros(0, np.uint8)
+    data = np.random.default_rng(4).integers(0, 256, chunks_bytes, dtype=np.uint8)
+    out, empty = np.zeros(chunks_bytes, np.uint8), np.zeros(0, np.uint8)
 
     def dev(a, d):
         return DeviceBuffer(int(a.ctypes.data), a.nbytes, d)
@@ -109,14 +94,25 @@ def test_receive_ring_cycle_and_what_the_gpu_executor_leaves_behind(monkeypatch)
     bufs = {0: {0: (dev(data, 0), dev(empty, 0))}, 1: {1: (dev(empty, 1), dev(out, 1))}}
     transports = [GpuNodeExecutor.make_transport(plan, n, lanes=2) for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
-    states = {}
+    return plan, data, out, bufs, transports, addresses
+
+
+def test_the_gpu_executors_slots_are_gated_by_counters(monkeypatch):
+    """13 chunks through 3 staging slots, twice, with the copies enqueued before the run (prepare) and the run
+    opening their gates: the bytes arrive, and after both runs every slot's gate and its done counter equal the
+    slot's uses (every copy that was opened also ran, and none is left waiting)."""
+    from hoccl_runtime.netexec import GpuNodeExecutor
+
+    plan, data, out, bufs, transports, addresses = _sendrecv_executors(monkeypatch)
+    counts = {}
 
     def node(n):
         ex = GpuNodeExecutor(plan, n, bufs[n], transports[n], slots=3, timeout_s=20, reuse=True)
         ex.connect(addresses)
-        for _ in range(2):  # 13 chunks through 3 slots, twice
-            ex.run()
-        states[n] = [c.state(j) for c in ex._chunks.values() for j in range(len(c.flags))]
+        first, second = ex.prepare(), ex.prepare()  # preparing ahead of driving, as the communicators do
+        ex.run(prepared=first)
+        ex.run(prepared=second)
+        counts[n] = {key: (a.read(), b.read()) for key, (a, b) in ex._gates.items()}
         ex.close()
 
     from threaded import failures, in_threads
@@ -126,7 +122,32 @@ def test_receive_ring_cycle_and_what_the_gpu_executor_leaves_behind(monkeypatch)
         t.close()
     assert not errors, errors
     assert np.array_equal(out, data)
-    assert all(s == ChunkState.IDLE for n in (0, 1) for s in states[n]) and len(states[0]) == 6
+    used = {0: "send", 1: "recv"}
+    for n in (0, 1):
+        for (kind, _, j), (gate, done) in counts[n].items():
+            uses = 2 * len(range(j, 13, 3)) if kind == used[n] else 0  # 13 chunks: slot j holds j, j + 3, ..
+            assert (gate, done) == (uses, uses), (n, kind, j, gate, done)
+
+
+def test_a_run_that_fails_opens_its_gates(monkeypatch):
+    """A prepared run that is never driven (its peer is gone) is released: its copy streams finish instead of
+    waiting on their gates forever, and closing the executor returns."""
+    import fake_cuda
+
+    from hoccl_runtime.netexec import GpuNodeExecutor
+
+    plan, data, out, bufs, transports, addresses = _sendrecv_executors(monkeypatch)
+    ex = GpuNodeExecutor(plan, 1, bufs[1], transports[1], slots=3, timeout_s=2, reuse=True)
+    prepared = ex.prepare()
+    waiting = [w for w in fake_cuda._streams.workers.values() if w.pending]
+    assert waiting, "the landing copies should wait for their gates"
+    ex.release(prepared)
+    for w in waiting:
+        w.drain(timeout_s=5)
+    assert all(not gates for gates in prepared.recv.values())
+    ex.close()
+    for t in transports:
+        t.close()
 
 
 class FakeCai:
@@ -239,8 +260,10 @@ def test_memop_parameter_block_layout():
     assert (op, address, value, flags, alias) == (1, 0x7F00_0000_1000, 1, 1, 0)  # WAIT_VALUE_32, EQ
     op, address, value, flags, _ = struct.unpack_from("<I4xQQI4xQ", block, MEMOP_BYTES)
     assert (op, address, value, flags) == (2, 0x7F00_0000_1004, 0, 0)  # WRITE_VALUE_32, default
+    geq = pack_memops([("wait_geq", 0x10, 0xFFFFFFFF)])  # a counter wait: GEQ (0), the value as 32 bits
+    assert struct.unpack_from("<I4xQQI", geq, 0) == (1, 0x10, 0xFFFFFFFF, 0)
     with pytest.raises(HocclError, match="unknown"):
-        pack_memops([("wait_geq", 0, 0)])
+        pack_memops([("wait_gt", 0, 0)])
 
 
 def test_bench_needs_torchrun_and_sane_sizes(monkeypatch):
@@ -430,11 +453,13 @@ def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_o
         if call == "bad":
             raise HocclError("peer 1 died")
 
-    def finish():
+    def finish(call):
         with lock:
             done.append(ran[-1] if ran else None)
 
-    proxy = CallProxy(run, lambda: start[0] == 1, lambda: start.__setitem__(0, 0), finish, poll_s=1e-4)
+    skipped = []
+    proxy = CallProxy(run, lambda call: start[0] == 1, lambda call: start.__setitem__(0, 0), finish, poll_s=1e-4,
+                      skip=skipped.append)
     proxy.submit("a")
     proxy.submit("b")
     time.sleep(0.05)
@@ -455,6 +480,7 @@ def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_o
             time.sleep(1e-3)
     assert proxy.wait_idle(5) and isinstance(proxy.error, HocclError)
     assert ran == ["a", "b", "bad"] and len(done) == 4  # "c" did not run but its stream was released
+    assert skipped == ["c"]  # ... and what it held was handed to skip (a prepared run's gates are opened there)
     proxy.submit("never started")
     t0 = time.monotonic()
     proxy.close(timeout_s=5)

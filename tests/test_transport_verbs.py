@@ -268,7 +268,7 @@ def _gpu_nodes_over_verbs(monkeypatch, *, dmabuf, mr_refuses_gpu=False, kind="al
     from hoccl_runtime.interop import DeviceBuffer
     from hoccl_runtime.netexec import GpuNodeExecutor
 
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     gpu_memory = set()
     malloc = fake_cuda.Runtime.malloc
 
@@ -367,7 +367,7 @@ def test_host_transports_refuse_gpu_memory_and_device_staging(monkeypatch):
     from hoccl_runtime.netexec import GpuNodeExecutor
     from hoccl_runtime.transport import TcpTransport
 
-    fake_cuda.install(monkeypatch)
+    fake_cuda.install(monkeypatch, async_streams=True)
     tcp = TcpTransport(session="s")
     with pytest.raises(TransportError, match="cannot register GPU memory"):
         tcp.register_device(0x1000, 4096, 0)

@@ -547,7 +547,9 @@ class Communicator:
         self._closed = False
         rt = cupy_runtime()
         if device >= rt.getDeviceCount():
-            raise HocclError(f"rank {rank} asked for GPU {device} but this process sees {rt.getDeviceCount()}")
+            n = rt.getDeviceCount()
+            raise HocclError(f"rank {rank} asked for GPU {device} but this process sees {n} (GPUs 0..{n - 1}): give "
+                             "device= one of those, or check CUDA_VISIBLE_DEVICES and --nproc_per_node")
         self._cupy = cupy
         # side streams (extra DMA queues; the last slot for local copies), created when first needed: every
         # stream of a process takes one of CUDA_DEVICE_MAX_CONNECTIONS hardware queues, and streams that

@@ -5,12 +5,18 @@ The torch-like calls of the intra-node communicator (all_gather_into_tensor, all
 broadcast, scatter, gather, send, recv), each returning at once. What happens:
 
 * The caller's stream gets two stream memory operations per call and nothing else: ``START = 1`` where
-  the call sits in the stream, and ``wait DONE == 1; DONE = 0`` after it. No kernel.
+  the call sits in the stream, and ``wait DONE == 1; DONE = 0`` after it. No kernel. Each stream the calls
+  come on has its own START/DONE pair.
+* The call's copies are enqueued at once, in the caller's thread, on the executor's copy streams: after an
+  event recorded where the call sits in the caller's stream, each staging and landing copy gated by a
+  counter flag (:meth:`~hoccl_runtime.netexec.GpuNodeExecutor.prepare`).
 * A proxy thread of this process takes the calls in order. For each it waits (sleeping, not holding the
-  GIL) until the stream has reached the call (``START == 1``), resets it, runs this node's part of the
-  plan with a reusable :class:`~hoccl_runtime.netexec.GpuNodeExecutor` (copy-engine staging through
-  pinned rings, the TCP transport, connections and rings set up once), then writes ``DONE = 1``, which
-  lets the stream go on. The flags live in pinned host memory that the GPU reads and writes.
+  GIL) until the stream has reached the call (``START == 1``), resets it, drives this node's part of the
+  plan with a reusable :class:`~hoccl_runtime.netexec.GpuNodeExecutor` (opening the copies' gates as slots
+  free and chunks arrive, the TCP transport, connections and rings set up once) without any CUDA call, then
+  writes ``DONE = 1``, which lets the stream go on. The flags live in pinned host memory that the GPU reads
+  and writes. (A proxy that issued copies itself could sit in the driver behind the application's blocking
+  CUDA call, e.g. ``tensor.cpu()`` waiting for this very call: seen on the H200.)
 * A call that fails in the proxy (a peer died, another collective on a peer node: ``TransportError`` or
   ``PlanError``) still releases the stream (the data is then wrong), and the error is raised by the
   next call, ``synchronize()`` or ``close()``.

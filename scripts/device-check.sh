@@ -39,7 +39,7 @@ for p in $parts; do
                  --curve-gpus $((NGPU / 2)) --out "$OUT" ;;
     contention) run_part contention "${CONTENTION_S:-300}" torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench \
                   contention ${CONTENTION_ARGS:---rounds 15 --in-place --peer --rates 50,100,200,300} --out "$OUT" ;;
-    torch) run_part torch 500 python -m pytest -q -p no:cacheprovider tests/test_gpu_torch.py ;;
+    torch) run_part torch 500 python -m pytest -q -p no:cacheprovider tests/test_gpu_torch.py tests/test_gpu_start.py ;;
     torchbench) run_part torchbench 300 bash -c "torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py --share-gpu \
                   && torchrun --nproc_per_node 2 examples/train_fsdp.py --size 350m --steps 8 --share-gpu \
                   --json $OUT/train_fsdp_shared.json" ;;

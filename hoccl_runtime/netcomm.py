@@ -116,6 +116,7 @@ class CallProxy:
                 return
             while not self._started(call):  # the stream has not reached the call yet
                 if self._stop:
+                    self._abandon(call)
                     return
                 time.sleep(self.poll_s)
             self._reset(call)
@@ -136,18 +137,32 @@ class CallProxy:
     def wait_idle(self, timeout_s: float) -> bool:
         return self._idle.wait(timeout_s)
 
+    def _abandon(self, call: Any) -> None:
+        """A call that will never run (closing): release what it holds and its stream."""
+        with contextlib.suppress(Exception):
+            if self._skip is not None:
+                self._skip(call)
+            self._finish(call)
+
     def close(self, timeout_s: float = 10.0) -> None:
+        """Stop; calls whose streams never reached them are released (skip, then their DONE), not left waiting."""
         self._stop = True
         self._calls.put(None)
         self._thread.join(timeout_s)
+        while True:
+            try:
+                call = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if call is not None:
+                self._abandon(call)
 
 
 class CallEvents:
-    """CUDA events that mark where each call sits in its caller's stream. The proxy's copies wait for them on
-    the GPU (``GpuNodeExecutor.run(after=...)``): the START flag only tells the proxy *when* to begin, and an
-    order set through stream memory operations is invisible to CUDA (the driver's manual asks for it to be
-    expressed with events too). Without them, a copy that the proxy issued on seeing START could read an input
-    that a kernel just before the call had not finished writing (seen on the H200: wrong reductions).
+    """CUDA events that mark where each call sits in its caller's stream. The call's copy streams wait for them
+    on the GPU (``GpuNodeExecutor.prepare(after=...)``) before their first copy: the order of the copies after the
+    caller's work is then one CUDA sees (the driver's manual asks for orders set through stream memory operations
+    to be expressed with events too), whatever thread or process enqueued them.
 
     ``interprocess``: events another process of the node opens (the node leader's copies wait for them).
     ``record(stream)`` takes a free event and records it; ``give_back(event)`` returns it once the copies that

@@ -487,6 +487,7 @@ class GpuNodeExecutor(HostNodeExecutor):
         self._gates = {(kind, r, j): (self._flags.allocate(), self._flags.allocate())
                        for kind in ("send", "recv") for r in ranks for j in range(slots)}
         self._ends: dict[int, Flag] = {}
+        self._last_end: dict[int, tuple[Flag, int]] = {}  # stream -> the end count of the last run prepared on it
         self._counts: dict[object, int] = {}  # the last count of every gate and end flag
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
                          _check_sizes=False)
@@ -571,14 +572,24 @@ class GpuNodeExecutor(HostNodeExecutor):
         :meth:`run` needs to drive it. Runs are driven in the order they were prepared; preparing may go ahead
         of driving (the network communicators prepare at call time, their proxy drives). ``after``: CUDA events
         (raw handles) that every copy of the run waits for on the GPU."""
-        from ._cuda import MEMCPY_DEFAULT
-
         plan = self.plan if plan is None else plan
         if plan is not self.plan or buffers is not None:
             self._only_with_reuse()
         self._fits(plan)
         bound = self._check_buffers(plan, self._given if buffers is None else buffers)
-        run, rt, fl, mine = PreparedRun(plan), self._rt, plan.flows, set(self.ranks)
+        run = PreparedRun(plan)
+        try:
+            self._enqueue(run, bound, after)
+        except BaseException:
+            self.release(run)  # what was enqueued before the error must not wait forever
+            raise
+        return run
+
+    def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> None:
+        from ._cuda import MEMCPY_DEFAULT
+
+        plan, rt, mine = run.plan, self._rt, set(self.ranks)
+        fl = plan.flows
         used: dict[int, int] = {}  # stream -> its GPU
 
         def stream(key: tuple, device: int) -> int:
@@ -626,7 +637,7 @@ class GpuNodeExecutor(HostNodeExecutor):
             rt.setDevice(device)
             MemOps().write(flag, c).enqueue(s)
             run.ends.append((flag, c))
-        return run
+            self._last_end[s] = (flag, c)
 
     def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, where: Any) -> None:
         """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s``, each copy (``where(slot offset, chunk
@@ -712,9 +723,21 @@ class GpuNodeExecutor(HostNodeExecutor):
         """Nothing: a stage ends when its staged and landed counters were seen (the base class waits for them)."""
 
     def close(self) -> None:
+        """Wait (up to the timeout) for the copies of every run prepared, then free the rings and flags. Copies
+        still pending then (a caller's stream that never reached its call) keep their memory: it is left
+        allocated, with a warning, rather than freed under them."""
+        import warnings
+
         from ._cuda import host_free
 
         rt = self._rt
+        deadline = time.monotonic() + self.timeout_s
+        while not all(reached(flag, c) for flag, c in self._last_end.values()):
+            if time.monotonic() > deadline:
+                warnings.warn(f"node {self.node}: copies of a network call are still pending at close (its caller's "
+                              "stream never reached it?); its staging memory is left allocated", stacklevel=2)
+                return
+            time.sleep(1e-3)
         for (*_, device), s in self._streams.items():
             rt.setDevice(device)
             rt.streamSynchronize(s)

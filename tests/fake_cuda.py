@@ -270,9 +270,14 @@ def host_mapped_alloc(nbytes: int) -> int:
     return ctypes.addressof(buf)
 
 
+_freed: list = []  # "freed" host memory stays alive: a fake stream thread still polling a flag reads no freed memory
+
+
 def host_free(ptr: int) -> None:
     with _lock:
-        _buffers.pop(ptr, None)
+        buf = _buffers.pop(ptr, None)
+        if buf is not None:
+            _freed.append(buf)
 
 
 class _Device:

@@ -481,6 +481,9 @@ def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_o
     assert proxy.wait_idle(5) and isinstance(proxy.error, HocclError)
     assert ran == ["a", "b", "bad"] and len(done) == 4  # "c" did not run but its stream was released
     assert skipped == ["c"]  # ... and what it held was handed to skip (a prepared run's gates are opened there)
+    proxy.submit("d")  # its stream never gets there: closing releases it (skip, then its DONE) instead of leaving it
+    proxy.close(timeout_s=2)
+    assert skipped == ["c", "d"] and len(done) == 5
     proxy.submit("never started")
     t0 = time.monotonic()
     proxy.close(timeout_s=5)

@@ -58,3 +58,18 @@ def tmp_cwd(tmp_path, monkeypatch):
 
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(autouse=True)
+def _fake_streams_finish_inside_their_test():
+    """Work left on the fake CUDA's stream threads (tests/fake_cuda.py, async streams) finishes before the test's
+    buffers are freed, so no thread copies into freed memory after the test."""
+    yield
+    fake = sys.modules.get("fake_cuda")
+    streams = getattr(fake, "_streams", None) if fake is not None else None
+    if streams is not None and streams.on:
+        for worker in list(streams.workers.values()):
+            try:
+                worker.drain(timeout_s=25)
+            except TimeoutError:
+                pass  # a stream left waiting (its own deadline raises in its thread); nothing more to do here

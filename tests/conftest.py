@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -69,7 +70,5 @@ def _fake_streams_finish_inside_their_test():
     streams = getattr(fake, "_streams", None) if fake is not None else None
     if streams is not None and streams.on:
         for worker in list(streams.workers.values()):
-            try:
+            with contextlib.suppress(TimeoutError):  # a stream left waiting: its own deadline raises in its thread
                 worker.drain(timeout_s=25)
-            except TimeoutError:
-                pass  # a stream left waiting (its own deadline raises in its thread); nothing more to do here

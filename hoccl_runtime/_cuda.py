@@ -228,7 +228,7 @@ def pack_memops(ops: list[tuple[str, int, int]]) -> bytes:
         elif kind == "write":
             _MEMOP.pack_into(out, i * MEMOP_BYTES, WRITE_VALUE_32, address, value & 0xFFFFFFFF, WRITE_DEFAULT, 0)
         else:
-            raise HocclError(f"unknown stream memory operation {kind!r}: give 'wait_eq' or 'write'")
+            raise HocclError(f"unknown stream memory operation {kind!r}: give 'wait_eq', 'wait_geq' or 'write'")
     return bytes(out)
 
 

@@ -594,13 +594,11 @@ class GpuNodeExecutor(HostNodeExecutor):
 
         def stream(key: tuple, device: int) -> int:
             s = self._stream(key, device)
+            rt.setDevice(device)
             if s not in used:
-                rt.setDevice(device)
                 for event in after:  # the run's first copy on this stream: after the callers' work
                     rt.streamWaitEvent(s, event, 0)
                 used[s] = device
-            else:
-                rt.setDevice(device)
             return s
 
         for stage in plan.stages:

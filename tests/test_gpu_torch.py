@@ -66,12 +66,16 @@ _LEADER = ("several GPUs per node: the node leader's proxy still makes CUDA call
            "ranks' copies), which the application's blocking CUDA calls can hold up (session 13, device run 8)")
 _FLAKY = ("over TCP the FSDP check failed once in 4 runs on the 1x H200 (session 13, the last run; its message was "
           "not captured); passed in the other 3")
-CHECKS_NET = ["all_gather", "all_to_all", "rooted", "reductions", "barrier", "errors",
-              pytest.param("fsdp", marks=pytest.mark.xfail(reason=_FLAKY, strict=False)), "p2p"]
 _NAMES = ["all_gather", "all_to_all", "rooted", "reductions", "barrier", "errors", "fsdp", "p2p"]
-CHECKS_NODES = ["all_gather", "all_to_all", "rooted",
-                *(pytest.param(c, marks=pytest.mark.xfail(reason=_LEADER, strict=False))
-                  for c in ("reductions", "barrier", "errors", "fsdp", "p2p"))]
+
+
+def _expect_failure(names: list, why: str, *failing: str) -> list:
+    """``names`` as parameters, those in ``failing`` marked xfail (non-strict) for ``why``."""
+    return [pytest.param(c, marks=pytest.mark.xfail(reason=why, strict=False)) if c in failing else c for c in names]
+
+
+CHECKS_NET = _expect_failure(_NAMES, _FLAKY, "fsdp")
+CHECKS_NODES = _expect_failure(_NAMES, _LEADER, "reductions", "barrier", "errors", "fsdp", "p2p")
 CHECKS2 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "nccl_refused", "fsdp",
            "fsdp_no_kernel"]
 CHECKS4 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"]

@@ -519,7 +519,6 @@ class NetCommunicator(_Calls):
         ex.connect(self._addresses)
         self._executor = ex
 
-
     def _raise(self) -> None:
         if self._proxy.error is not None:
             raise self._proxy.error
@@ -668,7 +667,7 @@ class NodeNetCommunicator(_Calls):
             self._proxy = CallProxy(
                 self._work, lambda _: all(i32[sh.flag_index(i, 0)] == 1 for i in range(L)),
                 lambda _: [i32.__setitem__(sh.flag_index(i, 0), 0) for i in range(L)],
-                lambda _: [i32.__setitem__(sh.flag_index(i, 1), 1) for i in range(L)], name=f"hoccl-leader-{rank}")
+                self._release_node, name=f"hoccl-leader-{rank}")
 
     # --- the call -------------------------------------------------------------------------------------
     # send/recv do not go through the leader (independent pairs give it no order all nodes agree on):
@@ -858,9 +857,16 @@ class NodeNetCommunicator(_Calls):
                                              reuse=True, ring_bytes=self.ring_bytes)
             self._executor.connect(self._addresses)
         self._executor.run(plan, buffers, after=events)
-        for i in range(self.L):
-            w[sh.region(i) // 8 + 2] = seq  # completed: what synchronize() on every local rank waits for
 
+    def _release_node(self, call: tuple) -> None:
+        """The leader, after a call (run or failed): every local rank's DONE, then the call's number as completed,
+        which synchronize() waits for; in that order, so a rank that returns from synchronize() (and may close
+        its shared memory) has no stream left waiting for a DONE still to come."""
+        sh, w = self._shared, self._shared.words
+        for i in range(self.L):
+            sh.i32[sh.flag_index(i, 1)] = 1
+        for i in range(self.L):
+            w[sh.region(i) // 8 + 2] = call[1]
     def _raise(self) -> None:
         if self._p2p_proxy is not None and self._p2p_proxy.error is not None:
             raise self._p2p_proxy.error

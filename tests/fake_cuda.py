@@ -11,6 +11,7 @@ reaches them, and a stream that waits on an event or a flag holds up only itself
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import queue
@@ -114,8 +115,11 @@ class Runtime:
     def hostRegister(self, ptr, size, flags):  # noqa: N802
         pass
 
-    def hostUnregister(self, ptr):  # noqa: N802
-        pass
+    def hostUnregister(self, ptr):  # noqa: N802 - the memory is unmapped next: let no stream thread still read it
+        if _streams.on:
+            for worker in list(_streams.workers.values()):
+                with contextlib.suppress(TimeoutError):  # a wait that never comes ends by its own deadline (20 s)
+                    worker.drain(timeout_s=25)
 
     def ipcGetMemHandle(self, ptr):  # noqa: N802 - the "handle" carries the address (one process)
         return struct.pack("<Q", ptr) + bytes(56)

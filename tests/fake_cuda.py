@@ -25,7 +25,7 @@ from hoccl_runtime import _cuda
 
 _MEMOP = struct.Struct("<I4xQQI4xQ8x")
 _buffers: dict[int, ctypes.Array] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a FlagPool collected (its __del__ frees) while this thread holds it
 _current = threading.local()
 _event_ids = itertools.count(1)
 

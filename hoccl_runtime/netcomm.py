@@ -41,7 +41,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from ._cuda import ipc_export, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
-from .errors import HocclError, HocclTimeoutError, PlanError
+from .errors import HocclError, HocclTimeoutError, PlanError, TransportError
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from .plans import PlanCache
 
@@ -546,7 +546,7 @@ class NetCommunicator(_Calls):
 
 # --- several GPUs per node ---------------------------------------------------------------------------------
 # Node shared memory (created by the node's leader, local rank 0; registered with CUDA in every process):
-# a header (error word) and one region per local rank: START and DONE flags (int32) that the rank's stream
+# a header (error word and message) and one region per local rank: START and DONE flags (int32) that the rank's stream
 # writes and waits on, the leader's ack and completed-call words, and a ring of _SLOTS entries in which the
 # rank publishes each call: [seq, digest, device, in_offset, out_offset, in_bytes, out_bytes, -,
 # in_handle (8 words), out_handle (8 words), event_handle (8 words: where the call sits in the rank's stream, see
@@ -554,7 +554,7 @@ class NetCommunicator(_Calls):
 _SLOTS = 4
 _SLOT_WORDS = 32
 _REGION = 64 + _SLOTS * _SLOT_WORDS * 8   # bytes per local rank
-_HEADER = 64
+_HEADER = 512  # the error word, then what the leader's error said (UTF-8, cut to fit)
 
 
 class _NodeShared:
@@ -578,6 +578,19 @@ class _NodeShared:
 
     def flag_index(self, local: int, which: int) -> int:
         return (self.region(local) + 4 * which) // 4
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the node's communicator failed (the leader), keeping what went wrong for the other local ranks."""
+        if not self.words[0]:
+            text = f"{type(exc).__name__}: {exc}".encode(errors="replace")[:_HEADER - 9]
+            self.bytes[8:8 + len(text) + 1] = text + b"\0"
+            self.words[0] = 1
+
+    def failure(self) -> str:
+        """What the leader's error said ('' if the node has not failed)."""
+        if not self.words[0]:
+            return ""
+        return bytes(self.bytes[8:_HEADER]).split(b"\0", 1)[0].decode(errors="replace")
 
     def close(self) -> None:
         self.segment.close(self.words, self.bytes, self.i32)
@@ -647,7 +660,7 @@ class NodeNetCommunicator(_Calls):
         self._p2p_proxy: CallProxy | None = None
         self._p2p_flags: tuple = ()
         self._opened: OrderedDict[bytes, int] = OrderedDict()  # least recently used first
-        self._own: dict[int, tuple] = {}   # seq -> the leader's own buffers and event
+        self._last_use: dict[bytes, int] = {}                 # the leader: the last call that used each mapping
         self._events = CallEvents(device, interprocess=True)  # the leader's copies wait for them (any process)
         self._recorded: deque[tuple[int, int]] = deque()      # (seq, event) of calls not yet completed
         self._opened_events: dict[bytes, int] = {}            # the leader: other ranks' events, opened once
@@ -663,11 +676,14 @@ class NodeNetCommunicator(_Calls):
             store.set(f"leader-addr{self.node}", self.transport.listen())
             self._addresses = {n: wait_for_key(store, f"leader-addr{n}", world, timeout_s, f"rank {rank}: ",
                                                f"node {n}'s leader address").decode() for n in range(self.nodes)}
-            i32, sh = self._shared.i32, self._shared
+            i32, sh, w = self._shared.i32, self._shared, self._shared.words
+            # a call is (prepared run, seq, error of its preparation); the proxy takes them in order, each once every
+            # local rank's stream reached it (or the node failed: then nothing waits for streams that may never come)
             self._proxy = CallProxy(
-                self._work, lambda _: all(i32[sh.flag_index(i, 0)] == 1 for i in range(L)),
+                self._drive, lambda _: w[0] != 0 or all(i32[sh.flag_index(i, 0)] == 1 for i in range(L)),
                 lambda _: [i32.__setitem__(sh.flag_index(i, 0), 0) for i in range(L)],
-                self._release_node, name=f"hoccl-leader-{rank}")
+                self._release_node, name=f"hoccl-leader-{rank}",
+                skip=lambda call: call[0] is not None and self._executor.release(call[0]))
 
     # --- the call -------------------------------------------------------------------------------------
     # send/recv do not go through the leader (independent pairs give it no order all nodes agree on):
@@ -767,16 +783,18 @@ class NodeNetCommunicator(_Calls):
             seq = self._seq
             sh, w = self._shared, self._shared.words
             base = sh.region(self.local) // 8
+            while self._recorded and w[base + 2] >= self._recorded[0][0]:  # the leader ran those calls
+                self._events.give_back(self._recorded.popleft()[1])
+            if self.local == 0:
+                self._lead(plan, seq, (inp, out), s)
+                return
             ack = base + 1
             self._wait(lambda: w[ack] >= seq - _SLOTS, "read this rank's earlier calls")
             slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
-            while self._recorded and w[base + 2] >= self._recorded[0][0]:  # the leader ran those calls
-                self._events.give_back(self._recorded.popleft()[1])
             with on_device(self.device):
                 event = self._events.record(s)
             self._recorded.append((seq, event))
-            if self.local:
-                sh.bytes[8 * (slot + 24):8 * (slot + 32)] = self._events.handle(event)
+            sh.bytes[8 * (slot + 24):8 * (slot + 32)] = self._events.handle(event)
             w[slot + 1] = zlib.crc32(plan.plan_id.encode())
             w[slot + 2] = self.device
             for k, buf in ((0, inp), (1, out)):
@@ -785,12 +803,49 @@ class NodeNetCommunicator(_Calls):
                     handle, w[slot + 3 + k] = exports[k]
                     sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)] = handle
             w[slot] = seq  # last: the leader reads the entry after seeing seq
-            if self._proxy is not None:
-                self._own[seq] = ((inp, out), event)
-                self._proxy.submit((plan, seq))
             with on_device(self.device):
                 MemOps().write(sh.flag(self.local, 0), 1).enqueue(s)
                 MemOps().wait_eq(sh.flag(self.local, 1), 1).write(sh.flag(self.local, 1), 0).enqueue(s)
+
+    def _lead(self, plan: Any, seq: int, own: tuple, s: int) -> None:
+        """The leader's call, in its caller's thread: collect every local rank's entry of the call, map their
+        buffers, and enqueue all the node's copies of it (gated; after an event of each local rank's stream). Its
+        proxy then only drives the network and opens gates: no CUDA call there (see NetCommunicator._call)."""
+        from .flags import MemOps
+
+        sh = self._shared
+        try:
+            with on_device(self.device):
+                event = self._events.record(s)
+            self._recorded.append((seq, event))
+            buffers, events = self._collect(plan, seq)
+            buffers[self.rank] = own
+            events.insert(0, event)
+            if self._executor is None:
+                from .netexec import GpuNodeExecutor
+
+                ex = GpuNodeExecutor(plan, self.node, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
+                                     ring_bytes=self.ring_bytes)
+                try:
+                    ex.connect(self._addresses)
+                except (HocclTimeoutError, TransportError) as exc:
+                    ex.close()
+                    raise type(exc)(f"rank {self.rank} (node {self.node}'s leader), connecting to the other nodes' "
+                                    f"leaders at its first call: {exc}; did every node's local rank 0 issue "
+                                    "it?") from exc
+                self._executor = ex
+            with on_device(self.device):
+                prepared = self._executor.prepare(plan, buffers, after=events)
+        except BaseException as exc:
+            # the local ranks that published this call have streams waiting for its DONE: a failed call goes to the
+            # proxy too, which releases them after the calls before it (their DONEs stay in order)
+            sh.fail(exc)
+            self._proxy.submit((None, seq, exc))
+            raise
+        self._proxy.submit((prepared, seq, None))
+        with on_device(self.device):
+            MemOps().write(sh.flag(0, 0), 1).enqueue(s)
+            MemOps().wait_eq(sh.flag(0, 1), 1).write(sh.flag(0, 1), 0).enqueue(s)
 
     def _wait(self, ready: Any, what: str) -> None:
         deadline = time.monotonic() + self.timeout_s
@@ -801,62 +856,74 @@ class NodeNetCommunicator(_Calls):
                                         f"{self.timeout_s:.0f} s")
             time.sleep(50e-6)
 
-    def _work(self, call: tuple) -> None:
-        try:
-            self._work_unguarded(call)
-        except BaseException:
-            self._shared.words[0] = 1  # the other local ranks' next call raises; their streams are released
-            raise
-
-    def _work_unguarded(self, call: tuple) -> None:
-        """The leader's proxy: collect every local rank's entry of this call, map, run the node's part."""
+    def _collect(self, plan: Any, seq: int) -> tuple[dict, list]:
+        """The leader: every other local rank's buffers ({rank: (input, output)}, opened from their IPC handles)
+        and stream events for call ``seq``, once each has published it."""
         from ._cuda import cupy_runtime
 
-        plan, seq = call
         sh, w, rt = self._shared, self._shared.words, cupy_runtime()
         digest = zlib.crc32(plan.plan_id.encode())
         buffers, events = {}, []
-        for i in range(self.L):
+        for i in range(1, self.L):
             base = sh.region(i) // 8
             slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
-            self._wait(lambda s=slot: w[s] >= seq, f"see local rank {i}'s call {seq}")
+            deadline = time.monotonic() + self.timeout_s
+            while w[slot] < seq:
+                self._raise()
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(
+                        f"rank {self.rank} (node {self.node}'s leader): local rank {i} did not issue call {seq} "
+                        f"({plan.collective.describe()}) within {self.timeout_s:.0f} s; every rank of the node must "
+                        "issue the same collectives in the same order (is it stuck, or dead?)")
+                time.sleep(50e-6)
             if w[slot] != seq or w[slot + 1] != digest:
                 raise PlanError(f"node {self.node}: local rank {i} is in another collective than its leader (call "
                                 f"{seq}, {plan.collective.describe()}): every rank must issue the same collectives")
-            r = self.node * self.L + i
-            if i == 0:
-                buffers[r], event = self._own.pop(seq)
-                events.append(event)
-            else:
-                handle = bytes(sh.bytes[8 * (slot + 24):8 * (slot + 32)])
-                if handle not in self._opened_events:
-                    self._opened_events[handle] = int(rt.ipcOpenEventHandle(handle))
-                events.append(self._opened_events[handle])
-                device, parts = w[slot + 2], []
-                for k in (0, 1):
-                    n = w[slot + 5 + k]
-                    if not n:
-                        parts.append(DeviceBuffer(0, 0, device))
-                        continue
-                    handle = bytes(sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)])
-                    if handle not in self._opened:  # mapped in the context of the GPU that owns it
-                        if len(self._opened) >= 64:  # nothing is in flight between runs: the oldest can go
-                            _, old = self._opened.popitem(last=False)
-                            with contextlib.suppress(Exception):
-                                rt.ipcCloseMemHandle(old)
-                        rt.setDevice(device)
-                        self._opened[handle] = int(rt.ipcOpenMemHandle(handle))
-                    self._opened.move_to_end(handle)
-                    parts.append(DeviceBuffer(self._opened[handle] + w[slot + 3 + k], n, device))
-                buffers[r] = tuple(parts)
+            handle = bytes(sh.bytes[8 * (slot + 24):8 * (slot + 32)])
+            if handle not in self._opened_events:
+                self._opened_events[handle] = int(rt.ipcOpenEventHandle(handle))
+            events.append(self._opened_events[handle])
+            device, parts = w[slot + 2], []
+            for k in (0, 1):
+                n = w[slot + 5 + k]
+                if not n:
+                    parts.append(DeviceBuffer(0, 0, device))
+                    continue
+                handle = bytes(sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)])
+                if handle not in self._opened:  # mapped in the context of the GPU that owns it
+                    self._trim_mappings(rt)
+                    rt.setDevice(device)
+                    self._opened[handle] = int(rt.ipcOpenMemHandle(handle))
+                self._opened.move_to_end(handle)
+                self._last_use[handle] = seq
+                parts.append(DeviceBuffer(self._opened[handle] + w[slot + 3 + k], n, device))
+            buffers[self.node * self.L + i] = tuple(parts)
             w[base + 1] = seq  # ack: the slot may be reused
-        if self._executor is None:
-            from .netexec import GpuNodeExecutor
+        return buffers, events
 
-            self._executor = GpuNodeExecutor(plan, self.node, buffers, self.transport, timeout_s=self.timeout_s,
-                                             reuse=True, ring_bytes=self.ring_bytes)
-            self._executor.connect(self._addresses)
-        self._executor.run(plan, buffers, after=events)
+    def _trim_mappings(self, rt: Any, keep: int = 64) -> None:
+        """Close the least recently used mappings of other ranks' buffers beyond ``keep``, but only those whose
+        last call has completed (calls are prepared ahead of their run: a mapping may still be in use)."""
+        completed = self._shared.words[self._shared.region(0) // 8 + 2]
+        for handle in list(self._opened):
+            if len(self._opened) < keep:
+                return
+            if self._last_use.get(handle, 0) <= completed:
+                ptr = self._opened.pop(handle)
+                self._last_use.pop(handle, None)
+                with contextlib.suppress(Exception):
+                    rt.ipcCloseMemHandle(ptr)
+
+    def _drive(self, call: tuple) -> None:
+        """The leader's proxy: drive a prepared call (no CUDA call), or fail with the error its preparation met."""
+        prepared, _, error = call
+        try:
+            if prepared is None:
+                raise error
+            self._executor.run(prepared=prepared)
+        except BaseException as exc:
+            self._shared.fail(exc)  # the other local ranks' next call raises; their streams are released
+            raise
 
     def _release_node(self, call: tuple) -> None:
         """The leader, after a call (run or failed): every local rank's DONE, then the call's number as completed,
@@ -867,15 +934,17 @@ class NodeNetCommunicator(_Calls):
             sh.i32[sh.flag_index(i, 1)] = 1
         for i in range(self.L):
             w[sh.region(i) // 8 + 2] = call[1]
+
     def _raise(self) -> None:
         if self._p2p_proxy is not None and self._p2p_proxy.error is not None:
             raise self._p2p_proxy.error
         if self._proxy is not None and self._proxy.error is not None:
-            self._shared.words[0] = 1  # tell the other local ranks
+            self._shared.fail(self._proxy.error)  # tell the other local ranks
             raise self._proxy.error
         if self._shared.words[0]:
-            raise HocclError(f"rank {self.rank}: the node's leader failed a network call; this communicator is "
-                             "unusable: close it and create a new one")
+            raise HocclError(f"rank {self.rank}: the node's leader (rank {self.node * self.L}) failed a network call "
+                             f"({self._shared.failure()}); this communicator is unusable: close it and create a new "
+                             "one")
 
     def synchronize(self, timeout_s: float | None = None) -> None:
         limit = self.timeout_s if timeout_s is None else timeout_s
@@ -888,7 +957,9 @@ class NodeNetCommunicator(_Calls):
         while w[mine] < self._seq:
             self._raise()
             if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"rank {self.rank}: network calls still pending after {limit:.0f} s")
+                raise HocclTimeoutError(f"rank {self.rank}: network calls still pending after {limit:.0f} s (call "
+                                        f"{w[mine] + 1} of {self._seq}); has every rank issued them, in the same "
+                                        "order, and reached them in its stream?")
             time.sleep(100e-6)
         self._raise()
 

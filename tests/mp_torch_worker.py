@@ -10,6 +10,7 @@ to OUT.json. A failing check does not stop the others (the groups stay usable: t
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import json
 import sys
 import traceback
@@ -337,6 +338,7 @@ def main() -> int:
     me, w = dist.get_rank(g), dist.get_world_size(g)
     results = {}
     for name in names:
+        faulthandler.dump_traceback_later(120)  # a check that hangs leaves every thread's stack in the log
         try:
             CHECKS[name](g, me, w)
             torch.cuda.synchronize()
@@ -346,6 +348,7 @@ def main() -> int:
             results[name] = f"{type(exc).__name__}: {exc} (at " + " <- ".join(
                 f"{Path(f.filename).name}:{f.lineno}" for f in reversed(where)) + ")"
             traceback.print_exc()
+        faulthandler.cancel_dump_traceback_later()
         dist.barrier()  # gloo: the ranks stay in step whatever failed
     Path(f"{out_path}.rank{dist.get_rank()}").write_text(json.dumps(results, indent=1))  # each rank's own view
     every = [None] * dist.get_world_size()

@@ -462,9 +462,10 @@ def test_the_network_proxy_makes_no_cuda_call(monkeypatch):
 
 
 def test_the_node_leaders_copies_wait_for_every_local_ranks_stream(monkeypatch):
-    """With several GPUs per node the leader's copies wait for an event of each local rank's stream (opened from
-    the IPC handle the rank published with its call); a pair's send/recv across nodes is enqueued by the caller
-    and its proxy makes no CUDA call."""
+    """With several GPUs per node the leader enqueues the node's copies in its caller's thread, each after an event
+    of each local rank's stream (opened from the IPC handle the rank published with its call), and its proxy makes
+    no CUDA call (one that did could sit behind the application's blocking CUDA call); a pair's send/recv across
+    nodes is enqueued by the caller and its proxy makes no CUDA call either."""
     fake_cuda.install(monkeypatch, async_streams=True)
     prepares = _traced_prepares(monkeypatch)
     from hoccl_runtime.netcomm import NodeNetCommunicator
@@ -487,4 +488,42 @@ def test_the_node_leaders_copies_wait_for_every_local_ranks_stream(monkeypatch):
     assert results == {r: True for r in range(world)}, results
     _check_copies_wait_for_the_callers(prepares, calls=2 + 2)  # one AllGather per leader, one run per pair end
     assert any(len(after) == 2 for after, *_ in prepares)  # a leader waits for both local ranks' streams
-    assert _cuda_calls_of("hoccl-p2p") == []
+    assert not any(thread.startswith(("hoccl-leader", "hoccl-p2p")) for *_, thread in prepares), prepares
+    assert _cuda_calls_of("hoccl-p2p") == [] and _cuda_calls_of("hoccl-leader") == []
+
+
+def test_a_local_rank_in_another_collective_fails_at_its_leaders_call(monkeypatch):
+    """2 nodes of 2: local rank 1 of node 0 issues an All-to-All where its leader issues an AllGather. The leader
+    now reads the local ranks' calls in its own call (where it enqueues the node's copies), so it raises PlanError
+    there, naming the rank; rank 1's stream is released and its next call raises; node 1, whose leader waits for
+    node 0's to connect, fails within its timeout instead of hanging, and says so."""
+    from hoccl_runtime.errors import PlanError
+
+    fake_cuda.install(monkeypatch, async_streams=True)
+    from hoccl_runtime.netcomm import NodeNetCommunicator
+
+    store = fake_cuda.Store()
+    world, n = 4, 1000
+
+    def body(comm, r):
+        inp, out = np.full(n, r, np.uint8), np.zeros(world * n, np.uint8)
+        t0 = time.monotonic()
+        if r == 1:
+            comm.all_to_all_single(dev(out, 1), dev(out.copy(), 1), stream=7)
+            fake_cuda._streams.worker(7).drain(10)  # released: its DONE came (the data is not to be used)
+            with pytest.raises(HocclError, match="leader .rank 0. failed .*another collective"):
+                comm.all_gather_into_tensor(dev(out, 1), dev(inp, 1), stream=7)
+            return "raised"
+        if r == 0:
+            with pytest.raises(PlanError, match="local rank 1 is in another collective") as err:
+                comm.all_gather_into_tensor(dev(out, 0), dev(inp, 0), stream=7)
+            return str(err.value)
+        with pytest.raises(HocclError, match="other nodes. leaders"):  # the leader at its call, rank 3 from it
+            comm.all_gather_into_tensor(dev(out, r % 2), dev(inp, r % 2), stream=7)
+            comm.synchronize(timeout_s=10)
+        return time.monotonic() - t0
+
+    results = fake_cuda.run_ranks(world, lambda r: NodeNetCommunicator(
+        r, world, r % 2, store, gpus_per_node=2, timeout_s=3, chunk_bytes=16 << 10, lanes=2), body)
+    assert results[1] == "raised" and "call 1" in results[0], results
+    assert all(isinstance(results[r], float) and results[r] < 15 for r in (2, 3)), results

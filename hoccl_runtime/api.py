@@ -8,7 +8,9 @@ ready for later work on that stream. A call or option a communicator cannot hono
 
 ``pairs_alone`` tells how a communicator runs pairwise transfers: True where two ranks may exchange without the
 others (one node: the hoccl torch backend then moves a collective's blocks straight into the caller's tensors),
-False where every call is a collective of all ranks (across nodes).
+False where every call is a collective of all ranks (across nodes). ``any_stream`` tells whether the calls may
+come on any stream (True) or on one stream per communicator (False: several GPUs per node, whose START/DONE flags
+in the node's shared memory are one pair per rank).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class CommunicatorAPI(Protocol):
     world: int
     device: int
     pairs_alone: ClassVar[bool]
+    any_stream: ClassVar[bool]
 
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None, *, rate_gbps: float | None = None,
                                duration_s: float | None = None) -> None: ...

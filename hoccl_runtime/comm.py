@@ -487,6 +487,7 @@ class Communicator:
 
     _one_queue = False  # CUDA_DEVICE_MAX_CONNECTIONS=1 and no warning yet (set by _mailbox_state)
     pairs_alone = True  # two ranks exchange without the others (hoccl_runtime.api)
+    any_stream = True
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
                  ipc_cache: int = 64, dma_queues: int | None = None, local_copies: str | None = None):

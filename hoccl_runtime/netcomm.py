@@ -278,6 +278,7 @@ class _Calls:
 
     # --- torch-like calls (hoccl_runtime.api.CommunicatorAPI) ------------------------------------------------
     pairs_alone = False  # every call is a collective of every rank (each run says hello to every node)
+    any_stream = False  # one stream (NodeNetCommunicator); NetCommunicator takes any
 
     def _no_pacing(self, call: str, rate_gbps: float | None, duration_s: float | None) -> None:
         if rate_gbps is not None or duration_s is not None:
@@ -435,6 +436,8 @@ def _set_up(comm: Any, setup: Any, rank: int, store: Any) -> None:
 
 class NetCommunicator(_Calls):
     """Collectives among ranks on different nodes, one GPU per node (see the module docstring)."""
+
+    any_stream = True  # a START/DONE pair per stream
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
                  chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None, ring_bytes: int = 256 << 20):

@@ -254,6 +254,7 @@ def check_fsdp(g, me, w):
 
     c = SIZES["tiny"]
     for variant in ("fp32", "bf16", "bf16-keep", "offload"):
+        _TRACE_AT[0] = variant
         torch.manual_seed(0)
         model = GPT(c).to(DEV)
         ref = copy.deepcopy(model)
@@ -325,6 +326,25 @@ def check_fsdp_no_kernel(g, me, w):
     pool.close()
 
 
+_TRACE_AT = [""]  # what the calls traced by HOCCL_TEST_TRACE_CALLS are part of
+
+
+def _trace_calls(comm, path: str) -> list:
+    """Record every collective call of a network communicator (thread, check part, key) for OUT.calls.rankN:
+    ranks that issue calls in different orders show where."""
+    import threading
+
+    calls = []
+    real = comm._call
+
+    def traced(key, *args, **kwargs):
+        calls.append(f"{threading.current_thread().name} {_TRACE_AT[0]} {key[0]} {str(key[1:])[:60]}")
+        return real(key, *args, **kwargs)
+
+    comm._call = traced
+    return calls
+
+
 CHECKS = {name[6:]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 
@@ -336,9 +356,14 @@ def main() -> int:
     ht.configure(device=0, reduce="hoccl")
     g = dist.new_group(backend="hoccl", timeout=datetime.timedelta(seconds=30))
     me, w = dist.get_rank(g), dist.get_world_size(g)
+    import os
+
+    traced = _trace_calls(g.comm, out_path) if os.environ.get("HOCCL_TEST_TRACE_CALLS") and \
+        hasattr(g.comm, "_call") else None
     results = {}
     for name in names:
         faulthandler.dump_traceback_later(120)  # a check that hangs leaves every thread's stack in the log
+        _TRACE_AT[0] = name
         try:
             CHECKS[name](g, me, w)
             torch.cuda.synchronize()
@@ -349,6 +374,8 @@ def main() -> int:
                 f"{Path(f.filename).name}:{f.lineno}" for f in reversed(where)) + ")"
             traceback.print_exc()
         faulthandler.cancel_dump_traceback_later()
+        if traced is not None:
+            Path(f"{out_path}.calls.rank{dist.get_rank()}").write_text("\n".join(traced))
         dist.barrier()  # gloo: the ranks stay in step whatever failed
     Path(f"{out_path}.rank{dist.get_rank()}").write_text(json.dumps(results, indent=1))  # each rank's own view
     every = [None] * dist.get_world_size()

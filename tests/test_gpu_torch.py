@@ -57,25 +57,13 @@ def two_nodes_of_two(tmp_path_factory):
     return json.loads(path.read_text())
 
 
-# Over TCP with one GPU per "node" (NetCommunicator) every check passes since its proxy makes no CUDA call
-# (session 13, 2026-12-01): before, the proxy issued its copies itself and was held up inside the CUDA driver
-# behind the application's blocking tensor.cpu(), which waited for that very call (a faulthandler dump showed
-# both), so reductions came out wrong and later calls timed out. With several GPUs per node the node leader's
-# proxy still enqueues the copies of the other local ranks' buffers itself, so the same can happen there.
-_LEADER = ("several GPUs per node: the node leader's proxy still makes CUDA calls (it enqueues the other local "
-           "ranks' copies), which the application's blocking CUDA calls can hold up (session 13, device run 8)")
-_FLAKY = ("over TCP the FSDP check failed once in 4 runs on the 1x H200 (session 13, the last run; its message was "
-          "not captured); passed in the other 3")
+# Over TCP (NetCommunicator, one GPU per "node") and with 2 nodes of 2 (NodeNetCommunicator) no proxy makes a CUDA
+# call (session 13, resp. 14): one that did was held up inside the CUDA driver behind the application's blocking
+# tensor.cpu(), which waited for that very call. The FSDP check failed now and then over TCP until a call's
+# tensors were let go at Work.wait() (session 14): before, FSDP's window blocks came back when the GPU finished,
+# so ranks ran out of window at different calls and left the check at different points.
 _NAMES = ["all_gather", "all_to_all", "rooted", "reductions", "barrier", "errors", "fsdp", "p2p"]
-
-
-def _expect_failure(names: list, why: str, *failing: str) -> list:
-    """``names`` as parameters, those in ``failing`` marked xfail (non-strict) for ``why``."""
-    return [pytest.param(c, marks=pytest.mark.xfail(reason=why, strict=False)) if c in failing else c for c in names]
-
-
-CHECKS_NET = _expect_failure(_NAMES, _FLAKY, "fsdp")
-CHECKS_NODES = _expect_failure(_NAMES, _LEADER, "reductions", "barrier", "errors", "fsdp", "p2p")
+CHECKS_NET = CHECKS_NODES = _NAMES
 CHECKS2 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "nccl_refused", "fsdp",
            "fsdp_no_kernel"]
 CHECKS4 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"]

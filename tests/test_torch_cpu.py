@@ -391,3 +391,53 @@ def test_a_rank_with_nothing_to_move_still_takes_part(batch):
                           for j in range(world)])
         assert torch.equal(res[r], want)
     assert res[1].numel() == 0
+
+
+def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
+    """The group's stream holds a call's tensors while its end event has not completed, so a caller that drops
+    them early does not get their memory reused under the copies; Work.wait() ends the hold (the caller's stream
+    is then after the call), so when a tensor can be freed is a point of the program, the same on every rank, not
+    one of GPU timing. (FSDP's window blocks come back when their tensor dies: with the hold ending only at
+    completion, ranks over TCP ran out of window at different calls, session 14.)"""
+    import collections
+    import types
+    import weakref
+
+    from hoccl_runtime.torch import _group
+
+    class Pending:  # an end event the GPU has not reached
+        def record(self, stream=None):
+            pass
+
+        def query(self):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "Event", Pending)
+    held_after = {}
+
+    def body(g, r):
+        streams = g._streams
+        inp = _data(r, (5,))
+        kept = []
+        for wait in (False, True):
+            out = _poisoned((10,))
+            ref = weakref.ref(out)
+            work = g._allgather_base(out, inp)
+            if wait:
+                work.wait()
+            del out, work
+            kept.append(ref() is not None)
+        held_after[r] = len(streams._held)
+        return kept
+
+    def holding_streams():
+        s = _group._Streams.__new__(_group._Streams)  # the real hold, no CUDA stream
+        s.device, s.stream, s.handle, s._held = 0, types.SimpleNamespace(wait_event=lambda e: None), None, \
+            collections.deque()
+        s._ready = Pending()
+        return s
+
+    monkeypatch.setattr("torch_fakes._AtOnce", holding_streams)
+    results, _ = run_ranks(2, body, batch=False)
+    assert results == [[True, False], [True, False]], results  # held without wait; let go at wait
+    assert held_after == {0: 2, 1: 2}  # the events stay (nothing completed); the second list is empty

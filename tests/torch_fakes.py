@@ -178,7 +178,8 @@ class _AtOnce:
 
 class CpuGroup(ProcessGroupHoccl):
     def __init__(self, comm, rank, size, **kw):
-        super().__init__(comm, rank, size, streams=_AtOnce(), **kw)
+        kw.setdefault("streams", _AtOnce())
+        super().__init__(comm, rank, size, **kw)
 
     def _device(self):
         return torch.device("cpu")

@@ -173,14 +173,12 @@ def _param_groups(state: Any) -> list[Any]:
 
 class HocclAllGather:
     """FSDP2's ``AllGather`` (``torch.distributed.fsdp._fully_shard._fsdp_api``) on a hoccl group's communicator:
-    on FSDP's all-gather stream itself where the communicator takes any stream (one node), else on the group's
-    stream (the network communicators run on one stream)."""
+    on FSDP's all-gather stream itself where the communicator takes any stream (one node; one GPU per node), else
+    on the group's stream (several GPUs per node: those calls go on one stream)."""
 
     def __init__(self, group: Any, pool: WindowPool | None = None):
-        from ..comm import Communicator
-
         self.group, self.comm, self.pool = group, group.comm, pool
-        self.direct = isinstance(self.comm, Communicator)
+        self.direct = bool(getattr(self.comm, "any_stream", False))
         self._warned = False
 
     def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

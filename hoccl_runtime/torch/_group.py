@@ -74,8 +74,10 @@ def configure(*, reduce: str | None = None, device: int | None = None, gpus_per_
 class _Streams:
     """The group's CUDA stream and the events that order it with the caller's (the only CUDA of this module;
     the CPU tests give a ProcessGroupHoccl one that runs everything at once). Tensors of a call are held here
-    until its end event has completed, so memory freed early by the caller is not reused under the copies
-    (what NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` does, without ``record_stream``'s cost per tensor)."""
+    until its end event has completed or its Work was waited for, whichever comes first, so memory freed early by
+    the caller is not reused under the copies (what NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` does, without
+    ``record_stream``'s cost per tensor). Letting go at ``wait()`` makes the moment a tensor can be freed a point
+    of the program, the same on every rank, not one of GPU timing (FSDP's window blocks come back then)."""
 
     def __init__(self, device: int):
         self.device = device
@@ -179,8 +181,9 @@ class ProcessGroupHoccl(dist.ProcessGroup):
                         run(self._streams.handle)
                 else:
                     run(self._streams.handle)
-            event = self._streams.end(tensors)
-        return HocclWork(Completion(event, list(tensors), host_wait=host_wait), list(outputs))
+            held = list(tensors)  # one list for the stream's hold and the Work's: wait() empties both
+            event = self._streams.end(held)
+        return HocclWork(Completion(event, held, host_wait=host_wait), list(outputs))
 
     def _check(self, t: Any, what: str) -> None:
         check_tensor(t, what)

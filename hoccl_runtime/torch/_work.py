@@ -7,7 +7,9 @@ A HOCCL call is enqueued on a stream and returns; its Work holds the event recor
 
 ``wait()`` makes the caller's current stream wait for that event (``cudaStreamWaitEvent``: no kernel, no
 SM; torch's ``Work.block_current_stream`` would launch a spin kernel) and returns at once, as NCCL's Work
-does. ``synchronize()`` blocks the host; ``is_completed()`` polls. A Work whose call is still deferred (a
+does; from then on the call no longer holds its tensors (memory the caller frees is reused after the call, by
+the caller's stream, as with NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1``). ``synchronize()`` blocks the host;
+``is_completed()`` polls. A Work whose call is still deferred (a
 send or recv waiting for its batch, see :mod:`hoccl_runtime.torch._group`) issues the batch first.
 """
 
@@ -38,6 +40,11 @@ class Completion:
         self.event, self.tensors, self.issue, self.error = event, tensors or [], issue, None
         self.host_wait = host_wait  # barrier: wait() blocks the host too, as torch's barrier does
 
+    def let_go(self) -> None:
+        """The call's stream hold ends (the caller's stream now waits for it): empty the list in place, which the
+        group's stream shares (:meth:`ProcessGroupHoccl._issue`)."""
+        self.tensors.clear()
+
     def ready(self) -> Any:
         if self.event is None and self.issue is not None:
             self.issue()
@@ -61,6 +68,7 @@ class HocclWork(dist.Work):
                 event.synchronize()
             else:
                 wait_on_current_stream(event)
+            self._done.let_go()  # later work of the caller's stream is after the call: its tensors may be freed
         return True
 
     def is_completed(self) -> bool:

@@ -9,8 +9,8 @@ A HOCCL call is enqueued on a stream and returns; its Work holds the event recor
 SM; torch's ``Work.block_current_stream`` would launch a spin kernel) and returns at once, as NCCL's Work
 does; from then on the call no longer holds its tensors (memory the caller frees is reused after the call, by
 the caller's stream, as with NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1``). ``synchronize()`` blocks the host;
-``is_completed()`` polls. A Work whose call is still deferred (a
-send or recv waiting for its batch, see :mod:`hoccl_runtime.torch._group`) issues the batch first.
+``is_completed()`` polls. A Work whose call is still deferred (a send or recv waiting for its batch, see
+:mod:`hoccl_runtime.torch._group`) issues the batch first.
 """
 
 from __future__ import annotations

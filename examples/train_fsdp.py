@@ -10,8 +10,10 @@ compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exac
 
 * ``hoccl``: ``hoccl_runtime.torch.use_for_fsdp`` (AllGathers in place on copy engines, window memory).
 * ``nccl``: FSDP2 as it comes, on the NCCL default group.
-* ``nccl-ce``: NCCL's copy-engine AllGather (symmetric memory, CTA policy zero; torch's
-  ``FSDPModule.set_symm_mem_for_comm``).
+* ``nccl-ce``: NCCL's copy-engine AllGather (symmetric memory, CTA policy zero): torch's
+  ``FSDPModule.set_symm_mem_for_comm`` where it has it (after 2.11), else the same through FSDP's custom
+  AllGather (:class:`SymmMemAllGather`: outputs from ``symm_mem``'s memory pool, rendezvoused, then NCCL's
+  all_gather_into_tensor, which takes its copy-engine path on symmetric memory with CTA policy zero).
 
 ``--reduce nccl|hoccl``: who reduces the gradients (HOCCL: copy-engine moves plus one local kernel).
 ``--share-gpu``: every rank on GPU 0 (for correctness on a 1-GPU machine: the copies are then same-GPU copies,
@@ -104,6 +106,26 @@ class Slack:
         return out
 
 
+class SymmMemAllGather:
+    """FSDP2's AllGather on NCCL symmetric memory, as torch's own ``SymmMemAllGather`` (newer torch) does it, for
+    torch 2.11, which has FSDP's custom-AllGather hook but not ``set_symm_mem_for_comm``."""
+
+    def __init__(self, group: dist.ProcessGroup):
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.symm_mem, self.group = symm_mem, group
+        symm_mem.set_backend("NCCL")
+        dist.barrier(group=group)  # the communicator exists before the first rendezvous
+
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        with torch.cuda.use_mem_pool(self.symm_mem.get_mem_pool(device)):  # reused buffers: one rendezvous each
+            return torch.empty(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, async_op: bool = False):
+        self.symm_mem.rendezvous(output_tensor, group=group.group_name)  # in place: the output only
+        return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+
+
 def build(variant: str, args: argparse.Namespace, c: Config, device: torch.device, groups: dict) -> tuple:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -143,11 +165,17 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
     elif variant == "nccl-ce":
         from torch.distributed.fsdp import FSDPModule
 
-        for m in model.modules():
-            if isinstance(m, FSDPModule):
-                if not hasattr(m, "set_symm_mem_for_comm"):
-                    raise SystemExit("--comm nccl-ce needs torch's FSDPModule.set_symm_mem_for_comm (torch >= 2.11)")
+        mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        if hasattr(mods[0], "set_symm_mem_for_comm"):
+            for m in mods:
                 m.set_symm_mem_for_comm()
+        else:
+            if not hasattr(mods[0], "set_custom_all_gather"):
+                raise SystemExit("--comm nccl-ce needs FSDP2's set_custom_all_gather (torch >= 2.6) or "
+                                 "set_symm_mem_for_comm")
+            gather = SymmMemAllGather(mesh_group)
+            for m in mods:
+                m.set_custom_all_gather(gather)
     if variant == "nccl" and args.reduce == "hoccl":
         import hoccl_runtime.torch as ht
 

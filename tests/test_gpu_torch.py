@@ -113,3 +113,55 @@ def test_train_pipeline_example_matches_one_process(tmp_path, schedule):
     ranks = json.loads(out.read_text())["ranks"]
     assert ranks[-1]["max_loss_diff"] < 1e-5
     assert max(r["max_grad_rel_diff"] for r in ranks) < 1e-4
+
+
+def test_reductions_delegated_to_a_real_nccl_group():
+    """reduce="nccl": all_reduce, reduce_scatter_tensor, reduce_scatter (list) and reduce go to a real
+    ProcessGroupNCCL made as create_backend makes it (a PrefixStore of the group's store). NCCL refuses two ranks
+    on one GPU, so on the 1-GPU machine the group has one rank: this checks the delegation's calls against torch's
+    real NCCL backend and their results (a sum over one rank is the tensor itself; AVG too; PREMUL_SUM scales),
+    not NCCL across GPUs. (Its first run found that NCCL's bindings refuse options of None.)"""
+    import datetime
+    import types
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import ProcessGroupNCCL
+
+    from hoccl_runtime.torch import ProcessGroupHoccl
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs 1 CUDA GPU(s), found 0")
+    torch.cuda.set_device(0)
+    store = dist.HashStore()
+    opts = ProcessGroupNCCL.Options()
+    opts._timeout = datetime.timedelta(seconds=60)
+    nccl = ProcessGroupNCCL(dist.PrefixStore("nccl/", store), 0, 1, opts)
+    g = ProcessGroupHoccl(types.SimpleNamespace(device=0), 0, 1, reduce="nccl", nccl=nccl)  # calls skip the comm
+    try:
+        x = torch.randn(1001, device="cuda")
+        t = x.clone()
+        g.allreduce([t]).wait()  # no options (torch's own calls always pass some; direct callers may not)
+        out = torch.full_like(x, -3.0)
+        g._reduce_scatter_base(out, x.clone()).wait()
+        outs = torch.full_like(x, -3.0)
+        g.reduce_scatter([outs], [[x.clone()]]).wait()
+        r = x.clone()
+        ropts = dist.ReduceOptions()
+        ropts.rootRank = 0
+        g.reduce([r], ropts).wait()
+        avg = x.clone()
+        aopts = dist.AllreduceOptions()
+        aopts.reduceOp = dist.ReduceOp.AVG
+        g.allreduce([avg], aopts).wait()
+        pre = x.clone()
+        popts = dist.AllreduceOptions()
+        popts.reduceOp = dist._make_nccl_premul_sum(2.0)
+        g.allreduce([pre], popts).wait()
+        torch.cuda.synchronize()
+        for name, got in (("all_reduce", t), ("reduce_scatter_tensor", out), ("reduce_scatter", outs),
+                          ("reduce", r), ("all_reduce AVG", avg)):
+            assert torch.equal(got, x), name
+        assert torch.allclose(pre, 2 * x), "all_reduce PREMUL_SUM"
+    finally:
+        nccl.shutdown() if hasattr(nccl, "shutdown") else None

@@ -367,6 +367,8 @@ def test_reductions_go_to_the_nccl_group_when_asked():
     assert [c[0] for c in calls] == ["allreduce", "reduce_scatter_tensor", "reduce_scatter", "reduce"]
     assert calls[0][2] == dist.ReduceOp.AVG and calls[3][2] == 1
     assert torch.equal(t, torch.ones(4))  # HOCCL moved nothing itself
+    g.allreduce([t])  # no options: NCCL's bindings take no None, so torch's defaults go (found on the H200)
+    assert calls[-1] == ("allreduce", (4,), dist.ReduceOp.SUM)
 
 
 @NET

@@ -418,7 +418,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         w = self.size()
         red = _reduction_of(opts)
         if self.reduce_mode == "nccl":
-            return self._nccl._reduce_scatter_base(output, input, opts)
+            return self._nccl._reduce_scatter_base(output, input, _opts(opts, dist.ReduceScatterOptions))
 
         def run(stream: Any) -> None:
             blocks = torch.empty_like(input)
@@ -434,7 +434,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         self._check(out, "output")
         self._same_sizes(ins, out, "reduce_scatter input")
         if self.reduce_mode == "nccl":
-            return self._nccl.reduce_scatter([out], [list(ins)], opts)
+            return self._nccl.reduce_scatter([out], [list(ins)], _opts(opts, dist.ReduceScatterOptions))
         red = _reduction_of(opts)
         me, w = self.rank(), self.size()
 
@@ -450,7 +450,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         t = _one(tensors, "all_reduce")
         self._check(t, "tensor")
         if self.reduce_mode == "nccl":
-            return self._nccl.allreduce([t], opts)
+            return self._nccl.allreduce([t], _opts(opts, dist.AllreduceOptions))
         red = _reduction_of(opts)
         w, me = self.size(), self.rank()
 
@@ -477,7 +477,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         t = _one(tensors, "reduce")
         self._check(t, "tensor")
         if self.reduce_mode == "nccl":
-            return self._nccl.reduce([t], opts)
+            return self._nccl.reduce([t], _opts(opts, dist.ReduceOptions))
         red = _reduction_of(opts)
         root, me, w = self._root(opts.rootRank if opts is not None else 0, "reduce"), self.rank(), self.size()
         if me != root:
@@ -502,6 +502,11 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             self.comm.close()
 
     abort = shutdown
+
+
+def _opts(opts: Any, kind: Any) -> Any:
+    """The options to hand the NCCL backend: the caller's, else torch's defaults (its bindings take no None)."""
+    return kind() if opts is None else opts
 
 
 def _reduction_of(opts: Any) -> Any:

@@ -306,6 +306,18 @@ def _load_npy(path: Path) -> np.ndarray:
     return np.load(path, allow_pickle=False)
 
 
+def _json_rows(rows: object, path: Path) -> list:
+    """A JSON matrix's rows, each entry a number (not a bool, string, object or list)."""
+    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+        raise CollectiveError(f"matrix file {path} must hold a list of rows, each a list of byte counts")
+    for i, row in enumerate(rows):
+        for j, x in enumerate(row):
+            if isinstance(x, bool) or not isinstance(x, int | float):
+                raise CollectiveError(f"matrix file {path}: entry [{i}][{j}] is {json.dumps(x)[:40]}; give whole byte "
+                                      "counts (integers)")
+    return rows
+
+
 def load_matrix(path: str | Path) -> tuple[tuple[int, ...], ...]:
     """A square byte matrix from .npy, .csv (comma-separated rows) or .json (list of rows)."""
     path = Path(path)
@@ -316,10 +328,12 @@ def load_matrix(path: str | Path) -> tuple[tuple[int, ...], ...]:
             with path.open(newline="") as fh:
                 mat = np.array([[float(x) for x in row if x.strip()] for row in csv.reader(fh) if row])
         elif path.suffix == ".json":
-            mat = np.array(json.loads(path.read_text()), dtype=float)
+            mat = np.array(_json_rows(json.loads(path.read_text()), path), dtype=float)
         else:
             raise CollectiveError(f"matrix file {path} must end in .npy, .csv or .json")
-    except (OSError, ValueError, RecursionError, json.JSONDecodeError) as exc:
+    except CollectiveError:
+        raise
+    except (OSError, ValueError, TypeError, RecursionError, json.JSONDecodeError) as exc:
         raise CollectiveError(f"cannot read matrix file {path}: {exc}") from None
     if mat.dtype.kind not in "iuf":  # complex, bool, strings
         raise CollectiveError(f"matrix file {path} holds {mat.dtype} entries; give whole byte counts (integers)")

@@ -70,9 +70,12 @@ def test_topology_files_refused_with_one_line(name, content, text, capsys, tmp_p
     ("sendrecv", "obj.json", '{"a": 1}', "a list of [src, dst, bytes] rows"),
     ("alltoallv", "ragged.json", "[[0, 1], [2]]", "cannot read matrix file"),
     ("alltoallv", "huge.json", "[[0, 1e30], [2, 0]]", "over 1 EiB"),
-    ("alltoallv", "text.json", '[[0, "1j"], [2, 0]]', "cannot read matrix file"),
+    ("alltoallv", "text.json", '[[0, "1j"], [2, 0]]', 'entry [0][1] is "1j"'),
     ("alltoallv", "deep.json", "[" * 50_000 + "]" * 50_000, "cannot read matrix file"),
-], ids=["empty", "fractional", "bool", "object", "ragged", "huge", "text", "deep"])
+    ("alltoallv", "dict.json", '[[{"real": 1}, 2], [3, 4]]', "entry [0][0] is {"),  # was an internal error
+    ("alltoallv", "boolm.json", "[[true, 1], [1, 0]]", "entry [0][0] is true"),
+    ("alltoallv", "notrows.json", '{"a": 1}', "a list of rows"),
+], ids=["empty", "fractional", "bool", "object", "ragged", "huge", "text", "deep", "dict", "bool-matrix", "not-rows"])
 def test_input_files_refused_with_one_line(kind, name, content, text, capsys, tmp_path):
     path = tmp_path / name
     path.write_text(content)

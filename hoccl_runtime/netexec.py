@@ -489,6 +489,7 @@ class GpuNodeExecutor(HostNodeExecutor):
         self._ends: dict[int, Flag] = {}
         self._last_end: dict[int, tuple[Flag, int]] = {}  # stream -> the end count of the last run prepared on it
         self._counts: dict[object, int] = {}  # the last count of every gate and end flag
+        self._bounds_checked: dict[int, Plan] = {}  # id -> plan: plans whose transfers were checked in bounds
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
                          _check_sizes=False)
 
@@ -576,6 +577,7 @@ class GpuNodeExecutor(HostNodeExecutor):
         if plan is not self.plan or buffers is not None:
             self._only_with_reuse()
         self._fits(plan)
+        self._checked_bounds(plan)
         bound = self._check_buffers(plan, self._given if buffers is None else buffers)
         run = PreparedRun(plan)
         try:
@@ -584,6 +586,19 @@ class GpuNodeExecutor(HostNodeExecutor):
             self.release(run)  # what was enqueued before the error must not wait forever
             raise
         return run
+
+    def _checked_bounds(self, plan: Plan) -> None:
+        """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
+        plan object (a few recent ones remembered)."""
+        from .program import check_bounds
+
+        seen = self._bounds_checked
+        if seen.get(id(plan)) is plan:
+            return
+        check_bounds(plan)
+        seen[id(plan)] = plan
+        while len(seen) > 32:
+            seen.pop(next(iter(seen)))
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> None:
         from ._cuda import MEMCPY_DEFAULT

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from hoccl_compiler.schema import Plan
 
-from .errors import HocclError, UnsupportedPlanError
+from .errors import HocclError, PlanError, UnsupportedPlanError
 from .settings import env_choice
 
-__all__ = ["LOCAL_COPIES", "Bounce", "Copy", "Program", "bounce_moves", "bounce_route", "local_copies_setting", "lower",
-           "own_copies"]
+__all__ = ["LOCAL_COPIES", "Bounce", "Copy", "Program", "bounce_moves", "bounce_route", "check_bounds",
+           "local_copies_setting", "lower", "own_copies"]
 
 LOCAL_COPIES = ("sm", "peer")  # who copies a rank's own block of an out-of-place call
 
@@ -43,7 +43,32 @@ class Program:
     touches: dict[int, set[int]] = field(default_factory=dict)
 
 
+def check_bounds(plan: Plan) -> None:
+    """Every transfer of ``plan`` inside its ranks' buffers as the plan sizes them (the buffers are checked
+    against those sizes at every call), so no copy made from it can reach outside the caller's memory, whatever
+    else is wrong with the plan: the runtime's own last line, behind verification (hoccl_runtime._trust).
+    Chunks are pieces of their transfer, so checking transfers checks every copy."""
+    fl, ranks = plan.flows, plan.ranks
+    n_flows = len(fl.src)
+    for stage in plan.stages:
+        tr = stage.transfers
+        for t in range(len(tr.flow)):
+            f, off, n = tr.flow[t], tr.offset[t], tr.bytes[t]
+            if not 0 <= f < n_flows or off < 0 or n < 0:
+                raise PlanError(f"plan {plan.plan_id} stage {stage.index} transfer {t}: flow {f}, offset {off}, "
+                                f"{n} bytes are out of range; the plan is corrupt: recompile it")
+            src, dst = fl.src[f], fl.dst[f]
+            for what, rank, at, size in (("input", src, fl.src_offset[f] + off, ranks.input_bytes),
+                                         ("output", dst, fl.dst_offset[f] + off, ranks.output_bytes)):
+                if not 0 <= rank < len(size) or at < 0 or at + n > size[rank]:
+                    limit = size[rank] if 0 <= rank < len(size) else "?"
+                    raise PlanError(f"plan {plan.plan_id} stage {stage.index} transfer {t} would copy bytes "
+                                    f"[{at}, {at + n}) of rank {rank}'s {what}, which holds {limit}: the plan is "
+                                    "corrupt or was changed; the runtime will not run it (recompile it)")
+
+
 def lower(plan: Plan) -> Program:
+    check_bounds(plan)
     roles = [r.name for r in plan.roles]
     chunk = plan.options.chunk_bytes
     fl = plan.flows

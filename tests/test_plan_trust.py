@@ -76,3 +76,43 @@ def test_the_verdict_is_cached_by_content(monkeypatch):
     with pytest.raises(PlanError, match="fails verification"):
         _trust.trusted(_moved(plan, 8))  # one byte range changed: another content, verified again, refused
     assert len(calls) == 2
+
+
+def test_behind_verification_lowering_keeps_every_copy_inside_the_buffers(monkeypatch):
+    """Were verification skipped (a bug, or a plan trusted by mistake), lowering still refuses a copy outside the
+    plan's buffer sizes, which every call checks the buffers against: the last line before the copy engines."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime import plans
+    from hoccl_runtime.executor import Executor
+    from hoccl_runtime.program import check_bounds
+
+    monkeypatch.setattr(plans, "verify", lambda plan: None)  # verification bypassed
+    bad = _moved(_plan(), 8)  # the last flow's last bytes now end 8 bytes past its rank's output
+    with pytest.raises(PlanError, match=r"would copy bytes \[\d+, \d+\) of rank \d's output, which holds 4096"):
+        check_bounds(bad)
+    check_bounds(_plan())  # a good plan passes
+    ins, outs, bufs = _buffers(bad, 1)
+    with Executor() as ex, pytest.raises(PlanError, match="would copy bytes"):
+        ex.execute(bad, bufs, {0: 7, 1: 8})
+    assert all((o == 0xA5).all() for o in outs)
+
+
+def test_the_node_executor_refuses_a_plan_that_reaches_outside_its_buffers(monkeypatch):
+    """The same bound in GpuNodeExecutor.prepare, for plans handed to it directly (not compiled by a communicator)."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.transport.tcp import TcpTransport
+
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
+                        size_bytes=8192), CompileOptions(chunk_bytes=4096, baselines=False))  # small rings
+    bad = _moved(plan, 1 << 30)
+    keep = [np.zeros(4096, np.uint8), np.full(8192, 0xA5, np.uint8)]
+    bufs = {0: (DeviceBuffer(keep[0].ctypes.data, 4096, 0), DeviceBuffer(keep[1].ctypes.data, 8192, 0))}
+    with TcpTransport(session="t", name="node0") as transport:
+        ex = GpuNodeExecutor(plan, 0, bufs, transport, reuse=True, slots=4)
+        try:
+            with pytest.raises(PlanError, match="would copy bytes"):
+                ex.prepare(bad, bufs)
+        finally:
+            ex.close()
+    assert (keep[1] == 0xA5).all()

@@ -27,7 +27,7 @@ for p in $parts; do
              tests/test_gpu_multiprocess.py tests/test_gpu_internode.py ;;
     nettests) run_part nettests 200 python -m pytest -q -p no:cacheprovider tests/test_gpu_internode.py ;;
     mptests) run_part mptests 300 python -m pytest -q -p no:cacheprovider tests/test_gpu_multiprocess.py ;;
-    mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/mp_worker.py ;;
+    mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/mp_worker.py "$OUT/mpworker.json" ;;
     handshake) run_part handshake 120 python examples/handshake_latency.py ;;
     profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
     sweep) run_part sweep 400 torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench sweep --out "$OUT" ;;

@@ -1,7 +1,10 @@
-"""One process per GPU under torchrun (run on the 2-GPU machine; skipped elsewhere)."""
+"""Several processes under torchrun: the intra-node communicator in 2 processes (one GPU each on the 2-GPU
+machine; both on GPU 0 on the 1-GPU machine, where the copies between ranks are same-GPU copies and the SM-free
+check is skipped), and the tests that need 2 GPUs."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,45 +12,72 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.multi_gpu(2)
 WORKER = Path(__file__).with_name("mp_worker.py")
+VARIANTS = {"sm": ("sm", None), "peer": ("peer", None), "connections1": ("sm", "1")}
+# the checks of tests/mp_worker.py, in its order (a check missing from a rank's results fails as such)
+CHECKS = ["all_gather", "all_to_all", "broadcast", "scatter_gather", "send_recv", "batch_isend_irecv", "pacing",
+          "synchronize_waits_for_graphs", "create_close_cycles", "torch_bf16", "no_kernel_trace", "sm_free",
+          "two_streams", "windows", "async_pool_refused", "mismatch", "graph_capture", "dead_peer"]
 
 
 def _why(text: str) -> str:
-    """The workers' own failure lines, their first traceback (torchrun's own report comes last and says
-    little), and the tail."""
-    failed = "\n".join(line for line in text.splitlines() if "FAILED [" in line)
+    """The workers' first traceback (torchrun's own report comes last and says little), and the tail."""
     first = text.find("Traceback")
-    return failed + "\n" + (text[first:first + 3000] if first >= 0 else "") + "\n...\n" + text[-1500:]
+    return (text[first:first + 3000] if first >= 0 else "") + "\n...\n" + text[-1500:]
 
 
-@pytest.mark.parametrize("local_copies,connections", [("sm", None), ("peer", None), ("sm", "1")])
-def test_communicator_two_processes(local_copies, connections):
-    """Every collective, checks and faults, in two processes; with HOCCL_LOCAL_COPIES=peer every collective
-    but the eager receive must also pass the SM probe (a kernel holding every SM does not hold it up). Also
-    under CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting), where each rank's communicator warns once of its
-    first same-GPU copy."""
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def two_processes(request, tmp_path_factory):
+    """tests/mp_worker.py in 2 processes, once per variant: HOCCL_LOCAL_COPIES sm and peer, and under
+    CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting). Returns (variant, {rank: results}, notes, text)."""
+    local_copies, connections = VARIANTS[request.param]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]),
                HOCCL_LOCAL_COPIES=local_copies)
     env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     if connections is not None:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = connections
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(WORKER)],
-                         capture_output=True, text=True, timeout=300, env=env)
+    path = tmp_path_factory.mktemp("mp") / "worker.json"
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(WORKER),
+                          str(path)], capture_output=True, text=True, timeout=400, env=env)
     text = out.stdout + out.stderr
-    assert out.returncode == 0, _why(text)
+    ranks = {}
+    for r in range(2):
+        got = path.with_name(f"{path.name}.rank{r}")
+        assert got.exists(), f"rank {r} wrote no results\n" + _why(text)
+        ranks[r] = json.loads(got.read_text())
+    return request.param, ranks, text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("check", CHECKS)
+def test_communicator_two_processes(two_processes, check):
+    """Every check of the worker on both ranks: "ok", or "skipped: why" for the SM-free check where the ranks
+    share a GPU. With HOCCL_LOCAL_COPIES=peer the out-of-place collectives must also pass the SM probe (the
+    worker fails its check otherwise)."""
+    _, ranks, _ = two_processes
+    got = {r: ranks[r]["results"].get(check, "missing (the worker did not get to it)") for r in ranks}
+    if check == "sm_free" and all(ranks[r]["shared_gpu"] for r in ranks):
+        assert all(v.startswith("skipped: the ranks share a GPU") for v in got.values()), got
+    else:
+        assert all(v == "ok" for v in got.values()), got
+
+
+@pytest.mark.gpu
+def test_max_connections_one_warns_once_per_communicator(two_processes):
+    """Under CUDA_DEVICE_MAX_CONNECTIONS=1 each rank's communicator warns once of its first same-GPU copy (that
+    kernel then waits behind the compute); otherwise never."""
+    variant, _, text = two_processes
     warned = [line for line in text.splitlines() if "under CUDA_DEVICE_MAX_CONNECTIONS=1 that kernel waits" in line]
-    # once per communicator: every rank's first one at least
-    assert all(any(f"rank {r}: this " in line for line in warned) for r in range(2)) if connections else not warned
-    assert text.count("ALL OK") == 2, _why(text)
-    assert "mismatch detected" in text and "dead peer detected" in text
-    assert "all_gather: " in text and "gather: " in text and " 0 kernels in the trace" in text
-    assert text.count("all_gather in place: SM-free") == 2, _why(text)
-    if local_copies == "peer":
-        for name in ("all_gather", "all_to_all", "scatter", "gather"):
-            assert text.count(f" {name}: SM-free") == 2, _why(text)
+    if variant == "connections1":
+        assert all(any(f"rank {r}: this " in line for line in warned) for r in range(2)), warned
+    else:
+        assert not warned, warned
 
 
+MULTI_GPU = pytest.mark.multi_gpu(2)
+
+
+@MULTI_GPU
 def test_peer_dying_while_gpus_wait_on_it():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
@@ -57,6 +87,7 @@ def test_peer_dying_while_gpus_wait_on_it():
     assert "synchronize raised" in text and "rank 1" in text
 
 
+@MULTI_GPU
 def test_one_gpu_per_node_communicator_over_tcp():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
@@ -66,6 +97,7 @@ def test_one_gpu_per_node_communicator_over_tcp():
     assert out.returncode == 0 and text.count("NET OK") == 2, _why(text)
 
 
+@MULTI_GPU
 def test_two_nodes_of_two_gpus_through_node_leaders():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4",

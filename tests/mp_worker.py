@@ -162,8 +162,8 @@ def check_batch_isend_irecv(w: W) -> None:
 def check_pacing(w: W) -> None:
     """A rate cap and a duration give the same bytes; a 32 MiB AllGather spread over 40 ms takes at least most
     of that (the cap never speeds anything up); back-to-back paced calls with pace_feedback keep their rate
-    within a factor of 1.5 (a band of 0.8..1.15 failed 1 run in 6 on 2x H200, 2026-11-30: 32.5, 38.7, 47.0,
-    48.3 GB/s for 40); an eager send spread over 5 ms arrives whole."""
+    within a factor of 1.5 where each rank has its own GPU (a band of 0.8..1.15 failed 1 run in 6 on 2x H200,
+    2026-11-30: 32.5, 38.7, 47.0, 48.3 GB/s for 40); an eager send spread over 5 ms arrives whole."""
     cp, comm = w.cp, w.comm
     n = 32 << 20
     for how in ({"rate_gbps": 50.0}, {"duration_s": 0.04}):
@@ -201,8 +201,11 @@ def check_pacing(w: W) -> None:
         comm.pace_feedback = False
     w.check(f"paced allgathers back to back {n}", out, w.gathered(call, n))
     w.say(f"paced at {rate:g} GB/s, batches delivered {[round(r, 1) for r in rates]} GB/s")
-    assert rate / 1.5 <= rates[-1] <= 1.5 * rate, f"back-to-back AllGathers paced at {rate:g} GB/s delivered " \
-                                                  f"{', '.join(f'{r:.1f}' for r in rates)} GB/s per batch"
+    # the rate band only where each rank has its GPU: two processes time-slicing one GPU delivered a steady tenth
+    # of the rate on the 1x H200 (session 14: 3.9-4.0 GB/s for 40), a figure of the context switches, not the pacer
+    assert w.shared or rate / 1.5 <= rates[-1] <= 1.5 * rate, \
+        f"back-to-back AllGathers paced at {rate:g} GB/s delivered {', '.join(f'{r:.1f}' for r in rates)} GB/s " \
+        "per batch"
     call = w.next()
     nxt, prv = _ring(w)
     n = (3 << 20) + 7

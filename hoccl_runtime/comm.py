@@ -109,9 +109,24 @@ from hoccl_compiler.schema import Plan
 from . import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
 from ._splits import alltoallv_pieces
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
-from .executor import LaunchCache, _capturing, _replay, _squeeze_devices, check_buffer, compile_launch
+from .executor import _capturing, check_buffer
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
+from .launch import (
+    Call,
+    Device,
+    GraphLaunch,
+    LaunchCache,
+    Memcpy,
+    Memops,
+    Op,
+    Record,
+    Restore,
+    Wait,
+    compile_launch,
+    replay,
+    squeeze_devices,
+)
 from .program import (
     Bounce,
     Copy,
@@ -977,33 +992,33 @@ class Communicator:
         self._cached(key, lambda stream, r: self._eager_ops(e, inp, out, slots, stream, r), s, rate)
 
     def _eager_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                   slots: dict[int, int], s: int, rate: float | None = None) -> list[tuple]:
+                   slots: dict[int, int], s: int, rate: float | None = None) -> list[Op]:
         """All on the caller's stream: local copies, [wait my slots empty] my pieces into the peers' slots
         [mark them full; wait for theirs in mine] copies out of mine [mark mine empty]."""
         me, size = self.rank, self.eager_bytes
-        ops: list[tuple] = [("copy", out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local
+        ops: list[Op] = [Memcpy(out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local
                             if out.ptr + d != inp.ptr + src]  # in place: already there
         empty, signal, release = MemOps(), MemOps(), MemOps()
-        sends: list[tuple] = []
+        sends: list[Op] = []
         for p, pieces in e.sends.items():
             flag = self._slot_flag(me, p, slots[p])
             empty.wait_eq(flag, 0)
             signal.write(flag, 1)
             base = self._stage_out[p] + slots[p] * size
-            sends += [("copy", base + at, inp.ptr + src, n, s) for at, src, n in pieces]
+            sends += [Memcpy(base + at, inp.ptr + src, n, s) for at, src, n in pieces]
         for p in e.recvs:
             flag = self._slot_flag(p, me, slots[p])
             signal.wait_eq(flag, 1)
             release.write(flag, 0)
         if empty.ops:
-            ops.append(("memops", empty, s))
+            ops.append(Memops(empty, s))
         ops += self._paced(sends, rate, s) if rate and sends else sends
-        ops.append(("memops", signal, s))
+        ops.append(Memops(signal, s))
         for p, pieces in e.recvs.items():
             base = self._stage_in[p] + slots[p] * size
-            ops += [("copy", out.ptr + d, base + at, n, s) for d, at, n in pieces]
+            ops += [Memcpy(out.ptr + d, base + at, n, s) for d, at, n in pieces]
         if release.ops:
-            ops.append(("memops", release, s))
+            ops.append(Memops(release, s))
         return ops
 
     def _slot_flag(self, a: int, b: int, j: int) -> _Flag:
@@ -1080,12 +1095,12 @@ class Communicator:
                 self._capture = self._cupy.cuda.Stream(non_blocking=True)
             cap = int(self._capture.ptr)
             ops = build(cap)
-            tail: list[tuple] = []
-            while self.graph_tail_direct and len(ops) > 1 and ops[-1][0] == "memops":
-                tail.insert(0, ("memops", ops.pop()[1], s))
+            tail: list[Op] = []
+            while self.graph_tail_direct and len(ops) > 1 and type(ops[-1]) is Memops:
+                tail.insert(0, Memops(ops.pop().batch, s))
             rt.streamBeginCapture(cap, 1)  # cudaStreamCaptureModeThreadLocal
             try:
-                _replay(ops)
+                replay(ops)
             finally:
                 graph = rt.streamEndCapture(cap)
             try:
@@ -1093,7 +1108,7 @@ class Communicator:
             finally:
                 rt.graphDestroy(graph)
         entry.exe = exe
-        ops = self._launch_list([("graph", exe, s), *tail], s)
+        ops = self._launch_list([GraphLaunch(exe, s), *tail], s)
         eager, launch = entry.run, compile_launch(ops)
         capturing = rt.streamIsCapturing
 
@@ -1103,10 +1118,10 @@ class Communicator:
             else:
                 launch()
         entry.run = run
-        if [op[0] for op in ops] == ["dev", "graph", "record", "restore"]:
+        if [type(op) for op in ops] == [Device, GraphLaunch, Record, Restore]:
             # the common call, in one closure: the hot path of every repeated call (its Python part cost
             # 0.4 us less on the CPU VM than the general one, examples/profile_python.py)
-            device, (_, ev, _) = ops[0][1], ops[2]
+            device, ev = ops[0].device, ops[2].event
             graph_launch, record, get_device = rt.graphLaunch, rt.eventRecord, rt.getDevice
 
             def run_graph() -> None:
@@ -1130,13 +1145,13 @@ class Communicator:
                 cupy_runtime().graphExecDestroy(entry.exe)
             entry.exe = None
 
-    def _launch_list(self, ops: list[tuple], user: int) -> list[tuple]:
+    def _launch_list(self, ops: list[Op], user: int) -> list[Op]:
         """The call's CUDA work, then the end-of-call event that synchronize() and close() look at (recorded
         by the caller, not captured in a call's graph: an event last recorded by a capture reads as done to
         cudaEventQuery, and synchronize() returned while the graph's copies ran, 2x H200, 2026-11-30).
         (Capturing the list into a CUDA graph, one cudaGraphLaunch per call, was measured slower on the
         2x H200: 28 vs 21 us of host time for a 2 MiB send, so calls replay the list itself.)"""
-        return _squeeze_devices([("dev", self.device), *ops, ("record", self._event(("end", user)), user)])
+        return squeeze_devices([Device(self.device), *ops, Record(self._event(("end", user)), user)])
 
     def _prepare(self, what: tuple | Plan, input: Any, output: Any) -> tuple[_PlanState, Any, Any]:
         state = self._state(what)
@@ -1569,7 +1584,7 @@ class Communicator:
 
     def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                remote: dict[int, int], user: int, rate: float | None = None,
-               helped_in: int | None = None) -> list[tuple]:
+               helped_in: int | None = None) -> list[Op]:
         """My launch list (see the module docstring). The caller's stream U carries the cross-process
         handshakes and my first DMA queue's copies; other queues (local copies, extra DMA queues) run on
         side streams ordered with U by events, so the common call costs 3 CUDA calls::
@@ -1587,13 +1602,13 @@ class Communicator:
         senders = {prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]}
         receivers = {c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me}
         senders, receivers = sorted(senders | {state.helper} - {None}), sorted(receivers | {state.helped} - {None})
-        helped: list[tuple] = []
+        helped: list[Op] = []
         if state.helped is not None:  # the helped rank's own block, its input to its output, both mapped here
             if helped_in is None:
                 raise PlanError(f"rank {state.helped} sent no input address for its own block (rank {me} copies it "
                                 "with local_copies='peer'): set HOCCL_LOCAL_COPIES alike on every rank")
             base = remote[state.helped]
-            helped = [("copy", base + c.dst_offset, helped_in + c.src_offset, c.nbytes, user)
+            helped = [Memcpy(base + c.dst_offset, helped_in + c.src_offset, c.nbytes, user)
                       for c in state.helped_copies if base + c.dst_offset != helped_in + c.src_offset]
         entry, exit_ = MemOps(), MemOps()
         for r in senders:      # my output may be written: tell r (signals first, then waits: no deadlock)
@@ -1605,23 +1620,23 @@ class Communicator:
         for r in senders:
             exit_.wait_eq(self._flag(1, r, me), 1).write(self._flag(1, r, me), 0)
 
-        def copies(q: int, stream: int) -> list[tuple]:  # an in-place call's own block is already in place
+        def copies(q: int, stream: int) -> list[Op]:  # an in-place call's own block is already in place
             moves = [((out.ptr if c.dst_rank == me else remote[c.dst_rank]) + c.dst_offset, inp.ptr + c.src_offset,
                       c.nbytes) for c in prog.copies[q]]
-            return [("copy", dst, src, n, stream) for dst, src, n in moves if dst != src]
+            return [Memcpy(dst, src, n, stream) for dst, src, n in moves if dst != src]
 
         # my own block through peers' outputs: pushed into regions my sends overwrite and pulled back before
         # them, or pulled back from where my sends put it after them (bounce_route); none in place
-        before: list[tuple] = []
-        after: list[tuple] = []
+        before: list[Op] = []
+        after: list[Op] = []
         if state.bounce:
             pre, post = bounce_moves(state.bounce, inp.ptr, out.ptr, remote)
-            before = [("copy", dst, src, n, user) for dst, src, n in pre]
-            after = [("copy", dst, src, n, user) for dst, src, n in post]
+            before = [Memcpy(dst, src, n, user) for dst, src, n in pre]
+            after = [Memcpy(dst, src, n, user) for dst, src, n in post]
         # local queues with copies to make: none when they go through peers, nor in place
         by_peer = state.helper is not None or bool(state.bounce)
         side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (not by_peer and copies(q, 0)))]
-        ops: list[tuple] = []
+        ops: list[Op] = []
         local = [q for q in side if kinds[q] == "dma_local"]
         if local and self._one_queue:
             self._one_queue = False
@@ -1635,24 +1650,24 @@ class Communicator:
                 f"overlaps compute, {in_place}use hoccl_runtime.init(local_copies='peer') (HOCCL_LOCAL_COPIES=peer); "
                 "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=2)
         if local:  # local copies need no peer: they start before the handshake
-            ops.append(("record", self._event(("pre", user)), user))
+            ops.append(Record(self._event(("pre", user)), user))
         if entry.ops:
-            ops.append(("memops", entry, user))
+            ops.append(Memops(entry, user))
         if len(side) > len(local):
-            ops.append(("record", self._event(("post", user)), user))
+            ops.append(Record(self._event(("post", user)), user))
         for q in side:
             stream = self._side_stream(qindex[q] if kinds[q] == "dma" else MAX_QUEUES)
-            ops.append(("wait", stream, self._event(("pre" if q in local else "post", user))))
+            ops.append(Wait(stream, self._event(("pre" if q in local else "post", user))))
             ops += copies(q, stream)
-            ops.append(("record", self._event(("side", q)), stream))
+            ops.append(Record(self._event(("side", q)), stream))
         sends = before + (copies(main, user) if main is not None else []) + after + helped
         if sends and rate is None:
             ops += sends
         elif sends:
             ops += self._paced(sends, rate, user)
-        ops += [("wait", user, self._event(("side", q))) for q in side]
+        ops += [Wait(user, self._event(("side", q))) for q in side]
         if exit_.ops:  # last: a graph of the call ends at its copies, and this batch follows it (_promote)
-            ops.append(("memops", exit_, user))
+            ops.append(Memops(exit_, user))
         return ops
 
     # --- lifetime and faults -------------------------------------------------------------------------------
@@ -1669,7 +1684,7 @@ class Communicator:
                 busy.append(ev)
         return busy
 
-    def _paced(self, copies: list[tuple], rate: float, user: int) -> list[tuple]:
+    def _paced(self, copies: list[Op], rate: float, user: int) -> list[Op]:
         """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
         k's bytes at ``rate`` after tick k, and the call ends no earlier than the tick after its last
         piece (see pacing.py)."""
@@ -1678,14 +1693,14 @@ class Communicator:
         feedback = self._building if self._building is not None else pacing.Feedback(pacer)
         clock = pacer.handle
         tick = pacing.tick_us(rate, self.pace_period_us)
-        cut = [("copy", dst + off, src + off, n, stream)
-               for _, dst, src, size, stream in copies for off, n in pacing.pieces(size, rate, tick)]
-        feedback.target_us += sum(piece[3] for piece in cut) / (rate * 1e3)
-        ops: list[tuple] = [("record", self._event(("tick", 0)), user), ("wait", clock, self._event(("tick", 0)))]
+        cut = [Memcpy(c.dst + off, c.src + off, n, c.stream)
+               for c in copies for off, n in pacing.pieces(c.nbytes, rate, tick)]
+        feedback.target_us += sum(piece.nbytes for piece in cut) / (rate * 1e3)
+        ops: list[Op] = [Record(self._event(("tick", 0)), user), Wait(clock, self._event(("tick", 0)))]
         for k, piece in enumerate(cut):
             ops.append(piece)
-            ops += [("call", feedback.sleep, (clock, pacer.sleep_us(piece[3] / (rate * 1e3)))),
-                    ("record", self._event(("tick", k + 1)), clock), ("wait", user, self._event(("tick", k + 1)))]
+            ops += [Call(feedback.sleep, (clock, pacer.sleep_us(piece.nbytes / (rate * 1e3)))),
+                    Record(self._event(("tick", k + 1)), clock), Wait(user, self._event(("tick", k + 1)))]
         return ops
 
     def synchronize(self, timeout_s: float | None = None) -> None:

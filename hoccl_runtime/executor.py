@@ -20,8 +20,7 @@ buffers. The call returns at once; nothing on the host waits for the GPU.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,50 +30,12 @@ from . import _cuda  # no CUDA at import: its functions load cupy / cuda-binding
 from .errors import BufferError, HocclError
 from .flags import FlagPool, MemOps, handshake
 from .interop import DeviceBuffer, as_buffer, as_stream
+from .launch import Device, LaunchCache, Memcpy, Memops, Op, Record, Wait, compile_launch, on, squeeze_devices
 from .program import Program, bounce_moves, bounce_route, dma_queues, local_copies_setting, lower, own_copies
 
 __all__ = ["Executor", "RankBuffers", "Sync"]
 
 Sync = Literal["flags", "events"]
-
-
-class LaunchCache:
-    """Launch lists by (plan, buffers, streams), least recently used dropped beyond ``limit``; ``drop``
-    is called with each entry that leaves (evicted or cleared)."""
-
-    def __init__(self, limit: int = 256, drop: Callable[[Any], None] | None = None):
-        self.limit = limit
-        self.drop = drop
-        self._lists: OrderedDict[tuple, Any] = OrderedDict()
-
-    def hit(self, key: tuple) -> Any:
-        """The entry for ``key`` (now the most recently used), or None: no builder to make on the hot path."""
-        launch = self._lists.get(key)
-        if launch is not None:
-            self._lists.move_to_end(key)
-        return launch
-
-    def get(self, key: tuple, build: Callable[[], Any]) -> Any:
-        launch = self._lists.get(key)
-        if launch is None:
-            launch = self._lists[key] = build()
-            if len(self._lists) > self.limit:
-                _, old = self._lists.popitem(last=False)
-                if self.drop is not None:
-                    self.drop(old)
-        else:
-            self._lists.move_to_end(key)
-        return launch
-
-    def clear(self) -> None:
-        entries = list(self._lists.values())
-        self._lists.clear()
-        if self.drop is not None:
-            for entry in entries:
-                self.drop(entry)
-
-    def __len__(self) -> int:
-        return len(self._lists)
 
 
 def check_buffer(rank: int, what: str, buf: DeviceBuffer | None, want: int, plan: Plan,
@@ -91,6 +52,15 @@ def check_buffer(rank: int, what: str, buf: DeviceBuffer | None, want: int, plan
                           "plan for yours")
     if device is not None and buf.device != device:
         raise BufferError(f"rank {rank}'s {what} is on GPU {buf.device}, but this communicator drives GPU {device}")
+
+
+class _Built:
+    """A cached launch list and its compiled form (what a call runs)."""
+
+    __slots__ = ("ops", "run")
+
+    def __init__(self, ops: list[Op]):
+        self.ops, self.run = ops, compile_launch(ops)
 
 
 @dataclass(frozen=True)
@@ -236,16 +206,15 @@ class Executor:
                 sync = "events"
             key = (info.uid, sync, user,
                    tuple((b.input.ptr if b.input else 0, b.output.ptr if b.output else 0, b.device) for b in ranks))
-            _replay(self._launches.get(key, lambda: self._build(plan, info, ranks, user, sync)))
+            self._launches.get(key, lambda: _Built(self._build(plan, info, ranks, user, sync))).run()
 
     def _build(self, plan: Plan, info: _PlanInfo, ranks: list[RankBuffers], user: tuple[int, ...],
-               sync: Sync) -> list[tuple]:
-        """The launch list: ("dev", d) | ("copy", dst, src, n, stream) | ("record", event, stream) |
-        ("wait", stream, event) | ("memops", MemOps, stream).
+               sync: Sync) -> list[Op]:
+        """The launch list (hoccl_runtime.launch): copies, event records and waits, flag batches.
 
         Runtime-API copies, event records and waits need no current device (the CUDA programming
         guide: a copy may go to a stream of another device; a record needs event and stream on one
-        device; a wait may cross devices), so a ("dev", d) goes only before the driver's batch
+        device; a wait may cross devices), so a ``Device`` op goes only before the driver's batch
         memops and before work on the legacy default stream (handle 0 means "the current device's")."""
         prog = info.program
         moves = {q: [(ranks[c.dst_rank].output.ptr + c.dst_offset, ranks[c.src_rank].input.ptr + c.src_offset,
@@ -263,21 +232,21 @@ class Executor:
                     self._peer(qdev[q], ranks[r].device)
         # edges between a caller's stream and a copy stream; local copies ride on the caller's stream
         edges = [(r, q) for q in queues if q not in local for r in sorted(touches[q])]
-        ops: list[tuple] = []
+        ops: list[Op] = []
         if sync == "events":
             self._entry_events(ops, ranks, user, qdev, qstream, edges)
         else:
             self._flag_phase(ops, edges, lambda e: (ranks[e[0]].device, user[e[0]]),
                              lambda e: (qdev[e[1]], qstream[e[1]]))
         for q in queues:
-            ops += _on(qdev[q], qstream[q])
-            ops += [("copy", dst, src, n, qstream[q]) for dst, src, n in moves[q]]
+            ops += on(qdev[q], qstream[q])
+            ops += [Memcpy(dst, src, n, qstream[q]) for dst, src, n in moves[q]]
         if sync == "events":
             self._exit_events(ops, ranks, user, qdev, qstream, edges)
         else:
             self._flag_phase(ops, edges, lambda e: (qdev[e[1]], qstream[e[1]]),
                              lambda e: (ranks[e[0]].device, user[e[0]]))
-        return _squeeze_devices(ops)
+        return squeeze_devices(ops)
 
     @staticmethod
     def _own_blocks_through_peers(info: _PlanInfo, ranks: list[RankBuffers], moves: dict[int, list[tuple]],
@@ -310,15 +279,15 @@ class Executor:
     # events: one record per producer, one wait per edge
     def _entry_events(self, ops, ranks, user, qdev, qstream, edges) -> None:
         for r in sorted({r for r, _ in edges}):
-            ops += [*_on(ranks[r].device, user[r]), ("record", self._event("user", ranks[r].device, r), user[r])]
+            ops += [*on(ranks[r].device, user[r]), Record(self._event("user", ranks[r].device, r), user[r])]
         for r, q in edges:
-            ops.append(("wait", qstream[q], self._event("user", ranks[r].device, r)))
+            ops.append(Wait(qstream[q], self._event("user", ranks[r].device, r)))
 
     def _exit_events(self, ops, ranks, user, qdev, qstream, edges) -> None:
         for q in sorted({q for _, q in edges}):
-            ops.append(("record", self._event("copy", qdev[q], q), qstream[q]))
+            ops.append(Record(self._event("copy", qdev[q], q), qstream[q]))
         for r, q in edges:
-            ops += [*_on(ranks[r].device, user[r]), ("wait", user[r], self._event("copy", qdev[q], q))]
+            ops += [*on(ranks[r].device, user[r]), Wait(user[r], self._event("copy", qdev[q], q))]
 
     # flags: a handshake per edge, batched per stream: all producers first, then all consumers
     def _flag_phase(self, ops, edges, producer_of, consumer_of) -> None:
@@ -339,7 +308,7 @@ class Executor:
             consume.setdefault(consumer_of(edge), MemOps()).extend(c_ops)
         for side in (produce, consume):
             for (device, stream), batch in sorted(side.items(), key=lambda kv: kv[0]):
-                ops += [("dev", device), ("memops", batch, stream)]
+                ops += [Device(device), Memops(batch, stream)]
 
     # --- lifetime ------------------------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -371,110 +340,7 @@ class Executor:
         self.close()
 
 
-def _on(device: int, stream: int) -> list[tuple]:
-    """The device switch an op on ``stream`` needs: only the special handles (0 and cudaStreamLegacy: the
-    legacy default stream; cudaStreamPerThread) are device-relative."""
-    return [("dev", device)] if stream in (0, 1, 2) else []
-
-
-def _squeeze_devices(ops: list[tuple]) -> list[tuple]:
-    """Drop ("dev", d) entries that do not change the current device; end with ("restore",) if any
-    remain, so that the replay puts the caller's current device back."""
-    out, current = [], None
-    for op in ops:
-        if op[0] == "dev":
-            if op[1] == current:
-                continue
-            current = op[1]
-        out.append(op)
-    if current is not None:
-        out.append(("restore",))
-    return out
-
-
-def compile_launch(ops: list[tuple]) -> Callable[[], None]:
-    """A launch list as one closure of bound calls (no dispatch on op names at call time): the hot path
-    of a communicator call. Same semantics as :func:`_replay`; when every ("dev", d) names one device
-    and the caller's current device is already d, the device switches are skipped."""
-    from ._cuda import MEMCPY_DEFAULT, cupy_runtime
-
-    rt = cupy_runtime()
-    steps: list[tuple[Callable, tuple]] = []
-    quiet: list[tuple[Callable, tuple]] = []  # the same without the device switches
-    devices: set[int] = set()
-    for op in ops:
-        kind = op[0]
-        if kind == "dev":
-            devices.add(op[1])
-            steps.append((rt.setDevice, (op[1],)))
-            continue
-        if kind == "copy":
-            steps.append((rt.memcpyAsync, (op[1], op[2], op[3], MEMCPY_DEFAULT, op[4])))
-        elif kind == "restore":
-            break
-        elif kind == "record":
-            steps.append((rt.eventRecord, (op[1], op[2])))
-        elif kind == "wait":
-            steps.append((rt.streamWaitEvent, (op[1], op[2], 0)))
-        elif kind == "call":
-            steps.append((op[1], tuple(op[2])))
-        elif kind == "graph":
-            steps.append((rt.graphLaunch, (op[1], op[2])))
-        else:
-            steps.append(op[1].bound(op[2]))
-        quiet.append(steps[-1])
-    full, quiet_t = tuple(steps), tuple(quiet)
-    if not devices:
-        def run() -> None:
-            for fn, args in full:
-                fn(*args)
-        return run
-    set_device, get_device = rt.setDevice, rt.getDevice
-    only = next(iter(devices)) if len(devices) == 1 else None
-
-    def run_on_device() -> None:
-        caller = get_device()
-        if caller == only:  # already on the one device the list uses
-            for fn, args in quiet_t:
-                fn(*args)
-            return
-        try:
-            for fn, args in full:
-                fn(*args)
-        finally:
-            set_device(caller)  # leave the caller's current device as it was
-    return run_on_device
-
-
 def _capturing(user: tuple[int, ...]) -> bool:
     """Whether any of these streams is capturing a CUDA graph (the legacy stream never is)."""
     rt = _cuda.cupy_runtime()
     return any(s != 0 and rt.streamIsCapturing(s) != 0 for s in user)
-
-
-def _replay(ops: list[tuple]) -> None:
-    """Issue a launch list: the hot path of every call (module attributes: a function-level import
-    costs about 1 us per call on the CPU VM)."""
-    MEMCPY_DEFAULT, rt = _cuda.MEMCPY_DEFAULT, _cuda.cupy_runtime()  # noqa: N806 - the CUDA constant's name
-    set_device, memcpy, record, wait = rt.setDevice, rt.memcpyAsync, rt.eventRecord, rt.streamWaitEvent
-    caller_device = rt.getDevice() if ops and ops[-1][0] == "restore" else None
-    for op in ops:
-        kind = op[0]
-        if kind == "copy":
-            memcpy(op[1], op[2], op[3], MEMCPY_DEFAULT, op[4])
-        elif kind == "dev":
-            set_device(op[1])
-        elif kind == "restore":
-            break
-        elif kind == "record":
-            record(op[1], op[2])
-        elif kind == "wait":
-            wait(op[1], op[2], 0)
-        elif kind == "call":
-            op[1](*op[2])
-        elif kind == "graph":
-            rt.graphLaunch(op[1], op[2])
-        else:
-            op[1].enqueue(op[2])
-    if caller_device is not None:
-        set_device(caller_device)  # leave the caller's current device as it was

@@ -12,6 +12,7 @@ import pytest
 
 from hoccl_runtime.errors import HocclError, PlanError
 from hoccl_runtime.interop import DeviceBuffer
+from hoccl_runtime.launch import Memcpy
 
 
 def dev(a: np.ndarray, device: int) -> DeviceBuffer:
@@ -344,10 +345,10 @@ def test_one_process_executor_on_faked_cuda(monkeypatch, sync, local_copies):
                     from hoccl_runtime._trust import plan_uid
 
                     key = next(k for k in reversed(ex._launches._lists) if k[0] == plan_uid(plan))  # this call
-                    for op in ex._launches._lists[key]:
-                        if op[0] == "copy":
-                            on = made.get(op[4], {7: 0, 8: 1}.get(op[4]))
-                            assert not gpu(op[1]) == gpu(op[2]) == on, f"{spec.kind}: a same-GPU copy {op}"
+                    for op in ex._launches._lists[key].ops:
+                        if isinstance(op, Memcpy):
+                            on = made.get(op.stream, {7: 0, 8: 1}.get(op.stream))
+                            assert not gpu(op.dst) == gpu(op.src) == on, f"{spec.kind}: a same-GPU copy {op}"
 
 
 def test_eager_send_recv_many_and_a_size_mismatch(monkeypatch):

@@ -23,6 +23,7 @@ from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.verify import replay
 from hoccl_runtime.comm import Communicator
 from hoccl_runtime.interop import DeviceBuffer
+from hoccl_runtime.launch import Memcpy, Memops, Record, Wait
 
 OUT, IN, CALL = 1 << 40, 1 << 39, 1 << 32  # rank r's output for call k at r * OUT + k * CALL, its input + IN
 
@@ -96,19 +97,21 @@ class Sim:
             entry.append(rec[0] if rec else None)
         self.streams.setdefault(stream, []).append(entry)
 
-    def enqueue(self, rank: int, call: int, ops: list[tuple], user: int) -> None:
+    def enqueue(self, rank: int, call: int, ops: list, user: int) -> None:
+        """A rank's launch list (hoccl_runtime.launch ops) onto the simulated streams, as tuples this simulation
+        interprets: ("copy", dst, src, n, stream, call), ("record", event, stream), ("wait", stream, event),
+        ("memop", kind, address, value); the rest (device switches, pacing sleeps) does nothing here."""
         self._mark(user, ("work", rank, call))
         for op in ops:
-            kind = op[0]
-            if kind == "copy":
-                self._op(op[4], (*op, call))
-            elif kind == "record":
-                self._op(op[2], op)
-            elif kind == "wait":
-                self._op(op[1], op)
-            elif kind == "memops":
-                for m in op[1].ops:
-                    self._op(op[2], ("memop", *m))
+            if isinstance(op, Memcpy):
+                self._op(op.stream, ("copy", op.dst, op.src, op.nbytes, op.stream, call))
+            elif isinstance(op, Record):
+                self._op(op.stream, ("record", op.event, op.stream))
+            elif isinstance(op, Wait):
+                self._op(op.stream, ("wait", op.stream, op.event))
+            elif isinstance(op, Memops):
+                for m in op.batch.ops:
+                    self._op(op.stream, ("memop", *m))
         self._mark(user, ("after", rank, call))
 
     def _mark(self, stream: int, key: tuple) -> None:
@@ -210,7 +213,7 @@ def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_cop
             helped_in = state.helped * OUT + call * CALL + IN if state.helped is not None else None
             user = 50 + r
             ops = c._build(state, inp, out, remote, user, rate, helped_in)
-            own = [op for op in ops if op[0] == "copy" and where(op[1])[0] == where(op[2])[0] == r]
+            own = [op for op in ops if isinstance(op, Memcpy) and where(op.dst)[0] == where(op.src)[0] == r]
             assert not own or local_copies == "sm", f"rank {r} makes a same-GPU copy: {own}"
             sim.enqueue(r, call, ops, user)
             expected[(r, call)] = want[r]
@@ -252,7 +255,8 @@ def test_the_simulation_sees_wrong_bytes():
         ops = comms[r]._build(states[r], DeviceBuffer(r * OUT + IN, 1000, r), DeviceBuffer(r * OUT, 2000, r),
                               {1 - r: (1 - r) * OUT}, 50 + r)
         if r == 0:
-            ops = [(*op[:2], op[2] + 1, *op[3:]) if op[0] == "copy" and where(op[2])[0] == 1 else op for op in ops]
+            ops = [Memcpy(op.dst, op.src + 1, op.nbytes, op.stream) if isinstance(op, Memcpy) and where(op.src)[0] == 1
+                   else op for op in ops]
         sim.enqueue(r, 0, ops, 50 + r)
     sim.run()
     sim.check()
@@ -332,12 +336,15 @@ class MemSim:
         self.rng, self.streams, self.flags, self.mem = random.Random(seed), {}, {}, {}
         self.bad: list[str] = []
 
-    def add(self, stream: int, ops: list[tuple]) -> None:
+    def add(self, stream: int, ops: list) -> None:
+        """Launch ops (hoccl_runtime.launch) and this simulation's own ("store", ...) / ("expect", ...) tuples."""
         q = self.streams.setdefault(stream, [])
         for op in ops:
-            if op[0] == "memops":
-                q += [("memop", *m) for m in op[1].ops]
-            else:
+            if isinstance(op, Memops):
+                q += [("memop", *m) for m in op.batch.ops]
+            elif isinstance(op, Memcpy):
+                q.append(("copy", op.dst, op.src))
+            elif isinstance(op, tuple):
                 q.append(op)
 
     def _try(self, op: tuple) -> bool:
@@ -400,7 +407,7 @@ def test_eager_without_the_senders_slot_wait_is_caught(monkeypatch):
 
     def no_wait(self, *args, **kw):  # drop the batch that waits for the slots to be empty (value 0)
         return [op for op in real(self, *args, **kw)
-                if not (op[0] == "memops" and all(k == "wait_eq" and v == 0 for k, _, v in op[1].ops))]
+                if not (isinstance(op, Memops) and all(k == "wait_eq" and v == 0 for k, _, v in op.batch.ops))]
 
     def caught(seed: int) -> bool:
         try:

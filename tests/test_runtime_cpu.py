@@ -392,11 +392,12 @@ def test_pacing_feedback_bounds():
     fb.close()
 
 
-def test_compiled_launch_makes_the_same_cuda_calls_as_the_replay(monkeypatch):
-    """compile_launch (the communicator's hot path) against _replay, with CUDA recorded instead of run."""
+def test_a_compiled_launch_makes_its_lists_cuda_calls_in_order(monkeypatch):
+    """compile_launch (every call's hot path) issues each op's CUDA call in the list's order, with CUDA recorded
+    instead of run: from another GPU it switches to the list's GPU and back; already on it, no switch."""
     from hoccl_runtime import _cuda
-    from hoccl_runtime.executor import _replay, _squeeze_devices, compile_launch
     from hoccl_runtime.flags import MemOps
+    from hoccl_runtime.launch import Device, Memcpy, Memops, Record, Restore, Wait, compile_launch, squeeze_devices
 
     calls = []
 
@@ -419,22 +420,19 @@ def test_compiled_launch_makes_the_same_cuda_calls_as_the_replay(monkeypatch):
     monkeypatch.setattr(_cuda, "cupy_runtime", lambda: rt)
     monkeypatch.setattr(_cuda, "fast_driver", lambda: fast)
     flag = type("F", (), {"address": 0x1000})()
-    ops = _squeeze_devices([("dev", 1), ("record", 11, 0), ("memops", MemOps().wait_eq(flag, 1).write(flag, 0), 0),
-                            ("wait", 7, 11), ("copy", 0x20, 0x10, 64, 7), ("copy", 0x40, 0x30, 8, 0),
-                            ("memops", MemOps().write(flag, 1), 0), ("record", 12, 0)])
-    for caller in (0, 1):  # the caller on another GPU (switches and restores), and on the list's own GPU
+    ops = squeeze_devices([Device(1), Device(1), Record(11, 0), Memops(MemOps().wait_eq(flag, 1).write(flag, 0), 0),
+                           Wait(7, 11), Memcpy(0x20, 0x10, 64, 7), Memcpy(0x40, 0x30, 8, 0),
+                           Memops(MemOps().write(flag, 1), 0), Record(12, 0)])
+    assert ops.count(Device(1)) == 1 and ops[-1] == Restore()  # the repeated switch dropped; the end restores
+    work = [("eventRecord", (11, 0)), ("batch_memop", (0, 2)), ("streamWaitEvent", (7, 11, 0)),
+            ("memcpyAsync", (0x20, 0x10, 64, _cuda.MEMCPY_DEFAULT, 7)), ("memcpyAsync", (0x40, 0x30, 8,
+                                                                                      _cuda.MEMCPY_DEFAULT, 0)),
+            ("batch_memop", (0, 1)), ("eventRecord", (12, 0))]
+    run = compile_launch(ops)
+    for caller, want in ((0, [("setDevice", (1,)), *work, ("setDevice", (0,))]), (1, work)):
         Runtime.current, calls[:] = caller, []
-        _replay(ops)
-        want = [c for c in calls if c[0] != "getDevice"]
-        Runtime.current, calls[:] = caller, []
-        compile_launch(ops)()
-        got = [c for c in calls if c[0] != "getDevice"]
-        if caller == 1:  # already there: the same work without setDevice
-            want = [c for c in want if c[0] != "setDevice"]
-        assert got == want and Runtime.current == caller
-        assert [c[0] for c in got if c[0] != "setDevice"] == ["eventRecord", "batch_memop", "streamWaitEvent",
-                                                              "memcpyAsync", "memcpyAsync", "batch_memop",
-                                                              "eventRecord"]
+        run()
+        assert [c for c in calls if c[0] != "getDevice"] == want and Runtime.current == caller
 
 
 def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_on_errors():

@@ -30,8 +30,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from hoccl_runtime import _cuda
-    from hoccl_runtime.comm import init
+    from hoccl_runtime import _cuda, init
     from hoccl_runtime.flags import FlagPool, MemOps
 
     rank = int(os.environ["RANK"])

@@ -22,8 +22,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hoccl_runtime import _cuda, comm  # noqa: E402
-from hoccl_runtime.launch import LaunchCache  # noqa: E402
 from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
+from hoccl_runtime.launch import LaunchCache  # noqa: E402
 
 
 class StubRuntime:

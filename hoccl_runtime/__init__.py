@@ -69,7 +69,11 @@ def __getattr__(name: str) -> Any:
         from .api import CommunicatorAPI
 
         return CommunicatorAPI
-    if name in ("init", "Communicator", "Window"):
+    if name == "init":
+        from .bootstrap import init
+
+        return init
+    if name in ("Communicator", "Window"):
         from . import comm
 
         return getattr(comm, name)

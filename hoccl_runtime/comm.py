@@ -87,14 +87,10 @@ CUDA driver runs as a kernel of its own; see step 3):
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import ctypes
 import os
-import sys
 import threading
 import time
-import uuid
 import warnings
 import zlib
 from collections import OrderedDict, deque
@@ -107,7 +103,9 @@ import numpy as np
 from hoccl_compiler.schema import Plan
 
 from . import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from ._shm import SharedSegment
 from ._splits import alltoallv_pieces
+from ._store import announce_failure
 from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, TransportError
 from .executor import _capturing, check_buffer
 from .flags import MemOps
@@ -140,7 +138,7 @@ from .program import (
 )
 from .settings import env_flag, env_float, env_int
 
-__all__ = ["Communicator", "Window", "init"]
+__all__ = ["Communicator", "Window"]
 
 MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicator
 _PAIR_BYTES = 1024      # mailbox region per directed rank pair
@@ -153,190 +151,6 @@ _RING = 8 + _SLOTS * _SLOT_WORDS  # mailbox word of a pair region where the eage
 _IN_WINDOW = 2          # a mailbox slot's "has handle" word: the sender's buffer is in registered window [slot + 4]
 
 
-def _bootstrap_store(rank: int, world: int, timeout_s: float) -> Any:
-    import datetime
-
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.PrefixStore("hoccl/", dist.distributed_c10d._get_default_store())
-    addr = os.environ.get("MASTER_ADDR")
-    port = os.environ.get("MASTER_PORT")
-    if addr is None or port is None:
-        raise HocclError("no store to bootstrap from: run under torchrun, call torch.distributed.init_process_group "
-                         "first, or set MASTER_ADDR and MASTER_PORT")
-    # MASTER_PORT + 1: MASTER_PORT itself belongs to a later init_process_group(init_method="env://")
-    return dist.TCPStore(addr, int(port) + 1, world, rank == 0, timeout=datetime.timedelta(seconds=timeout_s))
-
-
-def init(*, rank: int | None = None, world_size: int | None = None, device: int | None = None,
-         store: Any = None, timeout_s: float = 60.0, gpus_per_node: int | None = None,
-         dma_queues: int | None = None, local_copies: str | None = None) -> Any:
-    """A communicator for this process's GPU, from torchrun's environment (or the arguments); whichever it is, it
-    has the calls of :class:`hoccl_runtime.api.CommunicatorAPI`.
-
-    All ranks on one node (LOCAL_WORLD_SIZE == WORLD_SIZE): the copy-engine :class:`Communicator`.
-    One GPU per node (LOCAL_WORLD_SIZE == 1, or ``gpus_per_node=1`` to make each GPU of a machine its
-    own node): :class:`hoccl_runtime.netcomm.NetCommunicator` over the TCP transport. Several GPUs on
-    each of several nodes: :class:`hoccl_runtime.netcomm.NodeNetCommunicator` (local rank 0 of each
-    node drives the node's part). ``dma_queues`` (intra-node; default HOCCL_DMA_QUEUES or 1): copy
-    streams per GPU that the plans spread peers over. ``local_copies`` (intra-node; default
-    HOCCL_LOCAL_COPIES or "sm"): who copies a rank's own block of an out-of-place call (see
-    :class:`Communicator`)."""
-    env = os.environ
-    try:
-        rank = int(env["RANK"]) if rank is None else rank
-        world_size = int(env["WORLD_SIZE"]) if world_size is None else world_size
-        device = int(env.get("LOCAL_RANK", rank)) if device is None else device
-    except KeyError as exc:
-        raise HocclError(f"{exc.args[0]} is not set: run under torchrun or pass rank= and world_size=") from None
-    local = int(env.get("LOCAL_WORLD_SIZE", world_size)) if gpus_per_node is None else gpus_per_node
-    if local < 1 or world_size % local:
-        raise HocclError(f"WORLD_SIZE={world_size} is not a whole number of nodes of {local} GPUs; every node must "
-                         "run the same number of ranks")
-    if local_copies is not None and local < world_size:
-        raise HocclError(f"local_copies={local_copies!r}: only the intra-node communicator takes it (this job has "
-                         f"{world_size // local} nodes)")
-    if dma_queues is not None and local < world_size:
-        raise HocclError(f"dma_queues={dma_queues}: only the intra-node communicator takes it (this job has "
-                         f"{world_size // local} nodes of {local} GPUs); leave it out")
-    if store is None:
-        store = _bootstrap_store(rank, world_size, timeout_s)
-    global _instances
-    _instances += 1  # every rank creates its communicators in the same order: a fresh key space for each
-    import torch.distributed as dist
-
-    prefixed = dist.PrefixStore(f"comm{_instances}/", store)
-    if local == 1 and world_size > 1:
-        from .netcomm import NetCommunicator
-
-        return NetCommunicator(rank, world_size, device, prefixed, timeout_s=timeout_s)
-    if local < world_size:
-        from .netcomm import NodeNetCommunicator
-
-        return NodeNetCommunicator(rank, world_size, device, prefixed, gpus_per_node=local, timeout_s=timeout_s)
-    return Communicator(rank, world_size, device, prefixed, timeout_s=timeout_s, dma_queues=dma_queues,
-                        local_copies=local_copies)
-
-
-_instances = 0
-
-
-class _SharedSegment:
-    """Host memory shared by a group of processes on one node and registered with CUDA (portable,
-    mapped), so that their streams can write and wait on flags in it. The owner creates it and puts its
-    name in the store under ``key``; the others attach by that name. After ``join`` every member has
-    attached and the owner has unlinked the name (a crash leaves nothing in /dev/shm; the mapping lives
-    until the last process unmaps it)."""
-
-    def __init__(self, store: Any, owner: bool, size: int, *, key: str, prefix: str = "hoccl-", world: int = 1,
-                 timeout_s: float = 60.0):
-        from multiprocessing import shared_memory
-
-        from ._cuda import check, cupy_runtime, driver
-
-        size = -(-size // 4096) * 4096
-        if owner:
-            self.shm = shared_memory.SharedMemory(create=True, size=size, name=f"{prefix}{uuid.uuid4().hex[:16]}")
-            _CREATED.add(self.shm.name)
-            self.shm.buf[:size] = bytes(size)
-            store.set(key, self.shm.name)
-        else:
-            name = wait_for_key(store, key, world, timeout_s, what="the shared host memory's name")
-            self.shm = _attach(shared_memory, name.decode() if isinstance(name, bytes) else name)
-        self.owner, self.size = owner, size
-        self.linked = owner  # the owner unlinks the name once everyone attached (join), or on failure (close)
-        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
-        cupy_runtime().hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
-        self.registered = True
-        self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
-
-    def join(self, store: Any, count_key: str, members: int, timeout_s: float, who: str = "") -> None:
-        """Wait until all ``members`` attached (up to ``timeout_s``); then the owner unlinks the name."""
-        store.add(count_key, 1)
-        deadline = time.monotonic() + timeout_s
-        polls = 0
-        while int(store.add(count_key, 0)) < members:
-            polls += 1
-            if polls % 20 == 0:  # every ~20 ms: a rank that failed at start is reported at once
-                raise_if_a_rank_failed(store, members, who)
-            if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"{who}only {int(store.add(count_key, 0))} of {members} ranks attached to "
-                                        f"the shared host memory within {timeout_s:.0f} s")
-            time.sleep(0.001)
-        if self.owner:
-            self.shm.unlink()
-            self.linked = False
-
-    def close(self, *views: memoryview) -> None:
-        """Unregister, release ``views`` of the memory (drop NumPy views first), unmap."""
-        if self.registered:
-            from ._cuda import cupy_runtime
-
-            self.registered = False
-            with contextlib.suppress(Exception):  # closing anyway
-                cupy_runtime().hostUnregister(self.ptr)
-        for view in views:
-            with contextlib.suppress(builtins.BufferError):  # a slice still alive: freed with it
-                view.release()
-        with contextlib.suppress(builtins.BufferError):  # a view still exported elsewhere: unmapped at exit
-            self.shm.close()
-        if self.linked:  # set up failed before every rank attached: nothing may stay in /dev/shm
-            self.linked = False
-            with contextlib.suppress(FileNotFoundError):
-                self.shm.unlink()
-
-
-_CREATED: set[str] = set()  # shared segments this process created (ranks as threads of one process, in tests)
-
-
-def announce_failure(store: Any, rank: int, exc: BaseException) -> None:
-    """Tell the other ranks, through the store, that this rank failed while setting up (they raise at once
-    instead of waiting for it until their timeout)."""
-    with contextlib.suppress(Exception):  # the store itself may be what failed
-        store.set(f"failed/{rank}", f"{type(exc).__name__}: {exc}"[:2000])
-        store.add("failed-count", 1)
-
-
-def raise_if_a_rank_failed(store: Any, world: int, who: str = "") -> None:
-    """Raise :class:`HocclError` naming a rank that announced a failure (one store round trip when none did)."""
-    if int(store.add("failed-count", 0)) == 0:
-        return
-    for r in range(world):
-        if store.check([f"failed/{r}"]):
-            why = store.get(f"failed/{r}")
-            why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
-            raise HocclError(f"{who}rank {r} failed while setting up the communicator ({why}); fix it there, then "
-                             "start every rank again")
-
-
-def wait_for_key(store: Any, key: str, world: int, timeout_s: float, who: str = "", what: str = "") -> Any:
-    """``store.get(key)`` once the key is there, watching for ranks that failed (every 50 ms) and the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while not store.check([key]):
-        raise_if_a_rank_failed(store, world, who)
-        if time.monotonic() > deadline:
-            raise HocclTimeoutError(f"{who}{what or key} did not appear within {timeout_s:.0f} s: has every rank "
-                                    "started?")
-        time.sleep(0.05)
-    return store.get(key)
-
-
-def _attach(shared_memory: Any, name: str) -> Any:
-    """Attach to the owner's segment without handing it to this process's resource tracker: before
-    Python 3.13 attaching registers the name too, and the tracker of a member that exits unlinks it
-    (while others may still be attaching) or warns of a "leaked shared_memory object" it cannot find
-    once the owner has unlinked it (seen at every torchrun exit, 2026-11-30)."""
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)
-    from multiprocessing import resource_tracker
-
-    shm = shared_memory.SharedMemory(name=name)
-    if name not in _CREATED:  # the creator in this process keeps its registration (its unlink removes it)
-        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - the tracker's own key
-    return shm
-
-
 class _SharedHost:
     """Host memory shared by the node's processes and registered with CUDA: flags and mailboxes."""
 
@@ -345,7 +159,7 @@ class _SharedHost:
         self.flag_count = (2 + EAGER_SLOTS) * world * world  # READY, DONE, and the eager slots' FULL
         flag_bytes = -(-4 * self.flag_count // 4096) * 4096
         mail_bytes = world * world * _PAIR_BYTES
-        self.segment = seg = _SharedSegment(store, rank == 0, flag_bytes + mail_bytes + 8 * world, key="shm-name",
+        self.segment = seg = SharedSegment(store, rank == 0, flag_bytes + mail_bytes + 8 * world, key="shm-name",
                                             world=world, timeout_s=timeout_s)
         self.dev_ptr = seg.dev_ptr
         self.flags = np.frombuffer(seg.shm.buf, dtype=np.int32, count=self.flag_count)

@@ -420,7 +420,7 @@ class _Calls:
 def _set_up(comm: Any, setup: Any, rank: int, store: Any) -> None:
     """Run a network communicator's set-up; if it fails, tell the other ranks through the store at once and
     release what was made (listening socket, proxy thread, flags)."""
-    from .comm import announce_failure
+    from ._store import announce_failure
 
     try:
         setup()
@@ -472,7 +472,7 @@ class NetCommunicator(_Calls):
         self._secret = job_secret(store, rank)
         self.transport = TcpTransport(host=host or _local_address(), lanes=lanes, session=f"hoccl-net-{world}",
                                       name=f"node{rank}", secret=self._secret)
-        from .comm import wait_for_key
+        from ._store import wait_for_key
 
         store.set(f"net-addr{rank}", self.transport.listen())
         self._addresses = {r: wait_for_key(store, f"net-addr{r}", world, timeout_s, f"rank {rank}: ",
@@ -562,9 +562,9 @@ _HEADER = 512  # the error word, then what the leader's error said (UTF-8, cut t
 
 class _NodeShared:
     def __init__(self, store: Any, node: int, local: int, ranks_here: int, timeout_s: float):
-        from .comm import _SharedSegment
+        from ._shm import SharedSegment
 
-        self.segment = seg = _SharedSegment(store, local == 0, _HEADER + ranks_here * _REGION, key=f"node{node}-shm",
+        self.segment = seg = SharedSegment(store, local == 0, _HEADER + ranks_here * _REGION, key=f"node{node}-shm",
                                             prefix="hoccl-n-")
         self.dev_ptr = seg.dev_ptr
         self.words = memoryview(seg.shm.buf).cast("q")
@@ -674,7 +674,7 @@ class NodeNetCommunicator(_Calls):
             self.transport = TcpTransport(host=host or _local_address(), lanes=lanes,
                                           session=f"hoccl-node-net-{world}-{L}", name=f"node{self.node}",
                                           secret=self._secret)
-            from .comm import wait_for_key
+            from ._store import wait_for_key
 
             store.set(f"leader-addr{self.node}", self.transport.listen())
             self._addresses = {n: wait_for_key(store, f"leader-addr{n}", world, timeout_s, f"rank {rank}: ",

@@ -22,7 +22,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from hoccl_runtime.comm import init
+    from hoccl_runtime import init
     from hoccl_runtime.errors import TransportError
     from hoccl_runtime.flags import FlagPool, MemOps
 

@@ -235,7 +235,7 @@ def check_create_close_cycles(w: W) -> None:
     """100 create/close cycles leak no file descriptors and no shared memory."""
     import glob
 
-    from hoccl_runtime.comm import init
+    from hoccl_runtime import init
 
     cp = w.cp
     small_in, small_out = cp.ones(64, cp.uint8), cp.zeros(64 * w.world, cp.uint8)
@@ -629,7 +629,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from hoccl_runtime.comm import init
+    from hoccl_runtime import init
 
     out_path = Path(next(a for a in sys.argv[1:] if not a.startswith("--")))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

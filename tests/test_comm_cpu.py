@@ -469,11 +469,11 @@ def test_a_member_attached_to_the_shared_segment_leaves_its_name_to_the_owner(tm
         script = tmp_path / "attach.py"
         script.write_text(
             "import sys\nimport pytest\nsys.path[:0] = [sys.argv[2], sys.argv[2] + '/..']\nimport fake_cuda\n"
-            "fake_cuda.install(pytest.MonkeyPatch())\nfrom hoccl_runtime.comm import _SharedSegment\n"
+            "fake_cuda.install(pytest.MonkeyPatch())\nfrom hoccl_runtime._shm import SharedSegment\n"
             "class Store:\n    def get(self, key):\n        return sys.argv[1].encode()\n"
             "    def check(self, keys):\n        return True\n"
             "    def add(self, key, n):\n        return 0\n"
-            "seg = _SharedSegment(Store(), False, 4096, key='shm-name')\nseg.shm.buf[0] = 7\nseg.close()\n")
+            "seg = SharedSegment(Store(), False, 4096, key='shm-name')\nseg.shm.buf[0] = 7\nseg.close()\n")
         done = subprocess.run([sys.executable, str(script), owner.name, str(Path(__file__).parent)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr

@@ -139,6 +139,54 @@ def test_the_runtime_reaches_the_compiler_only_through_plans_py():
     assert 'make_topology("' not in text  # no preset chosen for the machine
 
 
+def _runtime_import_graph() -> dict[str, set[str]]:
+    """{module: the hoccl_runtime modules it imports}, function-level imports included, from the source."""
+    import ast
+    from pathlib import Path
+
+    top = Path(__file__).resolve().parents[1]
+    root = top / "hoccl_runtime"
+
+    def module_of(path: Path) -> str:
+        parts = list(path.relative_to(top).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def exists(name: str) -> bool:
+        base = top.joinpath(*name.split("."))
+        return base.with_suffix(".py").exists() or base.is_dir()
+
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        me = module_of(path)
+        package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+        edges = graph.setdefault(me, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target.startswith("hoccl_runtime"):
+                    for alias in node.names:  # "from . import comm" names a module; "from .comm import X" does not
+                        edges.add(f"{target}.{alias.name}" if exists(f"{target}.{alias.name}") else target)
+            elif isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name.startswith("hoccl_runtime"))
+        edges.discard(me)
+    return graph
+
+
+def test_no_import_cycle_in_the_runtime():
+    """No two runtime modules import each other, even lazily inside a function (comm and netcomm did): each layer
+    imports only the ones below it (hoccl_runtime.bootstrap, which makes the communicators, sits on top)."""
+    import networkx as nx
+
+    graph = nx.DiGraph([(a, b) for a, targets in _runtime_import_graph().items() for b in targets])
+    cycles = list(nx.simple_cycles(graph))
+    assert not cycles, cycles
+    assert {"hoccl_runtime.comm", "hoccl_runtime.netcomm"} <= set(graph)  # the graph is the real one
+
+
 def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch):
     """compile_call verifies structurally but never replays bytes (the replay made small compiles 6-13 ms); a
     CLI compile of the same size still replays."""

@@ -1,0 +1,44 @@
+"""The bootstrap store's side of every communicator: waiting for a key while watching for ranks that failed at
+start, and saying that this rank failed (so the others raise at once instead of at their timeout)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from .errors import HocclError, HocclTimeoutError
+
+__all__ = ["announce_failure", "raise_if_a_rank_failed", "wait_for_key"]
+
+
+def announce_failure(store: Any, rank: int, exc: BaseException) -> None:
+    """Tell the other ranks, through the store, that this rank failed while setting up (they raise at once
+    instead of waiting for it until their timeout)."""
+    with contextlib.suppress(Exception):  # the store itself may be what failed
+        store.set(f"failed/{rank}", f"{type(exc).__name__}: {exc}"[:2000])
+        store.add("failed-count", 1)
+
+
+def raise_if_a_rank_failed(store: Any, world: int, who: str = "") -> None:
+    """Raise :class:`HocclError` naming a rank that announced a failure (one store round trip when none did)."""
+    if int(store.add("failed-count", 0)) == 0:
+        return
+    for r in range(world):
+        if store.check([f"failed/{r}"]):
+            why = store.get(f"failed/{r}")
+            why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+            raise HocclError(f"{who}rank {r} failed while setting up the communicator ({why}); fix it there, then "
+                             "start every rank again")
+
+
+def wait_for_key(store: Any, key: str, world: int, timeout_s: float, who: str = "", what: str = "") -> Any:
+    """``store.get(key)`` once the key is there, watching for ranks that failed (every 50 ms) and the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not store.check([key]):
+        raise_if_a_rank_failed(store, world, who)
+        if time.monotonic() > deadline:
+            raise HocclTimeoutError(f"{who}{what or key} did not appear within {timeout_s:.0f} s: has every rank "
+                                    "started?")
+        time.sleep(0.05)
+    return store.get(key)

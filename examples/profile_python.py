@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hoccl_runtime import _cuda, comm  # noqa: E402
 from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
+from hoccl_runtime.ipc import IpcMappings  # noqa: E402
 from hoccl_runtime.launch import LaunchCache  # noqa: E402
 
 
@@ -112,6 +113,7 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c._lock, c._closed, c._streams, c._shared = threading.Lock(), False, {}, shared
     c._mailbox_state(rank, world)
     c.ipc_cache, c._launches, c.graph_after, c.graph_tail_direct = 64, LaunchCache(), 2, False
+    c._opened = IpcMappings(64)
     c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
     c.eager_bytes, c.eager_collectives = 0, False  # rendezvous unless a case turns eager on
     c.local_copies = "sm"

@@ -93,7 +93,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +110,7 @@ from .errors import BufferError, HocclError, HocclTimeoutError, PlanError, Trans
 from .executor import _capturing, check_buffer
 from .flags import MemOps
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
+from .ipc import IpcMappings
 from .launch import (
     Call,
     Device,
@@ -389,6 +390,9 @@ class Communicator:
         self._store = store
         self._mailbox_state(rank, world)
         self.ipc_cache = ipc_cache
+        # peers' allocations mapped here: the least recently used beyond ipc_cache closed after this rank's calls
+        # drained and the launch lists that name it dropped (hoccl_runtime.ipc)
+        self._opened = IpcMappings(ipc_cache, before_close=self._before_unmap)
         self._launches = LaunchCache(drop=self._drop_launch)
         self._capture: Any = None  # the private stream calls are captured on
         self._events: dict[Any, int] = {}
@@ -418,7 +422,6 @@ class Communicator:
         self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = PlanCache()
         self._seq = [0] * world
-        self._opened: OrderedDict[bytes, int] = OrderedDict()
         # registered windows (register_window): their peers' mappings stay open (not in the LRU above)
         self._windows: list[Window] = []
         self._window_count = 0
@@ -1153,7 +1156,7 @@ class Communicator:
         if pinned is not None:
             pinned[1] += 1
             return pinned[0]
-        base = self._opened.pop(handle, None)  # mapped already by a call: the window keeps it
+        base = self._opened.take(handle)  # mapped already by a call: the window keeps it
         if base is None:
             base = self._map(handle)
         self._pinned[handle] = [base, 1]
@@ -1335,20 +1338,16 @@ class Communicator:
     def _open(self, handle: bytes) -> int:
         """The local address of a peer allocation. The least recently used of more than ``ipc_cache``
         mappings is closed (after this rank's copies drained), so freed peer memory is not held forever."""
-        base = self._opened.get(handle)
-        if base is not None:
-            self._opened.move_to_end(handle)
-            return base
         pinned = self._pinned.get(handle)
         if pinned is not None:  # a registered window's allocation, mapped already
             return pinned[0]
-        if len(self._opened) >= self.ipc_cache:
-            self.synchronize()
-            self._launches.clear()  # launch lists may name the mapping that goes
-            _, old = self._opened.popitem(last=False)
-            self._unmap(old)
-        base = self._opened[handle] = self._map(handle)
-        return base
+        return self._opened.open(handle, self.device)
+
+    def _before_unmap(self) -> None:
+        """Before a mapping closes (the cache is full): this rank's calls drained, and the launch lists, which
+        may name the mapping that goes, dropped."""
+        self.synchronize()
+        self._launches.clear()
 
     def _map(self, handle: bytes) -> int:
         """Map a peer's allocation (its IPC handle) into my GPU's address space: its local base address."""
@@ -1603,7 +1602,8 @@ class Communicator:
                 for w in self._windows:
                     w.closed, w.tensor = True, None
                 self._windows, self._window_calls = [], {}
-                for base in [*self._opened.values(), *self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
+                self._opened.close_all()
+                for base in [*self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
                     with contextlib.suppress(Exception):  # closing anyway
                         rt.ipcCloseMemHandle(base)
                 for ptr in self._stage_in.values():  # peers' mappings keep the memory until they close them
@@ -1614,7 +1614,6 @@ class Communicator:
                     with contextlib.suppress(Exception):
                         rt.eventDestroy(ev)
             self._events.clear()
-            self._opened.clear()
             self._pinned.clear()
             self._streams = {}
             self._capture = None

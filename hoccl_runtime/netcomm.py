@@ -37,12 +37,13 @@ import threading
 import time
 import types
 import zlib
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any
 
 from ._cuda import ipc_export, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from .errors import HocclError, HocclTimeoutError, PlanError, TransportError
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
+from .ipc import IpcMappings
 from .plans import PlanCache
 
 __all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy", "CallEvents"]
@@ -662,8 +663,10 @@ class NodeNetCommunicator(_Calls):
         self._pair_exec: dict[int, Any] = {}          # peer -> its pair's executor (owns its transport)
         self._p2p_proxy: CallProxy | None = None
         self._p2p_flags: tuple = ()
-        self._opened: OrderedDict[bytes, int] = OrderedDict()  # least recently used first
-        self._last_use: dict[bytes, int] = {}                 # the leader: the last call that used each mapping
+        # the leader: its local ranks' buffers, mapped; one closes only once its last call completed (calls are
+        # prepared ahead of their run, so a mapping may still be in use)
+        self._opened = IpcMappings(64, may_close=lambda last: last <= self._shared.words[self._shared.region(0) // 8
+                                                                                         + 2])
         self._events = CallEvents(device, interprocess=True)  # the leader's copies wait for them (any process)
         self._recorded: deque[tuple[int, int]] = deque()      # (seq, event) of calls not yet completed
         self._opened_events: dict[bytes, int] = {}            # the leader: other ranks' events, opened once
@@ -893,29 +896,11 @@ class NodeNetCommunicator(_Calls):
                     parts.append(DeviceBuffer(0, 0, device))
                     continue
                 handle = bytes(sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)])
-                if handle not in self._opened:  # mapped in the context of the GPU that owns it
-                    self._trim_mappings(rt)
-                    rt.setDevice(device)
-                    self._opened[handle] = int(rt.ipcOpenMemHandle(handle))
-                self._opened.move_to_end(handle)
-                self._last_use[handle] = seq
-                parts.append(DeviceBuffer(self._opened[handle] + w[slot + 3 + k], n, device))
+                mapped = self._opened.open(handle, device, tag=seq)  # in the context of the GPU that owns it
+                parts.append(DeviceBuffer(mapped + w[slot + 3 + k], n, device))
             buffers[self.node * self.L + i] = tuple(parts)
             w[base + 1] = seq  # ack: the slot may be reused
         return buffers, events
-
-    def _trim_mappings(self, rt: Any, keep: int = 64) -> None:
-        """Close the least recently used mappings of other ranks' buffers beyond ``keep``, but only those whose
-        last call has completed (calls are prepared ahead of their run: a mapping may still be in use)."""
-        completed = self._shared.words[self._shared.region(0) // 8 + 2]
-        for handle in list(self._opened):
-            if len(self._opened) < keep:
-                return
-            if self._last_use.get(handle, 0) <= completed:
-                ptr = self._opened.pop(handle)
-                self._last_use.pop(handle, None)
-                with contextlib.suppress(Exception):
-                    rt.ipcCloseMemHandle(ptr)
 
     def _drive(self, call: tuple) -> None:
         """The leader's proxy: drive a prepared call (no CUDA call), or fail with the error its preparation met."""
@@ -986,10 +971,7 @@ class NodeNetCommunicator(_Calls):
             self.transport.close()
             from ._cuda import cupy_runtime
 
-            for ptr in self._opened.values():
-                with contextlib.suppress(Exception):  # closing anyway
-                    cupy_runtime().ipcCloseMemHandle(ptr)
-            self._opened.clear()
+            self._opened.close_all()
             for event in self._opened_events.values():
                 with contextlib.suppress(Exception):
                     cupy_runtime().eventDestroy(event)

@@ -611,3 +611,44 @@ def test_paced_raw_baseline_and_its_controls(monkeypatch, gate):
         assert all(s == Pacer.handle for s, _ in sleeps), sleeps
     with pytest.raises(ValueError, match="clock, ticks or host"):
         raw_call(plan, [], 7, 8, Pacer(), rate, 250.0, gate="kernel")
+
+
+def test_ipc_mappings_close_the_least_recently_used_only_when_allowed(monkeypatch):
+    """The one IPC mapping cache (the Communicator's partners, the node leader's local ranks): hits reuse, the
+    least recently used beyond the limit closes after before_close(), a mapping may_close() refuses stays (the
+    cache grows until one may go), take() hands one over unclosed, close_all() closes the rest."""
+    from hoccl_runtime import _cuda
+    from hoccl_runtime.ipc import IpcMappings
+
+    opened, closed, devices = [], [], []
+
+    class Runtime:
+        def getDevice(self):  # noqa: N802
+            return 0
+
+        def setDevice(self, d):  # noqa: N802
+            devices.append(d)
+
+        def ipcOpenMemHandle(self, handle):  # noqa: N802
+            opened.append(handle)
+            return 0x1000 * len(opened)
+
+        def ipcCloseMemHandle(self, base):  # noqa: N802
+            closed.append(base)
+
+    monkeypatch.setattr(_cuda, "cupy_runtime", lambda: Runtime())
+    drained, completed = [], [0]
+    maps = IpcMappings(2, before_close=lambda: drained.append(1), may_close=lambda last: last <= completed[0])
+    a = maps.open(b"a", 1, tag=1)
+    assert maps.open(b"a", 1, tag=1) == a and opened == [b"a"]  # a hit maps nothing
+    maps.open(b"b", 1, tag=2)
+    maps.open(b"c", 1, tag=3)  # full, but calls 1 and 2 have not completed: nothing may close
+    assert closed == [] and len(maps) == 3 and drained == [1]
+    completed[0] = 2
+    maps.open(b"a", 1, tag=4)  # a hit: now the most recently used, in use until call 4
+    maps.open(b"d", 0, tag=5)  # b (call 2, done) goes; a and c stay (not done, or since refilled below limit)
+    assert closed == [0x2000] and b"b" not in maps and b"a" in maps
+    assert maps.take(b"c") == 0x3000 and b"c" not in maps and 0x3000 not in closed
+    maps.close_all()
+    assert sorted(closed) == [0x1000, 0x2000, 0x4000] and len(maps) == 0
+    assert 0 in devices and 1 in devices  # each mapped and closed in its own GPU's context

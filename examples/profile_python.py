@@ -25,6 +25,7 @@ from hoccl_runtime import _cuda, comm  # noqa: E402
 from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
 from hoccl_runtime.ipc import IpcMappings  # noqa: E402
 from hoccl_runtime.launch import LaunchCache  # noqa: E402
+from hoccl_runtime.mailbox import HANDLE, NONE, SLOT, WINDOW  # noqa: E402
 
 
 class StubRuntime:
@@ -134,10 +135,10 @@ def prefill(me: comm.Communicator, partner: int, digest: int, has_handle: bool |
     seq = me._seq[partner] + 1
     region = me._pair(partner, me.rank) // 8
     slot = region + 8 + (seq % comm._SLOTS) * comm._SLOT_WORDS
-    words[slot + 1], words[slot + 2] = digest, 0
-    words[slot + 3] = comm._IN_WINDOW if has_handle == "window" else int(has_handle)
-    words[slot + 4] = 0
-    words[slot] = seq
+    words[slot + SLOT.digest], words[slot + SLOT.out_offset] = digest, 0
+    words[slot + SLOT.out_kind] = WINDOW if has_handle == "window" else (HANDLE if has_handle else NONE)
+    words[slot + SLOT.window] = 0
+    words[slot + SLOT.seq] = seq
     words[me._pair(me.rank, partner) // 8] = seq  # the partner read all my entries
 
 

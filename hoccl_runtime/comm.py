@@ -126,6 +126,7 @@ from .launch import (
     replay,
     squeeze_devices,
 )
+from .mailbox import HANDLE, HANDLE_BYTES, SLOT, WINDOW
 from .program import (
     Bounce,
     Copy,
@@ -142,14 +143,18 @@ from .settings import env_flag, env_float, env_int
 __all__ = ["Communicator", "Window"]
 
 MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicator
-_PAIR_BYTES = 1024      # mailbox region per directed rank pair
+_PAIR_BYTES = 2048      # mailbox region per directed rank pair
 _SLOTS = 4              # mailbox slots per directed pair (a batch may hold 4 calls with one partner)
-_HANDLE = 64            # cudaIpcMemHandle_t
+_HANDLE = HANDLE_BYTES  # cudaIpcMemHandle_t
 _NOT_READY = 600        # cudaErrorNotReady
 EAGER_SLOTS = 4         # staging slots per directed pair for eager send/recv
-_SLOT_WORDS = 22        # mailbox slot: [seq, digest, out offset, has out, out handle, in offset, has in, in handle]
+_SLOT_WORDS = SLOT.words  # a mailbox slot (hoccl_runtime.mailbox: its named fields)
+# the fields the hot path reads and writes, as module constants (a global is cheaper to read than an attribute)
+_SEQ, _DIGEST, _OUT_KIND, _OUT_OFFSET, _WINDOW_INDEX, _IN_KIND, _IN_OFFSET = (
+    SLOT.seq, SLOT.digest, SLOT.out_kind, SLOT.out_offset, SLOT.window, SLOT.in_kind, SLOT.in_offset)
+_OUT_HANDLE, _IN_HANDLE = 8 * SLOT.out_handle, 8 * SLOT.in_handle  # byte offsets of the handles in a slot
 _RING = 8 + _SLOTS * _SLOT_WORDS  # mailbox word of a pair region where the eager size ring starts ([seq, digest] x 4)
-_IN_WINDOW = 2          # a mailbox slot's "has handle" word: the sender's buffer is in registered window [slot + 4]
+assert 8 * (_RING + 2 * EAGER_SLOTS) <= _PAIR_BYTES
 
 
 class _SharedHost:
@@ -1000,29 +1005,29 @@ class Communicator:
             return {}
         if out is not None and out.nbytes:
             handle, offset = self._export(out)
-            has_handle = 1
+            kind = HANDLE
         else:
-            handle, offset, has_handle = b"", 0, 0
-        # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots of _SLOT_WORDS from
-        # word 8 on: [seq, digest, offset, has_handle, handle (64 bytes), in offset, has in, in handle]
+            handle, offset, kind = b"", 0, 0
+        # mailbox words (int64): a pair region holds the ack at word 0 and _SLOTS slots (hoccl_runtime.mailbox)
+        # from word 8 on
         words, mail = self._shared.words, self._shared.mail_bytes
         peer_local = self.local_copies == "peer"
         seqs = {}
         for p in state.partners:
             seq = self._seq[p] + 1
             slot = self._claim_slot(p, seq, rendezvous=True)
-            words[slot + 1] = state.digest
-            words[slot + 2] = offset
-            words[slot + 3] = has_handle
-            if has_handle:
-                mail[8 * slot + 32:8 * slot + 32 + _HANDLE] = handle
+            words[slot + _DIGEST] = state.digest
+            words[slot + _OUT_OFFSET] = offset
+            words[slot + _OUT_KIND] = kind
+            if kind:
+                mail[8 * slot + _OUT_HANDLE:8 * slot + _OUT_HANDLE + _HANDLE] = handle
             if peer_local:  # (otherwise the input fields stay 0)
-                words[slot + 13] = 0
+                words[slot + _IN_KIND] = 0
                 if p == state.helper and inp is not None and inp.nbytes:
-                    in_handle, words[slot + 12] = self._export(inp, "input")
-                    mail[8 * slot + 112:8 * slot + 112 + _HANDLE] = in_handle
-                    words[slot + 13] = 1
-            words[slot] = seq  # last: the partner reads the payload after seeing seq
+                    in_handle, words[slot + _IN_OFFSET] = self._export(inp, "input")
+                    mail[8 * slot + _IN_HANDLE:8 * slot + _IN_HANDLE + _HANDLE] = in_handle
+                    words[slot + _IN_KIND] = HANDLE
+            words[slot + _SEQ] = seq  # last: the partner reads the payload after seeing seq
             self._seq[p] = seq
             self._rdv_open[p].append(seq)
             seqs[p] = seq
@@ -1056,15 +1061,15 @@ class Communicator:
             self._rdv_open[p].popleft()
             if self._win_pending.get(p):
                 self._check_windows(before=(p, seq))
-            if words[slot] == seq and words[slot + 3] == _IN_WINDOW:  # p's buffer is in a window, mine not
-                index, at = words[slot + 4], words[slot + 2]
+            if words[slot] == seq and words[slot + _OUT_KIND] == WINDOW:  # p's buffer is in a window, mine not
+                index, at = words[slot + _WINDOW_INDEX], words[slot + _OUT_OFFSET]
                 error = PlanError(f"rank {p} passed a buffer at offset {at} of registered window {index} (call {seq} "
                                   f"between them) and rank {self.rank}'s buffer for its "
                                   f"{state.plan.collective.describe()} is in no window: pass buffers of the same "
                                   "window at the same offset on every rank, or unregistered buffers on every rank")
                 win = next((w for w in self._windows if w.index == index), None)
                 need = state.plan.ranks.output_bytes[p]
-                if win is None or at + need > win.nbytes or words[slot + 1] != state.digest:
+                if win is None or at + need > win.nbytes or words[slot + _DIGEST] != state.digest:
                     raise error
                 # p's call runs on regardless (it does not wait for me): mine runs too, into p's buffer as p
                 # passed it, and both raise once launched, rather than leave p's stream waiting for mine
@@ -1073,15 +1078,16 @@ class Communicator:
                 if need:
                     remote[p] = win.peers[p] + at
                 continue
-            if words[slot] != seq or words[slot + 1] != state.digest:
+            if words[slot] != seq or words[slot + _DIGEST] != state.digest:
                 raise PlanError(f"rank {p} is in another collective than rank {self.rank} "
                                 f"({state.plan.collective.describe()}, call {seq} between them): every rank must "
                                 "issue the same collectives in the same order")
-            if p == state.helped and words[slot + 13]:  # local_copies="peer": its input, for its own block
-                helped_in = self._open(bytes(mail[8 * slot + 112:8 * slot + 112 + _HANDLE])) + words[slot + 12]
-            if words[slot + 3]:
-                offset = words[slot + 2]
-                handle = bytes(mail[8 * slot + 32:8 * slot + 32 + _HANDLE])
+            if p == state.helped and words[slot + _IN_KIND]:  # local_copies="peer": its input, for its block
+                at = 8 * slot + _IN_HANDLE
+                helped_in = self._open(bytes(mail[at:at + _HANDLE])) + words[slot + _IN_OFFSET]
+            if words[slot + _OUT_KIND]:
+                offset = words[slot + _OUT_OFFSET]
+                handle = bytes(mail[8 * slot + _OUT_HANDLE:8 * slot + _OUT_HANDLE + _HANDLE])
                 words[region] = seq  # ack: the slot may be reused
                 remote[p] = self._open(handle) + offset
             else:
@@ -1260,11 +1266,11 @@ class Communicator:
         for p in state.partners:
             seq = seqs[p] + 1
             slot = self._claim_slot(p, seq, rendezvous=False)
-            words[slot + 1] = digest
-            words[slot + 2] = offset
-            words[slot + 3] = _IN_WINDOW
-            words[slot + 4] = index
-            words[slot] = seq
+            words[slot + _DIGEST] = digest
+            words[slot + _OUT_OFFSET] = offset
+            words[slot + _OUT_KIND] = WINDOW
+            words[slot + _WINDOW_INDEX] = index
+            words[slot + _SEQ] = seq
             seqs[p] = seq
             queue = pending.get(p)
             if queue is None:
@@ -1291,10 +1297,11 @@ class Communicator:
                 checked = True
                 # p writes a slot as 0, the fields, then its sequence number: an entry that changed while it was
                 # read, or that a later one of p's replaced (p is 4 calls ahead), can no longer be checked
-                flag, theirs, at, where = words[slot + 3], words[slot + 1], words[slot + 2], words[slot + 4]
+                flag, theirs = words[slot + _OUT_KIND], words[slot + _DIGEST]
+                at, where = words[slot + _OUT_OFFSET], words[slot + _WINDOW_INDEX]
                 if got == 0 or got > seq or words[slot] != got:
                     continue
-                if got != seq or flag != _IN_WINDOW:
+                if got != seq or flag != WINDOW:
                     self._window_mismatch(PlanError(
                         f"rank {p} did not pass a buffer of a registered window in call {seq} between them, where "
                         f"rank {self.rank}'s {what.describe()} used window {index} at offset {offset}: pass buffers "

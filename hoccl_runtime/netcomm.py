@@ -44,6 +44,7 @@ from ._cuda import ipc_export, on_device  # no CUDA at import: it loads cupy / c
 from .errors import HocclError, HocclTimeoutError, PlanError, TransportError
 from .interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from .ipc import IpcMappings
+from .mailbox import HANDLE, NONE, SLOT
 from .plans import PlanCache
 
 __all__ = ["NetCommunicator", "NodeNetCommunicator", "CallProxy", "CallEvents"]
@@ -551,12 +552,13 @@ class NetCommunicator(_Calls):
 # --- several GPUs per node ---------------------------------------------------------------------------------
 # Node shared memory (created by the node's leader, local rank 0; registered with CUDA in every process):
 # a header (error word and message) and one region per local rank: START and DONE flags (int32) that the rank's stream
-# writes and waits on, the leader's ack and completed-call words, and a ring of _SLOTS entries in which the
-# rank publishes each call: [seq, digest, device, in_offset, out_offset, in_bytes, out_bytes, -,
-# in_handle (8 words), out_handle (8 words), event_handle (8 words: where the call sits in the rank's stream, see
-# CallEvents)].
+# writes and waits on, the leader's ack and completed-call words, and a ring of _SLOTS mailbox slots
+# (hoccl_runtime.mailbox, the Communicator's too) in which the rank publishes each call: seq, digest, device, its
+# input's and output's offset, size and IPC handle, and event_handle (where the call sits in the rank's stream, see
+# CallEvents).
 _SLOTS = 4
-_SLOT_WORDS = 32
+_SLOT_WORDS = SLOT.words
+_PARTS = (("in_kind", "in_offset", "in_bytes", "in_handle"), ("out_kind", "out_offset", "out_bytes", "out_handle"))
 _REGION = 64 + _SLOTS * _SLOT_WORDS * 8   # bytes per local rank
 _HEADER = 512  # the error word, then what the leader's error said (UTF-8, cut to fit)
 
@@ -800,15 +802,16 @@ class NodeNetCommunicator(_Calls):
             with on_device(self.device):
                 event = self._events.record(s)
             self._recorded.append((seq, event))
-            sh.bytes[8 * (slot + 24):8 * (slot + 32)] = self._events.handle(event)
-            w[slot + 1] = zlib.crc32(plan.plan_id.encode())
-            w[slot + 2] = self.device
-            for k, buf in ((0, inp), (1, out)):
-                w[slot + 5 + k] = buf.nbytes
-                if exports[k] is not None:
-                    handle, w[slot + 3 + k] = exports[k]
-                    sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)] = handle
-            w[slot] = seq  # last: the leader reads the entry after seeing seq
+            sh.bytes[SLOT.span(slot, "event_handle")] = self._events.handle(event)
+            w[slot + SLOT.digest] = zlib.crc32(plan.plan_id.encode())
+            w[slot + SLOT.device] = self.device
+            for (kind, offset, nbytes, handle_at), buf, export in zip(_PARTS, (inp, out), exports, strict=True):
+                w[slot + getattr(SLOT, nbytes)] = buf.nbytes
+                w[slot + getattr(SLOT, kind)] = HANDLE if export is not None else NONE
+                if export is not None:
+                    handle, w[slot + getattr(SLOT, offset)] = export
+                    sh.bytes[SLOT.span(slot, handle_at)] = handle
+            w[slot + SLOT.seq] = seq  # last: the leader reads the entry after seeing seq
             with on_device(self.device):
                 MemOps().write(sh.flag(self.local, 0), 1).enqueue(s)
                 MemOps().wait_eq(sh.flag(self.local, 1), 1).write(sh.flag(self.local, 1), 0).enqueue(s)
@@ -882,22 +885,22 @@ class NodeNetCommunicator(_Calls):
                         f"({plan.collective.describe()}) within {self.timeout_s:.0f} s; every rank of the node must "
                         "issue the same collectives in the same order (is it stuck, or dead?)")
                 time.sleep(50e-6)
-            if w[slot] != seq or w[slot + 1] != digest:
+            if w[slot] != seq or w[slot + SLOT.digest] != digest:
                 raise PlanError(f"node {self.node}: local rank {i} is in another collective than its leader (call "
                                 f"{seq}, {plan.collective.describe()}): every rank must issue the same collectives")
-            handle = bytes(sh.bytes[8 * (slot + 24):8 * (slot + 32)])
+            handle = bytes(sh.bytes[SLOT.span(slot, "event_handle")])
             if handle not in self._opened_events:
                 self._opened_events[handle] = int(rt.ipcOpenEventHandle(handle))
             events.append(self._opened_events[handle])
-            device, parts = w[slot + 2], []
-            for k in (0, 1):
-                n = w[slot + 5 + k]
-                if not n:
+            device, parts = w[slot + SLOT.device], []
+            for kind, offset, nbytes, handle_at in _PARTS:
+                n = w[slot + getattr(SLOT, nbytes)]
+                if not n or w[slot + getattr(SLOT, kind)] != HANDLE:
                     parts.append(DeviceBuffer(0, 0, device))
                     continue
-                handle = bytes(sh.bytes[8 * (slot + 8 + 8 * k):8 * (slot + 16 + 8 * k)])
+                handle = bytes(sh.bytes[SLOT.span(slot, handle_at)])
                 mapped = self._opened.open(handle, device, tag=seq)  # in the context of the GPU that owns it
-                parts.append(DeviceBuffer(mapped + w[slot + 3 + k], n, device))
+                parts.append(DeviceBuffer(mapped + w[slot + getattr(SLOT, offset)], n, device))
             buffers[self.node * self.L + i] = tuple(parts)
             w[base + 1] = seq  # ack: the slot may be reused
         return buffers, events

@@ -652,3 +652,22 @@ def test_ipc_mappings_close_the_least_recently_used_only_when_allowed(monkeypatc
     maps.close_all()
     assert sorted(closed) == [0x1000, 0x2000, 0x4000] and len(maps) == 0
     assert 0 in devices and 1 in devices  # each mapped and closed in its own GPU's context
+
+
+def test_one_mailbox_slot_for_both_communicators():
+    """The intra-node Communicator and the node leader publish calls in the same slot structure
+    (hoccl_runtime.mailbox): named fields that tile the slot without overlap, handles 8 words each."""
+    from hoccl_runtime import comm, netcomm
+    from hoccl_runtime.mailbox import HANDLE_BYTES, SLOT, Fields
+
+    assert comm._SLOT_WORDS == netcomm._SLOT_WORDS == SLOT.words
+    starts = sorted((getattr(SLOT, name), name) for name in SLOT.names)
+    sizes = {name: 8 if name.endswith("handle") else 1 for name in SLOT.names}
+    at = 0
+    for start, name in starts:
+        assert start == at, (name, start, at)
+        at += sizes[name]
+    assert at == SLOT.words
+    assert SLOT.span(100, "out_handle") == slice(8 * (100 + SLOT.out_handle), 8 * (100 + SLOT.out_handle) + HANDLE_BYTES)
+    assert Fields(("a", 2), ("b", 1)).b == 2 and Fields(("a", 2), ("b", 1)).words == 3
+    assert 8 * (comm._RING + 2 * comm.EAGER_SLOTS) <= comm._PAIR_BYTES  # the slots and the eager ring fit a pair

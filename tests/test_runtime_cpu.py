@@ -668,6 +668,7 @@ def test_one_mailbox_slot_for_both_communicators():
         assert start == at, (name, start, at)
         at += sizes[name]
     assert at == SLOT.words
-    assert SLOT.span(100, "out_handle") == slice(8 * (100 + SLOT.out_handle), 8 * (100 + SLOT.out_handle) + HANDLE_BYTES)
+    start = 8 * (100 + SLOT.out_handle)
+    assert SLOT.span(100, "out_handle") == slice(start, start + HANDLE_BYTES)
     assert Fields(("a", 2), ("b", 1)).b == 2 and Fields(("a", 2), ("b", 1)).words == 3
     assert 8 * (comm._RING + 2 * comm.EAGER_SLOTS) <= comm._PAIR_BYTES  # the slots and the eager ring fit a pair

@@ -31,7 +31,7 @@ __all__ = [
     "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: ranks carry the resident offsets of in-place collectives
 PRETTY_LIMIT = 100_000  # plans with at most this many chunk entries are written indented
 
 
@@ -77,8 +77,14 @@ class FlowTable(_Columns):
 
 
 class RankBuffers(_Model):
+    """Per rank: its input's and output's sizes, and where its input already sits in its output in an in-place
+    collective (``resident_offset``, ``resident_bytes``; 0 bytes where none), which a runtime needs to take an
+    in-place call's input as a slice of its output."""
+
     input_bytes: list[int]
     output_bytes: list[int]
+    resident_offset: list[int]
+    resident_bytes: list[int]
 
 
 class QueueTable(_Columns):
@@ -143,7 +149,7 @@ class Report(_Model):
 class Plan(_Model):
     """A compiled, verified schedule for one collective on one topology."""
 
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     plan_id: str = Field(pattern=r"^[0-9a-f]{16}$")
     generator: str
     topology: Topology

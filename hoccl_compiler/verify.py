@@ -65,7 +65,8 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     G = topo.num_gpus
     # 0. sizes the file must carry for its GPU count, checked before anything G x G is allocated -------------
     if len(plan.origin_matrix) != G or any(len(row) != G for row in plan.origin_matrix) or \
-            len(plan.ranks.input_bytes) != G or len(plan.ranks.output_bytes) != G:
+            any(len(getattr(plan.ranks, f)) != G for f in ("input_bytes", "output_bytes", "resident_offset",
+                                                           "resident_bytes")):
         raise PlanError(f"plan {plan.plan_id} claims {G} GPUs ({topo.nodes} x {topo.gpus_per_node}) but its origin "
                         f"matrix is {len(plan.origin_matrix)} rows and its rank table {len(plan.ranks.input_bytes)} "
                         "entries: the plan is corrupt; recompile it")
@@ -85,6 +86,9 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     if plan.ranks.input_bytes != lay.input_bytes.tolist() or plan.ranks.output_bytes != lay.output_bytes.tolist():
         raise PlanError(f"plan {plan.plan_id}: per-rank buffer sizes do not match the collective; recompile it")
     res_off, res_bytes = lay.resident()  # in place: output bytes that already hold the rank's input
+    if plan.ranks.resident_offset != res_off.tolist() or plan.ranks.resident_bytes != res_bytes.tolist():
+        raise PlanError(f"plan {plan.plan_id}: ranks.resident_offset / resident_bytes do not match the in-place "
+                        f"layout of its {plan.collective.kind}; the plan is corrupt: recompile it")
     has_res = np.nonzero(res_bytes)[0]
     _check_tiling(plan, np.r_[flows["dst"], has_res], np.r_[flows["dst_offset"], res_off[has_res]],
                   np.r_[flows["bytes"], res_bytes[has_res]], lay.output_bytes, "output", "writes")

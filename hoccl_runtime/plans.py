@@ -143,7 +143,6 @@ def verify(plan: Plan) -> None:
 
 
 def resident(plan: Plan) -> tuple[Any, Any]:
-    """(offset, bytes) per rank of the input already in place in its output (in-place collectives)."""
-    from hoccl_compiler.collective import layout
-
-    return layout(plan.collective, plan.num_ranks).resident()
+    """(offset, bytes) per rank of the input already in place in its output (in-place collectives), as the plan
+    carries them (schema 2; verified with the rest of the plan)."""
+    return plan.ranks.resident_offset, plan.ranks.resident_bytes

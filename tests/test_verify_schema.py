@@ -49,6 +49,9 @@ def test_compiled_plan_verifies(plan):
         first_index(d["stages"][0], "rdma"), -1), "does not wait"),
     ("waits reordered", lambda d: d["stages"][0].__setitem__("chunks", d["stages"][0]["chunks"][::-1]), "deadlock"),
     ("chunk order out of range", lambda d: d["stages"][0]["chunks"].__setitem__(0, 10**6), "outside"),
+    ("resident offset", lambda d: d["ranks"]["resident_offset"].__setitem__(0, 4096), "resident"),
+    ("resident bytes", lambda d: d["ranks"]["resident_bytes"].__setitem__(1, 1), "resident"),
+    ("resident list short", lambda d: d["ranks"]["resident_bytes"].pop(), "rank table"),
 ])
 def test_verifier_catches(plan, name, edit, needle):
     bad = mutate(plan, edit)

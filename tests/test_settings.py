@@ -58,9 +58,10 @@ def test_a_communicator_refuses_a_bad_setting_before_allocating(monkeypatch):
 
     fake_cuda.install(monkeypatch)
     from hoccl_runtime import comm
+    from hoccl_runtime.comm import intranode
 
     made = []
-    monkeypatch.setattr(comm, "_SharedHost", lambda *a, **k: made.append(a))  # nothing shared may be made
+    monkeypatch.setattr(intranode, "_SharedHost", lambda *a, **k: made.append(a))  # nothing shared may be made
     monkeypatch.setenv("HOCCL_GRAPH_AFTER", "often")
     with pytest.raises(HocclError, match="HOCCL_GRAPH_AFTER='often' is not an integer"):
         comm.Communicator(0, 2, 0, fake_cuda.Store())

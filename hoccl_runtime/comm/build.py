@@ -1,0 +1,268 @@
+"""Launch lists of a call: built from the plan's copies and the cross-process handshakes, cached per (call,
+buffers, stream), compiled into bound calls (hoccl_runtime.launch), promoted to a CUDA graph when repeated, and
+paced where a rate is asked."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from ..errors import PlanError
+from ..executor import _capturing
+from ..flags import MemOps
+from ..interop import DeviceBuffer
+from ..launch import (
+    Call,
+    Device,
+    GraphLaunch,
+    Memcpy,
+    Memops,
+    Op,
+    Record,
+    Restore,
+    Wait,
+    compile_launch,
+    replay,
+    squeeze_devices,
+)
+from ..program import (
+    bounce_moves,
+    dma_queues,
+)
+from ._base import (
+    MAX_QUEUES,
+    _Launch,
+    _PlanState,
+)
+
+
+class LaunchBuilding:
+    """What the Communicator does to turn a call into CUDA work (see the module docstring)."""
+
+    def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> None:
+        key = self._launch_key(state, inp, out, remote, helped_in, s, rate)
+        self._cached(key, lambda stream, r: self._build(state, inp, out, remote, stream, r, helped_in), s, rate)
+
+    def _launch_key(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                    remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> tuple:
+        """What a call's cached launch list depends on (the launch cache's key)."""
+        return (state.uid, s, inp.ptr if inp else 0, out.ptr if out else 0,
+                tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), helped_in,
+                rate and (rate, self.pace_period_us))
+
+    def _cached(self, key: tuple, build: Any, s: int, rate: float | None) -> None:
+        """Run the call's work for ``key``: ``build(stream, rate)`` gives its launch list, compiled on first
+        use; at the ``graph_after``-th use of an unpaced call it is captured into a CUDA graph."""
+        if rate:
+            self._cached_paced(key, build, s, rate)
+            return
+        entry = self._launches.hit(key)
+        if entry is None:
+            entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(build(s, rate), s))))
+        entry.hits += 1
+        if entry.hits == self.graph_after:
+            self._promote(entry, lambda stream: build(stream, None), s)
+        entry.run()
+
+    def _cached_paced(self, key: tuple, build: Any, s: int, rate: float) -> None:
+        """A paced call: never a graph; its sleeps follow its entry's Feedback scale, which with
+        ``pace_feedback`` on learns from the calls' lengths (timed outside stream capture only)."""
+        def make() -> _Launch:
+            self._building = pacing.Feedback(self._pacer_for_calls())  # _paced links the sleeps to it
+            try:
+                return _Launch(compile_launch(self._launch_list(build(s, rate), s)), self._building)
+            finally:
+                self._building = None
+
+        entry = self._launches.get(key, make)
+        entry.hits += 1
+        mark = entry.feedback.begin(s) if self.pace_feedback and not _capturing((s,)) else None
+        entry.run()
+        if mark is not None:
+            entry.feedback.end(mark, s)
+
+    def _pacer_for_calls(self) -> pacing.Pacer:
+        if self._pacer is None:
+            self._pacer = pacing.Pacer(self.device)
+        return self._pacer
+
+    def _promote(self, entry: _Launch, build: Any, s: int) -> None:
+        """Capture the call's work once into a CUDA graph (on a private stream: the caller's may be the
+        legacy default stream, which cannot capture) and make ``entry`` launch it on ``s``. While the
+        caller's own stream is being captured (the user building a graph), the call still issues its
+        work one by one, so that it is captured into the user's graph."""
+        rt = _cuda.cupy_runtime()
+        if rt.streamIsCapturing(s):
+            return
+        with _cuda.on_device(self.device):
+            if self._capture is None:
+                self._capture = self._cupy.cuda.Stream(non_blocking=True)
+            cap = int(self._capture.ptr)
+            ops = build(cap)
+            tail: list[Op] = []
+            while self.graph_tail_direct and len(ops) > 1 and type(ops[-1]) is Memops:
+                tail.insert(0, Memops(ops.pop().batch, s))
+            rt.streamBeginCapture(cap, 1)  # cudaStreamCaptureModeThreadLocal
+            try:
+                replay(ops)
+            finally:
+                graph = rt.streamEndCapture(cap)
+            try:
+                exe = rt.graphInstantiate(graph)
+            finally:
+                rt.graphDestroy(graph)
+        entry.exe = exe
+        ops = self._launch_list([GraphLaunch(exe, s), *tail], s)
+        eager, launch = entry.run, compile_launch(ops)
+        capturing = rt.streamIsCapturing
+
+        def run() -> None:
+            if capturing(s):
+                eager()
+            else:
+                launch()
+        entry.run = run
+        if [type(op) for op in ops] == [Device, GraphLaunch, Record, Restore]:
+            # the common call, in one closure: the hot path of every repeated call (its Python part cost
+            # 0.4 us less on the CPU VM than the general one, examples/profile_python.py)
+            device, ev = ops[0].device, ops[2].event
+            graph_launch, record, get_device = rt.graphLaunch, rt.eventRecord, rt.getDevice
+
+            def run_graph() -> None:
+                if capturing(s):
+                    eager()
+                elif get_device() == device:
+                    graph_launch(exe, s)
+                    record(ev, s)
+                else:
+                    launch()
+            entry.run = run_graph
+
+    def _drop_launch(self, entry: _Launch) -> None:
+        if entry.feedback is not None:
+            with contextlib.suppress(Exception):  # closing anyway
+                entry.feedback.close()
+        if entry.exe is not None:
+            from .._cuda import cupy_runtime
+
+            with contextlib.suppress(Exception):  # closing anyway; a launch in flight is freed when it ends
+                cupy_runtime().graphExecDestroy(entry.exe)
+            entry.exe = None
+
+    def _launch_list(self, ops: list[Op], user: int) -> list[Op]:
+        """The call's CUDA work, then the end-of-call event that synchronize() and close() look at (recorded
+        by the caller, not captured in a call's graph: an event last recorded by a capture reads as done to
+        cudaEventQuery, and synchronize() returned while the graph's copies ran, 2x H200, 2026-11-30).
+        (Capturing the list into a CUDA graph, one cudaGraphLaunch per call, was measured slower on the
+        2x H200: 28 vs 21 us of host time for a 2 MiB send, so calls replay the list itself.)"""
+        return squeeze_devices([Device(self.device), *ops, Record(self._event(("end", user)), user)])
+
+    def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+               remote: dict[int, int], user: int, rate: float | None = None,
+               helped_in: int | None = None) -> list[Op]:
+        """My launch list (see the module docstring). The caller's stream U carries the cross-process
+        handshakes and my first DMA queue's copies; other queues (local copies, extra DMA queues) run on
+        side streams ordered with U by events, so the common call costs 3 CUDA calls::
+
+            U:  [signal READY to senders; wait READY of receivers] -> copies -> [signal DONE; wait DONE]
+
+        With local_copies="peer" my own block goes through my receivers' outputs (``state.bounce``), or, where
+        no send of mine carries it, is copied by ``state.helper`` (a sender to me like any other); and I copy
+        ``state.helped``'s, from its input at ``helped_in`` into its output, after my sends."""
+        plan, prog, me = state.plan, state.program, self.rank
+        kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
+        mine = sorted(q for q in prog.copies if qgpu[q] == me)
+        dma = dma_queues(prog, plan.queues.kind, me)
+        main = dma[0] if dma else None
+        senders = {prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]}
+        receivers = {c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me}
+        senders, receivers = sorted(senders | {state.helper} - {None}), sorted(receivers | {state.helped} - {None})
+        helped: list[Op] = []
+        if state.helped is not None:  # the helped rank's own block, its input to its output, both mapped here
+            if helped_in is None:
+                raise PlanError(f"rank {state.helped} sent no input address for its own block (rank {me} copies it "
+                                "with local_copies='peer'): set HOCCL_LOCAL_COPIES alike on every rank")
+            base = remote[state.helped]
+            helped = [Memcpy(base + c.dst_offset, helped_in + c.src_offset, c.nbytes, user)
+                      for c in state.helped_copies if base + c.dst_offset != helped_in + c.src_offset]
+        entry, exit_ = MemOps(), MemOps()
+        for r in senders:      # my output may be written: tell r (signals first, then waits: no deadlock)
+            entry.wait_eq(self._flag(0, r, me), 0).write(self._flag(0, r, me), 1)
+        for r in receivers:    # r's output may be written by my copies
+            entry.wait_eq(self._flag(0, me, r), 1).write(self._flag(0, me, r), 0)
+        for r in receivers:
+            exit_.wait_eq(self._flag(1, me, r), 0).write(self._flag(1, me, r), 1)
+        for r in senders:
+            exit_.wait_eq(self._flag(1, r, me), 1).write(self._flag(1, r, me), 0)
+
+        def copies(q: int, stream: int) -> list[Op]:  # an in-place call's own block is already in place
+            moves = [((out.ptr if c.dst_rank == me else remote[c.dst_rank]) + c.dst_offset, inp.ptr + c.src_offset,
+                      c.nbytes) for c in prog.copies[q]]
+            return [Memcpy(dst, src, n, stream) for dst, src, n in moves if dst != src]
+
+        # my own block through peers' outputs: pushed into regions my sends overwrite and pulled back before
+        # them, or pulled back from where my sends put it after them (bounce_route); none in place
+        before: list[Op] = []
+        after: list[Op] = []
+        if state.bounce:
+            pre, post = bounce_moves(state.bounce, inp.ptr, out.ptr, remote)
+            before = [Memcpy(dst, src, n, user) for dst, src, n in pre]
+            after = [Memcpy(dst, src, n, user) for dst, src, n in post]
+        # local queues with copies to make: none when they go through peers, nor in place
+        by_peer = state.helper is not None or bool(state.bounce)
+        side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (not by_peer and copies(q, 0)))]
+        ops: list[Op] = []
+        local = [q for q in side if kinds[q] == "dma_local"]
+        if local and self._one_queue:
+            self._one_queue = False
+            n = plan.ranks.input_bytes[me]
+            in_place = (f"pass the output's own block as the input (in place: input = output[{me * n}:{(me + 1) * n}] "
+                        "in bytes) or " if plan.collective.kind == "allgather" else "")
+            warnings.warn(
+                f"rank {me}: this {plan.collective.describe()} copies its own block within GPU {self.device}, which "
+                "the CUDA driver does with a kernel; under CUDA_DEVICE_MAX_CONNECTIONS=1 that kernel waits behind "
+                "compute issued before it on any stream, so the call cannot overlap that compute. For traffic that "
+                f"overlaps compute, {in_place}use hoccl_runtime.init(local_copies='peer') (HOCCL_LOCAL_COPIES=peer); "
+                "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=2)
+        if local:  # local copies need no peer: they start before the handshake
+            ops.append(Record(self._event(("pre", user)), user))
+        if entry.ops:
+            ops.append(Memops(entry, user))
+        if len(side) > len(local):
+            ops.append(Record(self._event(("post", user)), user))
+        for q in side:
+            stream = self._side_stream(qindex[q] if kinds[q] == "dma" else MAX_QUEUES)
+            ops.append(Wait(stream, self._event(("pre" if q in local else "post", user))))
+            ops += copies(q, stream)
+            ops.append(Record(self._event(("side", q)), stream))
+        sends = before + (copies(main, user) if main is not None else []) + after + helped
+        if sends and rate is None:
+            ops += sends
+        elif sends:
+            ops += self._paced(sends, rate, user)
+        ops += [Wait(user, self._event(("side", q))) for q in side]
+        if exit_.ops:  # last: a graph of the call ends at its copies, and this batch follows it (_promote)
+            ops.append(Memops(exit_, user))
+        return ops
+
+    def _paced(self, copies: list[Op], rate: float, user: int) -> list[Op]:
+        """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
+        k's bytes at ``rate`` after tick k, and the call ends no earlier than the tick after its last
+        piece (see pacing.py)."""
+        pacer = self._pacer_for_calls()
+        # the Feedback of the launch being made (_cached_paced); a list built on its own gets its own
+        feedback = self._building if self._building is not None else pacing.Feedback(pacer)
+        clock = pacer.handle
+        tick = pacing.tick_us(rate, self.pace_period_us)
+        cut = [Memcpy(c.dst + off, c.src + off, n, c.stream)
+               for c in copies for off, n in pacing.pieces(c.nbytes, rate, tick)]
+        feedback.target_us += sum(piece.nbytes for piece in cut) / (rate * 1e3)
+        ops: list[Op] = [Record(self._event(("tick", 0)), user), Wait(clock, self._event(("tick", 0)))]
+        for k, piece in enumerate(cut):
+            ops.append(piece)
+            ops += [Call(feedback.sleep, (clock, pacer.sleep_us(piece.nbytes / (rate * 1e3)))),
+                    Record(self._event(("tick", k + 1)), clock), Wait(user, self._event(("tick", k + 1)))]
+        return ops

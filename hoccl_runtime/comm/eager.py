@@ -1,0 +1,185 @@
+"""The eager path of small send/recv (and, opt-in, collectives): pieces staged in per-pair slots of peer
+memory mapped once, so neither side waits for the other on the host."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hoccl_compiler.schema import Plan
+
+from .. import _cuda  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from ..errors import HocclError, HocclTimeoutError, PlanError, TransportError
+from ..flags import MemOps
+from ..interop import DeviceBuffer
+from ..launch import (
+    Memcpy,
+    Memops,
+    Op,
+)
+from ..program import (
+    Program,
+)
+from ._base import (
+    _HANDLE,
+    _RING,
+    EAGER_SLOTS,
+    _EagerLayout,
+    _Flag,
+    _PlanState,
+    _slot_flag_index,
+)
+
+
+class EagerPath:
+    """The Communicator's eager path (see the module docstring)."""
+
+    def _eager_layout(self, plan: Plan, prog: Program) -> _EagerLayout | None:
+        """Send/recv (and, with ``eager_collectives``, any plan) whose bytes per directed pair fit a slot."""
+        if plan.collective.kind != "sendrecv" and not self.eager_collectives:
+            return None
+        me, local, sends, recvs = self.rank, [], {}, {}
+        fill: dict[tuple[int, int], int] = {}
+        for q in sorted(prog.copies):
+            for c in prog.copies[q]:
+                if c.src_rank == c.dst_rank == me:
+                    local.append((c.dst_offset, c.src_offset, c.nbytes))
+                elif me in (c.src_rank, c.dst_rank):
+                    at = fill.get((c.src_rank, c.dst_rank), 0)
+                    fill[(c.src_rank, c.dst_rank)] = at + c.nbytes
+                    if c.src_rank == me:
+                        sends.setdefault(c.dst_rank, []).append((at, c.src_offset, c.nbytes))
+                    else:
+                        recvs.setdefault(c.src_rank, []).append((c.dst_offset, at, c.nbytes))
+        if not fill or max(fill.values()) > self.eager_bytes:
+            return None
+        return _EagerLayout(tuple(local), {p: tuple(v) for p, v in sends.items()},
+                            {p: tuple(v) for p, v in recvs.items()})
+
+    # --- the eager path (module docstring, item 7) ----------------------------------------------------------
+    def _eager_enter(self, state: _PlanState) -> dict[int, int]:
+        """The call's sequence number with each partner and so its staging slot ({partner: slot}); writes
+        my size entries into the receivers' rings and checks the senders' entries in mine. Acknowledges
+        each partner's mailbox entries up to this call (an eager call has none, earlier ones were all
+        read in order), so rendezvous calls that follow are not held up by the mailbox's flow control."""
+        e, me, words = state.eager, self.rank, self._shared.words
+        what = state.plan.collective  # described only in an error
+        slots = {}
+        for p in state.partners:
+            if p not in self._stage_out:
+                self._eager_setup(p)
+            seq = self._seq[p] = self._seq[p] + 1
+            if self._win_pending.get(p) or self._rdv_open[p]:  # not past an entry of p's still to be read
+                self._ack(p)
+            else:
+                words[self._region_in[p]] = seq
+            slots[p] = seq % EAGER_SLOTS
+            if p in e.sends:
+                ring = self._pair(me, p) // 8 + _RING + 2 * slots[p]
+                words[ring + 1] = state.digest
+                words[ring] = seq
+            if p in e.recvs:
+                ring = self._pair(p, me) // 8 + _RING + 2 * slots[p]
+                if not self._check_ring(p, seq, ring, state.digest, what):
+                    self._unverified.append((p, seq, ring, state.digest, what))
+        return slots
+
+    def _eager_launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                      slots: dict[int, int], s: int, rate: float | None) -> None:
+        """My pieces for each peer go to my slot in its staging, the peers' pieces for me are copied out of
+        mine; no host waits."""
+        e = state.eager
+        key = ("eager", state.uid, s, inp.ptr if inp else 0, out.ptr if out else 0,
+               tuple(slots.items()), rate and (rate, self.pace_period_us))
+        self._cached(key, lambda stream, r: self._eager_ops(e, inp, out, slots, stream, r), s, rate)
+
+    def _eager_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                   slots: dict[int, int], s: int, rate: float | None = None) -> list[Op]:
+        """All on the caller's stream: local copies, [wait my slots empty] my pieces into the peers' slots
+        [mark them full; wait for theirs in mine] copies out of mine [mark mine empty]."""
+        me, size = self.rank, self.eager_bytes
+        ops: list[Op] = [Memcpy(out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local
+                            if out.ptr + d != inp.ptr + src]  # in place: already there
+        empty, signal, release = MemOps(), MemOps(), MemOps()
+        sends: list[Op] = []
+        for p, pieces in e.sends.items():
+            flag = self._slot_flag(me, p, slots[p])
+            empty.wait_eq(flag, 0)
+            signal.write(flag, 1)
+            base = self._stage_out[p] + slots[p] * size
+            sends += [Memcpy(base + at, inp.ptr + src, n, s) for at, src, n in pieces]
+        for p in e.recvs:
+            flag = self._slot_flag(p, me, slots[p])
+            signal.wait_eq(flag, 1)
+            release.write(flag, 0)
+        if empty.ops:
+            ops.append(Memops(empty, s))
+        ops += self._paced(sends, rate, s) if rate and sends else sends
+        ops.append(Memops(signal, s))
+        for p, pieces in e.recvs.items():
+            base = self._stage_in[p] + slots[p] * size
+            ops += [Memcpy(out.ptr + d, base + at, n, s) for d, at, n in pieces]
+        if release.ops:
+            ops.append(Memops(release, s))
+        return ops
+
+    def _slot_flag(self, a: int, b: int, j: int) -> _Flag:
+        """FULL of eager slot j for messages a -> b."""
+        return _Flag(self._shared.flag_address(_slot_flag_index(self.world, a, b, j)))
+
+    def _eager_setup(self, peer: int) -> None:
+        """Once per pair, at its first eager message (either direction): allocate my staging for the
+        peer's messages and publish its IPC handle, then map the peer's staging for mine. Both sides
+        publish before they wait, so two ranks that first send to each other do not deadlock."""
+        with _cuda.on_device(self.device) as rt:
+            if peer not in self._stage_in:
+                ptr = self._stage_in[peer] = int(rt.malloc(EAGER_SLOTS * self.eager_bytes))
+                self._store.set(f"eager/{peer}->{self.rank}", bytes(rt.ipcGetMemHandle(ptr)) +
+                                self.eager_bytes.to_bytes(8, "little"))
+            got = self._store_get(f"eager/{self.rank}->{peer}", peer)
+            handle, theirs = got[:_HANDLE], int.from_bytes(got[_HANDLE:_HANDLE + 8], "little")
+            if theirs != self.eager_bytes:
+                raise HocclError(f"rank {peer} stages eager messages of up to {theirs} bytes, rank {self.rank} of "
+                                 f"{self.eager_bytes}: set HOCCL_EAGER_BYTES alike on every rank")
+            self._stage_out[peer] = int(rt.ipcOpenMemHandle(handle))
+
+    def _store_get(self, key: str, peer: int, what: str = "set up its eager staging") -> bytes:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                if self._store.check([key]):
+                    return bytes(self._store.get(key))
+            except Exception as exc:  # noqa: BLE001 - a store that lost its server
+                raise TransportError(f"rank {self.rank}: the bootstrap store failed while waiting for rank {peer} "
+                                     f"({exc})") from None
+            self._raise_if_failed()
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank {self.rank} "
+                                        "waits for it); is it alive, issuing the same calls, and set up alike "
+                                        "(HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
+            time.sleep(1e-3)
+
+    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: Any) -> bool:
+        """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:
+        it can no longer be checked); raises PlanError if it names another size."""
+        words = self._shared.words
+        first = words[ring]
+        if first < seq:
+            return False
+        theirs = words[ring + 1]
+        if first == seq and words[ring] == seq and theirs != digest:
+            raise PlanError(f"rank {peer} sent rank {self.rank} another size or collective than the "
+                            f"{what.describe()} rank {self.rank} receives (call {seq} between them): every rank must "
+                            "issue the same calls with matching sizes, in the same order")
+        return True
+
+    def _verify_eager(self) -> None:
+        """Check the deferred receives whose size entries are there now; a mismatch is raised once."""
+        pending, self._unverified = self._unverified, []
+        for i, entry in enumerate(pending):
+            try:
+                if not self._check_ring(*entry):
+                    self._unverified.append(entry)
+            except PlanError:
+                self._unverified += pending[i + 1:]
+                raise

@@ -16,21 +16,16 @@ about 4.2 GB/s at 250 us (pieces stay at least 1 MiB: :func:`tick_us`). Everythi
 call time like any other call. ``usleep`` overshoots by the thread's timer slack (about 50 us on
 Linux); the first paced call measures the overshoot and asks for that much less.
 
-What pacing buys a load beside it is only the bytes it holds back: measured 2026-11-30 on 2x H200
-(``hoccl-bench contention --controls``, a power-capped bf16 GEMM), the clock stream and its waits with no
-copies cost the GEMM nothing measurable (-0.1..+0.4%), and the same copies issued at the rate by a
-sleeping host thread cost what clock-paced ones cost (+1.8..+3.3% against +2.1..+3.4% at 25-200 GB/s);
-copy-engine traffic costs that GEMM +2..4% at 25 GB/s already, so no pacing gets it much lower there.
+What pacing buys a load beside it is only the bytes it holds back: the clock stream and its waits cost
+the compute nothing of their own; the copies at the rate cost what they cost.
 
-Handshakes, the clock's start after the call's and the host function's dispatch still add time per call
-(measured 2026-11-30 on 2x H200: back-to-back AllGathers of 128 MiB per rank asked for 100 GB/s
-delivered 84 beside a GEMM). So every kind of paced call (one launch-cache entry) keeps a
-:class:`Feedback`: its calls are timed with events, and the sleeps of later calls are scaled so that a
-call lasts its bytes at the rate, learning from calls already finished (never waiting for one). It is
-off unless the communicator's ``pace_feedback`` (HOCCL_PACE_FEEDBACK=1) is on: alone it held back-to-back
-AllGathers at 40 GB/s of 40, but beside a GEMM or a memory-bound loop calls asked for 100 GB/s delivered
-108 and 134 (the lengths it learns from are not the ones inside the load's window); a cap that is
-exceeded is worse than one that falls short.
+Handshakes, the clock's start after the call's and the host function's dispatch still add time per call, so
+a paced call delivers somewhat less than its rate. Every kind of paced call (one launch-cache entry) can keep
+a :class:`Feedback`: its calls are timed with events, and the sleeps of later calls are scaled so that a call
+lasts its bytes at the rate, learning from calls already finished (never waiting for one). It is off unless
+the communicator's ``pace_feedback`` (HOCCL_PACE_FEEDBACK=1) is on, because beside a load the lengths it
+learns from are not the ones inside the load's window and it can overshoot the cap; a cap that is exceeded is
+worse than one that falls short. The measurements behind these choices: docs/architecture.md, "Pacing".
 
 ``usleep`` takes an ``unsigned int``; CUDA passes a host function one ``void *``: the sleep length
 travels in that pointer, which the x86-64 and AArch64 calling conventions pass in the same register

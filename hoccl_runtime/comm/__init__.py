@@ -43,9 +43,8 @@ CUDA driver runs as a kernel of its own; see step 3):
    whole call about as much). The call's trailing batch of stream memory operations (the DONE
    handshake, an eager slot's FULL or EMPTY write) is captured in the graph too; with
    ``graph_tail_direct`` (HOCCL_GRAPH_TAIL_DIRECT=1) the graph ends at the copies and that batch is
-   launched after it. A micro-benchmark priced a memop node after a copy node at ~3 us per launch,
-   but the host time of whole calls with the stream held was lower with the batch inside in 11 of 12
-   comparisons on 2x H200 (2026-11-30, four hosts), so inside is the default.
+   launched after it; inside is the default, as whole calls took less host time that way (the
+   measurements: docs/architecture.md).
 5. A watchdog thread (it sleeps, and checks every 100 ms that the partner processes live) notices a
    partner that died while this rank's streams wait on it: it writes the flags the dead rank would
    have written so the streams drain instead of waiting forever, and every later call (and

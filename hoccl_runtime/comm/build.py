@@ -155,9 +155,9 @@ class LaunchBuilding:
     def _launch_list(self, ops: list[Op], user: int) -> list[Op]:
         """The call's CUDA work, then the end-of-call event that synchronize() and close() look at (recorded
         by the caller, not captured in a call's graph: an event last recorded by a capture reads as done to
-        cudaEventQuery, and synchronize() returned while the graph's copies ran, 2x H200, 2026-11-30).
-        (Capturing the list into a CUDA graph, one cudaGraphLaunch per call, was measured slower on the
-        2x H200: 28 vs 21 us of host time for a 2 MiB send, so calls replay the list itself.)"""
+        cudaEventQuery, so synchronize() would return while the graph's copies run). A repeated call is
+        captured into a graph from its ``graph_after``-th use on (:meth:`_promote`); this list is what the
+        first calls issue, and what the graph is captured from."""
         return squeeze_devices([Device(self.device), *ops, Record(self._event(("end", user)), user)])
 
     def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,

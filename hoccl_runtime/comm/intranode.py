@@ -109,8 +109,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
         self.pace_period_us = env_float("HOCCL_PACE_PERIOD_US", pacing.PERIOD_US)
         # paced calls time themselves and scale their sleeps toward their rate (pacing.Feedback). Off by
-        # default: back to back alone it held 40 GB/s of 40, but beside a GEMM or a memory-bound loop
-        # (2x H200, 2026-11-30) calls asked for 100 GB/s delivered 108 and 134, over the cap
+        # default: beside a load it can overshoot the cap (pacing.py)
         self.pace_feedback = env_flag("HOCCL_PACE_FEEDBACK", False)
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self._lock = threading.Lock()

@@ -23,11 +23,11 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')  # sweep and contention use e
 { nvidia-smi topo -m; lscpu | grep -i "numa\|model name"; } >>"$OUT/gpu.txt" 2>&1
 for p in $parts; do
   case $p in
-    tests) run_part tests 400 python -m pytest -q -p no:cacheprovider tests/test_gpu_intranode.py \
-             tests/test_gpu_multiprocess.py tests/test_gpu_internode.py ;;
-    nettests) run_part nettests 200 python -m pytest -q -p no:cacheprovider tests/test_gpu_internode.py ;;
-    mptests) run_part mptests 300 python -m pytest -q -p no:cacheprovider tests/test_gpu_multiprocess.py ;;
-    mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/mp_worker.py "$OUT/mpworker.json" ;;
+    tests) run_part tests 400 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_intranode.py \
+             tests/gpu/test_gpu_multiprocess.py tests/gpu/test_gpu_internode.py ;;
+    nettests) run_part nettests 200 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_internode.py ;;
+    mptests) run_part mptests 300 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_multiprocess.py ;;
+    mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/support/mp_worker.py "$OUT/mpworker.json" ;;
     handshake) run_part handshake 120 python examples/handshake_latency.py ;;
     profile) run_part profile 120 torchrun --nproc_per_node 2 examples/profile_host.py ;;
     sweep) run_part sweep 400 torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench sweep --out "$OUT" ;;
@@ -39,7 +39,7 @@ for p in $parts; do
                  --curve-gpus $((NGPU / 2)) --out "$OUT" ;;
     contention) run_part contention "${CONTENTION_S:-300}" torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench \
                   contention ${CONTENTION_ARGS:---rounds 15 --in-place --peer --rates 50,100,200,300} --out "$OUT" ;;
-    torch) run_part torch 500 python -m pytest -q -p no:cacheprovider tests/test_gpu_torch.py tests/test_gpu_start.py ;;
+    torch) run_part torch 500 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_torch.py tests/gpu/test_gpu_start.py ;;
     torchbench) run_part torchbench 300 bash -c "torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py --share-gpu \
                   && torchrun --nproc_per_node 2 examples/train_fsdp.py --size 350m --steps 8 --share-gpu \
                   --json $OUT/train_fsdp_shared.json" ;;

@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))  # the fakes and helpers the tests import
 
 
 def _cuda_device_count() -> int:
@@ -63,8 +64,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 @pytest.fixture(autouse=True)
 def _fake_streams_finish_inside_their_test():
-    """Work left on the fake CUDA's stream threads (tests/fake_cuda.py, async streams) finishes before the test's
-    buffers are freed, so no thread copies into freed memory after the test."""
+    """Work left on the fake CUDA's stream threads (tests/support/fake_cuda.py, async streams) finishes before the
+    test's buffers are freed, so no thread copies into freed memory after the test."""
     yield
     fake = sys.modules.get("fake_cuda")
     streams = getattr(fake, "_streams", None) if fake is not None else None

@@ -27,3 +27,18 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_docs_exist():
     for name in ("architecture.md", "plan-format.md", "cli.md", "benchmarks.md"):
         assert (ROOT / "docs" / name).is_file(), name
+
+
+def test_every_script_the_tests_run_is_there():
+    """The tests run helper scripts by path (torchrun workers, network-namespace peers, examples): each one a
+    test names exists where the tests look (tests/support/, examples/), GPU tests included, which the CPU skips."""
+    import re
+
+    names = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        names |= set(re.findall(r"[\"']([A-Za-z_]+\.py)[\"']", path.read_text()))
+    names -= {"attach.py", "__init__.py", "plans.py"}  # written by the test itself; not scripts
+    where = [ROOT / "tests" / "support", ROOT / "examples"]
+    missing = sorted(n for n in names if not any((d / n).exists() for d in where))
+    assert not missing, missing
+    assert {"mp_worker.py", "mp_torch_worker.py", "netns_peer.py", "train_fsdp.py"} <= names  # the scan sees them

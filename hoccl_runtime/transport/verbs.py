@@ -107,7 +107,7 @@ def require_rdma_device(name: str | None = None) -> str:
 
 # --- work requests and queue-pair attributes ------------------------------------------------------------
 # The pieces of the data path that need no device, built with pyverbs' own classes so that they are
-# checked against the real library (tests/test_transport_verbs.py). The RC connection they serve:
+# checked against the real library (tests/transport/test_transport_verbs.py). The RC connection they serve:
 # reset -> INIT (port, access: local write + remote write) -> RTR (peer's QP number, PSN, GID, MTU)
 # -> RTS (our PSN, timeouts); then every network chunk is one RDMA write with immediate, and the
 # receiver keeps receive requests posted (each immediate consumes one) and reads completions.
@@ -281,7 +281,7 @@ class VerbsConnection(Connection):
 class VerbsTransport(Transport):
     """RDMA write-with-immediate over RC queue pairs (pyverbs). Nothing of it has run on an RDMA NIC
     here: its logic is tested against an in-process fake of the pyverbs classes it uses
-    (tests/test_transport_verbs.py) and its work requests against the real pyverbs."""
+    (tests/transport/test_transport_verbs.py) and its work requests against the real pyverbs."""
 
     def __init__(self, *, device: str | None = None, port: int = 1, gid_index: int = 0, qps: int = 4,
                  host: str = "127.0.0.1", oob_port: int = 0, session: str = "", name: str = "",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.multi_gpu(2)
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "bench_internode.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "bench_internode.py"
 
 
 def test_two_nodes_of_one_and_of_two_gpus_over_tcp():

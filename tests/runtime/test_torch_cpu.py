@@ -1,6 +1,6 @@
 """The torch integration's logic on the CPU: every backend operation against a reference (random data, poisoned
 outputs, odd sizes, uneven splits with zeros, several dtypes), reduce ops, deferred send/recv, errors.
-The communicator is faked (tests/torch_fakes.py); the GPU run is tests/test_gpu_torch.py."""
+The communicator is faked (tests/support/torch_fakes.py); the GPU run is tests/gpu/test_gpu_torch.py."""
 
 from __future__ import annotations
 
@@ -305,7 +305,7 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     import train_fsdp
     import train_pipeline
     from gpt import GPT, SIZES, batch, loss_fn

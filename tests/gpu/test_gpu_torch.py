@@ -14,8 +14,8 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("torch")
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).with_name("mp_torch_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).resolve().parents[1] / "support" / "mp_torch_worker.py"
 
 
 def _torchrun(nproc: int, script: Path, *args: str, timeout: int = 400, **extra_env: str) -> str:

@@ -1,7 +1,7 @@
-"""A transport peer run inside a network namespace by tests/test_transport_netns.py.
+"""A transport peer run inside a network namespace by tests/transport/test_transport_netns.py.
 
-    python tests/netns_peer.py recv HOST PORT NBYTES [--die-after N]
-    python tests/netns_peer.py send HOST:PORT NBYTES
+    python tests/support/netns_peer.py recv HOST PORT NBYTES [--die-after N]
+    python tests/support/netns_peer.py send HOST:PORT NBYTES
 
 The receiver prints the CRC-32 of what it got; the sender sends seeded bytes and prints their CRC.
 """
@@ -13,7 +13,7 @@ import sys
 import zlib
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 

@@ -1,6 +1,6 @@
-"""Rank 1 asks for a GPU that is not there; rank 0 must hear of it at once (run by tests/test_gpu_start.py).
+"""Rank 1 asks for a GPU that is not there; rank 0 must hear of it at once (run by tests/gpu/test_gpu_start.py).
 
-    python -m torch.distributed.run --nproc_per_node 2 tests/mp_start_failure.py
+    python -m torch.distributed.run --nproc_per_node 2 tests/support/mp_start_failure.py
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import hoccl_runtime as hr  # noqa: E402
 

@@ -1,6 +1,6 @@
-"""The hoccl backend and the FSDP2 hooks under torchrun, every rank on GPU 0 (run by tests/test_gpu_torch.py).
+"""The hoccl backend and the FSDP2 hooks under torchrun, every rank on GPU 0 (run by tests/gpu/test_gpu_torch.py).
 
-    python -m torch.distributed.run --nproc_per_node 4 tests/mp_torch_worker.py OUT.json [checks...]
+    python -m torch.distributed.run --nproc_per_node 4 tests/support/mp_torch_worker.py OUT.json [checks...]
 
 Each check runs on every rank, on fresh random data with poisoned outputs, against a reference every rank can
 compute (each rank's data is a function of its rank and a salt); rank 0 writes {check: "ok" | the error}
@@ -16,8 +16,8 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

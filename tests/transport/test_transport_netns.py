@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-PEER = Path(__file__).with_name("netns_peer.py")
+PEER = Path(__file__).resolve().parents[1] / "support" / "netns_peer.py"
 
 
 def _run(*cmd: str) -> None:

@@ -1,6 +1,6 @@
-"""Run under torchrun (2+ processes) by tests/test_gpu_multiprocess.py and by hand:
+"""Run under torchrun (2+ processes) by tests/gpu/test_gpu_multiprocess.py and by hand:
 
-    torchrun --nproc_per_node 2 tests/mp_worker.py OUT.json [--bench] [--own-store]
+    torchrun --nproc_per_node 2 tests/support/mp_worker.py OUT.json [--bench] [--own-store]
 
 Checks every communicator call on fresh random data with poisoned outputs, then that a mismatched collective
 and a dead peer give clear errors. One GPU per rank where the machine has them; with fewer GPUs than ranks every
@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 from hoccl_runtime.errors import HocclError
 from hoccl_runtime.settings import SETTINGS, env_flag, env_float, env_int
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_docs_table_is_the_settings_table():

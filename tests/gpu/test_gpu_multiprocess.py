@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).with_name("mp_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "support" / "mp_worker.py"
 VARIANTS = {"sm": ("sm", None), "peer": ("peer", None), "connections1": ("sm", "1")}
-# the checks of tests/mp_worker.py, in its order (a check missing from a rank's results fails as such)
+# the checks of tests/support/mp_worker.py, in its order (a check missing from a rank's results fails as such)
 CHECKS = ["all_gather", "all_to_all", "broadcast", "scatter_gather", "send_recv", "batch_isend_irecv", "pacing",
           "synchronize_waits_for_graphs", "create_close_cycles", "torch_bf16", "no_kernel_trace", "sm_free",
           "two_streams", "windows", "async_pool_refused", "mismatch", "graph_capture", "dead_peer"]
@@ -28,10 +28,10 @@ def _why(text: str) -> str:
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def two_processes(request, tmp_path_factory):
-    """tests/mp_worker.py in 2 processes, once per variant: HOCCL_LOCAL_COPIES sm and peer, and under
+    """tests/support/mp_worker.py in 2 processes, once per variant: HOCCL_LOCAL_COPIES sm and peer, and under
     CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting). Returns (variant, {rank: results}, notes, text)."""
     local_copies, connections = VARIANTS[request.param]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[2]), os.environ.get("PYTHONPATH", "")]),
                HOCCL_LOCAL_COPIES=local_copies)
     env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     if connections is not None:
@@ -79,7 +79,7 @@ MULTI_GPU = pytest.mark.multi_gpu(2)
 
 @MULTI_GPU
 def test_peer_dying_while_gpus_wait_on_it():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[2]), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                           str(WORKER.with_name("mp_death.py"))], capture_output=True, text=True, timeout=180, env=env)
     text = out.stdout + out.stderr
@@ -89,7 +89,7 @@ def test_peer_dying_while_gpus_wait_on_it():
 
 @MULTI_GPU
 def test_one_gpu_per_node_communicator_over_tcp():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[2]), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                           str(WORKER.with_name("mp_net_worker.py"))], capture_output=True, text=True, timeout=300,
                          env=env)
@@ -99,7 +99,7 @@ def test_one_gpu_per_node_communicator_over_tcp():
 
 @MULTI_GPU
 def test_two_nodes_of_two_gpus_through_node_leaders():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(WORKER.parents[2]), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4",
                           str(WORKER.with_name("mp_nodenet_worker.py"))], capture_output=True, text=True,
                          timeout=300, env=env)

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_rank_without_its_gpu_fails_the_others_at_once():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          str(ROOT / "tests" / "mp_start_failure.py")], capture_output=True, text=True, timeout=120,
-                         env=env, cwd=ROOT)
+                          str(ROOT / "tests" / "support" / "mp_start_failure.py")], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=ROOT)
     text = out.stdout + out.stderr
     fails = {m[0]: (float(m[1]), m[2]) for m in re.findall(r"START-FAIL rank (\d) after ([\d.]+) s: (.*)", text)}
     assert set(fails) == {"0", "1"}, text[-4000:]

@@ -104,7 +104,7 @@ def test_rc_transition_attributes_with_real_pyverbs(real_pyverbs):
     assert (rts.qp_state, rts.sq_psn) == (e.IBV_QPS_RTS, 88)
 
 
-# --- the transport, against an in-process fake of pyverbs (tests/fake_pyverbs.py) -------------------------
+# --- the transport, against an in-process fake of pyverbs (tests/support/fake_pyverbs.py) -------------------------
 
 
 def verbs_pair(monkeypatch, *, session_b="s", qps=3, sizes=(1 << 16, 1 << 16)):

@@ -9,7 +9,7 @@ import pytest
 from hoccl_compiler import compile_plan, load_plan, save_plan, verify_plan
 from hoccl_compiler.ir import CompileOptions
 
-SCHEDULES = Path(__file__).resolve().parents[1] / "schedules"
+SCHEDULES = Path(__file__).resolve().parents[2] / "schedules"
 GOLDEN = sorted(SCHEDULES.glob("*.json"))
 
 

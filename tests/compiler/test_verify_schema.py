@@ -13,7 +13,7 @@ from hoccl_compiler import CollectiveSpec, PlanError, compile_plan, load_plan, m
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.schema import PLAN_ROLES, Plan, check_plan_topology, plan_from_json, plan_json_schema
 
-SCHEMA_FILE = Path(__file__).resolve().parents[1] / "hoccl_compiler" / "plan.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "hoccl_compiler" / "plan.schema.json"
 
 
 @pytest.fixture(scope="module")

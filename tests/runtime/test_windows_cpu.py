@@ -1,5 +1,5 @@
 """Registered windows (Communicator.register_window) on a CPU: end to end with CUDA faked in host memory
-(tests/fake_cuda.py), and the mailbox bookkeeping of window calls on its own (entries without a wait,
+(tests/support/fake_cuda.py), and the mailbox bookkeeping of window calls on its own (entries without a wait,
 flow control, acknowledgements, mismatches), with ranks as threads or stepped by hand."""
 
 from __future__ import annotations

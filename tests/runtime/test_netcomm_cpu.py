@@ -1,5 +1,5 @@
 """The one-GPU-per-node communicator end to end on a CPU: two ranks in threads, CUDA faked in host memory
-(tests/fake_cuda.py), the real TCP transport, GpuNodeExecutor, proxy thread and flags."""
+(tests/support/fake_cuda.py), the real TCP transport, GpuNodeExecutor, proxy thread and flags."""
 
 from __future__ import annotations
 

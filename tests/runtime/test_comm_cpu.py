@@ -1,5 +1,5 @@
 """The intra-node communicator end to end on a CPU: ranks as threads of one process, CUDA faked in host
-memory (tests/fake_cuda.py: copies are memmoves, a stream's flag waits block its caller). It runs the
+memory (tests/support/fake_cuda.py: copies are memmoves, a stream's flag waits block its caller). It runs the
 real mailbox, launch lists (compile_launch), READY/DONE protocol and shared host memory."""
 
 from __future__ import annotations
@@ -468,14 +468,15 @@ def test_a_member_attached_to_the_shared_segment_leaves_its_name_to_the_owner(tm
     try:
         script = tmp_path / "attach.py"
         script.write_text(
-            "import sys\nimport pytest\nsys.path[:0] = [sys.argv[2], sys.argv[2] + '/..']\nimport fake_cuda\n"
+            "import sys\nimport pytest\nsys.path[:0] = [sys.argv[2], sys.argv[2] + '/../..']\nimport fake_cuda\n"
             "fake_cuda.install(pytest.MonkeyPatch())\nfrom hoccl_runtime._shm import SharedSegment\n"
             "class Store:\n    def get(self, key):\n        return sys.argv[1].encode()\n"
             "    def check(self, keys):\n        return True\n"
             "    def add(self, key, n):\n        return 0\n"
             "seg = SharedSegment(Store(), False, 4096, key='shm-name')\nseg.shm.buf[0] = 7\nseg.close()\n")
-        done = subprocess.run([sys.executable, str(script), owner.name, str(Path(__file__).parent)],
-                              capture_output=True, text=True, timeout=120)
+        support = Path(__file__).resolve().parents[1] / "support"
+        done = subprocess.run([sys.executable, str(script), owner.name, str(support)], capture_output=True, text=True,
+                              timeout=120)
         assert done.returncode == 0, done.stderr
         assert "leaked" not in done.stderr and "resource_tracker" not in done.stderr, done.stderr
         assert owner.buf[0] == 7

@@ -1,4 +1,4 @@
-"""A rank of a hoccl group that dies (torchrun, 2 ranks on GPU 0; run by tests/test_gpu_torch.py).
+"""A rank of a hoccl group that dies (torchrun, 2 ranks on GPU 0; run by tests/gpu/test_gpu_torch.py).
 
 After a first AllGather, the last rank exits. Rank 0's next call must raise a HocclError (the dead rank named, or
 its timeout) within the group's timeout, not hang. Prints "DEATH OK <seconds>" on rank 0.
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> int:

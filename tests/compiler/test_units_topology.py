@@ -120,7 +120,7 @@ def test_the_runtime_reaches_the_compiler_only_through_plans_py():
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "hoccl_runtime"
+    root = Path(__file__).resolve().parents[2] / "hoccl_runtime"
     allowed = {"hoccl_compiler.schema", "hoccl_compiler.errors"}
     found = {}
     for path in root.rglob("*.py"):
@@ -144,7 +144,7 @@ def _runtime_import_graph() -> dict[str, set[str]]:
     import ast
     from pathlib import Path
 
-    top = Path(__file__).resolve().parents[1]
+    top = Path(__file__).resolve().parents[2]
     root = top / "hoccl_runtime"
 
     def module_of(path: Path) -> str:

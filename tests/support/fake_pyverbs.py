@@ -1,5 +1,5 @@
 """An in-process fake of the pyverbs classes VerbsTransport uses, over a fabric that copies bytes
-between registered regions of one process (tests/test_transport_verbs.py). It follows pyverbs'
+between registered regions of one process (tests/transport/test_transport_verbs.py). It follows pyverbs'
 signatures (checked against Debian's pyverbs 44) and the RC semantics the transport relies on: a
 write with immediate lands its bytes, consumes one posted receive on the peer and completes on both
 completion queues; a write to a peer whose queue pairs are gone completes with an error status."""

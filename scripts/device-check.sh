@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
 #   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [sweepq] [internode] [netcurves] [contention]
-#                                                          [torch] [torchbench] [fsdpcompare]
-# torch: the torch integration's GPU tests (every rank on GPU 0: runs on the 1-GPU machine too); torchbench: host
+#                                                          [torch] [onegpu] [torchbench] [fsdpcompare]
+# torch: the torch integration's GPU tests (every rank on GPU 0: runs on the 1-GPU machine too); onegpu: every GPU
+# test that runs on one GPU (torch, start-up, hardening, the 2-process communicator's checks); torchbench: host
 # time per AllGather call (hook, communicator, backend) and train_fsdp's tokens/s; fsdpcompare (2+ GPUs): HOCCL
 # against NCCL and NCCL's copy-engine mode in FSDP2 training, interleaved rounds.
 # Each part is bounded in time; a summary of every part is printed last. CONTENTION_ARGS replaces the
@@ -40,6 +41,8 @@ for p in $parts; do
     contention) run_part contention "${CONTENTION_S:-300}" torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench \
                   contention ${CONTENTION_ARGS:---rounds 15 --in-place --peer --rates 50,100,200,300} --out "$OUT" ;;
     torch) run_part torch 500 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_torch.py tests/gpu/test_gpu_start.py ;;
+    onegpu) run_part onegpu 590 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_gpu_torch.py \
+              tests/gpu/test_gpu_start.py tests/gpu/test_gpu_hostile.py tests/gpu/test_gpu_multiprocess.py ;;
     torchbench) run_part torchbench 300 bash -c "torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py --share-gpu \
                   && torchrun --nproc_per_node 2 examples/train_fsdp.py --size 350m --steps 8 --share-gpu \
                   --json $OUT/train_fsdp_shared.json" ;;

@@ -90,6 +90,40 @@ def peel_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = 
     return out
 
 
+def uniform_matchings(matrix: np.ndarray, gpus_per_node: int, *, across: bool) -> list[Matching] | None:
+    """The decomposition of a node-uniform matrix in closed form, or None when ``matrix`` is not one.
+
+    Node-uniform: every cell between two GPUs of different nodes (``across``; the RDMA part of a uniform
+    All-to-All or AllGather) or between two different GPUs of one node (not ``across``; its native NVLink part)
+    holds the same byte count ``c``, and every other cell is 0. Its matchings are shifts, each a permutation that
+    moves ``c`` per cell, and they add up to the max line sum, as the peel's do:
+
+    * across nodes: GPU (a, i) -> GPU ((a + k) mod N, (i + l) mod L) for k in 1..N-1, l in 0..L-1;
+    * within a node: GPU (a, i) -> GPU (a, (i + l) mod L) for l in 1..L-1.
+
+    The peel finds the same number of matchings but pays a bipartite matching on the whole support for each (at
+    2048 GPUs 24 s of a 55 s compile)."""
+    G = matrix.shape[0]
+    L = gpus_per_node
+    if G == 0 or G % L:
+        return None
+    N = G // L
+    gpu = np.arange(G)
+    node, local = gpu // L, gpu % L
+    # (node shift, local shift) of each matching
+    shifts = [(k, j) for k in range(1, N) for j in range(L)] if across else [(0, j) for j in range(1, L)]
+    if not shifts:
+        return None
+    c = int(matrix[0, ((node[0] + shifts[0][0]) % N) * L + (local[0] + shifts[0][1]) % L])
+    if c <= 0:
+        return None
+    same_node = node[:, None] == node[None, :]
+    support = ~same_node if across else same_node & ~np.eye(G, dtype=bool)
+    if not (np.all(matrix[support] == c) and not matrix[~support].any()):
+        return None
+    return [(c, gpu, ((node + k) % N) * L + (local + j) % L) for k, j in shifts]
+
+
 WeightedMatching = tuple[np.ndarray, np.ndarray, np.ndarray]  # (bytes per cell, rows, cols)
 TAILS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005)
 
@@ -165,7 +199,10 @@ def run(state: CompileState, options: CompileOptions,
     rdma_matrix[pieces.src[rdma], pieces.dst[rdma]] = pieces.bytes[rdma]
     cell_flow = np.full((G, G), -1, dtype=np.int64)
     cell_flow[pieces.src[rdma], pieces.dst[rdma]] = pieces.flow[rdma]
-    rdma_stages = fewer_stages(rdma_matrix, peel_matchings(rdma_matrix, progress), options.max_extra_time)
+    peeled = uniform_matchings(rdma_matrix, topo.gpus_per_node, across=True)
+    if peeled is None:
+        peeled = peel_matchings(rdma_matrix, progress)
+    rdma_stages = fewer_stages(rdma_matrix, peeled, options.max_extra_time)
 
     records_stage: list[np.ndarray] = []
     records_flow: list[np.ndarray] = []
@@ -193,7 +230,9 @@ def run(state: CompileState, options: CompileOptions,
     native_matrix[pieces.src[native], pieces.dst[native]] = pieces.bytes[native]
     native_flow = np.full((G, G), -1, dtype=np.int64)
     native_flow[pieces.src[native], pieces.dst[native]] = pieces.flow[native]
-    components = [[w, a, b] for w, a, b in peel_matchings(native_matrix)]
+    native_peeled = uniform_matchings(native_matrix, topo.gpus_per_node, across=False)
+    components = [[w, a, b] for w, a, b in (native_peeled if native_peeled is not None else
+                                            peel_matchings(native_matrix))]
     stage_time = np.array([cost.loads_time(loads[s], capacity) for s in range(len(rdma_stages))])
     min_piece = options.chunk_bytes
     for s in range(len(rdma_stages)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import faulthandler
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -329,7 +330,7 @@ def check_fsdp_no_kernel(g, me, w):
 _TRACE_AT = [""]  # what the calls traced by HOCCL_TEST_TRACE_CALLS are part of
 
 
-def _trace_calls(comm, path: str) -> list:
+def _trace_calls(comm) -> list:
     """Record every collective call of a network communicator (thread, check part, key) for OUT.calls.rankN:
     ranks that issue calls in different orders show where."""
     import threading
@@ -356,9 +357,7 @@ def main() -> int:
     ht.configure(device=0, reduce="hoccl")
     g = dist.new_group(backend="hoccl", timeout=datetime.timedelta(seconds=30))
     me, w = dist.get_rank(g), dist.get_world_size(g)
-    import os
-
-    traced = _trace_calls(g.comm, out_path) if os.environ.get("HOCCL_TEST_TRACE_CALLS") and \
+    traced = _trace_calls(g.comm) if os.environ.get("HOCCL_TEST_TRACE_CALLS") and \
         hasattr(g.comm, "_call") else None
     results = {}
     for name in names:

@@ -188,7 +188,13 @@ class _Worker:
         self.queue: queue.Queue = queue.Queue()
         self.pending = 0
         self.cond = threading.Condition()
-        threading.Thread(target=self._loop, name=f"fake-stream-{stream}", daemon=True).start()
+        self.thread = threading.Thread(target=self._loop, name=f"fake-stream-{stream}", daemon=True)
+
+    def start(self) -> None:
+        """Start the stream's thread: never under the fake's lock, as starting a thread waits for it to run, and
+        its first steps may collect garbage whose finalizers (a FlagPool's host_free) take that lock (a test hung
+        so, 1 run in ~40: the starter held the lock, the new thread waited for it)."""
+        self.thread.start()
 
     def put(self, step) -> None:
         with self.cond:
@@ -228,8 +234,11 @@ class _Streams:
             stream = (getattr(_current, "process", None), stream)
         with _lock:
             w = self.workers.get(stream)
-            if w is None:
-                w = self.workers[stream] = _Worker(stream)
+            fresh = w is None
+            if fresh:
+                w = self.workers[stream] = _Worker(stream)  # steps put before it starts wait in its queue
+        if fresh:
+            w.start()
         return w
 
     def reached(self, ev: int, seq: int) -> None:

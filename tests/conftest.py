@@ -65,7 +65,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 @pytest.fixture(autouse=True)
 def _fake_streams_finish_inside_their_test():
     """Work left on the fake CUDA's stream threads (tests/support/fake_cuda.py, async streams) finishes before the
-    test's buffers are freed, so no thread copies into freed memory after the test."""
+    buffers handed out by fake_cuda.dev are let go, so no thread copies into freed memory after the test."""
     yield
     fake = sys.modules.get("fake_cuda")
     streams = getattr(fake, "_streams", None) if fake is not None else None
@@ -73,3 +73,5 @@ def _fake_streams_finish_inside_their_test():
         for worker in list(streams.workers.values()):
             with contextlib.suppress(TimeoutError):  # a stream left waiting: its own deadline raises in its thread
                 worker.drain(timeout_s=25)
+    if fake is not None:
+        fake.kept.clear()

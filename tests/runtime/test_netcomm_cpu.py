@@ -15,7 +15,7 @@ from hoccl_runtime.interop import DeviceBuffer
 
 
 def dev(a: np.ndarray, device: int) -> DeviceBuffer:
-    return DeviceBuffer(int(a.ctypes.data), a.nbytes, device)
+    return fake_cuda.dev(a, device)  # kept alive until the test's fake streams drained
 
 
 def two_ranks(monkeypatch, body):

@@ -283,6 +283,19 @@ def host_mapped_alloc(nbytes: int) -> int:
     return ctypes.addressof(buf)
 
 
+kept: list = []  # arrays handed out as device buffers (dev): alive until the test's streams drained (conftest)
+
+
+def dev(a, device: int):
+    """A DeviceBuffer over NumPy array ``a`` on fake GPU ``device``, ``a`` kept alive until the test ends and its
+    fake streams drained: a rank's buffers die when its body returns, while copies enqueued on its streams (or a
+    peer's) may still run; into freed memory they corrupted the heap (malloc abort, ~1 in 10 full runs)."""
+    from hoccl_runtime.interop import DeviceBuffer
+
+    kept.append(a)
+    return DeviceBuffer(int(a.ctypes.data), a.nbytes, device)
+
+
 _freed: list = []  # "freed" host memory stays alive: a fake stream thread still polling a flag reads no freed memory
 
 

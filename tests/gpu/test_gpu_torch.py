@@ -37,7 +37,7 @@ def two_ranks(tmp_path_factory):
 @pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory):
     path = tmp_path_factory.mktemp("torch") / "four.json"
-    _torchrun(4, WORKER, str(path), "all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors")
+    _torchrun(4, WORKER, str(path), *GROUPS["four_ranks"])
     return json.loads(path.read_text())
 
 
@@ -63,30 +63,19 @@ def two_nodes_of_two(tmp_path_factory):
 # tensors were let go at Work.wait() (session 14): before, FSDP's window blocks came back when the GPU finished,
 # so ranks ran out of window at different calls and left the check at different points.
 _NAMES = ["all_gather", "all_to_all", "rooted", "reductions", "barrier", "errors", "fsdp", "p2p"]
-CHECKS_NET = CHECKS_NODES = _NAMES
-CHECKS2 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "nccl_refused", "fsdp",
-           "fsdp_no_kernel"]
-CHECKS4 = ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"]
+# each group of ranks (a fixture above: one torchrun of the worker) and the checks it runs
+GROUPS = {
+    "two_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "nccl_refused",
+                  "fsdp", "fsdp_no_kernel"],
+    "four_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"],
+    "over_tcp": _NAMES,
+    "two_nodes_of_two": _NAMES,
+}
 
 
-@pytest.mark.parametrize("check", CHECKS2)
-def test_backend_two_ranks(two_ranks, check):
-    assert two_ranks[check] == "ok"
-
-
-@pytest.mark.parametrize("check", CHECKS4)
-def test_backend_four_ranks(four_ranks, check):
-    assert four_ranks[check] == "ok"
-
-
-@pytest.mark.parametrize("check", CHECKS_NET)
-def test_backend_over_tcp(over_tcp, check):
-    assert over_tcp[check] == "ok"
-
-
-@pytest.mark.parametrize("check", CHECKS_NODES)
-def test_backend_two_nodes_of_two(two_nodes_of_two, check):
-    assert two_nodes_of_two[check] == "ok"
+@pytest.mark.parametrize("group,check", [(g, c) for g, checks in GROUPS.items() for c in checks])
+def test_backend(request, group, check):
+    assert request.getfixturevalue(group)[check] == "ok"
 
 
 def test_a_dead_rank_raises_in_time():

@@ -47,24 +47,57 @@ def check_bounds(plan: Plan) -> None:
     """Every transfer of ``plan`` inside its ranks' buffers as the plan sizes them (the buffers are checked
     against those sizes at every call), so no copy made from it can reach outside the caller's memory, whatever
     else is wrong with the plan: the runtime's own last line, behind verification (hoccl_runtime._trust).
-    Chunks are pieces of their transfer, so checking transfers checks every copy."""
+    Chunks are pieces of their transfer, so checking transfers checks every copy. Whole stages are checked at once
+    with NumPy (a call's first use of a large plan has millions of transfers); a stage that looks wrong, or values
+    NumPy cannot hold, are checked transfer by transfer, which names the first bad one."""
+    import numpy as np
+
     fl, ranks = plan.flows, plan.ranks
-    n_flows = len(fl.src)
+    try:
+        f_src, f_dst, f_src_off, f_dst_off = (np.asarray(c, dtype=np.int64) for c in
+                                              (fl.src, fl.dst, fl.src_offset, fl.dst_offset))
+        in_bytes, out_bytes = np.asarray(ranks.input_bytes, np.int64), np.asarray(ranks.output_bytes, np.int64)
+    except (OverflowError, ValueError):
+        for stage in plan.stages:
+            _check_stage_bounds(plan, stage)
+        return
+    limit = 1 << 61  # sums of two such values cannot wrap around int64
+    n_flows, G = f_src.size, in_bytes.size
     for stage in plan.stages:
         tr = stage.transfers
-        for t in range(len(tr.flow)):
-            f, off, n = tr.flow[t], tr.offset[t], tr.bytes[t]
-            if not 0 <= f < n_flows or off < 0 or n < 0:
-                raise PlanError(f"plan {plan.plan_id} stage {stage.index} transfer {t}: flow {f}, offset {off}, "
-                                f"{n} bytes are out of range; the plan is corrupt: recompile it")
-            src, dst = fl.src[f], fl.dst[f]
-            for what, rank, at, size in (("input", src, fl.src_offset[f] + off, ranks.input_bytes),
-                                         ("output", dst, fl.dst_offset[f] + off, ranks.output_bytes)):
-                if not 0 <= rank < len(size) or at < 0 or at + n > size[rank]:
-                    limit = size[rank] if 0 <= rank < len(size) else "?"
-                    raise PlanError(f"plan {plan.plan_id} stage {stage.index} transfer {t} would copy bytes "
-                                    f"[{at}, {at + n}) of rank {rank}'s {what}, which holds {limit}: the plan is "
-                                    "corrupt or was changed; the runtime will not run it (recompile it)")
+        try:
+            f, off, n = (np.asarray(c, dtype=np.int64) for c in (tr.flow, tr.offset, tr.bytes))
+        except (OverflowError, ValueError):
+            _check_stage_bounds(plan, stage)
+            continue
+        bad = (f < 0) | (f >= n_flows) | (off < 0) | (n < 0) | (off >= limit) | (n >= limit)
+        if not bad.any():
+            for rank, base, size in ((f_src[f], f_src_off[f], in_bytes), (f_dst[f], f_dst_off[f], out_bytes)):
+                inside = (rank >= 0) & (rank < G)
+                at = base + off
+                bad |= ~inside | (at < 0) | (np.abs(base) >= limit) | (at + n > size[np.where(inside, rank, 0)])
+        if bad.any():
+            _check_stage_bounds(plan, stage)
+
+
+def _check_stage_bounds(plan: Plan, stage) -> None:
+    """check_bounds for one stage, transfer by transfer in Python integers: raises naming the first bad one."""
+    fl, ranks = plan.flows, plan.ranks
+    n_flows = len(fl.src)
+    tr = stage.transfers
+    for t in range(len(tr.flow)):
+        f, off, n = tr.flow[t], tr.offset[t], tr.bytes[t]
+        if not 0 <= f < n_flows or off < 0 or n < 0:
+            raise PlanError(f"plan {plan.plan_id} stage {stage.index} transfer {t}: flow {f}, offset {off}, "
+                            f"{n} bytes are out of range; the plan is corrupt: recompile it")
+        src, dst = fl.src[f], fl.dst[f]
+        for what, rank, at, size in (("input", src, fl.src_offset[f] + off, ranks.input_bytes),
+                                     ("output", dst, fl.dst_offset[f] + off, ranks.output_bytes)):
+            if not 0 <= rank < len(size) or at < 0 or at + n > size[rank]:
+                limit = size[rank] if 0 <= rank < len(size) else "?"
+                raise PlanError(f"plan {plan.plan_id} stage {stage.index} transfer {t} would copy bytes "
+                                f"[{at}, {at + n}) of rank {rank}'s {what}, which holds {limit}: the plan is "
+                                "corrupt or was changed; the runtime will not run it (recompile it)")
 
 
 def lower(plan: Plan) -> Program:

@@ -116,3 +116,43 @@ def test_the_node_executor_refuses_a_plan_that_reaches_outside_its_buffers(monke
         finally:
             ex.close()
     assert (keep[1] == 0xA5).all()
+
+
+def test_the_vectorized_bounds_check_agrees_with_the_one_by_one_check():
+    """check_bounds checks whole stages with NumPy and names a bad transfer by the per-transfer check: on random
+    corruptions of a real plan (offsets, sizes, flows moved, huge values NumPy cannot hold) both refuse the same
+    plans, with the same message."""
+    import random
+
+    from hoccl_runtime.program import _check_stage_bounds, check_bounds
+
+    base = compile_plan(make_topology("h200x2", nodes=1), CollectiveSpec(kind="alltoall", size_bytes=8192),
+                        CompileOptions(chunk_bytes=1024, baselines=False))
+    rng = random.Random(7)
+    refused = 0
+    for _ in range(300):
+        data = base.model_dump()
+        stage = rng.randrange(len(data["stages"]))
+        tr = data["stages"][stage]["transfers"]
+        where = rng.choice([("t", "offset"), ("t", "bytes"), ("t", "flow"), ("f", "src_offset"), ("f", "dst_offset"),
+                            ("f", "src"), ("f", "dst")])
+        column = tr[where[1]] if where[0] == "t" else data["flows"][where[1]]
+        i = rng.randrange(len(column))
+        column[i] += rng.choice([1, -1, 4096, -(1 << 20), 1 << 62, 1 << 70])
+        plan = type(base).model_construct(**{**base.__dict__, "stages": [type(base.stages[0]).model_validate(s)
+                                                                         for s in data["stages"]],
+                                             "flows": type(base.flows).model_validate(data["flows"])})
+        expected = None
+        try:
+            for s in plan.stages:
+                _check_stage_bounds(plan, s)
+        except PlanError as exc:
+            expected = str(exc)
+        try:
+            check_bounds(plan)
+            got = None
+        except PlanError as exc:
+            got = str(exc)
+        assert got == expected, (where, i)
+        refused += got is not None
+    assert 50 < refused < 300  # both outcomes seen

@@ -797,7 +797,8 @@ class NodeNetCommunicator(_Calls):
                 self._lead(plan, seq, (inp, out), s)
                 return
             ack = base + 1
-            self._wait(lambda: w[ack] >= seq - _SLOTS, "read this rank's earlier calls")
+            self._wait(lambda: w[ack] >= seq - _SLOTS, lambda: f"rank {self.rank}: the node's leader did not read this "
+                       f"rank's earlier calls within {self.timeout_s:.0f} s")
             slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
             with on_device(self.device):
                 event = self._events.record(s)
@@ -856,13 +857,14 @@ class NodeNetCommunicator(_Calls):
             MemOps().write(sh.flag(0, 0), 1).enqueue(s)
             MemOps().wait_eq(sh.flag(0, 1), 1).write(sh.flag(0, 1), 0).enqueue(s)
 
-    def _wait(self, ready: Any, what: str) -> None:
+    def _wait(self, ready: Any, timed_out: Any) -> None:
+        """Until ``ready()``, raising what the node's failure word holds meanwhile, and HocclTimeoutError with the
+        message ``timed_out()`` gives once the communicator's timeout passed."""
         deadline = time.monotonic() + self.timeout_s
         while not ready():
             self._raise()
             if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"rank {self.rank}: the node's leader did not {what} within "
-                                        f"{self.timeout_s:.0f} s")
+                raise HocclTimeoutError(timed_out())
             time.sleep(50e-6)
 
     def _collect(self, plan: Any, seq: int) -> tuple[dict, list]:
@@ -876,15 +878,10 @@ class NodeNetCommunicator(_Calls):
         for i in range(1, self.L):
             base = sh.region(i) // 8
             slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
-            deadline = time.monotonic() + self.timeout_s
-            while w[slot] < seq:
-                self._raise()
-                if time.monotonic() > deadline:
-                    raise HocclTimeoutError(
-                        f"rank {self.rank} (node {self.node}'s leader): local rank {i} did not issue call {seq} "
-                        f"({plan.collective.describe()}) within {self.timeout_s:.0f} s; every rank of the node must "
-                        "issue the same collectives in the same order (is it stuck, or dead?)")
-                time.sleep(50e-6)
+            self._wait(lambda s=slot: w[s] >= seq, lambda i=i: (
+                f"rank {self.rank} (node {self.node}'s leader): local rank {i} did not issue call {seq} "
+                f"({plan.collective.describe()}) within {self.timeout_s:.0f} s; every rank of the node must issue the "
+                "same collectives in the same order (is it stuck, or dead?)"))
             if w[slot] != seq or w[slot + SLOT.digest] != digest:
                 raise PlanError(f"node {self.node}: local rank {i} is in another collective than its leader (call "
                                 f"{seq}, {plan.collective.describe()}): every rank must issue the same collectives")

@@ -43,6 +43,7 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         chunk_order = (ch.order_transfer[olo:ohi] - lo).tolist()
         stages.append(Stage(index=s, time_s=float(sched.stage_time_s[s]), transfers=transfers, chunks=chunk_order))
 
+    res_off, res_bytes = lay.resident()
     plan = Plan(
         schema_version=SCHEMA_VERSION,
         plan_id=plan_id_for(state.topology, state.collective, plan_options),
@@ -52,7 +53,7 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         options=plan_options,
         roles=PLAN_ROLES,
         ranks=RankBuffers(input_bytes=lay.input_bytes.tolist(), output_bytes=lay.output_bytes.tolist(),
-                          resident_offset=lay.resident()[0].tolist(), resident_bytes=lay.resident()[1].tolist()),
+                          resident_offset=res_off.tolist(), resident_bytes=res_bytes.tolist()),
         origin_matrix=state.origin.tolist(),
         hoccl_matrix=state.hoccl.tolist(),
         flows=FlowTable(src=lay.src.tolist(), dst=lay.dst.tolist(), bytes=lay.bytes.tolist(),

@@ -9,14 +9,10 @@ from pathlib import Path
 import fake_cuda
 import numpy as np
 import pytest
+from fake_cuda import dev  # arrays as device buffers, kept alive until the test's fake streams drained
 
 from hoccl_runtime.errors import HocclError, PlanError
-from hoccl_runtime.interop import DeviceBuffer
 from hoccl_runtime.launch import Memcpy
-
-
-def dev(a: np.ndarray, device: int) -> DeviceBuffer:
-    return fake_cuda.dev(a, device)  # kept alive until the test's fake streams drained
 
 
 def ranks(monkeypatch, world, body, **options):

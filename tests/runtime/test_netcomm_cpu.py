@@ -8,14 +8,10 @@ import time
 import fake_cuda
 import numpy as np
 import pytest
+from fake_cuda import dev  # arrays as device buffers, kept alive until the test's fake streams drained
 from threaded import failures, in_threads
 
 from hoccl_runtime.errors import BufferError, HocclError
-from hoccl_runtime.interop import DeviceBuffer
-
-
-def dev(a: np.ndarray, device: int) -> DeviceBuffer:
-    return fake_cuda.dev(a, device)  # kept alive until the test's fake streams drained
 
 
 def two_ranks(monkeypatch, body):

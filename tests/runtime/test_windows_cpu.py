@@ -12,15 +12,11 @@ import types
 import fake_cuda
 import numpy as np
 import pytest
+from fake_cuda import dev  # arrays as device buffers, kept alive until the test's fake streams drained
 
 from hoccl_compiler import CollectiveSpec
 from hoccl_runtime.comm import Communicator, _EagerLayout
 from hoccl_runtime.errors import BufferError, HocclTimeoutError, PlanError
-from hoccl_runtime.interop import DeviceBuffer
-
-
-def dev(a: np.ndarray, device: int) -> DeviceBuffer:
-    return fake_cuda.dev(a, device)  # kept alive until the test's fake streams drained
 
 
 def data(rank: int, call: int, n: int) -> np.ndarray:

@@ -280,6 +280,7 @@ class _Calls:
 
     # --- torch-like calls (hoccl_runtime.api.CommunicatorAPI) ------------------------------------------------
     pairs_alone = False  # every call is a collective of every rank (each run says hello to every node)
+    _a2av_calls = 0  # All-to-Allv calls so far: the store keys of their split rows
     any_stream = False  # one stream (NodeNetCommunicator); NetCommunicator takes any
 
     def _no_pacing(self, call: str, rate_gbps: float | None, duration_s: float | None) -> None:
@@ -372,7 +373,8 @@ class _Calls:
         me, w = self.rank, self.world
         alltoallv_pieces(me, w, as_buffer(input, "input"), as_buffer(output, "output"), input_split_bytes,
                          output_split_bytes)  # checks the sizes against the buffers
-        k = self._a2av_calls = getattr(self, "_a2av_calls", 0) + 1
+        self._a2av_calls += 1
+        k = self._a2av_calls
         self._store.set(f"a2av/{k}/{me}", ",".join(str(int(b)) for b in input_split_bytes))
         rows = []
         for r in range(w):

@@ -97,7 +97,6 @@ def _topology_from_args(args: argparse.Namespace):
 
 def _compile_parser() -> argparse.ArgumentParser:
     from .collective import KINDS
-    from .ir import DEFAULT_CHUNK_BYTES
     from .pipeline import PASS_NAMES
 
     p = _Parser(prog="hoccl-compile", description="Compile a collective into a verified HOCCL plan (JSON).",
@@ -118,13 +117,15 @@ def _compile_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="plan file (.json or .json.gz); default schedules/<collective>-<nodes>x<gpus>-<size>.json")
-    o.add_argument("--chunk", default=None, help=f"chunk size (default {DEFAULT_CHUNK_BYTES >> 20}MiB)")
+    o.add_argument("--chunk", default="auto",
+                   help="chunk size, e.g. 4MiB, or auto: the size with the least cost-model v2 time (default auto)")
     o.add_argument("--dump-after", choices=PASS_NAMES, default=None, metavar="PASS",
                    help=f"also write the intermediate after PASS ({', '.join(PASS_NAMES)}) as JSON to "
                         "<output>.<PASS>.json")
-    o.add_argument("--max-extra-time", type=float, default=0.0, metavar="FRACTION",
-                   help="allow this fraction more predicted time to cut the number of stages (e.g. 0.01); "
-                        "skewed traffic otherwise peels into many tiny stages (default 0: time-optimal)")
+    o.add_argument("--max-extra-time", type=float, default=None, metavar="FRACTION",
+                   help="allow this fraction more RDMA time to cut the number of stages (e.g. 0.01; 0: the "
+                        "time-optimal peel, however many stages); default: the stages the cost model v2 says pay "
+                        "for their barriers")
     o.add_argument("--no-baselines", action="store_true", help="skip the two simpler schedules in the report")
     o.add_argument("-q", "--quiet", action="store_true", help="print only the output path")
     o.add_argument("-v", "--verbose", action="store_true", help="progress of each pass on stderr")
@@ -138,7 +139,7 @@ def compile_main(argv: Sequence[str] | None = None) -> int:
 
 def _compile(argv: Sequence[str] | None) -> int:
     from .collective import KINDS, REDUCTIONS, CollectiveSpec, load_matrix, load_pairs, refuse_reduction
-    from .ir import DEFAULT_CHUNK_BYTES, CompileOptions
+    from .ir import CompileOptions
     from .pipeline import compile_state, dump_state
     from .report import format_text
     from .schema import save_plan
@@ -169,10 +170,10 @@ def _compile(argv: Sequence[str] | None) -> int:
         raise _UsageError(f"--root applies to broadcast, scatter and gather, not {kind}")
     spec = CollectiveSpec(kind=kind, size_bytes=size if matrix is None else None, root=args.root,
                           matrix=matrix, pairs=pairs, in_place=args.in_place)
-    chunk = parse_size(args.chunk) if args.chunk is not None else DEFAULT_CHUNK_BYTES
-    if chunk <= 0:
-        raise _UsageError(f"--chunk {args.chunk} must be a positive size, e.g. 4MiB")
-    if not 0 <= args.max_extra_time <= 1:
+    chunk = None if args.chunk == "auto" else parse_size(args.chunk)
+    if chunk is not None and chunk <= 0:
+        raise _UsageError(f"--chunk {args.chunk} must be a positive size, e.g. 4MiB, or auto")
+    if args.max_extra_time is not None and not 0 <= args.max_extra_time <= 1:
         raise _UsageError(f"--max-extra-time {args.max_extra_time} must be a fraction in 0..1, e.g. 0.01")
     options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines, max_extra_time=args.max_extra_time)
 
@@ -238,7 +239,7 @@ def _inspect_parser() -> argparse.ArgumentParser:
     p.add_argument("--simulate", action="store_true",
                    help="simulate the plan chunk by chunk (serial queues, per-chunk DMA start, shared ports)")
     p.add_argument("--chunk-start-us", type=float, default=None, metavar="US",
-                   help="with --simulate: per-chunk DMA start (default 2.5, measured on the H200)")
+                   help="with --simulate: per-chunk DMA start (default: the topology's costs.dma_start_us)")
     p.add_argument("--stages", type=int, default=20, metavar="N", help="rows of the per-stage table (default 20)")
     p.add_argument("--timelines", type=int, default=1, metavar="N",
                    help="stages whose per-queue chunk order is printed (default 1)")
@@ -270,11 +271,11 @@ def _inspect(argv: Sequence[str] | None) -> int:
             print(f"warning: {warning}", file=sys.stderr)
     simulated = None
     if args.simulate:
-        from .simulate import CHUNK_START_S, simulate
+        from .simulate import simulate
 
-        start = CHUNK_START_S if args.chunk_start_us is None else args.chunk_start_us * 1e-6
-        if not start >= 0:
+        if args.chunk_start_us is not None and not args.chunk_start_us >= 0:
             raise _UsageError(f"--chunk-start-us {args.chunk_start_us} must be a time >= 0")
+        start = plan.topology.costs.dma_start_us * 1e-6 if args.chunk_start_us is None else args.chunk_start_us * 1e-6
         simulated = simulate(plan, chunk_start_s=start)
         bound = plan.report.lower_bound_s
     if args.format == "json":
@@ -293,7 +294,8 @@ def _inspect(argv: Sequence[str] | None) -> int:
         if simulated is not None:
             ratio = f" (x{simulated.total_s / bound:.3f} of the bound)" if bound > 0 else ""
             print(f"\nsimulated    {simulated.total_s * 1e6:.1f} us{ratio}: {simulated.chunks} chunks on serial "
-                  f"queues, {start * 1e6:g} us DMA start each, ports shared max-min fairly")
+                  f"queues, {start * 1e6:g} us DMA start each, ports shared max-min fairly (cost model v2: "
+                  f"{plan.report.predicted_time_s * 1e6:.1f} us)")
     if args.plot:
         from .plot import plot_plan
 

@@ -1,6 +1,10 @@
 """The cost model shared by the scheduler, its report and ``hoccl-inspect``.
 
-Every GPU has four ports: NVLink out, NVLink in, NIC out and NIC in, at the topology's bandwidths.
+Two layers. The *port model* (v1) gives the proven lower bound; the *cost model v2* (:func:`stage_times_v2`,
+:func:`plan_time_v2`) adds the fixed costs a real queue pays, and is what plans' predicted times, stage times and
+baselines use.
+
+Port model. Every GPU has four ports: NVLink out, NVLink in, NIC out and NIC in, at the topology's bandwidths.
 A transfer uses the out port of its source and the in port of its destination, on NVLink for
 native and forwarding copies and on the NIC for RDMA. Local copies (a rank to itself) are not
 costed.
@@ -21,13 +25,16 @@ costed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .ir import LOCAL, RDMA
 from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "naive_rounds_time",
-           "fair_share_time", "FAIR_SHARE_TOLERANCE"]
+           "fair_share_time", "FAIR_SHARE_TOLERANCE", "stage_times_v2", "plan_time_v2", "StageCosts",
+           "has_network"]
 
 FAIR_SHARE_TOLERANCE = 1e-2
 
@@ -148,3 +155,166 @@ def _max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarr
             live_count[p] -= fl.size
         room[full] = 0.0
     return rate
+
+
+# --- cost model v2 --------------------------------------------------------------------------------------------
+#
+# A stage of transfers on serial queues (each queue runs its entries of the stage's chunk order one after the
+# other; topology.costs holds the fixed costs) lasts the longest of four terms:
+#
+#   ports     max over ports of load / bandwidth (the port model: every port finishing its load together);
+#   queues    max over queues of  sum over its chunks (start + bytes / its port's bandwidth + convergence),
+#             where a chunk's convergence is the delay from chunks of other queues of its kind that sit at the
+#             same position of their queue and use the same in-port (or out-port): each such chunk shares the
+#             port with it for min(their bytes) / bandwidth. Rotated issue orders have none; ascending ones make
+#             every GPU's first chunk share GPU 0's in-port (the "destination hot spot");
+#   pipeline  max over forwarded paths (send_forward -> rdma -> recv_forward, chunk k after chunk k) of the
+#             fill, the bottleneck and the drain: sum_i c_i + max_i r_i over the path's pieces, c_i being a piece's
+#             first chunk's time (start + chunk / bandwidth + its convergence) and r_i the rest of it: its other
+#             chunks, or, where its queue carries other transfers too, the queue's time until its last chunk's
+#             turn (queue time x (n - 1) / n for n chunks);
+#
+# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync  (network plans: the runtime's barrier
+# between stages; plans within one node call_us and no barrier). hoccl_compiler.simulate runs the same queues
+# chunk by chunk with ports shared max-min fairly; the two agree within 5% on the plans in
+# tests/compiler/test_cost_v2.py, and v2's predictions are compared with measured runs in docs/benchmarks.md.
+
+QUEUE_CLASS = np.array([1, 0, 0, 3, 2])  # per role: 0 dma (native, send_forward), 1 local, 2 recv, 3 nic
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Per stage (arrays of the stage count): the v2 time and its four terms."""
+
+    time_s: np.ndarray
+    ports_s: np.ndarray
+    queues_s: np.ndarray
+    pipeline_s: np.ndarray
+
+
+def has_network(role: np.ndarray) -> bool:
+    return bool((np.asarray(role) == RDMA).any())
+
+
+def _group_start(keys: np.ndarray) -> np.ndarray:
+    """For keys sorted ascending: each element's index minus the index where its run of equal keys starts."""
+    n = keys.size
+    starts = np.r_[0, np.nonzero(keys[1:] != keys[:-1])[0] + 1] if n else np.zeros(0, np.int64)
+    lengths = np.diff(np.r_[starts, n])
+    return np.arange(n) - np.repeat(starts, lengths)
+
+
+def _shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """sum over the other members of each element's group of min(their bytes, its bytes)."""
+    n = group.size
+    out = np.zeros(n)
+    if not n:
+        return out
+    order = np.lexsort((nbytes, group))
+    g, b = group[order], nbytes[order].astype(np.float64)
+    rank = _group_start(g)
+    csum = np.cumsum(b)
+    starts = np.r_[0, np.nonzero(g[1:] != g[:-1])[0] + 1]
+    lengths = np.diff(np.r_[starts, n])
+    start_of = np.repeat(starts, lengths)
+    size_of = np.repeat(lengths, lengths)
+    before = csum - b - np.where(start_of > 0, csum[start_of - 1], 0.0)  # smaller (or equal, earlier) members
+    out[order] = before + (size_of - rank - 1) * b
+    return out
+
+
+def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np.ndarray, src: np.ndarray,
+                   dst: np.ndarray, nbytes: np.ndarray, queue: np.ndarray, after: np.ndarray, order: np.ndarray,
+                   num_stages: int) -> StageCosts:
+    """v2 time of every stage (see the comment above). Transfers are given as flat arrays over all stages
+    (``after``: the global index of the transfer a transfer waits for, or -1); ``order`` lists, stage after
+    stage, the global transfer index of every chunk entry in the stage's chunk order."""
+    G = topo.num_gpus
+    P = 4 * G
+    S = max(num_stages, 1)
+    cap = port_capacity(topo)
+    nbytes = np.asarray(nbytes, dtype=np.int64)
+    out_port, in_port = piece_ports(role, src, dst, G)
+    costed = out_port >= 0
+    ports_s = np.zeros(S)
+    if costed.any():
+        w = nbytes[costed].astype(np.float64)
+        loads = np.bincount(stage[costed] * P + out_port[costed], weights=w, minlength=S * P)
+        loads += np.bincount(stage[costed] * P + in_port[costed], weights=w, minlength=S * P)
+        ports_s = (loads.reshape(S, P) / cap).max(axis=1)
+    cls = QUEUE_CLASS[role]
+    start_s = np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
+    n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
+
+    # chunk entries: transfer, chunk index k (its occurrence), bytes, position in its queue
+    e_tr = np.asarray(order, dtype=np.int64)
+    e_k = np.zeros(e_tr.size, np.int64)
+    by_tr = np.argsort(e_tr, kind="stable")
+    e_k[by_tr] = _group_start(e_tr[by_tr])
+    e_bytes = np.clip(nbytes[e_tr] - e_k * chunk_bytes, 0, chunk_bytes)
+    e_q = queue[e_tr]
+    by_q = np.lexsort((np.arange(e_tr.size), e_q, stage[e_tr]))  # stable within (stage, queue)
+    e_pos = np.zeros(e_tr.size, np.int64)
+    e_pos[by_q] = _group_start((stage[e_tr] * (int(queue.max(initial=0)) + 1) + e_q)[by_q])
+    live = costed[e_tr]
+    # convergence: chunks of one kind at the same queue position on the same port share it
+    conv = np.zeros(e_tr.size)
+    if live.any():
+        idx = np.nonzero(live)[0]
+        t = e_tr[idx]
+        base = (stage[t] * 4 + cls[t]) * (int(e_pos.max()) + 1) + e_pos[idx]
+        b = e_bytes[idx]
+        conv_in = _shared_delay(base * P + in_port[t], b) / cap[in_port[t]]
+        conv_out = _shared_delay(base * P + out_port[t], b) / cap[out_port[t]]
+        conv[idx] = np.maximum(conv_in, conv_out)
+    e_time = np.where(live, start_s[e_tr] + e_bytes / np.where(live, cap[np.maximum(out_port[e_tr], 0)], 1.0) + conv,
+                      0.0)
+    Q = int(queue.max(initial=-1)) + 1
+    q_key = stage[e_tr] * Q + e_q
+    q_time = np.bincount(q_key, weights=e_time, minlength=S * Q)
+    queues_s = q_time.reshape(S, Q).max(axis=1) if Q else np.zeros(S)
+
+    # pipeline fill and drain along forwarded paths (pieces of one segment are consecutive, after = i - 1)
+    pipeline_s = np.zeros(S)
+    chained = after >= 0
+    if chained.any():
+        t_q = stage * Q + queue
+        first = np.minimum(nbytes, chunk_bytes)
+        first_conv = np.zeros(nbytes.size)  # the convergence delay of each transfer's first chunk (the fill's)
+        first_entry = e_k == 0
+        first_conv[e_tr[first_entry]] = conv[first_entry]
+        own = start_s + first / cap[np.maximum(out_port, 0)]
+        # after its first chunk, a piece is busy for the rest of its own chunks, or (its queue carries other
+        # transfers too) until its last chunk's turn in the queue's interleaving
+        alone = n_chunks * start_s + nbytes / cap[np.maximum(out_port, 0)]
+        rest = np.where(costed, np.maximum(alone - own, q_time[t_q] * (n_chunks - 1) / n_chunks), 0.0)
+        own = np.where(costed, own + first_conv, 0.0)
+        path = np.cumsum(~chained) - 1  # path id per transfer
+        in_path = np.bincount(path, minlength=path.max() + 1)
+        multi = in_path[path] > 1
+        p_sum = np.bincount(path[multi], weights=own[multi], minlength=path.max() + 1)
+        p_max = np.zeros(path.max() + 1)
+        np.maximum.at(p_max, path[multi], rest[multi])
+        p_stage = np.zeros(path.max() + 1, np.int64)
+        p_stage[path] = stage
+        p_time = p_sum + p_max
+        np.maximum.at(pipeline_s, p_stage, p_time)
+    time_s = np.maximum(np.maximum(ports_s, queues_s), pipeline_s)
+    if num_stages == 0:
+        empty = np.zeros(0)
+        return StageCosts(empty, empty, empty, empty)
+    return StageCosts(time_s, ports_s, queues_s, pipeline_s)
+
+
+def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: float | None = None
+                 ) -> tuple[float, dict[str, float]]:
+    """A plan's v2 time from its stage times, and its parts: the call's start, the stages, the barriers between
+    stages (``sync_s`` each: by default the network barrier for network plans, none within a node)."""
+    n = int(np.asarray(stage_s).size)
+    c = topo.costs
+    call = (c.net_call_us if network else c.call_us) * 1e-6 if n else 0.0
+    if sync_s is None:
+        sync_s = c.stage_sync_us * 1e-6 if network else 0.0
+    sync = sync_s * max(0, n - 1)
+    stages = float(np.sum(stage_s))
+    return call + stages + sync, {"call_s": call, "stages_s": stages, "stage_sync_s": sync}

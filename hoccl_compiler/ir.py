@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROLE_NAMES", "ROLE_DOMAINS", "LOCAL", "NATIVE", "SEND_FORWARD", "RDMA", "RECV_FORWARD",
-    "CompileOptions", "PieceTable", "Schedule", "ChunkSchedule", "CompileState",
+    "CompileOptions", "PieceTable", "Schedule", "ChunkSchedule", "Costing", "CompileState",
 ]
 
 # Roles of a transfer (the plan stores the index; the names and domains are written beside them).
@@ -32,13 +32,15 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """Knobs of the passes. ``chunk_bytes`` is the DMA/network chunk size of the plan."""
+    """Knobs of the passes. ``chunk_bytes`` is the DMA/network chunk size of the plan; None lets the scheduler
+    choose it (the size with the least cost-model v2 time, :func:`hoccl_compiler.passes.chunks.choose_chunk`)."""
 
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    chunk_bytes: int | None = None
     baselines: bool = True  # compute the two simpler schedules for the report
-    # Fraction of predicted time the scheduler may add to cut the number of stages (0: time-optimal
-    # peeling only). Skewed traffic peels into many tiny stages; each costs the runtime a barrier.
-    max_extra_time: float = 0.0
+    # Fraction of RDMA time the scheduler may add to cut the number of stages (0: time-optimal peeling only;
+    # None: as many stages as the cost model v2 says pay for their barriers). Skewed traffic peels into many tiny
+    # stages; each costs the runtime a barrier.
+    max_extra_time: float | None = None
     # The verify pass's byte-level replay (on top of the structural checks, which already prove delivery): None
     # replays small plans only, False never (the runtime's on-demand compiles, where it was 6-13 ms of a 1 MiB
     # 8-GPU compile), True always. Not part of the plan: the same plan either way.
@@ -76,6 +78,7 @@ class Schedule:
 class ChunkSchedule:
     """Transfers per stage (one per piece of a segment) and each stage's chunk order."""
 
+    chunk_bytes: int        # the plan's chunk size (the options' or the one the scheduler chose)
     tr_stage: np.ndarray
     tr_flow: np.ndarray
     tr_role: np.ndarray
@@ -93,6 +96,14 @@ class ChunkSchedule:
 
 
 @dataclass(frozen=True)
+class Costing:
+    """The cost model v2 over the chunk schedule: per-stage times and the plan's report."""
+
+    stage_time_s: np.ndarray
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class CompileState:
     topology: Topology
     collective: CollectiveSpec
@@ -103,4 +114,5 @@ class CompileState:
     hoccl: np.ndarray | None = None
     schedule: Schedule | None = None
     chunks: ChunkSchedule | None = None
+    costing: Costing | None = None
     plan: Plan | None = None

@@ -1,6 +1,6 @@
 """The ordered pass table and :func:`compile_plan`.
 
-    traffic -> expand -> stages -> chunks -> plan -> verify
+    traffic -> expand -> stages -> chunks -> costing -> plan -> verify
 
 Each pass is ``run(state, options) -> state``, pure: it returns a new :class:`CompileState` with one
 more field filled. ``dump_after`` (the CLI's ``--dump-after PASS``) receives any intermediate.
@@ -17,7 +17,7 @@ import numpy as np
 
 from .collective import CollectiveSpec
 from .ir import CompileOptions, CompileState
-from .passes import chunks, expand, plan, stages, traffic
+from .passes import chunks, costing, expand, plan, stages, traffic
 from .schema import Plan
 from .topology import Topology
 from .verify import verify_plan
@@ -42,6 +42,7 @@ PASSES: tuple[tuple[str, Callable[..., CompileState]], ...] = (
     ("expand", expand.run),
     ("stages", _stages),
     ("chunks", chunks.run),
+    ("costing", costing.run),
     ("plan", plan.run),
     ("verify", _verify),
 )
@@ -101,4 +102,6 @@ def dump_state(state: CompileState, pass_name: str) -> dict[str, Any]:
         return {**head, "schedule": arrays(state.schedule)}
     if pass_name == "chunks":
         return {**head, "chunks": arrays(state.chunks)}
+    if pass_name == "costing":
+        return {**head, "stage_time_s": state.costing.stage_time_s.tolist(), "report": state.costing.report}
     return {**head, "plan": state.plan.model_dump(mode="json")}

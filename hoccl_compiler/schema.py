@@ -127,8 +127,9 @@ class Stage(_Model):
 
 class PlanOptions(_Model):
     chunk_bytes: int = Field(gt=0)
-    max_extra_time: float = Field(default=0.0, ge=0, le=1,
-                                  description="predicted-time fraction the scheduler could spend to cut stages")
+    max_extra_time: float | None = Field(default=None, ge=0, le=1,
+                                         description="RDMA-time fraction the scheduler could spend to cut stages "
+                                         "(None: the stages the cost model v2 says pay for their barriers)")
 
 
 class Baselines(_Model):
@@ -144,6 +145,10 @@ class Report(_Model):
     ratio: float
     rdma_stages: int
     baselines: Baselines | None = None
+    cost_model: Literal["v2"] | None = Field(default=None, description="the model of predicted_time_s, stage "
+                                             "times and baselines (None: plans before the cost model v2)")
+    breakdown_s: dict[str, float] | None = Field(default=None, description="predicted_time_s in parts: ports (the "
+                                                 "port model's stage times), call_s, stages_s, stage_sync_s")
 
 
 class Plan(_Model):

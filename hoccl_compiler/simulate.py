@@ -3,15 +3,17 @@
 The cost model (:mod:`hoccl_compiler.cost`) lets every transfer of a stage share its ports at once. A real queue
 is one copy engine (or one NIC queue pair): it moves one chunk at a time, in its order. Here:
 
-* every queue runs its entries of the stage's chunk order one after the other, each chunk paying
-  ``chunk_start_s`` (the DMA start measured at about 2.5 us on the H200) before its bytes move;
+* every queue runs its entries of the stage's chunk order one after the other, each chunk paying its start
+  (``topology.costs``: the DMA start measured at about 2.5 us on the H200; the NIC's) before its bytes move;
 * a chunk may start only once the chunk it waits for (``after``: the same chunk of the piece before it on a
   forwarding path) has landed;
 * the chunks moving at one moment share each port (a GPU's NVLink out and in, NIC out and in) max-min fairly,
   recomputed at every start and end, so several queues sending to one destination split its in-port;
-* stages run one after the other, each after a ``stage_sync_s`` barrier (none before the first).
+* stages run one after the other, each after the barrier of :func:`hoccl_compiler.cost.plan_time_v2` (network
+  plans), the whole after the call's start: the same composition as the cost model v2, so the two compare
+  stage by stage.
 
-With ``chunk_start_s = 0`` and ``stage_sync_s = 0`` a schedule whose queues keep their ports busy meets the
+With zero start costs a schedule whose queues keep their ports busy meets the
 lower bound; destination hot spots (every GPU sending to the same one first) and serial engines show up as
 time above it::
 
@@ -27,26 +29,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import _max_min_rates, piece_ports, port_capacity
+from .cost import _max_min_rates, has_network, piece_ports, plan_time_v2, port_capacity
 from .errors import PlanError
+from .ir import RDMA
 from .schema import Plan
 
-__all__ = ["simulate", "Simulation", "CHUNK_START_S"]
-
-CHUNK_START_S = 2.5e-6  # per chunk and queue: measured on the H200 (1 GB in 4 MB chunks: 316 GB/s of 396)
+__all__ = ["simulate", "Simulation"]
 
 
 @dataclass(frozen=True)
 class Simulation:
-    total_s: float
+    total_s: float  # the call's start, the stages and the barriers between them
     stage_s: tuple[float, ...]
     chunks: int
 
 
-def simulate(plan: Plan, *, chunk_start_s: float = CHUNK_START_S, stage_sync_s: float = 0.0,
+def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: float | None = None,
              max_events: int = 5_000_000) -> Simulation:
-    """Simulate ``plan`` chunk by chunk (see the module docstring)."""
+    """Simulate ``plan`` chunk by chunk (see the module docstring). ``chunk_start_s`` / ``nic_start_s`` replace
+    the topology's per-chunk DMA / NIC start costs."""
     topo = plan.topology
+    dma_start = topo.costs.dma_start_us * 1e-6 if chunk_start_s is None else chunk_start_s
+    nic_start = topo.costs.nic_start_us * 1e-6 if nic_start_s is None else nic_start_s
     G = topo.num_gpus
     capacity = port_capacity(topo)
     chunk = plan.options.chunk_bytes
@@ -58,6 +62,7 @@ def simulate(plan: Plan, *, chunk_start_s: float = CHUNK_START_S, stage_sync_s: 
         # the cost model's ports (a plan's role indices are the IR's role codes); local copies use none
         out_port, in_port = piece_ports(np.asarray(tr.role), np.asarray(tr.src), np.asarray(tr.dst), G)
         local = out_port < 0
+        start_of = np.where(np.asarray(tr.role) == RDMA, nic_start, dma_start)
         n_of = np.maximum(1, -(-np.asarray(tr.bytes, dtype=np.int64) // chunk))
         # every queue's entries in order: (transfer, chunk k, bytes)
         seen = np.zeros(len(tr.flow), dtype=np.int64)
@@ -83,7 +88,7 @@ def simulate(plan: Plan, *, chunk_start_s: float = CHUNK_START_S, stage_sync_s: 
                 after = tr.after[t]
                 if after >= 0 and k < n_of[after] and (after, k) not in done:
                     continue
-                active[q] = [t, k, float(nbytes), now + chunk_start_s]
+                active[q] = [t, k, float(nbytes), now + float(start_of[t])]
                 head[q] += 1
             if not active:
                 if any(head[q] < len(v) for q, v in queues.items()):
@@ -115,5 +120,6 @@ def simulate(plan: Plan, *, chunk_start_s: float = CHUNK_START_S, stage_sync_s: 
                 done.add((t, k))
                 del active[q]
         stage_times.append(now)
-    total = sum(stage_times) + stage_sync_s * max(0, len(stage_times) - 1)
+    network = any(has_network(np.asarray(st.transfers.role)) for st in plan.stages)
+    total, _ = plan_time_v2(topo, np.array(stage_times), network)
     return Simulation(total, tuple(stage_times), n_chunks_total)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import TopologyError
 
-__all__ = ["Topology", "PRESETS", "load_topology", "make_topology", "default_peers"]
+__all__ = ["Topology", "CostParams", "PRESETS", "load_topology", "make_topology", "default_peers"]
 
 Forwarding = Literal["symmetric", "none"]
 
@@ -27,6 +27,38 @@ def default_peers(gpus_per_node: int) -> tuple[int, ...]:
         partner = local ^ 1
         peers.append(partner if partner < gpus_per_node else local)
     return tuple(peers)
+
+
+class CostParams(BaseModel):
+    """The fixed costs of the cost model v2 (:mod:`hoccl_compiler.cost`), in microseconds, beside the bandwidths.
+
+    Defaults are measured on the H200 machines we borrow (docs/benchmarks.md, "Cost model v2: calibration"):
+
+    * ``dma_start_us``: each chunk a copy queue starts (the DMA engine is serial: no bytes move meanwhile);
+      1 GB copied GPU to GPU in 4 MB chunks ran at 316 GB/s of 396, 2.5 us per chunk.
+    * ``nic_start_us``: each chunk a NIC queue posts. Not measured (no RDMA NIC here); 0 by default, and the TCP
+      path's per-write costs are inside its measured bandwidth.
+    * ``call_us``: a call's start on one node, before any copy: the rendezvous of the ranks (two cross-GPU flag
+      round trips). 16.8 us on the 2x H200: send/recv 8-64 MiB took 17-19 us more than the same raw copy.
+    * ``net_call_us``: the start of a plan with network transfers (the plan notice between node leaders, the
+      first chunk's staging and the last one's landing); ``stage_sync_us``: each further stage (the barrier:
+      every node tells the nodes it exchanged with that the stage is done and waits for theirs, and the stage's
+      own first and last chunk). Measured on the H200 host with examples/measure_net_costs.py: GPU node
+      executors joined by the TCP transport, N = 2..5 "nodes" as processes, an All-to-All of 64 KiB per pair
+      (N - 1 stages), the least-squares line over N: 1135 us for a one-stage call, 1382 us per further stage
+      (2026-12-01; on host buffers 321 and 971). They are our runtime's host-driven protocol more than the
+      wire: no RDMA NIC has been measured, and the RDMA presets keep these figures until one is (give yours in
+      a topology file). Plans within one node have no barrier: each queue runs on into the next stage, held
+      only by chunk dependencies.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dma_start_us: float = Field(default=2.5, ge=0, allow_inf_nan=False)
+    nic_start_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    call_us: float = Field(default=16.8, ge=0, allow_inf_nan=False)
+    net_call_us: float = Field(default=1135.0, ge=0, allow_inf_nan=False)
+    stage_sync_us: float = Field(default=1382.0, ge=0, allow_inf_nan=False)
 
 
 class Topology(BaseModel):
@@ -48,6 +80,7 @@ class Topology(BaseModel):
                             description="DMA (copy-engine) queues per GPU a plan uses")
     peers: tuple[int, ...] | None = Field(default=None, description="symmetric peer of each local GPU")
     forwarding: Forwarding = "symmetric"
+    costs: CostParams = Field(default_factory=CostParams, description="fixed costs of the cost model (us)")
 
     @model_validator(mode="after")
     def _check_peers(self) -> Topology:

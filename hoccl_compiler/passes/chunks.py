@@ -28,8 +28,19 @@ import dataclasses
 
 import numpy as np
 
+from .. import cost
 from ..errors import ScheduleError
-from ..ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, SEND_FORWARD, ChunkSchedule, CompileOptions, CompileState
+from ..ir import (
+    DEFAULT_CHUNK_BYTES,
+    LOCAL,
+    NATIVE,
+    RDMA,
+    RECV_FORWARD,
+    SEND_FORWARD,
+    ChunkSchedule,
+    CompileOptions,
+    CompileState,
+)
 from .stages import expand_segments
 
 MAX_CHUNKS = 1 << 26  # chunk entries a plan may hold (67 M: about 2 GB of plan file)
@@ -41,7 +52,6 @@ ROLE_PRIORITY[[SEND_FORWARD, RDMA, RECV_FORWARD, NATIVE, LOCAL]] = np.arange(5)
 def run(state: CompileState, options: CompileOptions) -> CompileState:
     topo, pieces, sched = state.topology, state.pieces, state.schedule
     assert pieces is not None and sched is not None, "chunks runs after stages"
-    G, q = topo.num_gpus, topo.dma_queues
     seg_idx, piece_idx = expand_segments(pieces, sched.seg_flow)
     # segments are sorted by (stage, flow): so are the transfers, pieces in path order inside a segment
     tr_stage = sched.seg_stage[seg_idx]
@@ -53,44 +63,88 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     same_segment = np.zeros(n, dtype=bool)
     same_segment[1:] = seg_idx[1:] == seg_idx[:-1]
     tr_after = np.where(same_segment, np.arange(n) - 1, -1)
-
-    # Queues: per GPU, q DMA queues for what the GPU sends over NVLink (native, send_forward), one
-    # for its local copies (they use no link, so they overlap with the sends), one for forwarding
-    # what its NIC received (recv_forward: it waits on the network, and on its own queue never
-    # blocks the send side), and one NIC queue.
-    per_gpu = q + 3
-    queue_gpu = np.repeat(np.arange(G, dtype=np.int64), per_gpu)
-    queue_index = np.tile(np.r_[np.arange(q), 0, 0, 0].astype(np.int64), G)
-    queue_kind = (("dma",) * q + ("dma_local", "dma_recv", "nic")) * G
-    send_side = (tr_role == NATIVE) | (tr_role == SEND_FORWARD)
-    dma_index = _spread_over_queues(tr_stage, tr_src, tr_bytes, send_side, q)
-    tr_queue = tr_src * per_gpu + np.select([tr_role == LOCAL, tr_role == RECV_FORWARD, tr_role == RDMA],
-                                            [q, q + 1, q + 2], dma_index)
-
-    # Chunks and their progress keys (their count checked first: each costs a few dozen bytes here and in the file)
-    n_chunks = np.maximum(1, -(-tr_bytes // options.chunk_bytes))
-    total = int(n_chunks.sum())
-    if total > MAX_CHUNKS:
-        need = -(-int(tr_bytes.sum()) // MAX_CHUNKS)
-        raise ScheduleError(f"chunks of {options.chunk_bytes} B cut this plan into {total:,} chunks, over the "
-                            f"{MAX_CHUNKS:,} a plan may hold; give a larger chunk size (--chunk), at least {need} B")
-    chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
-    chunk_k = np.arange(chunk_tr.size, dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
-    progress = (chunk_k + 0.5) / n_chunks[chunk_tr]
-    # One order per stage: by progress key, then by role so that chunks feeding the network lead
-    # (send_forward, rdma, recv_forward before native and local copies), then by transfer.
-    # Each queue runs the entries of its own transfers in this order.
-    priority = ROLE_PRIORITY[tr_role][chunk_tr]
-    rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
-    order = np.lexsort((chunk_tr, rotation, priority, progress, tr_stage[chunk_tr]))
-    ordered_tr = chunk_tr[order]
+    queue_gpu, queue_kind, queue_index = queue_table(topo)
+    tr_queue = assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes)
+    chunk = options.chunk_bytes or choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue,
+                                                tr_after, sched.num_stages)
+    ordered_tr = chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
     chunks = ChunkSchedule(
+        chunk_bytes=chunk,
         tr_stage=tr_stage, tr_flow=tr_flow, tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
         tr_offset=tr_offset, tr_bytes=tr_bytes, tr_queue=tr_queue, tr_after=tr_after,
         queue_gpu=queue_gpu, queue_kind=queue_kind, queue_index=queue_index,
         order_stage=tr_stage[ordered_tr], order_transfer=ordered_tr,
     )
     return dataclasses.replace(state, chunks=chunks)
+
+
+def queue_table(topo) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
+    """Queues: per GPU, q DMA queues for what the GPU sends over NVLink (native, send_forward), one for its local
+    copies (they use no link, so they overlap with the sends), one for forwarding what its NIC received
+    (recv_forward: it waits on the network, and on its own queue never blocks the send side), and one NIC
+    queue. Returns (gpu, kind, index within the kind) per queue."""
+    G, q = topo.num_gpus, topo.dma_queues
+    per_gpu = q + 3
+    queue_gpu = np.repeat(np.arange(G, dtype=np.int64), per_gpu)
+    queue_index = np.tile(np.r_[np.arange(q), 0, 0, 0].astype(np.int64), G)
+    queue_kind = (("dma",) * q + ("dma_local", "dma_recv", "nic")) * G
+    return queue_gpu, queue_kind, queue_index
+
+
+def assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes) -> np.ndarray:
+    """The queue of every transfer (see :func:`queue_table`); sends are dealt over the q DMA queues."""
+    q = topo.dma_queues
+    send_side = (tr_role == NATIVE) | (tr_role == SEND_FORWARD)
+    dma_index = _spread_over_queues(tr_stage, tr_src, tr_bytes, send_side, q)
+    return tr_src * (q + 3) + np.select([tr_role == LOCAL, tr_role == RECV_FORWARD, tr_role == RDMA],
+                                        [q, q + 1, q + 2], dma_index)
+
+
+def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes) -> np.ndarray:
+    """Every stage's chunk order (stage after stage): the transfer index of each chunk entry, by progress key,
+    then role (chunks feeding the network lead: send_forward, rdma, recv_forward before native and local
+    copies), then the issue rotation, then transfer. Each queue runs the entries of its own transfers in it."""
+    n_chunks = np.maximum(1, -(-tr_bytes // chunk_bytes))
+    total = int(n_chunks.sum())
+    if total > MAX_CHUNKS:
+        need = -(-int(tr_bytes.sum()) // MAX_CHUNKS)
+        raise ScheduleError(f"chunks of {chunk_bytes} B cut this plan into {total:,} chunks, over the "
+                            f"{MAX_CHUNKS:,} a plan may hold; give a larger chunk size (--chunk), at least {need} B")
+    n = tr_stage.size
+    chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
+    chunk_k = np.arange(chunk_tr.size, dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
+    progress = (chunk_k + 0.5) / n_chunks[chunk_tr]
+    priority = ROLE_PRIORITY[tr_role][chunk_tr]
+    rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
+    order = np.lexsort((chunk_tr, rotation, priority, progress, tr_stage[chunk_tr]))
+    return chunk_tr[order]
+
+
+# Chunk sizes the scheduler tries when the options leave it to it (CompileOptions(chunk_bytes=None), the CLI's
+# --chunk auto): 256 KiB .. 256 MiB, and every transfer whole.
+CHUNK_CANDIDATES = tuple(1 << k for k in range(18, 29))
+CHUNK_TOLERANCE = 0.01  # a larger chunk within 1% of the best time wins: fewer plan entries
+CHUNK_BUDGET = 1 << 22  # chunk entries a candidate may cut the plan into (4 M)
+
+
+def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int) -> int:
+    """The largest chunk size whose cost-model v2 time is within ``CHUNK_TOLERANCE`` of the least over the
+    candidates: small chunks pay a start each and interleave finely, large ones fill and drain forwarded paths
+    slowly; the larger of two near-equal sizes makes a smaller plan. Candidates that would cut the plan into more
+    than ``CHUNK_BUDGET`` chunks are not tried."""
+    largest = int(tr_bytes.max(initial=0))
+    if largest == 0:
+        return DEFAULT_CHUNK_BYTES
+    candidates = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
+    times: dict[int, float] = {}
+    for c in candidates:  # largest first: fewer chunks, cheaper to cost
+        if int(np.maximum(1, -(-tr_bytes // c)).sum()) > CHUNK_BUDGET:
+            break
+        order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+        times[c] = float(cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue,
+                                             tr_after, order, num_stages).time_s.sum())
+    best = min(times.values())
+    return max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
 
 
 def issue_rotation(src: np.ndarray, dst: np.ndarray, gpus_per_node: int, nodes: int) -> np.ndarray:

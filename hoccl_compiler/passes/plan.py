@@ -24,9 +24,9 @@ from ..schema import (
 
 
 def run(state: CompileState, options: CompileOptions) -> CompileState:
-    lay, sched, ch = state.layout, state.schedule, state.chunks
-    assert lay is not None and sched is not None and ch is not None, "plan runs after chunks"
-    plan_options = PlanOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time)
+    lay, sched, ch, co = state.layout, state.schedule, state.chunks, state.costing
+    assert lay is not None and sched is not None and ch is not None and co is not None, "plan runs after costing"
+    plan_options = PlanOptions(chunk_bytes=ch.chunk_bytes, max_extra_time=options.max_extra_time)
 
     stage_tr_start = np.searchsorted(ch.tr_stage, np.arange(sched.num_stages + 1))
     stage_ord_start = np.searchsorted(ch.order_stage, np.arange(sched.num_stages + 1))
@@ -41,7 +41,7 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         )
         olo, ohi = stage_ord_start[s], stage_ord_start[s + 1]
         chunk_order = (ch.order_transfer[olo:ohi] - lo).tolist()
-        stages.append(Stage(index=s, time_s=float(sched.stage_time_s[s]), transfers=transfers, chunks=chunk_order))
+        stages.append(Stage(index=s, time_s=float(co.stage_time_s[s]), transfers=transfers, chunks=chunk_order))
 
     res_off, res_bytes = lay.resident()
     plan = Plan(
@@ -60,6 +60,6 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
                         src_offset=lay.src_offset.tolist(), dst_offset=lay.dst_offset.tolist()),
         queues=QueueTable(gpu=ch.queue_gpu.tolist(), kind=list(ch.queue_kind), index=ch.queue_index.tolist()),
         stages=stages,
-        report=Report(**sched.report),
+        report=Report(**co.report),
     )
     return dataclasses.replace(state, plan=plan)

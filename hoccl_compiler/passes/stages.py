@@ -9,10 +9,15 @@
    bound. Each step is a stage: one RDMA flow per GPU out and in, every flow moving w bytes.
 2. A stage's RDMA flows bring their forwarding copies (same bytes, same stage) onto NVLink.
 3. Native NVLink traffic is peeled into matchings too (the paper's "local matching components"),
-   which are packed greedily into the NVLink slack that each RDMA stage leaves
-   (stage time x NVLink bandwidth - forwarding load, per port).
-4. What does not fit becomes one NVLink-only stage at the end: for one domain alone, running
-   everything together is optimal in this cost model (its time is the busiest port's load).
+   which are spread over the NVLink slack that the RDMA stages leave (stage time x NVLink bandwidth -
+   forwarding load, per port): each component takes the same fraction of every stage's room
+   (:func:`spread_over_slack`), so no stage's NVLink is loaded to the full while others idle.
+4. What does not fit becomes one NVLink-only stage at the end (for one domain alone, running everything
+   together is optimal: its time is the busiest port's load), or joins the last RDMA stage where the cost model
+   v2 says the barrier before a stage of its own costs more than that stage would save.
+   The RDMA stages themselves stay matchings: the network executor runs one flow per NIC and direction at a
+   time. Their number is the peel's, less the tail that ``fewer_stages`` sends whole where the barriers it saves
+   are worth more than the time it adds (or the ``max_extra_time`` fraction allows).
 5. Local copies ride in the first stage (they are not costed).
 """
 
@@ -27,7 +32,7 @@ from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from .. import cost
 from ..errors import ScheduleError
-from ..ir import LOCAL, NATIVE, RDMA, CompileOptions, CompileState, Schedule
+from ..ir import DEFAULT_CHUNK_BYTES, LOCAL, NATIVE, RDMA, CompileOptions, CompileState, Schedule
 
 Matching = tuple[int, np.ndarray, np.ndarray]  # (bytes per matched cell, rows, cols)
 
@@ -124,25 +129,30 @@ def uniform_matchings(matrix: np.ndarray, gpus_per_node: int, *, across: bool) -
     return [(c, gpu, ((node + k) % N) * L + (local + j) % L) for k, j in shifts]
 
 
+MIN_NATIVE_PIECE = DEFAULT_CHUNK_BYTES  # no native fragment spread into a stage is smaller (but a component's tail)
 WeightedMatching = tuple[np.ndarray, np.ndarray, np.ndarray]  # (bytes per cell, rows, cols)
 TAILS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005)
 
 
-def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: float) -> list[WeightedMatching]:
-    """Trade at most ``max_extra_time`` (a fraction) of RDMA time for fewer stages.
+def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: float | None,
+                 stage_cost_bytes: float = 0.0) -> list[WeightedMatching]:
+    """Trade RDMA time for fewer stages: at most a fraction ``max_extra_time`` of it, or (None) whatever the cost
+    model v2 says a stage's barrier is worth (``stage_cost_bytes``: the barrier's time in bytes of the busiest
+    NIC).
 
     The time-optimal peel ends in many stages that move almost nothing: a GPU with d destinations
     needs at least d stages, and the peel makes several times that. Here the peel is cut where a
     fraction ``tail`` of the busiest line is left, and the rest is sent whole, cell by cell, in
-    maximum matchings of what remains (each such stage lasts as long as its largest cell). The
-    largest tail whose extra time fits the allowance wins; with ``max_extra_time == 0`` the peel is
-    returned as it is.
+    maximum matchings of what remains (each such stage lasts as long as its largest cell). With a fraction, the
+    largest tail whose extra time fits the allowance wins, and with ``max_extra_time == 0`` the peel is returned
+    as it is; with None, the cut (or none) with the least time plus barriers.
     """
     full = [(np.full(a.size, w, np.int64), a, b) for w, a, b in peeled]
-    if max_extra_time <= 0 or not peeled:
+    if not peeled or (max_extra_time is not None and max_extra_time <= 0) or \
+            (max_extra_time is None and stage_cost_bytes <= 0):
         return full
     top = sum(w for w, _, _ in peeled)
-    best = full
+    best, best_cost = full, top + stage_cost_bytes * len(full)
     for tail in TAILS:
         residual = matrix.copy()
         moved, prefix = 0, []
@@ -154,7 +164,11 @@ def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: flo
             prefix.append((np.full(a.size, w, np.int64), a, b))
         rest = _whole_cell_matchings(residual)
         time = moved + sum(int(w.max()) for w, _, _ in rest)
-        if time <= (1 + max_extra_time) * top and len(prefix) + len(rest) < len(best):
+        count = len(prefix) + len(rest)
+        if max_extra_time is None:
+            if time + stage_cost_bytes * count < best_cost:
+                best, best_cost = prefix + rest, time + stage_cost_bytes * count
+        elif time <= (1 + max_extra_time) * top and count < len(best):
             best = prefix + rest
             break  # tails are tried largest first: the first that fits cuts the most
     return best
@@ -202,7 +216,9 @@ def run(state: CompileState, options: CompileOptions,
     peeled = uniform_matchings(rdma_matrix, topo.gpus_per_node, across=True)
     if peeled is None:
         peeled = peel_matchings(rdma_matrix, progress)
-    rdma_stages = fewer_stages(rdma_matrix, peeled, options.max_extra_time)
+    # a network barrier between two stages, in bytes of the NIC's time (the cost model v2's stage_sync_us)
+    barrier_bytes = topo.costs.stage_sync_us * 1e-6 * topo.nic_gbps * 1e9
+    rdma_stages = fewer_stages(rdma_matrix, peeled, options.max_extra_time, barrier_bytes)
 
     records_stage: list[np.ndarray] = []
     records_flow: list[np.ndarray] = []
@@ -234,32 +250,45 @@ def run(state: CompileState, options: CompileOptions,
     components = [[w, a, b] for w, a, b in (native_peeled if native_peeled is not None else
                                             peel_matchings(native_matrix))]
     stage_time = np.array([cost.loads_time(loads[s], capacity) for s in range(len(rdma_stages))])
-    min_piece = options.chunk_bytes
-    for s in range(len(rdma_stages)):
-        slack_out = stage_time[s] * nvl_Bps - loads[s, :G]
-        slack_in = stage_time[s] * nvl_Bps - loads[s, G: 2 * G]
-        for comp in components:
-            remaining, a, b = comp
-            if remaining <= 0:
-                continue
-            room = min(slack_out[a].min(), slack_in[b].min())
-            amount = int(min(remaining, np.floor(room)))
-            if amount <= 0 or amount < min(remaining, min_piece):
-                continue  # no fragments smaller than a chunk, except a component's tail
-            comp[0] = remaining - amount
-            slack_out[a] -= amount
-            slack_in[b] -= amount
-            records_stage.append(np.full(a.size, s, np.int64))
+    min_piece = MIN_NATIVE_PIECE  # the same whatever the chunk size: a plan recompiles to itself from its file
+    slack_out = stage_time[:, None] * nvl_Bps - loads[:, :G]
+    slack_in = stage_time[:, None] * nvl_Bps - loads[:, G: 2 * G]
+    for comp in components:
+        remaining, a, b = comp
+        amounts = spread_over_slack(remaining, np.minimum(slack_out[:, a].min(axis=1, initial=np.inf),
+                                                          slack_in[:, b].min(axis=1, initial=np.inf)), min_piece)
+        for st in np.nonzero(amounts)[0]:
+            amount = int(amounts[st])
+            slack_out[st, a] -= amount
+            slack_in[st, b] -= amount
+            records_stage.append(np.full(a.size, st, np.int64))
             records_flow.append(native_flow[a, b])
             records_bytes.append(np.full(a.size, amount, np.int64))
+        comp[0] = remaining - int(amounts.sum())
     num_stages = len(rdma_stages)
     leftover = [(w, a, b) for w, a, b in components if w > 0]
     if leftover:
+        # an NVLink-only stage at the end, or (a network plan, where the cost model v2 says the barrier before it
+        # costs more than the longer last stage) the rest added to the last RDMA stage
+        last = num_stages - 1
+        into = num_stages
+        if num_stages:
+            out_load = np.zeros(G)
+            in_load = np.zeros(G)
+            for w, a, b in leftover:
+                np.add.at(out_load, a, float(w))
+                np.add.at(in_load, b, float(w))
+            alone = max(out_load.max(), in_load.max()) / nvl_Bps
+            used_out = stage_time[last] * nvl_Bps - slack_out[last]
+            used_in = stage_time[last] * nvl_Bps - slack_in[last]
+            merged = max(stage_time[last], (used_out + out_load).max() / nvl_Bps, (used_in + in_load).max() / nvl_Bps)
+            if merged < stage_time[last] + alone + topo.costs.stage_sync_us * 1e-6:
+                into = last
         for w, a, b in leftover:
-            records_stage.append(np.full(a.size, num_stages, np.int64))
+            records_stage.append(np.full(a.size, into, np.int64))
             records_flow.append(native_flow[a, b])
             records_bytes.append(np.full(a.size, w, np.int64))
-        num_stages += 1
+        num_stages = max(num_stages, into + 1)
 
     # --- 3. local copies ride in the first stage -----------------------------------------------------
     local = pieces.role == LOCAL
@@ -294,9 +323,36 @@ def run(state: CompileState, options: CompileOptions,
         num_stages=num_stages,
         seg_stage=seg_stage[order], seg_flow=seg_flow[order], seg_offset=seg_offset[order],
         seg_bytes=seg_bytes[order], stage_time_s=stage_time_s,
-        report=_report(state, options, stage_time_s, len(rdma_stages)),
+        report={"rdma_stages": len(rdma_stages)},
     )
     return dataclasses.replace(state, schedule=schedule)
+
+
+def spread_over_slack(remaining: int, room: np.ndarray, min_piece: int) -> np.ndarray:
+    """Bytes of a component of ``remaining`` bytes per stage, given each stage's room (its tightest port's
+    slack): where the rooms hold more than the component, every stage gets the same fraction of its room, else
+    every room is filled. Stages whose share is smaller than ``min_piece`` (a chunk) get none; what rounding and
+    those leave goes to the roomiest stages. The rest (the total room was too small) is not placed."""
+    room = np.floor(np.maximum(room, 0.0))
+    amounts = np.zeros(room.size, np.int64)
+    if remaining <= 0 or not room.size:
+        return amounts
+    usable = room >= min(remaining, min_piece)
+    total = float(room[usable].sum())
+    if total <= 0:
+        return amounts
+    share = room * min(1.0, remaining / total)
+    amounts[usable] = np.floor(share[usable]).astype(np.int64)
+    amounts[amounts < min(remaining, min_piece)] = 0
+    left = remaining - int(amounts.sum())
+    for st in np.argsort(-(room - amounts), kind="stable"):  # rounding and dropped shares: roomiest stages first
+        if left <= 0:
+            break
+        extra = int(min(left, room[st] - amounts[st]))
+        if extra > 0 and amounts[st] + extra >= min(remaining, min_piece):
+            amounts[st] += extra
+            left -= extra
+    return amounts
 
 
 def flow_piece_index(pieces) -> tuple[np.ndarray, np.ndarray]:
@@ -332,26 +388,3 @@ def _stage_times(state: CompileState, seg_stage, seg_flow, seg_bytes, num_stages
     if num_stages == 0:
         return np.zeros(0)
     return (loads.reshape(num_stages, P) / cost.port_capacity(topo)).max(axis=1)
-
-
-def _report(state: CompileState, options: CompileOptions, stage_time_s: np.ndarray, rdma_stages: int) -> dict:
-    topo, pieces, lay = state.topology, state.pieces, state.layout
-    bound, per_domain = cost.lower_bound(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
-    predicted = float(stage_time_s.sum())
-    report = {
-        "predicted_time_s": predicted,
-        "lower_bound_s": bound,
-        "lower_bound_by_domain_s": per_domain,
-        "ratio": predicted / bound if bound > 0 else 1.0,
-        "rdma_stages": rdma_stages,
-    }
-    if options.baselines:
-        at_once = cost.fair_share_time(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
-        rounds, n_rounds = cost.naive_rounds_time(lay.src, lay.dst, pieces.role, pieces.src, pieces.dst,
-                                                  pieces.bytes, pieces.flow, topo)
-        report["baselines"] = {
-            "everything_at_once_s": at_once,
-            "naive_rounds_s": rounds,
-            "naive_rounds": n_rounds,
-        }
-    return report

@@ -21,7 +21,7 @@ def test_compile_and_replay():
 
 def test_bench_compiler_quick():
     out = run("bench_compiler.py", "--quick")
-    assert "| 16 | alltoallv Zipf(1.1) |" in out and "worst predicted / bound" in out
+    assert "| 16 | alltoallv Zipf(1.1) |" in out and "worst stages in the port model / bound" in out
 
 
 def test_zipf_matrix_is_skewed_and_sized():

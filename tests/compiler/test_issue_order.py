@@ -3,12 +3,15 @@ every step of a stage the GPUs' copies go to distinct destinations."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.passes.chunks import issue_rotation
+from hoccl_compiler.schema import load_plan
 from hoccl_compiler.verify import hot_spots, verify_plan
 
 
@@ -95,6 +98,10 @@ def test_inspect_simulate(tmp_path, capsys):
     capsys.readouterr()
     assert inspect_main([str(out), "--simulate", "--chunk-start-us", "0"]) == 0
     text = capsys.readouterr().out
-    assert "simulated" in text and "(x1.000 of the bound)" in text
+    assert "simulated" in text and "cost model v2:" in text
+    assert inspect_main([str(out), "--simulate", "--chunk-start-us", "0", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    plan = load_plan(out)  # no start costs: the rotated order meets the bound, after the call's start
+    assert data["simulated_s"] == pytest.approx(plan.report.lower_bound_s + plan.topology.costs.call_us * 1e-6)
     assert inspect_main([str(out), "--simulate", "--chunk-start-us", "-1"]) == 2
     assert "must be a time >= 0" in capsys.readouterr().err

@@ -1,0 +1,69 @@
+"""Pass 5: the cost model v2 (:mod:`hoccl_compiler.cost`) over the chunk schedule: every stage's predicted time,
+the plan's, and the two simpler schedules it is compared with, costed the same way.
+
+* *Everything at once*: every flow whole in one stage, on the same queues in the same weighted chunk interleaving
+  (the best a single stage can do), no barrier.
+* *Naive rounds*: round k moves every flow u -> (u + k) mod G whole (one flow per GPU each way, blind to
+  domains), the rounds one after the other, each round after a synchronisation: the network barrier
+  (``stage_sync_us``) where the plan has network transfers, a rendezvous (``call_us``) within one node.
+
+The report keeps the port model's lower bound (no schedule beats it) beside them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .. import cost
+from ..ir import CompileOptions, CompileState, Costing
+from .chunks import assign_queues, chunk_order
+
+
+def run(state: CompileState, options: CompileOptions) -> CompileState:
+    topo, pieces, lay, sched, ch = state.topology, state.pieces, state.layout, state.schedule, state.chunks
+    assert pieces is not None and lay is not None and sched is not None and ch is not None, "costing runs after chunks"
+    network = cost.has_network(pieces.role)
+    stages = cost.stage_times_v2(topo, ch.chunk_bytes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst, ch.tr_bytes,
+                                 ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
+    predicted, parts = cost.plan_time_v2(topo, stages.time_s, network)
+    bound, per_domain = cost.lower_bound(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
+    report = {
+        "predicted_time_s": predicted,
+        "lower_bound_s": bound,
+        "lower_bound_by_domain_s": per_domain,
+        "ratio": predicted / bound if bound > 0 else 1.0,
+        "rdma_stages": sched.report["rdma_stages"],
+        "cost_model": "v2",
+        "breakdown_s": {"ports": float(stages.ports_s.sum()), **parts},
+    }
+    if options.baselines:
+        at_once, _ = whole_flows_time(state, ch.chunk_bytes, np.zeros(lay.src.size, np.int64), sync_s=0.0)
+        shift = (lay.dst - lay.src) % topo.num_gpus
+        costed = np.bincount(pieces.flow[pieces.role != 0], minlength=lay.src.size) > 0  # flows that move
+        rounds_of = np.unique(shift[costed])
+        round_index = np.searchsorted(rounds_of, shift)
+        sync = (topo.costs.stage_sync_us if network else topo.costs.call_us) * 1e-6
+        rounds, _ = whole_flows_time(state, ch.chunk_bytes, np.where(costed, round_index, 0), sync_s=sync)
+        report["baselines"] = {"everything_at_once_s": at_once, "naive_rounds_s": rounds,
+                               "naive_rounds": int(rounds_of.size)}
+    return dataclasses.replace(state, costing=Costing(stage_time_s=stages.time_s, report=report))
+
+
+def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarray, sync_s: float
+                     ) -> tuple[float, np.ndarray]:
+    """v2 time of the schedule that moves every flow whole in stage ``flow_stage[flow]`` (stages one after the
+    other, ``sync_s`` between two), and its stage times."""
+    topo, pieces = state.topology, state.pieces
+    tr_stage = flow_stage[pieces.flow]
+    order = np.lexsort((np.arange(tr_stage.size), tr_stage))  # pieces stay in path order within a flow
+    st, role, src, dst, nb, fl = (a[order] for a in (tr_stage, pieces.role, pieces.src, pieces.dst, pieces.bytes,
+                                                     pieces.flow))
+    after = np.r_[-1, np.where(fl[1:] == fl[:-1], np.arange(fl.size - 1), -1)] if fl.size else fl
+    S = int(st.max()) + 1 if st.size else 0
+    queue = assign_queues(topo, st, role, src, nb)
+    entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb)
+    times = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S).time_s
+    total, _ = cost.plan_time_v2(topo, times, cost.has_network(role), sync_s)
+    return total, times

@@ -45,7 +45,7 @@ class PlanCache(dict):
 
 # GPU name fragment -> (preset fields, where the figure comes from); the first match wins
 GPU_PRESETS: tuple[tuple[str, dict[str, float], str], ...] = (
-    ("H200", {"nvlink_gbps": 396.0, "nic_gbps": 23.4}, "measured on the 2x H200 machine (copy-engine P2P; TCP)"),
+    ("H200", {"nvlink_gbps": 396.0, "nic_gbps": 18.9}, "measured on the 2x H200 machine (copy-engine P2P; TCP)"),
     ("H100", {"nvlink_gbps": 450.0, "nic_gbps": 50.0}, "NVIDIA DGX H100 datasheet (NVLink 4 per direction)"),
     ("H800", {"nvlink_gbps": 200.0, "nic_gbps": 50.0}, "the HOCCL paper's measured P2P peak (192 GB/s)"),
 )

@@ -48,7 +48,10 @@ def summary(plan: Plan) -> dict[str, Any]:
         "lower_bound_s": rep.lower_bound_s,
         "lower_bound_by_domain_s": rep.lower_bound_by_domain_s,
         "ratio": rep.ratio,
+        "cost_model": rep.cost_model or "port model (a plan from before the cost model v2)",
     }
+    if rep.breakdown_s is not None:
+        out["breakdown_s"] = dict(rep.breakdown_s)
     if rep.baselines is not None:
         b = rep.baselines
         out["baselines"] = {
@@ -62,8 +65,12 @@ def summary(plan: Plan) -> dict[str, Any]:
 
 
 def stage_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Per stage: its start (after the call's start and the barriers before it, in the cost model v2), time and
+    contents."""
     rows = []
-    start = 0.0
+    parts = plan.report.breakdown_s or {}
+    start = parts.get("call_s", 0.0)
+    sync = parts.get("stage_sync_s", 0.0) / max(1, len(plan.stages) - 1)
     for stage in plan.stages:
         tr = stage.transfers
         roles = np.asarray(tr.role, dtype=np.int64)
@@ -75,7 +82,7 @@ def stage_rows(plan: Plan) -> list[dict[str, Any]]:
             "nvlink_bytes": int(nbytes[(roles == 1) | (roles == 2) | (roles == 4)].sum()),
             "local_bytes": int(nbytes[roles == 0].sum()), "chunks": len(stage.chunks),
         })
-        start += stage.time_s
+        start += stage.time_s + sync
     return rows
 
 
@@ -119,6 +126,10 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
         "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in s["lower_bound_by_domain_s"].items())
         + ")",
     ]
+    if "breakdown_s" in s:
+        p = s["breakdown_s"]
+        lines.append(f"             ({s['cost_model']}: call {_us(p['call_s'])} + stages {_us(p['stages_s'])} + "
+                     f"barriers {_us(p['stage_sync_s'])}; the stages in the port model alone {_us(p['ports'])})")
     if b["local"]:  # measured on driver 580 / CUDA 13.0 (hoccl_bench.smfree, docs/architecture.md)
         local = format_bytes(b["local"])
         avoid = "compile --in-place for allgather or gather" + (
@@ -127,7 +138,7 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
                       f"             ({avoid})"]
     if "baselines" in s:
         bl = s["baselines"]
-        lines.append(f"simpler      everything at once (fair sharing) {_us(bl['everything_at_once_s'])} "
+        lines.append(f"simpler      everything at once (one stage) {_us(bl['everything_at_once_s'])} "
                      f"(x{bl['everything_at_once_ratio']:.3f} of bound);  naive rounds ({bl['naive_rounds']}) "
                      f"{_us(bl['naive_rounds_s'])} (x{bl['naive_rounds_ratio']:.3f})")
     rows = stage_rows(plan)

@@ -218,7 +218,7 @@ def test_max_extra_time_trades_a_little_time_for_far_fewer_stages():
 
 
 def test_no_baseline_is_ever_below_the_lower_bound():
-    """Everything at once (fair sharing) and naive rounds over random skewed matrices, including the case that
+    """Everything at once and naive rounds (cost model v2) over random skewed matrices, including the case that
     beat the bound by 1.2% (8 nodes x 4 GPUs of dgx-h100, 32 x 32 Zipf(1.3), zero diagonal)."""
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from .. import cost
-from ..ir import CompileOptions, CompileState, Costing
+from ..ir import LOCAL, CompileOptions, CompileState, Costing
 from .chunks import assign_queues, chunk_order
 
 
@@ -41,7 +41,7 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     if options.baselines:
         at_once, _ = whole_flows_time(state, ch.chunk_bytes, np.zeros(lay.src.size, np.int64), sync_s=0.0)
         shift = (lay.dst - lay.src) % topo.num_gpus
-        costed = np.bincount(pieces.flow[pieces.role != 0], minlength=lay.src.size) > 0  # flows that move
+        costed = np.bincount(pieces.flow[pieces.role != LOCAL], minlength=lay.src.size) > 0  # flows that move
         rounds_of = np.unique(shift[costed])
         round_index = np.searchsorted(rounds_of, shift)
         sync = (topo.costs.stage_sync_us if network else topo.costs.call_us) * 1e-6

@@ -117,6 +117,9 @@ def _compile_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="plan file (.json or .json.gz); default schedules/<collective>-<nodes>x<gpus>-<size>.json")
+    o.add_argument("--encoding", choices=("auto", "full", "compact"), default="auto",
+                   help="plan file encoding: full (every column, readable), compact (what the compiler decided; "
+                        "the rest is derived on reading), auto: compact above 100,000 chunk entries (default)")
     o.add_argument("--chunk", default="auto",
                    help="chunk size, e.g. 4MiB, or auto: the size with the least cost-model v2 time (default auto)")
     o.add_argument("--dump-after", choices=PASS_NAMES, default=None, metavar="PASS",
@@ -192,7 +195,7 @@ def _compile(argv: Sequence[str] | None) -> int:
     assert state.plan is not None
     if args.dump_after == "verify":
         _write_json(output.with_name(output.name + ".verify.json"), dump_state(state, "verify"))
-    save_plan(state.plan, output)
+    save_plan(state.plan, output, encoding=args.encoding)
     progress(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)")
     if args.quiet:
         print(output)

@@ -200,12 +200,28 @@ def plan_json_schema() -> str:
 
 # --- files -------------------------------------------------------------------------------------------
 
-def save_plan(plan: Plan, path: str | Path, *, indent: int | None | Literal["auto"] = "auto") -> Path:
-    """Write atomically (temp file, then rename). ``.gz`` compresses (deterministically: no mtime)."""
+Encoding = Literal["auto", "full", "compact"]
+
+
+def save_plan(plan: Plan, path: str | Path, *, indent: int | None | Literal["auto"] = "auto",
+              encoding: Encoding = "auto") -> Path:
+    """Write atomically (temp file, then rename). ``.gz`` compresses (deterministically: no mtime).
+
+    ``encoding``: "full" lists everything (indented when the plan has at most ``PRETTY_LIMIT`` chunk entries, for
+    people to read); "compact" keeps only what the compiler decided (:mod:`hoccl_compiler.compact`); "auto"
+    (default) writes plans of more than ``PRETTY_LIMIT`` chunk entries compact, the others full."""
     path = Path(path)
-    if indent == "auto":
-        indent = 1 if plan.num_chunk_entries() <= PRETTY_LIMIT else None
-    data = plan.model_dump_json(indent=indent).encode() + b"\n"
+    big = plan.num_chunk_entries() > PRETTY_LIMIT
+    if encoding not in ("auto", "full", "compact"):
+        raise PlanError(f"plan encoding {encoding!r}: choose auto, full or compact")
+    if encoding == "compact" or (encoding == "auto" and big):
+        from .compact import to_compact
+
+        data = json.dumps(to_compact(plan), separators=(",", ":")).encode() + b"\n"
+    else:
+        if indent == "auto":
+            indent = None if big else 1
+        data = plan.model_dump_json(indent=indent).encode() + b"\n"
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
     directory = path.parent if str(path.parent) else Path(".")
@@ -298,6 +314,13 @@ def plan_from_json(raw: bytes | str, source: str = "<plan>") -> Plan:
     if version != SCHEMA_VERSION:
         raise PlanError(f"plan {source} has schema_version {version!r} but this HOCCL reads version "
                         f"{SCHEMA_VERSION}; recompile it with this version's hoccl-compile")
+    if "encoding" in head:
+        from .compact import ENCODING, from_compact
+
+        if head["encoding"] != ENCODING:
+            raise PlanError(f"plan {source} has encoding {head['encoding']!r}; this HOCCL reads the full encoding "
+                            f"and {ENCODING!r}: recompile it with this version's hoccl-compile")
+        return from_compact(head, source=f"plan {source}")
     try:
         return Plan.model_validate(head)
     except ValidationError as exc:

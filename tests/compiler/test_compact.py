@@ -1,0 +1,114 @@
+"""The compact plan encoding (hoccl_compiler.compact): what the compiler decided, the rest derived on reading."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hoccl_compiler import CollectiveSpec, compile_plan, load_plan, make_topology, save_plan, verify_plan
+from hoccl_compiler.errors import PlanError
+from hoccl_compiler.ir import CompileOptions
+from hoccl_compiler.schema import PRETTY_LIMIT, plan_from_json
+
+SCHEDULES = sorted((Path(__file__).resolve().parents[2] / "schedules").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", SCHEDULES, ids=[p.name for p in SCHEDULES])
+def test_golden_plans_read_back_from_the_compact_encoding(path, tmp_path):
+    plan = load_plan(path)
+    out = save_plan(plan, tmp_path / "c.json.gz", encoding="compact")
+    data = json.loads(gzip.decompress(out.read_bytes()))
+    assert data["encoding"] == "compact-1" and "flows" not in data and "hoccl_matrix" not in data
+    again = load_plan(out)
+    assert again == plan
+    verify_plan(again)
+    assert out.stat().st_size < len(plan.model_dump_json().encode())
+
+
+def test_skewed_multi_queue_plans_round_trip(tmp_path):
+    rng = np.random.default_rng(5)
+    m = (rng.zipf(1.4, (16, 16)) * 4096).astype(np.int64)
+    np.fill_diagonal(m, 0)
+    plan = compile_plan(make_topology("dgx-h100", nodes=2, gpus_per_node=8, dma_queues=2),
+                        CollectiveSpec(kind="alltoallv", matrix=tuple(map(tuple, m.tolist()))),
+                        CompileOptions(chunk_bytes=16384))
+    assert load_plan(save_plan(plan, tmp_path / "p.json", encoding="compact")) == plan
+
+
+def test_auto_encoding_is_full_for_small_plans_and_compact_for_large():
+    small = compile_plan(make_topology("h200x2"), CollectiveSpec(kind="alltoall", size_bytes=1 << 20))
+    assert small.num_chunk_entries() <= PRETTY_LIMIT
+    large = compile_plan(make_topology("paper-h800", nodes=8), CollectiveSpec(kind="alltoall", size_bytes=1 << 30),
+                         CompileOptions(chunk_bytes=64 << 10, baselines=False))
+    assert large.num_chunk_entries() > PRETTY_LIMIT
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a = save_plan(small, Path(tmp) / "a.json")
+        b = save_plan(large, Path(tmp) / "b.json")
+        assert "encoding" not in json.loads(a.read_text())
+        assert json.loads(b.read_text())["encoding"] == "compact-1"
+        assert load_plan(b) == large
+
+
+def _compact(plan) -> dict:
+    from hoccl_compiler.compact import to_compact
+
+    return json.loads(json.dumps(to_compact(plan)))
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return compile_plan(make_topology("paper-h800", nodes=2, gpus_per_node=4),
+                        CollectiveSpec(kind="alltoall", size_bytes=8 << 20), CompileOptions(chunk_bytes=1 << 20))
+
+
+@pytest.mark.parametrize("tamper,match", [
+    (lambda d: d["collective"].update(size_bytes=16 << 20), "plan_id"),
+    (lambda d: d["stages"][0]["segments"]["flow"].__setitem__(0, 10 ** 6), "names flow"),
+    (lambda d: d["stages"][0]["segments"]["flow"].reverse(), "sorted by flow"),
+    (lambda d: d["stages"][0]["segments"]["bytes"].pop(), "differ in length"),
+    (lambda d: d["stages"][0]["chunks"].__setitem__(0, 999), "chunk order names transfer"),
+    (lambda d: d.update(encoding="compact-9"), "encoding 'compact-9'"),
+    (lambda d: d["stages"][0].pop("segments"), "not a valid compact plan"),
+])
+def test_a_tampered_compact_file_is_refused_with_the_reason(plan, tamper, match):
+    data = _compact(plan)
+    tamper(data)
+    with pytest.raises(PlanError, match=match):
+        plan_from_json(json.dumps(data))
+
+
+def test_a_shifted_segment_reads_but_fails_verification(plan):
+    data = _compact(plan)
+    data["stages"][0]["segments"]["offset"][0] += 4096
+    with pytest.raises(PlanError):
+        verify_plan(plan_from_json(json.dumps(data)))
+
+
+def test_a_hand_edited_plan_cannot_be_written_compact(plan, tmp_path):
+    stage = plan.stages[0]
+    queues = list(stage.transfers.queue)
+    queues[0] = queues[0] + 1  # another queue than the compiler's assignment
+    edited = plan.model_copy(update={"stages": [stage.model_copy(update={
+        "transfers": stage.transfers.model_copy(update={"queue": queues})}), *plan.stages[1:]]})
+    with pytest.raises(PlanError, match="full encoding"):
+        save_plan(edited, tmp_path / "e.json", encoding="compact")
+    assert load_plan(save_plan(edited, tmp_path / "e.json", encoding="full")) == edited
+
+
+def test_compile_cli_writes_either_encoding(tmp_path, capsys):
+    from hoccl_compiler.cli import compile_main, inspect_main
+
+    for enc in ("full", "compact"):
+        out = tmp_path / f"{enc}.json"
+        assert compile_main(["alltoall", "--topology", "h200x2", "--nodes", "2", "--size", "64MiB", "-o", str(out),
+                             "--encoding", enc, "-q"]) == 0
+        assert ("encoding" in json.loads(out.read_text())) == (enc == "compact")
+        assert inspect_main([str(out), "--verify"]) == 0
+    capsys.readouterr()
+    assert load_plan(tmp_path / "full.json") == load_plan(tmp_path / "compact.json")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
@@ -36,6 +38,24 @@ from ._base import (
     _Launch,
     _PlanState,
 )
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What :func:`build_launch` needs of a communicator: its rank, and where its handshake flags, events and side
+    streams are (each a lookup that makes the object on first use) and how its copies are paced."""
+
+    rank: int
+    flag: Callable[[int, int, int], Any]       # (phase, a, b) -> the READY/DONE flag (flags.Flag-like: .address)
+    event: Callable[[Any], int]                # key -> CUDA event
+    side_stream: Callable[[int], int]          # slot -> a side stream (DMA queue index, or MAX_QUEUES for local)
+    paced: Callable[[list[Op], float, int], list[Op]]  # (copies, rate GB/s, user stream) -> paced ops
+
+
+@dataclass(frozen=True)
+class Built:
+    ops: list[Op]
+    local_side: bool  # own-block copies within the GPU on a side stream (a driver kernel: the caller may warn)
 
 
 class LaunchBuilding:
@@ -163,61 +183,11 @@ class LaunchBuilding:
     def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                remote: dict[int, int], user: int, rate: float | None = None,
                helped_in: int | None = None) -> list[Op]:
-        """My launch list (see the module docstring). The caller's stream U carries the cross-process
-        handshakes and my first DMA queue's copies; other queues (local copies, extra DMA queues) run on
-        side streams ordered with U by events, so the common call costs 3 CUDA calls::
-
-            U:  [signal READY to senders; wait READY of receivers] -> copies -> [signal DONE; wait DONE]
-
-        With local_copies="peer" my own block goes through my receivers' outputs (``state.bounce``), or, where
-        no send of mine carries it, is copied by ``state.helper`` (a sender to me like any other); and I copy
-        ``state.helped``'s, from its input at ``helped_in`` into its output, after my sends."""
-        plan, prog, me = state.plan, state.program, self.rank
-        kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
-        mine = sorted(q for q in prog.copies if qgpu[q] == me)
-        dma = dma_queues(prog, plan.queues.kind, me)
-        main = dma[0] if dma else None
-        senders = {prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]}
-        receivers = {c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me}
-        senders, receivers = sorted(senders | {state.helper} - {None}), sorted(receivers | {state.helped} - {None})
-        helped: list[Op] = []
-        if state.helped is not None:  # the helped rank's own block, its input to its output, both mapped here
-            if helped_in is None:
-                raise PlanError(f"rank {state.helped} sent no input address for its own block (rank {me} copies it "
-                                "with local_copies='peer'): set HOCCL_LOCAL_COPIES alike on every rank")
-            base = remote[state.helped]
-            helped = [Memcpy(base + c.dst_offset, helped_in + c.src_offset, c.nbytes, user)
-                      for c in state.helped_copies if base + c.dst_offset != helped_in + c.src_offset]
-        entry, exit_ = MemOps(), MemOps()
-        for r in senders:      # my output may be written: tell r (signals first, then waits: no deadlock)
-            entry.wait_eq(self._flag(0, r, me), 0).write(self._flag(0, r, me), 1)
-        for r in receivers:    # r's output may be written by my copies
-            entry.wait_eq(self._flag(0, me, r), 1).write(self._flag(0, me, r), 0)
-        for r in receivers:
-            exit_.wait_eq(self._flag(1, me, r), 0).write(self._flag(1, me, r), 1)
-        for r in senders:
-            exit_.wait_eq(self._flag(1, r, me), 1).write(self._flag(1, r, me), 0)
-
-        def copies(q: int, stream: int) -> list[Op]:  # an in-place call's own block is already in place
-            moves = [((out.ptr if c.dst_rank == me else remote[c.dst_rank]) + c.dst_offset, inp.ptr + c.src_offset,
-                      c.nbytes) for c in prog.copies[q]]
-            return [Memcpy(dst, src, n, stream) for dst, src, n in moves if dst != src]
-
-        # my own block through peers' outputs: pushed into regions my sends overwrite and pulled back before
-        # them, or pulled back from where my sends put it after them (bounce_route); none in place
-        before: list[Op] = []
-        after: list[Op] = []
-        if state.bounce:
-            pre, post = bounce_moves(state.bounce, inp.ptr, out.ptr, remote)
-            before = [Memcpy(dst, src, n, user) for dst, src, n in pre]
-            after = [Memcpy(dst, src, n, user) for dst, src, n in post]
-        # local queues with copies to make: none when they go through peers, nor in place
-        by_peer = state.helper is not None or bool(state.bounce)
-        side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (not by_peer and copies(q, 0)))]
-        ops: list[Op] = []
-        local = [q for q in side if kinds[q] == "dma_local"]
-        if local and self._one_queue:
+        """My launch list: :func:`build_launch` over this communicator's flags, events, side streams and pacer."""
+        built = build_launch(self._build_context(), state, inp, out, remote, user, rate, helped_in)
+        if built.local_side and self._one_queue:
             self._one_queue = False
+            plan, me = state.plan, self.rank
             n = plan.ranks.input_bytes[me]
             in_place = (f"pass the output's own block as the input (in place: input = output[{me * n}:{(me + 1) * n}] "
                         "in bytes) or " if plan.collective.kind == "allgather" else "")
@@ -226,27 +196,12 @@ class LaunchBuilding:
                 "the CUDA driver does with a kernel; under CUDA_DEVICE_MAX_CONNECTIONS=1 that kernel waits behind "
                 "compute issued before it on any stream, so the call cannot overlap that compute. For traffic that "
                 f"overlaps compute, {in_place}use hoccl_runtime.init(local_copies='peer') (HOCCL_LOCAL_COPIES=peer); "
-                "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=2)
-        if local:  # local copies need no peer: they start before the handshake
-            ops.append(Record(self._event(("pre", user)), user))
-        if entry.ops:
-            ops.append(Memops(entry, user))
-        if len(side) > len(local):
-            ops.append(Record(self._event(("post", user)), user))
-        for q in side:
-            stream = self._side_stream(qindex[q] if kinds[q] == "dma" else MAX_QUEUES)
-            ops.append(Wait(stream, self._event(("pre" if q in local else "post", user))))
-            ops += copies(q, stream)
-            ops.append(Record(self._event(("side", q)), stream))
-        sends = before + (copies(main, user) if main is not None else []) + after + helped
-        if sends and rate is None:
-            ops += sends
-        elif sends:
-            ops += self._paced(sends, rate, user)
-        ops += [Wait(user, self._event(("side", q))) for q in side]
-        if exit_.ops:  # last: a graph of the call ends at its copies, and this batch follows it (_promote)
-            ops.append(Memops(exit_, user))
-        return ops
+                "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=3)
+        return built.ops
+
+    def _build_context(self) -> BuildContext:
+        return BuildContext(rank=self.rank, flag=self._flag, event=self._event, side_stream=self._side_stream,
+                            paced=self._paced)
 
     def _paced(self, copies: list[Op], rate: float, user: int) -> list[Op]:
         """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
@@ -266,3 +221,84 @@ class LaunchBuilding:
             ops += [Call(feedback.sleep, (clock, pacer.sleep_us(piece.nbytes / (rate * 1e3)))),
                     Record(self._event(("tick", k + 1)), clock), Wait(user, self._event(("tick", k + 1)))]
         return ops
+
+
+def build_launch(ctx: BuildContext, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+                 remote: dict[int, int], user: int, rate: float | None = None, helped_in: int | None = None) -> Built:
+    """Rank ``ctx.rank``'s launch list for a call of ``state``'s plan, from the call's buffers (``remote``: the
+    peers' output addresses mapped here) on the caller's stream ``user``: a function of its arguments alone (the
+    context names the flags, events and streams to use; nothing is issued, so tests call it directly).
+
+    The caller's stream U carries the cross-process handshakes and my first DMA queue's copies; other queues
+    (local copies, extra DMA queues) run on side streams ordered with U by events, so the common call costs 3
+    CUDA calls::
+
+        U:  [signal READY to senders; wait READY of receivers] -> copies -> [signal DONE; wait DONE]
+
+    With local_copies="peer" my own block goes through my receivers' outputs (``state.bounce``), or, where
+    no send of mine carries it, is copied by ``state.helper`` (a sender to me like any other); and I copy
+    ``state.helped``'s, from its input at ``helped_in`` into its output, after my sends."""
+    plan, prog, me = state.plan, state.program, ctx.rank
+    kinds, qindex, qgpu = plan.queues.kind, plan.queues.index, plan.queues.gpu
+    mine = sorted(q for q in prog.copies if qgpu[q] == me)
+    dma = dma_queues(prog, plan.queues.kind, me)
+    main = dma[0] if dma else None
+    senders = {prog.queue_gpu[q] for q in prog.copies if qgpu[q] != me and me in prog.touches[q]}
+    receivers = {c.dst_rank for q in dma for c in prog.copies[q] if c.dst_rank != me}
+    senders, receivers = sorted(senders | {state.helper} - {None}), sorted(receivers | {state.helped} - {None})
+    helped: list[Op] = []
+    if state.helped is not None:  # the helped rank's own block, its input to its output, both mapped here
+        if helped_in is None:
+            raise PlanError(f"rank {state.helped} sent no input address for its own block (rank {me} copies it "
+                            "with local_copies='peer'): set HOCCL_LOCAL_COPIES alike on every rank")
+        base = remote[state.helped]
+        helped = [Memcpy(base + c.dst_offset, helped_in + c.src_offset, c.nbytes, user)
+                  for c in state.helped_copies if base + c.dst_offset != helped_in + c.src_offset]
+    entry, exit_ = MemOps(), MemOps()
+    for r in senders:      # my output may be written: tell r (signals first, then waits: no deadlock)
+        entry.wait_eq(ctx.flag(0, r, me), 0).write(ctx.flag(0, r, me), 1)
+    for r in receivers:    # r's output may be written by my copies
+        entry.wait_eq(ctx.flag(0, me, r), 1).write(ctx.flag(0, me, r), 0)
+    for r in receivers:
+        exit_.wait_eq(ctx.flag(1, me, r), 0).write(ctx.flag(1, me, r), 1)
+    for r in senders:
+        exit_.wait_eq(ctx.flag(1, r, me), 1).write(ctx.flag(1, r, me), 0)
+
+    def copies(q: int, stream: int) -> list[Op]:  # an in-place call's own block is already in place
+        moves = [((out.ptr if c.dst_rank == me else remote[c.dst_rank]) + c.dst_offset, inp.ptr + c.src_offset,
+                  c.nbytes) for c in prog.copies[q]]
+        return [Memcpy(dst, src, n, stream) for dst, src, n in moves if dst != src]
+
+    # my own block through peers' outputs: pushed into regions my sends overwrite and pulled back before
+    # them, or pulled back from where my sends put it after them (bounce_route); none in place
+    before: list[Op] = []
+    after: list[Op] = []
+    if state.bounce:
+        pre, post = bounce_moves(state.bounce, inp.ptr, out.ptr, remote)
+        before = [Memcpy(dst, src, n, user) for dst, src, n in pre]
+        after = [Memcpy(dst, src, n, user) for dst, src, n in post]
+    # local queues with copies to make: none when they go through peers, nor in place
+    by_peer = state.helper is not None or bool(state.bounce)
+    side = [q for q in mine if q != main and (kinds[q] != "dma_local" or (not by_peer and copies(q, 0)))]
+    ops: list[Op] = []
+    local = [q for q in side if kinds[q] == "dma_local"]
+    if local:  # local copies need no peer: they start before the handshake
+        ops.append(Record(ctx.event(("pre", user)), user))
+    if entry.ops:
+        ops.append(Memops(entry, user))
+    if len(side) > len(local):
+        ops.append(Record(ctx.event(("post", user)), user))
+    for q in side:
+        stream = ctx.side_stream(qindex[q] if kinds[q] == "dma" else MAX_QUEUES)
+        ops.append(Wait(stream, ctx.event(("pre" if q in local else "post", user))))
+        ops += copies(q, stream)
+        ops.append(Record(ctx.event(("side", q)), stream))
+    sends = before + (copies(main, user) if main is not None else []) + after + helped
+    if sends and rate is None:
+        ops += sends
+    elif sends:
+        ops += ctx.paced(sends, rate, user)
+    ops += [Wait(user, ctx.event(("side", q))) for q in side]
+    if exit_.ops:  # last: a graph of the call ends at its copies, and this batch follows it (_promote)
+        ops.append(Memops(exit_, user))
+    return Built(ops, bool(local))

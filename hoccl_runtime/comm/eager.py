@@ -34,28 +34,6 @@ from ._base import (
 class EagerPath:
     """The Communicator's eager path (see the module docstring)."""
 
-    def _eager_layout(self, plan: Plan, prog: Program) -> _EagerLayout | None:
-        """Send/recv (and, with ``eager_collectives``, any plan) whose bytes per directed pair fit a slot."""
-        if plan.collective.kind != "sendrecv" and not self.eager_collectives:
-            return None
-        me, local, sends, recvs = self.rank, [], {}, {}
-        fill: dict[tuple[int, int], int] = {}
-        for q in sorted(prog.copies):
-            for c in prog.copies[q]:
-                if c.src_rank == c.dst_rank == me:
-                    local.append((c.dst_offset, c.src_offset, c.nbytes))
-                elif me in (c.src_rank, c.dst_rank):
-                    at = fill.get((c.src_rank, c.dst_rank), 0)
-                    fill[(c.src_rank, c.dst_rank)] = at + c.nbytes
-                    if c.src_rank == me:
-                        sends.setdefault(c.dst_rank, []).append((at, c.src_offset, c.nbytes))
-                    else:
-                        recvs.setdefault(c.src_rank, []).append((c.dst_offset, at, c.nbytes))
-        if not fill or max(fill.values()) > self.eager_bytes:
-            return None
-        return _EagerLayout(tuple(local), {p: tuple(v) for p, v in sends.items()},
-                            {p: tuple(v) for p, v in recvs.items()})
-
     # --- the eager path (module docstring, item 7) ----------------------------------------------------------
     def _eager_enter(self, state: _PlanState) -> dict[int, int]:
         """The call's sequence number with each partner and so its staging slot ({partner: slot}); writes
@@ -183,3 +161,25 @@ class EagerPath:
             except PlanError:
                 self._unverified += pending[i + 1:]
                 raise
+
+
+def eager_layout(plan: Plan, prog: Program, me: int, eager_bytes: int) -> _EagerLayout | None:
+    """Rank ``me``'s eager layout of a plan whose bytes per directed pair fit a staging slot of ``eager_bytes``
+    (None where some pair's do not): its local copies, and per partner where its pieces sit in the slot."""
+    local, sends, recvs = [], {}, {}
+    fill: dict[tuple[int, int], int] = {}
+    for q in sorted(prog.copies):
+        for c in prog.copies[q]:
+            if c.src_rank == c.dst_rank == me:
+                local.append((c.dst_offset, c.src_offset, c.nbytes))
+            elif me in (c.src_rank, c.dst_rank):
+                at = fill.get((c.src_rank, c.dst_rank), 0)
+                fill[(c.src_rank, c.dst_rank)] = at + c.nbytes
+                if c.src_rank == me:
+                    sends.setdefault(c.dst_rank, []).append((at, c.src_offset, c.nbytes))
+                else:
+                    recvs.setdefault(c.src_rank, []).append((c.dst_offset, at, c.nbytes))
+    if not fill or max(fill.values()) > eager_bytes:
+        return None
+    return _EagerLayout(tuple(local), {p: tuple(v) for p, v in sends.items()},
+                        {p: tuple(v) for p, v in recvs.items()})

@@ -45,7 +45,7 @@ from ._base import (
     _SharedHost,
 )
 from .build import LaunchBuilding
-from .eager import EagerPath
+from .eager import EagerPath, eager_layout
 from .rendezvous import Rendezvous
 from .watchdog import Watchdog
 from .windows import Window, WindowCalls
@@ -284,47 +284,8 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         return state
 
     def _make_state(self, plan: Plan, uid: str | None = None) -> _PlanState:
-        prog = lower(plan)
-        if any(plan.queues.kind[q] == "dma" and plan.queues.index[q] >= MAX_QUEUES for q in prog.copies):
-            raise PlanError(f"plan {plan.plan_id} uses more than {MAX_QUEUES} DMA queues per GPU")
-        fl, me, w = plan.flows, self.rank, self.world
-        partners = {d for s, d in zip(fl.src, fl.dst, strict=True) if s == me and d != me} | \
-                   {s for s, d in zip(fl.src, fl.dst, strict=True) if d == me and s != me}
-        from ..plans import resident
-
-        res_off, res_bytes = resident(plan)
-        eager = self._eager_layout(plan, prog)
-        helper = helped = None
-        windows = True
-        bounce: tuple[Bounce, ...] = ()
-        helped_copies: tuple[Copy, ...] = ()
-        kinds = plan.queues.kind
-        main = {r: (dma[0] if (dma := dma_queues(prog, kinds, r)) else None) for r in range(w)}  # first DMA queues
-        if self.local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
-            # each rank's own block: its route through peers, or None where it needs a helper (a gather's root)
-            routes = {r: bounce_route(prog, r, w, main[r]) if own_copies(prog, r) else () for r in range(w)}
-            bounce = routes[me] or ()
-            if routes[me] is None:  # the next rank copies it
-                helper = (me + 1) % w
-            prev = (me - 1) % w
-            if routes[prev] is None:
-                helped, helped_copies = prev, own_copies(prog, prev)
-            partners |= {r for r in (helper, helped) if r is not None}
-            windows = all(route is not None for route in routes.values())
-        if eager is not None:
-            paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
-        else:
-            paced = sum(c.nbytes for c in prog.copies[main[me]]) if main[me] is not None else 0
-            # the bounces and the helped copies run on my stream too
-            paced += sum(b.nbytes * (2 if b.temp else 1) for b in bounce) + sum(c.nbytes for c in helped_copies)
-        # the digest names the plan and who copies own blocks: ranks set up differently raise PlanError
-        uid = plan.plan_id if uid is None else uid  # this communicator's own plans: the compiler's id
-        digest = zlib.crc32(f"{uid}/{self.local_copies}".encode())
-        state = _PlanState(plan, uid, prog, digest, tuple(sorted(partners)),
-                           (int(res_off[me]), int(res_bytes[me])), eager, paced,
-                           int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
-                           bounce, helper, helped, helped_copies, windows)
-        return state
+        return plan_state(plan, self.rank, self.world, self.local_copies, self.eager_bytes if
+                          (plan.collective.kind == "sendrecv" or self.eager_collectives) else None, uid)
 
     def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any, rate_gbps: float | None = None,
              duration_s: float | None = None) -> None:
@@ -537,3 +498,51 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def plan_state(plan: Plan, rank: int, world: int, local_copies: str, eager_bytes: int | None,
+               uid: str | None = None) -> _PlanState:
+    """What rank ``rank`` of ``world`` keeps of a plan for its calls (a function of its arguments: the lowering,
+    the partners, the eager layout where the plan's pieces per pair fit ``eager_bytes`` (None: no eager path),
+    the own-block route with ``local_copies="peer"``, the digest ranks compare)."""
+    prog = lower(plan)
+    if any(plan.queues.kind[q] == "dma" and plan.queues.index[q] >= MAX_QUEUES for q in prog.copies):
+        raise PlanError(f"plan {plan.plan_id} uses more than {MAX_QUEUES} DMA queues per GPU")
+    fl, me, w = plan.flows, rank, world
+    partners = {d for s, d in zip(fl.src, fl.dst, strict=True) if s == me and d != me} | \
+               {s for s, d in zip(fl.src, fl.dst, strict=True) if d == me and s != me}
+    from ..plans import resident
+
+    res_off, res_bytes = resident(plan)
+    eager = eager_layout(plan, prog, me, eager_bytes) if eager_bytes is not None else None
+    helper = helped = None
+    windows = True
+    bounce: tuple[Bounce, ...] = ()
+    helped_copies: tuple[Copy, ...] = ()
+    kinds = plan.queues.kind
+    main = {r: (dma[0] if (dma := dma_queues(prog, kinds, r)) else None) for r in range(w)}  # first DMA queues
+    if local_copies == "peer" and eager is None and w > 1:  # (an eager call's own block stays here)
+        # each rank's own block: its route through peers, or None where it needs a helper (a gather's root)
+        routes = {r: bounce_route(prog, r, w, main[r]) if own_copies(prog, r) else () for r in range(w)}
+        bounce = routes[me] or ()
+        if routes[me] is None:  # the next rank copies it
+            helper = (me + 1) % w
+        prev = (me - 1) % w
+        if routes[prev] is None:
+            helped, helped_copies = prev, own_copies(prog, prev)
+        partners |= {r for r in (helper, helped) if r is not None}
+        windows = all(route is not None for route in routes.values())
+    if eager is not None:
+        paced = sum(n for pieces in eager.sends.values() for _, _, n in pieces)
+    else:
+        paced = sum(c.nbytes for c in prog.copies[main[me]]) if main[me] is not None else 0
+        # the bounces and the helped copies run on my stream too
+        paced += sum(b.nbytes * (2 if b.temp else 1) for b in bounce) + sum(c.nbytes for c in helped_copies)
+    # the digest names the plan and who copies own blocks: ranks set up differently raise PlanError
+    uid = plan.plan_id if uid is None else uid  # this communicator's own plans: the compiler's id
+    digest = zlib.crc32(f"{uid}/{local_copies}".encode())
+    state = _PlanState(plan, uid, prog, digest, tuple(sorted(partners)),
+                       (int(res_off[me]), int(res_bytes[me])), eager, paced,
+                       int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
+                       bounce, helper, helped, helped_copies, windows)
+    return state

@@ -5,11 +5,21 @@ here: the machine's topology, the compile of a call's plan, the check of a plan 
 offsets of in-place collectives (until plans carry them).
 
 The topology is the machine's, never a preset chosen for us: ``HOCCL_TOPOLOGY`` (a JSON or YAML topology file,
-:func:`hoccl_compiler.topology.load_topology`) where set; else the GPU's name picks the bandwidths of a matching
-preset: H200 (copy-engine P2P measured on the 2x H200 machine, 396 GB/s per direction), H100 (NVLink 4, 450,
-NVIDIA's datasheet), H800 (about 200 per direction, the HOCCL paper's measured peaks); a GPU no preset matches
-gets the H100's figures and a RuntimeWarning naming ``HOCCL_TOPOLOGY``. The node shape (nodes, GPUs per node,
-forwarding, copy queues) is always the communicator's. Intra-node plans are one chunk per transfer, so the
+:func:`hoccl_compiler.topology.load_topology`) where set. Else the GPUs are looked at (:func:`gpu_links`): how
+many this process sees, whether the communicator's GPU reaches each other one directly (peer access; a pair
+without it gets a RuntimeWarning: copies between them go through host memory), and whether that link is NVLink
+(native P2P atomics) or PCIe. The bandwidth is then
+
+* measured once, GPU to GPU with the copy engines (:func:`measure_link_gbps`), and kept in a cache file
+  (``HOCCL_CACHE_DIR``, default ``~/.cache/hoccl``) for every later process: where the link is PCIe, where no
+  preset matches the GPU's name, or where ``HOCCL_MEASURE_LINKS=1`` asks for it;
+* else taken from the preset the GPU's name matches: H200 (copy-engine P2P measured on the 2x H200 machine, 396
+  GB/s per direction), H100 (NVLink 4, 450, NVIDIA's datasheet), H800 (about 200 per direction, the HOCCL
+  paper's measured peaks).
+
+With one GPU visible (ranks sharing it) there is no link: the preset by name, or the H100's figures with a
+RuntimeWarning naming ``HOCCL_TOPOLOGY``. The node shape (nodes, GPUs per node, forwarding, copy queues) is
+always the communicator's. Intra-node plans are one chunk per transfer, so the
 bandwidths decide costs and stage order, not where bytes go.
 """
 
@@ -17,14 +27,16 @@ from __future__ import annotations
 
 import functools
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from hoccl_compiler.schema import Plan
 
 from .errors import HocclError
+from .settings import env_flag, env_text
 
 __all__ = ["machine_topology", "compile_call", "call_spec", "verify", "resident", "GPU_PRESETS", "PlanCache",
-           "PLAN_CACHE_SIZE"]
+           "PLAN_CACHE_SIZE", "gpu_links", "measure_link_gbps", "Links"]
 
 PLAN_CACHE_SIZE = 1024  # plans a communicator keeps: MoE All-to-Allv sizes change every step, each a new plan
 
@@ -63,11 +75,141 @@ def _gpu_name(device: int) -> str:
         return ""
 
 
-def _bandwidths(device: int) -> tuple[str, dict[str, float]]:
+@dataclass(frozen=True)
+class Links:
+    """What this process sees of GPU ``device``'s links: the visible GPU count, and per other visible GPU
+    whether ``device`` reaches it directly (peer access) and over NVLink (native P2P atomics; PCIe has none)."""
+
+    device: int
+    count: int
+    peer_access: dict[int, bool]
+    nvlink: dict[int, bool]
+
+    @property
+    def kind(self) -> str:
+        direct = [g for g, ok in self.peer_access.items() if ok]
+        return "none" if not direct else ("nvlink" if all(self.nvlink[g] for g in direct) else "pcie")
+
+
+def gpu_links(device: int) -> Links | None:
+    """The links of ``device`` to every other GPU this process sees (None without CUDA)."""
+    try:
+        from ._cuda import cupy_runtime
+
+        rt = cupy_runtime()
+        count = rt.getDeviceCount()
+    except Exception:  # noqa: BLE001 - no CUDA (CPU tests, fakes)
+        return None
+    access: dict[int, bool] = {}
+    nvlink: dict[int, bool] = {}
+    for other in range(count):
+        if other == device:
+            continue
+        access[other] = bool(rt.deviceCanAccessPeer(device, other))
+        nvlink[other] = access[other] and _native_atomics(device, other)
+    return Links(device, count, access, nvlink)
+
+
+def _native_atomics(a: int, b: int) -> bool:
+    """cudaDevP2PAttrNativeAtomicSupported between two GPUs: NVLink has native atomics, PCIe does not."""
+    try:
+        from cuda.bindings import runtime as cudart
+
+        err, value = cudart.cudaDeviceGetP2PAttribute(
+            cudart.cudaDeviceP2PAttr.cudaDevP2PAttrNativeAtomicSupported, a, b)
+    except Exception:  # noqa: BLE001 - no cuda-bindings: the link's kind is unknown, taken as NVLink (the presets)
+        return True
+    return int(err) == 0 and bool(value)
+
+
+def measure_link_gbps(src: int, dst: int, nbytes: int = 256 << 20, repeats: int = 5) -> float:
+    """GB/s of one copy-engine copy from GPU ``src`` to GPU ``dst`` (the median of ``repeats`` after a warm-up,
+    CUDA events on a non-blocking stream of ``src``)."""
+    import cupy as cp
+
+    from ._cuda import on_device
+
+    with cp.cuda.Device(dst):
+        target = cp.empty(nbytes, cp.uint8)
+    with cp.cuda.Device(src):
+        source = cp.empty(nbytes, cp.uint8)
+        stream = cp.cuda.Stream(non_blocking=True)
+        times = []
+        with on_device(src) as rt:
+            for i in range(repeats + 1):
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record(stream)
+                rt.memcpyPeerAsync(target.data.ptr, dst, source.data.ptr, src, nbytes, stream.ptr)
+                end.record(stream)
+                end.synchronize()
+                if i:
+                    times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    times.sort()
+    return nbytes / times[len(times) // 2] / 1e9
+
+
+def _cache_path() -> Any:
+    from pathlib import Path
+
+    return Path(env_text("HOCCL_CACHE_DIR") or Path.home() / ".cache" / "hoccl") / "links.json"
+
+
+def _measured_gbps(name: str, links: Links, other: int) -> float:
+    """The link's bandwidth from the cache file, or measured now and kept there (a file per user: concurrent
+    writers each write a whole file, the last one stays)."""
+    import json
+    import os
+    import tempfile
+
+    key = f"{name}|{links.count} GPUs|{links.device}->{other}|{links.kind}"
+    path = _cache_path()
+    try:
+        cache = json.loads(path.read_text())
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    value = cache.get(key)
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    gbps = measure_link_gbps(links.device, other)
+    cache[key] = round(gbps, 1)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".links.", dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(cache, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        warnings.warn(f"cannot keep the measured link bandwidth in {path} ({exc}); set HOCCL_CACHE_DIR to a "
+                      "writable directory, or it is measured again in the next process", RuntimeWarning, stacklevel=4)
+    return gbps
+
+
+def _bandwidths(device: int, gpus_per_node: int) -> tuple[str, dict[str, float]]:
     name = _gpu_name(device)
-    for fragment, fields, _source in GPU_PRESETS:
-        if fragment in name.upper():
-            return f"machine ({name})", fields
+    preset = next(((fragment, fields) for fragment, fields, _ in GPU_PRESETS if fragment in name.upper()), None)
+    links = gpu_links(device) if gpus_per_node > 1 else None
+    if links is not None and links.peer_access:
+        missing = sorted(g for g, ok in links.peer_access.items() if not ok)
+        if missing:
+            warnings.warn(f"GPU {device} cannot access GPU(s) {missing} directly (no peer access): copies between "
+                          "them go through host memory, far below the link's speed; check the GPUs' topology "
+                          "(nvidia-smi topo -m) and the ranks' placement", RuntimeWarning, stacklevel=3)
+        direct = sorted(g for g, ok in links.peer_access.items() if ok)
+        if name and direct and (preset is None or links.kind == "pcie" or env_flag("HOCCL_MEASURE_LINKS", False)):
+            try:
+                gbps = _measured_gbps(name, links, direct[0])
+            except Exception as exc:  # noqa: BLE001 - a failed measurement must not stop the communicator
+                warnings.warn(f"measuring the copy bandwidth GPU {device} -> GPU {direct[0]} failed ({exc}); the "
+                              "plans are costed with a preset's figures: set HOCCL_TOPOLOGY to a topology file with "
+                              "the machine's", RuntimeWarning, stacklevel=3)
+            else:
+                fields = dict(preset[1]) if preset else dict(_FALLBACK)
+                fields["nvlink_gbps"] = gbps  # the in-node link, whatever it is
+                return f"machine ({name}, {links.kind} measured {gbps:.0f} GB/s)", fields
+    if preset is not None:
+        return f"machine ({name})", preset[1]
     if name:
         warnings.warn(f"no topology preset matches GPU {name!r}: its plans are costed with NVLink "
                       f"{_FALLBACK['nvlink_gbps']:g} GB/s per direction; set HOCCL_TOPOLOGY to a topology file with "
@@ -86,8 +228,6 @@ def machine_topology(*, nodes: int, gpus_per_node: int, device: int = 0, forward
         shape["forwarding"] = forwarding
     if dma_queues is not None:
         shape["dma_queues"] = dma_queues
-    from .settings import env_text
-
     path = env_text("HOCCL_TOPOLOGY")
     if path:  # the machine's figures from the user's file, the node shape from the communicator
         fields = load_topology(path).model_dump()
@@ -96,7 +236,7 @@ def machine_topology(*, nodes: int, gpus_per_node: int, device: int = 0, forward
         fields.update(shape)
         source = f"HOCCL_TOPOLOGY={path}"
     else:
-        name, found = _bandwidths(device)
+        name, found = _bandwidths(device, gpus_per_node)
         fields = {"name": name, **found, **shape}
         source = name
     try:

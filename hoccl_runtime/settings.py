@@ -35,7 +35,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_GPUS_PER_NODE": ("", "hoccl process groups: ranks per node (global rank // this), e.g. 1 to make each GPU "
                             "of one machine its own node over TCP (default: the host each rank runs on)"),
     "HOCCL_TOPOLOGY": ("", "a topology file (JSON/YAML, hoccl_compiler.Topology's fields) with this machine's figures "
-                       "for the runtime's plans (default: from the GPU's name, hoccl_runtime.plans)"),
+                       "for the runtime's plans (default: the GPUs' links and name, hoccl_runtime.plans)"),
+    "HOCCL_MEASURE_LINKS": ("0", "1: measure the GPU-to-GPU copy bandwidth once (kept in HOCCL_CACHE_DIR) even where "
+                            "a preset matches the GPU's name (PCIe links and unknown GPUs are always measured)"),
+    "HOCCL_CACHE_DIR": ("~/.cache/hoccl", "where the runtime keeps what it measured once (links.json: GPU-to-GPU "
+                        "bandwidths)"),
     "HOCCL_MAX_PLAN_BYTES": ("2147483648", "the largest plan file load_plan reads, in bytes after decompression (a "
                              "guard against decompression bombs)"),
     "HOCCL_DEBUG": ("", "set to anything: the CLIs print the traceback of an unexpected error"),

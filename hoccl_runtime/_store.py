@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
-from .errors import HocclError, HocclTimeoutError
+from .errors import HocclError, HocclTimeoutError, TransportError
 
 __all__ = ["announce_failure", "raise_if_a_rank_failed", "wait_for_key"]
 
@@ -32,13 +33,23 @@ def raise_if_a_rank_failed(store: Any, world: int, who: str = "") -> None:
                              "start every rank again")
 
 
-def wait_for_key(store: Any, key: str, world: int, timeout_s: float, who: str = "", what: str = "") -> Any:
-    """``store.get(key)`` once the key is there, watching for ranks that failed (every 50 ms) and the timeout."""
+def wait_for_key(store: Any, key: str, world: int, timeout_s: float, who: str = "", what: str = "", *,
+                 watch: Callable[[], None] | None = None, late: str | None = None, poll_s: float = 0.05) -> Any:
+    """``store.get(key)`` once the key is there. Meanwhile, every ``poll_s``: ``watch()`` (default: raise if a rank
+    announced a failure at start), and past ``timeout_s`` a :class:`HocclTimeoutError` (``late``: its message; by
+    default "<who><what> did not appear"). A store that fails itself raises :class:`TransportError`."""
     deadline = time.monotonic() + timeout_s
-    while not store.check([key]):
-        raise_if_a_rank_failed(store, world, who)
+    while True:
+        try:
+            if store.check([key]):
+                return store.get(key)
+        except Exception as exc:  # noqa: BLE001 - a store that lost its server
+            raise TransportError(f"{who}the bootstrap store failed while waiting for {what or key} ({exc})") from None
+        if watch is None:
+            raise_if_a_rank_failed(store, world, who)
+        else:
+            watch()
         if time.monotonic() > deadline:
-            raise HocclTimeoutError(f"{who}{what or key} did not appear within {timeout_s:.0f} s: has every rank "
-                                    "started?")
-        time.sleep(0.05)
-    return store.get(key)
+            raise HocclTimeoutError(late or f"{who}{what or key} did not appear within {timeout_s:.0f} s: has every "
+                                    "rank started?")
+        time.sleep(poll_s)

@@ -3,13 +3,13 @@ memory mapped once, so neither side waits for the other on the host."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from hoccl_compiler.schema import Plan
 
 from .. import _cuda  # no CUDA at import: each loads cupy / cuda-bindings when first used
-from ..errors import HocclError, HocclTimeoutError, PlanError, TransportError
+from .._store import wait_for_key
+from ..errors import HocclError, PlanError
 from ..flags import MemOps
 from ..interop import DeviceBuffer
 from ..launch import (
@@ -122,20 +122,10 @@ class EagerPath:
             self._stage_out[peer] = int(rt.ipcOpenMemHandle(handle))
 
     def _store_get(self, key: str, peer: int, what: str = "set up its eager staging") -> bytes:
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                if self._store.check([key]):
-                    return bytes(self._store.get(key))
-            except Exception as exc:  # noqa: BLE001 - a store that lost its server
-                raise TransportError(f"rank {self.rank}: the bootstrap store failed while waiting for rank {peer} "
-                                     f"({exc})") from None
-            self._raise_if_failed()
-            if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank {self.rank} "
-                                        "waits for it); is it alive, issuing the same calls, and set up alike "
-                                        "(HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
-            time.sleep(1e-3)
+        late = (f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank {self.rank} waits for it); is it "
+                "alive, issuing the same calls, and set up alike (HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
+        return bytes(wait_for_key(self._store, key, self.world, self.timeout_s, f"rank {self.rank}: ",
+                                  f"rank {peer}", watch=self._raise_if_failed, late=late, poll_s=1e-3))
 
     def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: Any) -> bool:
         """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:

@@ -208,11 +208,7 @@ def run(state: CompileState, options: CompileOptions,
     n_flows = flow_src.size
 
     # --- 1. RDMA matchings -------------------------------------------------------------------------
-    rdma = pieces.role == RDMA
-    rdma_matrix = np.zeros((G, G), dtype=np.int64)
-    rdma_matrix[pieces.src[rdma], pieces.dst[rdma]] = pieces.bytes[rdma]
-    cell_flow = np.full((G, G), -1, dtype=np.int64)
-    cell_flow[pieces.src[rdma], pieces.dst[rdma]] = pieces.flow[rdma]
+    rdma_matrix, cell_flow = _cells(pieces, RDMA, G)
     peeled = uniform_matchings(rdma_matrix, topo.gpus_per_node, across=True)
     if peeled is None:
         peeled = peel_matchings(rdma_matrix, progress)
@@ -241,11 +237,7 @@ def run(state: CompileState, options: CompileOptions,
         np.add.at(loads[s], G + v[back], ww[back])     # NVLink in of v
 
     # --- 2. native NVLink matchings packed into the slack of RDMA stages ---------------------------
-    native = pieces.role == NATIVE
-    native_matrix = np.zeros((G, G), dtype=np.int64)
-    native_matrix[pieces.src[native], pieces.dst[native]] = pieces.bytes[native]
-    native_flow = np.full((G, G), -1, dtype=np.int64)
-    native_flow[pieces.src[native], pieces.dst[native]] = pieces.flow[native]
+    native_matrix, native_flow = _cells(pieces, NATIVE, G)
     native_peeled = uniform_matchings(native_matrix, topo.gpus_per_node, across=False)
     components = [[w, a, b] for w, a, b in (native_peeled if native_peeled is not None else
                                             peel_matchings(native_matrix))]
@@ -326,6 +318,16 @@ def run(state: CompileState, options: CompileOptions,
         report={"rdma_stages": len(rdma_stages)},
     )
     return dataclasses.replace(state, schedule=schedule)
+
+
+def _cells(pieces, role: int, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """The G x G matrix of the pieces of one role (bytes per cell) and the flow each cell carries (-1: none)."""
+    sel = pieces.role == role
+    matrix = np.zeros((G, G), dtype=np.int64)
+    matrix[pieces.src[sel], pieces.dst[sel]] = pieces.bytes[sel]
+    flow = np.full((G, G), -1, dtype=np.int64)
+    flow[pieces.src[sel], pieces.dst[sel]] = pieces.flow[sel]
+    return matrix, flow
 
 
 def spread_over_slack(remaining: int, room: np.ndarray, min_piece: int) -> np.ndarray:

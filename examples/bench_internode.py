@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from hoccl_bench.nodeprocs import run_node_processes  # noqa: E402
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay  # noqa: E402
 from hoccl_compiler.ir import CompileOptions  # noqa: E402
-from hoccl_runtime.netexec import ring_slots  # noqa: E402
+from hoccl_runtime.net.executor import ring_slots  # noqa: E402
 
 
 def inputs_for(plan, r):
@@ -45,7 +45,7 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
     ``variant`` (diagnostics, wrong results): "no-d2h" skips the sender's staging copies, "no-h2d" the
     receiver's landing copies, "no-copies" both (on host buffers too: the protocol and transport alone)."""
     from hoccl_compiler.schema import plan_from_json
-    from hoccl_runtime.netexec import GpuNodeExecutor, HostNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor, HostNodeExecutor
 
     if not host:
         import cupy as cp

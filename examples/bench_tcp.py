@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hoccl_compiler import parse_size  # noqa: E402
-from hoccl_runtime.transport import TcpTransport  # noqa: E402
+from hoccl_runtime.net.transport import TcpTransport  # noqa: E402
 
 REPEATS = 5
 

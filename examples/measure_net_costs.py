@@ -34,7 +34,7 @@ PAIR_BYTES = 64 << 10
 
 def body(node, exchange, plan_json, reps, gpu):
     from hoccl_compiler.schema import plan_from_json
-    from hoccl_runtime.netexec import GpuNodeExecutor, HostNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor, HostNodeExecutor
 
     plan = plan_from_json(plan_json)
     bufs = {}

@@ -7,7 +7,7 @@
 Single-node plans run from one process driving all of the plan's GPUs (``execute``, nccl-tests'
 ``-g`` mode) or from one process per GPU under torchrun (``init()`` returns a communicator with
 torch-like calls); multi-node plans run one process per node with
-:class:`hoccl_runtime.netexec.GpuNodeExecutor` over a transport (TCP, or RDMA verbs). Importing it
+:class:`hoccl_runtime.net.executor.GpuNodeExecutor` over a transport (TCP, or RDMA verbs). Importing it
 needs no GPU: CUDA is loaded on first use. It reads the compiler's plan schema and little else of
 the compiler.
 """

@@ -35,8 +35,8 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
 
     All ranks on one node (LOCAL_WORLD_SIZE == WORLD_SIZE): the copy-engine :class:`~hoccl_runtime.comm.Communicator`.
     One GPU per node (LOCAL_WORLD_SIZE == 1, or ``gpus_per_node=1`` to make each GPU of a machine its
-    own node): :class:`hoccl_runtime.netcomm.NetCommunicator` over the TCP transport. Several GPUs on
-    each of several nodes: :class:`hoccl_runtime.netcomm.NodeNetCommunicator` (local rank 0 of each
+    own node): :class:`hoccl_runtime.comm.net.NetCommunicator` over the TCP transport. Several GPUs on
+    each of several nodes: :class:`hoccl_runtime.comm.nodenet.NodeNetCommunicator` (local rank 0 of each
     node drives the node's part). ``dma_queues`` (intra-node; default HOCCL_DMA_QUEUES or 1): copy
     streams per GPU that the plans spread peers over. ``local_copies`` (intra-node; default
     HOCCL_LOCAL_COPIES or "sm"): who copies a rank's own block of an out-of-place call (see
@@ -66,11 +66,11 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
 
     prefixed = dist.PrefixStore(f"comm{_instances}/", store)
     if local == 1 and world_size > 1:
-        from .netcomm import NetCommunicator
+        from .comm.net import NetCommunicator
 
         return NetCommunicator(rank, world_size, device, prefixed, timeout_s=timeout_s)
     if local < world_size:
-        from .netcomm import NodeNetCommunicator
+        from .comm.nodenet import NodeNetCommunicator
 
         return NodeNetCommunicator(rank, world_size, device, prefixed, gpus_per_node=local, timeout_s=timeout_s)
     from .comm import Communicator

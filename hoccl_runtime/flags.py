@@ -14,7 +14,7 @@
   The producer's wait(f == 0) keeps a second signal from overwriting one not yet consumed.
 * Counters (:func:`reached`, :func:`as_int32`): a flag that only grows (1, 2, ... modulo 2**32), that a stream
   waits on with :meth:`MemOps.wait_geq` and the host reads with :func:`reached`; a later value opens every
-  earlier wait. The staging slots of the network path are gated by them (hoccl_runtime.netexec.GpuNodeExecutor:
+  earlier wait. The staging slots of the network path are gated by them (hoccl_runtime.net.executor.GpuNodeExecutor:
   the paper's chunk states IDLE -> DMA_COPYING -> NETWORK -> IDLE become the counts of go / staged and
   arrived / landed).
 """

@@ -1,6 +1,6 @@
 """Other processes' GPU allocations mapped into this one (``cudaIpcOpenMemHandle``), by IPC handle: the cache that
 the intra-node :class:`~hoccl_runtime.comm.Communicator` (its partners' buffers) and the node leader of
-:class:`~hoccl_runtime.netcomm.NodeNetCommunicator` (its local ranks' buffers) both keep.
+:class:`~hoccl_runtime.comm.nodenet.NodeNetCommunicator` (its local ranks' buffers) both keep.
 
 Mapping costs tens of microseconds and a mapping holds the peer's memory alive, so mappings are kept, the least
 recently used closed beyond ``limit``. Closing one that queued copies still use would fault on the GPU, so each

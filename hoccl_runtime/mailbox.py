@@ -1,6 +1,6 @@
 """The one mailbox slot of the communicators' shared host memory: what a rank publishes of a call for another
 process to read (the intra-node :class:`~hoccl_runtime.comm.Communicator`: for each partner; the node leader of
-:class:`~hoccl_runtime.netcomm.NodeNetCommunicator`: for its leader), as named fields of int64 words.
+:class:`~hoccl_runtime.comm.nodenet.NodeNetCommunicator`: for its leader), as named fields of int64 words.
 
 A writer fills every field it uses, then ``seq`` last; a reader that sees ``seq`` reads the rest. Fields a
 communicator does not use stay 0. Handles are CUDA IPC handles (64 bytes: 8 words).

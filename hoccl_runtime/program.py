@@ -113,7 +113,7 @@ def lower(plan: Plan) -> Program:
             raise UnsupportedPlanError(
                 f"plan {plan.plan_id} stage {stage.index} has {sorted(used - _INTRA_ROLES)} transfers (inter-node "
                 "traffic), which a single-node executor cannot run: compile for one node (--nodes 1), or run it "
-                "one process per node with hoccl_runtime.netexec.GpuNodeExecutor")
+                "one process per node with hoccl_runtime.net.executor.GpuNodeExecutor")
         seen: dict[int, int] = {}
         for t in stage.chunks:
             k = seen.get(t, 0)

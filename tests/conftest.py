@@ -26,7 +26,7 @@ def _cuda_device_count() -> int:
 
 def _rdma_available() -> bool:
     try:
-        from hoccl_runtime.transport.verbs import rdma_devices
+        from hoccl_runtime.net.transport.verbs import rdma_devices
 
         return bool(rdma_devices())
     except Exception:  # noqa: BLE001 - pyverbs not installed, or no kernel support

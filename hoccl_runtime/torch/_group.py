@@ -566,7 +566,8 @@ def create_backend(opts: Any, backend_options: Any = None) -> ProcessGroupHoccl:
 def _create(store: Any, group_rank: int, group_size: int, timeout: timedelta, global_ranks: list[int]
             ) -> ProcessGroupHoccl:
     from ..comm import Communicator
-    from ..netcomm import NetCommunicator, NodeNetCommunicator
+    from ..comm.net import NetCommunicator
+    from ..comm.nodenet import NodeNetCommunicator
 
     if group_size < 2:
         raise HocclError(f"a hoccl group needs at least 2 ranks (this one has {group_size}); a group of one has "

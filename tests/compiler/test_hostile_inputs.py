@@ -21,7 +21,7 @@ from hoccl_compiler.errors import HocclError
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.schema import plan_from_json
 from hoccl_runtime import _trust
-from hoccl_runtime.transport.tcp import TcpTransport
+from hoccl_runtime.net.transport.tcp import TcpTransport
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -140,7 +140,7 @@ def test_mutated_plans_are_valid_or_refused(data):
 @given(st.lists(st.binary(max_size=160), min_size=1, max_size=4))
 def test_a_hostile_peers_bytes_never_break_the_handshake(strays):
     """Arbitrary bytes on fresh connections before the real peer: each is dropped, the real peer gets in."""
-    import hoccl_runtime.transport.tcp as tcp
+    import hoccl_runtime.net.transport.tcp as tcp
 
     old = tcp.HELLO_TIMEOUT_S
     tcp.HELLO_TIMEOUT_S = 0.3

@@ -17,7 +17,7 @@ from hoccl_runtime.errors import BufferError, HocclError
 def two_ranks(monkeypatch, body):
     """Run body(comm, rank) on ranks 0 and 1 in threads; returns {rank: result or exception}."""
     fake_cuda.install(monkeypatch, async_streams=True)
-    from hoccl_runtime.netcomm import NetCommunicator
+    from hoccl_runtime.comm.net import NetCommunicator
 
     store = fake_cuda.Store()
     return fake_cuda.run_ranks(2, lambda r: NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=64 << 10,
@@ -104,7 +104,7 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
     run on host memory through the faked CUDA, reused for a second plan: byte-equal to the replay."""
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
     from hoccl_compiler.ir import CompileOptions
-    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     fake_cuda.install(monkeypatch, async_streams=True)
     topo = make_topology("h200x2", nodes=2)  # symmetric forwarding: u -> ū -> v̄ -> v
@@ -145,7 +145,7 @@ def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):
     within the node), faked CUDA, real TCP: all_gather, all_to_all, broadcast through the leaders, and
     send/recv within a node (copy-engine communicator) and across nodes (pair executors), twice."""
     fake_cuda.install(monkeypatch, async_streams=True)
-    from hoccl_runtime.netcomm import NodeNetCommunicator
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
 
     store = fake_cuda.Store()
     world = 4
@@ -198,7 +198,7 @@ def test_two_nodes_of_four_gpus(monkeypatch):
     """2 nodes x 4 GPUs (issue 6's second layout, here as 8 threads): AllGather and All-to-All through the
     leaders with forwarding inside each node, and send/recv around the ring (inside a node and across)."""
     fake_cuda.install(monkeypatch, async_streams=True)
-    from hoccl_runtime.netcomm import NodeNetCommunicator
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
 
     store, world, L, n = fake_cuda.Store(), 8, 4, 30_011
 
@@ -236,7 +236,7 @@ def test_two_nodes_of_three_gpus(monkeypatch):
     """L = 3 (no forwarding pairs): an all_gather through the leaders, a send between two non-leader ranks
     of one node (the other local ranks do not take part), and one across the nodes."""
     fake_cuda.install(monkeypatch, async_streams=True)
-    from hoccl_runtime.netcomm import NodeNetCommunicator
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
 
     store, world, n = fake_cuda.Store(), 6, 10_007
 
@@ -298,7 +298,7 @@ def test_nodes_with_different_staging_rings_fail_clearly(monkeypatch):
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
     from hoccl_compiler.ir import CompileOptions
     from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     fake_cuda.install(monkeypatch, async_streams=True)
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
@@ -329,7 +329,7 @@ def test_a_rank_that_fails_at_start_is_heard_of_at_once(monkeypatch):
     """Rank 1's transport cannot be made (lanes=0): rank 0, waiting for its address, raises within a second
     naming it, instead of waiting until its timeout; nothing of rank 0's is left listening."""
     fake_cuda.install(monkeypatch, async_streams=True)
-    from hoccl_runtime.netcomm import NetCommunicator
+    from hoccl_runtime.comm.net import NetCommunicator
 
     store = fake_cuda.Store()
     took = {}
@@ -354,8 +354,9 @@ def test_one_call_set_for_every_communicator(monkeypatch):
 
     from hoccl_runtime.api import CALLS
     from hoccl_runtime.comm import Communicator
+    from hoccl_runtime.comm.net import NetCommunicator
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
     from hoccl_runtime.errors import UnsupportedOpError
-    from hoccl_runtime.netcomm import NetCommunicator, NodeNetCommunicator
 
     for cls in (Communicator, NetCommunicator, NodeNetCommunicator):
         missing = [c for c in CALLS if not callable(getattr(cls, c, None))]
@@ -390,7 +391,7 @@ def _traced_prepares(monkeypatch) -> list:
     """Record every GpuNodeExecutor.prepare: (after events, trace start, trace end, thread name)."""
     import threading
 
-    from hoccl_runtime import netexec
+    from hoccl_runtime.net import executor as netexec
 
     prepares: list = []
     real = netexec.GpuNodeExecutor.prepare
@@ -464,7 +465,7 @@ def test_the_node_leaders_copies_wait_for_every_local_ranks_stream(monkeypatch):
     nodes is enqueued by the caller and its proxy makes no CUDA call either."""
     fake_cuda.install(monkeypatch, async_streams=True)
     prepares = _traced_prepares(monkeypatch)
-    from hoccl_runtime.netcomm import NodeNetCommunicator
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
 
     store = fake_cuda.Store()
     world = 4
@@ -496,7 +497,7 @@ def test_a_local_rank_in_another_collective_fails_at_its_leaders_call(monkeypatc
     from hoccl_runtime.errors import PlanError
 
     fake_cuda.install(monkeypatch, async_streams=True)
-    from hoccl_runtime.netcomm import NodeNetCommunicator
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
 
     store = fake_cuda.Store()
     world, n = 4, 1000

@@ -12,7 +12,7 @@ from hoccl_compiler.ir import CompileOptions
 
 def _node(node, exchange, plan_json, slots):
     from hoccl_compiler.schema import plan_from_json
-    from hoccl_runtime.netexec import HostNodeExecutor
+    from hoccl_runtime.net.executor import HostNodeExecutor
 
     plan = plan_from_json(plan_json)
     L = plan.topology.gpus_per_node
@@ -59,7 +59,7 @@ def test_three_nodes_one_gpu_each_skewed():
 
 def test_wrong_world_size_and_missing_buffers_are_clear_errors():
     from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.netexec import HostNodeExecutor
+    from hoccl_runtime.net.executor import HostNodeExecutor
 
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
                         size_bytes=64), CompileOptions(chunk_bytes=64, baselines=False))
@@ -84,7 +84,7 @@ def _reuse_nodes(plans_per_node, timeout_s=10):
     Returns (outputs per run per rank, errors)."""
     from threaded import failures, in_threads
 
-    from hoccl_runtime.netexec import HostNodeExecutor
+    from hoccl_runtime.net.executor import HostNodeExecutor
 
     first = plans_per_node[0][0]
     L = first.topology.gpus_per_node
@@ -147,7 +147,7 @@ def test_nodes_in_different_collectives_raise_plan_error():
 
 def test_ring_slots_default_holds_about_256_mib():
     from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.netexec import RING_BYTES, ring_slots
+    from hoccl_runtime.net.executor import RING_BYTES, ring_slots
 
     assert RING_BYTES == 256 << 20
     assert ring_slots(8 << 20) == 32
@@ -191,8 +191,8 @@ def test_forged_immediates_are_transport_errors_naming_node_and_stage():
     """A credit for a chunk nobody sent, data for a GPU the stage does not receive, or one chunk too many: a
     TransportError naming the node, the stage and the value (these were KeyError and StopIteration)."""
     from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.netexec import CREDIT, HostNodeExecutor
-    from hoccl_runtime.transport.base import Completion
+    from hoccl_runtime.net.executor import CREDIT, HostNodeExecutor
+    from hoccl_runtime.net.transport.base import Completion
 
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
                         size_bytes=128), CompileOptions(chunk_bytes=64, baselines=False))

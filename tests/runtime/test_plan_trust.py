@@ -100,8 +100,8 @@ def test_behind_verification_lowering_keeps_every_copy_inside_the_buffers(monkey
 def test_the_node_executor_refuses_a_plan_that_reaches_outside_its_buffers(monkeypatch):
     """The same bound in GpuNodeExecutor.prepare, for plans handed to it directly (not compiled by a communicator)."""
     fake_cuda.install(monkeypatch)
-    from hoccl_runtime.netexec import GpuNodeExecutor
-    from hoccl_runtime.transport.tcp import TcpTransport
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+    from hoccl_runtime.net.transport.tcp import TcpTransport
 
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
                         size_bytes=8192), CompileOptions(chunk_bytes=4096, baselines=False))  # small rings

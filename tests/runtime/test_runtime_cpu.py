@@ -79,7 +79,7 @@ def _sendrecv_executors(monkeypatch, chunks_bytes: int = 50_000):
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
     from hoccl_compiler.ir import CompileOptions
     from hoccl_runtime.interop import DeviceBuffer
-    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     fake_cuda.install(monkeypatch, async_streams=True)
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
@@ -101,7 +101,7 @@ def test_the_gpu_executors_slots_are_gated_by_counters(monkeypatch):
     """13 chunks through 3 staging slots, twice, with the copies enqueued before the run (prepare) and the run
     opening their gates: the bytes arrive, and after both runs every slot's gate and its done counter equal the
     slot's uses (every copy that was opened also ran, and none is left waiting)."""
-    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     plan, data, out, bufs, transports, addresses = _sendrecv_executors(monkeypatch)
     counts = {}
@@ -134,7 +134,7 @@ def test_a_run_that_fails_opens_its_gates(monkeypatch):
     waiting on their gates forever, and closing the executor returns."""
     import fake_cuda
 
-    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     plan, data, out, bufs, transports, addresses = _sendrecv_executors(monkeypatch)
     ex = GpuNodeExecutor(plan, 1, bufs[1], transports[1], slots=3, timeout_s=2, reuse=True)
@@ -441,7 +441,7 @@ def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_o
     import threading
     import time
 
-    from hoccl_runtime.netcomm import CallProxy
+    from hoccl_runtime.comm.net import CallProxy
 
     start, done, ran = [0], [], []
     lock = threading.Lock()
@@ -489,7 +489,7 @@ def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_o
 
 
 def test_network_communicator_listening_address(monkeypatch):
-    from hoccl_runtime.netcomm import _local_address
+    from hoccl_runtime.comm.net import _local_address
 
     monkeypatch.setenv("HOCCL_SOCKET_ADDR", "10.1.2.3")
     assert _local_address() == "10.1.2.3"
@@ -657,10 +657,11 @@ def test_ipc_mappings_close_the_least_recently_used_only_when_allowed(monkeypatc
 def test_one_mailbox_slot_for_both_communicators():
     """The intra-node Communicator and the node leader publish calls in the same slot structure
     (hoccl_runtime.mailbox): named fields that tile the slot without overlap, handles 8 words each."""
-    from hoccl_runtime import comm, netcomm
+    from hoccl_runtime import comm
+    from hoccl_runtime.comm import nodenet
     from hoccl_runtime.mailbox import HANDLE_BYTES, SLOT, Fields
 
-    assert comm._SLOT_WORDS == netcomm._SLOT_WORDS == SLOT.words
+    assert comm._SLOT_WORDS == nodenet._SLOT_WORDS == SLOT.words
     starts = sorted((getattr(SLOT, name), name) for name in SLOT.names)
     sizes = {name: 8 if name.endswith("handle") else 1 for name in SLOT.names}
     at = 0

@@ -16,7 +16,7 @@ def main() -> int:
     import torch.distributed as dist
 
     import hoccl_runtime as hr
-    from hoccl_runtime.netcomm import NetCommunicator
+    from hoccl_runtime.comm.net import NetCommunicator
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)

@@ -15,7 +15,7 @@ def main() -> int:
     import torch.distributed as dist
 
     import hoccl_runtime as hr
-    from hoccl_runtime.netcomm import NodeNetCommunicator
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     gpu = rank % min(2, torch.cuda.device_count())  # on a 1-GPU machine every rank on GPU 0 (correctness only)

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from hoccl_runtime.errors import HocclError  # noqa: E402
-from hoccl_runtime.transport import TcpTransport  # noqa: E402
+from hoccl_runtime.net.transport import TcpTransport  # noqa: E402
 
 
 def main() -> int:

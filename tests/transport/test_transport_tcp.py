@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hoccl_runtime.errors import HocclTimeoutError, TransportError
-from hoccl_runtime.transport import TcpTransport
-from hoccl_runtime.transport.tcp import CHALLENGE, HEADER, HELLO, MAGIC, VERSION
+from hoccl_runtime.net.transport import TcpTransport
+from hoccl_runtime.net.transport.tcp import CHALLENGE, HEADER, HELLO, MAGIC, VERSION
 
 
 def pair(lanes=4, session="s", **settings):
@@ -345,7 +345,7 @@ def _accepting(rx, timeout_s=10):
 def test_stray_connections_are_dropped_and_the_real_peer_gets_in():
     """A wrong-session hello, an HTTP request, a silent socket and a hello naming lane 7 of 2 come first; the
     acceptor drops each and the real peer (with the job's secret) connects."""
-    import hoccl_runtime.transport.tcp as tcp
+    import hoccl_runtime.net.transport.tcp as tcp
 
     secret = b"k" * 32
     rx = TcpTransport(lanes=2, session="job", secret=secret)

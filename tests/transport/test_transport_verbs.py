@@ -14,7 +14,7 @@ import pytest
 from threaded import failures, in_threads
 
 from hoccl_runtime.errors import HocclTimeoutError, TransportError
-from hoccl_runtime.transport import verbs
+from hoccl_runtime.net.transport import verbs
 
 
 def fake_pyverbs(monkeypatch, *, devices=None, error=None, enums_name="libibverbs_enums"):
@@ -215,7 +215,7 @@ def test_inter_node_schedule_over_the_verbs_transport(monkeypatch):
     """The host executor's two nodes, in threads, over the (fake) verbs transport: byte-equal to replay."""
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
     from hoccl_compiler.ir import CompileOptions
-    from hoccl_runtime.netexec import HostNodeExecutor
+    from hoccl_runtime.net.executor import HostNodeExecutor
 
     pv = fakepv.install(monkeypatch)
     plan = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind="alltoall", size_bytes=4 * 10_007),
@@ -266,7 +266,7 @@ def _gpu_nodes_over_verbs(monkeypatch, *, dmabuf, mr_refuses_gpu=False, kind="al
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
     from hoccl_compiler.ir import CompileOptions
     from hoccl_runtime.interop import DeviceBuffer
-    from hoccl_runtime.netexec import GpuNodeExecutor
+    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     fake_cuda.install(monkeypatch, async_streams=True)
     gpu_memory = set()
@@ -364,8 +364,8 @@ def test_host_transports_refuse_gpu_memory_and_device_staging(monkeypatch):
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
     from hoccl_compiler.ir import CompileOptions
     from hoccl_runtime.interop import DeviceBuffer
-    from hoccl_runtime.netexec import GpuNodeExecutor
-    from hoccl_runtime.transport import TcpTransport
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+    from hoccl_runtime.net.transport import TcpTransport
 
     fake_cuda.install(monkeypatch, async_streams=True)
     tcp = TcpTransport(session="s")

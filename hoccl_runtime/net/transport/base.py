@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..errors import TransportError
+from ...errors import TransportError
 
 __all__ = ["Region", "Completion", "Connection", "Transport", "open_listener"]
 

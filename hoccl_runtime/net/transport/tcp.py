@@ -48,8 +48,8 @@ import zlib
 
 import numpy as np
 
-from ..errors import HocclError, HocclTimeoutError, TransportError
-from ..settings import env_int
+from ...errors import HocclError, HocclTimeoutError, TransportError
+from ...settings import env_int
 from .base import Completion, Connection, Region, Transport, open_listener
 
 __all__ = ["TcpTransport", "TcpConnection", "HEADER"]

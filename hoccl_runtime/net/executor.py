@@ -33,8 +33,8 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
-from .errors import HocclTimeoutError, PlanError, TransportError
-from .flags import Flag, FlagPool, MemOps, as_int32, reached
+from ..errors import HocclTimeoutError, PlanError, TransportError
+from ..flags import Flag, FlagPool, MemOps, as_int32, reached
 from .transport.base import Connection, Region, Transport
 
 __all__ = ["HostNodeExecutor", "GpuNodeExecutor", "PreparedRun", "RING_BYTES", "ring_slots"]
@@ -125,7 +125,7 @@ class HostNodeExecutor:
         the node's name, by which the accepting node knows who connected. Give TCP ``secret=`` (the job's, shared
         through the store) so that peers prove they belong to the job; without it nobody is authenticated."""
         if kind == "tcp":
-            from ._trust import plan_uid
+            from .._trust import plan_uid
             from .transport.tcp import TcpTransport
 
             return TcpTransport(session=plan_uid(plan)[7:39], name=f"node{node}", **kwargs)
@@ -455,7 +455,7 @@ class GpuNodeExecutor(HostNodeExecutor):
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
                  slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
                  ring_bytes: int = RING_BYTES, staging: str = "auto"):
-        from ._cuda import cupy_runtime
+        from .._cuda import cupy_runtime
 
         if staging not in ("auto", "host", "device"):
             raise TransportError(f"staging={staging!r}: choose 'host' (pinned host rings), 'device' (rings in GPU "
@@ -495,8 +495,8 @@ class GpuNodeExecutor(HostNodeExecutor):
 
     def _check_buffers(self, plan: Plan, buffers: Mapping[int, tuple]) -> dict:
         """{rank: (input, output, GPU)} of a run's buffers: sizes, one GPU per rank, peer access between them."""
-        from ._cuda import enable_peer_access
-        from .interop import as_buffer
+        from .._cuda import enable_peer_access
+        from ..interop import as_buffer
 
         bound = {}
         for r in self.ranks:
@@ -523,7 +523,7 @@ class GpuNodeExecutor(HostNodeExecutor):
     def _pinned(self, nbytes: int) -> np.ndarray:
         import ctypes
 
-        from ._cuda import host_mapped_alloc
+        from .._cuda import host_mapped_alloc
 
         ptr = host_mapped_alloc(max(1, nbytes))
         self._host.append(ptr)
@@ -590,7 +590,7 @@ class GpuNodeExecutor(HostNodeExecutor):
     def _checked_bounds(self, plan: Plan) -> None:
         """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
         plan object (a few recent ones remembered)."""
-        from .program import check_bounds
+        from ..program import check_bounds
 
         seen = self._bounds_checked
         if seen.get(id(plan)) is plan:
@@ -601,7 +601,7 @@ class GpuNodeExecutor(HostNodeExecutor):
             seen.pop(next(iter(seen)))
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> None:
-        from ._cuda import MEMCPY_DEFAULT
+        from .._cuda import MEMCPY_DEFAULT
 
         plan, rt, mine = run.plan, self._rt, set(self.ranks)
         fl = plan.flows
@@ -655,7 +655,7 @@ class GpuNodeExecutor(HostNodeExecutor):
     def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, where: Any) -> None:
         """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s``, each copy (``where(slot offset, chunk
         start)`` gives its (destination, source)) after its slot's gate count and writing the done count after."""
-        from ._cuda import MEMCPY_DEFAULT
+        from .._cuda import MEMCPY_DEFAULT
 
         for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
             start, nb = self._chunk_range(tr, t, k)
@@ -741,7 +741,7 @@ class GpuNodeExecutor(HostNodeExecutor):
         allocated, with a warning, rather than freed under them."""
         import warnings
 
-        from ._cuda import host_free
+        from .._cuda import host_free
 
         rt = self._rt
         deadline = time.monotonic() + self.timeout_s

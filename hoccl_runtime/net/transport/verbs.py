@@ -35,14 +35,14 @@ from types import ModuleType
 
 import numpy as np
 
-from ..errors import HocclTimeoutError, TransportError
+from ...errors import HocclTimeoutError, TransportError
 from .base import Completion, Connection, Region, Transport, open_listener
 
 __all__ = ["import_pyverbs", "verbs_enums", "rdma_devices", "require_rdma_device", "VerbsTransport",
            "VerbsConnection"]
 
 SYSTEM_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
-NO_DEVICE_ADVICE = ("use the TCP transport instead (hoccl_runtime.transport.TcpTransport), which runs over any IP "
+NO_DEVICE_ADVICE = ("use the TCP transport instead (hoccl_runtime.net.transport.TcpTransport), which runs over any IP "
                     "network")
 
 
@@ -61,7 +61,8 @@ def import_pyverbs() -> ModuleType:
         finally:
             sys.path.remove(SYSTEM_DIST_PACKAGES)
     raise TransportError("pyverbs (rdma-core's Python bindings) is not installed: apt-get install python3-pyverbs, "
-                         f"or pip install 'hoccl[rdma]' (see hoccl_runtime/transport/verbs.py); or {NO_DEVICE_ADVICE}")
+                         "or pip install 'hoccl[rdma]' (see hoccl_runtime/net/transport/verbs.py); or "
+                         f"{NO_DEVICE_ADVICE}")
 
 
 def verbs_enums(pyverbs: ModuleType | None = None) -> ModuleType:
@@ -368,7 +369,7 @@ class VerbsTransport(Transport):
         except ImportError:
             why.append("dma-buf: this pyverbs has no mlx5 dma-buf MR (rdma-core 51+ with the mlx5 provider)")
         else:
-            from .._cuda import dmabuf_fd
+            from ..._cuda import dmabuf_fd
 
             try:
                 fd, offset = dmabuf_fd(address, nbytes, device)

@@ -5,9 +5,10 @@ paced where a rate is asked."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
@@ -50,6 +51,11 @@ class BuildContext:
     event: Callable[[Any], int]                # key -> CUDA event
     side_stream: Callable[[int], int]          # slot -> a side stream (DMA queue index, or MAX_QUEUES for local)
     paced: Callable[[list[Op], float, int], list[Op]]  # (copies, rate GB/s, user stream) -> paced ops
+    # the eager path (hoccl_runtime.comm.eager.eager_ops)
+    slot_flag: Callable[[int, int, int], Any] | None = None  # (a, b, slot) -> FULL of slot for messages a -> b
+    slot_bytes: int = 0                        # one staging slot
+    stage_in: Mapping[int, int] = field(default_factory=dict)   # peer -> my staging for its messages
+    stage_out: Mapping[int, int] = field(default_factory=dict)  # peer -> its staging for mine, mapped here
 
 
 @dataclass(frozen=True)
@@ -199,9 +205,15 @@ class LaunchBuilding:
                 "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=3)
         return built.ops
 
-    def _build_context(self) -> BuildContext:
-        return BuildContext(rank=self.rank, flag=self._flag, event=self._event, side_stream=self._side_stream,
-                            paced=self._paced)
+    def _build_context(self, eager: bool = False) -> BuildContext:
+        """The context :func:`build_launch` (and, with ``eager``, :func:`~hoccl_runtime.comm.eager.eager_ops`)
+        builds this communicator's launch lists in."""
+        ctx = BuildContext(rank=self.rank, flag=self._flag, event=self._event, side_stream=self._side_stream,
+                           paced=self._paced)
+        if eager:
+            ctx = dataclasses.replace(ctx, slot_flag=self._slot_flag, slot_bytes=self.eager_bytes,
+                                      stage_in=self._stage_in, stage_out=self._stage_out)
+        return ctx
 
     def _paced(self, copies: list[Op], rate: float, user: int) -> list[Op]:
         """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece

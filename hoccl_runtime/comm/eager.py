@@ -73,33 +73,7 @@ class EagerPath:
 
     def _eager_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
                    slots: dict[int, int], s: int, rate: float | None = None) -> list[Op]:
-        """All on the caller's stream: local copies, [wait my slots empty] my pieces into the peers' slots
-        [mark them full; wait for theirs in mine] copies out of mine [mark mine empty]."""
-        me, size = self.rank, self.eager_bytes
-        ops: list[Op] = [Memcpy(out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local
-                            if out.ptr + d != inp.ptr + src]  # in place: already there
-        empty, signal, release = MemOps(), MemOps(), MemOps()
-        sends: list[Op] = []
-        for p, pieces in e.sends.items():
-            flag = self._slot_flag(me, p, slots[p])
-            empty.wait_eq(flag, 0)
-            signal.write(flag, 1)
-            base = self._stage_out[p] + slots[p] * size
-            sends += [Memcpy(base + at, inp.ptr + src, n, s) for at, src, n in pieces]
-        for p in e.recvs:
-            flag = self._slot_flag(p, me, slots[p])
-            signal.wait_eq(flag, 1)
-            release.write(flag, 0)
-        if empty.ops:
-            ops.append(Memops(empty, s))
-        ops += self._paced(sends, rate, s) if rate and sends else sends
-        ops.append(Memops(signal, s))
-        for p, pieces in e.recvs.items():
-            base = self._stage_in[p] + slots[p] * size
-            ops += [Memcpy(out.ptr + d, base + at, n, s) for d, at, n in pieces]
-        if release.ops:
-            ops.append(Memops(release, s))
-        return ops
+        return eager_ops(self._build_context(eager=True), e, inp, out, slots, s, rate)
 
     def _slot_flag(self, a: int, b: int, j: int) -> _Flag:
         """FULL of eager slot j for messages a -> b."""
@@ -173,3 +147,36 @@ def eager_layout(plan: Plan, prog: Program, me: int, eager_bytes: int) -> _Eager
         return None
     return _EagerLayout(tuple(local), {p: tuple(v) for p, v in sends.items()},
                         {p: tuple(v) for p, v in recvs.items()})
+
+
+def eager_ops(ctx: Any, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None, slots: dict[int, int],
+              s: int, rate: float | None = None) -> list[Op]:
+    """An eager call's launch list for rank ``ctx.rank`` (a :class:`~hoccl_runtime.comm.build.BuildContext`:
+    its slot flags, slot size and staging addresses), from the call's eager layout and the slot each partner's
+    message uses, all on the caller's stream ``s``: local copies, [wait my slots empty] my pieces into the peers'
+    slots [mark them full; wait for theirs in mine] copies out of mine [mark mine empty]. Nothing is issued."""
+    me, size = ctx.rank, ctx.slot_bytes
+    ops: list[Op] = [Memcpy(out.ptr + d, inp.ptr + src, n, s) for d, src, n in e.local
+                        if out.ptr + d != inp.ptr + src]  # in place: already there
+    empty, signal, release = MemOps(), MemOps(), MemOps()
+    sends: list[Op] = []
+    for p, pieces in e.sends.items():
+        flag = ctx.slot_flag(me, p, slots[p])
+        empty.wait_eq(flag, 0)
+        signal.write(flag, 1)
+        base = ctx.stage_out[p] + slots[p] * size
+        sends += [Memcpy(base + at, inp.ptr + src, n, s) for at, src, n in pieces]
+    for p in e.recvs:
+        flag = ctx.slot_flag(p, me, slots[p])
+        signal.wait_eq(flag, 1)
+        release.write(flag, 0)
+    if empty.ops:
+        ops.append(Memops(empty, s))
+    ops += ctx.paced(sends, rate, s) if rate and sends else sends
+    ops.append(Memops(signal, s))
+    for p, pieces in e.recvs.items():
+        base = ctx.stage_in[p] + slots[p] * size
+        ops += [Memcpy(out.ptr + d, base + at, n, s) for d, at, n in pieces]
+    if release.ops:
+        ops.append(Memops(release, s))
+    return ops

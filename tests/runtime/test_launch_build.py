@@ -110,3 +110,35 @@ def test_a_helped_rank_without_its_input_address_is_refused():
     with pytest.raises(PlanError, match="sent no input address"):
         build_launch(ctx, states[helper], DeviceBuffer(0x10000, 1 << 20, 0), DeviceBuffer(0x200000, 2 << 20, 0),
                      {states[helper].helped: PEER_OUT}, USER, helped_in=None)
+
+
+def test_an_eager_send_and_its_receive():
+    """The eager path's ops on both sides of a 4 KiB send/recv: the sender waits for its slot to be empty, copies
+    into the receiver's staging (mapped here), marks it full; the receiver waits for full, copies out, marks it
+    empty. All on the caller's stream, addresses from the context."""
+    import dataclasses
+
+    from hoccl_runtime.comm.eager import eager_ops
+
+    p = compile_plan(make_topology("h200x2"), CollectiveSpec(kind="sendrecv", pairs=((0, 1, 4096),)),
+                     CompileOptions(chunk_bytes=1 << 40, baselines=False))
+    slot_bytes, slot = 1 << 20, 2
+
+    def ctx(rank):
+        base, _, _ = context(rank)
+        return dataclasses.replace(base, slot_flag=lambda a, b, j: types.SimpleNamespace(address=0x8000 + 64 * a +
+                                                                                            16 * b + 4 * j),
+                                   slot_bytes=slot_bytes, stage_in={1 - rank: 0x500000}, stage_out={1 - rank: 0x600000})
+
+    full = 0x8000 + 64 * 0 + 16 * 1 + 4 * slot  # FULL of slot 2 for messages 0 -> 1
+    inp = DeviceBuffer(0x10000, 4096, 0)
+    send = eager_ops(ctx(0), plan_state(p, 0, 2, "sm", slot_bytes).eager, inp, None, {1: slot}, USER)
+    assert [type(op) for op in send] == [Memops, Memcpy, Memops]
+    assert send[0].batch.ops == [("wait_eq", full, 0)] and send[2].batch.ops == [("write", full, 1)]
+    assert (send[1].dst, send[1].src, send[1].nbytes, send[1].stream) == (0x600000 + slot * slot_bytes, inp.ptr,
+                                                                          4096, USER)
+    out = DeviceBuffer(0x20000, 4096, 0)
+    recv = eager_ops(ctx(1), plan_state(p, 1, 2, "sm", slot_bytes).eager, None, out, {0: slot}, USER)
+    assert [type(op) for op in recv] == [Memops, Memcpy, Memops]
+    assert recv[0].batch.ops == [("wait_eq", full, 1)] and recv[2].batch.ops == [("write", full, 0)]
+    assert (recv[1].dst, recv[1].src, recv[1].nbytes) == (out.ptr, 0x500000 + slot * slot_bytes, 4096)

@@ -151,6 +151,9 @@ def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: flo
     if not peeled or (max_extra_time is not None and max_extra_time <= 0) or \
             (max_extra_time is None and stage_cost_bytes <= 0):
         return full
+    nonzero = matrix > 0
+    if len(peeled) <= max(int(nonzero.sum(axis=1).max()), int(nonzero.sum(axis=0).max())):
+        return full  # as few stages as a GPU has destinations (or sources): no cut can make fewer
     top = sum(w for w, _, _ in peeled)
     best, best_cost = full, top + stage_cost_bytes * len(full)
     for tail in TAILS:
@@ -205,7 +208,6 @@ def run(state: CompileState, options: CompileOptions,
     capacity = cost.port_capacity(topo)
     nvl_Bps = topo.nvlink_gbps * 1e9
     flow_src, flow_dst = lay.src, lay.dst
-    n_flows = flow_src.size
 
     # --- 1. RDMA matchings -------------------------------------------------------------------------
     rdma_matrix, cell_flow = _cells(pieces, RDMA, G)
@@ -291,22 +293,8 @@ def run(state: CompileState, options: CompileOptions,
         records_bytes.append(pieces.bytes[local])
 
     # --- 4. segments: per (flow, stage) one byte range, consecutive in stage order ---------------------
-    if records_flow:
-        st, fl, nb = (np.concatenate(x) for x in (records_stage, records_flow, records_bytes))
-    else:
-        st = fl = nb = np.zeros(0, np.int64)
-    key = fl * max(num_stages, 1) + st
-    uniq, inverse = np.unique(key, return_inverse=True)
-    seg_bytes = np.bincount(inverse, weights=nb, minlength=uniq.size).astype(np.int64)
-    seg_flow, seg_stage = uniq // max(num_stages, 1), uniq % max(num_stages, 1)
-    starts = np.cumsum(seg_bytes) - seg_bytes
-    first_of_flow = np.searchsorted(seg_flow, seg_flow)  # segments sorted by (flow, stage)
-    seg_offset = starts - starts[first_of_flow]
-    delivered = np.bincount(seg_flow, weights=seg_bytes, minlength=n_flows)
-    if not np.array_equal(delivered.astype(np.int64), lay.bytes):
-        bad = int(np.nonzero(delivered.astype(np.int64) != lay.bytes)[0][0])
-        raise ScheduleError(f"internal: flow {bad} got {int(delivered[bad])} of {int(lay.bytes[bad])} bytes "
-                            "scheduled; please report this")
+    seg_stage, seg_flow, seg_offset, seg_bytes = segments_of(records_stage, records_flow, records_bytes, num_stages,
+                                                             lay.bytes)
 
     # --- 5. stage times from the final stage contents (every piece of each segment) ------------------
     stage_time_s = _stage_times(state, seg_stage, seg_flow, seg_bytes, num_stages)
@@ -318,6 +306,29 @@ def run(state: CompileState, options: CompileOptions,
         report={"rdma_stages": len(rdma_stages)},
     )
     return dataclasses.replace(state, schedule=schedule)
+
+
+def segments_of(records_stage: list[np.ndarray], records_flow: list[np.ndarray], records_bytes: list[np.ndarray],
+                num_stages: int, flow_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (flow, stage) one byte range, consecutive in stage order: (stage, flow, offset, bytes) of every segment,
+    sorted by (flow, stage), from records of bytes moved; checks that every flow gets exactly its bytes."""
+    if records_flow:
+        st, fl, nb = (np.concatenate(x) for x in (records_stage, records_flow, records_bytes))
+    else:
+        st = fl = nb = np.zeros(0, np.int64)
+    key = fl * max(num_stages, 1) + st
+    uniq, inverse = np.unique(key, return_inverse=True)
+    seg_bytes = np.bincount(inverse, weights=nb, minlength=uniq.size).astype(np.int64)
+    seg_flow, seg_stage = uniq // max(num_stages, 1), uniq % max(num_stages, 1)
+    starts = np.cumsum(seg_bytes) - seg_bytes
+    first_of_flow = np.searchsorted(seg_flow, seg_flow)  # segments sorted by (flow, stage)
+    seg_offset = starts - starts[first_of_flow]
+    delivered = np.bincount(seg_flow, weights=seg_bytes, minlength=flow_bytes.size)
+    if not np.array_equal(delivered.astype(np.int64), flow_bytes):
+        bad = int(np.nonzero(delivered.astype(np.int64) != flow_bytes)[0][0])
+        raise ScheduleError(f"internal: flow {bad} got {int(delivered[bad])} of {int(flow_bytes[bad])} bytes "
+                            "scheduled; please report this")
+    return seg_stage, seg_flow, seg_offset, seg_bytes
 
 
 def _cells(pieces, role: int, G: int) -> tuple[np.ndarray, np.ndarray]:

@@ -117,6 +117,9 @@ def _compile_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="plan file (.json or .json.gz); default schedules/<collective>-<nodes>x<gpus>-<size>.json")
+    o.add_argument("--pattern", choices=("auto", "on", "off"), default="auto",
+                   help="a uniform alltoall/allgather as a pattern plan (shifts instead of lists: any number of "
+                        "GPUs); auto: above 1024 GPUs (default)")
     o.add_argument("--encoding", choices=("auto", "full", "compact"), default="auto",
                    help="plan file encoding: full (every column, readable), compact (what the compiler decided; "
                         "the rest is derived on reading), auto: compact above 100,000 chunk entries (default)")
@@ -188,6 +191,21 @@ def _compile(argv: Sequence[str] | None) -> int:
             print(f"[{time.perf_counter() - started:7.2f}s] {message}", file=sys.stderr, flush=True)
 
     output = Path(args.output) if args.output else Path("schedules") / _default_name(kind, topo, size, args.root)
+    from .pattern import EXPAND_LIMIT, compile_pattern, format_pattern, pattern_applies, verify_pattern
+
+    why_not = pattern_applies(topo, spec)
+    if args.pattern == "on" and why_not is not None:
+        raise _UsageError(f"--pattern on: no pattern plan for this collective ({why_not}); use --pattern off")
+    if args.pattern == "on" or (args.pattern == "auto" and why_not is None and topo.num_gpus > EXPAND_LIMIT):
+        if args.dump_after:
+            raise _UsageError("--dump-after shows the explicit compile's passes; add --pattern off")
+        progress("pattern plan: shifts, native spread, v2 per distinct stage")
+        pattern = compile_pattern(topo, spec, options)
+        verify_pattern(pattern)
+        save_plan(pattern, output)
+        progress(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB)")
+        print(output if args.quiet else f"{format_pattern(pattern)}\n\nverified and wrote {output} (a pattern plan)")
+        return 0
     if args.dump_after and args.dump_after != "verify":
         partial = compile_state(topo, spec, options, stop_after=args.dump_after, progress=progress)
         _write_json(output.with_name(output.name + f".{args.dump_after}.json"), dump_state(partial, args.dump_after))
@@ -261,7 +279,29 @@ def _inspect(argv: Sequence[str] | None) -> int:
     from .schema import check_plan_topology, load_plan
 
     args = _inspect_parser().parse_args(argv)
-    plan = load_plan(args.plan)
+    from .pattern import EXPAND_LIMIT, PatternPlan, expand, format_pattern, verify_pattern
+
+    plan = load_plan(args.plan, patterns=True)
+    if isinstance(plan, PatternPlan):
+        if args.topology is not None:
+            check_plan_topology(plan, _topology_from_args(args))
+        if args.verify:
+            verify_pattern(plan)
+        if (args.simulate or args.plot) and plan.num_ranks > EXPAND_LIMIT:
+            raise _UsageError(f"--simulate and --plot need the plan's chunks: a pattern plan of at most "
+                              f"{EXPAND_LIMIT} GPUs (this one has {plan.num_ranks:,})")
+        if not (args.simulate or args.plot):
+            if args.format == "json":
+                print(json.dumps({"plan_id": plan.plan_id, "pattern": True, "gpus": plan.num_ranks,
+                                  "stages": plan.num_stages, "predicted_time_s": plan.report.predicted_time_s,
+                                  "lower_bound_s": plan.report.lower_bound_s, "ratio": plan.report.ratio,
+                                  "verified": bool(args.verify)}, indent=2, sort_keys=True))
+            else:
+                print(format_pattern(plan, max_stages=args.stages))
+                if args.verify:
+                    print("\nverify: OK (the pattern: every shift once, native shifts whole, stage indices, id)")
+            return 0
+        plan = expand(plan)
     if args.topology is not None:
         check_plan_topology(plan, _topology_from_args(args))
     verified = None

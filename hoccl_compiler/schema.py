@@ -211,6 +211,9 @@ def save_plan(plan: Plan, path: str | Path, *, indent: int | None | Literal["aut
     people to read); "compact" keeps only what the compiler decided (:mod:`hoccl_compiler.compact`); "auto"
     (default) writes plans of more than ``PRETTY_LIMIT`` chunk entries compact, the others full."""
     path = Path(path)
+    if getattr(plan, "encoding", None) == "pattern-1":  # a pattern plan (hoccl_compiler.pattern): as it is
+        data = plan.model_dump_json().encode() + b"\n"
+        return _write_atomically(path, data)
     big = plan.num_chunk_entries() > PRETTY_LIMIT
     if encoding not in ("auto", "full", "compact"):
         raise PlanError(f"plan encoding {encoding!r}: choose auto, full or compact")
@@ -222,6 +225,10 @@ def save_plan(plan: Plan, path: str | Path, *, indent: int | None | Literal["aut
         if indent == "auto":
             indent = None if big else 1
         data = plan.model_dump_json(indent=indent).encode() + b"\n"
+    return _write_atomically(path, data)
+
+
+def _write_atomically(path: Path, data: bytes) -> Path:
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
     directory = path.parent if str(path.parent) else Path(".")
@@ -291,12 +298,22 @@ def _read_bounded(path: Path, cap: int) -> bytes:
         raise PlanError(f"plan {path} is a damaged gzip file ({exc}); recompile it with hoccl-compile") from None
 
 
-def load_plan(path: str | Path, *, max_bytes: int | None = None) -> Plan:
+def load_plan(path: str | Path, *, max_bytes: int | None = None, patterns: bool = False) -> Plan:
     """Read and validate a plan file (``.json`` or ``.json.gz``). Raises :class:`PlanError` with the reason. A
     file (decompressed) larger than ``max_bytes`` (default :func:`max_plan_bytes`) is refused before it is
-    read whole."""
+    read whole. A pattern plan (hoccl_compiler.pattern) is expanded into a full plan, or with ``patterns``
+    returned as the :class:`~hoccl_compiler.pattern.PatternPlan` it is."""
     path = Path(path)
     raw = _read_bounded(path, max_plan_bytes() if max_bytes is None else max_bytes)
+    if patterns and b'"pattern-1"' in raw[:4096] + raw[-4096:]:
+        from .pattern import load_pattern
+
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise PlanError(f"plan {path} is not valid JSON ({exc}); recompile it with hoccl-compile") from None
+        if isinstance(data, dict) and data.get("encoding") == "pattern-1":
+            return load_pattern(data, source=f"plan {path}")
     return plan_from_json(raw, source=str(path))
 
 
@@ -314,6 +331,10 @@ def plan_from_json(raw: bytes | str, source: str = "<plan>") -> Plan:
     if version != SCHEMA_VERSION:
         raise PlanError(f"plan {source} has schema_version {version!r} but this HOCCL reads version "
                         f"{SCHEMA_VERSION}; recompile it with this version's hoccl-compile")
+    if head.get("encoding") == "pattern-1":
+        from .pattern import expand, load_pattern
+
+        return expand(load_pattern(head, source=f"plan {source}"))
     if "encoding" in head:
         from .compact import ENCODING, from_compact
 

@@ -1,0 +1,366 @@
+"""Pattern plans: a uniform All-to-All or AllGather on any number of GPUs, as formulas instead of lists.
+
+A uniform collective's plan is the same on every GPU up to a shift: its RDMA stages are the shift permutations
+(:func:`hoccl_compiler.passes.stages.uniform_matchings`), its native NVLink traffic is L - 1 shifts within the
+node, and every flow has the same size. An explicit plan lists all of that per flow and per transfer, G^2 flows
+at G GPUs: at 16,384 GPUs 268 million, beyond any machine's memory. A pattern plan keeps only
+
+* ``cell_bytes``: every flow's size;
+* ``rdma_shifts``: per RDMA stage s its shift (k, j): every GPU x sends the flow peer(x) -> peer(y), whole, to
+  y = GPU ((node(x) + k) mod N, (local(x) + j) mod L), forwarded through the symmetric peers as in any plan;
+* ``native``: (stage, l, bytes) entries: in that stage every GPU g sends ``bytes`` more of its flow to
+  GPU (node(g), (local(g) + l) mod L), each flow's entries taking consecutive ranges in stage order;
+* the own blocks (out-of-place) in stage 0, and per stage its predicted time.
+
+This is what the stages pass computes for these inputs, scalar instead of per GPU (every GPU's ports carry the
+same load in a stage, so one slack per stage stands for all): :func:`expand` turns a pattern plan back into the
+explicit :class:`~hoccl_compiler.schema.Plan` through the compiler's own later passes, and the tests check that it
+is the plan :func:`~hoccl_compiler.pipeline.compile_plan` makes. :func:`verify_pattern` checks a pattern from the
+file alone, in O(stages): the shifts are every (k, j) once, every native shift adds up to a flow, the stage
+indices are in range, the id is the inputs'. Stage times come from the cost model v2 on one representative stage
+per distinct stage content (the stages are alike but for where native traffic rides).
+
+``hoccl-compile --pattern`` writes one; ``hoccl-inspect`` reads, checks and summarises it; ``load_plan`` expands
+one of at most ``EXPAND_LIMIT`` GPUs into a full plan (the runtimes take full plans).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import __version__, cost
+from .collective import CollectiveSpec
+from .errors import PlanError
+from .ir import DEFAULT_CHUNK_BYTES, NATIVE, RDMA, CompileOptions, CompileState, Schedule
+from .schema import SCHEMA_VERSION, PlanOptions, Report
+from .topology import Topology
+
+__all__ = ["PatternPlan", "ENCODING", "pattern_applies", "compile_pattern", "expand", "verify_pattern",
+           "EXPAND_LIMIT", "format_pattern", "load_pattern"]
+
+ENCODING = "pattern-1"
+EXPAND_LIMIT = 1024  # GPUs up to which load_plan expands a pattern plan into a full one
+
+
+class PatternPlan(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[2]
+    encoding: Literal["pattern-1"]
+    plan_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    generator: str
+    topology: Topology
+    collective: CollectiveSpec
+    options: PlanOptions
+    cell_bytes: int = Field(ge=0)
+    num_stages: int = Field(ge=0)
+    rdma_shifts: list[tuple[int, int]]
+    native: list[tuple[int, int, int]]
+    stage_time_s: list[float]
+    report: Report
+
+    @property
+    def num_ranks(self) -> int:
+        return self.topology.num_gpus
+
+
+def _pattern_id(topology: Topology, collective: CollectiveSpec, options: PlanOptions) -> str:
+    payload = json.dumps({"schema_version": SCHEMA_VERSION, "encoding": ENCODING,
+                          "topology": topology.model_dump(mode="json"),
+                          "collective": collective.model_dump(mode="json"), "options": options.model_dump(mode="json")},
+                         sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def pattern_applies(topology: Topology, collective: CollectiveSpec) -> str | None:
+    """None when the collective has a pattern plan on this topology, else why not."""
+    if collective.kind not in ("alltoall", "allgather"):
+        return f"{collective.kind} is not uniform (pattern plans are for alltoall and allgather)"
+    if collective.kind == "alltoall" and collective.in_place:
+        return "in-place alltoall"
+    if topology.dma_queues != 1:
+        return "more than one DMA queue per GPU"
+    G = topology.num_gpus
+    if collective.size_bytes is None or collective.size_bytes % G:
+        return f"the size is not a multiple of the {G} ranks"
+    return None
+
+
+def _flow_index(u: np.ndarray, v: np.ndarray, G: int, in_place: bool) -> np.ndarray:
+    """The layout's flow number of u -> v (flows sorted by (src, dst); in place: no u -> u)."""
+    if not in_place:
+        return u * G + v
+    return u * (G - 1) + np.where(v < u, v, v - 1)
+
+
+def _place(topo: Topology, c: int):
+    """The stages pass on scalars: (RDMA shifts, native entries, number of stages, port-model stage times)."""
+    from .passes.stages import MIN_NATIVE_PIECE, spread_over_slack
+
+    N, L = topo.nodes, topo.gpus_per_node
+    peers = np.asarray(topo.peer_array()) if topo.forwarding != "none" else np.arange(topo.num_gpus)
+    forwards = bool((peers != np.arange(topo.num_gpus)).any())
+    shifts = [(k, j) for k in range(1, N) for j in range(L)] if c > 0 else []
+    S = len(shifts)
+    nvl_Bps = topo.nvlink_gbps * 1e9
+    capacity = np.array([topo.nvlink_gbps * 1e9, topo.nic_gbps * 1e9])
+    # per stage, every GPU: NIC out/in c; NVLink out/in 2c where forwarding (its own send, another's arrival)
+    nvl_load = 2.0 * c if forwards else 0.0
+    t = float((np.array([nvl_load, float(c)]) / capacity).max()) if S else 0.0
+    stage_time = np.full(S, t)
+    slack = stage_time * nvl_Bps - nvl_load
+    native: list[tuple[int, int, int]] = []
+    leftover: list[tuple[int, int]] = []
+    for l_shift in range(1, L) if c > 0 else ():
+        amounts = spread_over_slack(c, slack.copy(), MIN_NATIVE_PIECE)
+        for st in np.nonzero(amounts)[0]:
+            slack[st] -= int(amounts[st])
+            native.append((int(st), l_shift, int(amounts[st])))
+        rest = c - int(amounts.sum())
+        if rest > 0:
+            leftover.append((l_shift, rest))
+    num_stages = S
+    if leftover:
+        into = S
+        if S:
+            load = float(sum(w for _, w in leftover))
+            alone = load / nvl_Bps
+            used = stage_time[S - 1] * nvl_Bps - slack[S - 1]
+            merged = max(stage_time[S - 1], (used + load) / nvl_Bps, (used + load) / nvl_Bps)
+            if merged < stage_time[S - 1] + alone + topo.costs.stage_sync_us * 1e-6:
+                into = S - 1
+        native += [(into, l_shift, w) for l_shift, w in leftover]
+        num_stages = max(num_stages, into + 1)
+    native.sort(key=lambda e: (e[0], e[1]))
+    return shifts, native, num_stages
+
+
+def _stage_transfers(topo: Topology, c: int, in_place: bool, shift: tuple[int, int] | None,
+                     natives: list[tuple[int, int]], offsets: dict[int, int], local: bool):
+    """One stage's transfers as the chunks pass has them (sorted by flow, pieces in path order): flow, role, src,
+    dst, offset, bytes, after."""
+    G, L = topo.num_gpus, topo.gpus_per_node
+    g = np.arange(G, dtype=np.int64)
+    node, loc = g // L, g % L
+    peer = np.asarray(topo.peer_array(), dtype=np.int64)
+    rows = []  # (flow, role order key, role, src, dst, offset, bytes)
+    if shift is not None:
+        k, j = shift
+        y = ((node + k) % topo.nodes) * L + (loc + j) % L
+        u, v = peer[g], peer[y]
+        f = _flow_index(u, v, G, in_place)
+        zeros = np.zeros(G, np.int64)
+        cc = np.full(G, c, np.int64)
+        fwd, back = u != g, v != y
+        rows.append((f[fwd], 2, u[fwd], g[fwd], zeros[fwd], cc[fwd]))            # send_forward u -> x
+        rows.append((f, 3, g, y, zeros, cc))                                       # rdma x -> y
+        rows.append((f[back], 4, y[back], v[back], zeros[back], cc[back]))        # recv_forward y -> v
+    for l_shift, amount in natives:
+        dst = node * L + (loc + l_shift) % L
+        rows.append((_flow_index(g, dst, G, in_place), NATIVE, g, dst, np.full(G, offsets.get(l_shift, 0), np.int64),
+                     np.full(G, amount, np.int64)))
+    if local:
+        rows.append((_flow_index(g, g, G, False), 0, g, g, np.zeros(G, np.int64), np.full(G, c, np.int64)))
+    if not rows:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z, z, z, z
+    flow, role, src, dst, off, nb = (np.concatenate([np.asarray(r[i], dtype=np.int64) if i != 1 else
+                                                     np.full(len(r[0]), r[1], np.int64) for r in rows])
+                                     for i in range(6))
+    order = np.lexsort((role, flow))
+    flow, role, src, dst, off, nb = (a[order] for a in (flow, role, src, dst, off, nb))
+    after = np.r_[-1, np.where(flow[1:] == flow[:-1], np.arange(flow.size - 1), -1)] if flow.size else flow
+    return flow, role, src, dst, off, nb, after
+
+
+def compile_pattern(topology: Topology, collective: CollectiveSpec, options: CompileOptions | None = None
+                    ) -> PatternPlan:
+    """The pattern plan of a uniform All-to-All or AllGather (see the module docstring)."""
+    from .passes.chunks import assign_queues, chunk_order
+
+    options = options or CompileOptions()
+    why = pattern_applies(topology, collective)
+    if why is not None:
+        raise PlanError(f"no pattern plan for this collective ({why}); compile it without --pattern")
+    G = topology.num_gpus
+    c = collective.size_bytes // G
+    in_place = collective.in_place
+    chunk = options.chunk_bytes or DEFAULT_CHUNK_BYTES  # (auto would cost every candidate at every scale)
+    shifts, native, S = _place(topology, c)
+    # stage times: v2 on one stage of each distinct content (the shifts are alike by symmetry)
+    by_stage: dict[int, list[tuple[int, int]]] = {}
+    for st, l_shift, amount in native:
+        by_stage.setdefault(st, []).append((l_shift, amount))
+    times, ports = np.zeros(S), np.zeros(S)
+    seen: dict[tuple, tuple[float, float]] = {}
+    offsets: dict[int, int] = {}
+    network = len(shifts) > 0
+    for s in range(S):
+        entries = by_stage.get(s, [])
+        local = s == 0 and not in_place and c > 0
+        key = (s < len(shifts), tuple(entries), tuple(sorted(offsets.items())) if entries else (), local)
+        if key not in seen:
+            flow, role, src, dst, off, nb, after = _stage_transfers(
+                topology, c, in_place, shifts[s] if s < len(shifts) else None, entries, offsets, local)
+            stage = np.zeros(flow.size, np.int64)
+            queue = assign_queues(topology, stage, role, src, nb)
+            order = chunk_order(topology, chunk, stage, role, src, dst, nb)
+            sc = cost.stage_times_v2(topology, chunk, stage, role, src, dst, nb, queue, after, order, 1)
+            seen[key] = (float(sc.time_s[0]), float(sc.ports_s[0]))
+        times[s], ports[s] = seen[key]
+        for l_shift, amount in entries:
+            offsets[l_shift] = offsets.get(l_shift, 0) + amount
+    predicted, parts = cost.plan_time_v2(topology, times, network)
+    # the port model's bound: every GPU's ports carry the same totals
+    nic = float((topology.nodes - 1) * topology.gpus_per_node * c)
+    peers = np.asarray(topology.peer_array())
+    forwards = bool((peers != np.arange(G)).any())
+    nvl = float((2 * nic if forwards else 0.0) + (topology.gpus_per_node - 1) * c)
+    per = {"nvlink": nvl / (topology.nvlink_gbps * 1e9), "rdma": nic / (topology.nic_gbps * 1e9)}
+    bound = max(per.values())
+    report = Report(predicted_time_s=predicted, lower_bound_s=bound, lower_bound_by_domain_s=per,
+                    ratio=predicted / bound if bound > 0 else 1.0, rdma_stages=len(shifts), cost_model="v2",
+                    breakdown_s={"ports": float(ports.sum()), **parts})
+    plan_options = PlanOptions(chunk_bytes=chunk, max_extra_time=options.max_extra_time)
+    return PatternPlan(schema_version=SCHEMA_VERSION, encoding=ENCODING,
+                       plan_id=_pattern_id(topology, collective, plan_options),
+                       generator=f"hoccl-compiler {__version__}", topology=topology, collective=collective,
+                       options=plan_options, cell_bytes=c, num_stages=S, rdma_shifts=shifts, native=native,
+                       stage_time_s=times.tolist(), report=report)
+
+
+def verify_pattern(pp: PatternPlan) -> None:
+    """Check a pattern plan from the file alone (O(stages)); raises :class:`PlanError` naming the problem."""
+    topo, G = pp.topology, pp.topology.num_gpus
+    why = pattern_applies(topo, pp.collective)
+    if why is not None:
+        raise PlanError(f"pattern plan {pp.plan_id}: its collective has no pattern plan ({why})")
+    if pp.plan_id != _pattern_id(topo, pp.collective, pp.options):
+        raise PlanError(f"pattern plan {pp.plan_id}: the id is not its inputs' (the file was edited?); recompile it")
+    c = pp.collective.size_bytes // G
+    if pp.cell_bytes != c:
+        raise PlanError(f"pattern plan {pp.plan_id}: cell_bytes {pp.cell_bytes} but the collective's flows are {c} B")
+    want = {(k, j) for k in range(1, topo.nodes) for j in range(topo.gpus_per_node)} if c else set()
+    got = list(pp.rdma_shifts)
+    if len(got) != len(set(got)) or set(got) != want:
+        missing, extra = sorted(want - set(got))[:3], sorted(set(got) - want)[:3]
+        raise PlanError(f"pattern plan {pp.plan_id}: the RDMA shifts must be every (node shift 1..{topo.nodes - 1}, "
+                        f"local shift 0..{topo.gpus_per_node - 1}) once; missing {missing}, extra or repeated "
+                        f"{extra or 'none'}")
+    if not len(got) <= pp.num_stages <= len(got) + 1 or len(pp.stage_time_s) != pp.num_stages:
+        raise PlanError(f"pattern plan {pp.plan_id}: {pp.num_stages} stages for {len(got)} RDMA shifts and "
+                        f"{len(pp.stage_time_s)} stage times")
+    total: dict[int, int] = {}
+    last = (-1, 0)
+    for st, l_shift, amount in pp.native:
+        if not (0 <= st < pp.num_stages and 1 <= l_shift < topo.gpus_per_node and amount > 0) or (st, l_shift) <= last:
+            raise PlanError(f"pattern plan {pp.plan_id}: native entry {(st, l_shift, amount)} is out of range or out "
+                            "of order (stage in 0..stages-1, local shift 1..L-1, bytes > 0, sorted by stage and "
+                            "shift)")
+        last = (st, l_shift)
+        total[l_shift] = total.get(l_shift, 0) + amount
+    for l_shift in range(1, topo.gpus_per_node):
+        if c and total.get(l_shift, 0) != c:
+            raise PlanError(f"pattern plan {pp.plan_id}: native shift {l_shift} moves {total.get(l_shift, 0)} of "
+                            f"its flows' {c} bytes")
+    if any(not np.isfinite(t) or t < 0 for t in pp.stage_time_s):
+        raise PlanError(f"pattern plan {pp.plan_id}: a stage time is negative or not finite")
+
+
+def expand(pp: PatternPlan):
+    """The explicit :class:`~hoccl_compiler.schema.Plan` of a pattern plan (through the compiler's traffic, expand,
+    chunks, costing and plan passes), for a plan of at most ``EXPAND_LIMIT`` GPUs."""
+    from .passes import chunks, costing, traffic
+    from .passes import expand as expand_pass
+    from .passes import plan as plan_pass
+    from .passes.stages import _stage_times, segments_of
+
+    G = pp.topology.num_gpus
+    if G > EXPAND_LIMIT:
+        raise PlanError(f"pattern plan {pp.plan_id} has {G} GPUs: too many to expand into a full plan (at most "
+                        f"{EXPAND_LIMIT}); hoccl-inspect reads and verifies it as it is")
+    verify_pattern(pp)
+    opts = CompileOptions(chunk_bytes=pp.options.chunk_bytes, max_extra_time=pp.options.max_extra_time,
+                          baselines=False)
+    state = CompileState(topology=pp.topology, collective=pp.collective, options=opts)
+    state = expand_pass.run(traffic.run(state, opts), opts)
+    lay, pieces = state.layout, state.pieces
+    rdma = pieces.role == RDMA
+    cell_flow = np.full((G, G), -1, np.int64)
+    cell_flow[pieces.src[rdma], pieces.dst[rdma]] = pieces.flow[rdma]
+    L, g = pp.topology.gpus_per_node, np.arange(G, dtype=np.int64)
+    node, loc = g // L, g % L
+    rs, rf, rb = [], [], []
+    for s, (k, j) in enumerate(pp.rdma_shifts):
+        y = ((node + k) % pp.topology.nodes) * L + (loc + j) % L
+        rs.append(np.full(G, s, np.int64))
+        rf.append(cell_flow[g, y])
+        rb.append(np.full(G, pp.cell_bytes, np.int64))
+    in_place = pp.collective.in_place
+    for st, l_shift, amount in pp.native:
+        rs.append(np.full(G, st, np.int64))
+        rf.append(_flow_index(g, node * L + (loc + l_shift) % L, G, in_place))
+        rb.append(np.full(G, amount, np.int64))
+    if not in_place and pp.cell_bytes:
+        rs.append(np.zeros(G, np.int64))
+        rf.append(_flow_index(g, g, G, False))
+        rb.append(np.full(G, pp.cell_bytes, np.int64))
+    seg_stage, seg_flow, seg_offset, seg_bytes = segments_of(rs, rf, rb, pp.num_stages, lay.bytes)
+    order = np.lexsort((seg_flow, seg_stage))
+    times = _stage_times(state, seg_stage, seg_flow, seg_bytes, pp.num_stages)
+    sched = Schedule(num_stages=pp.num_stages, seg_stage=seg_stage[order], seg_flow=seg_flow[order],
+                     seg_offset=seg_offset[order], seg_bytes=seg_bytes[order], stage_time_s=times,
+                     report={"rdma_stages": len(pp.rdma_shifts)})
+    state = dataclasses.replace(state, schedule=sched)
+    for p in (chunks, costing, plan_pass):
+        state = p.run(state, opts)
+    return state.plan
+
+
+def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
+    """The readable summary of a pattern plan (what hoccl-inspect prints)."""
+    from .report import _us
+    from .units import format_bytes
+
+    rep, topo = pp.report, pp.topology
+    parts = rep.breakdown_s or {}
+    lines = [
+        f"plan {pp.plan_id} (schema v{pp.schema_version}, pattern, {pp.generator})",
+        f"collective   {pp.collective.describe()}",
+        f"topology     {topo.describe()}",
+        f"GPUs         {topo.num_gpus:,}   flows {topo.num_gpus ** 2:,} of {format_bytes(pp.cell_bytes)} (as shifts)   "
+        f"stages {pp.num_stages:,} ({rep.rdma_stages:,} with RDMA)   chunks of {format_bytes(pp.options.chunk_bytes)}",
+        f"predicted    {_us(rep.predicted_time_s)}   lower bound {_us(rep.lower_bound_s)}   ratio {rep.ratio:.3f}",
+        "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in rep.lower_bound_by_domain_s.items())
+        + ")",
+        f"             (v2: call {_us(parts.get('call_s', 0.0))} + stages {_us(parts.get('stages_s', 0.0))} + barriers "
+        f"{_us(parts.get('stage_sync_s', 0.0))}; the stages in the port model alone {_us(parts.get('ports', 0.0))})",
+        "",
+        f"{'stage':>6} {'time':>12}  RDMA shift (node, local)   native (local shift: bytes)",
+    ]
+    native: dict[int, list[str]] = {}
+    for st, l_shift, amount in pp.native:
+        native.setdefault(st, []).append(f"+{l_shift}: {format_bytes(amount)}")
+    for s in range(min(pp.num_stages, max_stages)):
+        shift = pp.rdma_shifts[s] if s < len(pp.rdma_shifts) else None
+        lines.append(f"{s:>6} {_us(pp.stage_time_s[s]):>12}  {str(shift) if shift else '-':<26} "
+                     f"{', '.join(native.get(s, [])) or '-'}")
+    if pp.num_stages > max_stages:
+        lines.append(f"   ... {pp.num_stages - max_stages:,} more stage(s)")
+    return "\n".join(lines)
+
+
+def load_pattern(data: dict, source: str = "<plan>") -> PatternPlan:
+    from pydantic import ValidationError
+
+    try:
+        return PatternPlan.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        raise PlanError(f"{source} is not a valid pattern plan: {problems}") from None

@@ -1,0 +1,114 @@
+"""Pattern plans (hoccl_compiler.pattern): a uniform All-to-All or AllGather as shifts, any number of GPUs. The
+expansion of a pattern plan is the explicit compiler's plan, byte for byte; its checks refuse a wrong pattern."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hoccl_compiler import CollectiveSpec, compile_plan, load_plan, make_topology, save_plan, verify_plan
+from hoccl_compiler.errors import PlanError
+from hoccl_compiler.ir import CompileOptions
+from hoccl_compiler.pattern import EXPAND_LIMIT, compile_pattern, expand, pattern_applies, verify_pattern
+
+MiB = 1 << 20
+CASES = [  # preset, nodes, GPUs per node, forwarding, collective, bytes, chunk, in place
+    ("paper-h800", 2, 8, None, "alltoall", 1 << 30, 4 * MiB, False),
+    ("paper-h800", 3, 4, None, "allgather", 12 * MiB, MiB, False),
+    ("paper-h800", 3, 4, None, "allgather", 12 * MiB, MiB, True),
+    ("dgx-h100", 4, 2, "none", "alltoall", 8 * 64 * MiB, 8 * MiB, False),
+    ("h200x2", 2, 2, None, "alltoall", 4 * 256 * MiB, 8 * MiB, False),
+    ("dgx-h100", 1, 8, None, "alltoall", 8 * MiB, 1 << 40, False),
+    ("paper-h800", 2, 3, None, "alltoall", 6 * 4 * MiB, MiB, False),  # GPU 2 of each node is its own peer
+    ("paper-h800", 5, 8, None, "alltoall", 40 * 8 * MiB, 2 * MiB, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[1]}x{c[2]}-{c[4]}{'-inplace' if c[7] else ''}")
+def test_the_expansion_is_the_explicit_compilers_plan(case):
+    preset, nodes, gpn, fwd, kind, size, chunk, in_place = case
+    topo = make_topology(preset, nodes=nodes, gpus_per_node=gpn, forwarding=fwd)
+    spec = CollectiveSpec(kind=kind, size_bytes=size, in_place=in_place)
+    options = CompileOptions(chunk_bytes=chunk, baselines=False)
+    explicit = compile_plan(topo, spec, options)
+    pattern = compile_pattern(topo, spec, options)
+    verify_pattern(pattern)
+    plan = expand(pattern)
+    verify_plan(plan)
+    assert plan == explicit
+    assert pattern.stage_time_s == pytest.approx([s.time_s for s in explicit.stages], rel=1e-12)
+    assert pattern.report.predicted_time_s == pytest.approx(explicit.report.predicted_time_s, rel=1e-12)
+    assert pattern.report.lower_bound_s == pytest.approx(explicit.report.lower_bound_s, rel=1e-12)
+
+
+def test_16k_gpus_compile_and_verify_as_a_pattern(tmp_path):
+    """2048 nodes x 8: 268 million flows as 16,376 shift stages; the file is small and reads back."""
+    topo = make_topology("paper-h800", nodes=2048)
+    pattern = compile_pattern(topo, CollectiveSpec(kind="alltoall", size_bytes=1 << 30))
+    verify_pattern(pattern)
+    assert pattern.num_stages == 2047 * 8 and pattern.cell_bytes == (1 << 30) // 16384
+    assert pattern.report.breakdown_s["ports"] == pytest.approx(pattern.report.lower_bound_s)
+    path = save_plan(pattern, tmp_path / "a2a.json.gz")
+    assert path.stat().st_size < 1 << 20
+    assert load_plan(path, patterns=True) == pattern
+    with pytest.raises(PlanError, match=f"too many to expand into a full plan \\(at most {EXPAND_LIMIT}\\)"):
+        load_plan(path)
+
+
+def test_a_small_pattern_file_loads_as_a_full_plan(tmp_path):
+    topo, spec = make_topology("paper-h800", nodes=2, gpus_per_node=4), CollectiveSpec(kind="allgather",
+                                                                                       size_bytes=8 * MiB)
+    path = save_plan(compile_pattern(topo, spec, CompileOptions(chunk_bytes=MiB)), tmp_path / "p.json")
+    assert load_plan(path) == compile_plan(topo, spec, CompileOptions(chunk_bytes=MiB, baselines=False))
+
+
+def _pattern():
+    return compile_pattern(make_topology("paper-h800", nodes=3, gpus_per_node=4),
+                           CollectiveSpec(kind="alltoall", size_bytes=12 * 8 * MiB), CompileOptions(chunk_bytes=MiB))
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda p: {"rdma_shifts": p.rdma_shifts[:-1]}, "every \\(node shift"),
+    (lambda p: {"rdma_shifts": [p.rdma_shifts[0], *p.rdma_shifts[:-1]]}, "repeated"),
+    (lambda p: {"native": [(s, k, b + 1) if i == 0 else (s, k, b) for i, (s, k, b) in enumerate(p.native)]},
+     "moves"),
+    (lambda p: {"native": list(reversed(p.native))}, "out of order"),
+    (lambda p: {"cell_bytes": p.cell_bytes * 2}, "cell_bytes"),
+    (lambda p: {"plan_id": "0" * 16}, "the id is not its inputs'"),
+    (lambda p: {"stage_time_s": p.stage_time_s[:-1]}, "stage times"),
+])
+def test_a_wrong_pattern_is_refused(change, match):
+    pattern = _pattern()
+    with pytest.raises(PlanError, match=match):
+        verify_pattern(pattern.model_copy(update=change(pattern)))
+
+
+def test_what_has_no_pattern_says_why():
+    topo = make_topology("paper-h800", nodes=2)
+    assert "broadcast" in pattern_applies(topo, CollectiveSpec(kind="broadcast", size_bytes=MiB, root=0))
+    assert "multiple" in pattern_applies(topo, CollectiveSpec(kind="alltoall", size_bytes=1000))
+    assert "DMA queue" in pattern_applies(make_topology("paper-h800", nodes=2, dma_queues=2),
+                                          CollectiveSpec(kind="alltoall", size_bytes=16 * MiB))
+    with pytest.raises(PlanError, match="no pattern plan"):
+        compile_pattern(topo, CollectiveSpec(kind="gather", size_bytes=16 * MiB, root=0))
+
+
+def test_the_clis_write_and_read_pattern_plans(tmp_path, capsys):
+    from hoccl_compiler.cli import compile_main, inspect_main
+
+    big = tmp_path / "big.json"
+    assert compile_main(["alltoall", "--nodes", "256", "--size", "1GiB", "-o", str(big), "-q"]) == 0  # auto: 2048
+    assert json.loads(big.read_text())["encoding"] == "pattern-1"
+    assert inspect_main([str(big), "--verify"]) == 0
+    assert "verify: OK (the pattern" in capsys.readouterr().out
+    assert inspect_main([str(big), "--simulate"]) == 2
+    assert "need the plan's chunks" in capsys.readouterr().err
+    small = tmp_path / "small.json"
+    assert compile_main(["allgather", "--nodes", "2", "--size", "64MiB", "--pattern", "on", "-o", str(small),
+                         "-q"]) == 0
+    capsys.readouterr()
+    assert inspect_main([str(small), "--simulate", "--format", "json"]) == 0  # expanded: simulated like any plan
+    assert json.loads(capsys.readouterr().out)["simulated_s"] > 0
+    assert compile_main(["scatter", "--nodes", "2", "--pattern", "on", "-o", str(tmp_path / "s.json")]) == 2
+    assert "no pattern plan" in capsys.readouterr().err

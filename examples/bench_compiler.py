@@ -58,8 +58,14 @@ def quality(gpu_counts: list[int]) -> list[dict]:
     return rows
 
 
-SCALE_CHILD = r"""
-import json, os, resource, sys, time
+PEAK = r"""
+def peak_mb():  # VmHWM: this process's own peak (ru_maxrss keeps the parent's from before exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+"""
+SCALE_CHILD = PEAK + r"""
+import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, save_plan
 from hoccl_compiler.ir import CompileOptions
@@ -75,12 +81,12 @@ save_plan(plan, out + ".full.gz", encoding="full")
 print(json.dumps(dict(compile_s=compiled, compile_write_s=written, stages=len(plan.stages), ratio=plan.report.ratio,
                       json_mb=os.path.getsize(out) / 1e6, gz_mb=os.path.getsize(out + ".gz") / 1e6,
                       full_gz_mb=os.path.getsize(out + ".full.gz") / 1e6,
-                      peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+                      peak_mb=peak_mb())))
 """
 
 
-PATTERN_CHILD = r"""
-import json, os, resource, sys, time
+PATTERN_CHILD = PEAK + r"""
+import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from hoccl_compiler import CollectiveSpec, make_topology, save_plan
 from hoccl_compiler.pattern import compile_pattern, verify_pattern
@@ -93,7 +99,7 @@ save_plan(pattern, out)
 print(json.dumps(dict(seconds=time.perf_counter() - start, stages=pattern.num_stages, kb=os.path.getsize(out) / 1e3,
                       ratio=pattern.report.ratio,
                       ports=pattern.report.breakdown_s["ports"] / pattern.report.lower_bound_s,
-                      peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+                      peak_mb=peak_mb())))
 """
 
 

@@ -100,12 +100,17 @@ def gpu_links(device: int) -> Links | None:
         count = rt.getDeviceCount()
     except Exception:  # noqa: BLE001 - no CUDA (CPU tests, fakes)
         return None
+    from ._cuda import cuda_error
+
     access: dict[int, bool] = {}
     nvlink: dict[int, bool] = {}
     for other in range(count):
         if other == device:
             continue
-        access[other] = bool(rt.deviceCanAccessPeer(device, other))
+        try:
+            access[other] = bool(rt.deviceCanAccessPeer(device, other))
+        except Exception as exc:
+            raise cuda_error(exc, f"cudaDeviceCanAccessPeer({device}, {other})") from exc
         nvlink[other] = access[other] and _native_atomics(device, other)
     return Links(device, count, access, nvlink)
 

@@ -1,6 +1,6 @@
 """The cost model v2 against runs measured on the 2x H200: the calibration table of docs/benchmarks.md.
 
-    python examples/calibrate_cost.py [--markdown]
+    python examples/calibrate_cost.py [--sweep SWEEP.json] [--json OUT.json]
 
 Measured rows (read from docs/results/, not re-run):
 
@@ -48,9 +48,9 @@ def predicted(op: str, size: int, nodes: int, chunk: int) -> float:
     return plan.report.predicted_time_s
 
 
-def rows() -> list[dict]:
+def rows(sweep: Path = SWEEP) -> list[dict]:
     out = []
-    for r in json.loads(SWEEP.read_text())["rows"]:
+    for r in json.loads(sweep.read_text())["rows"]:
         if r["impl"] != "hoccl" or r["op"] not in ("sendrecv", "allgather", "alltoall"):
             continue
         note = ""
@@ -75,9 +75,11 @@ def rows() -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sweep", default=str(SWEEP), help="a hoccl-bench sweep.json of 2 GPUs of one node (default: the "
+                   "eleventh session's run 2)")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
-    table = rows()
+    table = rows(Path(args.sweep))
     print("| setting | op | size | measured us | host us per call | v2 predicted us | v2 / measured | |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for r in table:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
 #   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [sweepq] [internode] [netcurves] [contention]
-#                                                          [torch] [onegpu] [torchbench] [fsdpcompare]
+#                                                          [torch] [onegpu] [torchbench] [fsdpcompare] [netcosts] [calibrate]
 # torch: the torch integration's GPU tests (every rank on GPU 0: runs on the 1-GPU machine too); onegpu: every GPU
 # test that runs on one GPU (torch, start-up, hardening, the 2-process communicator's checks); torchbench: host
 # time per AllGather call (hook, communicator, backend) and train_fsdp's tokens/s; fsdpcompare (2+ GPUs): HOCCL
-# against NCCL and NCCL's copy-engine mode in FSDP2 training, interleaved rounds.
+# against NCCL and NCCL's copy-engine mode in FSDP2 training, interleaved rounds; netcosts: the network path's call
+# and per-stage costs (the cost model v2's net_call_us and stage_sync_us); calibrate (after sweep): the cost model
+# v2's predictions beside this run's sweep rows.
 # Each part is bounded in time; a summary of every part is printed last. CONTENTION_ARGS replaces the
 # contention part's arguments (CONTENTION_S its time bound in seconds).
 set -u
@@ -25,7 +27,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')  # sweep and contention use e
 for p in $parts; do
   case $p in
     tests) run_part tests 400 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_intranode.py \
-             tests/gpu/test_gpu_multiprocess.py tests/gpu/test_gpu_internode.py ;;
+             tests/gpu/test_gpu_multiprocess.py tests/gpu/test_gpu_internode.py tests/gpu/test_gpu_links.py ;;
     nettests) run_part nettests 200 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_internode.py ;;
     mptests) run_part mptests 300 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_multiprocess.py ;;
     mpworker) run_part mpworker 200 torchrun --nproc_per_node 2 tests/support/mp_worker.py "$OUT/mpworker.json" ;;
@@ -42,7 +44,12 @@ for p in $parts; do
                   contention ${CONTENTION_ARGS:---rounds 15 --in-place --peer --rates 50,100,200,300} --out "$OUT" ;;
     torch) run_part torch 500 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_torch.py tests/gpu/test_gpu_start.py ;;
     onegpu) run_part onegpu 590 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_gpu_torch.py \
-              tests/gpu/test_gpu_start.py tests/gpu/test_gpu_hostile.py tests/gpu/test_gpu_multiprocess.py ;;
+              tests/gpu/test_gpu_start.py tests/gpu/test_gpu_hostile.py tests/gpu/test_gpu_multiprocess.py \
+              tests/gpu/test_gpu_links.py ;;
+    netcosts) run_part netcosts 200 bash -c "python examples/measure_net_costs.py --json $OUT/net_host.json && \
+                python examples/measure_net_costs.py --gpu --json $OUT/net_gpu.json" ;;
+    calibrate) run_part calibrate 120 python examples/calibrate_cost.py --sweep "$OUT/sweep.json" \
+                 --json "$OUT/calibration.json" ;;
     torchbench) run_part torchbench 300 bash -c "torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py --share-gpu \
                   && torchrun --nproc_per_node 2 examples/train_fsdp.py --size 350m --steps 8 --share-gpu \
                   --json $OUT/train_fsdp_shared.json" ;;

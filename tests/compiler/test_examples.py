@@ -52,3 +52,19 @@ def test_internode_curves_on_host_buffers():
     assert [(r["op"], r["size"], r["gpus_per_node"]) for r in rows] == [("allgather", 4 << 20, 2),
                                                                         ("alltoall", 4 << 20, 2)]
     assert all(r["gbps"] > 0 and r["seconds"] > 0 for r in rows)
+
+
+def test_calibrate_cost_sets_every_measured_row_beside_its_prediction(tmp_path):
+    """examples/calibrate_cost.py over the checked-in 2x H200 runs: one row per measured call, each with a v2
+    prediction for the plan the runtime compiles, host-bound and eager rows marked."""
+    import json
+
+    out = run("calibrate_cost.py", "--json", str(tmp_path / "cal.json"))
+    rows = json.loads((tmp_path / "cal.json").read_text())
+    nvlink = [r for r in rows if r["setting"] == "1 node, NVLink"]
+    assert len(nvlink) == 30 and {r["op"] for r in nvlink} == {"sendrecv", "allgather", "alltoall"}
+    assert all(r["predicted_s"] > 0 and r["ratio"] == r["predicted_s"] / r["measured_s"] for r in rows)
+    assert {r["note"] for r in nvlink} == {"", "eager path", "host-bound"}
+    assert [r["size"] for r in rows if r["setting"] == "2 nodes, TCP"] == [2 << 20, 8 << 20, 32 << 20, 128 << 20,
+                                                                          512 << 20, 1 << 30]
+    assert "device-bound rows within 10%" in out

@@ -130,19 +130,26 @@ CHUNK_BUDGET = 1 << 22  # chunk entries a candidate may cut the plan into (4 M)
 def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int) -> int:
     """The largest chunk size whose cost-model v2 time is within ``CHUNK_TOLERANCE`` of the least over the
     candidates: small chunks pay a start each and interleave finely, large ones fill and drain forwarded paths
-    slowly; the larger of two near-equal sizes makes a smaller plan. Candidates that would cut the plan into more
-    than ``CHUNK_BUDGET`` chunks are not tried."""
+    slowly; the larger of two near-equal sizes makes a smaller plan. Candidates are tried from the largest down,
+    until two in a row are worse than the best so far or one would cut the plan into more than ``CHUNK_BUDGET``
+    chunks."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
         return DEFAULT_CHUNK_BYTES
     candidates = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
     times: dict[int, float] = {}
+    worse = 0
     for c in candidates:  # largest first: fewer chunks, cheaper to cost
         if int(np.maximum(1, -(-tr_bytes // c)).sum()) > CHUNK_BUDGET:
             break
         order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
         times[c] = float(cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue,
                                              tr_after, order, num_stages).time_s.sum())
+        # smaller chunks only add starts once the fill and drain they save is gone: stop after two in a row that
+        # are worse than the best so far (within one node, where nothing is forwarded, the whole transfers win)
+        worse = worse + 1 if times[c] > min(times.values()) * (1 + CHUNK_TOLERANCE) else 0
+        if worse == 2:
+            break
     best = min(times.values())
     return max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
 

@@ -32,7 +32,8 @@ def default_peers(gpus_per_node: int) -> tuple[int, ...]:
 class CostParams(BaseModel):
     """The fixed costs of the cost model v2 (:mod:`hoccl_compiler.cost`), in microseconds, beside the bandwidths.
 
-    Defaults are measured on the H200 machines we borrow (docs/benchmarks.md, "Cost model v2: calibration"):
+    Defaults are measured on the H200 machines we borrow (docs/benchmarks.md, "Cost model v2 against measured
+    runs"):
 
     * ``dma_start_us``: each chunk a copy queue starts (the DMA engine is serial: no bytes move meanwhile);
       1 GB copied GPU to GPU in 4 MB chunks ran at 316 GB/s of 396, 2.5 us per chunk.
@@ -43,13 +44,11 @@ class CostParams(BaseModel):
     * ``net_call_us``: the start of a plan with network transfers (the plan notice between node leaders, the
       first chunk's staging and the last one's landing); ``stage_sync_us``: each further stage (the barrier:
       every node tells the nodes it exchanged with that the stage is done and waits for theirs, and the stage's
-      own first and last chunk). Measured on the H200 host with examples/measure_net_costs.py: GPU node
-      executors joined by the TCP transport, N = 2..5 "nodes" as processes, an All-to-All of 64 KiB per pair
-      (N - 1 stages), the least-squares line over N: 1135 us for a one-stage call, 1382 us per further stage
-      (2026-12-01; on host buffers 321 and 971). They are our runtime's host-driven protocol more than the
-      wire: no RDMA NIC has been measured, and the RDMA presets keep these figures until one is (give yours in
-      a topology file). Plans within one node have no barrier: each queue runs on into the next stage, held
-      only by chunk dependencies.
+      own first and last chunk). Measured with examples/measure_net_costs.py (GPU node executors joined by the TCP
+      transport, 2..5 "nodes" as processes of one host, a fit over the number of stages; the figures and the run
+      are in docs/benchmarks.md). They are our runtime's host-driven protocol more than the wire: no RDMA NIC has
+      been measured, and the RDMA presets keep these figures until one is (give yours in a topology file). Plans
+      within one node have no barrier: each queue runs on into the next stage, held only by chunk dependencies.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

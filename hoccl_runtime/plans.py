@@ -201,7 +201,9 @@ def _bandwidths(device: int, gpus_per_node: int) -> tuple[str, dict[str, float]]
             warnings.warn(f"GPU {device} cannot access GPU(s) {missing} directly (no peer access): copies between "
                           "them go through host memory, far below the link's speed; check the GPUs' topology "
                           "(nvidia-smi topo -m) and the ranks' placement", RuntimeWarning, stacklevel=3)
-        direct = sorted(g for g, ok in links.peer_access.items() if ok)
+        # the next GPU after this one (cyclically): ranks that measure at once form a permutation, no GPU's in-port
+        # shared by two measurements
+        direct = sorted((g for g, ok in links.peer_access.items() if ok), key=lambda g: (g - device) % links.count)
         if name and direct and (preset is None or links.kind == "pcie" or env_flag("HOCCL_MEASURE_LINKS", False)):
             try:
                 gbps = _measured_gbps(name, links, direct[0])

@@ -100,3 +100,15 @@ def test_a_failed_measurement_warns_and_falls_back(machine, monkeypatch):
     monkeypatch.setattr(plans, "measure_link_gbps", broken)
     with pytest.warns(RuntimeWarning, match="measuring the copy bandwidth GPU 0 -> GPU 1 failed"):
         assert plans.machine_topology(nodes=1, gpus_per_node=4, device=0).nvlink_gbps == 396.0
+
+
+def test_ranks_measuring_at_once_each_take_the_next_gpu(machine, monkeypatch):
+    """Every rank of a PCIe machine measures its link at start-up: rank d times d -> d + 1 (cyclically), so no two
+    measurements share a destination's in-port."""
+    measured = machine("NVIDIA H200", nvlink=(False, False, False))
+    others = {0: [1, 2, 3], 1: [0, 2, 3], 2: [0, 1, 3], 3: [0, 1, 2]}
+    monkeypatch.setattr(plans, "gpu_links", lambda device: Links(device, 4, dict.fromkeys(others[device], True),
+                                                                 dict.fromkeys(others[device], False)))
+    for d in range(4):
+        plans.machine_topology(nodes=1, gpus_per_node=4, device=d)
+    assert measured == [(0, 1), (1, 2), (2, 3), (3, 0)]

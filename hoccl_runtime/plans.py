@@ -149,6 +149,8 @@ def measure_link_gbps(src: int, dst: int, nbytes: int = 256 << 20, repeats: int 
                 end.synchronize()
                 if i:
                     times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    del source, target
+    cp.get_default_memory_pool().free_all_blocks()  # the 2 x nbytes go back to the driver, not CuPy's cache
     times.sort()
     return nbytes / times[len(times) // 2] / 1e9
 

@@ -67,10 +67,9 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
     from pydantic import ValidationError
 
     from .collective import CollectiveSpec
-    from .ir import ChunkSchedule, CompileOptions, CompileState, Costing, Schedule
+    from .ir import CompileOptions, CompileState, Costing, Schedule
     from .passes import chunks, expand, traffic
     from .passes import plan as plan_pass
-    from .passes.stages import expand_segments
     from .schema import PlanOptions, Report
     from .topology import Topology
 
@@ -111,30 +110,19 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
     if np.any(np.diff(seg_stage * max(n_flows, 1) + seg_flow) <= 0):
         raise PlanError(f"{source}: segments must be sorted by flow within each stage, one per flow and stage; "
                         "the file is corrupt: recompile it")
-    seg_idx, piece_idx = expand_segments(pieces, seg_flow)
-    tr_stage = seg_stage[seg_idx]
-    tr_role, tr_src, tr_dst = pieces.role[piece_idx], pieces.src[piece_idx], pieces.dst[piece_idx]
-    tr_bytes = seg_bytes[seg_idx]
-    n = tr_stage.size
-    same = np.zeros(n, dtype=bool)
-    same[1:] = seg_idx[1:] == seg_idx[:-1]
-    tr_stage_start = np.searchsorted(tr_stage, np.arange(len(stages) + 1))
-    for s, order in enumerate(orders):  # chunk entries are transfer indices within their stage
-        count = tr_stage_start[s + 1] - tr_stage_start[s]
-        if order.size and (order.min() < 0 or order.max() >= count):
-            raise PlanError(f"{source}: stage {s}'s chunk order names transfer {int(order.max())} of {count}; the "
-                            "file is corrupt: recompile it")
-    queue_gpu, queue_kind, queue_index = chunks.queue_table(topology)
-    order_transfer = np.concatenate([o + tr_stage_start[s] for s, o in enumerate(orders)]) if orders \
-        else np.zeros(0, np.int64)
-    ch = ChunkSchedule(
-        chunk_bytes=options.chunk_bytes, tr_stage=tr_stage, tr_flow=seg_flow[seg_idx], tr_role=tr_role,
-        tr_src=tr_src, tr_dst=tr_dst, tr_offset=seg_offset[seg_idx], tr_bytes=tr_bytes,
-        tr_queue=chunks.assign_queues(topology, tr_stage, tr_role, tr_src, tr_bytes),
-        tr_after=np.where(same, np.arange(n) - 1, -1), queue_gpu=queue_gpu, queue_kind=queue_kind,
-        queue_index=queue_index, order_stage=tr_stage[order_transfer], order_transfer=order_transfer)
     sched = Schedule(num_stages=len(stages), seg_stage=seg_stage, seg_flow=seg_flow, seg_offset=seg_offset,
                      seg_bytes=seg_bytes, stage_time_s=times, report={"rdma_stages": report.rdma_stages})
+
+    def order_of(tr_stage: np.ndarray) -> np.ndarray:  # the file's chunk orders: transfer indices within a stage
+        start = np.searchsorted(tr_stage, np.arange(len(stages) + 1))
+        for s, order in enumerate(orders):
+            count = start[s + 1] - start[s]
+            if order.size and (order.min() < 0 or order.max() >= count):
+                raise PlanError(f"{source}: stage {s}'s chunk order names transfer {int(order.max())} of {count}; "
+                                "the file is corrupt: recompile it")
+        return np.concatenate([o + start[s] for s, o in enumerate(orders)]) if orders else np.zeros(0, np.int64)
+
+    ch = chunks.build(topology, pieces, sched, options.chunk_bytes, order_of)
     state = dataclasses.replace(state, schedule=sched, chunks=ch,
                                 costing=Costing(stage_time_s=times, report=report.model_dump()))
     plan_opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time)

@@ -38,6 +38,7 @@ from . import __version__, cost
 from .collective import CollectiveSpec
 from .errors import PlanError
 from .ir import DEFAULT_CHUNK_BYTES, NATIVE, RDMA, CompileOptions, CompileState, Schedule
+from .passes.chunks import waits_on_previous
 from .schema import SCHEMA_VERSION, PlanOptions, Report
 from .topology import Topology
 
@@ -132,7 +133,7 @@ def _place(topo: Topology, c: int):
             load = float(sum(w for _, w in leftover))
             alone = load / nvl_Bps
             used = stage_time[S - 1] * nvl_Bps - slack[S - 1]
-            merged = max(stage_time[S - 1], (used + load) / nvl_Bps, (used + load) / nvl_Bps)
+            merged = max(stage_time[S - 1], (used + load) / nvl_Bps)  # out and in ports alike
             if merged < stage_time[S - 1] + alone + topo.costs.stage_sync_us * 1e-6:
                 into = S - 1
         native += [(into, l_shift, w) for l_shift, w in leftover]
@@ -175,8 +176,7 @@ def _stage_transfers(topo: Topology, c: int, in_place: bool, shift: tuple[int, i
                                      for i in range(6))
     order = np.lexsort((role, flow))
     flow, role, src, dst, off, nb = (a[order] for a in (flow, role, src, dst, off, nb))
-    after = np.r_[-1, np.where(flow[1:] == flow[:-1], np.arange(flow.size - 1), -1)] if flow.size else flow
-    return flow, role, src, dst, off, nb, after
+    return flow, role, src, dst, off, nb, waits_on_previous(flow)
 
 
 def compile_pattern(topology: Topology, collective: CollectiveSpec, options: CompileOptions | None = None
@@ -279,7 +279,7 @@ def expand(pp: PatternPlan):
     from .passes import chunks, costing, traffic
     from .passes import expand as expand_pass
     from .passes import plan as plan_pass
-    from .passes.stages import _stage_times, segments_of
+    from .passes.stages import _cells, _stage_times, segments_of
 
     G = pp.topology.num_gpus
     if G > EXPAND_LIMIT:
@@ -291,9 +291,7 @@ def expand(pp: PatternPlan):
     state = CompileState(topology=pp.topology, collective=pp.collective, options=opts)
     state = expand_pass.run(traffic.run(state, opts), opts)
     lay, pieces = state.layout, state.pieces
-    rdma = pieces.role == RDMA
-    cell_flow = np.full((G, G), -1, np.int64)
-    cell_flow[pieces.src[rdma], pieces.dst[rdma]] = pieces.flow[rdma]
+    _, cell_flow = _cells(pieces, RDMA, G)
     L, g = pp.topology.gpus_per_node, np.arange(G, dtype=np.int64)
     node, loc = g // L, g % L
     rs, rf, rb = [], [], []

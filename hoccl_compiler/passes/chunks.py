@@ -25,6 +25,7 @@ backwards in the stage order, which keeps the queues free of deadlock::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -50,32 +51,48 @@ ROLE_PRIORITY[[SEND_FORWARD, RDMA, RECV_FORWARD, NATIVE, LOCAL]] = np.arange(5)
 
 
 def run(state: CompileState, options: CompileOptions) -> CompileState:
-    topo, pieces, sched = state.topology, state.pieces, state.schedule
-    assert pieces is not None and sched is not None, "chunks runs after stages"
+    assert state.pieces is not None and state.schedule is not None, "chunks runs after stages"
+    return dataclasses.replace(state, chunks=build(state.topology, state.pieces, state.schedule,
+                                                   options.chunk_bytes))
+
+
+def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | None = None) -> ChunkSchedule:
+    """The chunk schedule of a stage schedule: its transfers (one per piece of a segment; segments are sorted by
+    (stage, flow), so are the transfers, pieces in path order inside a segment), their queues and waits, the chunk
+    size (``chunk_bytes``, or None: :func:`choose_chunk`) and the chunk order (:func:`chunk_order`, or
+    ``order_of(tr_stage)`` where the order is given, as a compact plan file gives it)."""
     seg_idx, piece_idx = expand_segments(pieces, sched.seg_flow)
-    # segments are sorted by (stage, flow): so are the transfers, pieces in path order inside a segment
     tr_stage = sched.seg_stage[seg_idx]
-    tr_flow = sched.seg_flow[seg_idx]
-    tr_offset = sched.seg_offset[seg_idx]
     tr_bytes = sched.seg_bytes[seg_idx]
     tr_role, tr_src, tr_dst = pieces.role[piece_idx], pieces.src[piece_idx], pieces.dst[piece_idx]
-    n = tr_stage.size
-    same_segment = np.zeros(n, dtype=bool)
-    same_segment[1:] = seg_idx[1:] == seg_idx[:-1]
-    tr_after = np.where(same_segment, np.arange(n) - 1, -1)
+    tr_after = waits_on_previous(seg_idx)
     queue_gpu, queue_kind, queue_index = queue_table(topo)
     tr_queue = assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes)
-    chunk = options.chunk_bytes or choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue,
-                                                tr_after, sched.num_stages)
-    ordered_tr = chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
-    chunks = ChunkSchedule(
+    ordered_tr = None
+    chunk = chunk_bytes
+    if chunk is None:
+        chunk, ordered_tr = choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after,
+                                         sched.num_stages)
+    if order_of is not None:
+        ordered_tr = order_of(tr_stage)
+    elif ordered_tr is None:
+        ordered_tr = chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+    return ChunkSchedule(
         chunk_bytes=chunk,
-        tr_stage=tr_stage, tr_flow=tr_flow, tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
-        tr_offset=tr_offset, tr_bytes=tr_bytes, tr_queue=tr_queue, tr_after=tr_after,
+        tr_stage=tr_stage, tr_flow=sched.seg_flow[seg_idx], tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
+        tr_offset=sched.seg_offset[seg_idx], tr_bytes=tr_bytes, tr_queue=tr_queue, tr_after=tr_after,
         queue_gpu=queue_gpu, queue_kind=queue_kind, queue_index=queue_index,
         order_stage=tr_stage[ordered_tr], order_transfer=ordered_tr,
     )
-    return dataclasses.replace(state, chunks=chunks)
+
+
+def waits_on_previous(path_key: np.ndarray) -> np.ndarray:
+    """The wait of each transfer of a list whose pieces of one path (equal ``path_key``) are consecutive and in
+    path order: the transfer before it on its path (chunk k after chunk k), or -1 for a path's first."""
+    n = path_key.size
+    same = np.zeros(n, dtype=bool)
+    same[1:] = path_key[1:] == path_key[:-1]
+    return np.where(same, np.arange(n) - 1, -1)
 
 
 def queue_table(topo) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
@@ -127,17 +144,19 @@ CHUNK_TOLERANCE = 0.01  # a larger chunk within 1% of the best time wins: fewer 
 CHUNK_BUDGET = 1 << 22  # chunk entries a candidate may cut the plan into (4 M)
 
 
-def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int) -> int:
+def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int
+                 ) -> tuple[int, np.ndarray]:
     """The largest chunk size whose cost-model v2 time is within ``CHUNK_TOLERANCE`` of the least over the
     candidates: small chunks pay a start each and interleave finely, large ones fill and drain forwarded paths
     slowly; the larger of two near-equal sizes makes a smaller plan. Candidates are tried from the largest down,
     until two in a row are worse than the best so far or one would cut the plan into more than ``CHUNK_BUDGET``
-    chunks."""
+    chunks. Returns the size and its chunk order (costed on the way: not made again)."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
-        return DEFAULT_CHUNK_BYTES
+        return DEFAULT_CHUNK_BYTES, chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
     candidates = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
     times: dict[int, float] = {}
+    orders: dict[int, np.ndarray] = {}  # of the candidates within the tolerance of the best so far
     worse = 0
     for c in candidates:  # largest first: fewer chunks, cheaper to cost
         if int(np.maximum(1, -(-tr_bytes // c)).sum()) > CHUNK_BUDGET:
@@ -145,13 +164,17 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
         order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
         times[c] = float(cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue,
                                              tr_after, order, num_stages).time_s.sum())
+        orders[c] = order
+        least = min(times.values())
+        orders = {k: o for k, o in orders.items() if times[k] <= least * (1 + CHUNK_TOLERANCE)}
         # smaller chunks only add starts once the fill and drain they save is gone: stop after two in a row that
         # are worse than the best so far (within one node, where nothing is forwarded, the whole transfers win)
         worse = worse + 1 if times[c] > min(times.values()) * (1 + CHUNK_TOLERANCE) else 0
         if worse == 2:
             break
     best = min(times.values())
-    return max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
+    chosen = max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
+    return chosen, orders[chosen]
 
 
 def issue_rotation(src: np.ndarray, dst: np.ndarray, gpus_per_node: int, nodes: int) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import cost
 from ..ir import LOCAL, CompileOptions, CompileState, Costing
-from .chunks import assign_queues, chunk_order
+from .chunks import assign_queues, chunk_order, waits_on_previous
 
 
 def run(state: CompileState, options: CompileOptions) -> CompileState:
@@ -60,7 +60,7 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
     order = np.lexsort((np.arange(tr_stage.size), tr_stage))  # pieces stay in path order within a flow
     st, role, src, dst, nb, fl = (a[order] for a in (tr_stage, pieces.role, pieces.src, pieces.dst, pieces.bytes,
                                                      pieces.flow))
-    after = np.r_[-1, np.where(fl[1:] == fl[:-1], np.arange(fl.size - 1), -1)] if fl.size else fl
+    after = waits_on_previous(fl)
     S = int(st.max()) + 1 if st.size else 0
     queue = assign_queues(topo, st, role, src, nb)
     entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb)

@@ -13,14 +13,10 @@ costed.
   serves every transfer of a queue in proportion to its size, and a stage holds at most one RDMA
   flow per NIC and direction, so every port can finish its load together.
 * The lower bound of any schedule of T is the same maximum over the whole of T.
-* The two simpler schedules, in the same port model:
-  - *everything at once*: all transfers start together and each port is shared max-min fairly
-    among the transfers that use it (what uncoordinated copy streams and congestion-controlled
-    queue pairs converge to). Completions within ``FAIR_SHARE_TOLERANCE`` of the elapsed time are
-    processed as one event at the last of them, which errs against this baseline (never below the exact
-    fair-share time, so never below the lower bound).
-  - *naive rounds*: round k sends flow u -> (u + k) mod G for every u (one flow per GPU each way,
-    blind to domains), all pieces of a round together, the round lasting as long as its busiest port.
+
+The two simpler schedules the report compares with are costed under v2 (``passes/costing.py``);
+:func:`_max_min_rates` (max-min fair sharing of ports) is the chunk-level simulation's
+(:mod:`hoccl_compiler.simulate`).
 """
 
 from __future__ import annotations
@@ -32,11 +28,8 @@ import numpy as np
 from .ir import LOCAL, RDMA
 from .topology import Topology
 
-__all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "naive_rounds_time",
-           "fair_share_time", "FAIR_SHARE_TOLERANCE", "stage_times_v2", "plan_time_v2", "StageCosts",
-           "has_network"]
-
-FAIR_SHARE_TOLERANCE = 1e-2
+__all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "stage_times_v2",
+           "plan_time_v2", "StageCosts", "has_network"]
 
 
 def port_capacity(topo: Topology) -> np.ndarray:
@@ -72,51 +65,6 @@ def lower_bound(role, src, dst, nbytes, topo: Topology) -> tuple[float, dict[str
     t = port_loads(role, src, dst, nbytes, G) / port_capacity(topo)
     per = {"nvlink": float(t[: 2 * G].max(initial=0.0)), "rdma": float(t[2 * G:].max(initial=0.0))}
     return max(per.values()), per
-
-
-def naive_rounds_time(flow_src, flow_dst, role, src, dst, nbytes, piece_flow, topo: Topology) -> tuple[float, int]:
-    """Rounds by shift k = (dst - src) mod G; returns (total time, number of non-empty rounds)."""
-    G = topo.num_gpus
-    shift = (flow_dst[piece_flow] - flow_src[piece_flow]) % G
-    out_port, in_port = piece_ports(role, src, dst, G)
-    costed = out_port >= 0
-    shift, out_port, in_port, w = shift[costed], out_port[costed], in_port[costed], nbytes[costed]
-    if not w.size:
-        return 0.0, 0
-    rounds, inverse = np.unique(shift, return_inverse=True)
-    P = 4 * G
-    loads = np.bincount(inverse * P + out_port, weights=w, minlength=rounds.size * P)
-    loads += np.bincount(inverse * P + in_port, weights=w, minlength=rounds.size * P)
-    times = (loads.reshape(rounds.size, P) / port_capacity(topo)).max(axis=1)
-    return float(times.sum()), int(rounds.size)
-
-
-def fair_share_time(role, src, dst, nbytes, topo: Topology, max_events: int = 100_000) -> float:
-    """Completion time of every transfer started at once under max-min fair port sharing."""
-    G = topo.num_gpus
-    out_port, in_port = piece_ports(role, src, dst, G)
-    keep = (out_port >= 0) & (nbytes > 0)
-    out_port, in_port = out_port[keep], in_port[keep]
-    remaining = nbytes[keep].astype(np.float64)
-    capacity = port_capacity(topo)
-    now = 0.0
-    for _ in range(max_events):
-        if not remaining.size:
-            return now
-        rate = _max_min_rates(out_port, in_port, capacity)
-        finish = remaining / rate
-        dt = float(finish.min())
-        # Completions within FAIR_SHARE_TOLERANCE of the elapsed time count as one event at the *last* of
-        # them: the grouped transfers hold their ports until then, and the others run on at their rates,
-        # which max-min fairness could only raise once a transfer ends. So the result is slightly
-        # pessimistic for this baseline (within the tolerance), never below the exact fair-share time, and so
-        # never below the lower bound.
-        done = finish <= dt + FAIR_SHARE_TOLERANCE * (now + dt)
-        dt = float(finish[done].max())
-        now += dt
-        remaining = remaining[~done] - rate[~done] * dt
-        out_port, in_port = out_port[~done], in_port[~done]
-    raise RuntimeError(f"fair-share simulation did not finish in {max_events} events")
 
 
 def _max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarray) -> np.ndarray:

@@ -132,23 +132,20 @@ def measure_link_gbps(src: int, dst: int, nbytes: int = 256 << 20, repeats: int 
     CUDA events on a non-blocking stream of ``src``)."""
     import cupy as cp
 
-    from ._cuda import on_device
-
     with cp.cuda.Device(dst):
         target = cp.empty(nbytes, cp.uint8)
     with cp.cuda.Device(src):
         source = cp.empty(nbytes, cp.uint8)
         stream = cp.cuda.Stream(non_blocking=True)
         times = []
-        with on_device(src) as rt:
-            for i in range(repeats + 1):
-                start, end = cp.cuda.Event(), cp.cuda.Event()
-                start.record(stream)
-                rt.memcpyPeerAsync(target.data.ptr, dst, source.data.ptr, src, nbytes, stream.ptr)
-                end.record(stream)
-                end.synchronize()
-                if i:
-                    times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+        for i in range(repeats + 1):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            cp.cuda.runtime.memcpyPeerAsync(target.data.ptr, dst, source.data.ptr, src, nbytes, stream.ptr)
+            end.record(stream)
+            end.synchronize()
+            if i:
+                times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
     del source, target
     cp.get_default_memory_pool().free_all_blocks()  # the 2 x nbytes go back to the driver, not CuPy's cache
     times.sort()

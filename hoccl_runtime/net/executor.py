@@ -6,17 +6,23 @@ staging copies) are NumPy copies, and the network pieces go through a :class:`Tr
 What it pins down, before GPUs are involved:
 
 * Staging: each GPU has a ring of ``slots`` chunk slots for the network data it receives (when the
-  data must be forwarded on, ``v̄ != v``) and one for what it sends. Chunk ``k`` uses slot
-  ``k % slots``; the receiver hands a slot back with a credit (a zero-byte write) once its forward
-  copy has taken the chunk, and the sender reuses a send slot once its write left. In the chunk state
+  data must be forwarded on, ``v̄ != v``) and one for what it sends. A GPU's network chunks of one run
+  form one sequence per direction, stage after stage (:class:`Routes`); position ``x`` uses slot
+  ``x % slots``. The receiver hands a slot on with a credit (a zero-byte write) once its forward copy
+  has taken the chunk: to the sender of the chunk that uses the slot next, which may be the next
+  stage's flow, from another GPU; the sender reuses a send slot once its write left. In the chunk state
   machine's words: IDLE -> DMA_COPYING (staging copy) -> NETWORK (write posted) -> IDLE (sent /
   credited). With a GPU these copies overlap with the network; here they are synchronous.
-* Stage order: a node finishes stage ``s`` (its sends left and were credited, its receives were
-  forwarded) and tells every other node before any node starts ``s + 1``, so every GPU has at most
-  one incoming and one outgoing network flow at a time, as the plan's stages promise.
-* Immediates: data ``(target GPU's local index << 24) | chunk``; credits add bit 31; stage-done
-  notices are ``0x7f000000 | stage``. The accepting node knows who connected from the transport's
-  hello (the connecting transport's name), before any data can arrive.
+* Stage order without a barrier: the rings run each GPU's stages in order, and a stage's flow into a
+  GPU takes over that GPU's receive slots one by one as the previous stage's chunks leave them. So a GPU
+  has one incoming and one outgoing network flow at a time (as the plan's stages promise) but for the
+  few slots where one stage's tail meets the next one's head, and no node waits for the slowest one
+  between stages. Every run starts with a notice of the plan's id to every node: a node sends it only
+  once its previous run is through, so a run's chunks never meet the previous run's.
+* Immediates: data ``(target GPU's local index << 24) | its receive position``; credits
+  ``bit 31 | (sending GPU's local index << 24) | the send position they let go``; plan notices
+  ``0x7e000000 | 24 bits of the plan id's CRC``. The accepting node knows who connected from the
+  transport's hello (the connecting transport's name), before any data can arrive.
 
 Nodes connect to every other node (lower index accepts) and share nothing but the plan, whose id is
 the transport session: a node with a different plan is refused at the first exchange.
@@ -40,7 +46,7 @@ from .transport.base import Connection, Region, Transport
 __all__ = ["HostNodeExecutor", "GpuNodeExecutor", "PreparedRun", "RING_BYTES", "ring_slots"]
 
 CREDIT = 1 << 31
-STAGE_DONE = 0x7F000000
+RUN_DONE = 0x7F000000    # a node's run n is through: 0x7f000000 | (n mod 2**24)
 PLAN_HELLO = 0x7E000000  # first notice of every run of a reusable executor: the plan's id, 24 bits
 LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = range(5)
 
@@ -60,9 +66,11 @@ class HostNodeExecutor:
         # The network then always lands in the rings (an output registered once cannot follow new buffers)
         self.reuse = reuse
         self.direct_receive = type(self).direct_receive and not reuse
-        self._stage_base = 0
         self._hellos: dict[int, list[int]] = {}
         self.L = topo.gpus_per_node
+        if self.L > 126:  # an immediate names a local GPU in 7 bits; 126 and 127 are the notices'
+            raise TransportError(f"plan {plan.plan_id} has {self.L} GPUs per node; the network executor drives at "
+                                 "most 126 per node")
         self.ranks = list(range(node * self.L, (node + 1) * self.L))
         missing = [r for r in self.ranks if r not in buffers]
         if missing:
@@ -88,8 +96,11 @@ class HostNodeExecutor:
         for r in self.ranks:
             self.send_ring[r], self.send_region[r] = self._make_ring("send", r, slots * self.chunk)
         self.conns: dict[int, Connection] = {}
-        self._backlog: dict[int, list] = {}        # completions read during a barrier, for the next stage
-        self._early_done: set[tuple[int, int]] = set()
+        self._backlog: dict[int, list] = {}        # completions read while waiting for the plan notices
+        self._route_cache: dict[tuple, tuple[Plan, Routes]] = {}
+        self._runs = 0                               # runs through the end barrier so far
+        self._early_done: set[tuple[int, int]] = set()  # (node, run) notices that came before this node's barrier
+        self._run: _RunState | None = None
 
     # --- setup -------------------------------------------------------------------------------------
     def _ring(self, nbytes: int) -> np.ndarray:
@@ -154,14 +165,30 @@ class HostNodeExecutor:
                                  "reuse=True to run other plans or buffers")
 
     def _drive(self) -> None:
-        """The run's network protocol: the plan notice, then every stage and its barrier."""
+        """The run's network protocol: the plan notice (every node has finished its previous run), then every
+        stage's chunks, each GPU's rings handing their slots from one stage's flow to the next (no barrier)."""
         if self.reuse:
             self._hello()
-        for stage in self.plan.stages:
-            self._stage(stage)
-            self._barrier(self._stage_base + stage.index)
-        self._stage_base += len(self.plan.stages)
-        self._early_done = {(n, s) for n, s in self._early_done if s >= self._stage_base}
+        self._begin_run()
+        self._local_copies()
+        deadline = time.monotonic() + self.timeout_s
+        while not self._run_done():
+            progressed = self._send_ready()
+            progressed |= self._post_ready()
+            for node in self.conns:
+                for c in self._poll(node):
+                    progressed = True
+                    self._on_completion(node, c)
+            if progressed:
+                deadline = time.monotonic() + self.timeout_s
+            else:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"node {self.node}: plan {self.plan.plan_id} made no progress for "
+                                            f"{self.timeout_s:g} s: {self._waiting_for()} (a peer node stalled or "
+                                            "died?)")
+                time.sleep(50e-6)
+        self._finish_stage()
+        self._barrier()
 
     def _use_plan(self, plan: Plan) -> None:
         self._fits(plan)
@@ -213,9 +240,9 @@ class HostNodeExecutor:
                                 "the same collectives in the same order")
 
     def _keep(self, n: int, c) -> None:
-        """A completion that arrived outside the stage that wants it: notices are recorded, the rest waits
-        in the backlog for the next stage."""
-        if c.kind == "received" and not c.imm & CREDIT and (c.imm & 0x7F000000) == STAGE_DONE:
+        """A completion that arrived outside the run that wants it: plan notices are recorded, the rest waits
+        in the backlog for the next run."""
+        if c.kind == "received" and not c.imm & CREDIT and (c.imm & 0x7F000000) == RUN_DONE:
             self._early_done.add((n, c.imm & 0xFFFFFF))
         elif c.kind == "received" and not c.imm & CREDIT and (c.imm & 0x7F000000) == PLAN_HELLO:
             self._hellos.setdefault(n, []).append(c.imm & 0xFFFFFF)
@@ -225,53 +252,191 @@ class HostNodeExecutor:
     def _node_of(self, gpu: int) -> int:
         return gpu // self.L
 
-    def _stage(self, stage) -> None:
-        fl, tr, chunk, S = self.plan.flows, stage.transfers, self.chunk, self.slots
-        mine = set(self.ranks)
-        role, src, dst = tr.role, tr.src, tr.dst
-        # copies that stay in the node: local and native (both ends here)
-        for t in range(len(tr.flow)):
-            if role[t] in (LOCAL, NATIVE) and src[t] in mine:
-                f = tr.flow[t]
-                a, b = fl.src_offset[f] + tr.offset[t], fl.dst_offset[f] + tr.offset[t]
-                self._copy_within(fl.dst[f], b, fl.src[f], a, tr.bytes[t])
-        sends = [t for t in range(len(tr.flow)) if role[t] == RDMA and src[t] in mine]
-        recvs = {dst[t]: t for t in range(len(tr.flow)) if role[t] == RDMA and dst[t] in mine}
-        # per outgoing transfer: next chunk to stage, and which chunks left / were credited (lanes and
-        # forwarders finish out of order, so slot k % S is free only once chunk k - S itself is done)
-        state = {t: {"next": 0, "sent": set(), "credited": set(), "n": max(1, -(-tr.bytes[t] // chunk))}
-                 for t in sends}
-        pending = {t: max(1, -(-tr.bytes[t] // chunk)) for t in recvs.values()}
-        self._staged, self._landing = [], []
-        self._inflight: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (transfer, chunk)
+    # --- one run: every stage's chunks through the rings -------------------------------------------------
+    def _routes(self, plan: Plan) -> Routes:
+        key = (id(plan), self.direct_receive)
+        got = self._route_cache.get(key)
+        if got is None or got[0] is not plan:
+            got = self._route_cache[key] = (plan, Routes(plan, self.direct_receive))
+            while len(self._route_cache) > 16:
+                self._route_cache.pop(next(iter(self._route_cache)))
+        return got[1]
+
+    def _begin_run(self) -> None:
+        """The state of one run: per local GPU, the next chunk its send ring stages, which of its chunks left
+        and which were granted a receive slot (credits); which incoming chunks arrived."""
+        routes = self._routes(self.plan)
+        self._run = _RunState(routes, self.ranks)
+        self._staged, self._landing = deque(), deque()
+        self._inflight: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (ū, send position)
+
+    def _local_copies(self) -> None:
+        """Copies that stay in the node (local and native: both ends here), stage by stage."""
+        fl, mine = self.plan.flows, set(self.ranks)
+        for stage in self.plan.stages:
+            tr = stage.transfers
+            for t in range(len(tr.flow)):
+                if tr.role[t] in (LOCAL, NATIVE) and tr.src[t] in mine:
+                    f = tr.flow[t]
+                    a, b = fl.src_offset[f] + tr.offset[t], fl.dst_offset[f] + tr.offset[t]
+                    self._copy_within(fl.dst[f], b, fl.src[f], a, tr.bytes[t])
+
+    def _run_done(self) -> bool:
+        run = self._run
+        return (run.sends_left == 0 and run.receives_left == 0 and not self._staged and not self._landing)
+
+    def _send_ready(self) -> bool:
+        """Stage every chunk, in each send ring's order, whose send slot is free (the write of the chunk ``S``
+        before it left) and whose receive slot is granted (one of the ring's first ``S``, or credited)."""
+        run, S, progressed = self._run, self.slots, False
+        for ubar, seq in run.out.items():
+            x, total = run.next[ubar], len(seq.stage)
+            sent, credit = run.sent[ubar], run.credit[ubar]
+            while x < total and (x < S or sent[x - S]):
+                ring = int(seq.ring[x])
+                if ring >= S and not credit[x]:
+                    break
+                self._send_chunk(ubar, seq, x)
+                x += 1
+                progressed = True
+            run.next[ubar] = x
+        return progressed
+
+    def _post_ready(self) -> bool:
+        """Post the network writes of staged chunks whose copy finished, and the credits of landed chunks whose
+        copy finished (chunk state DMA_COPYING -> NETWORK, and back to IDLE)."""
+        progressed = False
+        while self._staged and self._done(self._staged[0][0]):
+            _, conn, args, imm, ubar, x = self._staged.popleft()
+            self._inflight[(id(conn), conn.write(*args, imm=imm))] = (ubar, x)
+            progressed = True
+        while self._landing and self._done(self._landing[0][0]):
+            _, conn, imm = self._landing.popleft()
+            if conn is not None:
+                conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=imm)
+            progressed = True
+        return progressed
+
+    def _chunk_range(self, tr, t: int, k: int) -> tuple[int, int]:
+        start = tr.offset[t] + k * self.chunk
+        return start, min(self.chunk, tr.offset[t] + tr.bytes[t] - start)
+
+    def _send_chunk(self, ubar: int, seq: _Sequence, x: int) -> None:
+        fl = self.plan.flows
+        tr = self.plan.stages[int(seq.stage[x])].transfers
+        t, k = int(seq.transfer[x]), int(seq.chunk[x])
+        f, vbar = tr.flow[t], tr.dst[t]
+        start, n = self._chunk_range(tr, t, k)
+        slot = (x % self.slots) * self.chunk
+        # send_forward (u -> ū) or the staging copy of ū's own data: into ū's send ring
+        token = self._stage_out(ubar, slot, fl.src[f], fl.src_offset[f] + start, n)
+        local_index, ring = vbar % self.L, int(seq.ring[x])
+        if ring < 0:   # straight into the destination's output
+            region, offset = 2 * local_index, fl.dst_offset[f] + start
+        else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
+            region, offset = 2 * local_index + 1, (ring % self.slots) * self.chunk
+        self._staged.append((token, self.conns[self._node_of(vbar)], (self.send_region[ubar], slot, n, region, offset),
+                             (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
+
+    def _forged(self, node: int, what: str, imm: int) -> TransportError:
+        return TransportError(f"node {self.node}, plan {self.plan.plan_id}: node {node} {what} (immediate {imm:#x}): "
+                              "the nodes run different schedules, or the peer is not a HOCCL node of this job")
+
+    def _on_completion(self, node: int, c) -> None:
+        run = self._run
+        if c.kind == "sent":
+            chunk = self._inflight.pop((id(self.conns[node]), c.write_id), None)
+            if chunk is not None:  # a data write (credits and notices are not tracked)
+                ubar, x = chunk
+                run.sent[ubar][x] = 1
+                run.sends_left -= 1
+            return
+        imm = c.imm
+        local, pos = (imm >> 24) & 0x7F, imm & 0xFFFFFF
+        if imm & CREDIT:  # chunk ``pos`` of local GPU ``local``'s sends may write its receive slot
+            ubar = self.node * self.L + local
+            seq = run.out.get(ubar) if local < self.L else None
+            if seq is None or pos >= len(seq.stage) or seq.ring[pos] < self.slots or \
+                    self._node_of(int(seq.peer[pos])) != node or run.credit[ubar][pos]:
+                raise self._forged(node, f"credited chunk {pos} of local GPU {local}, which is not a chunk of this "
+                                   "run that waits for that node's credit", imm)
+            run.credit[ubar][pos] = 1
+            return
+        if (imm & 0x7F000000) == RUN_DONE:  # a node through with this run already
+            self._early_done.add((node, pos))
+            return
+        if (imm & 0x7F000000) == PLAN_HELLO:  # a node already in the next run
+            self._hellos.setdefault(node, []).append(pos)
+            return
+        vbar = self.node * self.L + local
+        seq = run.inc.get(vbar) if local < self.L else None
+        if seq is None or pos >= len(seq.stage) or self._node_of(int(seq.peer[pos])) != node or run.got[vbar][pos]:
+            why = ("the plan does not send it" if seq is None else
+                   "no chunk of this run has that position" if pos >= len(seq.stage) else
+                   f"GPU {int(seq.peer[pos])} sends that one" if self._node_of(int(seq.peer[pos])) != node else
+                   "it arrived twice")
+            raise self._forged(node, f"wrote chunk {pos} for local GPU {local}, which this run does not receive "
+                               f"from it ({why})", imm)
+        run.got[vbar][pos] = 1
+        run.receives_left -= 1
+        ring = int(seq.ring[pos])
+        if ring < 0:
+            return
+        fl, tr = self.plan.flows, self.plan.stages[int(seq.stage[pos])].transfers
+        t, k = int(seq.transfer[pos]), int(seq.chunk[pos])
+        f = tr.flow[t]
+        start, n = self._chunk_range(tr, t, k)
+        token = self._land(vbar, (ring % self.slots) * self.chunk, fl.dst[f], fl.dst_offset[f] + start, n)
+        # the slot goes to the chunk that uses it next: ``S`` ring positions on, from whichever GPU sends it
+        nxt = run.routes.ring_user(vbar, ring + self.slots)
+        if nxt is None:
+            self._landing.append((token, None, 0))
+        else:
+            ubar2, x2 = nxt
+            self._landing.append((token, self.conns[self._node_of(ubar2)], CREDIT | ((ubar2 % self.L) << 24) | x2))
+
+    def _waiting_for(self) -> str:
+        """What a stalled run waits for, in words (for the timeout's message)."""
+        run = self._run
+        for ubar, seq in run.out.items():
+            x = run.next[ubar]
+            if x < len(seq.stage):
+                what = "its credit" if seq.ring[x] >= self.slots and not run.credit[ubar][x] else "a free send slot"
+                return (f"GPU {ubar}'s chunk {x} to GPU {int(seq.peer[x])} (stage {int(seq.stage[x])}) waits for "
+                        f"{what}")
+        for vbar, seq in run.inc.items():
+            missing = np.flatnonzero(np.frombuffer(run.got[vbar], np.uint8) == 0)
+            if missing.size:
+                x = int(missing[0])
+                return (f"GPU {vbar} waits for chunk {x} from GPU {int(seq.peer[x])} (stage {int(seq.stage[x])}) and "
+                        f"{missing.size - 1} more")
+        return f"{run.sends_left} writes to leave, {len(self._staged) + len(self._landing)} copies to finish"
+
+    def _poll(self, node: int) -> list:
+        items = self._backlog.pop(node, [])
+        return items + self.conns[node].poll(timeout_s=0)
+
+    def _barrier(self) -> None:
+        """The end of a run: tell every node, and wait until every node said so too (a node may close its
+        transport, or start its next run, only once no node expects anything more of this one)."""
+        run = self._runs & 0xFFFFFF
+        self._runs += 1
+        for conn in self.conns.values():
+            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=RUN_DONE | run)
+        waiting = {n for n in self.conns if (n, run) not in self._early_done}
         deadline = time.monotonic() + self.timeout_s
-        # a stage ends when every chunk left (its "sent" completion: a credit can overtake it, and a
-        # completion left for the next stage would be matched against the wrong transfers), was credited,
-        # and every incoming chunk landed
-        while any(len(s["credited"]) < s["n"] or len(s["sent"]) < s["n"] for s in state.values()) or \
-                any(pending.values()) or self._staged or self._landing:
-            progressed = False
-            for t in sends:
-                s = state[t]
-                k = s["next"]
-                # a send slot is free once write k - S left; a receive slot once chunk k - S was credited
-                while k < s["n"] and (k < S or (k - S in s["sent"] and k - S in s["credited"])):
-                    self._send_chunk(stage, t, k)
-                    k = s["next"] = k + 1
-                    progressed = True
-            progressed |= self._post_ready()
-            for node in self.conns:
-                for c in self._poll(node):
-                    progressed = True
-                    self._on_completion(stage, node, c, state, recvs, pending, sends)
-            if not progressed:
+        while waiting:
+            for n in list(waiting):
+                for c in self.conns[n].poll(timeout_s=0):
+                    self._keep(n, c)  # a node that already left this barrier may be sending the next run
+                if (n, run) in self._early_done:
+                    waiting.discard(n)
+            if waiting:
                 if time.monotonic() > deadline:
-                    raise HocclTimeoutError(f"node {self.node}: stage {stage.index} made no progress for "
-                                            f"{self.timeout_s:g} s (a peer node stalled or died?)")
+                    raise HocclTimeoutError(f"node {self.node}: nodes {sorted(waiting)} did not finish plan "
+                                            f"{self.plan.plan_id} within {self.timeout_s:g} s")
                 time.sleep(50e-6)
-            else:
-                deadline = time.monotonic() + self.timeout_s
-        self._finish_stage()
+        self._early_done = {(n, r) for n, r in self._early_done if r != run}
 
     # --- the copies: host memory here, copy engines in GpuNodeExecutor ----------------------------------
     # Each returns a token; ``_done(token)`` says whether that copy finished (here: always at once).
@@ -292,108 +457,105 @@ class HostNodeExecutor:
         return True
 
     def _finish_stage(self) -> None:
-        """Wait for this stage's copies (host copies are done already)."""
+        """Wait for this run's copies (host copies are done already)."""
 
-    def _post_ready(self) -> bool:
-        """Post the network writes of staged chunks whose copy finished, and the credits of landed
-        chunks whose copy finished (chunk state DMA_COPYING -> NETWORK, and back to IDLE)."""
-        progressed = False
-        while self._staged and self._done(self._staged[0][0]):
-            _, conn, args, imm, t, k = self._staged.pop(0)
-            self._inflight[(id(conn), conn.write(*args, imm=imm))] = (t, k)
-            progressed = True
-        while self._landing and self._done(self._landing[0][0]):
-            _, conn, args, imm = self._landing.pop(0)
-            conn.write(*args, imm=imm)
-            progressed = True
-        return progressed
 
-    def _chunk_range(self, tr, t: int, k: int) -> tuple[int, int]:
-        start = tr.offset[t] + k * self.chunk
-        return start, min(self.chunk, tr.offset[t] + tr.bytes[t] - start)
+class _Sequence:
+    """The chunks one GPU sends (or receives) over the network in one run, in ring order, as parallel arrays:
+    per position its stage, transfer and chunk index, the GPU at the other end, that chunk's position in the
+    other end's sequence, and its receive-ring position (-1: it lands straight in the output, no ring)."""
 
-    def _send_chunk(self, stage, t: int, k: int) -> None:
-        fl, tr = self.plan.flows, stage.transfers
-        f, ubar, vbar = tr.flow[t], tr.src[t], tr.dst[t]
-        start, n = self._chunk_range(tr, t, k)
-        slot = (k % self.slots) * self.chunk
-        # send_forward (u -> ū) or the staging copy of ū's own data: into ū's send ring
-        token = self._stage_out(ubar, slot, fl.src[f], fl.src_offset[f] + start, n)
-        v = fl.dst[f]
-        local_index = vbar % self.L
-        if vbar == v and self.direct_receive:  # straight into the destination's output
-            region, offset = 2 * local_index, fl.dst_offset[f] + start
-        else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
-            region, offset = 2 * local_index + 1, slot
-        self._staged.append((token, self.conns[self._node_of(vbar)], (self.send_region[ubar], slot, n, region, offset),
-                             (local_index << 24) | k, t, k))
+    __slots__ = ("stage", "transfer", "chunk", "peer", "peer_pos", "ring")
 
-    def _on_completion(self, stage, node, c, state, recvs, pending, sends) -> None:
-        tr, fl = stage.transfers, self.plan.flows
-        if c.kind == "sent":
-            chunk = self._inflight.pop((id(self.conns[node]), c.write_id), None)
-            if chunk is not None:  # a data write (credits and notices are not tracked)
-                t, k = chunk
-                state[t]["sent"].add(k)
-                if tr.dst[t] == fl.dst[tr.flow[t]] and self.direct_receive:  # no forward there: no credit
-                    state[t]["credited"].add(k)
-            return
-        imm = c.imm
-        if imm & CREDIT:
-            t = next((t for t in sends if tr.src[t] % self.L == (imm >> 24) & 0x7F and
-                      self._node_of(tr.dst[t]) == node), None)
-            if t is None or (imm & 0xFFFFFF) >= state[t]["n"]:
-                raise TransportError(f"node {self.node}, stage {stage.index}: node {node} credited chunk "
-                                     f"{imm & 0xFFFFFF} of local GPU {(imm >> 24) & 0x7F}, which this stage does not "
-                                     f"send it (immediate {imm:#x}): the nodes run different schedules, or the "
-                                     "peer is not a HOCCL node of this job")
-            state[t]["credited"].add(imm & 0xFFFFFF)
-            return
-        if (imm & 0x7F000000) == STAGE_DONE:
-            self._early_done.add((node, imm & 0xFFFFFF))
-            return
-        if (imm & 0x7F000000) == PLAN_HELLO:  # a node already in the next run
-            self._hellos.setdefault(node, []).append(imm & 0xFFFFFF)
-            return
-        vbar = self.node * self.L + ((imm >> 24) & 0x7F)
-        k = imm & 0xFFFFFF
-        t = recvs.get(vbar)
-        if t is None or k >= max(1, -(-tr.bytes[t] // self.chunk)) or pending[t] <= 0:
-            raise TransportError(f"node {self.node}, stage {stage.index}: node {node} wrote chunk {k} for local GPU "
-                                 f"{(imm >> 24) & 0x7F}, which this stage does not receive "
-                                 f"{'(no more chunks are due)' if t is not None else ''} (immediate {imm:#x}): the "
-                                 "nodes run different schedules, or the peer is not a HOCCL node of this job")
-        f = tr.flow[t]
-        v = fl.dst[f]
-        if vbar != v or not self.direct_receive:  # out of the ring (recv_forward v̄ -> v), then the credit
-            start, n = self._chunk_range(tr, t, k)
-            slot = (k % self.slots) * self.chunk
-            token = self._land(vbar, slot, v, fl.dst_offset[f] + start, n)
-            self._landing.append((token, self.conns[node], (self.send_region[vbar], 0, 0, 0, 0),
-                                  CREDIT | ((tr.src[t] % self.L) << 24) | k))
-        pending[t] -= 1
+    def __init__(self, parts: list[tuple]):
+        cols = list(zip(*parts, strict=True)) if parts else [()] * 6
+        self.stage, self.transfer, self.chunk, self.peer, self.peer_pos, self.ring = (
+            np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols)
 
-    def _poll(self, node: int) -> list:
-        items = self._backlog.pop(node, [])
-        return items + self.conns[node].poll(timeout_s=0)
 
-    def _barrier(self, stage: int) -> None:
-        for conn in self.conns.values():
-            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=STAGE_DONE | (stage & 0xFFFFFF))
-        stage &= 0xFFFFFF
-        waiting = {n for n in self.conns if (n, stage) not in self._early_done}
-        deadline = time.monotonic() + self.timeout_s
-        while waiting:
-            for n in list(waiting):
-                for c in self.conns[n].poll(timeout_s=0):
-                    self._keep(n, c)  # a node that already left this barrier may be sending the next stage
-                if (n, stage) in self._early_done:
-                    waiting.discard(n)
-            if waiting:
-                if time.monotonic() > deadline:
-                    raise HocclTimeoutError(f"node {self.node}: nodes {sorted(waiting)} did not finish stage {stage} "
-                                            f"within {self.timeout_s:g} s")
-                time.sleep(50e-6)
+class Routes:
+    """Where every network chunk of a plan goes, the same on every node (a pure function of the plan).
+
+    Each GPU's sends form one sequence over the run, stage after stage (stages are matchings: at most one flow
+    per GPU and direction in each), and so do its receives; position ``x`` of a send sequence uses send-ring slot
+    ``x % S``, and the receives that land in a ring (not straight in an output) use receive-ring slot ``r % S``
+    for their ring position ``r``. A receive slot passes from one chunk to the one ``S`` ring positions on, which
+    may be the next stage's, from another GPU: stages follow each other slot by slot on every ring, without a
+    barrier between them. A data write's immediate names the receiving GPU and its receive position; a credit
+    names the sending GPU and the send position it lets go."""
+
+    def __init__(self, plan: Plan, direct_receive: bool):
+        chunk = plan.options.chunk_bytes
+        fl = plan.flows
+        n_send: dict[int, int] = {}
+        n_recv: dict[int, int] = {}
+        n_ring: dict[int, int] = {}
+        out: dict[int, list] = {}
+        inc: dict[int, list] = {}
+        bases: dict[tuple[int, int], tuple[int, int]] = {}  # (stage, transfer) -> (send, ring position of chunk 0)
+        self._bases = bases
+        for stage in plan.stages:
+            tr = stage.transfers
+            for t in range(len(tr.flow)):
+                if tr.role[t] != RDMA:
+                    continue
+                ubar, vbar = int(tr.src[t]), int(tr.dst[t])
+                n = max(1, -(-int(tr.bytes[t]) // chunk))
+                x0, r0 = n_send.get(ubar, 0), n_recv.get(vbar, 0)
+                ringed = not (direct_receive and vbar == int(fl.dst[tr.flow[t]]))
+                g0 = n_ring.get(vbar, 0)
+                ks = np.arange(n, dtype=np.int64)
+                ring = g0 + ks if ringed else np.full(n, -1, np.int64)
+                st, tt = np.full(n, stage.index, np.int64), np.full(n, t, np.int64)
+                out.setdefault(ubar, []).append((st, tt, ks, np.full(n, vbar, np.int64), r0 + ks, ring))
+                inc.setdefault(vbar, []).append((st, tt, ks, np.full(n, ubar, np.int64), x0 + ks, ring))
+                n_send[ubar], n_recv[vbar] = x0 + n, r0 + n
+                if ringed:
+                    n_ring[vbar] = g0 + n
+                bases[(stage.index, t)] = (x0, g0 if ringed else -1)
+        for g, count in (*n_send.items(), *n_recv.items()):
+            if count > 0xFFFFFF:
+                raise TransportError(f"plan {plan.plan_id}: GPU {g} moves {count} network chunks in one run, more "
+                                     f"than an immediate can number (2**24); compile with a larger chunk size")
+        self.out = {g: _Sequence(p) for g, p in out.items()}
+        self.inc = {g: _Sequence(p) for g, p in inc.items()}
+        # per receiving GPU: send (GPU, position) of each ring position, for the credits
+        self._ring_users: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for g, seq in self.inc.items():
+            ringed = seq.ring >= 0
+            self._ring_users[g] = (seq.peer[ringed], seq.peer_pos[ringed])
+
+    def ring_user(self, vbar: int, ring_pos: int) -> tuple[int, int] | None:
+        """(sending GPU, its send position) of ``vbar``'s receive-ring position ``ring_pos``, or None past the end."""
+        peers, pos = self._ring_users[vbar]
+        if ring_pos >= len(peers):
+            return None
+        return int(peers[ring_pos]), int(pos[ring_pos])
+
+    def send_base(self, stage: int, t: int) -> int:
+        """The send position of transfer ``t``'s (of ``stage``) first chunk in its sender's sequence."""
+        return self._bases[(stage, t)][0]
+
+    def ring_base(self, stage: int, t: int) -> int:
+        """The receive-ring position of transfer ``t``'s first chunk at its receiver (-1: no ring)."""
+        return self._bases[(stage, t)][1]
+
+
+class _RunState:
+    """The driving thread's state of one run (see :class:`Routes`)."""
+
+    __slots__ = ("routes", "out", "inc", "next", "sent", "credit", "got", "sends_left", "receives_left")
+
+    def __init__(self, routes: Routes, ranks: Sequence[int]):
+        self.routes = routes
+        self.out = {g: routes.out[g] for g in ranks if g in routes.out}
+        self.inc = {g: routes.inc[g] for g in ranks if g in routes.inc}
+        self.next = dict.fromkeys(self.out, 0)
+        self.sent = {g: bytearray(len(s.stage)) for g, s in self.out.items()}
+        self.credit = {g: bytearray(len(s.stage)) for g, s in self.out.items()}
+        self.got = {g: bytearray(len(s.stage)) for g, s in self.inc.items()}
+        self.sends_left = sum(len(s.stage) for s in self.out.values())
+        self.receives_left = sum(len(s.stage) for s in self.inc.values())
 
 
 # Staging ring per GPU and direction when the caller does not give ``slots``: measured on the 2x H200 host
@@ -616,6 +778,7 @@ class GpuNodeExecutor(HostNodeExecutor):
                 used[s] = device
             return s
 
+        routes = self._routes(plan)
         for stage in plan.stages:
             tr = stage.transfers
             sending, receiving = set(), set()
@@ -635,12 +798,14 @@ class GpuNodeExecutor(HostNodeExecutor):
                     self._one_per_ring(sending, ubar, stage, "sends")
                     ring, data = self._ring_at[("send", ubar)], bound[u][0].ptr + fl.src_offset[f]
                     self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
+                                routes.send_base(stage.index, t),
                                 lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
                 if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
                     vbar, v = tr.dst[t], fl.dst[f]
                     self._one_per_ring(receiving, vbar, stage, "receives")
                     ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
                     self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
+                                routes.ring_base(stage.index, t),
                                 lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
         for s, device in used.items():  # each stream says when it is through with the run
             flag = self._ends.get(s)
@@ -652,14 +817,15 @@ class GpuNodeExecutor(HostNodeExecutor):
             run.ends.append((flag, c))
             self._last_end[s] = (flag, c)
 
-    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, where: Any) -> None:
-        """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s``, each copy (``where(slot offset, chunk
-        start)`` gives its (destination, source)) after its slot's gate count and writing the done count after."""
+    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, where: Any) -> None:
+        """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s`` (its first chunk at ring position
+        ``base``, :class:`Routes`), each copy (``where(slot offset, chunk start)`` gives its (destination, source))
+        after its slot's gate count and writing the done count after."""
         from .._cuda import MEMCPY_DEFAULT
 
         for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
             start, nb = self._chunk_range(tr, t, k)
-            j = k % self.slots
+            j = (base + k) % self.slots
             gate, done = self._gates[(kind, ring, j)]
             c = self._count((kind, ring, j))
             MemOps().wait_geq(gate, c).enqueue(s)

@@ -187,32 +187,44 @@ def test_node_processes_exchange_addresses_and_report_failures():
         run_node_processes(_vanishes, 1, timeout_s=60)
 
 
-def test_forged_immediates_are_transport_errors_naming_node_and_stage():
-    """A credit for a chunk nobody sent, data for a GPU the stage does not receive, or one chunk too many: a
-    TransportError naming the node, the stage and the value (these were KeyError and StopIteration)."""
+def test_forged_immediates_are_transport_errors_naming_node_and_plan():
+    """A credit for a chunk that waits for none, data for a GPU or position the run does not receive, a chunk that
+    arrives twice, or a credit from the wrong node: a TransportError naming the node, the plan and the value."""
     from hoccl_runtime.errors import TransportError
     from hoccl_runtime.net.executor import CREDIT, HostNodeExecutor
     from hoccl_runtime.net.transport.base import Completion
 
-    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
-                        size_bytes=128), CompileOptions(chunk_bytes=64, baselines=False))
-    bufs = {0: (np.zeros(64, np.uint8), np.zeros(128, np.uint8))}
+    # 3 nodes x 1 GPU, chunks of 64 B, 4 slots: node 0 sends 8 chunks to each of nodes 1 and 2 (two stages), so
+    # its send positions 4.. wait for credits and 0..3 do not (at each receiver, the ring positions of node 0's
+    # chunks are 0..7: the other sender's come after or before them)
+    plan = compile_plan(make_topology("h200x2", nodes=3, gpus_per_node=1), CollectiveSpec(kind="allgather",
+                        size_bytes=3 * 512), CompileOptions(chunk_bytes=64, baselines=False))
+    bufs = {0: (np.zeros(512, np.uint8), np.zeros(3 * 512, np.uint8))}
     transport = HostNodeExecutor.make_transport(plan, 0)
     try:
-        ex = HostNodeExecutor(plan, 0, bufs, transport)
-        stage = plan.stages[0]
-        tr = stage.transfers
-        sends = [t for t in range(len(tr.flow)) if tr.src[t] == 0 and tr.dst[t] == 1]
-        recvs = {int(tr.dst[t]): t for t in range(len(tr.flow)) if tr.dst[t] == 0 and tr.src[t] == 1}
-        state = {t: {"next": 0, "sent": set(), "credited": set(), "n": 1} for t in sends}
-        pending = {t: 1 for t in recvs.values()}
-        ex.conns = {1: None}
-        cases = [(CREDIT | (5 << 24) | 0, "credited chunk 0 of local GPU 5"),   # no such sender
-                 (CREDIT | 7, "credited chunk 7"),                              # beyond the transfer's chunks
-                 ((9 << 24) | 0, "wrote chunk 0 for local GPU 9"),              # not a GPU this stage receives
-                 (0 | 3, "wrote chunk 3 for local GPU 0")]                      # beyond the chunks due
-        for imm, text in cases:
-            with pytest.raises(TransportError, match=rf"node 0, stage {stage.index}: node 1 {text}"):
-                ex._on_completion(stage, 1, Completion("received", 1, imm, 0, 0, 0), state, recvs, pending, sends)
+        ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True)  # reuse: every chunk through the rings
+        ex.conns = {1: None, 2: None}
+        ex._begin_run()
+        seq = ex._run.out[0]
+        assert len(seq.stage) == 16 and list(seq.ring[:4]) == [0, 1, 2, 3]
+        peer4 = int(seq.peer[4])  # the node that credits send position 4
+        other = 3 - peer4
+        first = int(ex._run.inc[0].peer[0])  # the node whose chunk is receive position 0
+        assert ex._run.receives_left == 16
+        ex._on_completion(first, Completion("received", 1, 0, 0, 0, 0))  # fine once
+        assert ex._run.receives_left == 15
+        cases = [(peer4, CREDIT | (5 << 24) | 4, "credited chunk 4 of local GPU 5"),    # no such sender
+                 (peer4, CREDIT | 2, "credited chunk 2 of local GPU 0"),               # one of the ring's first S
+                 (peer4, CREDIT | 99, "credited chunk 99"),                            # beyond the run's chunks
+                 (other, CREDIT | 4, "credited chunk 4"),                              # from the wrong node
+                 (first, (9 << 24) | 0, "wrote chunk 0 for local GPU 9"),              # not a GPU of this node
+                 (first, 99, "wrote chunk 99 for local GPU 0.*no chunk of this run"),  # beyond the chunks due
+                 (first, 0, "wrote chunk 0 for local GPU 0.*arrived twice"),           # a duplicate
+                 (3 - first, 0, "wrote chunk 0 for local GPU 0.*GPU \d sends that one")]  # from the wrong node
+        for node, imm, text in cases:
+            with pytest.raises(TransportError, match=rf"node 0, plan {plan.plan_id}: node {node} {text}"):
+                ex._on_completion(node, Completion("received", 1, imm, 0, 0, 0))
+        ex._on_completion(peer4, Completion("received", 1, CREDIT | 4, 0, 0, 0))  # the right credit is taken
+        assert ex._run.credit[0][4] == 1
     finally:
         transport.close()

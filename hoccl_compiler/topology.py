@@ -41,14 +41,17 @@ class CostParams(BaseModel):
       path's per-write costs are inside its measured bandwidth.
     * ``call_us``: a call's start on one node, before any copy: the rendezvous of the ranks (two cross-GPU flag
       round trips). 16.8 us on the 2x H200: send/recv 8-64 MiB took 17-19 us more than the same raw copy.
-    * ``net_call_us``: the start of a plan with network transfers (the plan notice between node leaders, the
-      first chunk's staging and the last one's landing); ``stage_sync_us``: each further stage (the barrier:
-      every node tells the nodes it exchanged with that the stage is done and waits for theirs, and the stage's
-      own first and last chunk). Measured with examples/measure_net_costs.py (GPU node executors joined by the TCP
-      transport, 2..5 "nodes" as processes of one host, a fit over the number of stages; the figures and the run
-      are in docs/benchmarks.md). They are our runtime's host-driven protocol more than the wire: no RDMA NIC has
-      been measured, and the RDMA presets keep these figures until one is (give yours in a topology file). Plans
-      within one node have no barrier: each queue runs on into the next stage, held only by chunk dependencies.
+    * ``net_call_us``: the start of a plan with network transfers (the first chunk's staging, the last one's
+      landing, the end-of-run notices between nodes); ``stage_sync_us``: each further stage. The network executor
+      has no barrier between stages (each GPU's rings hand their slots from one stage's flow to the next), so this
+      is what the protocol's host work adds per stage and peer node. Measured with examples/measure_net_costs.py
+      (GPU node executors joined by the TCP transport as the network communicators set them up, 2..5 "nodes" as
+      processes of one host, an All-to-All of N - 1 stages, a fit over the number of stages: 871 us and 381 us on
+      the 1x H200 host; the run is in docs/benchmarks.md). Not modelled: the cost grows with the flows one node's
+      driving thread carries in a stage (2 nodes of 1, 2, 4 GPUs: 1177 us per further stage). They are
+      our runtime's host-driven protocol more than the wire: no RDMA NIC has been measured, and the RDMA presets
+      keep these figures until one is (give yours in a topology file). Plans within one node have no barrier
+      either: each queue runs on into the next stage, held only by chunk dependencies.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,8 +59,8 @@ class CostParams(BaseModel):
     dma_start_us: float = Field(default=2.5, ge=0, allow_inf_nan=False)
     nic_start_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     call_us: float = Field(default=16.8, ge=0, allow_inf_nan=False)
-    net_call_us: float = Field(default=1135.0, ge=0, allow_inf_nan=False)
-    stage_sync_us: float = Field(default=1382.0, ge=0, allow_inf_nan=False)
+    net_call_us: float = Field(default=871.0, ge=0, allow_inf_nan=False)
+    stage_sync_us: float = Field(default=381.0, ge=0, allow_inf_nan=False)
 
 
 class Topology(BaseModel):

@@ -58,9 +58,10 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
             bufs[r] = (inputs_for(plan, r), np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8))
             continue
         # one GPU per rank when there are enough (4 GPUs: 2 nodes x 2 on separate GPUs), else the node's
-        # local rank i on GPU i (2 GPUs: 4 ranks on 2 GPUs), and node n on GPU n for 1 GPU per node
+        # local rank i on GPU i (2 GPUs: 4 ranks on 2 GPUs), and node n on GPU n for 1 GPU per node; on one GPU
+        # every rank shares it (correctness only: its copies between ranks are same-GPU copies)
         gpus = cp.cuda.runtime.getDeviceCount()
-        with cp.cuda.Device(r if gpus >= plan.num_ranks else (r % L if L > 1 else node)):
+        with cp.cuda.Device((r if gpus >= plan.num_ranks else (r % L if L > 1 else node)) % gpus):
             bufs[r] = (cp.asarray(inputs_for(plan, r)), cp.full(plan.ranks.output_bytes[r], 0xA5, cp.uint8))
     cls = HostNodeExecutor if host else GpuNodeExecutor
     if host and variant == "no-copies":  # the host executor's protocol without its copies (diagnostics)

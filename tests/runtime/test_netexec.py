@@ -220,7 +220,7 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
                  (first, (9 << 24) | 0, "wrote chunk 0 for local GPU 9"),              # not a GPU of this node
                  (first, 99, "wrote chunk 99 for local GPU 0.*no chunk of this run"),  # beyond the chunks due
                  (first, 0, "wrote chunk 0 for local GPU 0.*arrived twice"),           # a duplicate
-                 (3 - first, 0, "wrote chunk 0 for local GPU 0.*GPU \d sends that one")]  # from the wrong node
+                 (3 - first, 0, r"wrote chunk 0 for local GPU 0.*GPU \d sends that one")]  # from the wrong node
         for node, imm, text in cases:
             with pytest.raises(TransportError, match=rf"node 0, plan {plan.plan_id}: node {node} {text}"):
                 ex._on_completion(node, Completion("received", 1, imm, 0, 0, 0))

@@ -187,7 +187,7 @@ class HostNodeExecutor:
                                             f"{self.timeout_s:g} s: {self._waiting_for()} (a peer node stalled or "
                                             "died?)")
                 time.sleep(50e-6)
-        self._finish_stage()
+        self._finish_run()
         self._barrier()
 
     def _use_plan(self, plan: Plan) -> None:
@@ -257,7 +257,7 @@ class HostNodeExecutor:
         key = (id(plan), self.direct_receive)
         got = self._route_cache.get(key)
         if got is None or got[0] is not plan:
-            got = self._route_cache[key] = (plan, Routes(plan, self.direct_receive))
+            got = self._route_cache[key] = (plan, Routes(plan, self.direct_receive, self.ranks))
             while len(self._route_cache) > 16:
                 self._route_cache.pop(next(iter(self._route_cache)))
         return got[1]
@@ -456,7 +456,7 @@ class HostNodeExecutor:
     def _done(self, token: object) -> bool:
         return True
 
-    def _finish_stage(self) -> None:
+    def _finish_run(self) -> None:
         """Wait for this run's copies (host copies are done already)."""
 
 
@@ -484,8 +484,11 @@ class Routes:
     barrier between them. A data write's immediate names the receiving GPU and its receive position; a credit
     names the sending GPU and the send position it lets go."""
 
-    def __init__(self, plan: Plan, direct_receive: bool):
+    def __init__(self, plan: Plan, direct_receive: bool, gpus: Sequence[int] | None = None):
+        """``gpus``: the GPUs whose sequences to keep (a node's; default all). Every transfer is counted, so
+        positions at other GPUs are right too, but arrays are built for these GPUs' transfers only."""
         chunk = plan.options.chunk_bytes
+        keep = None if gpus is None else set(gpus)
         fl = plan.flows
         n_send: dict[int, int] = {}
         n_recv: dict[int, int] = {}
@@ -504,11 +507,14 @@ class Routes:
                 x0, r0 = n_send.get(ubar, 0), n_recv.get(vbar, 0)
                 ringed = not (direct_receive and vbar == int(fl.dst[tr.flow[t]]))
                 g0 = n_ring.get(vbar, 0)
-                ks = np.arange(n, dtype=np.int64)
-                ring = g0 + ks if ringed else np.full(n, -1, np.int64)
-                st, tt = np.full(n, stage.index, np.int64), np.full(n, t, np.int64)
-                out.setdefault(ubar, []).append((st, tt, ks, np.full(n, vbar, np.int64), r0 + ks, ring))
-                inc.setdefault(vbar, []).append((st, tt, ks, np.full(n, ubar, np.int64), x0 + ks, ring))
+                if keep is None or ubar in keep or vbar in keep:
+                    ks = np.arange(n, dtype=np.int64)
+                    ring = g0 + ks if ringed else np.full(n, -1, np.int64)
+                    st, tt = np.full(n, stage.index, np.int64), np.full(n, t, np.int64)
+                    if keep is None or ubar in keep:
+                        out.setdefault(ubar, []).append((st, tt, ks, np.full(n, vbar, np.int64), r0 + ks, ring))
+                    if keep is None or vbar in keep:
+                        inc.setdefault(vbar, []).append((st, tt, ks, np.full(n, ubar, np.int64), x0 + ks, ring))
                 n_send[ubar], n_recv[vbar] = x0 + n, r0 + n
                 if ringed:
                     n_ring[vbar] = g0 + n
@@ -898,8 +904,9 @@ class GpuNodeExecutor(HostNodeExecutor):
         flag, c = token
         return reached(flag, c)  # the copy's stream wrote it: no driver call
 
-    def _finish_stage(self) -> None:
-        """Nothing: a stage ends when its staged and landed counters were seen (the base class waits for them)."""
+    def _finish_run(self) -> None:
+        """Nothing: a run's copies end when their staged and landed counters were seen (the base class waits for
+        them), and :meth:`run` waits for every stream's end counter."""
 
     def close(self) -> None:
         """Wait (up to the timeout) for the copies of every run prepared, then free the rings and flags. Copies

@@ -220,33 +220,58 @@ class HostNodeExecutor:
         import zlib
 
         mine = zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF
-        for conn in self.conns.values():
-            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=PLAN_HELLO | mine)
-        deadline = time.monotonic() + self.timeout_s
+        self._tell_all(PLAN_HELLO | mine)
+        self._wait_for_nodes(lambda n: bool(self._hellos.get(n)),
+                             lambda waiting: f"nodes {waiting} did not start plan {self.plan.plan_id}")
         for n in sorted(self.conns):
-            while not self._hellos.get(n):
-                got = self.conns[n].poll(timeout_s=0)
-                for c in got:
-                    self._keep(n, c)
-                if not got:
-                    time.sleep(50e-6)
-                if time.monotonic() > deadline:
-                    raise HocclTimeoutError(f"node {self.node}: node {n} did not start plan {self.plan.plan_id} "
-                                            f"within {self.timeout_s:g} s")
             theirs = self._hellos[n].pop(0)
             if theirs != mine:
                 raise PlanError(f"node {self.node} runs plan {self.plan.plan_id} ({self.plan.collective.describe()}) "
                                 f"but node {n} runs another (id hash {theirs:06x} vs {mine:06x}): every node must run "
                                 "the same collectives in the same order")
 
+    def _tell_all(self, imm: int) -> None:
+        """A notice (a zero-byte write with immediate ``imm``) to every other node."""
+        for conn in self.conns.values():
+            self._notify(conn, imm)
+
+    def _notify(self, conn: Connection, imm: int) -> None:
+        conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=imm)
+
+    def _wait_for_nodes(self, ready: Any, late: Any) -> None:
+        """Poll every node until ``ready(node)`` holds for all, keeping what arrives meanwhile (:meth:`_keep`);
+        ``late(sorted nodes still waited for)`` words the timeout."""
+        waiting = {n for n in self.conns if not ready(n)}
+        deadline = time.monotonic() + self.timeout_s
+        while waiting:
+            for n in list(waiting):
+                for c in self.conns[n].poll(timeout_s=0):
+                    self._keep(n, c)  # a node already past this point may be sending what comes next
+                if ready(n):
+                    waiting.discard(n)
+            if waiting:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"node {self.node}: {late(sorted(waiting))} within {self.timeout_s:g} s")
+                time.sleep(50e-6)
+
+    def _notice(self, n: int, imm: int) -> bool:
+        """Record node ``n``'s run-done or plan notice ``imm``; False when ``imm`` is not one."""
+        if imm & CREDIT:
+            return False
+        if (imm & 0x7F000000) == RUN_DONE:
+            self._early_done.add((n, imm & 0xFFFFFF))
+            return True
+        if (imm & 0x7F000000) == PLAN_HELLO:
+            self._hellos.setdefault(n, []).append(imm & 0xFFFFFF)
+            return True
+        return False
+
     def _keep(self, n: int, c) -> None:
         """A completion that arrived outside the run that wants it: plan notices are recorded, the rest waits
         in the backlog for the next run."""
-        if c.kind == "received" and not c.imm & CREDIT and (c.imm & 0x7F000000) == RUN_DONE:
-            self._early_done.add((n, c.imm & 0xFFFFFF))
-        elif c.kind == "received" and not c.imm & CREDIT and (c.imm & 0x7F000000) == PLAN_HELLO:
-            self._hellos.setdefault(n, []).append(c.imm & 0xFFFFFF)
-        elif c.kind == "received" or c.nbytes:
+        if c.kind == "received" and self._notice(n, c.imm):
+            return
+        if c.kind == "received" or c.nbytes:
             self._backlog.setdefault(n, []).append(c)
 
     def _node_of(self, gpu: int) -> int:
@@ -313,7 +338,7 @@ class HostNodeExecutor:
         while self._landing and self._done(self._landing[0][0]):
             _, conn, imm = self._landing.popleft()
             if conn is not None:
-                conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=imm)
+                self._notify(conn, imm)
             progressed = True
         return progressed
 
@@ -362,11 +387,7 @@ class HostNodeExecutor:
                                    "run that waits for that node's credit", imm)
             run.credit[ubar][pos] = 1
             return
-        if (imm & 0x7F000000) == RUN_DONE:  # a node through with this run already
-            self._early_done.add((node, pos))
-            return
-        if (imm & 0x7F000000) == PLAN_HELLO:  # a node already in the next run
-            self._hellos.setdefault(node, []).append(pos)
+        if self._notice(node, imm):  # a node through with this run already, or in the next one
             return
         vbar = self.node * self.L + local
         seq = run.inc.get(vbar) if local < self.L else None
@@ -421,21 +442,9 @@ class HostNodeExecutor:
         transport, or start its next run, only once no node expects anything more of this one)."""
         run = self._runs & 0xFFFFFF
         self._runs += 1
-        for conn in self.conns.values():
-            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=RUN_DONE | run)
-        waiting = {n for n in self.conns if (n, run) not in self._early_done}
-        deadline = time.monotonic() + self.timeout_s
-        while waiting:
-            for n in list(waiting):
-                for c in self.conns[n].poll(timeout_s=0):
-                    self._keep(n, c)  # a node that already left this barrier may be sending the next run
-                if (n, run) in self._early_done:
-                    waiting.discard(n)
-            if waiting:
-                if time.monotonic() > deadline:
-                    raise HocclTimeoutError(f"node {self.node}: nodes {sorted(waiting)} did not finish plan "
-                                            f"{self.plan.plan_id} within {self.timeout_s:g} s")
-                time.sleep(50e-6)
+        self._tell_all(RUN_DONE | run)
+        self._wait_for_nodes(lambda n: (n, run) in self._early_done,
+                             lambda waiting: f"nodes {waiting} did not finish plan {self.plan.plan_id}")
         self._early_done = {(n, r) for n, r in self._early_done if r != run}
 
     # --- the copies: host memory here, copy engines in GpuNodeExecutor ----------------------------------
@@ -467,10 +476,9 @@ class _Sequence:
 
     __slots__ = ("stage", "transfer", "chunk", "peer", "peer_pos", "ring")
 
-    def __init__(self, parts: list[tuple]):
-        cols = list(zip(*parts, strict=True)) if parts else [()] * 6
+    def __init__(self, parts: list[tuple]):  # per transfer: its six columns (a GPU with none has no sequence)
         self.stage, self.transfer, self.chunk, self.peer, self.peer_pos, self.ring = (
-            np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols)
+            np.concatenate(c) for c in zip(*parts, strict=True))
 
 
 class Routes:

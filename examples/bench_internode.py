@@ -1,6 +1,7 @@
 """Inter-node path on GPUs, "nodes" joined by the TCP transport on one host (2-GPU machine).
 
     python examples/bench_internode.py [--check-only] [--lanes 8] [--rounds 3] [--out DIR]
+                                       [--splits balance,idle --split-rounds 2]
                                        [--curves allgather,alltoall --curve-gpus 2]
 
 Each node is a process driving its GPUs with GpuNodeExecutor: 2 nodes x 1 GPU (node n on GPU n) and
@@ -9,7 +10,8 @@ which exercises the forwarding copies; with 8 GPUs also 2 nodes x 4. Checks AllG
 skewed All-to-Allv and send/recv against the reference replay (random inputs, poisoned outputs),
 then times 1-GPU-per-node send/recv 2 MiB..1 GiB beside, in the same run, one device->host copy of
 the same size, the TCP transport alone and plain sockets (examples/bench_tcp.py, same connections),
-and the same schedule on host buffers; and the host CPU time per call and per chunk; then 1 GiB under
+and the same schedule on host buffers; and the host CPU time per call and per chunk; each size under every TCP
+lane rule of ``--splits`` (interleaved, ``--split-rounds`` rounds; the first is the table's); then 1 GiB under
 several transport settings, each round against that round's plain sockets (``--no-variants`` skips
 it). ``--curves``: AllGather / All-to-All 2 MiB..1 GiB on 2 nodes of ``--curve-gpus`` GPUs (on 4
 GPUs, 2 x 2 on separate GPUs). Prints a table last; writes internode.json to --out.
@@ -68,10 +70,27 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
         cls = type("NoCopies", (HostNodeExecutor,), {"_stage_out": lambda self, *a: None,
                                                      "_land": lambda self, *a: None})
     elif variant in ("no-d2h", "no-h2d", "no-copies"):
-        skipped = {"no-d2h": ["_stage_out"], "no-h2d": ["_land"], "no-copies": ["_stage_out", "_land"]}[variant]
-        cls = type("Skipping", (GpuNodeExecutor,), {**{name: lambda self, *a: None for name in skipped},
-                                                    "_done": lambda self, tok: tok is None or
-                                                    GpuNodeExecutor._done(self, tok)})
+        # the copies are enqueued up front, gated (GpuNodeExecutor.prepare): the skipped ones are left out there,
+        # their gates and done counters stay, so the protocol runs unchanged
+        skipped = {"no-d2h": {"send"}, "no-h2d": {"recv"}, "no-copies": {"send", "recv"}}[variant]
+
+        class NoCopy:  # the CUDA runtime, less its copies
+            def __init__(self, rt):
+                self.rt = rt
+
+            def __getattr__(self, name):
+                return (lambda *a: None) if name == "memcpyAsync" else getattr(self.rt, name)
+
+        def gated(self, side, kind, *a):
+            if kind not in skipped:
+                return GpuNodeExecutor._gated(self, side, kind, *a)
+            real, self._rt = self._rt, NoCopy(self._rt)
+            try:
+                return GpuNodeExecutor._gated(self, side, kind, *a)
+            finally:
+                self._rt = real
+
+        cls = type("Skipping", (GpuNodeExecutor,), {"_gated": gated})
     transport = cls.make_transport(plan, node, lanes=lanes)
     ex = cls(plan, node, bufs, transport, slots=slots, timeout_s=60)
     ex.connect(exchange(transport.listen()))
@@ -118,9 +137,20 @@ def time_curves(kinds, gpus_per_node, lanes, chunk, sizes=(2 << 20, 8 << 20, 32 
     return rows
 
 
-def run_nodes(plan, lanes=8, slots=4, reps=0, host=False, variant=""):
-    return run_node_processes(node_body, plan.topology.nodes,
-                              (plan.model_dump_json(), lanes, slots, reps, host, variant), timeout_s=300)
+def run_nodes(plan, lanes=8, slots=4, reps=0, host=False, variant="", env=None):
+    """Every node's process; ``env``: settings the node processes' transports read (set for this run only)."""
+    env = env or {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return run_node_processes(node_body, plan.topology.nodes,
+                                  (plan.model_dump_json(), lanes, slots, reps, host, variant), timeout_s=300)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def check(plan) -> bool:
@@ -163,8 +193,12 @@ def main(argv=None) -> int:
     p.add_argument("--curves", default="", help="also time these collectives 2 MiB..1 GiB (allgather,alltoall) "
                    "on 2 nodes of --curve-gpus GPUs each")
     p.add_argument("--curve-gpus", type=int, default=1, help="GPUs per node of the --curves runs")
+    p.add_argument("--splits", default="balance,idle", help="TCP lane rules (HOCCL_TCP_SPLIT) the size curve "
+                   "compares, interleaved; the first is the table's")
+    p.add_argument("--split-rounds", type=int, default=2, help="rounds of the lane rules per size")
     p.add_argument("--out", default=os.environ.get("OUT", "results"))
     args = p.parse_args(argv)
+    splits = [x for x in args.splits.split(",") if x]
     from hoccl_compiler import parse_size
 
     checks = {}
@@ -197,8 +231,12 @@ def main(argv=None) -> int:
                             CompileOptions(chunk_bytes=min(chunk, size), baselines=False))
         reps = 5 if size <= (128 << 20) else 3
         slots = ring_slots(plan.options.chunk_bytes)  # the GPU executor's default ring (256 MiB)
-        res = run_nodes(plan, lanes=args.lanes, slots=slots, reps=reps)
-        t = slowest_median(res, reps)
+        by_split = {}
+        for _ in range(args.split_rounds):  # the lane rules interleaved, each round every rule once
+            for split in splits:
+                res = run_nodes(plan, lanes=args.lanes, slots=slots, reps=reps, env={"HOCCL_TCP_SPLIT": split})
+                by_split.setdefault(split, []).append(slowest_median(res, reps))
+        t = statistics.median(by_split[splits[0]])
         cpu = statistics.median(res[0]["cpu"])
         n_chunks = -(-size // min(chunk, size))
         copy = d2h_alone(size, 3)
@@ -212,8 +250,11 @@ def main(argv=None) -> int:
         rows.append(dict(op="sendrecv", impl="hoccl-gpu-tcp", size=size, seconds=t, gbps=size / t / 1e9,
                          d2h_seconds=copy, host_path_seconds=t_net, raw_socket_seconds=t_raw,
                          transport_seconds=t_transport, of_raw_sockets=t_raw / t, cpu_us_per_call=cpu * 1e6,
-                         cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes))
-        print(f"size {size >> 20} MiB done", flush=True)
+                         cpu_us_per_chunk=cpu * 1e6 / n_chunks, chunks=n_chunks, lanes=args.lanes,
+                         split=splits[0], by_split={k: statistics.median(v) for k, v in by_split.items()},
+                         by_split_rounds=by_split))
+        print(f"size {size >> 20} MiB: GPU->GPU {t * 1e3:.2f} ms, transport {t_transport * 1e3:.2f} ms, by lane rule "
+              + ", ".join(f"{k} {statistics.median(v) * 1e3:.2f} ms" for k, v in by_split.items()), flush=True)
     kinds = [k for k in args.curves.split(",") if k]
     curves = time_curves(kinds, args.curve_gpus, args.lanes, chunk) if kinds else []
     variants = []
@@ -225,6 +266,8 @@ def main(argv=None) -> int:
         # every setting against that round's sockets; medians over rounds
         configs = (("default", 8 << 20, "", {}),
                    ("never split a chunk", 8 << 20, "", {"HOCCL_TCP_MIN_PART": str(8 << 20)}),
+                   ("lanes: idle share (old rule)", 8 << 20, "", {"HOCCL_TCP_SPLIT": "idle"}),
+                   ("lanes: balance, slack 0.25", 8 << 20, "", {"HOCCL_TCP_SPLIT_SLACK": "0.25"}),
                    ("fixed 8 MiB socket buffers", 8 << 20, "", {"HOCCL_TCP_SOCKET_BUFFER": str(8 << 20)}),
                    ("16 MiB chunks", 16 << 20, "", {}),
                    ("no staging copies", 8 << 20, "no-copies", {}))
@@ -234,18 +277,10 @@ def main(argv=None) -> int:
             for label, chunk, what, env in configs:
                 plan = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, size),)),
                                     CompileOptions(chunk_bytes=chunk, baselines=False))
-                saved = {k: os.environ.get(k) for k in env}
-                os.environ.update(env)  # read by the node processes' transports
-                try:
-                    res = run_nodes(plan, lanes=args.lanes, slots=ring_slots(chunk), reps=3, variant=what)
-                finally:
-                    for k, v in saved.items():
-                        if v is None:
-                            os.environ.pop(k, None)
-                        else:
-                            os.environ[k] = v
+                res = run_nodes(plan, lanes=args.lanes, slots=ring_slots(chunk), reps=3, variant=what, env=env)
                 t = slowest_median(res, 3)
                 got[label].append((t, t_raw, statistics.median(res[0]["cpu"])))
+                print(f"  {label}: {t * 1e3:.2f} ms, sockets {t_raw * 1e3:.2f} ms", flush=True)
             print("variants: round done", flush=True)
         for label, chunk, what, env in configs:
             samples = got[label]
@@ -267,6 +302,12 @@ def main(argv=None) -> int:
         print(f"{r['size'] >> 20:>5} MiB {r['gbps']:7.2f} {r['seconds'] * 1e3:12.2f} {r['d2h_seconds'] * 1e3:8.2f} "
               f"{r['transport_seconds'] * 1e3:13.2f} {r['raw_socket_seconds'] * 1e3:11.2f} {r['of_raw_sockets']:11.2f} "
               f"{r['cpu_us_per_call']:12.0f} {r['cpu_us_per_chunk']:13.1f}")
+    if len(splits) > 1:
+        print("GPU->GPU ms by TCP lane rule (HOCCL_TCP_SPLIT; median of the rounds, then every round):")
+        for r in rows:
+            cells = "  ".join(f"{k} {v * 1e3:8.2f} ({' '.join(f'{x * 1e3:.2f}' for x in r['by_split_rounds'][k])})"
+                              for k, v in r["by_split"].items())
+            print(f"{r['size'] >> 20:>5} MiB  {cells}")
     if curves:
         print(f"2 nodes x {args.curve_gpus} GPUs ({args.lanes} lanes per connection), algbw = total bytes / time:")
         for r in curves:

@@ -27,7 +27,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_PACE_PERIOD_US": ("250", "the pacing clock's tick in microseconds (one piece of a paced call per tick)"),
     "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "
                             "(may exceed it)"),
-    "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across idle lanes (bytes)"),
+    "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across lanes (bytes)"),
+    "HOCCL_TCP_SPLIT": ("balance", "TCP: how writes are shared by lanes: balance (cut over the least-loaded lanes "
+                        "unless whole on one ends soon enough) or idle (the idle lanes share it)"),
+    "HOCCL_TCP_SPLIT_SLACK": ("1.0", "TCP, split=balance: a write goes whole to one lane if that ends within 1 + "
+                              "this times the cut write's end"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_REDUCE": ("auto", "hoccl process groups: who computes reductions: nccl (an NCCL group from the same store), "

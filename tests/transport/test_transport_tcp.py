@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hoccl_runtime.errors import HocclTimeoutError, TransportError
 from hoccl_runtime.net.transport import TcpTransport
-from hoccl_runtime.net.transport.tcp import CHALLENGE, HEADER, HELLO, MAGIC, VERSION
+from hoccl_runtime.net.transport.tcp import CHALLENGE, HEADER, HELLO, MAGIC, VERSION, lane_parts
 
 
 def pair(lanes=4, session="s", **settings):
@@ -66,8 +66,55 @@ def test_writes_land_with_their_immediates():
         rx.close()
 
 
+MiB = 1 << 20
+
+
+def test_lane_parts_balance_cuts_a_write_over_the_least_loaded_lanes_unless_whole_ends_soon_enough():
+    # idle lanes: an 8 MiB write is cut in eight 1 MiB parts, in order, covering the write
+    assert lane_parts([0] * 8, 8 * MiB, MiB) == [(lane, lane * MiB, (lane + 1) * MiB) for lane in range(8)]
+    # parts are never below min_part: 3 MiB over 8 idle lanes is 3 parts
+    assert [hi - lo for _, lo, hi in lane_parts([0] * 8, 3 * MiB, MiB)] == [MiB] * 3
+    # a few chunks in a row (what the old rule sent whole to one lane each): lanes half through the first chunk's
+    # parts still share the second, filled to one level (the least-loaded first)
+    queued = [MiB // 2] * 7 + [MiB]
+    parts = lane_parts(queued, 8 * MiB, MiB)
+    assert len(parts) == 7 and parts[-1][2] == 8 * MiB  # the busiest lane's part would be below min_part
+    ends = [queued[lane] + hi - lo for lane, lo, hi in parts]
+    assert max(ends) - min(ends) <= 8  # they finish together (integer rounding aside)
+    # many chunks queued (a pipelined 1 GiB call: ~4 per lane): whole, on the least-loaded lane
+    assert lane_parts([32 * MiB] * 3 + [25 * MiB] + [30 * MiB] * 4, 8 * MiB, MiB) == [(3, 0, 8 * MiB)]
+    # the slack decides: whole ends at 9 MiB, the cut write at 1 + 1/8 MiB
+    assert len(lane_parts([MiB] * 8, 8 * MiB, MiB, slack=1.0)) == 8
+    assert lane_parts([MiB] * 8, 8 * MiB, MiB, slack=8.0) == [(0, 0, 8 * MiB)]
+    # small writes and one lane: whole
+    assert lane_parts([0] * 8, 100, MiB) == [(0, 0, 100)]
+    assert lane_parts([0], 8 * MiB, MiB) == [(0, 0, 8 * MiB)]
+    assert lane_parts([5, 0, 7], 0, MiB) == [(1, 0, 0)]
+
+
+def test_lane_parts_idle_is_the_old_rule():
+    assert lane_parts([0, 0, 9, 0], 8 * MiB, MiB, "idle") == [(0, 0, 8 * MiB // 3 + 1), (1, 8 * MiB // 3 + 1,
+                                                                   2 * (8 * MiB // 3 + 1)), (3, 2 * (8 * MiB // 3 + 1),
+                                                                                             8 * MiB)]
+    assert lane_parts([MiB // 2] * 4, 8 * MiB, MiB, "idle") == [(0, 0, 8 * MiB)]  # no lane idle: whole
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 64 * MiB), min_size=1, max_size=16), st.integers(0, 64 * MiB),
+       st.sampled_from([1, 4096, MiB]), st.sampled_from(["balance", "idle"]), st.floats(0, 4))
+def test_lane_parts_cover_the_write_in_order_on_distinct_lanes(queued, nbytes, min_part, split, slack):
+    parts = lane_parts(queued, nbytes, min_part, split, slack)
+    assert parts[0][1] == 0 and parts[-1][2] == nbytes
+    assert all(a[2] == b[1] for a, b in zip(parts, parts[1:], strict=False))
+    assert len({lane for lane, _, _ in parts}) == len(parts) and all(0 <= lane < len(queued) for lane, _, _ in parts)
+    if len(parts) > 1:
+        assert min(hi - lo for _, lo, hi in parts) >= min_part - 1  # the idle rule rounds its steps up
+    else:
+        assert queued[parts[0][0]] == min(queued)
+
+
 def test_idle_lanes_share_a_write_and_busy_lanes_take_whole_writes():
-    c_tx, c_rx, tx, rx = pair(lanes=4)
+    c_tx, c_rx, tx, rx = pair(lanes=4, split="idle")
     try:
         src, dst, local, remote = regions(tx, rx, 128 << 20)
         for k in range(8):  # the first finds 4 idle lanes; the next 7 are issued while those are busy
@@ -104,6 +151,19 @@ def test_part_size_and_socket_buffers_are_settings(monkeypatch):
         TcpTransport()
     with pytest.raises(TransportError, match="min_part=0"):
         TcpTransport(min_part=0, socket_buffer=0)
+    monkeypatch.delenv("HOCCL_TCP_SOCKET_BUFFER")
+    assert (TcpTransport().split, TcpTransport().split_slack) == ("balance", 1.0)
+    monkeypatch.setenv("HOCCL_TCP_SPLIT", "idle")
+    monkeypatch.setenv("HOCCL_TCP_SPLIT_SLACK", "0.5")
+    assert (TcpTransport().split, TcpTransport().split_slack) == ("idle", 0.5)
+    assert TcpTransport(split="balance").split == "balance"  # an argument wins
+    monkeypatch.setenv("HOCCL_TCP_SPLIT", "random")
+    with pytest.raises(TransportError, match="HOCCL_TCP_SPLIT='random': give one of balance, idle"):
+        TcpTransport()
+    with pytest.raises(TransportError, match="split='x'"):
+        TcpTransport(split="x")
+    with pytest.raises(TransportError, match="split_slack=-1"):
+        TcpTransport(split="idle", split_slack=-1)
 
 
 def _rmem_max() -> int:

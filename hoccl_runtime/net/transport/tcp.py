@@ -2,10 +2,14 @@
 joins "nodes" on machines without RDMA NICs.
 
 A connection is ``lanes`` TCP sockets (the analogue of several queue pairs: on the 32-core GPU host,
-plain sockets over loopback moved 3.7 / 14.6 / 23.4 GB/s with 1 / 4 / 8 connections). A write is
-shared by the lanes that are idle when it is posted (parts of at least ``min_part`` bytes), or goes
-whole to the lane with the fewest bytes queued when none is idle (a pipelined sender keeps every
-lane busy: no part framing per MiB). Each part is sent as a frame::
+plain sockets over loopback moved 3.7 / 14.6 / 23.4 GB/s with 1 / 4 / 8 connections). Which lanes carry
+a write (:func:`lane_parts`, ``split="balance"``, the default): it goes whole to the lane with the fewest
+bytes queued when that lane would still be through within ``1 + split_slack`` times the time the write
+cut over the least-loaded lanes would take (a pipelined sender with many chunks queued: no part framing
+per MiB); otherwise it is cut over those lanes so that they finish together (parts of at least
+``min_part`` bytes): a call of a few chunks spreads over every lane instead of riding one each.
+``split="idle"`` is the rule up to 2026-12-01: idle lanes share a write, else it goes whole to the
+least-loaded lane. Each part is sent as a frame::
 
     magic "HOCL" | version | lane | seq | write id | part | parts | region | offset | nbytes | imm |
     write offset | write bytes | crc32
@@ -49,10 +53,10 @@ import zlib
 import numpy as np
 
 from ...errors import HocclError, HocclTimeoutError, TransportError
-from ...settings import env_int
+from ...settings import env_choice, env_float, env_int
 from .base import Completion, Connection, Region, Transport, open_listener
 
-__all__ = ["TcpTransport", "TcpConnection", "HEADER"]
+__all__ = ["TcpTransport", "TcpConnection", "HEADER", "lane_parts"]
 
 MAGIC = b"HOCL"
 VERSION = 2
@@ -61,6 +65,47 @@ HELLO = struct.Struct("<4sHHH8s32s16s16s")        # magic, version, lane, lanes,
 CHALLENGE = struct.Struct("<B16s32s")             # status, the acceptor's nonce, its code
 HELLO_TIMEOUT_S = 5.0                             # how long the acceptor waits for one connection's handshake
 MIN_PART = 1 << 20                                # default: do not split writes into parts smaller than this
+SPLIT_SLACK = 1.0                                 # default: a whole write may end up to 2x later than cut up
+SPLITS = ("balance", "idle")
+
+
+def lane_parts(queued: list[int], nbytes: int, min_part: int, split: str = "balance",
+               slack: float = SPLIT_SLACK) -> list[tuple[int, int, int]]:
+    """The parts ``[(lane, lo, hi), ...]`` of a write of ``nbytes``, given the bytes each lane has queued.
+
+    "balance": the least-loaded lanes are filled to one level (water-filling; at most ``nbytes // min_part`` of
+    them, each part at least ``min_part``); the write goes whole to the least-loaded lane instead when that lane
+    would be through no later than ``1 + slack`` times that level (or the busiest lane's queue, if longer). So a
+    write into idle lanes is shared by all, and one behind many queued chunks is not cut (each part costs a
+    frame and two thread hand-offs). "idle": the lanes with nothing queued share it, else it goes whole to the
+    least-loaded lane."""
+    lanes = len(queued)
+    cap = max(1, min(lanes, nbytes // min_part))
+    least = min(range(lanes), key=queued.__getitem__)
+    if split == "idle":
+        idle = [lane for lane, q in enumerate(queued) if not q][:cap]
+        if len(idle) < 2:
+            return [(least, 0, nbytes)]
+        step = -(-nbytes // len(idle))
+        return [(lane, min(i * step, nbytes), min(i * step + step, nbytes)) for i, lane in enumerate(idle)]
+    if cap < 2:
+        return [(least, 0, nbytes)]
+    order = sorted(range(lanes), key=queued.__getitem__)
+    k, level, below = 1, queued[least] + nbytes, queued[least]
+    for m in range(2, cap + 1):
+        below += queued[order[m - 1]]
+        lv = (nbytes + below) / m
+        if lv - queued[order[m - 1]] < min_part:  # that lane's part would be too small (or negative)
+            break
+        k, level = m, lv
+    if k < 2 or queued[least] + nbytes <= (1 + slack) * max(max(queued), level):
+        return [(least, 0, nbytes)]
+    parts, lo = [], 0
+    for i, lane in enumerate(order[:k]):
+        hi = nbytes if i == k - 1 else lo + int(level - queued[lane])
+        parts.append((lane, lo, hi))
+        lo = hi
+    return parts
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
@@ -114,23 +159,17 @@ class TcpConnection(Connection):
                                  f"({local.nbytes} bytes)")
         if not 0 <= imm < 2**32:
             raise TransportError(f"immediate {imm} does not fit in 32 bits")
-        # Lanes that are idle share the write (parts of at least min_part bytes); when every lane has
-        # bytes queued (a pipelined sender keeps many chunks in flight) the whole write goes to the lane
-        # with the fewest, so no lane pays a part's framing and hand-offs per MiB moved.
+        tr = self.transport
         with self._lock:
             write_id = self._next_write
             self._next_write += 1
             queued = self._queued
-            idle = [lane for lane, q in enumerate(queued) if not q]
-            parts = max(1, min(len(idle), nbytes // self.transport.min_part))
-            targets = idle[:parts] if parts > 1 else [min(range(len(queued)), key=queued.__getitem__)]
-            parts = len(targets)
+            cuts = lane_parts(queued, nbytes, tr.min_part, tr.split, tr.split_slack)
+            parts = len(cuts)
             self._sent_parts[write_id] = parts
-            step = -(-nbytes // parts) if nbytes else 0
-            cuts = [(min(part * step, nbytes), min(part * step + step, nbytes)) for part in range(parts)]
-            for lane, (lo, hi) in zip(targets, cuts, strict=True):
+            for lane, lo, hi in cuts:
                 queued[lane] += hi - lo + 1  # + 1: a zero-byte write still occupies its lane
-        for part, (lane, (lo, hi)) in enumerate(zip(targets, cuts, strict=True)):
+        for part, (lane, lo, hi) in enumerate(cuts):
             self._send_queues[lane].put(
                 (write_id, part, parts, local, offset + lo, hi - lo, remote_region, remote_offset + lo, imm,
                  remote_offset, nbytes))
@@ -279,12 +318,23 @@ class TcpTransport(Transport):
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = "",
                  name: str = "", min_part: int | None = None, socket_buffer: int | None = None,
-                 secret: bytes | None = None):
+                 secret: bytes | None = None, split: str | None = None, split_slack: float | None = None):
         if lanes < 1 or lanes > 64:
             raise TransportError(f"lanes={lanes}: use 1..64 connections per peer")
-        # idle lanes share a write in parts of at least min_part bytes (HOCCL_TCP_MIN_PART);
-        # socket_buffer > 0 fixes SO_SNDBUF/SO_RCVBUF (HOCCL_TCP_SOCKET_BUFFER), 0 leaves the kernel's autotuning
+        # a write is cut into parts of at least min_part bytes (HOCCL_TCP_MIN_PART) by the rule ``split``
+        # (HOCCL_TCP_SPLIT, with HOCCL_TCP_SPLIT_SLACK: lane_parts); socket_buffer > 0 fixes SO_SNDBUF/SO_RCVBUF
+        # (HOCCL_TCP_SOCKET_BUFFER), 0 leaves the kernel's autotuning
         self.min_part = _setting(min_part, "HOCCL_TCP_MIN_PART", MIN_PART, 1)
+        try:
+            self.split = split if split is not None else env_choice("HOCCL_TCP_SPLIT", "balance", SPLITS)
+            self.split_slack = split_slack if split_slack is not None else \
+                env_float("HOCCL_TCP_SPLIT_SLACK", SPLIT_SLACK)
+        except HocclError as exc:
+            raise TransportError(str(exc)) from None
+        if self.split not in SPLITS:
+            raise TransportError(f"split={self.split!r}: choose one of {', '.join(SPLITS)}")
+        if not self.split_slack >= 0:
+            raise TransportError(f"split_slack={self.split_slack}: give 0 or more (default {SPLIT_SLACK})")
         self.socket_buffer = _setting(socket_buffer, "HOCCL_TCP_SOCKET_BUFFER", 0, 0)
         self.host, self.port, self.lanes = host, port, lanes
         self.session = session.encode()[:32].ljust(32, b"\0")

@@ -9,7 +9,7 @@ Measured rows (read from docs/results/, not re-run):
   2 MiB .. 1 GiB, seconds per call of back-to-back calls, and the host time per call in the same run;
 * 2 "nodes" of 1 GPU over TCP: examples/bench_internode.py of the fifth session (runs 4 and 5): send/recv
   GPU to GPU through the staging rings, 8 MiB chunks, 2 MiB .. 1 GiB; and the same benchmark run with the
-  sixteenth session's network executor on the 1x H200 machine (both "nodes" on its one GPU).
+  seventeenth session's network path on the 1x H200 machine (both "nodes" on its one GPU).
 
 Each is compiled as the runtime compiles it, for the h200x2 preset, and its v2 predicted time set beside the
 measured one. A call whose host time is at least 90% of its measured time was host-bound: v2 predicts the
@@ -34,8 +34,9 @@ from hoccl_compiler.ir import CompileOptions  # noqa: E402
 
 SWEEP = ROOT / "docs/results/2026-11-30-s11/run2-sweep.json"
 TCP = [ROOT / "docs/results/2026-11-30-s5/internode-run4.json", ROOT / "docs/results/2026-11-30-s5/internode-run5.json"]
-# the same benchmark with today's network executor (no barrier between stages), both "nodes" on the 1x H200's GPU
-TCP_TODAY = [ROOT / "docs/results/2026-12-01-s16/internode.json"]
+# the same benchmark with session 17's network path (the barrier-free executor of session 16, the TCP lane rule
+# "balance"), both "nodes" on the 1x H200's GPU
+TCP_TODAY = [ROOT / "docs/results/2026-12-01-s17/internode.json"]
 EAGER_BYTES = 4 << 20
 
 
@@ -63,7 +64,7 @@ def rows(sweep: Path = SWEEP) -> list[dict]:
             note = "host-bound"
         out.append(dict(setting="1 node, NVLink", op=r["op"], size=r["size"], measured_s=r["seconds"],
                         host_us=r["host_us"], predicted_s=predicted(r["op"], r["size"], 1, 1 << 40), note=note))
-    for setting, paths in (("2 nodes, TCP", TCP), ("2 nodes, TCP, 1x H200 today", TCP_TODAY)):
+    for setting, paths in (("2 nodes, TCP", TCP), ("2 nodes, TCP, 1x H200, session 17", TCP_TODAY)):
         by_size: dict[int, list[float]] = {}
         for path in paths:
             for r in json.loads(path.read_text())["rows"]:

@@ -29,7 +29,7 @@ from .ir import LOCAL, RDMA
 from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "stage_times_v2",
-           "plan_time_v2", "StageCosts", "has_network"]
+           "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s"]
 
 
 def port_capacity(topo: Topology) -> np.ndarray:
@@ -110,7 +110,9 @@ def _max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarr
 # A stage of transfers on serial queues (each queue runs its entries of the stage's chunk order one after the
 # other; topology.costs holds the fixed costs) lasts the longest of four terms:
 #
-#   ports     max over ports of load / bandwidth (the port model: every port finishing its load together);
+#   ports     max over ports of load / bandwidth (the port model: every port finishing its load together; a
+#             GPU whose NVLink carries traffic both ways in the stage has costs.nvlink_duplex less bandwidth on
+#             each, as the raw copies measured: :func:`duplex_capacity`);
 #   queues    max over queues of  sum over its chunks (start + bytes / its port's bandwidth + convergence),
 #             where a chunk's convergence is the delay from chunks of other queues of its kind that sit at the
 #             same position of their queue and use the same in-port (or out-port): each such chunk shares the
@@ -122,8 +124,9 @@ def _max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarr
 #             chunks, or, where its queue carries other transfers too, the queue's time until its last chunk's
 #             turn (queue time x (n - 1) / n for n chunks);
 #
-# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync  (network plans: the runtime's barrier
-# between stages; plans within one node call_us and no barrier). hoccl_compiler.simulate runs the same queues
+# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync  (network plans: net_call_us plus the host
+# staging's fill and drain, :func:`staging_fill_s`, and stage_sync_us per further stage; plans within one node
+# call_us and no barrier). hoccl_compiler.simulate runs the same queues
 # chunk by chunk with ports shared max-min fairly; the two agree within 5% on the plans in
 # tests/compiler/test_cost_v2.py, and v2's predictions are compared with measured runs in docs/benchmarks.md.
 
@@ -180,16 +183,18 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     G = topo.num_gpus
     P = 4 * G
     S = max(num_stages, 1)
-    cap = port_capacity(topo)
     nbytes = np.asarray(nbytes, dtype=np.int64)
     out_port, in_port = piece_ports(role, src, dst, G)
     costed = out_port >= 0
-    ports_s = np.zeros(S)
+    loads = np.zeros((S, P))
     if costed.any():
         w = nbytes[costed].astype(np.float64)
         loads = np.bincount(stage[costed] * P + out_port[costed], weights=w, minlength=S * P)
         loads += np.bincount(stage[costed] * P + in_port[costed], weights=w, minlength=S * P)
-        ports_s = (loads.reshape(S, P) / cap).max(axis=1)
+        loads = loads.reshape(S, P)
+    cap_sp = duplex_capacity(topo, loads > 0)  # per stage and port: a GPU's NVLink both ways at once is slower
+    ports_s = (loads / cap_sp).max(axis=1) if costed.any() else np.zeros(S)
+    cap_of = cap_sp.ravel()  # cap_of[stage * P + port]
     cls = QUEUE_CLASS[role]
     start_s = np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
     n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
@@ -212,11 +217,11 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         t = e_tr[idx]
         base = (stage[t] * 4 + cls[t]) * (int(e_pos.max()) + 1) + e_pos[idx]
         b = e_bytes[idx]
-        conv_in = _shared_delay(base * P + in_port[t], b) / cap[in_port[t]]
-        conv_out = _shared_delay(base * P + out_port[t], b) / cap[out_port[t]]
+        conv_in = _shared_delay(base * P + in_port[t], b) / cap_of[stage[t] * P + in_port[t]]
+        conv_out = _shared_delay(base * P + out_port[t], b) / cap_of[stage[t] * P + out_port[t]]
         conv[idx] = np.maximum(conv_in, conv_out)
-    e_time = np.where(live, start_s[e_tr] + e_bytes / np.where(live, cap[np.maximum(out_port[e_tr], 0)], 1.0) + conv,
-                      0.0)
+    tr_cap = cap_of[stage * P + np.maximum(out_port, 0)]  # each transfer's out-port bandwidth in its stage
+    e_time = np.where(live, start_s[e_tr] + e_bytes / tr_cap[e_tr] + conv, 0.0)
     Q = int(queue.max(initial=-1)) + 1
     q_key = stage[e_tr] * Q + e_q
     q_time = np.bincount(q_key, weights=e_time, minlength=S * Q)
@@ -231,10 +236,10 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         first_conv = np.zeros(nbytes.size)  # the convergence delay of each transfer's first chunk (the fill's)
         first_entry = e_k == 0
         first_conv[e_tr[first_entry]] = conv[first_entry]
-        own = start_s + first / cap[np.maximum(out_port, 0)]
+        own = start_s + first / tr_cap
         # after its first chunk, a piece is busy for the rest of its own chunks, or (its queue carries other
         # transfers too) until its last chunk's turn in the queue's interleaving
-        alone = n_chunks * start_s + nbytes / cap[np.maximum(out_port, 0)]
+        alone = n_chunks * start_s + nbytes / tr_cap
         rest = np.where(costed, np.maximum(alone - own, q_time[t_q] * (n_chunks - 1) / n_chunks), 0.0)
         own = np.where(costed, own + first_conv, 0.0)
         path = np.cumsum(~chained) - 1  # path id per transfer
@@ -254,13 +259,37 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     return StageCosts(time_s, ports_s, queues_s, pipeline_s)
 
 
-def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: float | None = None
-                 ) -> tuple[float, dict[str, float]]:
-    """A plan's v2 time from its stage times, and its parts: the call's start, the stages, the barriers between
-    stages (``sync_s`` each: by default the network barrier for network plans, none within a node)."""
+def duplex_capacity(topo: Topology, busy: np.ndarray) -> np.ndarray:
+    """Port bandwidths (bytes/s) per row of ``busy`` (rows x 4G: which ports carry something): a GPU whose NVLink
+    out and in ports are both busy gets ``costs.nvlink_duplex`` less on each."""
+    G = topo.num_gpus
+    cap = np.broadcast_to(port_capacity(topo), busy.shape).astype(np.float64)
+    d = topo.costs.nvlink_duplex
+    if d != 1.0 and busy.size:
+        both = busy[..., :G] & busy[..., G:2 * G]
+        cap[..., :G] = np.where(both, cap[..., :G] / d, cap[..., :G])
+        cap[..., G:2 * G] = np.where(both, cap[..., G:2 * G] / d, cap[..., G:2 * G])
+    return cap
+
+
+def staging_fill_s(topo: Topology, chunk_bytes: int, role: np.ndarray, nbytes: np.ndarray) -> float:
+    """The host staging's fill and drain of a network plan (``costs.net_staging_gbps``; 0: none): the first
+    network chunk's copy into the sending host's ring and the last one's out of the receiving host's."""
+    rate = topo.costs.net_staging_gbps
+    rdma = np.asarray(role) == RDMA
+    if rate <= 0 or not rdma.any():
+        return 0.0
+    return 2 * min(chunk_bytes, int(np.asarray(nbytes)[rdma].max())) / (rate * 1e9)
+
+
+def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: float | None = None,
+                 fill_s: float = 0.0) -> tuple[float, dict[str, float]]:
+    """A plan's v2 time from its stage times, and its parts: the call's start (network plans: with the staging's
+    ``fill_s``, :func:`staging_fill_s`), the stages, the barriers between stages (``sync_s`` each: by default the
+    network barrier for network plans, none within a node)."""
     n = int(np.asarray(stage_s).size)
     c = topo.costs
-    call = (c.net_call_us if network else c.call_us) * 1e-6 if n else 0.0
+    call = ((c.net_call_us * 1e-6 + fill_s) if network else c.call_us * 1e-6) if n else 0.0
     if sync_s is None:
         sync_s = c.stage_sync_us * 1e-6 if network else 0.0
     sync = sync_s * max(0, n - 1)

@@ -216,7 +216,8 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
         times[s], ports[s] = seen[key]
         for l_shift, amount in entries:
             offsets[l_shift] = offsets.get(l_shift, 0) + amount
-    predicted, parts = cost.plan_time_v2(topology, times, network)
+    fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
+    predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill)
     # the port model's bound: every GPU's ports carry the same totals
     nic = float((topology.nodes - 1) * topology.gpus_per_node * c)
     peers = np.asarray(topology.peer_array())

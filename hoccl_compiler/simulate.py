@@ -8,10 +8,11 @@ is one copy engine (or one NIC queue pair): it moves one chunk at a time, in its
 * a chunk may start only once the chunk it waits for (``after``: the same chunk of the piece before it on a
   forwarding path) has landed;
 * the chunks moving at one moment share each port (a GPU's NVLink out and in, NIC out and in) max-min fairly,
-  recomputed at every start and end, so several queues sending to one destination split its in-port;
+  recomputed at every start and end, so several queues sending to one destination split its in-port; a GPU whose
+  NVLink moves chunks both ways at that moment has ``costs.nvlink_duplex`` less bandwidth each way;
 * stages run one after the other, each after the barrier of :func:`hoccl_compiler.cost.plan_time_v2` (network
-  plans), the whole after the call's start: the same composition as the cost model v2, so the two compare
-  stage by stage.
+  plans), the whole after the call's start (network plans: with the host staging's fill and drain): the same
+  composition as the cost model v2, so the two compare stage by stage.
 
 With zero start costs a schedule whose queues keep their ports busy meets the
 lower bound; destination hot spots (every GPU sending to the same one first) and serial engines show up as
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import _max_min_rates, has_network, piece_ports, plan_time_v2, port_capacity
+from .cost import _max_min_rates, duplex_capacity, has_network, piece_ports, plan_time_v2, port_capacity, staging_fill_s
 from .errors import PlanError
 from .ir import RDMA
 from .schema import Plan
@@ -102,7 +103,9 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
             rate = np.zeros(0)
             if moving:
                 ts = np.array([active[q][0] for q in moving])
-                rate = _max_min_rates(out_port[ts], in_port[ts], capacity)
+                busy = np.zeros(capacity.size, bool)  # a GPU's NVLink busy both ways now: each way slower
+                busy[out_port[ts]] = busy[in_port[ts]] = True
+                rate = _max_min_rates(out_port[ts], in_port[ts], duplex_capacity(topo, busy))
             # the next event: a start cost ends, a chunk lands, or a local/empty chunk ends at once
             dt = np.inf
             for a in active.values():
@@ -121,5 +124,7 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
                 del active[q]
         stage_times.append(now)
     network = any(has_network(np.asarray(st.transfers.role)) for st in plan.stages)
-    total, _ = plan_time_v2(topo, np.array(stage_times), network)
+    fill = max((staging_fill_s(topo, chunk, np.asarray(st.transfers.role), np.asarray(st.transfers.bytes))
+                for st in plan.stages), default=0.0)
+    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill)
     return Simulation(total, tuple(stage_times), n_chunks_total)

@@ -52,6 +52,15 @@ class CostParams(BaseModel):
       our runtime's host-driven protocol more than the wire: no RDMA NIC has been measured, and the RDMA presets
       keep these figures until one is (give yours in a topology file). Plans within one node have no barrier
       either: each queue runs on into the next stage, held only by chunk dependencies.
+    * ``nvlink_duplex``: a GPU's NVLink moving data both ways at once runs each way this much slower. 1.026 on the
+      2x H200: the raw copy-engine AllGather (both directions) against a one-way raw copy of the same bytes per
+      direction, 32 MiB .. 1 GiB, in the eleventh session's sweep (1.020-1.071, median 1.026).
+    * ``net_staging_gbps``: the host staging of the network path (the TCP transport moves host memory): the first
+      chunk's copy into the sending host's ring and the last one's out of the receiving host's, at this rate, fill
+      and drain of a network call. 22 GB/s on the 1x H200 host: send/recv of one 8 MiB chunk over TCP with its
+      two staging copies and without them (examples' diag_staging.py, session 17: 0.72-0.78 ms for the two; a
+      raw device-to-host copy of 8 MiB takes 0.16 ms, the rest is their gates and the host's polling). 0: no
+      staging (an RDMA NIC writing GPU memory).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -61,6 +70,8 @@ class CostParams(BaseModel):
     call_us: float = Field(default=16.8, ge=0, allow_inf_nan=False)
     net_call_us: float = Field(default=871.0, ge=0, allow_inf_nan=False)
     stage_sync_us: float = Field(default=381.0, ge=0, allow_inf_nan=False)
+    nvlink_duplex: float = Field(default=1.026, ge=1, allow_inf_nan=False)
+    net_staging_gbps: float = Field(default=22.0, ge=0, allow_inf_nan=False)
 
 
 class Topology(BaseModel):

@@ -27,7 +27,8 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     network = cost.has_network(pieces.role)
     stages = cost.stage_times_v2(topo, ch.chunk_bytes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst, ch.tr_bytes,
                                  ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
-    predicted, parts = cost.plan_time_v2(topo, stages.time_s, network)
+    predicted, parts = cost.plan_time_v2(topo, stages.time_s, network,
+                                         fill_s=cost.staging_fill_s(topo, ch.chunk_bytes, ch.tr_role, ch.tr_bytes))
     bound, per_domain = cost.lower_bound(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
     report = {
         "predicted_time_s": predicted,
@@ -65,5 +66,6 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
     queue = assign_queues(topo, st, role, src, nb)
     entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb)
     times = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S).time_s
-    total, _ = cost.plan_time_v2(topo, times, cost.has_network(role), sync_s)
+    total, _ = cost.plan_time_v2(topo, times, cost.has_network(role), sync_s,
+                                 fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb))
     return total, times

@@ -157,3 +157,40 @@ def test_stages_pay_for_their_barrier():
     auto = compile_plan(measured, spec, CompileOptions(baselines=False))
     assert len(auto.stages) < len(peel.stages)
     assert auto.report.predicted_time_s < peel.report.predicted_time_s
+
+
+def _with_costs(topo, **costs):
+    return topo.model_copy(update={"costs": topo.costs.model_copy(update=costs)})
+
+
+def test_nvlink_both_ways_at_once_costs_the_duplex_factor_in_v2_and_the_simulation():
+    topo = make_topology("h200x2")
+    per_way = 512 << 20  # AllGather of 1 GiB on 2 GPUs: each sends 512 MiB to the other while receiving as much
+    both = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=1 << 30),
+                        CompileOptions(chunk_bytes=1 << 40, baselines=False))
+    one = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, per_way),)),
+                       CompileOptions(chunk_bytes=1 << 40, baselines=False))
+    d = topo.costs.nvlink_duplex
+    assert d == pytest.approx(1.026)
+    start = topo.costs.dma_start_us * 1e-6
+    assert one.stages[0].time_s == pytest.approx(start + per_way / (topo.nvlink_gbps * 1e9), rel=1e-6)
+    assert both.stages[0].time_s == pytest.approx(start + d * per_way / (topo.nvlink_gbps * 1e9), rel=1e-6)
+    assert simulate(both).stage_s[0] == pytest.approx(both.stages[0].time_s, rel=1e-6)
+    plain = compile_plan(_with_costs(topo, nvlink_duplex=1.0), CollectiveSpec(kind="allgather", size_bytes=1 << 30),
+                         CompileOptions(chunk_bytes=1 << 40, baselines=False))
+    assert plain.stages[0].time_s == pytest.approx(one.stages[0].time_s, rel=1e-6)
+    assert both.report.lower_bound_s == pytest.approx(plain.report.lower_bound_s)  # the port model's bound stays
+
+
+def test_a_network_call_pays_the_host_staging_fill_and_drain_once():
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    none = _with_costs(topo, net_staging_gbps=0.0)
+    for size, chunk in ((2 << 20, 2 << 20), (64 << 20, 8 << 20)):
+        spec = CollectiveSpec(kind="sendrecv", pairs=((0, 1, size),))
+        opts = CompileOptions(chunk_bytes=chunk, baselines=False)
+        staged, direct = compile_plan(topo, spec, opts), compile_plan(none, spec, opts)
+        fill = 2 * chunk / (topo.costs.net_staging_gbps * 1e9)  # the first chunk in, the last one out
+        assert staged.report.predicted_time_s - direct.report.predicted_time_s == pytest.approx(fill, rel=1e-6)
+        assert simulate(staged).total_s - simulate(direct).total_s == pytest.approx(fill, rel=1e-6)
+    within = compile_plan(make_topology("h200x2"), CollectiveSpec(kind="alltoall", size_bytes=64 << 20))
+    assert within.report.breakdown_s["call_s"] == pytest.approx(topo.costs.call_us * 1e-6)  # one node: no staging

@@ -101,7 +101,9 @@ def test_inspect_simulate(tmp_path, capsys):
     assert "simulated" in text and "cost model v2:" in text
     assert inspect_main([str(out), "--simulate", "--chunk-start-us", "0", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    plan = load_plan(out)  # no start costs: the rotated order meets the bound, after the call's start
-    assert data["simulated_s"] == pytest.approx(plan.report.lower_bound_s + plan.topology.costs.call_us * 1e-6)
+    plan = load_plan(out)  # no start costs: the rotated order meets the bound (every GPU's NVLink busy both ways
+    # all along, at nvlink_duplex less bandwidth each way), after the call's start
+    assert data["simulated_s"] == pytest.approx(plan.report.lower_bound_s * plan.topology.costs.nvlink_duplex +
+                                                plan.topology.costs.call_us * 1e-6)
     assert inspect_main([str(out), "--simulate", "--chunk-start-us", "-1"]) == 2
     assert "must be a time >= 0" in capsys.readouterr().err

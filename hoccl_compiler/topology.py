@@ -58,7 +58,7 @@ class CostParams(BaseModel):
     * ``net_staging_gbps``: the host staging of the network path (the TCP transport moves host memory): the first
       chunk's copy into the sending host's ring and the last one's out of the receiving host's, at this rate, fill
       and drain of a network call. 22 GB/s on the 1x H200 host: send/recv of one 8 MiB chunk over TCP with its
-      two staging copies and without them (examples' diag_staging.py, session 17: 0.72-0.78 ms for the two; a
+      two staging copies and without them (docs/results/2026-12-01-s17/diag_staging.py: 0.72-0.78 ms for the two; a
       raw device-to-host copy of 8 MiB takes 0.16 ms, the rest is their gates and the host's polling). 0: no
       staging (an RDMA NIC writing GPU memory).
     """

@@ -193,7 +193,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         loads += np.bincount(stage[costed] * P + in_port[costed], weights=w, minlength=S * P)
         loads = loads.reshape(S, P)
     cap_sp = duplex_capacity(topo, loads > 0)  # per stage and port: a GPU's NVLink both ways at once is slower
-    ports_s = (loads / cap_sp).max(axis=1) if costed.any() else np.zeros(S)
+    ports_s = (loads / cap_sp).max(axis=1)
     cap_of = cap_sp.ravel()  # cap_of[stage * P + port]
     cls = QUEUE_CLASS[role]
     start_s = np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6

@@ -90,7 +90,7 @@ def lane_parts(queued: list[int], nbytes: int, min_part: int, split: str = "bala
         return [(lane, min(i * step, nbytes), min(i * step + step, nbytes)) for i, lane in enumerate(idle)]
     if cap < 2:
         return [(least, 0, nbytes)]
-    order = sorted(range(lanes), key=queued.__getitem__)
+    order = sorted(range(lanes), key=queued.__getitem__)  # order[0] is ``least`` (both take the first minimum)
     k, level, below = 1, queued[least] + nbytes, queued[least]
     for m in range(2, cap + 1):
         below += queued[order[m - 1]]
@@ -98,7 +98,7 @@ def lane_parts(queued: list[int], nbytes: int, min_part: int, split: str = "bala
         if lv - queued[order[m - 1]] < min_part:  # that lane's part would be too small (or negative)
             break
         k, level = m, lv
-    if k < 2 or queued[least] + nbytes <= (1 + slack) * max(max(queued), level):
+    if k < 2 or queued[least] + nbytes <= (1 + slack) * max(queued[order[-1]], level):
         return [(least, 0, nbytes)]
     parts, lo = [], 0
     for i, lane in enumerate(order[:k]):

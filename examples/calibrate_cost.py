@@ -8,8 +8,12 @@ Measured rows (read from docs/results/, not re-run):
   chunk per transfer as it compiles): send/recv, AllGather (size = output), All-to-All (size = per rank),
   2 MiB .. 1 GiB, seconds per call of back-to-back calls, and the host time per call in the same run;
 * 2 "nodes" of 1 GPU over TCP: examples/bench_internode.py of the fifth session (runs 4 and 5): send/recv
-  GPU to GPU through the staging rings, 8 MiB chunks, 2 MiB .. 1 GiB; and the same benchmark run with the
-  seventeenth session's network path on the 1x H200 machine (both "nodes" on its one GPU).
+  GPU to GPU through the staging rings, 8 MiB chunks, 2 MiB .. 1 GiB;
+* the same send/recv on the 1x H200 machine with the eighteenth session's runtime (both "nodes" on its one GPU),
+  64 KiB .. 1 GiB, 5 interleaved rounds (docs/results/2026-12-01-s18/calib_tcp.py, run 2): the median over the
+  rounds, with their range. That host's TCP is not the 2x H200 host's, so its rows are predicted with the NIC
+  rate this host's wire reached in the same rounds (the TCP transport host to host with the executor's 8 MiB
+  writes, 1 GiB), not the preset's.
 
 Each is compiled as the runtime compiles it, for the h200x2 preset, and its v2 predicted time set beside the
 measured one. A call whose host time is at least 90% of its measured time was host-bound: v2 predicts the
@@ -34,9 +38,8 @@ from hoccl_compiler.ir import CompileOptions  # noqa: E402
 
 SWEEP = ROOT / "docs/results/2026-11-30-s11/run2-sweep.json"
 TCP = [ROOT / "docs/results/2026-11-30-s5/internode-run4.json", ROOT / "docs/results/2026-11-30-s5/internode-run5.json"]
-# the same benchmark with session 17's network path (the barrier-free executor of session 16, the TCP lane rule
-# "balance"), both "nodes" on the 1x H200's GPU
-TCP_TODAY = [ROOT / "docs/results/2026-12-01-s17/internode.json"]
+# session 18's runtime on the 1x H200 (both "nodes" on its one GPU), 5 interleaved rounds with the wire alone
+TCP_TODAY = ROOT / "docs/results/2026-12-01-s18/calib_tcp-run2.json"
 EAGER_BYTES = 4 << 20
 
 
@@ -46,8 +49,10 @@ def spec_of(op: str, size: int) -> CollectiveSpec:
     return CollectiveSpec(kind=op, size_bytes=size)
 
 
-def predicted(op: str, size: int, nodes: int, chunk: int) -> float:
+def predicted(op: str, size: int, nodes: int, chunk: int, nic_gbps: float | None = None) -> float:
     topo = make_topology("h200x2", nodes=nodes, gpus_per_node=2 if nodes == 1 else 1)
+    if nic_gbps is not None:
+        topo = topo.model_copy(update={"nic_gbps": nic_gbps})
     plan = compile_plan(topo, spec_of(op, size), CompileOptions(chunk_bytes=chunk, baselines=False))
     return plan.report.predicted_time_s
 
@@ -64,15 +69,24 @@ def rows(sweep: Path = SWEEP) -> list[dict]:
             note = "host-bound"
         out.append(dict(setting="1 node, NVLink", op=r["op"], size=r["size"], measured_s=r["seconds"],
                         host_us=r["host_us"], predicted_s=predicted(r["op"], r["size"], 1, 1 << 40), note=note))
-    for setting, paths in (("2 nodes, TCP", TCP), ("2 nodes, TCP, 1x H200, session 17", TCP_TODAY)):
-        by_size: dict[int, list[float]] = {}
-        for path in paths:
-            for r in json.loads(path.read_text())["rows"]:
-                if r["impl"] == "hoccl-gpu-tcp" and r["op"] == "sendrecv":
-                    by_size.setdefault(r["size"], []).append(r["seconds"])
-        for size, secs in sorted(by_size.items()):
-            out.append(dict(setting=setting, op="sendrecv", size=size, measured_s=statistics.median(secs),
-                            host_us=None, predicted_s=predicted("sendrecv", size, 2, min(8 << 20, size)), note=""))
+    by_size: dict[int, list[float]] = {}
+    for path in TCP:
+        for r in json.loads(path.read_text())["rows"]:
+            if r["impl"] == "hoccl-gpu-tcp" and r["op"] == "sendrecv":
+                by_size.setdefault(r["size"], []).append(r["seconds"])
+    for size, secs in sorted(by_size.items()):
+        out.append(dict(setting="2 nodes, TCP", op="sendrecv", size=size, measured_s=statistics.median(secs),
+                        host_us=None, predicted_s=predicted("sendrecv", size, 2, min(8 << 20, size)), note=""))
+    today = json.loads(TCP_TODAY.read_text())
+    wire = statistics.median(r["chunked_s"] for r in today if r["size"] == 1 << 30)
+    nic = (1 << 30) / wire / 1e9
+    for size in sorted({r["size"] for r in today}):
+        secs = [r["gpu_s"] for r in today if r["size"] == size]
+        pred = predicted("sendrecv", size, 2, min(8 << 20, size), nic_gbps=nic)
+        inside = "inside" if min(secs) <= pred <= max(secs) else "outside"
+        out.append(dict(setting=f"2 nodes, TCP, 1x H200, session 18 (NIC {nic:.1f} GB/s)", op="sendrecv",
+                        size=size, measured_s=statistics.median(secs), host_us=None, predicted_s=pred,
+                        note=f"rounds {min(secs) * 1e3:.2f}-{max(secs) * 1e3:.2f} ms ({inside})"))
     for r in out:
         r["ratio"] = r["predicted_s"] / r["measured_s"]
     return out
@@ -89,9 +103,10 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for r in table:
         host = f"{r['host_us']:.1f}" if r["host_us"] is not None else ""
-        print(f"| {r['setting']} | {r['op']} | {r['size'] >> 20} MiB | {r['measured_s'] * 1e6:.1f} | {host} | "
+        size = f"{r['size'] >> 20} MiB" if r["size"] >= 1 << 20 else f"{r['size'] >> 10} KiB"
+        print(f"| {r['setting']} | {r['op']} | {size} | {r['measured_s'] * 1e6:.1f} | {host} | "
               f"{r['predicted_s'] * 1e6:.1f} | {r['ratio']:.3f} | {r['note']} |")
-    modelled = [r for r in table if not r["note"]]
+    modelled = [r for r in table if not r["note"] or r["note"].startswith("rounds")]
     for setting in dict.fromkeys(r["setting"] for r in modelled):
         errs = [abs(r["ratio"] - 1) for r in modelled if r["setting"] == setting]
         inside = sum(e <= 0.10 for e in errs)

@@ -67,4 +67,9 @@ def test_calibrate_cost_sets_every_measured_row_beside_its_prediction(tmp_path):
     assert {r["note"] for r in nvlink} == {"", "eager path", "host-bound"}
     assert [r["size"] for r in rows if r["setting"] == "2 nodes, TCP"] == [2 << 20, 8 << 20, 32 << 20, 128 << 20,
                                                                           512 << 20, 1 << 30]
+    today = [r for r in rows if r["setting"].startswith("2 nodes, TCP, 1x H200, session 18")]
+    assert [r["size"] for r in today] == [64 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20, 512 << 20, 1 << 30]
+    assert all(r["note"].startswith("rounds ") for r in today)  # the 5 rounds' range beside the median
+    # the NIC is that host's wire in the same rounds (1 GiB, chunked writes), not the preset's 18.9 GB/s
+    assert "(NIC 17.1 GB/s)" in today[0]["setting"] and today[-1]["predicted_s"] > (1 << 30) / 17.1e9
     assert "device-bound rows within 10%" in out

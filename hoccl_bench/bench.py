@@ -72,6 +72,17 @@ def _baselines(spec: str) -> list[str]:
     return out
 
 
+def batch_calls(size: int, iters: int = 0) -> int:
+    """Calls per timed batch of a sweep row: ``iters`` if given, else about 1 GiB per batch, 10 to 512 calls.
+
+    A batch starts after a barrier, and a call that synchronises the ranks (HOCCL's, NCCL's; not the raw copies)
+    waits at the batch's first call for the rank that left the barrier last: that start-up skew is paid once per
+    batch, so it weighs 1/calls on the per-call figure. At least 10 calls (3 left it on a third of the 1 GiB
+    rows); with 40 calls of 2 MiB a send/recv took 23.5 us per message in the sweep against 12.7 in
+    profile_host's 200 back to back in the same run (2026-11-30). examples/calibrate_cost.py estimates it."""
+    return iters or max(10, min(512, (1 << 30) // size))
+
+
 def _sizes(spec: str) -> list[int]:
     from hoccl_compiler import parse_size
 
@@ -552,10 +563,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     ops = [o for o in args.collectives.split(",") if o]
     impls = _baselines(args.baselines)
     for size in _sizes(args.sizes):
-        # at least 10 calls (3 left start-up skew in 1 GiB rows) and about 1 GiB per timed batch up to 512
-        # calls: with 40 calls of 2 MiB a send/recv took 23.5 us per message in the sweep against 12.7 in
-        # profile_host's 200 back to back in the same run (2026-11-30), which we take to be the ranks' skew
-        iters = args.iters or max(10, min(512, (1 << 30) // size))
+        iters = batch_calls(size, args.iters)
         for op in ops:
             for impl in impls:
                 if impl in unavailable or (impl in ("nccl-ce", "hoccl-peer") and op == "sendrecv") or \

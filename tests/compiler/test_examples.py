@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -72,4 +74,34 @@ def test_calibrate_cost_sets_every_measured_row_beside_its_prediction(tmp_path):
     assert all(r["note"].startswith("rounds ") for r in today)  # the 5 rounds' range beside the median
     # the NIC is that host's wire in the same rounds (1 GiB, chunked writes), not the preset's 18.9 GB/s
     assert "(NIC 17.1 GB/s)" in today[0]["setting"] and today[-1]["predicted_s"] > (1 << 30) / 17.1e9
+    # the sweep's start-up skew: once per batch of calls, so 1/calls of it on each one-node row
+    from hoccl_bench.bench import batch_calls
+
+    assert all(r["skew_s"] > 0 and r["ratio_less_skew"] == r["predicted_s"] / (r["measured_s"] - r["skew_s"])
+               for r in nvlink)
+    big = [r for r in nvlink if r["size"] >= 128 << 20]
+    assert len({round(r["skew_s"], 12) for r in big}) == 1 and batch_calls(128 << 20) == 10
+    assert "against the measured time less the start skew" in out
     assert "device-bound rows within 10%" in out
+
+
+def test_calibrate_cost_start_skew_recovers_a_known_call_cost_and_skew():
+    """The fit behind the skew column: rows built as raw + c + skew / calls give back c and skew, and the eager
+    send/recv rows (4 MiB and below) are not used."""
+    sys.path.insert(0, str(EXAMPLES))
+    import calibrate_cost
+
+    from hoccl_bench.bench import batch_calls
+
+    c, skew = 14e-6, 200e-6
+    rows = []
+    for k in range(21, 31):
+        n = 1 << k
+        raw = n / 390e9
+        rows.append(dict(op="sendrecv", impl="raw", size=n, seconds=raw))
+        hoccl = raw + c + skew / batch_calls(n) + (1e-3 if n <= 4 << 20 else 0.0)  # eager rows: way off the line
+        rows.append(dict(op="sendrecv", impl="hoccl", size=n, seconds=hoccl))
+    got_c, got_skew = calibrate_cost.start_skew(rows)
+    assert abs(got_c - c) < 1e-9 and abs(got_skew - skew) < 1e-8
+    with pytest.raises(SystemExit, match="start-up skew"):
+        calibrate_cost.start_skew([r for r in rows if r["impl"] == "raw"])

@@ -65,6 +65,11 @@ def predicted(op: str, size: int, nodes: int, chunk: int, nic_gbps: float | None
     return plan.report.predicted_time_s
 
 
+def calls_of(row: dict) -> int:
+    """Calls per timed batch of a sweep row: recorded in the row since session 18, else the sweep's default."""
+    return row.get("calls") or batch_calls(row["size"])
+
+
 def start_skew(sweep_rows: list[dict]) -> tuple[float, float]:
     """(a call's cost, the start-up skew of a batch), seconds, from the sweep's send/recv rows of 8 MiB .. 1 GiB:
     HOCCL less the raw copy against 1 / calls per batch, least squares (see the module docstring)."""
@@ -73,9 +78,10 @@ def start_skew(sweep_rows: list[dict]) -> tuple[float, float]:
     t = {(r["impl"], r["size"]): r["seconds"] for r in sweep_rows if r["op"] == "sendrecv"}
     sizes = [n for (impl, n) in t if impl == "hoccl" and n > EAGER_BYTES and ("raw", n) in t]
     if len(sizes) < 2:
-        raise SystemExit("calibrate_cost: the sweep needs hoccl and raw send/recv rows above 4 MiB at 2 sizes or "
-                         "more to estimate the batches' start-up skew")
-    x = np.array([1 / batch_calls(n) for n in sizes])
+        raise ValueError("the sweep needs hoccl and raw send/recv rows above 4 MiB at 2 sizes or more to estimate "
+                         "the batches' start-up skew (hoccl-bench sweep --baselines hoccl,raw,...)")
+    calls = {r["size"]: calls_of(r) for r in sweep_rows if r["op"] == "sendrecv" and r["impl"] == "hoccl"}
+    x = np.array([1 / calls[n] for n in sizes])
     y = np.array([t[("hoccl", n)] - t[("raw", n)] for n in sizes])
     (call, skew), *_ = np.linalg.lstsq(np.c_[np.ones_like(x), x], y, rcond=None)
     return float(call), float(skew)
@@ -84,7 +90,10 @@ def start_skew(sweep_rows: list[dict]) -> tuple[float, float]:
 def rows(sweep: Path = SWEEP) -> list[dict]:
     out = []
     sweep_rows = json.loads(sweep.read_text())["rows"]
-    _, skew = start_skew(sweep_rows)
+    try:
+        _, skew = start_skew(sweep_rows)
+    except ValueError:
+        skew = None  # no skew column (main says why)
     for r in sweep_rows:
         if r["impl"] != "hoccl" or r["op"] not in ("sendrecv", "allgather", "alltoall"):
             continue
@@ -95,7 +104,7 @@ def rows(sweep: Path = SWEEP) -> list[dict]:
             note = "host-bound"
         out.append(dict(setting="1 node, NVLink", op=r["op"], size=r["size"], measured_s=r["seconds"],
                         host_us=r["host_us"], predicted_s=predicted(r["op"], r["size"], 1, 1 << 40), note=note,
-                        skew_s=skew / batch_calls(r["size"])))
+                        skew_s=None if skew is None else skew / calls_of(r)))
     by_size: dict[int, list[float]] = {}
     for path in TCP:
         for r in json.loads(path.read_text())["rows"]:
@@ -128,11 +137,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
     sweep = Path(args.sweep)
-    call, skew = start_skew(json.loads(sweep.read_text())["rows"])
     table = rows(sweep)
-    print(f"One node: the sweep's batches carry a start-up skew of {skew * 1e6:.0f} us each (a call costs "
-          f"{call * 1e6:.1f} us above the raw copy; both from the send/recv rows), {skew * 1e6 / 10:.1f} us per call "
-          "from 128 MiB up\n")
+    try:
+        call, skew = start_skew(json.loads(sweep.read_text())["rows"])
+        print(f"One node: the sweep's batches carry a start-up skew of {skew * 1e6:.0f} us each (a call costs "
+              f"{call * 1e6:.1f} us above the raw copy; both from the send/recv rows), {skew * 1e6 / 10:.1f} us per "
+              "call in a batch of 10\n")
+    except ValueError as exc:
+        print(f"One node: no start-up skew column: {exc}\n")
     print("| setting | op | size | measured us | host us per call | start skew per call us | v2 predicted us | "
           "v2 / measured | v2 / (measured - skew) | |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")

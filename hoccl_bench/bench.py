@@ -592,8 +592,8 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                 bw = size / t / 1e9
                 busbw = bw * (b.world - 1) / b.world if op != "sendrecv" else bw
                 gauge = b.max_over_ranks(cpu_gauge_us())  # the slowest rank's, as for the times
-                rows.append(dict(op=op, impl=impl, size=size, seconds=t, gbps=bw, busbw=busbw, host_us=host,
-                                 correct=ok, sms=sms, sm_kernel=kernel, sm_free=free, cpu_gauge_us=gauge,
+                rows.append(dict(op=op, impl=impl, size=size, calls=iters, seconds=t, gbps=bw, busbw=busbw,
+                                 host_us=host, correct=ok, sms=sms, sm_kernel=kernel, sm_free=free, cpu_gauge_us=gauge,
                                  cpu=current_cpu()))
                 failures.pop((impl, op), None)  # only consecutive failures count
                 b.release()

@@ -103,5 +103,5 @@ def test_calibrate_cost_start_skew_recovers_a_known_call_cost_and_skew():
         rows.append(dict(op="sendrecv", impl="hoccl", size=n, seconds=hoccl))
     got_c, got_skew = calibrate_cost.start_skew(rows)
     assert abs(got_c - c) < 1e-9 and abs(got_skew - skew) < 1e-8
-    with pytest.raises(SystemExit, match="start-up skew"):
+    with pytest.raises(ValueError, match="start-up skew"):
         calibrate_cost.start_skew([r for r in rows if r["impl"] == "raw"])

@@ -70,21 +70,39 @@ def calls_of(row: dict) -> int:
     return row.get("calls") or batch_calls(row["size"])
 
 
-def start_skew(sweep_rows: list[dict]) -> tuple[float, float]:
-    """(a call's cost, the start-up skew of a batch), seconds, from the sweep's send/recv rows of 8 MiB .. 1 GiB:
-    HOCCL less the raw copy against 1 / calls per batch, least squares (see the module docstring)."""
+def start_skew(sweep_rows: list[dict], op: str = "sendrecv") -> tuple[float, float]:
+    """(a call's cost, the start-up skew of a batch), seconds, from the sweep's ``op`` rows above 4 MiB: HOCCL
+    less the raw copy of the same size and batch length against 1 / calls per batch, least squares (see the
+    module docstring). The rows may come from several sweeps (one size timed with several ``--iters``)."""
     import numpy as np
 
-    t = {(r["impl"], r["size"]): r["seconds"] for r in sweep_rows if r["op"] == "sendrecv"}
-    sizes = [n for (impl, n) in t if impl == "hoccl" and n > EAGER_BYTES and ("raw", n) in t]
-    if len(sizes) < 2:
-        raise ValueError("the sweep needs hoccl and raw send/recv rows above 4 MiB at 2 sizes or more to estimate "
-                         "the batches' start-up skew (hoccl-bench sweep --baselines hoccl,raw,...)")
-    calls = {r["size"]: calls_of(r) for r in sweep_rows if r["op"] == "sendrecv" and r["impl"] == "hoccl"}
-    x = np.array([1 / calls[n] for n in sizes])
-    y = np.array([t[("hoccl", n)] - t[("raw", n)] for n in sizes])
+    t = {(r["impl"], r["size"], calls_of(r)): r["seconds"] for r in sweep_rows if r["op"] == op}
+    keys = [(n, c) for (impl, n, c) in t if impl == "hoccl" and n > EAGER_BYTES and ("raw", n, c) in t]
+    if len({c for _, c in keys}) < 2:
+        raise ValueError(f"the sweep needs hoccl and raw {op} rows above 4 MiB with 2 batch lengths or more to "
+                         "estimate the batches' start-up skew (hoccl-bench sweep --baselines hoccl,raw,...)")
+    x = np.array([1 / c for _, c in keys])
+    y = np.array([t[("hoccl", n, c)] - t[("raw", n, c)] for n, c in keys])
     (call, skew), *_ = np.linalg.lstsq(np.c_[np.ones_like(x), x], y, rcond=None)
     return float(call), float(skew)
+
+
+def skew_check(paths: list[Path]) -> int:
+    """The start-up skew from sweeps of one size timed with several batch lengths (scripts/device-check.sh skew):
+    per op, the call's cost and the skew, each batch length's HOCCL less raw beside the fitted line."""
+    rows_all = [r for path in paths for r in json.loads(path.read_text())["rows"]]
+    for op in dict.fromkeys(r["op"] for r in rows_all):
+        try:
+            call, skew = start_skew(rows_all, op)
+        except ValueError as exc:
+            print(f"{op}: {exc}")
+            continue
+        t = {(r["impl"], r["size"], calls_of(r)): r["seconds"] for r in rows_all if r["op"] == op}
+        points = sorted((n, c) for (impl, n, c) in t if impl == "hoccl" and ("raw", n, c) in t)
+        cells = ", ".join(f"{c} calls {(t[('hoccl', n, c)] - t[('raw', n, c)]) * 1e6:.1f} us "
+                          f"(fit {(call + skew / c) * 1e6:.1f})" for n, c in points)
+        print(f"{op}: call {call * 1e6:.1f} us + skew {skew * 1e6:.0f} us / calls; HOCCL less raw: {cells}")
+    return 0
 
 
 def rows(sweep: Path = SWEEP) -> list[dict]:
@@ -135,7 +153,11 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", default=str(SWEEP), help="a hoccl-bench sweep.json of 2 GPUs of one node (default: the "
                    "eleventh session's run 2)")
     p.add_argument("--json", default=None, help="also write the rows here")
+    p.add_argument("--skew-from", nargs="+", default=None, metavar="SWEEP.json",
+                   help="only fit the start-up skew from these sweeps (one size, several --iters) and print it")
     args = p.parse_args(argv)
+    if args.skew_from:
+        return skew_check([Path(x) for x in args.skew_from])
     sweep = Path(args.sweep)
     table = rows(sweep)
     try:

@@ -40,7 +40,10 @@ class CostParams(BaseModel):
     * ``nic_start_us``: each chunk a NIC queue posts. Not measured (no RDMA NIC here); 0 by default, and the TCP
       path's per-write costs are inside its measured bandwidth.
     * ``call_us``: a call's start on one node, before any copy: the rendezvous of the ranks (two cross-GPU flag
-      round trips). 16.8 us on the 2x H200: send/recv 8-64 MiB took 17-19 us more than the same raw copy.
+      round trips). 14.8 us on the 2x H200: in the eleventh session's sweep, HOCCL's call less the same raw copy
+      fits this cost + a start-up skew / calls per timed batch (examples/calibrate_cost.py), 8 MiB .. 1 GiB:
+      13.6, 14.7 and 16.0 us for send/recv, AllGather and All-to-All, their mean. (Until session 18: 16.8, the
+      send/recv gap at 8-64 MiB, which carried 1.5-12 us of that skew.)
     * ``net_call_us``: the start of a plan with network transfers (the first chunk's staging, the last one's
       landing, the end-of-run notices between nodes); ``stage_sync_us``: each further stage. The network executor
       has no barrier between stages (each GPU's rings hand their slots from one stage's flow to the next), so this
@@ -67,7 +70,7 @@ class CostParams(BaseModel):
 
     dma_start_us: float = Field(default=2.5, ge=0, allow_inf_nan=False)
     nic_start_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    call_us: float = Field(default=16.8, ge=0, allow_inf_nan=False)
+    call_us: float = Field(default=14.8, ge=0, allow_inf_nan=False)
     net_call_us: float = Field(default=871.0, ge=0, allow_inf_nan=False)
     stage_sync_us: float = Field(default=381.0, ge=0, allow_inf_nan=False)
     nvlink_duplex: float = Field(default=1.026, ge=1, allow_inf_nan=False)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
 #   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [sweepq] [internode] [netcurves] [contention]
-#                                                          [torch] [onegpu] [torchbench] [fsdpcompare] [netcosts] [calibrate]
+#                                                          [torch] [onegpu] [torchbench] [fsdpcompare] [netcosts] [calibrate] [skew]
 # torch: the torch integration's GPU tests (every rank on GPU 0: runs on the 1-GPU machine too); onegpu: every GPU
 # test that runs on one GPU (torch, start-up, hardening, the 2-process communicator's checks); torchbench: host
 # time per AllGather call (hook, communicator, backend) and train_fsdp's tokens/s; fsdpcompare (2+ GPUs): HOCCL
 # against NCCL and NCCL's copy-engine mode in FSDP2 training, interleaved rounds; netcosts: the network path's call
 # and per-stage costs (the cost model v2's net_call_us and stage_sync_us); calibrate (after sweep): the cost model
-# v2's predictions beside this run's sweep rows.
+# v2's predictions beside this run's sweep rows; skew: the sweep's start-up skew, one size timed with 10, 40 and 160
+# calls per batch (a call's cost + skew / calls: calibrate_cost.py --skew-from).
 # Each part is bounded in time; a summary of every part is printed last. CONTENTION_ARGS replaces the
 # contention part's arguments (CONTENTION_S its time bound in seconds).
 set -u
@@ -48,6 +49,10 @@ for p in $parts; do
               tests/gpu/test_gpu_links.py ;;
     netcosts) run_part netcosts 200 bash -c "python examples/measure_net_costs.py --json $OUT/net_host.json && \
                 python examples/measure_net_costs.py --gpu --json $OUT/net_gpu.json" ;;
+    skew) for it in 10 40 160; do  # the sweep's start-up skew: one size, three batch lengths (calibrate_cost.py)
+            run_part "skew$it" 200 torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench sweep --sizes 64MiB \
+              --baselines hoccl,raw --iters "$it" --sm-size 0 --out "$OUT/skew-$it"; done
+          run_part skew 60 python examples/calibrate_cost.py --skew-from "$OUT"/skew-*/sweep.json ;;
     calibrate) run_part calibrate 120 python examples/calibrate_cost.py --sweep "$OUT/sweep.json" \
                  --json "$OUT/calibration.json" ;;
     torchbench) run_part torchbench 300 bash -c "torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py --share-gpu \

@@ -105,3 +105,24 @@ def test_calibrate_cost_start_skew_recovers_a_known_call_cost_and_skew():
     assert abs(got_c - c) < 1e-9 and abs(got_skew - skew) < 1e-8
     with pytest.raises(ValueError, match="start-up skew"):
         calibrate_cost.start_skew([r for r in rows if r["impl"] == "raw"])
+
+
+def test_calibrate_cost_skew_from_sweeps_of_one_size_with_several_batch_lengths(tmp_path):
+    """--skew-from: sweeps of one size timed with 10, 40 and 160 calls a batch (rows recording their calls), as
+    scripts/device-check.sh skew makes them; the fit gives back the call cost and the skew per op."""
+    import json
+
+    files = []
+    for calls in (10, 40, 160):
+        rows = []
+        for op, c, skew in (("sendrecv", 14e-6, 190e-6), ("allgather", 15e-6, 210e-6)):
+            raw = (64 << 20) / 390e9
+            rows.append(dict(op=op, impl="raw", size=64 << 20, calls=calls, seconds=raw))
+            rows.append(dict(op=op, impl="hoccl", size=64 << 20, calls=calls, seconds=raw + c + skew / calls))
+        path = tmp_path / f"skew-{calls}.json"
+        path.write_text(json.dumps({"rows": rows}))
+        files.append(str(path))
+    out = run("calibrate_cost.py", "--skew-from", *files)
+    assert "sendrecv: call 14.0 us + skew 190 us / calls" in out
+    assert "allgather: call 15.0 us + skew 210 us / calls" in out
+    assert "160 calls 15.2 us (fit 15.2)" in out  # 14 + 190/160 = 15.19

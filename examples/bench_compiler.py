@@ -6,7 +6,8 @@
 Prints markdown tables (docs/benchmarks.md holds a recorded run). Ratios are times over the port model's lower
 bound (hoccl_compiler.cost): the plan's stages in the port model alone (the decomposition: target <= 1.05), and
 the plan, everything at once and naive rounds under the cost model v2 (chunk starts, serial queues, pipeline
-fill and drain, convergence, the call's start and the network barrier between stages).
+fill and drain, convergence, the call's start and the network transfers' host work), and the same with the host's
+costs at 0 (the device side alone).
 """
 
 from __future__ import annotations
@@ -39,10 +40,21 @@ def workloads(G: int):
     yield "sendrecv i->i+1 256 MiB", CollectiveSpec(kind="sendrecv", size_bytes=256 << 20)
 
 
-def quality(gpu_counts: list[int]) -> list[dict]:
+# the host's part of v2 (the calls, the staging, the network transfers' protocol work), for the device-side table
+HOST_COSTS = dict(call_us=0.0, net_call_us=0.0, net_flow_us=0.0, stage_sync_us=0.0, net_staging_gbps=0.0)
+
+
+def topology(G: int, device_only: bool = False):
+    topo = make_topology("paper-h800", nodes=G // 8)
+    if device_only:
+        topo = topo.model_copy(update={"costs": topo.costs.model_copy(update=HOST_COSTS)})
+    return topo
+
+
+def quality(gpu_counts: list[int], device_only: bool = False) -> list[dict]:
     rows = []
     for G in gpu_counts:
-        topo = make_topology("paper-h800", nodes=G // 8)
+        topo = topology(G, device_only)
         for name, spec in workloads(G):
             start = time.perf_counter()
             plan = compile_plan(topo, spec)
@@ -156,14 +168,19 @@ def main(argv=None) -> int:
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; "
           f"date {time.strftime('%Y-%m-%d')}")
-    rows = quality([16] if args.quick else [16, 64, 256])
-    print("\n| GPUs | workload | stages | chunk | stages in the port model / bound | v2: plan / bound "
-          "| v2: everything at once / bound | v2: naive rounds / bound | compile s |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['gpus']} | {r['workload']} | {r['stages']} | {r['chunk'] >> 10} KiB | {r['ports']:.4f} | "
-              f"{r['ratio']:.3f} | {r['at_once']:.3f} | {r['naive']:.3f} | {r['seconds']:.2f} |")
-    print("\nstages for skewed traffic (--max-extra-time; auto: the stages that pay for their barrier under v2), "
+    counts = [16] if args.quick else [16, 64, 256]
+    for device_only in (False, True):
+        rows = quality(counts, device_only)
+        if device_only:
+            print("\nthe same under v2 with the host's costs at 0 (calls, staging, network transfers: the device "
+                  "side alone):")
+        print("\n| GPUs | workload | stages | chunk | stages in the port model / bound | v2: plan / bound "
+              "| v2: everything at once / bound | v2: naive rounds / bound | compile s |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['gpus']} | {r['workload']} | {r['stages']} | {r['chunk'] >> 10} KiB | {r['ports']:.4f} | "
+                  f"{r['ratio']:.3f} | {r['at_once']:.3f} | {r['naive']:.3f} | {r['seconds']:.2f} |")
+    print("\nstages for skewed traffic (--max-extra-time; auto: the cut with the least v2 time), "
           "Zipf(1.1) All-to-Allv:\n")
     print("| GPUs | max extra time | stages | port model / bound | v2 / bound | compile s |")
     print("|---:|---:|---:|---:|---:|---:|")

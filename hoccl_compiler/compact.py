@@ -70,7 +70,7 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
     from .ir import CompileOptions, CompileState, Costing, Schedule
     from .passes import chunks, expand, traffic
     from .passes import plan as plan_pass
-    from .schema import PlanOptions, Report
+    from .schema import PlanOptions, Report, plan_id_of_json
     from .topology import Topology
 
     try:
@@ -128,6 +128,11 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
     plan_opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time)
     plan = plan_pass.run(state, plan_opts).plan
     if plan.plan_id != data.get("plan_id"):
-        raise PlanError(f"{source}: its plan_id {data.get('plan_id')!r} is not the id of its topology, collective "
-                        f"and options ({plan.plan_id}); the file was edited or is corrupt: recompile it")
+        # a file written before a topology field was added hashes to its id as written (the new field's default
+        # filled in on reading); an edited one does not
+        if plan_id_of_json(data["topology"], data["collective"], data["options"]) != data.get("plan_id"):
+            raise PlanError(f"{source}: its plan_id {data.get('plan_id')!r} is not the id of its topology, "
+                            f"collective and options ({plan.plan_id}); the file was edited or is corrupt: recompile "
+                            "it")
+        plan = plan.model_copy(update={"plan_id": data["plan_id"]})
     return plan.model_copy(update={"generator": str(data.get("generator", plan.generator))})

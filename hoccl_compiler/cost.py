@@ -29,7 +29,7 @@ from .ir import LOCAL, RDMA
 from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "stage_times_v2",
-           "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s"]
+           "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "node_flows"]
 
 
 def port_capacity(topo: Topology) -> np.ndarray:
@@ -124,10 +124,11 @@ def _max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarr
 #             chunks, or, where its queue carries other transfers too, the queue's time until its last chunk's
 #             turn (queue time x (n - 1) / n for n chunks);
 #
-# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync  (network plans: net_call_us plus the host
-# staging's fill and drain, :func:`staging_fill_s`, and stage_sync_us per further stage; plans within one node
-# call_us and no barrier). hoccl_compiler.simulate runs the same queues
-# chunk by chunk with ports shared max-min fairly; the two agree within 5% on the plans in
+# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync + (flows - 1) * net_flow  (network plans:
+# net_call_us plus the host staging's fill and drain, :func:`staging_fill_s`, stage_sync_us per further stage (0:
+# our network executor has no barrier) and net_flow_us per further network transfer of the busiest node,
+# :func:`node_flows`; plans within one node call_us, no barrier and no flow cost). hoccl_compiler.simulate runs the
+# same queues chunk by chunk with ports shared max-min fairly; the two agree within 5% on the plans in
 # tests/compiler/test_cost_v2.py, and v2's predictions are compared with measured runs in docs/benchmarks.md.
 
 QUEUE_CLASS = np.array([1, 0, 0, 3, 2])  # per role: 0 dma (native, send_forward), 1 local, 2 recv, 3 nic
@@ -282,16 +283,31 @@ def staging_fill_s(topo: Topology, chunk_bytes: int, role: np.ndarray, nbytes: n
     return 2 * min(chunk_bytes, int(np.asarray(nbytes)[rdma].max())) / (rate * 1e9)
 
 
+def node_flows(topo: Topology, role: np.ndarray, src: np.ndarray, dst: np.ndarray) -> int:
+    """The network transfers of the busiest node: max over nodes of the transfers its GPUs send, or receive
+    (whichever more), over the whole plan (``costs.net_flow_us`` each after the first)."""
+    rdma = np.asarray(role) == RDMA
+    if not rdma.any():
+        return 0
+    L, N = topo.gpus_per_node, topo.nodes
+    sends = np.bincount(np.asarray(src)[rdma] // L, minlength=N)
+    recvs = np.bincount(np.asarray(dst)[rdma] // L, minlength=N)
+    return int(max(sends.max(), recvs.max()))
+
+
 def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: float | None = None,
-                 fill_s: float = 0.0) -> tuple[float, dict[str, float]]:
+                 fill_s: float = 0.0, flows: int = 0) -> tuple[float, dict[str, float]]:
     """A plan's v2 time from its stage times, and its parts: the call's start (network plans: with the staging's
-    ``fill_s``, :func:`staging_fill_s`), the stages, the barriers between stages (``sync_s`` each: by default the
-    network barrier for network plans, none within a node)."""
+    ``fill_s``, :func:`staging_fill_s`), the stages, the barriers between stages (``sync_s`` each: by default
+    ``costs.stage_sync_us`` for network plans, none within a node) and, for network plans, ``costs.net_flow_us``
+    for each of the busiest node's ``flows`` network transfers after the first (:func:`node_flows`)."""
     n = int(np.asarray(stage_s).size)
     c = topo.costs
     call = ((c.net_call_us * 1e-6 + fill_s) if network else c.call_us * 1e-6) if n else 0.0
     if sync_s is None:
         sync_s = c.stage_sync_us * 1e-6 if network else 0.0
     sync = sync_s * max(0, n - 1)
+    per_flow = c.net_flow_us * 1e-6 * max(0, flows - 1) if network and n else 0.0
     stages = float(np.sum(stage_s))
-    return call + stages + sync, {"call_s": call, "stages_s": stages, "stage_sync_s": sync}
+    return call + stages + sync + per_flow, {"call_s": call, "stages_s": stages, "stage_sync_s": sync,
+                                             "net_flows_s": per_flow}

@@ -217,7 +217,9 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
         for l_shift, amount in entries:
             offsets[l_shift] = offsets.get(l_shift, 0) + amount
     fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
-    predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill)
+    # every RDMA stage is a shift: one transfer per GPU each way, so the busiest node sends L per stage
+    flows = topology.gpus_per_node * len(shifts)
+    predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill, flows=flows)
     # the port model's bound: every GPU's ports carry the same totals
     nic = float((topology.nodes - 1) * topology.gpus_per_node * c)
     peers = np.asarray(topology.peer_array())
@@ -339,7 +341,8 @@ def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
         "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in rep.lower_bound_by_domain_s.items())
         + ")",
         f"             (v2: call {_us(parts.get('call_s', 0.0))} + stages {_us(parts.get('stages_s', 0.0))} + barriers "
-        f"{_us(parts.get('stage_sync_s', 0.0))}; the stages in the port model alone {_us(parts.get('ports', 0.0))})",
+        f"{_us(parts.get('stage_sync_s', 0.0))} + network transfers {_us(parts.get('net_flows_s', 0.0))}; the stages "
+        f"in the port model alone {_us(parts.get('ports', 0.0))})",
         "",
         f"{'stage':>6} {'time':>12}  RDMA shift (node, local)   native (local shift: bytes)",
     ]

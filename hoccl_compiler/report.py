@@ -128,8 +128,9 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
     ]
     if "breakdown_s" in s:
         p = s["breakdown_s"]
+        flows = f" + network transfers {_us(p['net_flows_s'])}" if p.get("net_flows_s") else ""
         lines.append(f"             ({s['cost_model']}: call {_us(p['call_s'])} + stages {_us(p['stages_s'])} + "
-                     f"barriers {_us(p['stage_sync_s'])}; the stages in the port model alone {_us(p['ports'])})")
+                     f"barriers {_us(p['stage_sync_s'])}{flows}; the stages in the port model alone {_us(p['ports'])})")
     if b["local"]:  # measured on driver 580 / CUDA 13.0 (hoccl_bench.smfree, docs/architecture.md)
         local = format_bytes(b["local"])
         avoid = "compile --in-place for allgather or gather" + (

@@ -27,7 +27,8 @@ from .topology import Topology
 
 __all__ = [
     "SCHEMA_VERSION", "Plan", "Stage", "TransferTable", "QueueTable", "FlowTable", "RankBuffers",
-    "PlanOptions", "Report", "Baselines", "RoleInfo", "PLAN_ROLES", "plan_id_for", "load_plan", "save_plan",
+    "PlanOptions", "Report", "Baselines", "RoleInfo", "PLAN_ROLES", "plan_id_for", "plan_id_of_json", "load_plan",
+    "save_plan",
     "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT",
 ]
 
@@ -185,11 +186,15 @@ class Plan(_Model):
 
 def plan_id_for(topology: Topology, collective: CollectiveSpec, options: PlanOptions) -> str:
     """A stable id hashed from the inputs (no timestamps, no randomness)."""
-    payload = json.dumps(
-        {"schema_version": SCHEMA_VERSION, "topology": topology.model_dump(mode="json"),
-         "collective": collective.model_dump(mode="json"), "options": options.model_dump(mode="json")},
-        sort_keys=True, separators=(",", ":"),
-    )
+    return plan_id_of_json(topology.model_dump(mode="json"), collective.model_dump(mode="json"),
+                           options.model_dump(mode="json"))
+
+
+def plan_id_of_json(topology: dict, collective: dict, options: dict) -> str:
+    """:func:`plan_id_for` of the inputs as a plan file holds them: a file written before a topology field was
+    added (with its default) hashes to its own id here, not under today's model."""
+    payload = json.dumps({"schema_version": SCHEMA_VERSION, "topology": topology, "collective": collective,
+                          "options": options}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

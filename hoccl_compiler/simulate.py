@@ -11,8 +11,9 @@ is one copy engine (or one NIC queue pair): it moves one chunk at a time, in its
   recomputed at every start and end, so several queues sending to one destination split its in-port; a GPU whose
   NVLink moves chunks both ways at that moment has ``costs.nvlink_duplex`` less bandwidth each way;
 * stages run one after the other, each after the barrier of :func:`hoccl_compiler.cost.plan_time_v2` (network
-  plans), the whole after the call's start (network plans: with the host staging's fill and drain): the same
-  composition as the cost model v2, so the two compare stage by stage.
+  plans), the whole after the call's start (network plans: with the host staging's fill and drain) and with the
+  network transfers' host cost (``costs.net_flow_us``): the same composition as the cost model v2, so the two
+  compare stage by stage.
 
 With zero start costs a schedule whose queues keep their ports busy meets the
 lower bound; destination hot spots (every GPU sending to the same one first) and serial engines show up as
@@ -30,7 +31,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import _max_min_rates, duplex_capacity, has_network, piece_ports, plan_time_v2, port_capacity, staging_fill_s
+from .cost import (
+    _max_min_rates,
+    duplex_capacity,
+    has_network,
+    node_flows,
+    piece_ports,
+    plan_time_v2,
+    port_capacity,
+    staging_fill_s,
+)
 from .errors import PlanError
 from .ir import RDMA
 from .schema import Plan
@@ -126,5 +136,7 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
     network = any(has_network(np.asarray(st.transfers.role)) for st in plan.stages)
     fill = max((staging_fill_s(topo, chunk, np.asarray(st.transfers.role), np.asarray(st.transfers.bytes))
                 for st in plan.stages), default=0.0)
-    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill)
+    cols = [np.concatenate([np.asarray(getattr(st.transfers, c), np.int64) for st in plan.stages] or [np.zeros(0)])
+            for c in ("role", "src", "dst")]
+    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill, flows=node_flows(topo, *cols))
     return Simulation(total, tuple(stage_times), n_chunks_total)

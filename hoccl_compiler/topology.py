@@ -45,16 +45,22 @@ class CostParams(BaseModel):
       13.6, 14.7 and 16.0 us for send/recv, AllGather and All-to-All, their mean. (Until session 18: 16.8, the
       send/recv gap at 8-64 MiB, which carried 1.5-12 us of that skew.)
     * ``net_call_us``: the start of a plan with network transfers (the first chunk's staging, the last one's
-      landing, the end-of-run notices between nodes); ``stage_sync_us``: each further stage. The network executor
-      has no barrier between stages (each GPU's rings hand their slots from one stage's flow to the next), so this
-      is what the protocol's host work adds per stage and peer node. Measured with examples/measure_net_costs.py
-      (GPU node executors joined by the TCP transport as the network communicators set them up, 2..5 "nodes" as
-      processes of one host, an All-to-All of N - 1 stages, a fit over the number of stages: 871 us and 381 us on
-      the 1x H200 host; the run is in docs/benchmarks.md). Not modelled: the cost grows with the flows one node's
-      driving thread carries in a stage (2 nodes of 1, 2, 4 GPUs: 1177 us per further stage). They are
-      our runtime's host-driven protocol more than the wire: no RDMA NIC has been measured, and the RDMA presets
-      keep these figures until one is (give yours in a topology file). Plans within one node have no barrier
-      either: each queue runs on into the next stage, held only by chunk dependencies.
+      landing, the end-of-run notices between nodes); ``net_flow_us``: each further network transfer of the
+      busiest node (the most transfers its GPUs send, or receive), which the node's one driving thread handles
+      in turn; ``stage_sync_us``: a barrier between two stages. Measured with examples/measure_net_costs.py (GPU
+      node executors joined by the TCP transport as the network communicators set them up, 2..5 "nodes" as
+      processes of one host, an All-to-All of N - 1 stages of one transfer per node each way, a fit over N:
+      871 us and 381 us on the 1x H200 host, session 16; 830 and 382 in session 18). The same All-to-All with
+      its stages merged into one took what its N - 1 stages take (docs/results/2026-12-01-s18/merged_gpu.txt:
+      916 / 1481 / 1775 / 2057 us against 862 / 1235 / 1775 / 2267), so the 381 us is per transfer, not a
+      barrier: the network executor has none (each GPU's rings hand their slots from one stage's flow to the
+      next), and ``stage_sync_us`` is 0 (until session 18 v2 charged the 381 us per stage). Two nodes of 2 and 4
+      GPUs (2 and 4 stages of 2 and 4 transfers per node): 1835 and 4149 us measured, v2 2038 and 6627 (every
+      rank on one GPU there: v2 over-charges nodes of several GPUs, by 1.6x at 4). They are our runtime's
+      host-driven protocol more than the wire: no RDMA NIC has been measured, and the RDMA presets keep these
+      figures until one is (give yours in a topology file).
+      Plans within one node have no barrier either: each queue runs on into the next stage, held only by chunk
+      dependencies.
     * ``nvlink_duplex``: a GPU's NVLink moving data both ways at once runs each way this much slower. 1.026 on the
       2x H200: the raw copy-engine AllGather (both directions) against a one-way raw copy of the same bytes per
       direction, 32 MiB .. 1 GiB, in the eleventh session's sweep (1.020-1.071, median 1.026).
@@ -72,7 +78,8 @@ class CostParams(BaseModel):
     nic_start_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     call_us: float = Field(default=14.8, ge=0, allow_inf_nan=False)
     net_call_us: float = Field(default=871.0, ge=0, allow_inf_nan=False)
-    stage_sync_us: float = Field(default=381.0, ge=0, allow_inf_nan=False)
+    net_flow_us: float = Field(default=381.0, ge=0, allow_inf_nan=False)
+    stage_sync_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     nvlink_duplex: float = Field(default=1.026, ge=1, allow_inf_nan=False)
     net_staging_gbps: float = Field(default=22.0, ge=0, allow_inf_nan=False)
 

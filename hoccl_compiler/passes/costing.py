@@ -7,6 +7,8 @@ the plan's, and the two simpler schedules it is compared with, costed the same w
   domains), the rounds one after the other, each round after a synchronisation: the network barrier
   (``stage_sync_us``) where the plan has network transfers, a rendezvous (``call_us``) within one node.
 
+All three pay ``net_flow_us`` per further network transfer of their busiest node (each flow whole is one).
+
 The report keeps the port model's lower bound (no schedule beats it) beside them.
 """
 
@@ -28,7 +30,8 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     stages = cost.stage_times_v2(topo, ch.chunk_bytes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst, ch.tr_bytes,
                                  ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
     predicted, parts = cost.plan_time_v2(topo, stages.time_s, network,
-                                         fill_s=cost.staging_fill_s(topo, ch.chunk_bytes, ch.tr_role, ch.tr_bytes))
+                                         fill_s=cost.staging_fill_s(topo, ch.chunk_bytes, ch.tr_role, ch.tr_bytes),
+                                         flows=cost.node_flows(topo, ch.tr_role, ch.tr_src, ch.tr_dst))
     bound, per_domain = cost.lower_bound(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
     report = {
         "predicted_time_s": predicted,
@@ -67,5 +70,6 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
     entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb)
     times = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S).time_s
     total, _ = cost.plan_time_v2(topo, times, cost.has_network(role), sync_s,
-                                 fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb))
+                                 fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb),
+                                 flows=cost.node_flows(topo, role, src, dst))
     return total, times

@@ -16,8 +16,11 @@
    together is optimal: its time is the busiest port's load), or joins the last RDMA stage where the cost model
    v2 says the barrier before a stage of its own costs more than that stage would save.
    The RDMA stages themselves stay matchings: the network executor runs one flow per NIC and direction at a
-   time. Their number is the peel's, less the tail that ``fewer_stages`` sends whole where the barriers it saves
-   are worth more than the time it adds (or the ``max_extra_time`` fraction allows).
+   time. Merging them would save nothing in v2 (``costs.stage_sync_us`` is 0: the executor has no barrier, and
+   an All-to-All merged into one stage ran as long as its N - 1 stages, session 18). Their number is the peel's,
+   less the tail that ``fewer_stages`` sends whole where the network transfers it saves (a flow split over k
+   stages is k of them, ``costs.net_flow_us`` each on the busiest node) are worth more than the time it adds
+   (or the ``max_extra_time`` fraction allows).
 5. Local copies ride in the first stage (they are not costed).
 """
 
@@ -135,10 +138,12 @@ TAILS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005)
 
 
 def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: float | None,
-                 stage_cost_bytes: float = 0.0) -> list[WeightedMatching]:
+                 stage_cost_bytes: float = 0.0, flow_cost_bytes: float = 0.0,
+                 node_of: np.ndarray | None = None) -> list[WeightedMatching]:
     """Trade RDMA time for fewer stages: at most a fraction ``max_extra_time`` of it, or (None) whatever the cost
     model v2 says a stage's barrier is worth (``stage_cost_bytes``: the barrier's time in bytes of the busiest
-    NIC).
+    NIC) and each network transfer of the busiest node (``flow_cost_bytes``, the same way; ``node_of[gpu]``: its
+    node; a flow split over k stages is k transfers).
 
     The time-optimal peel ends in many stages that move almost nothing: a GPU with d destinations
     needs at least d stages, and the peel makes several times that. Here the peel is cut where a
@@ -149,13 +154,21 @@ def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: flo
     """
     full = [(np.full(a.size, w, np.int64), a, b) for w, a, b in peeled]
     if not peeled or (max_extra_time is not None and max_extra_time <= 0) or \
-            (max_extra_time is None and stage_cost_bytes <= 0):
+            (max_extra_time is None and stage_cost_bytes <= 0 and flow_cost_bytes <= 0):
         return full
+
+    def fixed(stages: list) -> float:  # the stages' barriers and the busiest node's transfers, in bytes
+        if not flow_cost_bytes or node_of is None:
+            return stage_cost_bytes * len(stages)
+        sends = np.bincount(np.concatenate([node_of[a] for _, a, _ in stages]), minlength=int(node_of.max()) + 1)
+        recvs = np.bincount(np.concatenate([node_of[b] for _, _, b in stages]), minlength=int(node_of.max()) + 1)
+        return stage_cost_bytes * len(stages) + flow_cost_bytes * max(int(sends.max()), int(recvs.max()))
+
     nonzero = matrix > 0
     if len(peeled) <= max(int(nonzero.sum(axis=1).max()), int(nonzero.sum(axis=0).max())):
         return full  # as few stages as a GPU has destinations (or sources): no cut can make fewer
     top = sum(w for w, _, _ in peeled)
-    best, best_cost = full, top + stage_cost_bytes * len(full)
+    best, best_cost = full, top + fixed(full)
     for tail in TAILS:
         residual = matrix.copy()
         moved, prefix = 0, []
@@ -169,8 +182,9 @@ def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: flo
         time = moved + sum(int(w.max()) for w, _, _ in rest)
         count = len(prefix) + len(rest)
         if max_extra_time is None:
-            if time + stage_cost_bytes * count < best_cost:
-                best, best_cost = prefix + rest, time + stage_cost_bytes * count
+            cut = time + fixed(prefix + rest)
+            if cut < best_cost:
+                best, best_cost = prefix + rest, cut
         elif time <= (1 + max_extra_time) * top and count < len(best):
             best = prefix + rest
             break  # tails are tried largest first: the first that fits cuts the most
@@ -214,9 +228,11 @@ def run(state: CompileState, options: CompileOptions,
     peeled = uniform_matchings(rdma_matrix, topo.gpus_per_node, across=True)
     if peeled is None:
         peeled = peel_matchings(rdma_matrix, progress)
-    # a network barrier between two stages, in bytes of the NIC's time (the cost model v2's stage_sync_us)
-    barrier_bytes = topo.costs.stage_sync_us * 1e-6 * topo.nic_gbps * 1e9
-    rdma_stages = fewer_stages(rdma_matrix, peeled, options.max_extra_time, barrier_bytes)
+    # a network barrier between two stages and a network transfer's host cost, in bytes of the NIC's time (the
+    # cost model v2's stage_sync_us and net_flow_us)
+    nic_Bps = topo.nic_gbps * 1e9
+    rdma_stages = fewer_stages(rdma_matrix, peeled, options.max_extra_time, topo.costs.stage_sync_us * 1e-6 * nic_Bps,
+                               topo.costs.net_flow_us * 1e-6 * nic_Bps, np.arange(G) // topo.gpus_per_node)
 
     records_stage: list[np.ndarray] = []
     records_flow: list[np.ndarray] = []

@@ -83,6 +83,23 @@ def test_a_tampered_compact_file_is_refused_with_the_reason(plan, tamper, match)
         plan_from_json(json.dumps(data))
 
 
+def test_a_compact_file_from_before_a_topology_field_reads_with_its_own_id(plan):
+    """A compact file written before a topology cost existed (its writer hashed the topology without it) reads:
+    the new field takes its default and the file keeps its id; an edit to what it holds is still refused."""
+    from hoccl_compiler.schema import plan_id_of_json
+
+    data = _compact(plan)
+    del data["topology"]["costs"]["net_flow_us"]  # as a session-17 compiler wrote it
+    data["plan_id"] = plan_id_of_json(data["topology"], data["collective"], data["options"])
+    old = plan_from_json(json.dumps(data))
+    assert old.plan_id == data["plan_id"] != plan.plan_id
+    assert old.topology.costs.net_flow_us == plan.topology.costs.net_flow_us
+    assert old.stages == plan.stages
+    data["topology"]["nic_gbps"] = 51.0
+    with pytest.raises(PlanError, match="edited or is corrupt"):
+        plan_from_json(json.dumps(data))
+
+
 def test_a_shifted_segment_reads_but_fails_verification(plan):
     data = _compact(plan)
     data["stages"][0]["segments"]["offset"][0] += 4096

@@ -154,7 +154,7 @@ def test_uniform_collectives_reach_the_bound(kind):
     assert rep.cost_model == "v2"
     assert rep.lower_bound_s <= rep.breakdown_s["ports"] <= 1.05 * rep.lower_bound_s
     assert rep.predicted_time_s == pytest.approx(rep.breakdown_s["call_s"] + rep.breakdown_s["stages_s"]
-                                                 + rep.breakdown_s["stage_sync_s"])
+                                                 + rep.breakdown_s["stage_sync_s"] + rep.breakdown_s["net_flows_s"])
     assert rep.predicted_time_s >= rep.breakdown_s["ports"] + rep.breakdown_s["call_s"]
     assert rep.baselines is not None
     assert rep.baselines.naive_rounds_s >= rep.predicted_time_s

@@ -2,6 +2,9 @@
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
 #   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [sweepq] [internode] [netcurves] [contention]
 #                                                          [torch] [onegpu] [torchbench] [fsdpcompare] [netcosts] [calibrate] [skew]
+# fsdpcompare / fsdptcp: train_fsdp.py, HOCCL against NCCL, one node over NVLink / each GPU its own node over TCP
+# (NCCL on its socket transport); FSDP_SIZE, FSDP_REDUCE (nccl|hoccl), FSDP_STEPS, FSDP_REPEATS, FSDP_COMMS,
+# FSDP_EXTRA (more flags, e.g. --share-gpu on one GPU) and FSDP_S (the part's seconds) set each run.
 # torch: the torch integration's GPU tests (every rank on GPU 0: runs on the 1-GPU machine too); onegpu: every GPU
 # test that runs on one GPU (torch, start-up, hardening, the 2-process communicator's checks); torchbench: host
 # time per AllGather call (hook, communicator, backend) and train_fsdp's tokens/s; fsdpcompare (2+ GPUs): HOCCL
@@ -58,8 +61,14 @@ for p in $parts; do
     torchbench) run_part torchbench 300 bash -c "torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py --share-gpu \
                   && torchrun --nproc_per_node 2 examples/train_fsdp.py --size 350m --steps 8 --share-gpu \
                   --json $OUT/train_fsdp_shared.json" ;;
-    fsdpcompare) run_part fsdpcompare 500 torchrun --nproc_per_node "$NGPU" examples/train_fsdp.py --size 1.3b --batch 2 \
-                   --steps 6 --repeats 3 --comm hoccl,nccl,nccl-ce --json "$OUT/train_fsdp_compare.json" ;;
+    fsdpcompare) run_part fsdpcompare "${FSDP_S:-500}" torchrun --nproc_per_node "$NGPU" examples/train_fsdp.py \
+                   --size "${FSDP_SIZE:-1.3b}" --batch 2 --steps "${FSDP_STEPS:-6}" --repeats "${FSDP_REPEATS:-3}" \
+                   --comm "${FSDP_COMMS:-hoccl,nccl,nccl-ce}" --reduce "${FSDP_REDUCE:-nccl}" \
+                   --json "$OUT/train_fsdp_compare-${FSDP_SIZE:-1.3b}-${FSDP_REDUCE:-nccl}.json" ;;
+    fsdptcp) run_part fsdptcp "${FSDP_S:-500}" bash scripts/fsdp-tcp.sh --size "${FSDP_SIZE:-1.3b}" --batch 2 \
+               --steps "${FSDP_STEPS:-6}" --repeats "${FSDP_REPEATS:-3}" --comm "${FSDP_COMMS:-hoccl,nccl}" \
+               --reduce "${FSDP_REDUCE:-nccl}" ${FSDP_EXTRA:-} \
+               --json "$OUT/train_fsdp_tcp-${FSDP_SIZE:-1.3b}-${FSDP_REDUCE:-nccl}.json" ;;
     *) summary+=("$p: unknown part") ;;
   esac
 done

@@ -185,8 +185,8 @@ def main(argv=None) -> int:
     print("| GPUs | max extra time | stages | port model / bound | v2 / bound | compile s |")
     print("|---:|---:|---:|---:|---:|---:|")
     exact = []  # the time-optimal peel's plans (max extra time 0): the decomposition's own quality
-    for G in ([16] if args.quick else [16, 64, 256]):
-        topo = make_topology("paper-h800", nodes=G // 8)
+    for G in counts:
+        topo = topology(G)
         mat = zipf_matrix(G, mean_pair_bytes=(1 << 30) // G, seed=G)
         spec = CollectiveSpec(kind="alltoallv", matrix=tuple(map(tuple, mat.tolist())))
         for extra in (0.0, 0.01, 0.05, None):

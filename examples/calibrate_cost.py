@@ -76,15 +76,21 @@ def start_skew(sweep_rows: list[dict], op: str = "sendrecv") -> tuple[float, flo
     module docstring). The rows may come from several sweeps (one size timed with several ``--iters``)."""
     import numpy as np
 
-    t = {(r["impl"], r["size"], calls_of(r)): r["seconds"] for r in sweep_rows if r["op"] == op}
-    keys = [(n, c) for (impl, n, c) in t if impl == "hoccl" and n > EAGER_BYTES and ("raw", n, c) in t]
-    if len({c for _, c in keys}) < 2:
+    gaps = {k: g for k, g in hoccl_less_raw(sweep_rows, op).items() if k[0] > EAGER_BYTES}
+    if len({c for _, c in gaps}) < 2:
         raise ValueError(f"the sweep needs hoccl and raw {op} rows above 4 MiB with 2 batch lengths or more to "
                          "estimate the batches' start-up skew (hoccl-bench sweep --baselines hoccl,raw,...)")
-    x = np.array([1 / c for _, c in keys])
-    y = np.array([t[("hoccl", n, c)] - t[("raw", n, c)] for n, c in keys])
+    x = np.array([1 / c for _, c in gaps])
+    y = np.array(list(gaps.values()))
     (call, skew), *_ = np.linalg.lstsq(np.c_[np.ones_like(x), x], y, rcond=None)
     return float(call), float(skew)
+
+
+def hoccl_less_raw(sweep_rows: list[dict], op: str) -> dict[tuple[int, int], float]:
+    """{(size, calls per batch): HOCCL's seconds less the raw copy's} for the ``op`` rows timed both ways."""
+    t = {(r["impl"], r["size"], calls_of(r)): r["seconds"] for r in sweep_rows if r["op"] == op}
+    return {(n, c): t[("hoccl", n, c)] - t[("raw", n, c)] for (impl, n, c) in t
+            if impl == "hoccl" and ("raw", n, c) in t}
 
 
 def skew_check(paths: list[Path]) -> int:
@@ -97,22 +103,18 @@ def skew_check(paths: list[Path]) -> int:
         except ValueError as exc:
             print(f"{op}: {exc}")
             continue
-        t = {(r["impl"], r["size"], calls_of(r)): r["seconds"] for r in rows_all if r["op"] == op}
-        points = sorted((n, c) for (impl, n, c) in t if impl == "hoccl" and ("raw", n, c) in t)
-        cells = ", ".join(f"{c} calls {(t[('hoccl', n, c)] - t[('raw', n, c)]) * 1e6:.1f} us "
-                          f"(fit {(call + skew / c) * 1e6:.1f})" for n, c in points)
+        gaps = hoccl_less_raw(rows_all, op)
+        cells = ", ".join(f"{c} calls {gaps[(n, c)] * 1e6:.1f} us (fit {(call + skew / c) * 1e6:.1f})"
+                          for n, c in sorted(gaps))
         print(f"{op}: call {call * 1e6:.1f} us + skew {skew * 1e6:.0f} us / calls; HOCCL less raw: {cells}")
     return 0
 
 
-def rows(sweep: Path = SWEEP) -> list[dict]:
+def rows(sweep: Path = SWEEP, skew: float | None = None) -> list[dict]:
+    """Every measured row beside its v2 prediction; ``skew``: the sweep's start-up skew per batch (start_skew),
+    None for no skew column."""
     out = []
-    sweep_rows = json.loads(sweep.read_text())["rows"]
-    try:
-        _, skew = start_skew(sweep_rows)
-    except ValueError:
-        skew = None  # no skew column (main says why)
-    for r in sweep_rows:
+    for r in json.loads(sweep.read_text())["rows"]:
         if r["impl"] != "hoccl" or r["op"] not in ("sendrecv", "allgather", "alltoall"):
             continue
         note = ""
@@ -159,14 +161,15 @@ def main(argv=None) -> int:
     if args.skew_from:
         return skew_check([Path(x) for x in args.skew_from])
     sweep = Path(args.sweep)
-    table = rows(sweep)
     try:
         call, skew = start_skew(json.loads(sweep.read_text())["rows"])
         print(f"One node: the sweep's batches carry a start-up skew of {skew * 1e6:.0f} us each (a call costs "
               f"{call * 1e6:.1f} us above the raw copy; both from the send/recv rows), {skew * 1e6 / 10:.1f} us per "
               "call in a batch of 10\n")
     except ValueError as exc:
+        skew = None
         print(f"One node: no start-up skew column: {exc}\n")
+    table = rows(sweep, skew)
     print("| setting | op | size | measured us | host us per call | start skew per call us | v2 predicted us | "
           "v2 / measured | v2 / (measured - skew) | |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")

@@ -1,12 +1,18 @@
 """Train the GPT-style decoder over pipeline stages with torch.distributed.pipelining (GPipe or 1F1B), the
-activations and gradients between stages moving through a ``hoccl`` process group (copy engines, no SM).
+activations and gradients between stages moving through a ``hoccl`` process group (copy engines, no SM), or
+through NCCL's point-to-point to compare.
 
-    torchrun --nproc_per_node 2 examples/train_pipeline.py --size small --schedule 1f1b
+    torchrun --nproc_per_node 2 examples/train_pipeline.py --size small --schedule 1f1b --comm hoccl,nccl --repeats 3
     torchrun --nproc_per_node 2 examples/train_pipeline.py --size tiny --share-gpu --check   # 2 ranks, 1 GPU
 
 Each rank runs one stage (embeddings and the first blocks on rank 0, the last blocks and the head on the last
-rank). ``--check`` also trains the whole model in one process on the same microbatches and compares every
-loss and every gradient of this rank's stage with it. Ends with a table (last rank) and ``--json``.
+rank). ``--comm`` takes a list (``hoccl``, ``nccl``): each variant trains its own copy of the model from the same
+seed on the same batches, in interleaved rounds (``--repeats``, ``--steps`` each), so their losses can be compared
+and their times come from the same minutes of the machine. ``--check`` also trains the whole model in one process
+on the same microbatches and compares every loss and every gradient of this rank's stage with it. Ends with a
+table (last rank: tokens/s, the mean and min-max of the rounds' medians; step time; losses against the first
+variant's) and
+``--json``.
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ class Last(Middle):
         return self.head(self.norm(super().forward(x)))
 
 
+COMMS = ("hoccl", "nccl")
+
+
 def stage_module(full: GPT, stage: int, stages: int) -> nn.Module:
     n = len(full.layers)
     if n < stages:
@@ -78,8 +87,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--schedule", default="1f1b", choices=("gpipe", "1f1b"))
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--batch", type=int, default=8, help="sequences per step (split into microbatches)")
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=6, help="steps per variant and round")
+    p.add_argument("--warmup", type=int, default=2, help="steps of each variant's first round left out of the times")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the variants")
+    p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(COMMS)}")
     p.add_argument("--share-gpu", action="store_true", help="every rank on GPU 0 (correctness only)")
     p.add_argument("--check", action="store_true", help="compare losses and gradients with a one-process reference")
     p.add_argument("--lr", type=float, default=1e-3)
@@ -88,88 +99,150 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.batch % args.microbatches:
         p.error(f"--batch {args.batch} is not a multiple of --microbatches {args.microbatches}")
+    args.comm = [c for c in args.comm.split(",") if c]
+    bad = [c for c in args.comm if c not in COMMS]
+    if bad or not args.comm or len(set(args.comm)) != len(args.comm):
+        p.error(f"--comm {','.join(args.comm)}: choose from {', '.join(COMMS)}, each once")
+    if args.share_gpu and "nccl" in args.comm:
+        p.error("--share-gpu with --comm nccl: NCCL refuses two ranks on one GPU; use --comm hoccl")
+    if args.repeats < 1 or args.steps < 1:
+        p.error("--repeats and --steps take 1 or more")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
+
+class Variant:
+    """One comm's pipeline: its own copy of the model (same seed), stage, schedule and optimizer, and its figures."""
+
+    def __init__(self, name: str, group, args, c: Config, device: torch.device, rank: int, world: int):
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        self.name, self.args, self.c, self.rank, self.world = name, args, c, rank, world
+        torch.manual_seed(args.seed)
+        full = GPT(c).to(device)
+        self.reference = None
+        if args.check:
+            import copy
+
+            self.reference = copy.deepcopy(full)
+        self.module = stage_module(full, rank, world)
+        # no example inputs or outputs: the schedule's first step infers the shapes between stages (a metadata
+        # exchange over the group; given examples, torch 2.13 on CPU/gloo gave the first stage no gradient from
+        # the second step on)
+        stage = PipelineStage(self.module, rank, world, device, group=group)
+        schedule_cls = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
+        self.schedule = schedule_cls(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
+        self.opt = torch.optim.SGD(self.module.parameters(), lr=args.lr)
+        self.ref_opt = torch.optim.SGD(self.reference.parameters(), lr=args.lr) if self.reference is not None \
+            else None
+        self.ref_stage = stage_module(self.reference, rank, world) if self.reference is not None else None
+        self.step_no = 0
+        self.times: list[list[float]] = []  # per round
+        self.losses: list[list[float]] = []
+        self.worst = {"loss": 0.0, "grad": 0.0}
+
+    def train(self, steps: int, device: torch.device) -> None:
+        args, rank, world = self.args, self.rank, self.world
+        times = []
+        for _ in range(steps):
+            i = self.step_no
+            self.step_no += 1
+            x, y = batch(self.c, args.batch, i, 0, device)  # every stage sees the same global batch
+            sync(device)
+            t0 = time.perf_counter()
+            losses: list = []
+            if rank == 0:
+                self.schedule.step(x)
+            elif rank == world - 1:
+                self.schedule.step(target=y, losses=losses)
+            else:
+                self.schedule.step()
+            sync(device)
+            times.append(time.perf_counter() - t0)
+            if self.reference is not None:
+                self._check(x, y, losses)
+            self.opt.step()
+            self.opt.zero_grad()
+            if rank == world - 1:
+                self.losses.append([lo.item() for lo in losses])
+                print(f"[{self.name} {i + 1}] loss {statistics.mean(self.losses[-1]):.4f}", file=sys.stderr,
+                      flush=True)
+        self.times.append(times[args.warmup:] if not self.times else times)
+
+    def _check(self, x, y, losses) -> None:
+        args, reference = self.args, self.reference
+        ref_losses = [loss_fn(reference(xm), ym) for xm, ym in zip(x.chunk(args.microbatches),
+                                                                   y.chunk(args.microbatches), strict=True)]
+        torch.stack(ref_losses).mean().backward()
+        if self.rank == self.world - 1:
+            got = torch.stack([lo.detach() for lo in losses])
+            self.worst["loss"] = max(self.worst["loss"], (got - torch.stack(ref_losses).detach()).abs().max().item())
+        for (name, p), q in zip(self.module.named_parameters(), self.ref_stage.parameters(), strict=True):
+            if p.grad is None:
+                raise SystemExit(f"rank {self.rank}: no gradient for {name}")
+            scale = q.grad.abs().max().item() or 1.0
+            self.worst["grad"] = max(self.worst["grad"], (p.grad - q.grad).abs().max().item() / scale)
+        self.ref_opt.step()
+        self.ref_opt.zero_grad()
+
+    def result(self) -> dict:
+        tokens = self.args.batch * self.c.seq
+        all_times = [t for r in self.times for t in r] or [float("nan")]
+        per_round = [tokens / statistics.median(r) for r in self.times if r]
+        return {"comm": self.name, "schedule": self.args.schedule, "stages": self.world,
+                "microbatches": self.args.microbatches,
+                "tokens_per_s": statistics.mean(per_round) if per_round else tokens / statistics.median(all_times),
+                "tokens_per_s_rounds": per_round, "step_ms": statistics.median(all_times) * 1e3,
+                "losses": self.losses, "max_loss_diff": self.worst["loss"] if self.args.check else None,
+                "max_grad_rel_diff": self.worst["grad"] if self.args.check else None,
+                "share_gpu": self.args.share_gpu}
+
+
+def main(argv: list[str] | None = None) -> int:
     import hoccl_runtime.torch as ht
 
     args = parse(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", 0 if args.share_gpu else int(os.environ.get("LOCAL_RANK", rank)))
     torch.cuda.set_device(device)
-    dist.init_process_group("gloo")  # the CPU side (barriers); stages exchange through the hoccl group
-    ht.configure(device=device.index, reduce="hoccl" if args.share_gpu else None)
-    pp = dist.new_group(backend="hoccl")
+    dist.init_process_group("gloo")  # the CPU side (barriers); stages exchange through the variant's group
+    groups = {}
+    if "hoccl" in args.comm:
+        ht.configure(device=device.index, reduce="hoccl" if args.share_gpu else None)
+        groups["hoccl"] = dist.new_group(backend="hoccl")
+    if "nccl" in args.comm:
+        groups["nccl"] = dist.new_group(backend="nccl")
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
-    torch.manual_seed(args.seed)
-    full = GPT(c).to(device)
-    reference = None
-    if args.check:
-        import copy
-
-        reference = copy.deepcopy(full)
-    module = stage_module(full, rank, world)
-    mb = args.batch // args.microbatches
-    example_in = torch.zeros(mb, c.seq, dtype=torch.long, device=device) if rank == 0 else \
-        torch.zeros(mb, c.seq, c.dim, device=device)
-    example_out = torch.zeros(mb, c.seq, c.vocab if rank == world - 1 else c.dim, device=device)
-    stage = PipelineStage(module, rank, world, device, input_args=(example_in,), output_args=(example_out,), group=pp)
-    schedule_cls = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
-    schedule = schedule_cls(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
-    opt = torch.optim.SGD(module.parameters(), lr=args.lr)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=args.lr) if reference is not None else None
-    ref_stage = stage_module(reference, rank, world) if reference is not None else None
-    times, losses_all, worst = [], [], {"loss": 0.0, "grad": 0.0}
-    for i in range(args.steps):
-        x, y = batch(c, args.batch, i, 0, device)  # every stage sees the same global batch
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        losses: list = []
-        if rank == 0:
-            schedule.step(x)
-        elif rank == world - 1:
-            schedule.step(target=y, losses=losses)
-        else:
-            schedule.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        if reference is not None:
-            ref_losses = [loss_fn(reference(xm), ym) for xm, ym in zip(x.chunk(args.microbatches),
-                                                                       y.chunk(args.microbatches), strict=True)]
-            torch.stack(ref_losses).mean().backward()
-            if rank == world - 1:
-                got = torch.stack([lo.detach() for lo in losses])
-                worst["loss"] = max(worst["loss"], (got - torch.stack(ref_losses).detach()).abs().max().item())
-            for (name, p), q in zip(module.named_parameters(), ref_stage.parameters(), strict=True):
-                if p.grad is None:
-                    raise SystemExit(f"rank {rank}: no gradient for {name}")
-                scale = q.grad.abs().max().item() or 1.0
-                worst["grad"] = max(worst["grad"], (p.grad - q.grad).abs().max().item() / scale)
-            ref_opt.step()
-            ref_opt.zero_grad()
-        opt.step()
-        opt.zero_grad()
-        if rank == world - 1:
-            losses_all.append([lo.item() for lo in losses])
-            print(f"[{i + 1}/{args.steps}] loss {statistics.mean(losses_all[-1]):.4f}", file=sys.stderr, flush=True)
-    med = statistics.median(times[args.warmup:] or times)
-    tokens = args.batch * c.seq
-    result = {"schedule": args.schedule, "stages": world, "microbatches": args.microbatches,
-              "tokens_per_s": tokens / med, "step_ms": med * 1e3, "losses": losses_all,
-              "max_loss_diff": worst["loss"] if args.check else None,
-              "max_grad_rel_diff": worst["grad"] if args.check else None, "share_gpu": args.share_gpu}
-    gathered = [None] * world
-    dist.all_gather_object(gathered, result)
+    variants = [Variant(v, groups[v], args, c, device, rank, world) for v in args.comm]
+    for _ in range(args.repeats):
+        for v in variants:
+            v.train(args.steps, device)
+    results = {}
+    for v in variants:
+        gathered = [None] * world
+        dist.all_gather_object(gathered, v.result())
+        results[v.name] = gathered
     if rank == world - 1:
-        print(f"{'schedule':<9}{'stages':>7}{'tokens/s':>11}{'step ms':>9}  check vs one process")
-        check = "-" if not args.check else \
-            f"loss diff {worst['loss']:.2e}, grad rel diff {max(g['max_grad_rel_diff'] for g in gathered):.2e}"
-        print(f"{args.schedule:<9}{world:>7}{result['tokens_per_s']:>11.0f}{result['step_ms']:>9.2f}  {check}")
-        Path(args.json).write_text(json.dumps({"ranks": gathered}, indent=1))
+        first = results[args.comm[0]][-1]["losses"]
+        print(f"{'comm':<7}{'schedule':<9}{'stages':>7}{'tokens/s':>11}{'(min-max over rounds)':>24}{'step ms':>9}"
+              f"  losses == {args.comm[0]}  check vs one process")
+        for v in variants:
+            r = results[v.name][-1]
+            rounds = r["tokens_per_s_rounds"]
+            spread = f"{min(rounds):.0f}-{max(rounds):.0f}" if rounds else "-"
+            check = "-" if not args.check else \
+                f"loss diff {v.worst['loss']:.2e}, grad rel diff " \
+                f"{max(g['max_grad_rel_diff'] for g in results[v.name]):.2e}"
+            same = "yes" if r["losses"] == first else "no"
+            print(f"{v.name:<7}{args.schedule:<9}{world:>7}{r['tokens_per_s']:>11.0f}{spread:>24}"
+                  f"{r['step_ms']:>9.2f}  {same:<13}  {check}")
+        Path(args.json).write_text(json.dumps({"comm": args.comm, "ranks": results[args.comm[0]],
+                                               "by_comm": results}, indent=1))
     dist.barrier()
     dist.destroy_process_group()
     return 0

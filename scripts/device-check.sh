@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One full check on the 2-GPU machine (device tool), logs under $OUT:
 #   source .whl/prelude.sh && bash scripts/device-check.sh [tests] [nettests] [profile] [sweep] [sweepq] [internode] [netcurves] [contention]
-#                                                          [torch] [onegpu] [torchbench] [fsdpcompare] [netcosts] [calibrate] [skew]
+#                                                          [torch] [onegpu] [torchbench] [fsdpcompare] [fsdptcp] [pipecompare]
+#                                                          [pipetcp] [netcosts] [calibrate] [skew]
 # fsdpcompare / fsdptcp: train_fsdp.py, HOCCL against NCCL, one node over NVLink / each GPU its own node over TCP
 # (NCCL on its socket transport); FSDP_SIZE, FSDP_REDUCE (nccl|hoccl), FSDP_STEPS, FSDP_REPEATS, FSDP_COMMS,
 # FSDP_EXTRA (more flags, e.g. --share-gpu on one GPU) and FSDP_S (the part's seconds) set each run.
+# pipecompare / pipetcp: train_pipeline.py (2 stages), HOCCL P2P against NCCL P2P in the same two settings;
+# PIPE_SIZE, PIPE_STEPS, PIPE_REPEATS, PIPE_COMMS, PIPE_EXTRA, PIPE_S as for FSDP.
 # torch: the torch integration's GPU tests (every rank on GPU 0: runs on the 1-GPU machine too); onegpu: every GPU
 # test that runs on one GPU (torch, start-up, hardening, the 2-process communicator's checks); torchbench: host
 # time per AllGather call (hook, communicator, backend) and train_fsdp's tokens/s; fsdpcompare (2+ GPUs): HOCCL
@@ -65,10 +68,16 @@ for p in $parts; do
                    --size "${FSDP_SIZE:-1.3b}" --batch 2 --steps "${FSDP_STEPS:-6}" --repeats "${FSDP_REPEATS:-3}" \
                    --comm "${FSDP_COMMS:-hoccl,nccl,nccl-ce}" --reduce "${FSDP_REDUCE:-nccl}" \
                    --json "$OUT/train_fsdp_compare-${FSDP_SIZE:-1.3b}-${FSDP_REDUCE:-nccl}.json" ;;
-    fsdptcp) run_part fsdptcp "${FSDP_S:-500}" bash scripts/fsdp-tcp.sh --size "${FSDP_SIZE:-1.3b}" --batch 2 \
+    fsdptcp) run_part fsdptcp "${FSDP_S:-500}" bash scripts/tcp-nodes.sh examples/train_fsdp.py --size "${FSDP_SIZE:-1.3b}" --batch 2 \
                --steps "${FSDP_STEPS:-6}" --repeats "${FSDP_REPEATS:-3}" --comm "${FSDP_COMMS:-hoccl,nccl}" \
                --reduce "${FSDP_REDUCE:-nccl}" ${FSDP_EXTRA:-} \
                --json "$OUT/train_fsdp_tcp-${FSDP_SIZE:-1.3b}-${FSDP_REDUCE:-nccl}.json" ;;
+    pipecompare) run_part pipecompare "${PIPE_S:-400}" torchrun --nproc_per_node 2 examples/train_pipeline.py \
+                   --size "${PIPE_SIZE:-small}" --steps "${PIPE_STEPS:-50}" --repeats "${PIPE_REPEATS:-3}" \
+                   --comm "${PIPE_COMMS:-hoccl,nccl}" ${PIPE_EXTRA:-} --json "$OUT/train_pipeline_compare.json" ;;
+    pipetcp) run_part pipetcp "${PIPE_S:-400}" bash scripts/tcp-nodes.sh examples/train_pipeline.py \
+               --size "${PIPE_SIZE:-small}" --steps "${PIPE_STEPS:-50}" --repeats "${PIPE_REPEATS:-3}" \
+               --comm "${PIPE_COMMS:-hoccl,nccl}" ${PIPE_EXTRA:-} --json "$OUT/train_pipeline_tcp.json" ;;
     *) summary+=("$p: unknown part") ;;
   esac
 done

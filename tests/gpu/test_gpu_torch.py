@@ -94,12 +94,18 @@ def test_train_fsdp_example(tmp_path):
     assert all(r["loss"] == r["loss"] for r in got["records"]["hoccl"])  # no NaN
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_train_pipeline_example_matches_one_process(tmp_path, schedule):
+@pytest.mark.parametrize("schedule,per_node", [("gpipe", ""), ("1f1b", ""), ("1f1b", "1")],
+                         ids=["gpipe", "1f1b", "1f1b-over-tcp"])
+def test_train_pipeline_example_matches_one_process(tmp_path, schedule, per_node):
+    """The pipeline example's stages exchange through the hoccl group (one node; or, HOCCL_GPUS_PER_NODE=1, each
+    rank its own node over TCP) and match one process's losses and gradients, in 2 interleaved rounds."""
     out = tmp_path / "pp.json"
-    _torchrun(2, ROOT / "examples" / "train_pipeline.py", "--size", "tiny", "--steps", "3", "--share-gpu",
-              "--check", "--schedule", schedule, "--json", str(out))
-    ranks = json.loads(out.read_text())["ranks"]
+    _torchrun(2, ROOT / "examples" / "train_pipeline.py", "--size", "tiny", "--steps", "2", "--repeats", "2",
+              "--share-gpu", "--check", "--schedule", schedule, "--json", str(out),
+              **({"HOCCL_GPUS_PER_NODE": per_node} if per_node else {}))
+    got = json.loads(out.read_text())
+    ranks = got["ranks"]
+    assert got["comm"] == ["hoccl"] and len(ranks[-1]["losses"]) == 4  # 2 rounds x 2 steps
     assert ranks[-1]["max_loss_diff"] < 1e-5
     assert max(r["max_grad_rel_diff"] for r in ranks) < 1e-4
 

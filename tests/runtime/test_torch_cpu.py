@@ -321,6 +321,14 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     assert train_fsdp.parse(["--share-gpu"]).reduce == "hoccl"
     with pytest.raises(SystemExit):
         train_pipeline.parse(["--batch", "6", "--microbatches", "4"])
+    for argv, text in ((["--comm", "nccl", "--share-gpu"], "NCCL refuses two ranks on one GPU"),
+                       (["--comm", "hoccl,gloo"], "choose from hoccl, nccl, each once"),
+                       (["--comm", "hoccl,hoccl"], "each once"),
+                       (["--repeats", "0"], "take 1 or more")):
+        with pytest.raises(SystemExit):
+            train_pipeline.parse(argv)
+        assert text in capsys.readouterr().err
+    assert train_pipeline.parse(["--comm", "hoccl,nccl", "--repeats", "3"]).comm == ["hoccl", "nccl"]
     c = SIZES["tiny"]
     torch.manual_seed(0)
     model = GPT(c)
@@ -443,3 +451,53 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
     results, _ = run_ranks(2, body, batch=False)
     assert results == [[True, False], [True, False]], results  # held without wait; let go at wait
     assert held_after == {0: 2, 1: 2}  # the events stay (nothing completed); the second list is empty
+
+
+def _pipeline_variants_worker(rank, world, store_path, out_path):
+    import sys
+    from argparse import Namespace
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import train_pipeline
+    from gpt import SIZES
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    args = Namespace(batch=4, microbatches=2, schedule="1f1b", seed=0, lr=1e-2, check=True, warmup=1,
+                     share_gpu=False)
+    cpu = torch.device("cpu")
+    groups = {name: dist.new_group(backend="gloo") for name in ("a", "b")}
+    variants = [train_pipeline.Variant(name, groups[name], args, SIZES["tiny"], cpu, rank, world) for name in "ab"]
+    for _ in range(2):  # interleaved rounds
+        for v in variants:
+            v.train(2, cpu)
+    results = [v.result() for v in variants]
+    gathered = [None] * world
+    dist.all_gather_object(gathered, results)
+    if rank == world - 1:
+        import json
+
+        Path(out_path).write_text(json.dumps(gathered))
+    dist.destroy_process_group()
+
+
+def test_the_pipeline_example_trains_every_variant_alike_in_rounds(tmp_path):
+    """examples/train_pipeline.py's Variant on CPU (gloo groups stand in for hoccl and nccl): each variant trains its
+    own copy from the same seed in interleaved rounds, so their losses agree exactly and match the one-process
+    reference (--check); the first round's warm-up steps are left out of the times."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "out.json"
+    mp.start_processes(_pipeline_variants_worker, args=(2, str(tmp_path / "store"), str(out)), nprocs=2,
+                       start_method="spawn")
+    ranks = json.loads(out.read_text())
+    last = ranks[-1]
+    a, b = last
+    assert a["comm"] == "a" and b["comm"] == "b"
+    assert len(a["losses"]) == 4 and a["losses"] == b["losses"]  # 2 rounds x 2 steps, the same on both
+    assert a["max_loss_diff"] < 1e-5 and max(r[0]["max_grad_rel_diff"] for r in ranks) < 1e-4
+    assert len(a["tokens_per_s_rounds"]) == 2 and a["tokens_per_s"] > 0

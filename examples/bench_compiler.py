@@ -41,7 +41,8 @@ def workloads(G: int):
 
 
 # the host's part of v2 (the calls, the staging, the network transfers' protocol work), for the device-side table
-HOST_COSTS = dict(call_us=0.0, net_call_us=0.0, net_flow_us=0.0, stage_sync_us=0.0, net_staging_gbps=0.0)
+HOST_COSTS = dict(call_us=0.0, net_call_us=0.0, net_flow_us=0.0, net_node_flow_us=0.0, stage_sync_us=0.0,
+                  net_staging_gbps=0.0)
 
 
 def topology(G: int, device_only: bool = False):

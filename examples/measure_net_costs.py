@@ -1,14 +1,18 @@
-"""The network path's fixed costs, for the cost model v2 (topology ``costs.net_call_us`` and ``stage_sync_us``).
+"""The network path's fixed costs, for the cost model v2 (topology ``costs.net_call_us``, ``net_flow_us`` and
+``net_node_flow_us``).
 
-    python examples/measure_net_costs.py [--gpu] [--reps 30] [--json FILE]
+    python examples/measure_net_costs.py [--gpu] [--reps 30] [--shapes 2x1,3x1,...] [--json FILE]
 
 "Nodes" are processes of one machine joined by the TCP transport (as in examples/bench_internode.py), one GPU
 each (``--gpu``: GpuNodeExecutor with every node on GPU 0, staging through pinned host rings; otherwise
 HostNodeExecutor on host buffers). A uniform All-to-All of 64 KiB per pair on N = 2, 3, 4, 5 nodes has N - 1
 stages (one shift each) and moves almost nothing, so a call's time is its start plus N - 1 stages of fixed
 costs: the least-squares line over N gives the call's start (intercept at one stage) and the cost of each
-further stage (slope: the barrier, plus a stage's first and last chunk). Medians of ``--reps`` calls of the
-slowest node after a warm-up call. Prints a table last.
+further stage (slope: one further transfer of every GPU; session 18 found no barrier in it). Medians of
+``--reps`` calls of the slowest node after a warm-up call. ``--shapes`` (nodes x GPUs per node) adds nodes of
+several GPUs: there each node's GPUs send to every remote GPU, so the busiest node has more network transfers
+than stages. Each row shows the busiest node's transfers and the busiest GPU's (``cost.net_flows``) and v2's
+predicted time for the plan. Prints a table last.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from hoccl_bench.nodeprocs import run_node_processes  # noqa: E402
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology  # noqa: E402
+from hoccl_compiler.cost import net_flows  # noqa: E402
 from hoccl_compiler.ir import CompileOptions  # noqa: E402
 from hoccl_runtime.net.executor import ring_slots  # noqa: E402
 
@@ -70,16 +75,31 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", action="store_true")
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--shapes", default="2x1,3x1,4x1,5x1,2x2,2x4",
+                   help="NODESxGPUS, comma-separated (the 1-GPU shapes give the fit)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    try:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+        if any(len(sh) != 2 or sh[0] < 2 or sh[1] < 1 for sh in shapes):
+            raise ValueError
+    except ValueError:
+        p.error(f"--shapes {args.shapes!r}: give NODESxGPUS pairs, nodes 2 or more, e.g. 2x1,3x1,2x2")
+    if sum(1 for _, L in shapes if L == 1) < 2:
+        p.error(f"--shapes {args.shapes!r}: the fit needs two shapes of 1 GPU per node or more")
     rows = []
-    for nodes, L in ((2, 1), (3, 1), (4, 1), (5, 1), (2, 2), (2, 4)):
+    for nodes, L in shapes:
         topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
         plan = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=PAIR_BYTES * nodes * L),
                             CompileOptions(chunk_bytes=CHUNK, max_extra_time=0.0, baselines=False))
         res = run_node_processes(body, nodes, (plan.model_dump_json(), args.reps, args.gpu), timeout_s=300)
         per_call = [max(res[n][i] for n in res) for i in range(args.reps)]
+        cols = (np.concatenate([np.asarray(getattr(st.transfers, k)) for st in plan.stages])
+                for k in ("role", "src", "dst"))
+        gpu_flows, node_flows = net_flows(topo, *cols)
         rows.append({"nodes": nodes, "gpus_per_node": L, "stages": len(plan.stages),
+                     "node_flows": node_flows, "gpu_flows": gpu_flows,
+                     "v2_us": plan.report.predicted_time_s * 1e6,
                      "median_us": statistics.median(per_call) * 1e6, "min_us": min(per_call) * 1e6,
                      "max_us": max(per_call) * 1e6})
         print(f"{nodes} nodes x {L} done", flush=True)
@@ -87,18 +107,24 @@ def main(argv=None) -> int:
     x = np.array([r["stages"] for r in one], float)
     y = np.array([r["median_us"] for r in one])
     slope, intercept = np.polyfit(x, y, 1)
-    fit = {"net_call_us": float(intercept + slope), "stage_sync_us": float(slope)}
-    two = [r for r in rows if r["nodes"] == 2]
-    per_stage_2 = float(np.polyfit([r["stages"] for r in two], [r["median_us"] for r in two], 1)[0])
+    # one GPU per node: each further stage is one further transfer of every GPU (net_flow_us); nodes of several GPUs:
+    # each further transfer of the busiest node above the call (net_node_flow_us), where it outweighs the GPU's
+    fit = {"net_call_us": float(intercept + slope), "net_flow_us": float(slope)}
+    multi = [(r["median_us"] - fit["net_call_us"]) / (r["node_flows"] - 1) for r in rows
+             if r["gpus_per_node"] > 1 and r["node_flows"] > 1]
+    fit["net_node_flow_us"] = float(statistics.median(multi)) if multi else float("nan")
     where = "GPU" if args.gpu else "host"
-    print(f"\n{'nodes':>5} {'GPUs':>4} {'stages':>6} {'median us':>10} {'min us':>9} {'max us':>9}   ({where})")
+    print(f"\n{'nodes':>5} {'GPUs':>4} {'stages':>6} {'node flows':>10} {'GPU flows':>9} {'median us':>10} "
+          f"{'min us':>9} {'max us':>9} {'v2 us':>8} {'v2/meas':>7}   ({where})")
     for r in rows:
-        print(f"{r['nodes']:>5} {r['gpus_per_node']:>4} {r['stages']:>6} {r['median_us']:>10.0f} "
-              f"{r['min_us']:>9.0f} {r['max_us']:>9.0f}")
-    print(f"fit (1 GPU per node): one-stage call {fit['net_call_us']:.0f} us, each further stage "
-          f"{fit['stage_sync_us']:.0f} us")
-    print(f"2 nodes of 1, 2, 4 GPUs: {per_stage_2:.0f} us per further stage of L flows per node")
-    fit["two_nodes_stage_us"] = per_stage_2
+        print(f"{r['nodes']:>5} {r['gpus_per_node']:>4} {r['stages']:>6} {r['node_flows']:>10} {r['gpu_flows']:>9} "
+              f"{r['median_us']:>10.0f} {r['min_us']:>9.0f} {r['max_us']:>9.0f} {r['v2_us']:>8.0f} "
+              f"{r['v2_us'] / r['median_us']:>7.3f}")
+    print(f"fit (1 GPU per node): one-stage call {fit['net_call_us']:.0f} us, each further transfer (stage) "
+          f"{fit['net_flow_us']:.0f} us")
+    if multi:
+        print(f"nodes of several GPUs: each further transfer of the busiest node {fit['net_node_flow_us']:.0f} us "
+              f"above that call (median; {min(multi):.0f}-{max(multi):.0f})")
     if args.json:
         Path(args.json).write_text(json.dumps({"gpu": args.gpu, "rows": rows, "fit": fit}, indent=1))
     return 0

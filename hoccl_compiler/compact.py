@@ -47,7 +47,16 @@ def _segments_of(plan) -> list[dict[str, list[int]]]:
 
 def to_compact(plan) -> dict[str, Any]:
     """The compact encoding of ``plan`` (a dict ready for JSON); raises :class:`PlanError` when the plan's
-    transfers are not the ones its segments derive (then write the full encoding)."""
+    transfers are not the ones its segments derive (then write the full encoding), or when the plan was read from a
+    file an older version wrote (its id is not its inputs' id under today's topology model, which the compact reader
+    checks)."""
+    from .schema import plan_id_for
+
+    if plan.plan_id != plan_id_for(plan.topology, plan.collective, plan.options):
+        raise PlanError(f"plan {plan.plan_id}: it was compiled by an older version (under today's topology model, "
+                        f"whose added fields take their defaults, its inputs' id is "
+                        f"{plan_id_for(plan.topology, plan.collective, plan.options)}), so a compact file of it would "
+                        "not read back; recompile it, or write it in the full encoding")
     segments = _segments_of(plan)
     head = plan.model_dump(mode="json", include={"schema_version", "plan_id", "generator", "topology",
                                                  "collective", "options", "report"})

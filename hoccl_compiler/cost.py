@@ -29,7 +29,8 @@ from .ir import LOCAL, RDMA
 from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "stage_times_v2",
-           "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "node_flows"]
+           "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "net_flows",
+           "net_flows_s"]
 
 
 def port_capacity(topo: Topology) -> np.ndarray:
@@ -124,10 +125,11 @@ def _max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarr
 #             chunks, or, where its queue carries other transfers too, the queue's time until its last chunk's
 #             turn (queue time x (n - 1) / n for n chunks);
 #
-# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync + (flows - 1) * net_flow  (network plans:
+# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync + the transfers' host cost  (network plans:
 # net_call_us plus the host staging's fill and drain, :func:`staging_fill_s`, stage_sync_us per further stage (0:
-# our network executor has no barrier) and net_flow_us per further network transfer of the busiest node,
-# :func:`node_flows`; plans within one node call_us, no barrier and no flow cost). hoccl_compiler.simulate runs the
+# our network executor has no barrier) and the more of net_flow_us per further network transfer of the busiest
+# GPU and net_node_flow_us per further one of the busiest node, :func:`net_flows_s`; plans within one node
+# call_us, no barrier and no flow cost). hoccl_compiler.simulate runs the
 # same queues chunk by chunk with ports shared max-min fairly; the two agree within 5% on the plans in
 # tests/compiler/test_cost_v2.py, and v2's predictions are compared with measured runs in docs/benchmarks.md.
 
@@ -283,31 +285,42 @@ def staging_fill_s(topo: Topology, chunk_bytes: int, role: np.ndarray, nbytes: n
     return 2 * min(chunk_bytes, int(np.asarray(nbytes)[rdma].max())) / (rate * 1e9)
 
 
-def node_flows(topo: Topology, role: np.ndarray, src: np.ndarray, dst: np.ndarray) -> int:
-    """The network transfers of the busiest node: max over nodes of the transfers its GPUs send, or receive
-    (whichever more), over the whole plan (``costs.net_flow_us`` each after the first)."""
+def net_flows(topo: Topology, role: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[int, int]:
+    """The network transfers of the busiest GPU and of the busiest node, over the whole plan: each the most
+    transfers one sends, or receives (whichever more). A GPU's transfers run one after another through its rings
+    (``costs.net_flow_us`` each after the first); a node's, of all its GPUs, pass through its one driving thread
+    (``costs.net_node_flow_us`` each after the first)."""
     rdma = np.asarray(role) == RDMA
     if not rdma.any():
-        return 0
+        return 0, 0
     L, N = topo.gpus_per_node, topo.nodes
-    sends = np.bincount(np.asarray(src)[rdma] // L, minlength=N)
-    recvs = np.bincount(np.asarray(dst)[rdma] // L, minlength=N)
-    return int(max(sends.max(), recvs.max()))
+    s, d = np.asarray(src)[rdma], np.asarray(dst)[rdma]
+    gpu = max(int(np.bincount(s).max()), int(np.bincount(d).max()))
+    node = max(int(np.bincount(s // L, minlength=N).max()), int(np.bincount(d // L, minlength=N).max()))
+    return gpu, node
+
+
+def net_flows_s(topo: Topology, flows: tuple[int, int]) -> float:
+    """The host cost of a network plan's transfers (:func:`net_flows`): its busiest GPU's chain of transfers or
+    its busiest node's driving thread, whichever takes longer."""
+    gpu, node = flows
+    c = topo.costs
+    return max(c.net_flow_us * max(0, gpu - 1), c.net_node_flow_us * max(0, node - 1)) * 1e-6
 
 
 def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: float | None = None,
-                 fill_s: float = 0.0, flows: int = 0) -> tuple[float, dict[str, float]]:
+                 fill_s: float = 0.0, flows: tuple[int, int] = (0, 0)) -> tuple[float, dict[str, float]]:
     """A plan's v2 time from its stage times, and its parts: the call's start (network plans: with the staging's
     ``fill_s``, :func:`staging_fill_s`), the stages, the barriers between stages (``sync_s`` each: by default
-    ``costs.stage_sync_us`` for network plans, none within a node) and, for network plans, ``costs.net_flow_us``
-    for each of the busiest node's ``flows`` network transfers after the first (:func:`node_flows`)."""
+    ``costs.stage_sync_us`` for network plans, none within a node) and, for network plans, the host cost of the
+    ``flows`` (busiest GPU's, busiest node's network transfers, :func:`net_flows`): :func:`net_flows_s`."""
     n = int(np.asarray(stage_s).size)
     c = topo.costs
     call = ((c.net_call_us * 1e-6 + fill_s) if network else c.call_us * 1e-6) if n else 0.0
     if sync_s is None:
         sync_s = c.stage_sync_us * 1e-6 if network else 0.0
     sync = sync_s * max(0, n - 1)
-    per_flow = c.net_flow_us * 1e-6 * max(0, flows - 1) if network and n else 0.0
+    per_flow = net_flows_s(topo, flows) if network and n else 0.0
     stages = float(np.sum(stage_s))
     return call + stages + sync + per_flow, {"call_s": call, "stages_s": stages, "stage_sync_s": sync,
                                              "net_flows_s": per_flow}

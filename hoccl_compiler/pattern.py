@@ -218,7 +218,7 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
             offsets[l_shift] = offsets.get(l_shift, 0) + amount
     fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
     # every RDMA stage is a shift: one transfer per GPU each way, so the busiest node sends L per stage
-    flows = topology.gpus_per_node * len(shifts)
+    flows = (len(shifts), topology.gpus_per_node * len(shifts))
     predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill, flows=flows)
     # the port model's bound: every GPU's ports carry the same totals
     nic = float((topology.nodes - 1) * topology.gpus_per_node * c)

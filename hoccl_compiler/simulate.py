@@ -12,8 +12,8 @@ is one copy engine (or one NIC queue pair): it moves one chunk at a time, in its
   NVLink moves chunks both ways at that moment has ``costs.nvlink_duplex`` less bandwidth each way;
 * stages run one after the other, each after the barrier of :func:`hoccl_compiler.cost.plan_time_v2` (network
   plans), the whole after the call's start (network plans: with the host staging's fill and drain) and with the
-  network transfers' host cost (``costs.net_flow_us``): the same composition as the cost model v2, so the two
-  compare stage by stage.
+  network transfers' host cost (``costs.net_flow_us`` and ``net_node_flow_us``): the same composition as the
+  cost model v2, so the two compare stage by stage.
 
 With zero start costs a schedule whose queues keep their ports busy meets the
 lower bound; destination hot spots (every GPU sending to the same one first) and serial engines show up as
@@ -35,7 +35,7 @@ from .cost import (
     _max_min_rates,
     duplex_capacity,
     has_network,
-    node_flows,
+    net_flows,
     piece_ports,
     plan_time_v2,
     port_capacity,
@@ -138,5 +138,5 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
                 for st in plan.stages), default=0.0)
     cols = [np.concatenate([np.asarray(getattr(st.transfers, c), np.int64) for st in plan.stages] or [np.zeros(0)])
             for c in ("role", "src", "dst")]
-    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill, flows=node_flows(topo, *cols))
+    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill, flows=net_flows(topo, *cols))
     return Simulation(total, tuple(stage_times), n_chunks_total)

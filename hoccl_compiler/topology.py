@@ -46,17 +46,21 @@ class CostParams(BaseModel):
       send/recv gap at 8-64 MiB, which carried 1.5-12 us of that skew.)
     * ``net_call_us``: the start of a plan with network transfers (the first chunk's staging, the last one's
       landing, the end-of-run notices between nodes); ``net_flow_us``: each further network transfer of the
-      busiest node (the most transfers its GPUs send, or receive), which the node's one driving thread handles
-      in turn; ``stage_sync_us``: a barrier between two stages. Measured with examples/measure_net_costs.py (GPU
-      node executors joined by the TCP transport as the network communicators set them up, 2..5 "nodes" as
-      processes of one host, an All-to-All of N - 1 stages of one transfer per node each way, a fit over N:
-      871 us and 381 us on the 1x H200 host, session 16; 830 and 382 in session 18). The same All-to-All with
-      its stages merged into one took what its N - 1 stages take (docs/results/2026-12-01-s18/merged_gpu.txt:
-      916 / 1481 / 1775 / 2057 us against 862 / 1235 / 1775 / 2267), so the 381 us is per transfer, not a
-      barrier: the network executor has none (each GPU's rings hand their slots from one stage's flow to the
-      next), and ``stage_sync_us`` is 0 (until session 18 v2 charged the 381 us per stage). Two nodes of 2 and 4
-      GPUs (2 and 4 stages of 2 and 4 transfers per node): 1835 and 4149 us measured, v2 2038 and 6627 (every
-      rank on one GPU there: v2 over-charges nodes of several GPUs, by 1.6x at 4). They are our runtime's
+      busiest GPU (the most transfers one sends, or receives), which its rings carry one after another;
+      ``net_node_flow_us``: each further network transfer of the busiest node (of all its GPUs), which the node's
+      one driving thread handles in turn; a plan pays the more of the two. ``stage_sync_us``: a barrier between
+      two stages. Measured with examples/measure_net_costs.py (GPU node executors joined by the TCP transport as
+      the network communicators set them up, "nodes" as processes of one host, every rank on its one GPU, an
+      All-to-All of 64 KiB per pair): with one GPU per node (N - 1 stages of one transfer per node each way, a
+      fit over N = 2..5) 871 us and 381 us on the 1x H200 host, session 16; 830 and 382 in session 18; 697 and
+      450 in session 19. The same All-to-All with its stages merged into one took what its N - 1 stages take
+      (docs/results/2026-12-01-s18/merged_gpu.txt: 916 / 1481 / 1775 / 2057 us against 862 / 1235 / 1775 /
+      2267), so the 381 us is per transfer, not a barrier: the network executor has none (each GPU's rings hand
+      their slots from one stage's flow to the next), and ``stage_sync_us`` is 0 (until session 18 v2 charged
+      the 381 us per stage). Nodes of 2, 3 and 4 GPUs (2x2, 3x2, 4x2, 2x3, 2x4; session 19,
+      docs/results/2026-12-01-s19/net_gpu.txt): 239-284 us per further transfer of the busiest node above that
+      run's own call, median 262 (until session 19 v2 charged them 381 us each, 1.33-1.46x those runs); with its
+      own call and GPU figures the max of the two fits all nine shapes within 6%. They are our runtime's
       host-driven protocol more than the wire: no RDMA NIC has been measured, and the RDMA presets keep these
       figures until one is (give yours in a topology file).
       Plans within one node have no barrier either: each queue runs on into the next stage, held only by chunk
@@ -79,6 +83,7 @@ class CostParams(BaseModel):
     call_us: float = Field(default=14.8, ge=0, allow_inf_nan=False)
     net_call_us: float = Field(default=871.0, ge=0, allow_inf_nan=False)
     net_flow_us: float = Field(default=381.0, ge=0, allow_inf_nan=False)
+    net_node_flow_us: float = Field(default=262.0, ge=0, allow_inf_nan=False)
     stage_sync_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     nvlink_duplex: float = Field(default=1.026, ge=1, allow_inf_nan=False)
     net_staging_gbps: float = Field(default=22.0, ge=0, allow_inf_nan=False)

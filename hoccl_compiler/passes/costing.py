@@ -7,7 +7,8 @@ the plan's, and the two simpler schedules it is compared with, costed the same w
   domains), the rounds one after the other, each round after a synchronisation: the network barrier
   (``stage_sync_us``) where the plan has network transfers, a rendezvous (``call_us``) within one node.
 
-All three pay ``net_flow_us`` per further network transfer of their busiest node (each flow whole is one).
+All three pay the network transfers' host cost of their busiest GPU or node (``cost.net_flows_s``; each flow whole
+is one transfer).
 
 The report keeps the port model's lower bound (no schedule beats it) beside them.
 """
@@ -31,7 +32,7 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
                                  ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
     predicted, parts = cost.plan_time_v2(topo, stages.time_s, network,
                                          fill_s=cost.staging_fill_s(topo, ch.chunk_bytes, ch.tr_role, ch.tr_bytes),
-                                         flows=cost.node_flows(topo, ch.tr_role, ch.tr_src, ch.tr_dst))
+                                         flows=cost.net_flows(topo, ch.tr_role, ch.tr_src, ch.tr_dst))
     bound, per_domain = cost.lower_bound(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
     report = {
         "predicted_time_s": predicted,
@@ -71,5 +72,5 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
     times = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S).time_s
     total, _ = cost.plan_time_v2(topo, times, cost.has_network(role), sync_s,
                                  fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb),
-                                 flows=cost.node_flows(topo, role, src, dst))
+                                 flows=cost.net_flows(topo, role, src, dst))
     return total, times

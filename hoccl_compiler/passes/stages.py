@@ -19,7 +19,7 @@
    time. Merging them would save nothing in v2 (``costs.stage_sync_us`` is 0: the executor has no barrier, and
    an All-to-All merged into one stage ran as long as its N - 1 stages, session 18). Their number is the peel's,
    less the tail that ``fewer_stages`` sends whole where the network transfers it saves (a flow split over k
-   stages is k of them, ``costs.net_flow_us`` each on the busiest node) are worth more than the time it adds
+   stages is k of them: ``cost.net_flows_s``, the busiest GPU's or node's) are worth more than the time it adds
    (or the ``max_extra_time`` fraction allows).
 5. Local copies ride in the first stage (they are not costed).
 """
@@ -139,11 +139,12 @@ TAILS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005)
 
 def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: float | None,
                  stage_cost_bytes: float = 0.0, flow_cost_bytes: float = 0.0,
-                 node_of: np.ndarray | None = None) -> list[WeightedMatching]:
+                 node_of: np.ndarray | None = None, node_flow_cost_bytes: float = 0.0) -> list[WeightedMatching]:
     """Trade RDMA time for fewer stages: at most a fraction ``max_extra_time`` of it, or (None) whatever the cost
     model v2 says a stage's barrier is worth (``stage_cost_bytes``: the barrier's time in bytes of the busiest
-    NIC) and each network transfer of the busiest node (``flow_cost_bytes``, the same way; ``node_of[gpu]``: its
-    node; a flow split over k stages is k transfers).
+    NIC) and the network transfers' host cost (``cost.net_flows_s``, the same way: ``flow_cost_bytes`` per transfer
+    of the busiest GPU, ``node_flow_cost_bytes`` per transfer of the busiest node, the more of the two;
+    ``node_of[gpu]``: its node; a flow split over k stages is k transfers).
 
     The time-optimal peel ends in many stages that move almost nothing: a GPU with d destinations
     needs at least d stages, and the peel makes several times that. Here the peel is cut where a
@@ -154,15 +155,23 @@ def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: flo
     """
     full = [(np.full(a.size, w, np.int64), a, b) for w, a, b in peeled]
     if not peeled or (max_extra_time is not None and max_extra_time <= 0) or \
-            (max_extra_time is None and stage_cost_bytes <= 0 and flow_cost_bytes <= 0):
+            (max_extra_time is None and stage_cost_bytes <= 0 and flow_cost_bytes <= 0 and node_flow_cost_bytes <= 0):
         return full
 
-    def fixed(stages: list) -> float:  # the stages' barriers and the busiest node's transfers, in bytes
-        if not flow_cost_bytes or node_of is None:
-            return stage_cost_bytes * len(stages)
-        sends = np.bincount(np.concatenate([node_of[a] for _, a, _ in stages]), minlength=int(node_of.max()) + 1)
-        recvs = np.bincount(np.concatenate([node_of[b] for _, _, b in stages]), minlength=int(node_of.max()) + 1)
-        return stage_cost_bytes * len(stages) + flow_cost_bytes * max(int(sends.max()), int(recvs.max()))
+    def busiest(stages: list, of: np.ndarray | None) -> int:  # the most transfers one GPU (or node) sends or receives
+        a = np.concatenate([a for _, a, _ in stages])
+        b = np.concatenate([b for _, _, b in stages])
+        if of is not None:
+            a, b = of[a], of[b]
+        return max(int(np.bincount(a).max()), int(np.bincount(b).max()))
+
+    def fixed(stages: list) -> float:  # the stages' barriers and the transfers' host cost, in bytes
+        flows = 0.0
+        if flow_cost_bytes:
+            flows = flow_cost_bytes * busiest(stages, None)
+        if node_flow_cost_bytes and node_of is not None:
+            flows = max(flows, node_flow_cost_bytes * busiest(stages, node_of))
+        return stage_cost_bytes * len(stages) + flows
 
     nonzero = matrix > 0
     if len(peeled) <= max(int(nonzero.sum(axis=1).max()), int(nonzero.sum(axis=0).max())):
@@ -228,11 +237,13 @@ def run(state: CompileState, options: CompileOptions,
     peeled = uniform_matchings(rdma_matrix, topo.gpus_per_node, across=True)
     if peeled is None:
         peeled = peel_matchings(rdma_matrix, progress)
-    # a network barrier between two stages and a network transfer's host cost, in bytes of the NIC's time (the
-    # cost model v2's stage_sync_us and net_flow_us)
-    nic_Bps = topo.nic_gbps * 1e9
-    rdma_stages = fewer_stages(rdma_matrix, peeled, options.max_extra_time, topo.costs.stage_sync_us * 1e-6 * nic_Bps,
-                               topo.costs.net_flow_us * 1e-6 * nic_Bps, np.arange(G) // topo.gpus_per_node)
+    # a network barrier between two stages and a network transfer's host cost, per GPU and per node, in bytes of
+    # the NIC's time (the cost model v2's stage_sync_us, net_flow_us and net_node_flow_us)
+    us_bytes = topo.nic_gbps * 1e9 * 1e-6
+    c = topo.costs
+    rdma_stages = fewer_stages(rdma_matrix, peeled, options.max_extra_time, c.stage_sync_us * us_bytes,
+                               c.net_flow_us * us_bytes, np.arange(G) // topo.gpus_per_node,
+                               c.net_node_flow_us * us_bytes)
 
     records_stage: list[np.ndarray] = []
     records_flow: list[np.ndarray] = []

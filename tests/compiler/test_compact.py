@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, load_plan, make_topology, save_plan, verify_plan
+from hoccl_compiler.compact import to_compact
 from hoccl_compiler.errors import PlanError
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.schema import PRETTY_LIMIT, plan_from_json
@@ -95,6 +96,8 @@ def test_a_compact_file_from_before_a_topology_field_reads_with_its_own_id(plan)
     assert old.plan_id == data["plan_id"] != plan.plan_id
     assert old.topology.costs.net_flow_us == plan.topology.costs.net_flow_us
     assert old.stages == plan.stages
+    with pytest.raises(PlanError, match="compiled by an older version.*recompile it, or write it in the full"):
+        to_compact(old)  # its compact file would not read back (the topology now holds the new field)
     data["topology"]["nic_gbps"] = 51.0
     with pytest.raises(PlanError, match="edited or is corrupt"):
         plan_from_json(json.dumps(data))

@@ -153,7 +153,7 @@ def test_stages_pay_for_their_network_transfers():
     spec = CollectiveSpec(kind="alltoallv", matrix=tuple(map(tuple, zipf_matrix(32, 1 << 24, seed=3).tolist())))
     measured = make_topology("paper-h800", nodes=4)
     assert measured.costs.stage_sync_us == 0.0 and measured.costs.net_flow_us > 0
-    free = measured.model_copy(update={"costs": measured.costs.model_copy(update={"net_flow_us": 0.0})})
+    free = _with_costs(measured, net_flow_us=0.0, net_node_flow_us=0.0)
     peel = compile_plan(measured, spec, CompileOptions(max_extra_time=0.0, baselines=False))
     assert len(compile_plan(free, spec, CompileOptions(baselines=False)).stages) == len(peel.stages)
     auto = compile_plan(measured, spec, CompileOptions(baselines=False))
@@ -198,8 +198,8 @@ def test_a_network_call_pays_the_host_staging_fill_and_drain_once():
     assert within.report.breakdown_s["call_s"] == pytest.approx(topo.costs.call_us * 1e-6)  # one node: no staging
 
 
-def test_node_flows_counts_the_busiest_nodes_network_transfers():
-    from hoccl_compiler.cost import node_flows
+def test_net_flows_counts_the_busiest_gpus_and_nodes_network_transfers():
+    from hoccl_compiler.cost import net_flows
 
     for nodes, L in ((2, 1), (5, 1), (2, 2), (2, 4), (3, 2)):
         topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
@@ -207,16 +207,35 @@ def test_node_flows_counts_the_busiest_nodes_network_transfers():
                             CompileOptions(chunk_bytes=8 << 20, max_extra_time=0.0, baselines=False))
         cols = [np.concatenate([np.asarray(getattr(s.transfers, c)) for s in plan.stages]) for c in ("role", "src",
                                                                                                       "dst")]
-        # each GPU sends one network transfer to every GPU of every other node (through the peers)
-        assert node_flows(topo, *cols) == L * L * (nodes - 1)
+        # each GPU's peer carries one network transfer to every GPU of every other node: L per remote node
+        assert net_flows(topo, *cols) == (L * (nodes - 1), L * L * (nodes - 1))
     one = make_topology("h200x2")
-    assert node_flows(one, np.array([NATIVE]), np.array([0]), np.array([1])) == 0
+    assert net_flows(one, np.array([NATIVE]), np.array([0]), np.array([1])) == (0, 0)
+
+
+@pytest.mark.parametrize("nodes,L", [(4, 1), (2, 2), (3, 2), (2, 4)])
+def test_network_transfers_cost_the_busier_of_a_gpus_chain_and_a_nodes_thread(nodes, L):
+    """v2 charges the more of net_flow_us per further transfer of the busiest GPU and net_node_flow_us per further
+    transfer of the busiest node (measured, session 19: nodes of several GPUs pay the node's driving thread, which
+    the costs per GPU do not explain); the simulation charges the same."""
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    c = topo.costs
+    plan = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=(64 << 10) * topo.num_gpus ** 2),
+                        CompileOptions(chunk_bytes=8 << 20, max_extra_time=0.0, baselines=False))
+    gpu, node = L * (nodes - 1), L * L * (nodes - 1)
+    want = max(c.net_flow_us * (gpu - 1), c.net_node_flow_us * (node - 1)) * 1e-6
+    assert plan.report.breakdown_s["net_flows_s"] == pytest.approx(want)
+    assert (want == c.net_flow_us * (gpu - 1) * 1e-6) == (L == 1)  # one GPU: its chain; several: the thread
+    free_node = compile_plan(_with_costs(topo, net_node_flow_us=0.0), plan.collective,
+                             CompileOptions(chunk_bytes=8 << 20, max_extra_time=0.0, baselines=False))
+    assert free_node.report.breakdown_s["net_flows_s"] == pytest.approx(c.net_flow_us * (gpu - 1) * 1e-6)
+    assert simulate(plan).total_s == pytest.approx(plan.report.predicted_time_s, rel=0.05)
 
 
 def test_network_transfers_cost_the_same_staged_or_merged_into_one_stage():
     """The network path's host cost is per transfer, not per stage (measured: an All-to-All of N - 1 stages and the
     same merged into one ran alike, session 18): v2 and the simulation charge net_flow_us per further transfer
-    of the busiest node, no barrier, and the everything-at-once baseline pays the same."""
+    of the busiest GPU (one GPU per node), no barrier, and the everything-at-once baseline pays the same."""
     from hoccl_compiler.schema import Stage, TransferTable
 
     N = 4

@@ -27,7 +27,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,11 +46,18 @@ def peel_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = 
     Returns ``[(w, rows, cols), ...]``: in each, the cells ``(rows[i], cols[i])`` form a matching
     and each moves ``w``. Summing ``w`` over all the matchings a cell appears in gives the cell.
     """
+    return list(iter_matchings(matrix, progress))
+
+
+def iter_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = None) -> Iterator[Matching]:
+    """:func:`peel_matchings` one matching at a time, each found when asked for (a skewed matrix's peel moves
+    nearly all of its bytes in its first matchings and then spends thousands on the last few: a caller that cuts
+    the tail need not find them)."""
     n = matrix.shape[0]
     row_sum, col_sum = matrix.sum(axis=1), matrix.sum(axis=0)
     top = int(max(row_sum.max(initial=0), col_sum.max(initial=0)))
     if top == 0:
-        return []
+        return
     r, c = np.nonzero(matrix)
     vals = matrix[r, c]
     row_gap, col_gap = top - row_sum, top - col_sum
@@ -69,8 +76,7 @@ def peel_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = 
     keys = _cell_keys(A)
     threshold = 1 << (int(A.data.max()).bit_length() - 1)
     rows_all = np.arange(size)
-    out: list[Matching] = []
-    moved = 0
+    found = moved = 0
     while A.nnz:
         if A.data.min() >= threshold:
             graph = A
@@ -87,15 +93,15 @@ def peel_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = 
         w = int(A.data[pos].min())
         A.data[pos] -= w
         real = (rows_all < n) & (match < n)
-        if real.any():
-            out.append((w, rows_all[real], match[real].astype(np.int64)))
         moved += w
         if (A.data[pos] == 0).any():
             A.eliminate_zeros()
             keys = _cell_keys(A)
-        if progress is not None and len(out) % 256 == 0:
-            progress(f"stages: {len(out)} matchings, {100 * moved / top:.0f}% of the busiest line")
-    return out
+        if real.any():
+            found += 1
+            if progress is not None and found % 256 == 0:
+                progress(f"stages: {found} matchings, {100 * moved / top:.2f}% of the busiest line")
+            yield w, rows_all[real], match[real].astype(np.int64)
 
 
 def uniform_matchings(matrix: np.ndarray, gpus_per_node: int, *, across: bool) -> list[Matching] | None:
@@ -137,7 +143,45 @@ WeightedMatching = tuple[np.ndarray, np.ndarray, np.ndarray]  # (bytes per cell,
 TAILS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005)
 
 
-def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: float | None,
+class _Peel:
+    """A peel's matchings (a list, or :func:`iter_matchings` found as far as asked for)."""
+
+    def __init__(self, matchings: Iterable[Matching]):
+        self._rest = iter(matchings)
+        self.found: list[Matching] = []
+        self.moved = 0
+        self.done = False
+
+    def _more(self) -> bool:
+        if not self.done:
+            try:
+                m = next(self._rest)
+            except StopIteration:
+                self.done = True
+            else:
+                self.found.append(m)
+                self.moved += m[0]
+        return not self.done
+
+    def until(self, amount: float) -> list[Matching]:
+        """The matchings up to the first after which ``amount`` has moved (all of them, if it never has)."""
+        while self.moved < amount and self._more():
+            pass
+        return self.found
+
+    def more_than(self, count: int) -> bool:
+        """Whether the whole peel has more than ``count`` matchings."""
+        while len(self.found) <= count and self._more():
+            pass
+        return len(self.found) > count
+
+    def all(self) -> list[Matching]:
+        while self._more():
+            pass
+        return self.found
+
+
+def fewer_stages(matrix: np.ndarray, peeled: Iterable[Matching], max_extra_time: float | None,
                  stage_cost_bytes: float = 0.0, flow_cost_bytes: float = 0.0,
                  node_of: np.ndarray | None = None, node_flow_cost_bytes: float = 0.0) -> list[WeightedMatching]:
     """Trade RDMA time for fewer stages: at most a fraction ``max_extra_time`` of it, or (None) whatever the cost
@@ -152,63 +196,133 @@ def fewer_stages(matrix: np.ndarray, peeled: list[Matching], max_extra_time: flo
     maximum matchings of what remains (each such stage lasts as long as its largest cell). With a fraction, the
     largest tail whose extra time fits the allowance wins, and with ``max_extra_time == 0`` the peel is returned
     as it is; with None, the cut (or none) with the least time plus barriers.
+
+    ``peeled`` may be :func:`iter_matchings`: the peel is then followed only as far as the decision needs (the
+    cuts need it to 1 - the smallest tail of the busiest line; the whole peel only where it could still win, as
+    its cost is at least that of the part found, or where its count decides).
     """
-    full = [(np.full(a.size, w, np.int64), a, b) for w, a, b in peeled]
-    if not peeled or (max_extra_time is not None and max_extra_time <= 0) or \
+    peel = _Peel(peeled)
+
+    def weighted(matchings: list[Matching]) -> list[WeightedMatching]:
+        return [(np.full(a.size, w, np.int64), a, b) for w, a, b in matchings]
+
+    if (max_extra_time is not None and max_extra_time <= 0) or \
             (max_extra_time is None and stage_cost_bytes <= 0 and flow_cost_bytes <= 0 and node_flow_cost_bytes <= 0):
-        return full
+        return weighted(peel.all())
 
-    def busiest(stages: list, of: np.ndarray | None) -> int:  # the most transfers one GPU (or node) sends or receives
-        a = np.concatenate([a for _, a, _ in stages])
-        b = np.concatenate([b for _, _, b in stages])
-        if of is not None:
-            a, b = of[a], of[b]
-        return max(int(np.bincount(a).max()), int(np.bincount(b).max()))
+    G = matrix.shape[0]
 
-    def fixed(stages: list) -> float:  # the stages' barriers and the transfers' host cost, in bytes
+    def fixed_of(count: int, sends: np.ndarray, recvs: np.ndarray) -> float:
+        """The barriers of ``count`` stages and the host cost of the transfers each GPU sends and receives, in
+        bytes."""
         flows = 0.0
-        if flow_cost_bytes:
-            flows = flow_cost_bytes * busiest(stages, None)
-        if node_flow_cost_bytes and node_of is not None:
-            flows = max(flows, node_flow_cost_bytes * busiest(stages, node_of))
-        return stage_cost_bytes * len(stages) + flows
+        if flow_cost_bytes and count:
+            flows = flow_cost_bytes * max(int(sends.max()), int(recvs.max()))
+        if node_flow_cost_bytes and node_of is not None and count:
+            per_node = max(np.bincount(node_of, weights=sends).max(), np.bincount(node_of, weights=recvs).max())
+            flows = max(flows, node_flow_cost_bytes * float(per_node))
+        return stage_cost_bytes * count + flows
+
+    def transfers(stages: list) -> tuple[np.ndarray, np.ndarray]:  # per GPU: the transfers it sends, receives
+        if not stages:
+            return np.zeros(G, np.int64), np.zeros(G, np.int64)
+        return (np.bincount(np.concatenate([a for _, a, _ in stages]), minlength=G),
+                np.bincount(np.concatenate([b for _, _, b in stages]), minlength=G))
+
+    def fixed(stages: list) -> float:
+        return fixed_of(len(stages), *transfers(stages))
 
     nonzero = matrix > 0
-    if len(peeled) <= max(int(nonzero.sum(axis=1).max()), int(nonzero.sum(axis=0).max())):
-        return full  # as few stages as a GPU has destinations (or sources): no cut can make fewer
-    top = sum(w for w, _, _ in peeled)
-    best, best_cost = full, top + fixed(full)
+    degree = max(int(nonzero.sum(axis=1).max(initial=0)), int(nonzero.sum(axis=0).max(initial=0)))
+    if not peel.more_than(degree):
+        return weighted(peel.found)  # as few stages as a GPU has destinations (or sources): no cut can make fewer
+    # every matching of the peel crosses the busiest line (it has no slack), so their weights sum to its total
+    top = int(max(matrix.sum(axis=1).max(), matrix.sum(axis=0).max()))
+    best: list[WeightedMatching] | None = None
+    best_cost = np.inf
     for tail in TAILS:
         residual = matrix.copy()
         moved, prefix = 0, []
-        for w, a, b in peeled:
+        for w, a, b in peel.until((1 - tail) * top):
             if moved >= (1 - tail) * top:
                 break
             residual[a, b] -= w
             moved += w
             prefix.append((np.full(a.size, w, np.int64), a, b))
-        rest = _whole_cell_matchings(residual)
+        rest = _whole_cell_matchings(residual, node_of)
         time = moved + sum(int(w.max()) for w, _, _ in rest)
         count = len(prefix) + len(rest)
         if max_extra_time is None:
             cut = time + fixed(prefix + rest)
             if cut < best_cost:
                 best, best_cost = prefix + rest, cut
-        elif time <= (1 + max_extra_time) * top and count < len(best):
-            best = prefix + rest
-            break  # tails are tried largest first: the first that fits cuts the most
-    return best
+        elif time <= (1 + max_extra_time) * top and peel.more_than(count):
+            return prefix + rest  # tails are tried largest first: the first that fits cuts the most
+    if max_extra_time is not None or best is None:
+        return weighted(peel.all())
+    # the whole peel costs at least its part found so far and one more transfer for each cell it has not emptied
+    # (and as many more stages as the fullest line has such cells): where even that loses, it is not finished
+    left = matrix.copy()
+    for w, a, b in peel.found:
+        left[a, b] -= w
+    sends, recvs = transfers(peel.found)
+    more_rows, more_cols = (left > 0).sum(axis=1), (left > 0).sum(axis=0)
+    at_least = fixed_of(len(peel.found) + int(max(more_rows.max(), more_cols.max())), sends + more_rows,
+                        recvs + more_cols)
+    if best_cost < top + at_least:
+        return best
+    full = weighted(peel.all())
+    return best if best_cost < top + fixed(full) else full
 
 
-def _whole_cell_matchings(residual: np.ndarray) -> list[WeightedMatching]:
+def _whole_cell_matchings(residual: np.ndarray, node_of: np.ndarray | None = None) -> list[WeightedMatching]:
+    """The cells of ``residual`` whole, in as few matchings as can be found: by shifts where they reach the
+    fewest possible (below), else maximum matchings of the cells left, one after another.
+
+    Shifts: with ``node_of`` (GPU -> node, GPU g on node g // L) and every cell between two nodes, the cells of
+    one shift, GPU (a, i) -> ((a + k) mod N, (i + l) mod L), form a matching, and the shifts cover every such cell
+    once. Where the shifts that hold a cell are no more than the cells of the fullest line (no decomposition has
+    fewer matchings), they are the answer, found without a bipartite matching: a skewed All-to-Allv's tail holds
+    nearly every cell, and the maximum matchings (a 1024-GPU tail: a thousand of them on a million cells) took
+    most of its compile."""
+    r, c = np.nonzero(residual)  # row-major: the cells' keys r * m + c ascend, and stay so as cells go
+    if not r.size:
+        return []
+    if node_of is not None:
+        N = int(node_of.max()) + 1
+        L = node_of.size // N
+        if np.array_equal(node_of, np.arange(node_of.size) // L) and not (node_of[r] == node_of[c]).any():
+            shift = ((node_of[c] - node_of[r]) % N) * L + (c - r) % L
+            groups = np.unique(shift)
+            fullest = max(int(np.bincount(r).max()), int(np.bincount(c).max()))
+            if groups.size <= fullest:
+                order = np.lexsort((r, shift))  # by shift, each by row
+                r, c, shift = r[order], c[order], shift[order]
+                cuts = np.flatnonzero(np.diff(shift)) + 1
+                return [(residual[a, b].astype(np.int64), a.astype(np.int64), b.astype(np.int64))
+                        for a, b in zip(np.split(r, cuts), np.split(c, cuts), strict=True)]
+    return _maximum_matchings(residual, r, c)
+
+
+def _maximum_matchings(residual: np.ndarray, r: np.ndarray, c: np.ndarray) -> list[WeightedMatching]:
+    """Maximum matchings of the cells ``(r, c)`` of ``residual`` left, one after another (on the list of cells,
+    not the dense matrix)."""
     out = []
-    R = residual.copy()
-    while R.any():
-        match = maximum_bipartite_matching(sp.csr_matrix((R > 0).astype(np.int8)), perm_type="column")
-        rows = np.nonzero(match >= 0)[0]
+    n, m = residual.shape
+    key = r.astype(np.int64) * m + c
+    v = residual[r, c].astype(np.int64)
+    per_row = np.bincount(r, minlength=n)
+    indptr = np.zeros(n + 1, np.int64)
+    while key.size:
+        np.cumsum(per_row, out=indptr[1:])
+        graph = sp.csr_matrix((np.ones(key.size, np.int8), key % m, indptr), shape=(n, m))  # sorted: no conversion
+        match = maximum_bipartite_matching(graph, perm_type="column")
+        rows = np.nonzero(match >= 0)[0].astype(np.int64)
         cols = match[rows].astype(np.int64)
-        out.append((R[rows, cols].astype(np.int64), rows.astype(np.int64), cols))
-        R[rows, cols] = 0
+        pos = np.searchsorted(key, rows * m + cols)
+        out.append((v[pos], rows, cols))
+        per_row[rows] -= 1
+        key, v = np.delete(key, pos), np.delete(v, pos)
     return out
 
 
@@ -235,8 +349,8 @@ def run(state: CompileState, options: CompileOptions,
     # --- 1. RDMA matchings -------------------------------------------------------------------------
     rdma_matrix, cell_flow = _cells(pieces, RDMA, G)
     peeled = uniform_matchings(rdma_matrix, topo.gpus_per_node, across=True)
-    if peeled is None:
-        peeled = peel_matchings(rdma_matrix, progress)
+    if peeled is None:  # the general peel, found as far as the stage count's choice needs (fewer_stages)
+        peeled = iter_matchings(rdma_matrix, progress)
     # a network barrier between two stages and a network transfer's host cost, per GPU and per node, in bytes of
     # the NIC's time (the cost model v2's stage_sync_us, net_flow_us and net_node_flow_us)
     us_bytes = topo.nic_gbps * 1e9 * 1e-6

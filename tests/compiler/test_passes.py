@@ -217,6 +217,66 @@ def test_max_extra_time_trades_a_little_time_for_far_fewer_stages():
             assert len(set(end.tolist())) == end.size
 
 
+@pytest.mark.parametrize("max_extra_time", [None, 0.0, 0.02])
+def test_fewer_stages_follows_the_peel_only_as_far_as_its_choice_needs(max_extra_time):
+    """fewer_stages on the peel found lazily (iter_matchings, as the compiler calls it) chooses what it chooses on
+    the whole peel, and where a cut wins by the bound on the rest it leaves the peel's tail unfound."""
+    from workloads import zipf_matrix
+
+    from hoccl_compiler.passes.stages import fewer_stages, iter_matchings, peel_matchings
+
+    mat = zipf_matrix(64, mean_pair_bytes=1 << 24, seed=64)
+    node = np.arange(64) // 8
+    mat[node[:, None] == node[None, :]] = 0  # its network part
+    costs = (0.0, 381e-6 * 50e9, node, 262e-6 * 50e9)  # v2's per-transfer costs in bytes of a 50 GB/s NIC
+    whole = peel_matchings(mat)
+    found = []
+
+    def counted():
+        for m in iter_matchings(mat):
+            found.append(m)
+            yield m
+
+    eager = fewer_stages(mat, whole, max_extra_time, *costs)
+    lazy = fewer_stages(mat, counted(), max_extra_time, *costs)
+    assert len(lazy) == len(eager)
+    for (w1, a1, b1), (w2, a2, b2) in zip(lazy, eager, strict=True):
+        assert np.array_equal(w1, w2) and np.array_equal(a1, a2) and np.array_equal(b1, b2)
+    moved = np.zeros_like(mat)
+    for w, a, b in lazy:
+        np.add.at(moved, (a, b), w)
+    assert np.array_equal(moved, mat)  # every byte in some stage, once
+    if max_extra_time is None:
+        assert len(found) < len(whole) / 2  # the tail of the peel was never found
+    elif max_extra_time == 0:
+        assert len(found) == len(whole)  # the time-optimal peel is the whole peel
+
+
+@pytest.mark.parametrize("density", [1.0, 0.97, 0.05])
+def test_whole_cells_go_in_as_few_matchings_as_the_fullest_line_where_shifts_reach_it(density):
+    """The tail a cut sends whole: every cell once, each stage a matching; on a (nearly) full cross-node support
+    by shifts, in as many matchings as the fullest line has cells; on a sparse one by maximum matchings."""
+    from hoccl_compiler.passes.stages import _whole_cell_matchings
+
+    rng = np.random.default_rng(7)
+    G, L = 32, 4
+    node = np.arange(G) // L
+    m = rng.integers(1, 1 << 20, size=(G, G)) * (rng.random((G, G)) < density)
+    m[node[:, None] == node[None, :]] = 0
+    for of in (node, None):
+        parts = _whole_cell_matchings(m, of)
+        rebuilt = np.zeros_like(m)
+        for w, a, b in parts:
+            assert len(set(a.tolist())) == a.size and len(set(b.tolist())) == b.size  # a matching
+            assert (w > 0).all()
+            rebuilt[a, b] += w
+        assert np.array_equal(rebuilt, m)  # every cell whole, once
+        fullest = max(int((m > 0).sum(axis=1).max()), int((m > 0).sum(axis=0).max()))
+        if of is not None and density == 1.0:
+            assert len(parts) == fullest == L * (G // L - 1)
+        assert len(parts) >= fullest
+
+
 def test_no_baseline_is_ever_below_the_lower_bound():
     """Everything at once and naive rounds (cost model v2) over random skewed matrices, including the case that
     beat the bound by 1.2% (8 nodes x 4 GPUs of dgx-h100, 32 x 32 Zipf(1.3), zero diagonal)."""

@@ -1,7 +1,6 @@
 """Compiler benchmark: schedule quality at 8/16/64/256/1024 GPUs, 1024-GPU scale, single-node compile time.
 
-    python examples/bench_compiler.py                  # full run (about half an hour on 2 cores: the 1024-GPU
-                                                       # skewed All-to-Allv takes most of it)
+    python examples/bench_compiler.py                  # full run (about 10 minutes on 2 cores)
     python examples/bench_compiler.py --gpus 8,16,64   # the quality tables at these sizes only
     python examples/bench_compiler.py --quick          # 16 GPUs only, no scale runs (what the tests run)
 

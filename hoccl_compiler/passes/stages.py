@@ -20,7 +20,8 @@
    an All-to-All merged into one stage ran as long as its N - 1 stages, session 18). Their number is the peel's,
    less the tail that ``fewer_stages`` sends whole where the network transfers it saves (a flow split over k
    stages is k of them: ``cost.net_flows_s``, the busiest GPU's or node's) are worth more than the time it adds
-   (or the ``max_extra_time`` fraction allows).
+   (or the ``max_extra_time`` fraction allows). The general peel is found lazily (:func:`iter_matchings`), as
+   far as that choice needs.
 5. Local copies ride in the first stage (they are not costed).
 """
 

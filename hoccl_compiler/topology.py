@@ -58,9 +58,10 @@ class CostParams(BaseModel):
       2267), so the 381 us is per transfer, not a barrier: the network executor has none (each GPU's rings hand
       their slots from one stage's flow to the next), and ``stage_sync_us`` is 0 (until session 18 v2 charged
       the 381 us per stage). Nodes of 2, 3 and 4 GPUs (2x2, 3x2, 4x2, 2x3, 2x4; session 19,
-      docs/results/2026-12-01-s19/net_gpu.txt): 239-284 us per further transfer of the busiest node above that
-      run's own call, median 262 (until session 19 v2 charged them 381 us each, 1.33-1.46x those runs); with its
-      own call and GPU figures the max of the two fits all nine shapes within 6%. They are our runtime's
+      docs/results/2026-12-01-s19/net_gpu*.txt): per further transfer of the busiest node above each run's own
+      call, medians 262, 234 and 289 us in three runs, their mean 262 (until session 19 v2 charged them 381 us
+      each: 1 of those 15 rows within 10%, 12 now); with its own call and GPU figures the max of the two fits the
+      first run's nine shapes within 6%. They are our runtime's
       host-driven protocol more than the wire: no RDMA NIC has been measured, and the RDMA presets keep these
       figures until one is (give yours in a topology file).
       Plans within one node have no barrier either: each queue runs on into the next stage, held only by chunk

@@ -12,7 +12,8 @@
 # test that runs on one GPU (torch, start-up, hardening, the 2-process communicator's checks); torchbench: host
 # time per AllGather call (hook, communicator, backend) and train_fsdp's tokens/s; fsdpcompare (2+ GPUs): HOCCL
 # against NCCL and NCCL's copy-engine mode in FSDP2 training, interleaved rounds; netcosts: the network path's call
-# and per-stage costs (the cost model v2's net_call_us and stage_sync_us); calibrate (after sweep): the cost model
+# and per-transfer costs on nine node shapes (the cost model v2's net_call_us, net_flow_us and net_node_flow_us;
+# every node's buffers on GPU 0); calibrate (after sweep): the cost model
 # v2's predictions beside this run's sweep rows; skew: the sweep's start-up skew, one size timed with 10, 40 and 160
 # calls per batch (a call's cost + skew / calls: calibrate_cost.py --skew-from).
 # Each part is bounded in time; a summary of every part is printed last. CONTENTION_ARGS replaces the
@@ -31,6 +32,7 @@ nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv >"$OUT/gpu.t
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')  # sweep and contention use every GPU (issue 6: 4 or 8)
 [ "$NGPU" -ge 2 ] || NGPU=2
 { nvidia-smi topo -m; lscpu | grep -i "numa\|model name"; } >>"$OUT/gpu.txt" 2>&1
+SHAPES="--shapes 2x1,3x1,4x1,5x1,2x2,3x2,4x2,2x3,2x4"  # netcosts: nodes x GPUs per node
 for p in $parts; do
   case $p in
     tests) run_part tests 400 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_intranode.py \
@@ -53,8 +55,8 @@ for p in $parts; do
     onegpu) run_part onegpu 590 python -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_gpu_torch.py \
               tests/gpu/test_gpu_start.py tests/gpu/test_gpu_hostile.py tests/gpu/test_gpu_multiprocess.py \
               tests/gpu/test_gpu_links.py ;;
-    netcosts) run_part netcosts 200 bash -c "python examples/measure_net_costs.py --json $OUT/net_host.json && \
-                python examples/measure_net_costs.py --gpu --json $OUT/net_gpu.json" ;;
+    netcosts) run_part netcosts 400 bash -c "python examples/measure_net_costs.py $SHAPES --json $OUT/net_host.json && \
+                python examples/measure_net_costs.py --gpu $SHAPES --json $OUT/net_gpu.json" ;;
     skew) for it in 10 40 160; do  # the sweep's start-up skew: one size, three batch lengths (calibrate_cost.py)
             run_part "skew$it" 200 torchrun --nproc_per_node "$NGPU" -m hoccl_bench.bench sweep --sizes 64MiB \
               --baselines hoccl,raw --iters "$it" --sm-size 0 --out "$OUT/skew-$it"; done

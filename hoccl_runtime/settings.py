@@ -34,6 +34,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                               "this times the cut write's end"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
+    "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "
+                             "do (their 20-50 us poll sleeps otherwise last up to 50 us longer); 0: the kernel's"),
     "HOCCL_REDUCE": ("auto", "hoccl process groups: who computes reductions: nccl (an NCCL group from the same store), "
                      "hoccl (copy engines, then one local kernel) or auto (nccl unless ranks share a GPU)"),
     "HOCCL_GPUS_PER_NODE": ("", "hoccl process groups: ranks per node (global rank // this), e.g. 1 to make each GPU "

@@ -90,6 +90,9 @@ class CallProxy:
         self._run, self._started, self._reset, self._finish = run, started, reset_start, finish
         self._skip = skip  # what a call not run (an earlier one failed) needs done instead, if anything
         self.poll_s = poll_s
+        from .._timer import slack_setting
+
+        self._slack_ns = slack_setting()  # read here: a bad value raises in the caller's thread
         self._calls: queue.Queue = queue.Queue()
         self._idle = threading.Event()
         self._idle.set()
@@ -107,6 +110,12 @@ class CallProxy:
         self._calls.put(call)
 
     def _loop(self) -> None:
+        from .._timer import fine_sleeps
+
+        with fine_sleeps(self._slack_ns):  # this thread's poll sleeps last about what they ask
+            self._serve()
+
+    def _serve(self) -> None:
         while True:
             call = self._calls.get()
             if call is None:

@@ -39,6 +39,7 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
+from .._timer import fine_sleeps
 from ..errors import HocclTimeoutError, PlanError, TransportError
 from ..flags import Flag, FlagPool, MemOps, as_int32, reached
 from .transport.base import Connection, Region, Transport
@@ -157,7 +158,8 @@ class HostNodeExecutor:
                 self._use_plan(plan)
             if buffers is not None:
                 self._bind(buffers)
-        self._drive()
+        with fine_sleeps():
+            self._drive()
 
     def _only_with_reuse(self) -> None:
         if not self.reuse:
@@ -864,8 +866,9 @@ class GpuNodeExecutor(HostNodeExecutor):
         self._current = prepared
         try:
             self.plan = prepared.plan
-            self._drive()
-            self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
+            with fine_sleeps():  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
+                self._drive()
+                self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
         except BaseException:
             self.release(prepared)
             raise

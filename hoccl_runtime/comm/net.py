@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from .._cuda import on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
+from .._timer import fine_sleeps, slack_setting
 from ..errors import HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..plans import PlanCache
@@ -90,8 +91,6 @@ class CallProxy:
         self._run, self._started, self._reset, self._finish = run, started, reset_start, finish
         self._skip = skip  # what a call not run (an earlier one failed) needs done instead, if anything
         self.poll_s = poll_s
-        from .._timer import slack_setting
-
         self._slack_ns = slack_setting()  # read here: a bad value raises in the caller's thread
         self._calls: queue.Queue = queue.Queue()
         self._idle = threading.Event()
@@ -110,8 +109,6 @@ class CallProxy:
         self._calls.put(call)
 
     def _loop(self) -> None:
-        from .._timer import fine_sleeps
-
         with fine_sleeps(self._slack_ns):  # this thread's poll sleeps last about what they ask
             self._serve()
 

@@ -44,26 +44,25 @@ class CostParams(BaseModel):
       fits this cost + a start-up skew / calls per timed batch (examples/calibrate_cost.py), 8 MiB .. 1 GiB:
       13.6, 14.7 and 16.0 us for send/recv, AllGather and All-to-All, their mean. (Until session 18: 16.8, the
       send/recv gap at 8-64 MiB, which carried 1.5-12 us of that skew.)
-    * ``net_call_us``: the start of a plan with network transfers (the first chunk's staging, the last one's
-      landing, the end-of-run notices between nodes); ``net_flow_us``: each further network transfer of the
-      busiest GPU (the most transfers one sends, or receives), which its rings carry one after another;
-      ``net_node_flow_us``: each further network transfer of the busiest node (of all its GPUs), which the node's
-      one driving thread handles in turn; a plan pays the more of the two. ``stage_sync_us``: a barrier between
-      two stages. Measured with examples/measure_net_costs.py (GPU node executors joined by the TCP transport as
-      the network communicators set them up, "nodes" as processes of one host, every rank on its one GPU, an
-      All-to-All of 64 KiB per pair): with one GPU per node (N - 1 stages of one transfer per node each way, a
-      fit over N = 2..5) 871 us and 381 us on the 1x H200 host, session 16; 830 and 382 in session 18; 697 and
-      450 in session 19. The same All-to-All with its stages merged into one took what its N - 1 stages take
-      (docs/results/2026-12-01-s18/merged_gpu.txt: 916 / 1481 / 1775 / 2057 us against 862 / 1235 / 1775 /
-      2267), so the 381 us is per transfer, not a barrier: the network executor has none (each GPU's rings hand
-      their slots from one stage's flow to the next), and ``stage_sync_us`` is 0 (until session 18 v2 charged
-      the 381 us per stage). Nodes of 2, 3 and 4 GPUs (2x2, 3x2, 4x2, 2x3, 2x4; session 19,
-      docs/results/2026-12-01-s19/net_gpu*.txt): per further transfer of the busiest node above each run's own
-      call, medians 262, 234 and 289 us in three runs, their mean 262 (until session 19 v2 charged them 381 us
-      each: 1 of those 15 rows within 10%, 12 now); with its own call and GPU figures the max of the two fits the
-      first run's nine shapes within 6%. They are our runtime's
-      host-driven protocol more than the wire: no RDMA NIC has been measured, and the RDMA presets keep these
-      figures until one is (give yours in a topology file).
+    * ``net_call_us``: the start of a plan with network transfers (the first chunk's staging, the last one's landing,
+      the end-of-run notices between nodes); ``net_flow_us``: each further network transfer of the busiest GPU (the most
+      transfers one sends, or receives), which its rings carry one after another; ``net_node_flow_us``: each further
+      network transfer of the busiest node (of all its GPUs), which the node's one driving thread handles in turn; a
+      plan pays the more of the two. ``stage_sync_us``: a barrier between two stages. Measured with
+      examples/measure_net_costs.py (GPU node executors joined by the TCP transport as the network communicators set
+      them up, "nodes" as processes of one host, every rank on its one GPU, an All-to-All of 64 KiB per pair): with one
+      GPU per node (N - 1 stages of one transfer per node each way, a fit over N = 2..5) 871 us and 381 us on the 1x
+      H200 host, session 16; 830 and 382 in session 18; 697 / 930 / 832 and 450 / 343 / 378 in session 19's three runs.
+      The same All-to-All with its stages merged into one took what its N - 1 stages take
+      (docs/results/2026-12-01-s18/merged_gpu.txt: 916 / 1481 / 1775 / 2057 us against 862 / 1235 / 1775 / 2267), so the
+      381 us is per transfer, not a barrier: the network executor has none (each GPU's rings hand their slots from one
+      stage's flow to the next), and ``stage_sync_us`` is 0 (until session 18 v2 charged the 381 us per stage). Nodes of
+      2, 3 and 4 GPUs (2x2, 3x2, 4x2, 2x3, 2x4; session 19, docs/results/2026-12-01-s19/net_gpu*.txt): per further
+      transfer of the busiest node above each run's own call, medians 262, 234 and 289 us in three runs, their mean 262
+      (until session 19 v2 charged them 381 us each: 1 of those 15 rows within 10%, 12 now); with its own call and GPU
+      figures the max of the two fits the first run's nine shapes within 6%. They are our runtime's host-driven protocol
+      more than the wire: no RDMA NIC has been measured, and the RDMA presets keep these figures until one is (give
+      yours in a topology file).
       Plans within one node have no barrier either: each queue runs on into the next stage, held only by chunk
       dependencies.
     * ``nvlink_duplex``: a GPU's NVLink moving data both ways at once runs each way this much slower. 1.026 on the

@@ -11,7 +11,7 @@ costs: the least-squares line over N gives the call's start (intercept at one st
 further stage (slope: one further transfer of every GPU; session 18 found no barrier in it). Medians of
 ``--reps`` calls of the slowest node after a warm-up call. ``--shapes`` (nodes x GPUs per node) adds nodes of
 several GPUs: there each node's GPUs send to every remote GPU, so the busiest node has more network transfers
-than stages. Each row shows the busiest node's transfers and the busiest GPU's (``cost.net_flows``) and v2's
+than stages. Each row shows the busiest node's transfers and the busiest GPU's (``cost.plan_net_flows``) and v2's
 predicted time for the plan. Prints a table last.
 """
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from hoccl_bench.nodeprocs import run_node_processes  # noqa: E402
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology  # noqa: E402
-from hoccl_compiler.cost import net_flows  # noqa: E402
+from hoccl_compiler.cost import plan_net_flows  # noqa: E402
 from hoccl_compiler.ir import CompileOptions  # noqa: E402
 from hoccl_runtime.net.executor import ring_slots  # noqa: E402
 
@@ -39,11 +39,13 @@ PAIR_BYTES = 64 << 10
 CHUNK, LANES = 8 << 20, 8  # as the network communicators (hoccl_runtime/comm/net.py)
 
 
-def body(node, exchange, plan_json, reps, gpu):
-    from hoccl_compiler.schema import plan_from_json
-    from hoccl_runtime.net.executor import GpuNodeExecutor, HostNodeExecutor
+def timed_runs(node, plan, exchange, reps, gpu, *, slots, reuse=False, executor=None) -> list[float]:
+    """Node ``node``'s part of ``plan`` on zeroed buffers (on GPU 0 with ``gpu``), its node executor (from the
+    module ``executor``, by default hoccl_runtime.net.executor) joined to the others over TCP with ``LANES`` lanes:
+    one warm-up run, then the seconds of each of ``reps`` runs."""
+    if executor is None:
+        from hoccl_runtime.net import executor
 
-    plan = plan_from_json(plan_json)
     bufs = {}
     L = plan.topology.gpus_per_node
     for r in range(node * L, node * L + L):
@@ -55,9 +57,9 @@ def body(node, exchange, plan_json, reps, gpu):
                 bufs[r] = tuple(cp.zeros(n, cp.uint8) for n in sizes)
         else:
             bufs[r] = tuple(np.zeros(n, np.uint8) for n in sizes)
-    cls = GpuNodeExecutor if gpu else HostNodeExecutor
+    cls = executor.GpuNodeExecutor if gpu else executor.HostNodeExecutor
     transport = cls.make_transport(plan, node, lanes=LANES)
-    ex = cls(plan, node, bufs, transport, slots=ring_slots(CHUNK), timeout_s=60)
+    ex = cls(plan, node, bufs, transport, slots=slots, timeout_s=60, reuse=reuse)
     ex.connect(exchange(transport.listen()))
     ex.run()
     times = []
@@ -69,6 +71,12 @@ def body(node, exchange, plan_json, reps, gpu):
         ex.close()
     transport.close()
     return times
+
+
+def body(node, exchange, plan_json, reps, gpu):
+    from hoccl_compiler.schema import plan_from_json
+
+    return timed_runs(node, plan_from_json(plan_json), exchange, reps, gpu, slots=ring_slots(CHUNK))
 
 
 def main(argv=None) -> int:
@@ -94,9 +102,7 @@ def main(argv=None) -> int:
                             CompileOptions(chunk_bytes=CHUNK, max_extra_time=0.0, baselines=False))
         res = run_node_processes(body, nodes, (plan.model_dump_json(), args.reps, args.gpu), timeout_s=300)
         per_call = [max(res[n][i] for n in res) for i in range(args.reps)]
-        cols = (np.concatenate([np.asarray(getattr(st.transfers, k)) for st in plan.stages])
-                for k in ("role", "src", "dst"))
-        gpu_flows, node_flows = net_flows(topo, *cols)
+        gpu_flows, node_flows = plan_net_flows(plan)
         rows.append({"nodes": nodes, "gpus_per_node": L, "stages": len(plan.stages),
                      "node_flows": node_flows, "gpu_flows": gpu_flows,
                      "v2_us": plan.report.predicted_time_s * 1e6,

@@ -30,7 +30,7 @@ from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "stage_times_v2",
            "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "net_flows",
-           "net_flows_s"]
+           "plan_net_flows", "net_flows_s"]
 
 
 def port_capacity(topo: Topology) -> np.ndarray:
@@ -298,6 +298,13 @@ def net_flows(topo: Topology, role: np.ndarray, src: np.ndarray, dst: np.ndarray
     gpu = max(int(np.bincount(s).max()), int(np.bincount(d).max()))
     node = max(int(np.bincount(s // L, minlength=N).max()), int(np.bincount(d // L, minlength=N).max()))
     return gpu, node
+
+
+def plan_net_flows(plan) -> tuple[int, int]:
+    """:func:`net_flows` of a whole plan (``plan.stages``' transfer tables, ``plan.topology``)."""
+    cols = [np.concatenate([np.asarray(getattr(st.transfers, c), np.int64) for st in plan.stages] or [np.zeros(0)])
+            for c in ("role", "src", "dst")]
+    return net_flows(plan.topology, *cols)
 
 
 def net_flows_s(topo: Topology, flows: tuple[int, int]) -> float:

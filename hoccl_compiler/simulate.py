@@ -35,8 +35,8 @@ from .cost import (
     _max_min_rates,
     duplex_capacity,
     has_network,
-    net_flows,
     piece_ports,
+    plan_net_flows,
     plan_time_v2,
     port_capacity,
     staging_fill_s,
@@ -136,7 +136,5 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
     network = any(has_network(np.asarray(st.transfers.role)) for st in plan.stages)
     fill = max((staging_fill_s(topo, chunk, np.asarray(st.transfers.role), np.asarray(st.transfers.bytes))
                 for st in plan.stages), default=0.0)
-    cols = [np.concatenate([np.asarray(getattr(st.transfers, c), np.int64) for st in plan.stages] or [np.zeros(0)])
-            for c in ("role", "src", "dst")]
-    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill, flows=net_flows(topo, *cols))
+    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill, flows=plan_net_flows(plan))
     return Simulation(total, tuple(stage_times), n_chunks_total)

@@ -39,7 +39,7 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
-from .._timer import fine_sleeps
+from .._timer import fine_sleeps, slack_setting
 from ..errors import HocclTimeoutError, PlanError, TransportError
 from ..flags import Flag, FlagPool, MemOps, as_int32, reached
 from .transport.base import Connection, Region, Transport
@@ -67,6 +67,7 @@ class HostNodeExecutor:
         # The network then always lands in the rings (an output registered once cannot follow new buffers)
         self.reuse = reuse
         self.direct_receive = type(self).direct_receive and not reuse
+        self._slack_ns = slack_setting()  # the driving thread's timer slack while it runs (hoccl_runtime._timer)
         self._hellos: dict[int, list[int]] = {}
         self.L = topo.gpus_per_node
         if self.L > 126:  # an immediate names a local GPU in 7 bits; 126 and 127 are the notices'
@@ -158,7 +159,7 @@ class HostNodeExecutor:
                 self._use_plan(plan)
             if buffers is not None:
                 self._bind(buffers)
-        with fine_sleeps():
+        with fine_sleeps(self._slack_ns):
             self._drive()
 
     def _only_with_reuse(self) -> None:
@@ -866,7 +867,7 @@ class GpuNodeExecutor(HostNodeExecutor):
         self._current = prepared
         try:
             self.plan = prepared.plan
-            with fine_sleeps():  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
+            with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
                 self._drive()
                 self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
         except BaseException:

@@ -39,10 +39,8 @@ def test_fine_sleeps_sets_the_threads_slack_for_the_block_and_puts_it_back(monke
 
 def test_a_bad_timer_slack_setting_names_the_variable(monkeypatch):
     monkeypatch.setenv("HOCCL_TIMER_SLACK_NS", "fast")
-    with pytest.raises(HocclError, match="HOCCL_TIMER_SLACK_NS='fast' is not an integer"):
-        with fine_sleeps():
-            pass
+    with pytest.raises(HocclError, match="HOCCL_TIMER_SLACK_NS='fast' is not an integer"), fine_sleeps():
+        pass
     monkeypatch.setenv("HOCCL_TIMER_SLACK_NS", "-5")
-    with pytest.raises(HocclError, match="out of range"):
-        with fine_sleeps():
-            pass
+    with pytest.raises(HocclError, match="out of range"), fine_sleeps():
+        pass

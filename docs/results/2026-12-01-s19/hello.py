@@ -18,12 +18,12 @@ import argparse
 import importlib.util
 import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
 
 SIZES = tuple(int(s) << 10 for s in __import__("os").environ.get("HELLO_SIZES_KIB", "64,2048,8192").split(","))
 
@@ -40,37 +40,14 @@ def executor_module(variant: str, after: str):
 
 
 def body(node, exchange, plan_json, reps, gpu, variant, after):
-    import numpy as np
+    from measure_net_costs import timed_runs
 
     from hoccl_compiler.schema import plan_from_json
 
     mod = executor_module(variant, after)
     plan = plan_from_json(plan_json)
-    L = plan.topology.gpus_per_node
-    bufs = {}
-    for r in range(node * L, node * L + L):
-        sizes = plan.ranks.input_bytes[r], plan.ranks.output_bytes[r]
-        if gpu:
-            import cupy as cp
-
-            with cp.cuda.Device(0):
-                bufs[r] = tuple(cp.zeros(n, cp.uint8) for n in sizes)
-        else:
-            bufs[r] = tuple(np.zeros(n, np.uint8) for n in sizes)
-    cls = mod.GpuNodeExecutor if gpu else mod.HostNodeExecutor
-    transport = cls.make_transport(plan, node, lanes=8)
-    ex = cls(plan, node, bufs, transport, slots=mod.ring_slots(plan.options.chunk_bytes), timeout_s=60, reuse=True)
-    ex.connect(exchange(transport.listen()))
-    ex.run()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        ex.run()
-        times.append(time.perf_counter() - t0)
-    if gpu:
-        ex.close()
-    transport.close()
-    return times
+    return timed_runs(node, plan, exchange, reps, gpu, slots=mod.ring_slots(plan.options.chunk_bytes), reuse=True,
+                      executor=mod)
 
 
 def main(argv=None) -> int:

@@ -9,44 +9,25 @@ the slack itself, which called prctl(PR_SET_TIMERSLACK) in each node process ins
 """
 import statistics
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 def body(node, exchange, plan_json, reps, slack_ns, gpu):
     import os
 
-    os.environ["HOCCL_TIMER_SLACK_NS"] = str(slack_ns)  # read by the executor's run
+    os.environ["HOCCL_TIMER_SLACK_NS"] = str(slack_ns)  # read by the executor when it is made
+    from measure_net_costs import timed_runs
+
     from hoccl_compiler.schema import plan_from_json
-    from hoccl_runtime.net.executor import GpuNodeExecutor, HostNodeExecutor, ring_slots
+    from hoccl_runtime.net.executor import ring_slots
+
     plan = plan_from_json(plan_json)
-    L = plan.topology.gpus_per_node
-    bufs = {}
-    for r in range(node * L, node * L + L):
-        sizes = plan.ranks.input_bytes[r], plan.ranks.output_bytes[r]
-        if gpu:
-            import cupy as cp
-            with cp.cuda.Device(0):
-                bufs[r] = tuple(cp.zeros(n, cp.uint8) for n in sizes)
-        else:
-            bufs[r] = tuple(np.zeros(n, np.uint8) for n in sizes)
-    cls = GpuNodeExecutor if gpu else HostNodeExecutor
-    tr = cls.make_transport(plan, node, lanes=8)
-    ex = cls(plan, node, bufs, tr, slots=ring_slots(plan.options.chunk_bytes), timeout_s=60, reuse=True)
-    ex.connect(exchange(tr.listen()))
-    ex.run()
-    tot = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        ex.run()
-        tot.append(time.perf_counter() - t)
-    if gpu:
-        ex.close()
-    tr.close()
-    return tot
+    return timed_runs(node, plan, exchange, reps, gpu, slots=ring_slots(plan.options.chunk_bytes), reuse=True)
+
 
 if __name__ == "__main__":
     from hoccl_bench.nodeprocs import run_node_processes

@@ -150,12 +150,24 @@ def has_network(role: np.ndarray) -> bool:
     return bool((np.asarray(role) == RDMA).any())
 
 
+def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, length) of each run of equal keys in ``keys`` (sorted ascending)."""
+    n = keys.size
+    first = np.empty(n, bool)
+    if n:
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    lengths = np.empty_like(starts)
+    lengths[:-1] = starts[1:] - starts[:-1]
+    lengths[-1:] = n - starts[-1:]
+    return starts, lengths
+
+
 def _group_start(keys: np.ndarray) -> np.ndarray:
     """For keys sorted ascending: each element's index minus the index where its run of equal keys starts."""
-    n = keys.size
-    starts = np.r_[0, np.nonzero(keys[1:] != keys[:-1])[0] + 1] if n else np.zeros(0, np.int64)
-    lengths = np.diff(np.r_[starts, n])
-    return np.arange(n) - np.repeat(starts, lengths)
+    starts, lengths = _runs(keys)
+    return np.arange(keys.size) - np.repeat(starts, lengths)
 
 
 def _shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -166,11 +178,10 @@ def _shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
         return out
     order = np.lexsort((nbytes, group))
     g, b = group[order], nbytes[order].astype(np.float64)
-    rank = _group_start(g)
-    csum = np.cumsum(b)
-    starts = np.r_[0, np.nonzero(g[1:] != g[:-1])[0] + 1]
-    lengths = np.diff(np.r_[starts, n])
+    starts, lengths = _runs(g)
     start_of = np.repeat(starts, lengths)
+    rank = np.arange(n) - start_of
+    csum = np.cumsum(b)
     size_of = np.repeat(lengths, lengths)
     before = csum - b - np.where(start_of > 0, csum[start_of - 1], 0.0)  # smaller (or equal, earlier) members
     out[order] = before + (size_of - rank - 1) * b

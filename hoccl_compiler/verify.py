@@ -90,8 +90,9 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
         raise PlanError(f"plan {plan.plan_id}: ranks.resident_offset / resident_bytes do not match the in-place "
                         f"layout of its {plan.collective.kind}; the plan is corrupt: recompile it")
     has_res = np.nonzero(res_bytes)[0]
-    _check_tiling(plan, np.r_[flows["dst"], has_res], np.r_[flows["dst_offset"], res_off[has_res]],
-                  np.r_[flows["bytes"], res_bytes[has_res]], lay.output_bytes, "output", "writes")
+    _check_tiling(plan, np.concatenate([flows["dst"], has_res]),
+                  np.concatenate([flows["dst_offset"], res_off[has_res]]),
+                  np.concatenate([flows["bytes"], res_bytes[has_res]]), lay.output_bytes, "output", "writes")
     _check_tiling(plan, flows["src"], flows["src_offset"], flows["bytes"], lay.input_bytes, "input", "reads",
                   allow_gaps=True)
     origin = np.zeros((G, G), dtype=np.int64)
@@ -140,21 +141,19 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     fu, fv = u[t["flow"]], v[t["flow"]]
     role, src, dst = t["role"], t["src"], t["dst"]
     f_inter = node[fu] != node[fv]
-    want_src = np.select([role == LOCAL, role == NATIVE, role == SEND_FORWARD, role == RDMA, role == RECV_FORWARD],
-                         [fu, fu, fu, np.where(f_inter, peer[fu], fu), np.where(f_inter, peer[fv], fv)])
-    want_dst = np.select([role == LOCAL, role == NATIVE, role == SEND_FORWARD, role == RDMA, role == RECV_FORWARD],
-                         [fv, fv, np.where(f_inter, peer[fu], fu), np.where(f_inter, peer[fv], fv), fv])
-    allowed = np.select(
-        [role == LOCAL, role == NATIVE, role == SEND_FORWARD, role == RDMA, role == RECV_FORWARD],
-        [fu == fv, (fu != fv) & ~f_inter, f_inter & (peer[fu] != fu), f_inter, f_inter & (peer[fv] != fv)],
-        default=False)
+    # choices per role, in the order of ir.LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD (0..4; checked above)
+    out_u, in_v = np.where(f_inter, peer[fu], fu), np.where(f_inter, peer[fv], fv)  # ū and v̄ of inter-node flows
+    want_src = np.choose(role, [fu, fu, fu, out_u, in_v])
+    want_dst = np.choose(role, [fv, fv, out_u, in_v, fv])
+    allowed = np.choose(role, [fu == fv, (fu != fv) & ~f_inter, f_inter & (peer[fu] != fu), f_inter,
+                               f_inter & (peer[fv] != fv)])
     _fail_first(~allowed, plan, t, "this role does not apply to the flow's endpoints")
     _fail_first((src != want_src) | (dst != want_dst), plan, t,
                 "wrong endpoints for its role (the forwarding path is u -> peer(u) -> peer(v) -> v)")
     q_gpu = np.asarray(plan.queues.gpu, dtype=np.int64)
     kind_code = {"dma": 0, "dma_recv": 1, "nic": 2, "dma_local": 3}
     q_kind = np.asarray([kind_code[k] for k in plan.queues.kind], dtype=np.int64)
-    want_kind = np.select([role == RDMA, role == RECV_FORWARD, role == LOCAL], [2, 1, 3], 0)
+    want_kind = np.array([3, 0, 0, 2, 1], np.int64)[role]  # per role, as above
     _fail_first(q_gpu[t["queue"]] != src, plan, t, "its queue belongs to another GPU (copies run on the source)")
     _fail_first(q_kind[t["queue"]] != want_kind, plan, t, "wrong queue kind: network writes go on a nic queue, "
                 "recv_forward copies on dma_recv, local copies on dma_local, native and send_forward on dma")
@@ -177,7 +176,7 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
 
     # 4. RDMA degree bound -------------------------------------------------------------------------------
     rd = role == RDMA
-    for end, what in ((src, "outgoing"), (dst, "incoming")):
+    for end, what in ((src, "outgoing"), (dst, "incoming")) if rd.any() else ():
         key = t["stage"][rd] * G + end[rd]
         uniq, counts = np.unique(key, return_counts=True)
         if (counts > 1).any():
@@ -231,11 +230,12 @@ def _check_coverage(plan: Plan, t, deliver: np.ndarray, flow_bytes: np.ndarray) 
     d = np.nonzero(deliver)[0]
     order = d[np.lexsort((t["offset"][d], t["flow"][d]))]
     flow, off, nb = t["flow"][order], t["offset"][order], t["bytes"][order]
-    starts = np.r_[True, flow[1:] != flow[:-1]]
-    expected_off = np.where(starts, 0, np.r_[0, off[:-1] + nb[:-1]])
+    starts = np.concatenate([[True], flow[1:] != flow[:-1]])
+    expected_off = np.where(starts, 0, np.concatenate([[0], off[:-1] + nb[:-1]]))
     bad = off != expected_off
-    _fail_first(np.isin(np.arange(t["flow"].size), order[bad]), plan, t,
-                "its bytes overlap or leave a gap with the flow's other deliveries")
+    if bad.any():
+        _fail_first(np.isin(np.arange(t["flow"].size), order[bad]), plan, t,
+                    "its bytes overlap or leave a gap with the flow's other deliveries")
     total = np.bincount(flow, weights=nb, minlength=flow_bytes.size).astype(np.int64)
     if not np.array_equal(total, flow_bytes):
         f = int(np.nonzero(total != flow_bytes)[0][0])

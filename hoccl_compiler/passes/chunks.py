@@ -113,8 +113,8 @@ def assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes) -> np.ndarray:
     q = topo.dma_queues
     send_side = (tr_role == NATIVE) | (tr_role == SEND_FORWARD)
     dma_index = _spread_over_queues(tr_stage, tr_src, tr_bytes, send_side, q)
-    return tr_src * (q + 3) + np.select([tr_role == LOCAL, tr_role == RECV_FORWARD, tr_role == RDMA],
-                                        [q, q + 1, q + 2], dma_index)
+    fixed = np.array([q, -1, -1, q + 2, q + 1], np.int64)  # per role, as ir numbers them: LOCAL .. RECV_FORWARD
+    return tr_src * (q + 3) + np.where(send_side, dma_index, fixed[tr_role])
 
 
 def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes) -> np.ndarray:

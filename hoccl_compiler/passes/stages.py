@@ -382,9 +382,18 @@ def run(state: CompileState, options: CompileOptions,
 
     # --- 2. native NVLink matchings packed into the slack of RDMA stages ---------------------------
     native_matrix, native_flow = _cells(pieces, NATIVE, G)
-    native_peeled = uniform_matchings(native_matrix, topo.gpus_per_node, across=False)
-    components = [[w, a, b] for w, a, b in (native_peeled if native_peeled is not None else
-                                            peel_matchings(native_matrix))]
+    if rdma_stages:
+        native_peeled = uniform_matchings(native_matrix, topo.gpus_per_node, across=False)
+        components = [[w, a, b] for w, a, b in (native_peeled if native_peeled is not None else
+                                                peel_matchings(native_matrix))]
+    else:  # no slack to spread over: every cell goes whole into one NVLink stage (as step 4 below would put all
+        # of the matchings), so the peel is not needed
+        components = []
+        a, b = np.nonzero(native_matrix)
+        if a.size:
+            records_stage.append(np.zeros(a.size, np.int64))
+            records_flow.append(native_flow[a, b])
+            records_bytes.append(native_matrix[a, b])
     stage_time = np.array([cost.loads_time(loads[s], capacity) for s in range(len(rdma_stages))])
     min_piece = MIN_NATIVE_PIECE  # the same whatever the chunk size: a plan recompiles to itself from its file
     slack_out = stage_time[:, None] * nvl_Bps - loads[:, :G]
@@ -401,7 +410,7 @@ def run(state: CompileState, options: CompileOptions,
             records_flow.append(native_flow[a, b])
             records_bytes.append(np.full(a.size, amount, np.int64))
         comp[0] = remaining - int(amounts.sum())
-    num_stages = len(rdma_stages)
+    num_stages = len(rdma_stages) or int(bool(records_flow))  # no RDMA: the native stage, if any
     leftover = [(w, a, b) for w, a, b in components if w > 0]
     if leftover:
         # an NVLink-only stage at the end, or (a network plan, where the cost model v2 says the barrier before it

@@ -214,15 +214,15 @@ def fewer_stages(matrix: np.ndarray, peeled: Iterable[Matching], max_extra_time:
     G = matrix.shape[0]
 
     def fixed_of(count: int, sends: np.ndarray, recvs: np.ndarray) -> float:
-        """The barriers of ``count`` stages and the host cost of the transfers each GPU sends and receives, in
-        bytes."""
+        """The barriers between ``count`` stages and the host cost of the transfers each GPU sends and receives,
+        in bytes, as v2 charges them (``cost.plan_time_v2``, ``cost.net_flows_s``: each after the first)."""
         flows = 0.0
         if flow_cost_bytes and count:
-            flows = flow_cost_bytes * max(int(sends.max()), int(recvs.max()))
+            flows = flow_cost_bytes * max(0, max(int(sends.max()), int(recvs.max())) - 1)
         if node_flow_cost_bytes and node_of is not None and count:
             per_node = max(np.bincount(node_of, weights=sends).max(), np.bincount(node_of, weights=recvs).max())
-            flows = max(flows, node_flow_cost_bytes * float(per_node))
-        return stage_cost_bytes * count + flows
+            flows = max(flows, node_flow_cost_bytes * max(0.0, float(per_node) - 1))
+        return stage_cost_bytes * max(0, count - 1) + flows
 
     def transfers(stages: list) -> tuple[np.ndarray, np.ndarray]:  # per GPU: the transfers it sends, receives
         if not stages:

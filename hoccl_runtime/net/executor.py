@@ -802,11 +802,13 @@ class GpuNodeExecutor(HostNodeExecutor):
             for t in range(len(tr.flow)):
                 f, role, n = tr.flow[t], tr.role[t], tr.bytes[t]
                 if role in (LOCAL, NATIVE) and tr.src[t] in mine:
-                    if n:
-                        src, dst = bound[fl.src[f]], bound[fl.dst[f]]
-                        s = stream(("d2d",), src[2])
-                        rt.memcpyAsync(dst[1].ptr + fl.dst_offset[f] + tr.offset[t],
-                                       src[0].ptr + fl.src_offset[f] + tr.offset[t], n, MEMCPY_DEFAULT, s)
+                    src, dst = bound[fl.src[f]], bound[fl.dst[f]]
+                    to = dst[1].ptr + fl.dst_offset[f] + tr.offset[t]
+                    frm = src[0].ptr + fl.src_offset[f] + tr.offset[t]
+                    # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
+                    # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
+                    if n and (to != frm or dst[2] != src[2]):
+                        rt.memcpyAsync(to, frm, n, MEMCPY_DEFAULT, stream(("d2d",), src[2]))
                     continue
                 if role != RDMA:
                     continue

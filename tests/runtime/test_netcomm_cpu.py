@@ -83,6 +83,41 @@ def test_collectives_through_the_proxy_in_order(monkeypatch):
         assert np.array_equal(r1, s0), n
 
 
+def test_an_in_place_allgather_copies_no_block_onto_itself(monkeypatch):
+    """FSDP's AllGather is in place (each rank's input is its block of the output): the rank's own block is there
+    already, so no copy of it is enqueued (a same-GPU copy runs on SMs), and the output is still right. An
+    out-of-place call still copies the block."""
+    self_copies, local_copies = [], []
+    real = fake_cuda.Runtime.memcpyAsync
+
+    def memcpy(rt, dst, src, n, kind, stream):
+        (self_copies if dst == src else local_copies).append(n)
+        return real(rt, dst, src, n, kind, stream)
+
+    monkeypatch.setattr(fake_cuda.Runtime, "memcpyAsync", memcpy)
+    n = 3001
+
+    def body(comm, r):
+        out = np.full(2 * n, 0xA5, np.uint8)
+        out[r * n:(r + 1) * n] = r + 1
+        comm.all_gather_into_tensor(dev(out, r), dev(out[r * n:(r + 1) * n], r), stream=7)
+        comm.synchronize()
+        inp = np.full(n, r + 1, np.uint8)
+        out2 = np.zeros(2 * n, np.uint8)
+        comm.all_gather_into_tensor(dev(out2, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        return out, out2
+
+    results = two_ranks(monkeypatch, body)
+    want = np.concatenate([np.full(n, 1, np.uint8), np.full(n, 2, np.uint8)])
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results
+        out, out2 = results[r]
+        assert np.array_equal(out, want) and np.array_equal(out2, want), r
+    assert self_copies == []
+    assert n in local_copies  # the out-of-place calls copied each rank's block (staging copies are other sizes too)
+
+
 def test_ranks_in_different_collectives_fail_and_release_their_streams(monkeypatch):
     def body(comm, r):
         a, b = np.zeros(1024, np.uint8), np.zeros(2048, np.uint8)

@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import CollectiveError
+from .units import MAX_BYTES, MAX_TOTAL_BYTES
 
 __all__ = [
     "CollectiveKind",
@@ -156,7 +157,13 @@ def _check_root(spec: CollectiveSpec, G: int) -> int:
 def _matrix_array(spec: CollectiveSpec, G: int) -> np.ndarray:
     if spec.matrix is None:
         raise CollectiveError(f"{spec.kind} needs a per-pair byte matrix; pass --matrix FILE (.npy, .csv or .json)")
-    mat = np.asarray(spec.matrix, dtype=np.int64)
+    try:
+        mat = np.asarray(spec.matrix, dtype=np.int64)
+    except OverflowError:
+        raise CollectiveError(f"the {spec.kind} matrix has an entry beyond a 64-bit integer; entries are byte counts "
+                              f"of at most 1 EiB ({MAX_BYTES})") from None
+    except ValueError:  # rows of different lengths
+        raise CollectiveError(f"the {spec.kind} matrix's rows differ in length; give a {G}x{G} matrix") from None
     if mat.shape != (G, G):
         raise CollectiveError(
             f"the {spec.kind} matrix is {mat.shape[0]}x{mat.shape[1] if mat.ndim == 2 else '?'} but the topology "
@@ -165,6 +172,14 @@ def _matrix_array(spec: CollectiveSpec, G: int) -> np.ndarray:
     if (mat < 0).any():
         u, v = map(int, np.argwhere(mat < 0)[0])
         raise CollectiveError(f"matrix[{u}][{v}] = {mat[u, v]} is negative; entries are byte counts >= 0")
+    # each rank's input (its row) and output (its column) is one buffer of at most 1 EiB, as --size is; the sums
+    # are taken in floating point first: G entries near 2**63 would overflow int64 ones
+    for axis, what in ((1, "input (its row"), (0, "output (its column")):
+        approx = mat.sum(axis=axis, dtype=np.float64)
+        if mat.size and (approx.max() > 2.0 * MAX_BYTES or mat.sum(axis=axis).max() > MAX_BYTES):
+            r = int(approx.argmax())
+            raise CollectiveError(f"rank {r}'s {what} of the matrix) would be {approx[r]:.3g} bytes, over 1 EiB "
+                                  f"({MAX_BYTES}); give real byte counts")
     return mat
 
 
@@ -183,12 +198,29 @@ def _layout_from_matrix(mat: np.ndarray) -> Layout:
 def layout(spec: CollectiveSpec, G: int) -> Layout:
     """The exact byte layout of ``spec`` on ``G`` ranks (see the module docstring). Blocks of 0 bytes are left
     out, so a collective of size 0 has no flows (an empty, valid plan)."""
+    _check_total(spec, G)
     lay = _layout(spec, G)
     keep = lay.bytes > 0
     if keep.all():
         return lay
     return dataclasses.replace(lay, src=lay.src[keep], dst=lay.dst[keep], bytes=lay.bytes[keep],
                                src_offset=lay.src_offset[keep], dst_offset=lay.dst_offset[keep])
+
+
+def _check_total(spec: CollectiveSpec, G: int) -> None:
+    """Refuse a collective whose bytes over all ranks exceed MAX_TOTAL_BYTES (2 EiB; G ranks of up to 1 EiB each
+    could overflow the int64 sums of its layout and matrices), before anything is summed in int64."""
+    if spec.size_bytes is not None:
+        total = float(spec.size_bytes) * G  # every kind's bytes over all ranks are at most G buffers of the size
+    elif spec.matrix is not None:
+        total = sum(float(x) for row in spec.matrix for x in row)
+    elif spec.pairs is not None:
+        total = sum(float(p[2]) for p in spec.pairs if len(p) == 3)
+    else:
+        return
+    if total > MAX_TOTAL_BYTES:
+        raise CollectiveError(f"{spec.kind} on {G} ranks would move {total:.3g} bytes in all, beyond the 2 EiB "
+                              f"({MAX_TOTAL_BYTES} bytes) whose sums fit HOCCL's 64-bit byte counts; give real sizes")
 
 
 def _layout(spec: CollectiveSpec, G: int) -> Layout:
@@ -266,6 +298,9 @@ def _sendrecv_layout(spec: CollectiveSpec, G: int) -> Layout:
             raise CollectiveError(f"pair {index} sends rank {s} to itself; a send/recv needs two ranks")
         if n < 0:
             raise CollectiveError(f"pair {index} ({s} -> {d}) has negative size {n}")
+        if n > MAX_BYTES:
+            raise CollectiveError(f"pair {index} ({s} -> {d}) has size {n}, over 1 EiB ({MAX_BYTES}); give a real "
+                                  "byte count")
         if (s, d) in seen:
             raise CollectiveError(f"pair {index} repeats {s} -> {d}; merge repeated pairs into one transfer")
         seen.add((s, d))
@@ -275,8 +310,10 @@ def _sendrecv_layout(spec: CollectiveSpec, G: int) -> Layout:
     rows = []
     for s, d, n in pairs:  # offsets in list order, as a pipeline stage lays out its sends/receives
         rows.append((s, d, n, in_used[s], out_used[d]))
-        in_used[s] += n
-        out_used[d] += n
+        for used, r, what in ((in_used, s, "sends"), (out_used, d, "receives")):
+            if int(used[r]) + n > MAX_BYTES:  # checked before the int64 sum could overflow
+                raise CollectiveError(f"rank {r} {what} over 1 EiB ({MAX_BYTES} bytes) in all; give real byte counts")
+            used[r] += n
     rows.sort()
     arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
     return Layout(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], in_used, out_used)

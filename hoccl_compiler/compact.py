@@ -101,7 +101,7 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
             seg_cols.append(cols)
         times = np.array([float(stage["time_s"]) for stage in stages])
         orders = [np.asarray(stage["chunks"], dtype=np.int64) for stage in stages]
-    except (KeyError, TypeError, ValueError, OverflowError, ValidationError) as exc:
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError, ValidationError) as exc:
         raise PlanError(f"{source} is not a valid compact plan ({type(exc).__name__}: {exc}); recompile it with "
                         "hoccl-compile") from None
 

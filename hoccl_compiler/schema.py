@@ -17,7 +17,7 @@ import os
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -34,6 +34,12 @@ __all__ = [
 
 SCHEMA_VERSION = 2  # 2: ranks carry the resident offsets of in-place collectives
 PRETTY_LIMIT = 100_000  # plans with at most this many chunk entries are written indented
+
+
+# Every integer of a plan fits a signed 64-bit integer (the readers hold the tables as int64 arrays): a larger one,
+# only in an edited or corrupt file, is refused as the schema's error instead of overflowing in a reader.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 class _Model(BaseModel):
@@ -69,11 +75,11 @@ class FlowTable(_Columns):
     """One flow per (src, dst) pair of the origin matrix: bytes read at src_offset of src's input,
     written at dst_offset of dst's output."""
 
-    src: list[int]
-    dst: list[int]
-    bytes: list[int]
-    src_offset: list[int]
-    dst_offset: list[int]
+    src: list[Int64]
+    dst: list[Int64]
+    bytes: list[Int64]
+    src_offset: list[Int64]
+    dst_offset: list[Int64]
 
 
 
@@ -82,10 +88,10 @@ class RankBuffers(_Model):
     collective (``resident_offset``, ``resident_bytes``; 0 bytes where none), which a runtime needs to take an
     in-place call's input as a slice of its output."""
 
-    input_bytes: list[int]
-    output_bytes: list[int]
-    resident_offset: list[int]
-    resident_bytes: list[int]
+    input_bytes: list[Int64]
+    output_bytes: list[Int64]
+    resident_offset: list[Int64]
+    resident_bytes: list[Int64]
 
 
 class QueueTable(_Columns):
@@ -93,9 +99,9 @@ class QueueTable(_Columns):
     NVLink: native, send_forward), "dma_local" (its local copies), "dma_recv" (forwarding what the
     GPU's NIC received: recv_forward) and "nic" (network writes)."""
 
-    gpu: list[int]
+    gpu: list[Int64]
     kind: list[Literal["dma", "dma_local", "dma_recv", "nic"]]
-    index: list[int]
+    index: list[Int64]
 
 
 
@@ -104,14 +110,14 @@ class TransferTable(_Columns):
     src[i] to GPU dst[i] in the role role[i] (an index into Plan.roles), on queue queue[i]. Chunk k of
     transfer i starts after chunk k of transfer after[i] (an index in this stage) has landed; -1: no wait."""
 
-    flow: list[int]
-    role: list[int]
-    src: list[int]
-    dst: list[int]
-    offset: list[int]
-    bytes: list[int]
-    queue: list[int]
-    after: list[int]
+    flow: list[Int64]
+    role: list[Int64]
+    src: list[Int64]
+    dst: list[Int64]
+    offset: list[Int64]
+    bytes: list[Int64]
+    queue: list[Int64]
+    after: list[Int64]
 
 
 
@@ -120,14 +126,14 @@ class Stage(_Model):
     occurrence is chunk k of that transfer (bytes [k * chunk_bytes, (k + 1) * chunk_bytes) of the
     transfer's range). Every queue runs, in this order, the entries whose transfer sits on it."""
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=INT64_MAX)
     time_s: float = Field(ge=0, description="predicted duration in the cost model")
     transfers: TransferTable
-    chunks: list[int]
+    chunks: list[Int64]
 
 
 class PlanOptions(_Model):
-    chunk_bytes: int = Field(gt=0)
+    chunk_bytes: int = Field(gt=0, le=INT64_MAX)
     max_extra_time: float | None = Field(default=None, ge=0, le=1,
                                          description="RDMA-time fraction the scheduler could spend to cut stages "
                                          "(None: the stages the cost model v2 says pay for their barriers)")
@@ -136,7 +142,7 @@ class PlanOptions(_Model):
 class Baselines(_Model):
     everything_at_once_s: float
     naive_rounds_s: float
-    naive_rounds: int
+    naive_rounds: Int64
 
 
 class Report(_Model):
@@ -144,7 +150,7 @@ class Report(_Model):
     lower_bound_s: float
     lower_bound_by_domain_s: dict[str, float]
     ratio: float
-    rdma_stages: int
+    rdma_stages: Int64
     baselines: Baselines | None = None
     cost_model: Literal["v2"] | None = Field(default=None, description="the model of predicted_time_s, stage "
                                              "times and baselines (None: plans before the cost model v2)")
@@ -163,8 +169,8 @@ class Plan(_Model):
     options: PlanOptions
     roles: tuple[RoleInfo, ...]
     ranks: RankBuffers
-    origin_matrix: list[list[int]]
-    hoccl_matrix: list[list[int]]
+    origin_matrix: list[list[Int64]]
+    hoccl_matrix: list[list[Int64]]
     flows: FlowTable
     queues: QueueTable
     stages: list[Stage]

@@ -23,6 +23,7 @@ from .collective import layout
 from .errors import PlanError
 from .ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, ROLE_NAMES, SEND_FORWARD
 from .schema import Plan
+from .units import byte_sums
 
 __all__ = ["verify_plan", "replay", "ReplayResult", "BYTE_REPLAY_LIMIT"]
 
@@ -219,7 +220,7 @@ def _check_tiling(plan: Plan, rank, offset, nbytes, size, what: str, verb: str, 
         i = int(np.nonzero(overlap)[0][0]) + 1
         raise PlanError(f"plan {plan.plan_id}: rank {rank[i]}: {what} bytes from {offset[i]} are written twice")
     if not allow_gaps:
-        covered = np.bincount(rank, weights=nbytes, minlength=size.size).astype(np.int64)
+        covered = byte_sums(rank, nbytes, size.size)
         if not np.array_equal(covered, size):
             r = int(np.nonzero(covered != size)[0][0])
             raise PlanError(f"plan {plan.plan_id}: rank {r}: {covered[r]} of its {size[r]} {what} bytes are written")
@@ -236,7 +237,7 @@ def _check_coverage(plan: Plan, t, deliver: np.ndarray, flow_bytes: np.ndarray) 
     if bad.any():
         _fail_first(np.isin(np.arange(t["flow"].size), order[bad]), plan, t,
                     "its bytes overlap or leave a gap with the flow's other deliveries")
-    total = np.bincount(flow, weights=nb, minlength=flow_bytes.size).astype(np.int64)
+    total = byte_sums(flow, nb, flow_bytes.size)
     if not np.array_equal(total, flow_bytes):
         f = int(np.nonzero(total != flow_bytes)[0][0])
         raise PlanError(f"plan {plan.plan_id}: flow {f} (GPU {plan.flows.src[f]} -> GPU {plan.flows.dst[f]}) "

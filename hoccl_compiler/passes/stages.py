@@ -37,6 +37,7 @@ from scipy.sparse.csgraph import maximum_bipartite_matching
 from .. import cost
 from ..errors import ScheduleError
 from ..ir import DEFAULT_CHUNK_BYTES, LOCAL, NATIVE, RDMA, CompileOptions, CompileState, Schedule
+from ..units import byte_sums
 
 Matching = tuple[int, np.ndarray, np.ndarray]  # (bytes per matched cell, rows, cols)
 
@@ -469,14 +470,14 @@ def segments_of(records_stage: list[np.ndarray], records_flow: list[np.ndarray],
         st = fl = nb = np.zeros(0, np.int64)
     key = fl * max(num_stages, 1) + st
     uniq, inverse = np.unique(key, return_inverse=True)
-    seg_bytes = np.bincount(inverse, weights=nb, minlength=uniq.size).astype(np.int64)
+    seg_bytes = byte_sums(inverse, nb, uniq.size)
     seg_flow, seg_stage = uniq // max(num_stages, 1), uniq % max(num_stages, 1)
     starts = np.cumsum(seg_bytes) - seg_bytes
     first_of_flow = np.searchsorted(seg_flow, seg_flow)  # segments sorted by (flow, stage)
     seg_offset = starts - starts[first_of_flow]
-    delivered = np.bincount(seg_flow, weights=seg_bytes, minlength=flow_bytes.size)
-    if not np.array_equal(delivered.astype(np.int64), flow_bytes):
-        bad = int(np.nonzero(delivered.astype(np.int64) != flow_bytes)[0][0])
+    delivered = byte_sums(seg_flow, seg_bytes, flow_bytes.size)
+    if not np.array_equal(delivered, flow_bytes):
+        bad = int(np.nonzero(delivered != flow_bytes)[0][0])
         raise ScheduleError(f"internal: flow {bad} got {int(delivered[bad])} of {int(flow_bytes[bad])} bytes "
                             "scheduled; please report this")
     return seg_stage, seg_flow, seg_offset, seg_bytes
@@ -508,6 +509,11 @@ def spread_over_slack(remaining: int, room: np.ndarray, min_piece: int) -> np.nd
     share = room * min(1.0, remaining / total)
     amounts[usable] = np.floor(share[usable]).astype(np.int64)
     amounts[amounts < min(remaining, min_piece)] = 0
+    for st in np.argsort(-amounts, kind="stable"):  # floating point can round the shares above the bytes (> 2**53)
+        excess = int(amounts.sum()) - remaining
+        if excess <= 0:
+            break
+        amounts[st] -= min(excess, int(amounts[st]))
     left = remaining - int(amounts.sum())
     for st in np.argsort(-(room - amounts), kind="stable"):  # rounding and dropped shares: roomiest stages first
         if left <= 0:

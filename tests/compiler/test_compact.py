@@ -76,6 +76,7 @@ def plan():
     (lambda d: d["stages"][0]["chunks"].__setitem__(0, 999), "chunk order names transfer"),
     (lambda d: d.update(encoding="compact-9"), "encoding 'compact-9'"),
     (lambda d: d["stages"][0].pop("segments"), "not a valid compact plan"),
+    (lambda d: d["stages"].__setitem__(1, []), "not a valid compact plan .AttributeError"),  # was an internal error
 ])
 def test_a_tampered_compact_file_is_refused_with_the_reason(plan, tamper, match):
     data = _compact(plan)

@@ -4,6 +4,7 @@ the verifier, a hostile peer's bytes into the TCP handshake, random command line
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -134,6 +135,52 @@ def test_mutated_plans_are_valid_or_refused(data):
         _trust.trusted(plan)
     except HocclError:
         pass
+
+
+def _leaves(obj, path=()):
+    """Every path into a JSON value (dict keys and list indices), the value itself first."""
+    yield path
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        yield from _leaves(value, (*path, key))
+
+
+def _encodings() -> dict[str, dict]:
+    from hoccl_compiler.compact import to_compact
+    from hoccl_compiler.pattern import compile_pattern
+
+    pattern = compile_pattern(make_topology("paper-h800", nodes=3),
+                              CollectiveSpec(kind="alltoall", size_bytes=24 << 10))
+    return {"full": json.loads(_TEXT), "compact": json.loads(json.dumps(to_compact(_PLAN))),
+            "pattern": json.loads(pattern.model_dump_json())}
+
+
+_ENCODED = _encodings()
+_HOSTILE_VALUES = [None, -1, 0, 3, 1.5, 1e308, "x", [], {}, True, 2**63, -(2**63) - 1, 2**64 - 1, 2**70]
+
+
+@FUZZ
+@given(st.data())
+def test_plans_with_hostile_values_are_valid_or_refused(data):
+    """Any field of a full, compact or pattern plan set to a hostile value (wrong type, an empty container, an
+    integer beyond 64 bits): load + verify either pass or raise a HocclError, as hoccl-inspect --verify needs (it
+    found an OverflowError in the verifier and an AttributeError in the compact reader)."""
+    from hoccl_compiler import verify_plan
+
+    encoding = data.draw(st.sampled_from(sorted(_ENCODED)))
+    doc = json.loads(json.dumps(_ENCODED[encoding]))
+    paths = [p for p in _leaves(doc) if p]
+    for _ in range(data.draw(st.integers(1, 2))):
+        path = data.draw(st.sampled_from(paths))
+        target = doc
+        try:
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = data.draw(st.sampled_from(_HOSTILE_VALUES))
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier edit replaced a container on this path
+    with contextlib.suppress(HocclError):
+        verify_plan(plan_from_json(json.dumps(doc)))
 
 
 @settings(max_examples=30, deadline=None)

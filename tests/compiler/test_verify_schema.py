@@ -124,6 +124,23 @@ def test_load_errors(plan, tmp_path):
         plan_from_json("[1, 2]")
 
 
+@pytest.mark.parametrize("where", [
+    lambda d: d["origin_matrix"][0],
+    lambda d: d["flows"]["bytes"],
+    lambda d: d["ranks"]["output_bytes"],
+    lambda d: d["stages"][0]["transfers"]["offset"],
+    lambda d: d["stages"][0]["chunks"],
+])
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**70])
+def test_an_integer_beyond_64_bits_is_a_schema_error(plan, where, value):
+    """The readers hold a plan's tables as int64 arrays: a larger integer (an edited file) was an OverflowError
+    inside the verifier ("internal error" from hoccl-inspect); the schema refuses it and names the field."""
+    data = json.loads(plan.model_dump_json())
+    where(data)[0] = value
+    with pytest.raises(PlanError, match=r"does not match the plan schema: .*: Input should be (less|greater)"):
+        plan_from_json(json.dumps(data))
+
+
 def test_plan_for_another_topology_is_refused(plan):
     check_plan_topology(plan, make_topology("paper-h800", nodes=2, gpus_per_node=4))
     with pytest.raises(PlanError, match="nodes=2.*nodes=4.*recompile"):

@@ -172,13 +172,13 @@ def _matrix_array(spec: CollectiveSpec, G: int) -> np.ndarray:
     if (mat < 0).any():
         u, v = map(int, np.argwhere(mat < 0)[0])
         raise CollectiveError(f"matrix[{u}][{v}] = {mat[u, v]} is negative; entries are byte counts >= 0")
-    # each rank's input (its row) and output (its column) is one buffer of at most 1 EiB, as --size is; the sums
-    # are taken in floating point first: G entries near 2**63 would overflow int64 ones
+    # each rank's input (its row) and output (its column) is one buffer of at most 1 EiB, as --size is (the sums
+    # are exact: the whole matrix holds at most 2 EiB, _check_total)
     for axis, what in ((1, "input (its row"), (0, "output (its column")):
-        approx = mat.sum(axis=axis, dtype=np.float64)
-        if mat.size and (approx.max() > 2.0 * MAX_BYTES or mat.sum(axis=axis).max() > MAX_BYTES):
-            r = int(approx.argmax())
-            raise CollectiveError(f"rank {r}'s {what} of the matrix) would be {approx[r]:.3g} bytes, over 1 EiB "
+        sums = mat.sum(axis=axis)
+        if sums.size and sums.max() > MAX_BYTES:
+            r = int(sums.argmax())
+            raise CollectiveError(f"rank {r}'s {what} of the matrix) would be {float(sums[r]):.3g} bytes, over 1 EiB "
                                   f"({MAX_BYTES}); give real byte counts")
     return mat
 
@@ -215,7 +215,7 @@ def _check_total(spec: CollectiveSpec, G: int) -> None:
     elif spec.matrix is not None:
         total = sum(float(x) for row in spec.matrix for x in row)
     elif spec.pairs is not None:
-        total = sum(float(p[2]) for p in spec.pairs if len(p) == 3)
+        total = sum(float(n) for _, _, n in spec.pairs)
     else:
         return
     if total > MAX_TOTAL_BYTES:

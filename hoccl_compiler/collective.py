@@ -210,8 +210,8 @@ def layout(spec: CollectiveSpec, G: int) -> Layout:
 def _check_total(spec: CollectiveSpec, G: int) -> None:
     """Refuse a collective whose bytes over all ranks exceed MAX_TOTAL_BYTES (2 EiB; G ranks of up to 1 EiB each
     could overflow the int64 sums of its layout and matrices), before anything is summed in int64."""
-    if spec.size_bytes is not None:
-        total = float(spec.size_bytes) * G  # every kind's bytes over all ranks are at most G buffers of the size
+    if spec.size_bytes is not None:  # the size is each rank's buffer, or for scatter/gather the root's whole one
+        total = float(spec.size_bytes) * ({"scatter": 1, "gather": 1, "sendrecv": max(G - 1, 1)}.get(spec.kind, G))
     elif spec.matrix is not None:
         total = sum(float(x) for row in spec.matrix for x in row)
     elif spec.pairs is not None:

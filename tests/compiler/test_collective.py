@@ -150,3 +150,5 @@ def test_flows_beyond_2_to_the_53_bytes_are_scheduled_exactly():
     size = (1 << 61) // 16  # 2 EiB in all over 16 ranks
     for kind in ("allgather", "alltoall", "broadcast", "scatter", "gather"):
         compile_plan(make_topology("paper-h800", nodes=2), CollectiveSpec(kind=kind, size_bytes=size))
+    for kind in ("scatter", "gather"):  # the size is the root's whole buffer: 1 EiB in all
+        compile_plan(make_topology("paper-h800", nodes=2), CollectiveSpec(kind=kind, size_bytes=1 << 60))

@@ -26,6 +26,46 @@ class _UsageError(Exception):
     pass
 
 
+class _Progress:
+    """Progress of a compile on stderr. ``verbose``: one timestamped line per message (a log's form). Otherwise, on
+    a terminal only and once the compile has run ``after_s`` seconds: one status line redrawn in place (a bar over
+    the passes done, the time, the latest message), cleared when the compile ends; elsewhere nothing (a pipe, a
+    CI log). ``quiet``: nothing at all."""
+
+    def __init__(self, stream, passes: int, *, verbose: bool = False, quiet: bool = False, after_s: float = 1.0,
+                 clock: Callable[[], float] = time.perf_counter, width: int | None = None):
+        self.stream, self.passes, self.verbose, self.after_s, self.clock = stream, passes, verbose, after_s, clock
+        self.bar = not quiet and not verbose and bool(getattr(stream, "isatty", lambda: False)())
+        self.width = width
+        self.started = clock()
+        self.done = 0
+        self.drawn = 0  # characters of the status line on screen
+
+    def __call__(self, message: str) -> None:
+        elapsed = self.clock() - self.started
+        if message.startswith("pass "):
+            self.done = min(self.passes, self.done + 1)
+        if self.verbose:
+            print(f"[{elapsed:7.2f}s] {message}", file=self.stream, flush=True)
+        elif self.bar and elapsed >= self.after_s:
+            filled = round(20 * self.done / max(1, self.passes))
+            line = f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.passes} passes {elapsed:6.1f}s  {message}"
+            import shutil
+
+            width = self.width or shutil.get_terminal_size((80, 24)).columns
+            line = line[:max(10, width - 1)]
+            self.stream.write("\r" + line.ljust(self.drawn))
+            self.stream.flush()
+            self.drawn = len(line)
+
+    def close(self) -> None:
+        """Clear the status line, if one was drawn."""
+        if self.drawn:
+            self.stream.write("\r" + " " * self.drawn + "\r")
+            self.stream.flush()
+            self.drawn = 0
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would sys.exit(2) itself; we return 2 from main
         raise _UsageError(f"{message}\n{self.format_usage().strip()}")
@@ -134,7 +174,9 @@ def _compile_parser() -> argparse.ArgumentParser:
                         "for their barriers")
     o.add_argument("--no-baselines", action="store_true", help="skip the two simpler schedules in the report")
     o.add_argument("-q", "--quiet", action="store_true", help="print only the output path")
-    o.add_argument("-v", "--verbose", action="store_true", help="progress of each pass on stderr")
+    o.add_argument("-v", "--verbose", action="store_true",
+                   help="a timestamped line on stderr per pass and progress message (default: on a terminal, a "
+                        "status line once a compile has taken a second; elsewhere nothing)")
     return p
 
 
@@ -146,9 +188,7 @@ def compile_main(argv: Sequence[str] | None = None) -> int:
 def _compile(argv: Sequence[str] | None) -> int:
     from .collective import KINDS, REDUCTIONS, CollectiveSpec, load_matrix, load_pairs, refuse_reduction
     from .ir import CompileOptions
-    from .pipeline import compile_state, dump_state
-    from .report import format_text
-    from .schema import save_plan
+    from .pipeline import PASS_NAMES
     from .units import parse_size
 
     args = _compile_parser().parse_args(argv)
@@ -182,13 +222,17 @@ def _compile(argv: Sequence[str] | None) -> int:
     if args.max_extra_time is not None and not 0 <= args.max_extra_time <= 1:
         raise _UsageError(f"--max-extra-time {args.max_extra_time} must be a fraction in 0..1, e.g. 0.01")
     options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines, max_extra_time=args.max_extra_time)
+    progress = _Progress(sys.stderr, len(PASS_NAMES), verbose=args.verbose, quiet=args.quiet)
+    try:
+        return _compile_and_write(args, kind, topo, spec, size, options, progress)
+    finally:
+        progress.close()
 
-    verbose = args.verbose or (not args.quiet and topo.num_gpus >= 256)
-    started = time.perf_counter()
 
-    def progress(message: str) -> None:
-        if verbose:
-            print(f"[{time.perf_counter() - started:7.2f}s] {message}", file=sys.stderr, flush=True)
+def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, progress: _Progress) -> int:
+    from .pipeline import compile_state, dump_state
+    from .report import format_text
+    from .schema import save_plan
 
     output = Path(args.output) if args.output else Path("schedules") / _default_name(kind, topo, size, args.root)
     from .pattern import EXPAND_LIMIT, compile_pattern, format_pattern, pattern_applies, verify_pattern
@@ -204,6 +248,7 @@ def _compile(argv: Sequence[str] | None) -> int:
         verify_pattern(pattern)
         save_plan(pattern, output)
         progress(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB)")
+        progress.close()  # the status line goes before the result is printed
         print(output if args.quiet else f"{format_pattern(pattern)}\n\nverified and wrote {output} (a pattern plan)")
         return 0
     if args.dump_after and args.dump_after != "verify":
@@ -215,6 +260,7 @@ def _compile(argv: Sequence[str] | None) -> int:
         _write_json(output.with_name(output.name + ".verify.json"), dump_state(state, "verify"))
     save_plan(state.plan, output, encoding=args.encoding)
     progress(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)")
+    progress.close()
     if args.quiet:
         print(output)
     else:

@@ -177,3 +177,58 @@ def test_inspect_wrong_schema_version_exits_2(tmp_cwd, capsys):
     (tmp_cwd / "v1.json").write_text(json.dumps(data))
     code, _, err = run(inspect_main, ["v1.json"], capsys)
     assert code == 2 and "schema_version 1" in err and "recompile" in err and len(err.strip().splitlines()) == 1
+
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is written."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_progress_is_a_status_line_on_a_terminal_and_quiet_elsewhere():
+    from hoccl_compiler.cli import _Progress
+
+    now = [0.0]
+    clock = lambda: now[0]  # noqa: E731
+    term = _Terminal()
+    bar = _Progress(term, 4, clock=clock, width=60)
+    bar("pass traffic: 1 ms")  # within the first second: nothing yet (short compiles stay quiet)
+    assert term.text == ""
+    now[0] = 2.5
+    bar("pass expand: 3 ms")
+    bar("stages: 256 matchings, 99.10% of the busiest line")
+    assert term.text.startswith("\r[##########..........] 2/4 passes    2.5s  pass expand")
+    last = term.text.rsplit("\r", 1)[1]
+    assert last.startswith("[##########..........] 2/4 passes") and "stages: 256 ma" in last
+    assert all(len(line) <= 59 for line in term.text.split("\r"))  # cut to the terminal's width
+    bar.close()
+    assert term.text.endswith("\r" + " " * len(last) + "\r")  # the line is cleared before the result is printed
+    for verbose, quiet in ((False, False), (False, True)):  # not a terminal, or -q: nothing at all
+        log = _Terminal()
+        log.isatty = lambda: False
+        quietly = _Progress(_Terminal() if quiet else log, 4, verbose=verbose, quiet=quiet, clock=clock)
+        now[0] = 5.0
+        quietly("pass traffic: 1 ms")
+        quietly.close()
+        assert log.text == ""
+    lines = _Terminal()
+    verbose = _Progress(lines, 4, verbose=True, clock=clock)  # -v: a timestamped line each, on a terminal too
+    verbose("pass traffic: 1 ms")
+    assert lines.text == "[   0.00s] pass traffic: 1 ms\n"
+
+
+def test_compile_progress_on_stderr_only_when_asked(tmp_cwd, capsys):
+    code, out, err = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-o", "a.json"], capsys)
+    assert code == 0 and err == ""  # stderr is not a terminal here: quiet
+    code, out, err = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-o", "b.json", "-v"], capsys)
+    assert code == 0 and "pass traffic" in err and "pass verify" in err and "wrote b.json" in err

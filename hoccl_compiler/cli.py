@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -50,8 +51,6 @@ class _Progress:
         elif self.bar and elapsed >= self.after_s:
             filled = round(20 * self.done / max(1, self.passes))
             line = f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.passes} passes {elapsed:6.1f}s  {message}"
-            import shutil
-
             width = self.width or shutil.get_terminal_size((80, 24)).columns
             line = line[:max(10, width - 1)]
             self.stream.write("\r" + line.ljust(self.drawn))

@@ -30,7 +30,7 @@ from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "stage_times_v2",
            "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "net_flows",
-           "plan_net_flows", "net_flows_s"]
+           "plan_net_flows", "net_flows_s", "transfers_cost"]
 
 
 def port_capacity(topo: Topology) -> np.ndarray:
@@ -318,12 +318,17 @@ def plan_net_flows(plan) -> tuple[int, int]:
     return net_flows(plan.topology, *cols)
 
 
+def transfers_cost(per_gpu: float, per_node: float, gpu: float, node: float) -> float:
+    """The host cost of network transfers, in the unit of ``per_gpu`` and ``per_node``: the busiest GPU's chain of
+    ``gpu`` transfers (``per_gpu`` each after the first) or the busiest node's driving thread with ``node`` of them
+    (``per_node`` each after the first), whichever takes longer."""
+    return max(per_gpu * max(0.0, gpu - 1), per_node * max(0.0, node - 1))
+
+
 def net_flows_s(topo: Topology, flows: tuple[int, int]) -> float:
-    """The host cost of a network plan's transfers (:func:`net_flows`): its busiest GPU's chain of transfers or
-    its busiest node's driving thread, whichever takes longer."""
-    gpu, node = flows
+    """The host cost of a network plan's transfers (:func:`net_flows`), in seconds (:func:`transfers_cost`)."""
     c = topo.costs
-    return max(c.net_flow_us * max(0, gpu - 1), c.net_node_flow_us * max(0, node - 1)) * 1e-6
+    return transfers_cost(c.net_flow_us, c.net_node_flow_us, *flows) * 1e-6
 
 
 def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: float | None = None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 __all__ = ["parse_size", "format_bytes"]
 
 _UNITS = {
@@ -16,18 +18,16 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 MAX_BYTES = 1 << 60  # 1 EiB: any size beyond is a typo (and would overflow the plan's int64 offsets)
-def byte_sums(keys, nbytes, length: int):
+MAX_TOTAL_BYTES = 1 << 61  # 2 EiB over all ranks' outputs: with the forwarding copies (each byte up to 3 times in
+# the HOCCL matrix) every sum of a plan's byte counts stays inside int64
+
+
+def byte_sums(keys, nbytes, length: int) -> np.ndarray:
     """Per key in 0..length-1, the sum of its ``nbytes``, exact in int64 (np.bincount sums in float64, which
     loses bytes above 2**53: 8 PiB)."""
-    import numpy as np
-
     out = np.zeros(length, np.int64)
     np.add.at(out, np.asarray(keys, np.int64), np.asarray(nbytes, np.int64))
     return out
-
-
-MAX_TOTAL_BYTES = 1 << 61  # 2 EiB over all ranks' outputs: with the forwarding copies (each byte up to 3 times in
-# the HOCCL matrix) every sum of a plan's byte counts stays inside int64
 
 
 def parse_size(text: str | int) -> int:

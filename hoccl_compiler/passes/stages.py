@@ -216,14 +216,15 @@ def fewer_stages(matrix: np.ndarray, peeled: Iterable[Matching], max_extra_time:
 
     def fixed_of(count: int, sends: np.ndarray, recvs: np.ndarray) -> float:
         """The barriers between ``count`` stages and the host cost of the transfers each GPU sends and receives,
-        in bytes, as v2 charges them (``cost.plan_time_v2``, ``cost.net_flows_s``: each after the first)."""
-        flows = 0.0
-        if flow_cost_bytes and count:
-            flows = flow_cost_bytes * max(0, max(int(sends.max()), int(recvs.max())) - 1)
-        if node_flow_cost_bytes and node_of is not None and count:
-            per_node = max(np.bincount(node_of, weights=sends).max(), np.bincount(node_of, weights=recvs).max())
-            flows = max(flows, node_flow_cost_bytes * max(0.0, float(per_node) - 1))
-        return stage_cost_bytes * max(0, count - 1) + flows
+        in bytes, as v2 charges them (``cost.plan_time_v2``; ``cost.transfers_cost``, each after the first)."""
+        if not count:
+            return 0.0
+        gpu = max(int(sends.max()), int(recvs.max()))
+        node = 0.0
+        if node_flow_cost_bytes and node_of is not None:
+            node = max(np.bincount(node_of, weights=sends).max(), np.bincount(node_of, weights=recvs).max())
+        return stage_cost_bytes * (count - 1) + cost.transfers_cost(flow_cost_bytes, node_flow_cost_bytes, gpu,
+                                                                      float(node))
 
     def transfers(stages: list) -> tuple[np.ndarray, np.ndarray]:  # per GPU: the transfers it sends, receives
         if not stages:

@@ -10,6 +10,9 @@ compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exac
 
 * ``hoccl``: ``hoccl_runtime.torch.use_for_fsdp`` (AllGathers in place on copy engines, window memory).
 * ``nccl``: FSDP2 as it comes, on the NCCL default group.
+* ``none``: no communication at all: each rank trains its own replica of the model (not sharded; bf16 autocast
+  where the others use FSDP's bf16 parameters), the limit that the others' step times are read against (their
+  difference to it is the communication they did not hide).
 * ``nccl-ce``: NCCL's copy-engine AllGather (symmetric memory, CTA policy zero): torch's
   ``FSDPModule.set_symm_mem_for_comm`` where it has it (after 2.11), else the same through FSDP's custom
   AllGather (:class:`SymmMemAllGather`: outputs from ``symm_mem``'s memory pool, rendezvoused, then NCCL's
@@ -17,7 +20,8 @@ compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exac
 
 ``--reduce nccl|hoccl``: who reduces the gradients (HOCCL: copy-engine moves plus one local kernel).
 ``--share-gpu``: every rank on GPU 0 (for correctness on a 1-GPU machine: the copies are then same-GPU copies,
-and their speed says nothing about HOCCL; NCCL cannot run there).
+and their speed says nothing about HOCCL). NCCL runs ranks that share a GPU only as separate hosts (a
+``NCCL_HOSTID`` each): ``scripts/tcp-nodes.sh`` makes each rank such a node, over TCP for both.
 
 CPU slack (the HOCCL paper's Figure 10) is, per transformer block's forward, the time its first kernel starts on
 the GPU minus the time the CPU finished launching the block: positive while the CPU runs ahead of the GPU.
@@ -41,11 +45,11 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt import GPT, SIZES, Config, batch, loss_fn  # noqa: E402
 
-VARIANTS = ("hoccl", "nccl", "nccl-ce")
+VARIANTS = ("hoccl", "nccl", "nccl-ce", "none")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--size", default="small", choices=sorted(SIZES), help="model shape (examples/gpt.py)")
     p.add_argument("--layers", type=int, help="override the size's layer count")
     p.add_argument("--batch", type=int, default=4, help="sequences per rank and step")
@@ -67,12 +71,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for c in args.comm:
         if c not in VARIANTS:
             p.error(f"--comm {c!r}: choose from {', '.join(VARIANTS)}")
-    if args.share_gpu and any(c.startswith("nccl") for c in args.comm):
-        p.error("--share-gpu with an NCCL variant: NCCL refuses two ranks on one GPU; use --comm hoccl")
     if args.reduce is None:
         args.reduce = "hoccl" if args.share_gpu else "nccl"
-    if args.share_gpu and args.reduce == "nccl":
-        p.error("--reduce nccl with --share-gpu: NCCL cannot run with ranks on one GPU; use --reduce hoccl")
     if args.steps <= args.warmup and args.repeats == 1:
         p.error(f"--steps {args.steps} with --warmup {args.warmup}: nothing left to measure")
     return args
@@ -132,6 +132,8 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
 
     torch.manual_seed(args.seed)
     model = GPT(c).to(device)
+    if variant == "none":  # this rank's own replica: no sharding, no communication
+        return model, torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True), Slack(model)
     if variant == "hoccl":
         import hoccl_runtime.torch as ht
 
@@ -190,14 +192,19 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
     return model, opt, Slack(model)
 
 
-def step(model, opt, slack, c: Config, args, index: int, rank: int, device) -> dict:
+def step(model, opt, slack, c: Config, args, index: int, rank: int, device, autocast: bool = False) -> dict:
+    """One training step; ``autocast``: bf16 autocast for the forward (the ``none`` variant, whose replica has no
+    FSDP mixed-precision policy)."""
+    import contextlib
+
     x, y = batch(c, args.batch, index, rank, device)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     base, f1, b1, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
     base.record()
     slack.on = True
-    loss = loss_fn(model(x), y)
+    with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+        loss = loss_fn(model(x), y)
     slack.on = False
     f1.record()
     loss.backward()
@@ -251,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device("cuda", 0 if args.share_gpu else local)
     torch.cuda.set_device(device)
-    if args.share_gpu:
+    nccl = args.reduce == "nccl" or any(v.startswith("nccl") for v in args.comm)
+    if args.share_gpu and not nccl:
         dist.init_process_group("gloo")
-    else:
+    else:  # NCCL answers for ranks that share a GPU itself (it runs them with a NCCL_HOSTID each)
         dist.init_process_group("nccl", device_id=device)
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
@@ -266,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             model, opt, slack = runs[v]
             for _ in range(args.steps):
                 i = len(records[v])
-                rec = step(model, opt, slack, c, args, i, rank, device)
+                rec = step(model, opt, slack, c, args, i, rank, device, autocast=v == "none" and not args.fp32)
                 rec["measured"] = i >= args.warmup
                 records[v].append(rec)
                 done += 1

@@ -1,24 +1,78 @@
 #!/usr/bin/env bash
-# A training example with each GPU its own "node" over TCP (HOCCL: the network communicator; NCCL: its socket
-# transport), two torchrun nodes of one rank on this host; on a 1-GPU machine both nodes share GPU 0 (pass
-# --share-gpu and --comm hoccl: NCCL refuses two ranks on one GPU). The first argument is the script, the rest go
-# to it; --json is written by the rank that writes it in the script (node 1's for train_pipeline.py).
-#   bash scripts/tcp-nodes.sh examples/train_fsdp.py --size 1.3b --batch 2 --steps 50 --repeats 3 --comm hoccl,nccl
-#   bash scripts/tcp-nodes.sh examples/train_pipeline.py --size small --steps 50 --repeats 3 --comm hoccl,nccl
+# A training example with each GPU its own "node" over TCP: two torchrun nodes of one rank on this host (HOCCL: the
+# network communicator; NCCL: its socket transport). On a 1-GPU machine both nodes share GPU 0: each node gets its
+# own NCCL_HOSTID, so NCCL takes them for two hosts and runs them over sockets (its duplicate-GPU check keys on the
+# host id). The first argument is the script, the rest go to it; --json is written by the rank that writes it in the
+# script (node 1's for train_pipeline.py).
+#   bash scripts/tcp-nodes.sh [--mps] examples/train_fsdp.py --size 350m --batch 2 --steps 10 --repeats 3 --comm hoccl,nccl,none
+#   bash scripts/tcp-nodes.sh [--mps] examples/train_pipeline.py --size small --steps 20 --repeats 3 --comm hoccl,nccl
+#   bash scripts/tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]     # the whole HOCCL/NCCL comparison (docs/training.md)
+# --mps: the two processes under MPS (a user-space daemon, started here and stopped at the end; it changes no GPU
+# setting): their kernels share the SMs at once instead of time-slicing. TCP_NODES_TIMEOUT bounds each run (s).
 set -u
-script=${1:?usage: tcp-nodes.sh SCRIPT [ARGS...]}
-shift
-[ -f "$script" ] || { echo "tcp-nodes: no such script: $script"; exit 2; }
-export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket
+mps=0
+if [ "${1:-}" = "--mps" ]; then mps=1; shift; fi
+[ $# -ge 1 ] || { echo "usage: tcp-nodes.sh [--mps] SCRIPT [ARGS...] | [--mps] --compare OUTDIR [SIZES]"; exit 2; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$gpus" -ge 1 ] || { echo "tcp-nodes: no GPU found (nvidia-smi -L)"; exit 2; }
+export NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+if [ "$mps" = 1 ]; then
+  command -v nvidia-cuda-mps-control >/dev/null || { echo "tcp-nodes --mps: nvidia-cuda-mps-control not found"; exit 2; }
+  export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/hoccl-mps-$$} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/hoccl-mpslog-$$}
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "tcp-nodes --mps: the MPS daemon did not start"; exit 2; }
+  trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+fi
+
 port=${MASTER_PORT:-29533}
-pids=()
-for n in 0 1; do
-  CUDA_VISIBLE_DEVICES=$((n % gpus)) torchrun --nnodes 2 --node-rank "$n" --nproc-per-node 1 \
-    --master-addr 127.0.0.1 --master-port "$port" "$script" "$@" &
-  pids+=($!)
+run_nodes() {  # SCRIPT ARGS...: both nodes, bounded; the exit status of the first that failed
+  local pids=() rc=0 n
+  for n in 0 1; do
+    CUDA_VISIBLE_DEVICES=$((n % gpus)) NCCL_HOSTID="hoccl-node$n" timeout -k 15 "${TCP_NODES_TIMEOUT:-900}" \
+      torchrun --nnodes 2 --node-rank "$n" --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$port" "$@" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  port=$((port + 1))
+  return $rc
+}
+
+if [ "$1" != "--compare" ]; then
+  script=$1; shift
+  [ -f "$script" ] || { echo "tcp-nodes: no such script: $script"; exit 2; }
+  run_nodes "$script" "$@"
+  exit $?
+fi
+
+# --compare OUTDIR [SIZES]: FSDP2 (NCCL reducing in both variants, then HOCCL reducing) and 1F1B pipelining, HOCCL
+# against NCCL with the no-communication limit beside FSDP, 3 interleaved rounds each (COMPARE_REPEATS); one log and
+# one JSON per run under OUTDIR, the tables of every run printed last.
+out=${2:?usage: tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]}
+sizes=${3:-small,350m,1.3b}
+mkdir -p "$out"
+setting=$([ "$mps" = 1 ] && echo mps || echo sliced)
+reps=${COMPARE_REPEATS:-3}
+results=()
+for size in ${sizes//,/ }; do
+  case $size in
+    small) fb=4; fs=${COMPARE_STEPS:-20}; pb=8; ps=${COMPARE_STEPS:-20} ;;
+    *)     fb=2; fs=${COMPARE_STEPS:-8};  pb=8; ps=${COMPARE_STEPS:-8} ;;
+  esac
+  for red in nccl hoccl; do
+    name=fsdp-$size-reduce-$red-$setting
+    run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
+      --comm hoccl,nccl,none --reduce "$red" --json "$out/$name.json" >"$out/$name.log" 2>&1
+    results+=("$name rc=$?")
+  done
+  name=pipeline-$size-$setting
+  run_nodes "$here/examples/train_pipeline.py" --size "$size" --batch "$pb" --steps "$ps" --repeats "$reps" \
+    --comm hoccl,nccl --json "$out/$name.json" >"$out/$name.log" 2>&1
+  results+=("$name rc=$?")
 done
-rc=0
-for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-exit $rc
+for r in "${results[@]}"; do
+  name=${r%% *}
+  echo "=== $r"
+  grep -E "^(comm|hoccl|nccl|none|model|torch) " "$out/$name.log" | grep -v "^\[" | tail -n 8
+done

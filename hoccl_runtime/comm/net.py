@@ -43,7 +43,7 @@ from ..errors import HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..plans import PlanCache
 
-__all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "job_secret"]
+__all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
 
 
 MAX_STREAMS = 16  # streams one NetCommunicator's calls may come on (a START/DONE pair each)
@@ -212,6 +212,42 @@ class CallEvents:
                 rt.eventDestroy(event)
         self._made.clear()
         self._free.clear()
+
+
+def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any) -> None:
+    """Enqueue one network call on ``stream``: START, then the call's gated copies (``prepare(event)``, after an
+    event recorded past START), ``submit(prepared, error)`` to the proxy, then the wait for DONE.
+
+    The order is what keeps this free of deadlock where streams share a hardware queue (more streams than
+    ``CUDA_DEVICE_MAX_CONNECTIONS``, 8 by default; under MPS; 1 under Megatron's setting)::
+
+        caller's stream  ─[work]─(START=1)─(event)───────────────────────── [wait DONE==1; DONE=0] ─[work]─▶
+        copy streams     ───────────────── [wait event] [wait gate][copy] ... (proxy opens the gates) ──▶
+
+    A gate opens only once the proxy has seen START, and a stream memory wait blocks its whole hardware queue. Had
+    the gated copies been enqueued before START (the event recorded before it), a copy stream sharing a queue with
+    the caller's stream would hold START behind a gate that waits for START. The event after START makes the
+    dependency one CUDA sees (the driver's manual asks for orders set through stream memory operations to be
+    expressed with events too): everything a gate or the DONE wait waits for was enqueued before it, on this
+    process and, calls being made in one order on every rank, on the others.
+
+    A ``prepare`` that raises is submitted as ``(None, error)``: the proxy then only takes the stream's START and
+    gives its DONE (the pair stays in step with the stream), and the error is raised here."""
+    from ..flags import MemOps
+
+    MemOps().write(start, 1).enqueue(stream)
+    event = events.record(stream)
+    prepared, error = None, None
+    try:
+        prepared = prepare(event)
+    except BaseException as exc:  # noqa: BLE001 - raised below, once the stream's DONE wait is in place
+        error = exc
+    finally:
+        events.give_back(event)  # the waits on it are enqueued (or nothing was)
+    submit(prepared, error)
+    MemOps().wait_eq(done, 1).write(done, 0).enqueue(stream)
+    if error is not None:
+        raise error
 
 
 def _compiled(cache: dict, topology: Any, key: tuple, chunk_bytes: int) -> Any:
@@ -484,9 +520,11 @@ class NetCommunicator(_Calls):
         self._addresses = {r: wait_for_key(store, f"net-addr{r}", world, timeout_s, f"rank {rank}: ",
                                            f"rank {r}'s address").decode() for r in range(world)}
         # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
-        self._proxy = CallProxy(lambda call: self._executor.run(prepared=call[0]), lambda call: call[1][0].read() == 1,
-                                lambda call: call[1][0].write(0), lambda call: call[1][1].write(1),
-                                name=f"hoccl-proxy-{rank}", skip=lambda call: self._executor.release(call[0]))
+        # (None: a call whose preparation failed, raised in the caller's thread; only its stream is released)
+        self._proxy = CallProxy(lambda call: call[0] is not None and self._executor.run(prepared=call[0]),
+                                lambda call: call[1][0].read() == 1, lambda call: call[1][0].write(0),
+                                lambda call: call[1][1].write(1), name=f"hoccl-proxy-{rank}",
+                                skip=lambda call: call[0] is not None and self._executor.release(call[0]))
 
     def _check_stream(self, s: int) -> None:
         """Any stream: each has its own START/DONE pair (calls still run in the order they were made, on every
@@ -498,8 +536,6 @@ class NetCommunicator(_Calls):
             self._pairs[s] = (self._flags.allocate(), self._flags.allocate())
 
     def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
-        from ..flags import MemOps
-
         if self.closed:
             raise HocclError("this communicator is closed; create a new one")
         self._raise()
@@ -512,13 +548,10 @@ class NetCommunicator(_Calls):
             with on_device(self.device):
                 # every copy of the call is enqueued here, in the caller's thread, after an event where the call sits
                 # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
-                event = self._events.record(s)
-                prepared = self._executor.prepare(plan, {r: (inp, out)}, after=(event,))
-                self._events.give_back(event)  # the waits on it are enqueued
-                start, done = self._pairs[s]
-                self._proxy.submit((prepared, (start, done)))  # it waits for START: the order does not matter
-                MemOps().write(start, 1).enqueue(s)
-                MemOps().wait_eq(done, 1).write(done, 0).enqueue(s)
+                pair = self._pairs[s]
+                enqueue_call(s, *pair, self._events,
+                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)),
+                             lambda prepared, _: self._proxy.submit((prepared, pair)))
 
     def _connect(self, plan: Any, buffers: dict) -> None:
         from ..net.executor import GpuNodeExecutor

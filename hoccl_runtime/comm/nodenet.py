@@ -18,7 +18,7 @@ from ..interop import DeviceBuffer, as_buffer, as_stream
 from ..ipc import IpcMappings
 from ..mailbox import HANDLE, NONE, SLOT
 from ..plans import PlanCache
-from .net import CallEvents, CallProxy, _Calls, _compiled, _local_address, _set_up, job_secret
+from .net import CallEvents, CallProxy, _Calls, _compiled, _local_address, _set_up, enqueue_call, job_secret
 
 __all__ = ["NodeNetCommunicator"]
 
@@ -192,7 +192,6 @@ class NodeNetCommunicator(_Calls):
             else:
                 intra.recv(output, peer % self.L, stream=stream)
             return
-        from ..flags import MemOps
 
         buf = as_buffer(input if input is not None else output, "tensor")
         me = 0 if self.rank < peer else 1  # this rank's index in the pair's 2 x 1 topology
@@ -205,13 +204,10 @@ class NodeNetCommunicator(_Calls):
         with self._lock:
             proxy = self._pair_proxy()
             ex = self._pair_executor(peer, plan, bufs)  # connected on first use, here in the caller's thread
-            with on_device(self.device):
-                event = self._p2p_events.record(s)
-                prepared = ex.prepare(plan, bufs, after=(event,))  # as NetCommunicator._call
-                self._p2p_events.give_back(event)
-                proxy.submit((ex, prepared))
-                MemOps().write(self._p2p_flags[0], 1).enqueue(s)
-                MemOps().wait_eq(self._p2p_flags[1], 1).write(self._p2p_flags[1], 0).enqueue(s)
+            with on_device(self.device):  # as NetCommunicator._call (see enqueue_call for the order)
+                enqueue_call(s, *self._p2p_flags, self._p2p_events,
+                             lambda event: ex.prepare(plan, bufs, after=(event,)),
+                             lambda prepared, _: proxy.submit((ex, prepared)))
 
     def _pair_proxy(self) -> CallProxy:
         if self._p2p_proxy is None:
@@ -223,9 +219,10 @@ class NodeNetCommunicator(_Calls):
                 self._p2p_pool = FlagPool(2)
             start, done = self._p2p_pool.allocate(), self._p2p_pool.allocate()
             self._p2p_flags = (start, done)
-            self._p2p_proxy = CallProxy(lambda call: call[0].run(prepared=call[1]), lambda _: start.read() == 1,
-                                        lambda _: start.write(0), lambda _: done.write(1),
-                                        name=f"hoccl-p2p-{self.rank}", skip=lambda call: call[0].release(call[1]))
+            self._p2p_proxy = CallProxy(lambda call: call[1] is not None and call[0].run(prepared=call[1]),
+                                        lambda _: start.read() == 1, lambda _: start.write(0), lambda _: done.write(1),
+                                        name=f"hoccl-p2p-{self.rank}",
+                                        skip=lambda call: call[1] is not None and call[0].release(call[1]))
         return self._p2p_proxy
 
     def _pair_executor(self, peer: int, plan: Any, bufs: dict) -> Any:
@@ -274,7 +271,8 @@ class NodeNetCommunicator(_Calls):
             self._wait(lambda: w[ack] >= seq - _SLOTS, lambda: f"rank {self.rank}: the node's leader did not read this "
                        f"rank's earlier calls within {self.timeout_s:.0f} s")
             slot = base + 8 + (seq % _SLOTS) * _SLOT_WORDS
-            with on_device(self.device):
+            with on_device(self.device):  # START, then the event the leader's copies wait for (see enqueue_call)
+                MemOps().write(sh.flag(self.local, 0), 1).enqueue(s)
                 event = self._events.record(s)
             self._recorded.append((seq, event))
             sh.bytes[SLOT.span(slot, "event_handle")] = self._events.handle(event)
@@ -288,20 +286,16 @@ class NodeNetCommunicator(_Calls):
                     sh.bytes[SLOT.span(slot, handle_at)] = handle
             w[slot + SLOT.seq] = seq  # last: the leader reads the entry after seeing seq
             with on_device(self.device):
-                MemOps().write(sh.flag(self.local, 0), 1).enqueue(s)
                 MemOps().wait_eq(sh.flag(self.local, 1), 1).write(sh.flag(self.local, 1), 0).enqueue(s)
 
     def _lead(self, plan: Any, seq: int, own: tuple, s: int) -> None:
         """The leader's call, in its caller's thread: collect every local rank's entry of the call, map their
-        buffers, and enqueue all the node's copies of it (gated; after an event of each local rank's stream). Its
-        proxy then only drives the network and opens gates: no CUDA call there (see NetCommunicator._call)."""
-        from ..flags import MemOps
-
+        buffers, and enqueue all the node's copies of it (gated; after an event of each local rank's stream, each
+        recorded past that stream's START: see :func:`~hoccl_runtime.comm.net.enqueue_call`). Its proxy then only
+        drives the network and opens gates: no CUDA call there (see NetCommunicator._call)."""
         sh = self._shared
-        try:
-            with on_device(self.device):
-                event = self._events.record(s)
-            self._recorded.append((seq, event))
+
+        def prepare(event: int) -> Any:  # the leader's own event: free again once the waits on it are enqueued
             buffers, events = self._collect(plan, seq)
             buffers[self.rank] = own
             events.insert(0, event)
@@ -318,18 +312,17 @@ class NodeNetCommunicator(_Calls):
                                     f"leaders at its first call: {exc}; did every node's local rank 0 issue "
                                     "it?") from exc
                 self._executor = ex
-            with on_device(self.device):
-                prepared = self._executor.prepare(plan, buffers, after=events)
-        except BaseException as exc:
+            return self._executor.prepare(plan, buffers, after=events)
+
+        def submit(prepared: Any, error: BaseException | None) -> None:
             # the local ranks that published this call have streams waiting for its DONE: a failed call goes to the
             # proxy too, which releases them after the calls before it (their DONEs stay in order)
-            sh.fail(exc)
-            self._proxy.submit((None, seq, exc))
-            raise
-        self._proxy.submit((prepared, seq, None))
+            if error is not None:
+                sh.fail(error)
+            self._proxy.submit((prepared, seq, error))
+
         with on_device(self.device):
-            MemOps().write(sh.flag(0, 0), 1).enqueue(s)
-            MemOps().wait_eq(sh.flag(0, 1), 1).write(sh.flag(0, 1), 0).enqueue(s)
+            enqueue_call(s, sh.flag(0, 0), sh.flag(0, 1), self._events, prepare, submit)
 
     def _wait(self, ready: Any, timed_out: Any) -> None:
         """Until ``ready()``, raising what the node's failure word holds meanwhile, and HocclTimeoutError with the

@@ -264,8 +264,6 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     reduce = group.reduce_mode if reduce is None else reduce
     if reduce not in ("hoccl", "nccl"):
         raise HocclError(f"reduce={reduce!r}: give 'hoccl' or 'nccl'")
-    if reduce == "nccl" and group.shares_gpu:
-        raise HocclError("reduce='nccl' but the ranks share a GPU, where NCCL cannot run: use reduce='hoccl'")
     size = 4 * largest if window_bytes is None else int(window_bytes)
     pool = WindowPool(group.comm, size, group.comm.device) if size > 0 else None
     gather = HocclAllGather(group, pool)

@@ -27,7 +27,8 @@ What moves how:
 * Reductions (all_reduce, reduce_scatter, reduce): ``reduce="nccl"`` hands them to an NCCL group made from
   the same store (the paper's choice; the default where every rank has its own GPU), ``reduce="hoccl"``
   moves the blocks with HOCCL and adds them with one local kernel on the receiving GPU (the default where
-  ranks share a GPU, where NCCL cannot run). SUM, AVG, PREMUL_SUM, MIN and MAX.
+  ranks share a GPU: NCCL runs there only with a ``NCCL_HOSTID`` per node, and an error it raises then is passed
+  on saying so). SUM, AVG, PREMUL_SUM, MIN and MAX.
 * barrier: a one-word AllGather whose ``wait()`` blocks the host, as torch's barrier does.
 """
 
@@ -162,6 +163,23 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
     def __repr__(self) -> str:
         return f"ProcessGroupHoccl(rank={self.rank()}, size={self.size()}, reduce={self.reduce_mode!r})"
+
+    # torch asks a group for its backend per device: ``new_group`` under a default group bound to a device
+    # (``init_process_group(..., device_id=)``, as torchtitan does) reads ``pg._get_backend(device_id)
+    # .supports_splitting``, FSDP2's default allocation ``supports_tensor_alloc``. A Python ProcessGroup has no
+    # registered backends, so torch's own lookup raises "No backend type associated with device type cuda": this
+    # group is its own backend, for CUDA tensors.
+    supports_splitting = False
+
+    def _get_backend(self, device: Any) -> ProcessGroupHoccl:
+        kind = getattr(device, "type", str(device).split(":")[0])
+        if kind != "cuda":
+            raise RuntimeError(f"No backend type associated with device type {kind}: the hoccl group serves CUDA "
+                               "tensors; use a gloo group for CPU tensors")
+        return self
+
+    def supports_tensor_alloc(self, device: Any) -> bool:
+        return False
 
     # --- the engine: every call goes through _issue ------------------------------------------------------
     def _issue(self, run: Any, tensors: Sequence[Any], outputs: Sequence[Any] = (), host_wait: bool = False,
@@ -585,11 +603,8 @@ def _create(store: Any, group_rank: int, group_size: int, timeout: timedelta, gl
     nodes = [m[0] for m in members]
     shares_gpu = len({m[1] for m in members}) < group_size
     mode = _options.get("reduce") or env_choice("HOCCL_REDUCE", "auto", REDUCE_MODES)
-    if mode == "auto":
+    if mode == "auto":  # NCCL runs ranks that share a GPU only where each has its own NCCL_HOSTID
         mode = "hoccl" if shares_gpu else "nccl"
-    if mode == "nccl" and shares_gpu:
-        raise HocclError("reduce='nccl' (HOCCL_REDUCE=nccl) but ranks of this group share a GPU, where NCCL cannot "
-                         "run: use reduce='hoccl' (hoccl_runtime.torch.configure(reduce='hoccl'))")
     order = list(dict.fromkeys(nodes))
     per_node = nodes.count(nodes[0])
     contiguous = nodes == [n for n in order for _ in range(per_node)]
@@ -611,4 +626,32 @@ def _create(store: Any, group_rank: int, group_size: int, timeout: timedelta, gl
         opts = ProcessGroupNCCL.Options()
         opts._timeout = timeout
         nccl = ProcessGroupNCCL(dist.PrefixStore("nccl/", store), group_rank, group_size, opts)
+        if shares_gpu:
+            nccl = _SharedGpuNccl(nccl)
     return ProcessGroupHoccl(comm, group_rank, group_size, reduce=mode, nccl=nccl, shares_gpu=shares_gpu)
+
+
+class _SharedGpuNccl:
+    """The NCCL backend of a group whose ranks share a GPU: NCCL answers for itself (it runs there when every rank
+    has its own ``NCCL_HOSTID``, over its network transport); an error it raises is passed on with how to make it
+    run, or how to do without it."""
+
+    _HINT = ("ranks of this hoccl group share a GPU, and NCCL runs two ranks on one GPU only as two hosts: give each "
+             "node its own NCCL_HOSTID (with NCCL_NET=Socket NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as "
+             "scripts/tcp-nodes.sh does), or reduce with HOCCL (hoccl_runtime.torch.configure(reduce='hoccl'), "
+             "HOCCL_REDUCE=hoccl)")
+
+    def __init__(self, nccl: Any):
+        self._nccl = nccl
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._nccl, name)
+        if not callable(call):
+            return call
+
+        def passed_on(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return call(*args, **kwargs)
+            except RuntimeError as exc:  # DistBackendError is one
+                raise HocclError(f"NCCL ({name}) refused: {exc}; {self._HINT}") from exc
+        return passed_on

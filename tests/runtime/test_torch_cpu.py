@@ -310,19 +310,23 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     import train_pipeline
     from gpt import GPT, SIZES, batch, loss_fn
 
-    for argv, text in ((["--comm", "nccl", "--share-gpu"], "NCCL refuses two ranks on one GPU"),
-                       (["--comm", "gloo"], "choose from hoccl, nccl, nccl-ce"),
-                       (["--share-gpu", "--reduce", "nccl"], "--reduce nccl with --share-gpu")):
+    for argv, text in ((["--comm", "gloo"], "choose from hoccl, nccl, nccl-ce, none"),):
         with pytest.raises(SystemExit):
             train_fsdp.parse(argv)
         assert text in capsys.readouterr().err
-    args = train_fsdp.parse(["--comm", "hoccl,nccl", "--repeats", "2"])
-    assert args.comm == ["hoccl", "nccl"] and args.reduce == "nccl"
+    args = train_fsdp.parse(["--comm", "hoccl,nccl,none", "--repeats", "2"])
+    assert args.comm == ["hoccl", "nccl", "none"] and args.reduce == "nccl"
     assert train_fsdp.parse(["--share-gpu"]).reduce == "hoccl"
+    # NCCL answers for ranks sharing a GPU itself (it runs them with a NCCL_HOSTID each): not refused here
+    assert train_fsdp.parse(["--comm", "nccl", "--share-gpu", "--reduce", "nccl"]).reduce == "nccl"
+    with pytest.raises(SystemExit):
+        train_fsdp.parse(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "CPU slack and peak memory per communication variant." in help_text  # the whole first paragraph
     with pytest.raises(SystemExit):
         train_pipeline.parse(["--batch", "6", "--microbatches", "4"])
-    for argv, text in ((["--comm", "nccl", "--share-gpu"], "NCCL refuses two ranks on one GPU"),
-                       (["--comm", "hoccl,gloo"], "choose from hoccl, nccl, each once"),
+    assert train_pipeline.parse(["--comm", "hoccl,nccl", "--share-gpu"]).share_gpu
+    for argv, text in ((["--comm", "hoccl,gloo"], "choose from hoccl, nccl, each once"),
                        (["--comm", "hoccl,hoccl"], "each once"),
                        (["--repeats", "0"], "take 1 or more")):
         with pytest.raises(SystemExit):
@@ -501,3 +505,78 @@ def test_the_pipeline_example_trains_every_variant_alike_in_rounds(tmp_path):
     assert len(a["losses"]) == 4 and a["losses"] == b["losses"]  # 2 rounds x 2 steps, the same on both
     assert a["max_loss_diff"] < 1e-5 and max(r[0]["max_grad_rel_diff"] for r in ranks) < 1e-4
     assert len(a["tokens_per_s_rounds"]) == 2 and a["tokens_per_s"] > 0
+
+
+def _bound_default_group_worker(rank, world, store_path, out_path):
+    """torch's own new_group(backend="hoccl") under a default group bound to a device, as
+    ``init_process_group("nccl", device_id=...)`` leaves it (torchtitan, examples/train_fsdp.py); the communicator is
+    faked, the rest is torch's code path."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+    from torch_fakes import CpuGroup, Fabric, FakeComm
+
+    import hoccl_runtime.torch._group as group_module
+
+    group_module._create = lambda store, r, size, timeout, ranks: CpuGroup(FakeComm(Fabric(size), r), r, size)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    dist.distributed_c10d._get_default_group().bound_device_id = torch.device("cuda", 0)  # what device_id= sets
+    result = {}
+    try:
+        pg = dist.new_group(backend="hoccl")
+        result = {"type": type(pg).__name__, "splitting": pg._get_backend(torch.device("cuda", 0)).supports_splitting,
+                  "alloc": pg._get_backend(torch.device("cuda")).supports_tensor_alloc(torch.device("cuda"))}
+        try:
+            pg._get_backend(torch.device("cpu"))
+        except RuntimeError as exc:
+            result["cpu"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    Path(f"{out_path}.{rank}").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_a_hoccl_group_under_a_default_group_bound_to_a_device(tmp_path):
+    """init_process_group(..., device_id=dev) then new_group(backend="hoccl"): torch reads
+    ``pg._get_backend(device_id).supports_splitting`` of the new group, which a Python ProcessGroup has no backend
+    for ("No backend type associated with device type cuda" before); the hoccl group is its own CUDA backend."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "out"
+    mp.start_processes(_bound_default_group_worker, args=(2, str(tmp_path / "store"), str(out)), nprocs=2,
+                       start_method="spawn")
+    for r in range(2):
+        got = json.loads((tmp_path / f"out.{r}").read_text())
+        assert got.get("type") == "CpuGroup", got
+        assert got["splitting"] is False and got["alloc"] is False
+        assert "device type cpu" in got["cpu"] and "gloo" in got["cpu"]
+
+
+def test_nccl_errors_where_ranks_share_a_gpu_say_how_to_run_it():
+    """reduce='nccl' with ranks on one GPU is not refused (NCCL runs them with a NCCL_HOSTID each); what NCCL
+    raises is passed on as a HocclError naming NCCL_HOSTID and the HOCCL reducer, and its successes unchanged."""
+    from hoccl_runtime.torch._group import _SharedGpuNccl
+
+    class Refusing:
+        timeout = 5
+
+        def allreduce(self, tensors, opts):
+            raise RuntimeError("NCCL error: invalid usage, Duplicate GPU detected : rank 1 and rank 0 both on CUDA "
+                               "device 1a000")
+
+        def reduce(self, tensors, opts):
+            return "work"
+
+    nccl = _SharedGpuNccl(Refusing())
+    with pytest.raises(HocclError) as exc:
+        nccl.allreduce([torch.ones(2)], None)
+    text = str(exc.value)
+    assert "Duplicate GPU" in text and "NCCL_HOSTID" in text and "reduce='hoccl'" in text
+    assert isinstance(exc.value.__cause__, RuntimeError)
+    assert nccl.reduce([torch.ones(2)], None) == "work" and nccl.timeout == 5

@@ -65,6 +65,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu-offload", action="store_true", help="FSDP2 CPUOffloadPolicy")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds the process groups (and HOCCL's calls) wait for a peer before raising")
     p.add_argument("--json", default="train_fsdp.json", help="where rank 0 writes every figure")
     args = p.parse_args(argv)
     args.comm = [c.strip() for c in args.comm.split(",") if c.strip()]
@@ -126,6 +128,12 @@ class SymmMemAllGather:
         return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
 
 
+def _timeout(args):
+    import datetime
+
+    return datetime.timedelta(seconds=args.timeout)
+
+
 def build(variant: str, args: argparse.Namespace, c: Config, device: torch.device, groups: dict) -> tuple:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -139,7 +147,7 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
 
         if "hoccl" not in groups:
             ht.configure(reduce=args.reduce, device=device.index)
-            groups["hoccl"] = dist.new_group(backend="hoccl")
+            groups["hoccl"] = dist.new_group(backend="hoccl", timeout=_timeout(args))
         mesh_group = groups["hoccl"] if args.share_gpu else dist.group.WORLD
     elif variant == "nccl-ce":
         if "nccl-ce" not in groups:
@@ -183,7 +191,7 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
 
         if "hoccl" not in groups:
             ht.configure(reduce="hoccl", device=device.index)
-            groups["hoccl"] = dist.new_group(backend="hoccl")
+            groups["hoccl"] = dist.new_group(backend="hoccl", timeout=_timeout(args))
         rs = ht.HocclReduceScatter(groups["hoccl"])
         for m in model.modules():
             if hasattr(m, "set_custom_reduce_scatter"):
@@ -260,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.set_device(device)
     nccl = args.reduce == "nccl" or any(v.startswith("nccl") for v in args.comm)
     if args.share_gpu and not nccl:
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", timeout=_timeout(args))
     else:  # NCCL answers for ranks that share a GPU itself (it runs them with a NCCL_HOSTID each)
-        dist.init_process_group("nccl", device_id=device)
+        dist.init_process_group("nccl", device_id=device, timeout=_timeout(args))
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
     groups: dict = {}

@@ -140,6 +140,20 @@ class CallProxy:
     def wait_idle(self, timeout_s: float) -> bool:
         return self._idle.wait(timeout_s)
 
+    def wait_pending(self, most: int, timeout_s: float) -> bool:
+        """Until at most ``most`` submitted calls are unfinished (sleeping, so without the GIL); False on timeout.
+
+        Why: this thread is Python, so it runs only while the application's thread lets go of the GIL. A CUDA call
+        that blocks holding it (seen on the 1x H200 in Adam's foreach step, with the launch queue full behind a
+        network call's DONE wait) then stops the proxy, and so the GPU, for good. Bounding how many calls the
+        application may issue ahead of the proxy bounds the GPU work queued behind an unfinished call."""
+        deadline = time.monotonic() + timeout_s
+        while self._pending > most and self.error is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(self.poll_s)
+        return True
+
     def _abandon(self, call: Any) -> None:
         """A call that will never run (closing): release what it holds and its stream."""
         with contextlib.suppress(Exception):
@@ -521,6 +535,9 @@ class NetCommunicator(_Calls):
                                            f"rank {r}'s address").decode() for r in range(world)}
         # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
         # (None: a call whose preparation failed, raised in the caller's thread; only its stream is released)
+        from ..settings import env_int
+
+        self._ahead = env_int("HOCCL_NET_AHEAD", 2, 0)  # see CallProxy.wait_pending
         self._proxy = CallProxy(lambda call: call[0] is not None and self._executor.run(prepared=call[0]),
                                 lambda call: call[1][0].read() == 1, lambda call: call[1][0].write(0),
                                 lambda call: call[1][1].write(1), name=f"hoccl-proxy-{rank}",
@@ -542,6 +559,10 @@ class NetCommunicator(_Calls):
         plan = self._plan(key)
         r = self.rank
         inp, out, s = self._buffers(plan, input, output, stream)
+        if self._ahead and not self._proxy.wait_pending(self._ahead, self.timeout_s):
+            raise HocclTimeoutError(f"rank {self.rank}: {self._ahead} earlier network calls still unfinished after "
+                                    f"{self.timeout_s:.0f} s (HOCCL_NET_AHEAD); has every rank issued them?")
+        self._raise()
         with self._lock:
             if self._executor is None:
                 self._connect(plan, {r: (inp, out)})

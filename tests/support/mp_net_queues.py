@@ -23,7 +23,7 @@ def main() -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(0)
     dist.init_process_group("gloo")
-    comm = hr.init(gpus_per_node=1, timeout_s=20)
+    comm = hr.init(gpus_per_node=1, device=0, timeout_s=20)
     side = torch.cuda.Stream()  # the calls' stream, with compute on the default stream beside it
     failures = []
     t0 = time.monotonic()
@@ -41,7 +41,7 @@ def main() -> int:
         else:
             comm.recv(buf, 0, stream=side)
         side.synchronize()
-        want = [torch.empty_like(inp) for _ in range(world)]
+        want = [torch.empty_like(inp, device="cpu") for _ in range(world)]
         dist.all_gather(want, inp.cpu())
         if not torch.equal(out.cpu(), torch.cat(want)):
             failures.append(f"all_gather {n}")

@@ -149,6 +149,9 @@ class NodeNetCommunicator(_Calls):
         self._p2p_events = CallEvents(device)
         self._proxy: CallProxy | None = None
         self._secret = job_secret(store, rank)
+        from ..settings import env_int
+
+        self._ahead = env_int("HOCCL_NET_AHEAD", 2, 0)  # calls a proxy may have unfinished (CallProxy.wait_pending)
         if self.local == 0:
             self.transport = TcpTransport(host=host or _local_address(), lanes=lanes,
                                           session=f"hoccl-node-net-{world}-{L}", name=f"node{self.node}",
@@ -203,6 +206,7 @@ class NodeNetCommunicator(_Calls):
         s = as_stream(stream)
         with self._lock:
             proxy = self._pair_proxy()
+            self._bound_ahead(proxy)
             ex = self._pair_executor(peer, plan, bufs)  # connected on first use, here in the caller's thread
             with on_device(self.device):  # as NetCommunicator._call (see enqueue_call for the order)
                 enqueue_call(s, *self._p2p_flags, self._p2p_events,
@@ -288,12 +292,21 @@ class NodeNetCommunicator(_Calls):
             with on_device(self.device):
                 MemOps().wait_eq(sh.flag(self.local, 1), 1).write(sh.flag(self.local, 1), 0).enqueue(s)
 
+    def _bound_ahead(self, proxy: CallProxy) -> None:
+        """Wait (without the GIL) until at most HOCCL_NET_AHEAD of ``proxy``'s calls are unfinished (see
+        :meth:`CallProxy.wait_pending`: a Python proxy runs only while the application's thread lets go of the GIL)."""
+        if self._ahead and not proxy.wait_pending(self._ahead, self.timeout_s):
+            raise HocclTimeoutError(f"rank {self.rank}: {self._ahead} earlier network calls still unfinished after "
+                                    f"{self.timeout_s:.0f} s (HOCCL_NET_AHEAD); has every rank issued them?")
+        self._raise()
+
     def _lead(self, plan: Any, seq: int, own: tuple, s: int) -> None:
         """The leader's call, in its caller's thread: collect every local rank's entry of the call, map their
         buffers, and enqueue all the node's copies of it (gated; after an event of each local rank's stream, each
         recorded past that stream's START: see :func:`~hoccl_runtime.comm.net.enqueue_call`). Its proxy then only
         drives the network and opens gates: no CUDA call there (see NetCommunicator._call)."""
         sh = self._shared
+        self._bound_ahead(self._proxy)
 
         def prepare(event: int) -> Any:  # the leader's own event: free again once the waits on it are enqueued
             buffers, events = self._collect(plan, seq)

@@ -673,3 +673,25 @@ def test_one_mailbox_slot_for_both_communicators():
     assert SLOT.span(100, "out_handle") == slice(start, start + HANDLE_BYTES)
     assert Fields(("a", 2), ("b", 1)).b == 2 and Fields(("a", 2), ("b", 1)).words == 3
     assert 8 * (comm._RING + 2 * comm.EAGER_SLOTS) <= comm._PAIR_BYTES  # the slots and the eager ring fit a pair
+
+
+def test_call_proxy_bounds_the_calls_in_flight():
+    """wait_pending(n): the caller waits (sleeping, so a Python proxy thread can run) until at most n submitted calls
+    are unfinished; False on timeout; it returns at once once the proxy failed (the caller then raises its error)."""
+    import time
+
+    from hoccl_runtime.comm.net import CallProxy
+
+    start = [0]
+    proxy = CallProxy(lambda call: None, lambda call: start[0] == 1, lambda call: start.__setitem__(0, 0),
+                      lambda call: None, poll_s=1e-4)
+    for c in "abc":
+        proxy.submit(c)
+    assert not proxy.wait_pending(2, 0.05)  # 3 unfinished: the streams have not reached them
+    assert proxy.wait_pending(3, 0.05)
+    start[0] = 1  # the stream reaches "a"
+    assert proxy.wait_pending(2, 5)
+    t0 = time.monotonic()
+    proxy.error = HocclError("peer died")
+    assert proxy.wait_pending(0, 5) and time.monotonic() - t0 < 1
+    proxy.close(timeout_s=2)

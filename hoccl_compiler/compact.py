@@ -101,6 +101,9 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
             seg_cols.append(cols)
         times = np.array([float(stage["time_s"]) for stage in stages])
         orders = [np.asarray(stage["chunks"], dtype=np.int64) for stage in stages]
+        for s, order in enumerate(orders):
+            if order.ndim != 1:
+                raise ValueError(f"stage {s}: chunks is {stages[s]['chunks']!r}, not a list of transfer indices")
     except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError, ValidationError) as exc:
         raise PlanError(f"{source} is not a valid compact plan ({type(exc).__name__}: {exc}); recompile it with "
                         "hoccl-compile") from None

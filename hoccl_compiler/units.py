@@ -10,7 +10,9 @@ __all__ = ["parse_size", "format_bytes"]
 
 _UNITS = {
     "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    # K / M / G / T alone are powers of 1024, as nccl-tests reads them (-b 1G is 2**30); KB / MB / GB / TB are SI
+    "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
     "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
     "ti": 1024**4, "tib": 1024**4,
 }
@@ -33,7 +35,7 @@ def byte_sums(keys, nbytes, length: int) -> np.ndarray:
 def parse_size(text: str | int) -> int:
     """Parse ``"1GiB"``, ``"512 MiB"``, ``"4k"`` or ``"1000"`` into a byte count.
 
-    KiB/MiB/GiB are powers of 1024, KB/MB/GB powers of 1000 (as nccl-tests prints them).
+    KiB/MiB/GiB and K/M/G alone (as nccl-tests reads ``-b 1G``) are powers of 1024, KB/MB/GB powers of 1000.
     """
     if isinstance(text, bool):
         raise ValueError(f"size {text!r} is a boolean; give a byte count")
@@ -49,7 +51,7 @@ def parse_size(text: str | int) -> int:
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(f"unknown size unit {unit!r} in {text!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")
+        raise ValueError(f"unknown size unit {unit!r} in {text!r}; use B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (of 1000)")
     value = float(number) * factor
     if not value <= MAX_BYTES:  # also inf and nan
         raise ValueError(f"size {text!r} is larger than 1 EiB ({MAX_BYTES} bytes); give a real buffer size")

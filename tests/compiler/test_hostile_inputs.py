@@ -5,6 +5,7 @@ the verifier, a hostile peer's bytes into the TCP handshake, random command line
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import socket
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.cli import compile_main, inspect_main
-from hoccl_compiler.errors import HocclError
+from hoccl_compiler.errors import HocclError, PlanError
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.schema import plan_from_json
 from hoccl_runtime import _trust
@@ -176,7 +177,8 @@ def test_plans_with_hostile_values_are_valid_or_refused(data):
         try:
             for key in path[:-1]:
                 target = target[key]
-            target[path[-1]] = data.draw(st.sampled_from(_HOSTILE_VALUES))
+            # a copy: a later edit may write into a drawn container, which must not change the shared list
+            target[path[-1]] = copy.deepcopy(data.draw(st.sampled_from(_HOSTILE_VALUES)))
         except (KeyError, IndexError, TypeError):
             pass  # an earlier edit replaced a container on this path
     with contextlib.suppress(HocclError):
@@ -232,3 +234,12 @@ def test_random_command_lines_exit_0_or_2(argv, tmp_path_factory, capsys):
         code = inspect_main([str(out), "--format", "json"])
         got, err = capsys.readouterr()
         assert code == 0 and json.loads(got), err
+
+
+@pytest.mark.parametrize("value", [0, "x", [[1, 2]], {"a": 1}])
+def test_a_compact_stage_whose_chunk_order_is_not_a_list_is_refused(value):
+    """Found by the fuzz above: a compact stage's ``chunks`` set to a number reached np.concatenate (ValueError)."""
+    doc = json.loads(json.dumps(_ENCODED["compact"]))
+    doc["stages"][0]["chunks"] = value
+    with pytest.raises(PlanError):
+        plan_from_json(json.dumps(doc))

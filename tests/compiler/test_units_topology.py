@@ -7,8 +7,9 @@ import pytest
 from hoccl_compiler import PRESETS, TopologyError, format_bytes, load_topology, make_topology, parse_size
 
 
-@pytest.mark.parametrize("text,value", [("1GiB", 1 << 30), ("512 MiB", 512 << 20), ("4k", 4000), ("1000", 1000),
-                                        ("1.5KiB", 1536), ("2MB", 2_000_000), (7, 7)])
+@pytest.mark.parametrize("text,value", [("1GiB", 1 << 30), ("512 MiB", 512 << 20), ("4k", 4096), ("1000", 1000),
+                                        ("1.5KiB", 1536), ("2MB", 2_000_000), (7, 7), ("1G", 1 << 30),
+                                        ("64M", 64 << 20), ("1GB", 10**9)])
 def test_parse_size(text, value):
     assert parse_size(text) == value
 

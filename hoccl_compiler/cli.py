@@ -146,7 +146,8 @@ def _compile_parser() -> argparse.ArgumentParser:
     _add_topology_args(p, default="paper-h800")
     g = p.add_argument_group("collective")
     g.add_argument("--size", default=None,
-                   help="per-rank buffer size, e.g. 1GiB, 512MiB, 1G (K/M/G alone are powers of 1024, as in nccl-tests; KB/MB/GB of 1000; default 1GiB)")
+                   help="per-rank buffer size, e.g. 1GiB, 512MiB, 1G (K/M/G alone are powers of 1024, as in "
+                   "nccl-tests; KB/MB/GB of 1000; default 1GiB)")
     g.add_argument("--root", type=int, default=None, help="root rank of broadcast, scatter, gather (default 0)")
     g.add_argument("--matrix", default=None, metavar="FILE",
                    help="alltoallv / matrix: G x G byte matrix (.npy, .csv, .json)")

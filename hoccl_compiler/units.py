@@ -51,7 +51,8 @@ def parse_size(text: str | int) -> int:
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(f"unknown size unit {unit!r} in {text!r}; use B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (of 1000)")
+        raise ValueError(f"unknown size unit {unit!r} in {text!r}; use B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) "
+                         "or KB, MB, GB, TB (of 1000)")
     value = float(number) * factor
     if not value <= MAX_BYTES:  # also inf and nan
         raise ValueError(f"size {text!r} is larger than 1 EiB ({MAX_BYTES} bytes); give a real buffer size")

@@ -76,6 +76,11 @@ def _run(prog: str, body: Callable[[], int]) -> int:
     except _UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (``| head``): as other tools, stop quietly
+        # Python would report the failed flush of stdout at exit: point stdout at nothing first
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (HocclError, ValueError, OSError) as exc:
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -153,7 +158,9 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="alltoallv / matrix: G x G byte matrix (.npy, .csv, .json)")
     g.add_argument("--pairs", default=None, metavar="FILE",
                    help="sendrecv: [src, dst, bytes] rows (.json, .csv); default: rank i -> i+1 with --size bytes")
-    g.add_argument("--in-place", action="store_true", help="in-place variant (allgather, broadcast, scatter, gather)")
+    from .collective import IN_PLACE_KINDS
+
+    g.add_argument("--in-place", action="store_true", help=f"in-place variant ({', '.join(IN_PLACE_KINDS)})")
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="plan file (.json or .json.gz); default schedules/<collective>-<nodes>x<gpus>-<size>.json")

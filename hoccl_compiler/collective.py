@@ -397,7 +397,8 @@ def _whole(value: object, path: Path, what: str) -> int:
 
 
 def load_pairs(path: str | Path) -> tuple[tuple[int, int, int], ...]:
-    """Send/recv pairs from .json ([[src, dst, bytes], ...]) or .csv (src,dst,bytes rows; sizes may use units)."""
+    """Send/recv pairs from .json ([[src, dst, bytes], ...]) or .csv (src,dst,bytes rows, after an optional
+    ``src,dst,bytes`` header; sizes may use units)."""
     from .units import parse_size
 
     path = Path(path)
@@ -407,6 +408,8 @@ def load_pairs(path: str | Path) -> tuple[tuple[int, int, int], ...]:
         elif path.suffix == ".csv":
             with path.open(newline="") as fh:
                 rows = [row for row in csv.reader(fh) if row and not row[0].lstrip().startswith("#")]
+            if rows and [c.strip().lower() for c in rows[0]] == ["src", "dst", "bytes"]:
+                rows = rows[1:]  # a header row
         else:
             raise CollectiveError(f"pairs file {path} must end in .json or .csv")
         pairs = []

@@ -232,3 +232,36 @@ def test_compile_progress_on_stderr_only_when_asked(tmp_cwd, capsys):
     assert code == 0 and err == ""  # stderr is not a terminal here: quiet
     code, out, err = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-o", "b.json", "-v"], capsys)
     assert code == 0 and "pass traffic" in err and "pass verify" in err and "wrote b.json" in err
+
+
+def test_pairs_csv_may_have_a_header_and_help_lists_the_in_place_kinds(tmp_path, capsys):
+    """A src,dst,bytes header row is read as a header (it was refused as a bad row); --help lists exactly the
+    collectives that have an in-place form (it listed scatter, which is refused)."""
+    from hoccl_compiler.collective import IN_PLACE_KINDS, load_pairs
+
+    f = tmp_path / "pairs.csv"
+    f.write_text("src,dst,bytes\n0,1,4KiB\n1,0,1M\n")
+    assert load_pairs(f) == ((0, 1, 4096), (1, 0, 1 << 20))
+    f.write_text("0,1,4KiB\n")
+    assert load_pairs(f) == ((0, 1, 4096),)
+    with pytest.raises(SystemExit):
+        compile_main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"in-place variant ({', '.join(IN_PLACE_KINDS)})" in text and "scatter" not in IN_PLACE_KINDS
+
+
+def test_inspect_into_a_closed_pipe_stops_quietly(tmp_path):
+    """``hoccl-inspect PLAN | head -1``: the reader leaves, the CLI exits 0 without a message (it exited 2 with
+    'Broken pipe')."""
+    import subprocess
+    import sys
+
+    plan = tmp_path / "p.json"
+    assert compile_main(["alltoall", "--topology", "paper-h800", "--nodes", "2", "--size", "64MiB", "-o",
+                         str(plan)]) == 0
+    code = ("import sys; from hoccl_compiler.cli import inspect_main; "
+            f"sys.exit(inspect_main([{str(plan)!r}, '--stages', '2000']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # nobody reads: the first write meets EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 0 and err == "", err

@@ -8,7 +8,8 @@ A HOCCL call is enqueued on a stream and returns; its Work holds the event recor
 ``wait()`` makes the caller's current stream wait for that event (``cudaStreamWaitEvent``: no kernel, no
 SM; torch's ``Work.block_current_stream`` would launch a spin kernel) and returns at once, as NCCL's Work
 does; from then on the call no longer holds its tensors (memory the caller frees is reused after the call, by
-the caller's stream, as with NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1``). ``synchronize()`` blocks the host;
+the caller's stream, as with NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1``). ``get_future()`` does the same and
+returns a future that follows it on the GPU. ``synchronize()`` blocks the host;
 ``is_completed()`` polls. A Work whose call is still deferred (a send or recv waiting for its batch, see
 :mod:`hoccl_runtime.torch._group`) issues the batch first.
 """
@@ -90,10 +91,14 @@ class HocclWork(dist.Work):
         return self._outputs
 
     def get_future(self) -> torch.futures.Future:
-        """A future completed with ``result()`` once the call ended on the GPU (the host waits for it here)."""
-        fut: torch.futures.Future = torch.futures.Future()
+        """A future of ``result()`` that follows the call on the GPU, as NCCL's does: the caller's current stream
+        waits for the call (``wait()``, no host block), then the future is completed; for CUDA outputs it is a
+        CUDA-aware future, which records that stream, so whoever waits on it (``value()``, ``then()``) waits on
+        the GPU for the call's end. A call that failed gives a future holding its error."""
+        devices = sorted({t.device for t in self._outputs if getattr(t, "is_cuda", False)}, key=str)
+        fut: torch.futures.Future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
         try:
-            self.synchronize()
+            self.wait()
             fut.set_result(self._outputs)
         except Exception as exc:  # noqa: BLE001 - handed to the future's waiter
             fut.set_exception(exc)

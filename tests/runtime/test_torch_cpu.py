@@ -580,3 +580,26 @@ def test_nccl_errors_where_ranks_share_a_gpu_say_how_to_run_it():
     assert "Duplicate GPU" in text and "NCCL_HOSTID" in text and "reduce='hoccl'" in text
     assert isinstance(exc.value.__cause__, RuntimeError)
     assert nccl.reduce([torch.ones(2)], None) == "work" and nccl.timeout == 5
+
+
+def test_get_future_follows_the_call_without_blocking_the_host(monkeypatch):
+    """Work.get_future(): the current stream waits for the call's end event (GPU side) and the future is completed
+    with the outputs at once; the host never synchronizes (it did: get_future blocked until the call ended)."""
+    waited, synced = [], []
+
+    class Event:
+        def synchronize(self):
+            synced.append(self)
+
+        def query(self):
+            return False
+
+    monkeypatch.setattr(_work, "wait_on_current_stream", waited.append)
+    out = torch.ones(3)
+    event = Event()
+    fut = _work.HocclWork(_work.Completion(event, [out]), [out]).get_future()
+    assert fut.done() and fut.value() == [out] and waited == [event] and synced == []
+    failed = _work.Completion()
+    failed.error = HocclError("peer 1 died")
+    with pytest.raises(HocclError):
+        _work.HocclWork(failed, [out]).get_future().value()

@@ -88,3 +88,15 @@ def batch(c: Config, batch_size: int, step: int, rank: int, device: torch.device
     g = torch.Generator().manual_seed(10_000 * step + rank)
     tokens = torch.randint(0, c.vocab, (batch_size, c.seq + 1), generator=g)
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+
+def need_cuda(script: str) -> None:
+    """Exit with one line, not torch's traceback, where this torch has no CUDA GPU (the training examples need one;
+    hoccl_runtime.torch.require_cuda says what to install)."""
+    from hoccl_runtime.errors import HocclError
+    from hoccl_runtime.torch import require_cuda
+
+    try:
+        require_cuda(script)
+    except HocclError as exc:
+        raise SystemExit(str(exc)) from None

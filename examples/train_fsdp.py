@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt import GPT, SIZES, Config, batch, loss_fn  # noqa: E402
+from gpt import GPT, SIZES, Config, batch, loss_fn, need_cuda  # noqa: E402
 
 VARIANTS = ("hoccl", "nccl", "nccl-ce", "none")
 
@@ -262,6 +262,7 @@ def progress(done: int, total: int, label: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    need_cuda(Path(__file__).name)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device("cuda", 0 if args.share_gpu else local)

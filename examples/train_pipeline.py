@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt import GPT, SIZES, Config, batch, loss_fn  # noqa: E402
+from gpt import GPT, SIZES, Config, batch, loss_fn, need_cuda  # noqa: E402
 
 
 class First(nn.Module):
@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     import hoccl_runtime.torch as ht
 
     args = parse(argv)
+    need_cuda(Path(__file__).name)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", 0 if args.share_gpu else int(os.environ.get("LOCAL_RANK", rank)))
     torch.cuda.set_device(device)

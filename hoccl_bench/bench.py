@@ -1101,6 +1101,13 @@ def main(argv: list[str] | None = None) -> int:
     _baselines(args.baselines), _sizes(args.sizes), _loads(args.loads)  # refuse bad arguments before starting anything
     if args.iters < 0:
         raise SystemExit(f"hoccl-bench: --iters {args.iters}: give a positive number of calls (or 0: by size)")
+    from hoccl_runtime.errors import HocclError
+    from hoccl_runtime.torch import require_cuda
+
+    try:  # one line, not torch's AttributeError, where this torch has no CUDA GPU
+        require_cuda(f"hoccl-bench {args.command}")
+    except HocclError as exc:
+        raise SystemExit(f"hoccl-bench: {exc}") from None
     b = Bench()
     t0 = time.time()
     try:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from ._fsdp import HocclAllGather, HocclReduceScatter, WindowPool, use_for_fsdp
-from ._group import REDUCE_MODES, ProcessGroupHoccl, configure, create_backend
+from ._group import REDUCE_MODES, ProcessGroupHoccl, configure, create_backend, require_cuda
 from ._ops import Reduction, reduction
 from ._work import HocclWork
 
 __all__ = ["use_for_fsdp", "HocclAllGather", "HocclReduceScatter", "WindowPool", "ProcessGroupHoccl",
-           "create_backend", "configure", "REDUCE_MODES", "HocclWork", "Reduction", "reduction", "BACKEND"]
+           "create_backend", "configure", "require_cuda", "REDUCE_MODES", "HocclWork", "Reduction", "reduction",
+           "BACKEND"]
 
 BACKEND = "hoccl"
 

@@ -51,7 +51,7 @@ from ..settings import env_choice, env_int
 from ._ops import check_tensor, reduce_blocks, reduction, split_bytes
 from ._work import Completion, HocclWork
 
-__all__ = ["ProcessGroupHoccl", "create_backend", "configure", "REDUCE_MODES"]
+__all__ = ["ProcessGroupHoccl", "create_backend", "configure", "require_cuda", "REDUCE_MODES"]
 
 REDUCE_MODES = ("auto", "nccl", "hoccl")
 
@@ -572,6 +572,19 @@ def _gpu_id(device: int) -> str:
     return str(getattr(props, "uuid", f"{socket.gethostname()}:{device}"))
 
 
+GPU_NEEDS = "an NVIDIA GPU with driver 580 or newer and pip install 'hoccl[gpu,torch]' (CUDA 13 wheels)"
+
+
+def require_cuda(what: str) -> None:
+    """Raise one line saying what is needed where this torch cannot reach a CUDA GPU (a CPU-only build, no driver,
+    no GPU): torch's own errors there are an AssertionError or an AttributeError from deep inside."""
+    if not torch.cuda.is_available():
+        build = f"torch {torch.__version__}, built for CUDA {torch.version.cuda}" if torch.version.cuda else \
+            f"torch {torch.__version__}, a CPU-only build"
+        raise HocclError(f"{what} needs a CUDA GPU, and this process has none ({build}, "
+                         f"{torch.cuda.device_count()} GPUs visible): it needs {GPU_NEEDS}")
+
+
 def create_backend(opts: Any, backend_options: Any = None) -> ProcessGroupHoccl:
     """torch's creator for the ``hoccl`` backend (``dist.Backend.register_backend(..., extended_api=True)``:
     ``opts`` carries the group's store, rank, size, timeout, name and global ranks): a communicator for the
@@ -587,6 +600,7 @@ def _create(store: Any, group_rank: int, group_size: int, timeout: timedelta, gl
     from ..comm.net import NetCommunicator
     from ..comm.nodenet import NodeNetCommunicator
 
+    require_cuda("the hoccl backend (dist.new_group(backend='hoccl'))")
     if group_size < 2:
         raise HocclError(f"a hoccl group needs at least 2 ranks (this one has {group_size}); a group of one has "
                          "nothing to move: use the tensors as they are, or a gloo group")

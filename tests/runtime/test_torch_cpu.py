@@ -603,3 +603,23 @@ def test_get_future_follows_the_call_without_blocking_the_host(monkeypatch):
     failed.error = HocclError("peer 1 died")
     with pytest.raises(HocclError):
         _work.HocclWork(failed, [out]).get_future().value()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message where torch has no CUDA GPU")
+def test_without_a_cuda_gpu_the_torch_paths_say_what_they_need(capsys):
+    """A CPU-only torch: the hoccl backend, the training examples and hoccl-bench say in one line what is needed
+    (torch's own errors were an AssertionError and an AttributeError from _cuda_setDevice)."""
+    import sys
+    from pathlib import Path
+
+    from hoccl_bench import bench
+
+    with pytest.raises(HocclError, match=r"needs a CUDA GPU.*driver 580.*hoccl\[gpu,torch\]"):
+        ht.require_cuda("the hoccl backend")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import train_pipeline
+
+    with pytest.raises(SystemExit, match=r"train_pipeline.py needs a CUDA GPU.*CUDA 13 wheels"):
+        train_pipeline.main(["--size", "tiny", "--share-gpu"])
+    with pytest.raises(SystemExit, match=r"hoccl-bench: hoccl-bench sweep needs a CUDA GPU"):
+        bench.main(["sweep"])

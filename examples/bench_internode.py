@@ -102,8 +102,7 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
         ex.run()
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    if not host:
-        ex.close()
+    ex.close()  # leaves the other nodes (a reusable executor's last run), frees what it holds
     transport.close()
     return {"outputs": outs if reps == 0 else {}, "seconds": times, "cpu": cpu}
 

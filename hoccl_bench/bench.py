@@ -234,7 +234,7 @@ def _paced_raw(plan: list[tuple[int, int, int]], s: int, pacer: Any, rate: float
 class Bench:
     """Process group, communicator, streams and the baselines' handles for this rank."""
 
-    def __init__(self, timeout_s: float = 120.0):
+    def __init__(self, timeout_s: float = 120.0, what: str = "hoccl-bench"):
         if "RANK" not in os.environ:
             raise SystemExit("hoccl-bench runs under torchrun: torchrun --nproc_per_node 2 -m hoccl_bench.bench ...")
         try:
@@ -245,6 +245,13 @@ class Bench:
                              "pip install 'hoccl[gpu,torch]'") from None
 
         import hoccl_runtime as hr
+        from hoccl_runtime.errors import HocclError
+        from hoccl_runtime.torch import require_cuda
+
+        try:  # one line, not torch's AttributeError (_cuda_setDevice), where this torch has no CUDA GPU
+            require_cuda(what)
+        except HocclError as exc:
+            raise SystemExit(f"hoccl-bench: {exc}") from None
         self.torch, self.dist = torch, dist
         self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         self.dev = int(os.environ.get("LOCAL_RANK", self.rank))
@@ -1101,14 +1108,7 @@ def main(argv: list[str] | None = None) -> int:
     _baselines(args.baselines), _sizes(args.sizes), _loads(args.loads)  # refuse bad arguments before starting anything
     if args.iters < 0:
         raise SystemExit(f"hoccl-bench: --iters {args.iters}: give a positive number of calls (or 0: by size)")
-    from hoccl_runtime.errors import HocclError
-    from hoccl_runtime.torch import require_cuda
-
-    try:  # one line, not torch's AttributeError, where this torch has no CUDA GPU
-        require_cuda(f"hoccl-bench {args.command}")
-    except HocclError as exc:
-        raise SystemExit(f"hoccl-bench: {exc}") from None
-    b = Bench()
+    b = Bench(what=f"hoccl-bench {args.command}")
     t0 = time.time()
     try:
         {"sweep": sweep, "contention": contention, "launch": launch}[args.command](b, args)

@@ -100,7 +100,8 @@ class HostNodeExecutor:
         self.conns: dict[int, Connection] = {}
         self._backlog: dict[int, list] = {}        # completions read while waiting for the plan notices
         self._route_cache: dict[tuple, tuple[Plan, Routes]] = {}
-        self._runs = 0                               # runs through the end barrier so far
+        self._runs = 0                               # runs through so far
+        self._failed = False                         # a run failed (or the executor left): leave() waits for nobody
         self._early_done: set[tuple[int, int]] = set()  # (node, run) notices that came before this node's barrier
         self._run: _RunState | None = None
 
@@ -159,8 +160,12 @@ class HostNodeExecutor:
                 self._use_plan(plan)
             if buffers is not None:
                 self._bind(buffers)
-        with fine_sleeps(self._slack_ns):
-            self._drive()
+        try:
+            with fine_sleeps(self._slack_ns):
+                self._drive()
+        except BaseException:
+            self._failed = True  # the other nodes' runs fail too: leave() waits for none of them
+            raise
 
     def _only_with_reuse(self) -> None:
         if not self.reuse:
@@ -191,7 +196,40 @@ class HostNodeExecutor:
                                             "died?)")
                 time.sleep(50e-6)
         self._finish_run()
-        self._barrier()
+        self._end_run()
+
+    def _end_run(self) -> None:
+        """After a run's last chunk. A reusable executor does not wait for the other nodes here: the next run's
+        plan notices order it after this one on every node (a node sends its notice only once its previous run is
+        through, and no node sends a run's chunks before every node's notice came), so a node whose part is done
+        (a sender whose chunks left) lets its caller go on at once instead of waiting for the slowest node; its
+        last run is waited for by :meth:`leave`. A single-run executor ends with the barrier."""
+        if self.reuse:
+            self._runs += 1
+        else:
+            self._barrier()
+
+    def leave(self) -> None:
+        """Before the transport closes: tell every node this one is through with its last run, and wait (at most
+        the timeout, and 5 s) until each said so too, so that nothing a slower node still expects (a credit in the
+        transport's queue) is lost with the connection. A node that is gone, or an executor whose run failed, is
+        not waited for; nothing here raises."""
+        if not self.reuse or not self.conns or not self._runs or self._failed:
+            return
+        last = (self._runs - 1) & 0xFFFFFF
+        saved, self.timeout_s = self.timeout_s, min(self.timeout_s, 5.0)
+        try:
+            self._tell_all(RUN_DONE | last)
+            self._wait_for_nodes(lambda n: (n, last) in self._early_done, lambda waiting: f"nodes {waiting} left")
+        except (HocclTimeoutError, TransportError):
+            pass  # closing anyway: a peer that is gone or stuck has its own error
+        finally:
+            self.timeout_s = saved
+            self._failed = True  # once: the connections are about to close
+
+    def close(self) -> None:
+        """Leave (:meth:`leave`); the transport is the caller's to close."""
+        self.leave()
 
     def _use_plan(self, plan: Plan) -> None:
         self._fits(plan)
@@ -873,6 +911,7 @@ class GpuNodeExecutor(HostNodeExecutor):
                 self._drive()
                 self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
         except BaseException:
+            self._failed = True
             self.release(prepared)
             raise
 
@@ -930,6 +969,7 @@ class GpuNodeExecutor(HostNodeExecutor):
 
         from .._cuda import host_free
 
+        self.leave()
         rt = self._rt
         deadline = time.monotonic() + self.timeout_s
         while not all(reached(flag, c) for flag, c in self._last_end.values()):

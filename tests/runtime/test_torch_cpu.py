@@ -621,5 +621,8 @@ def test_without_a_cuda_gpu_the_torch_paths_say_what_they_need(capsys):
 
     with pytest.raises(SystemExit, match=r"train_pipeline.py needs a CUDA GPU.*CUDA 13 wheels"):
         train_pipeline.main(["--size", "tiny", "--share-gpu"])
-    with pytest.raises(SystemExit, match=r"hoccl-bench: hoccl-bench sweep needs a CUDA GPU"):
-        bench.main(["sweep"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RANK", "0")  # as under torchrun: the GPU is what is missing
+        mp.setenv("WORLD_SIZE", "2")
+        with pytest.raises(SystemExit, match=r"hoccl-bench: hoccl-bench sweep needs a CUDA GPU"):
+            bench.main(["sweep"])

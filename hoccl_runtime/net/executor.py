@@ -18,7 +18,8 @@ What it pins down, before GPUs are involved:
   has one incoming and one outgoing network flow at a time (as the plan's stages promise) but for the
   few slots where one stage's tail meets the next one's head, and no node waits for the slowest one
   between stages. Every run starts with a notice of the plan's id to every node: a node sends it only
-  once its previous run is through, so a run's chunks never meet the previous run's.
+  once its previous run is through, so a run's chunks never meet the previous run's, and no barrier ends
+  a run of a reusable executor (:meth:`HostNodeExecutor.leave` waits for the last one before closing).
 * Immediates: data ``(target GPU's local index << 24) | its receive position``; credits
   ``bit 31 | (sending GPU's local index << 24) | the send position they let go``; plan notices
   ``0x7e000000 | 24 bits of the plan id's CRC``. The accepting node knows who connected from the
@@ -102,7 +103,7 @@ class HostNodeExecutor:
         self._route_cache: dict[tuple, tuple[Plan, Routes]] = {}
         self._runs = 0                               # runs through so far
         self._failed = False                         # a run failed (or the executor left): leave() waits for nobody
-        self._early_done: set[tuple[int, int]] = set()  # (node, run) notices that came before this node's barrier
+        self._early_done: set[tuple[int, int]] = set()  # (node, run) run-done notices not yet waited for
         self._run: _RunState | None = None
 
     # --- setup -------------------------------------------------------------------------------------

@@ -277,8 +277,11 @@ def compile_call(topology: Any, what: tuple | Any, chunk_bytes: int) -> Plan:
     from hoccl_compiler.ir import CompileOptions
     from hoccl_compiler.pipeline import compile_plan
 
+    from ._trust import own
+
     spec = call_spec(what) if isinstance(what, tuple) else what
-    return compile_plan(topology, spec, CompileOptions(chunk_bytes=chunk_bytes, baselines=False, byte_replay=False))
+    return own(compile_plan(topology, spec, CompileOptions(chunk_bytes=chunk_bytes, baselines=False,
+                                                           byte_replay=False)))
 
 
 def verify(plan: Plan) -> None:

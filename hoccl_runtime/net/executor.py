@@ -59,6 +59,9 @@ class HostNodeExecutor:
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
                  transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
                  _check_sizes: bool = True):
+        from .._trust import verified
+
+        verified(plan)  # the one door: a plan from outside runs only once it passed verify_plan
         topo = plan.topology
         if not 0 <= node < topo.nodes:
             raise TransportError(f"node {node}: plan {plan.plan_id} has nodes 0..{topo.nodes - 1}; start one process "
@@ -233,6 +236,9 @@ class HostNodeExecutor:
         self.leave()
 
     def _use_plan(self, plan: Plan) -> None:
+        from .._trust import verified
+
+        verified(plan)
         self._fits(plan)
         self.plan = plan
 
@@ -674,7 +680,9 @@ class GpuNodeExecutor(HostNodeExecutor):
                  slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
                  ring_bytes: int = RING_BYTES, staging: str = "auto"):
         from .._cuda import cupy_runtime
+        from .._trust import verified
 
+        verified(plan)  # before anything is allocated (the base class checks again, from its cache)
         if staging not in ("auto", "host", "device"):
             raise TransportError(f"staging={staging!r}: choose 'host' (pinned host rings), 'device' (rings in GPU "
                                  "memory registered with an RDMA NIC) or 'auto'")
@@ -808,11 +816,13 @@ class GpuNodeExecutor(HostNodeExecutor):
     def _checked_bounds(self, plan: Plan) -> None:
         """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
         plan object (a few recent ones remembered)."""
+        from .._trust import verified
         from ..program import check_bounds
 
         seen = self._bounds_checked
         if seen.get(id(plan)) is plan:
             return
+        verified(plan)  # the one door (as the host executor's): verify_plan unless this process compiled it
         check_bounds(plan)
         seen[id(plan)] = plan
         while len(seen) > 32:

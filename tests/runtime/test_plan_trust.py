@@ -87,6 +87,7 @@ def test_behind_verification_lowering_keeps_every_copy_inside_the_buffers(monkey
     from hoccl_runtime.program import check_bounds
 
     monkeypatch.setattr(plans, "verify", lambda plan: None)  # verification bypassed
+    monkeypatch.setattr(_trust, "_VERIFIED", type(_trust._VERIFIED)())  # ... and its verdicts forgotten after
     bad = _moved(_plan(), 8)  # the last flow's last bytes now end 8 bytes past its rank's output
     with pytest.raises(PlanError, match=r"would copy bytes \[\d+, \d+\) of rank \d's output, which holds 4096"):
         check_bounds(bad)
@@ -98,9 +99,14 @@ def test_behind_verification_lowering_keeps_every_copy_inside_the_buffers(monkey
 
 
 def test_the_node_executor_refuses_a_plan_that_reaches_outside_its_buffers(monkeypatch):
-    """The same bound in GpuNodeExecutor.prepare, for plans handed to it directly (not compiled by a communicator)."""
+    """The same bound in GpuNodeExecutor.prepare, for plans handed to it directly (not compiled by a communicator),
+    behind verification (bypassed here)."""
     fake_cuda.install(monkeypatch)
+    from hoccl_runtime import plans
     from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    monkeypatch.setattr(plans, "verify", lambda plan: None)  # verification bypassed
+    monkeypatch.setattr(_trust, "_VERIFIED", type(_trust._VERIFIED)())  # ... and its verdicts forgotten after
     from hoccl_runtime.net.transport.tcp import TcpTransport
 
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
@@ -163,3 +169,51 @@ def test_the_vectorized_bounds_check_agrees_with_the_one_by_one_check():
         assert got == expected, (where, i)
         refused += got is not None
     assert 50 < refused < 300  # both outcomes seen
+
+
+def _swapped(plan):
+    """The plan with two flows' destination offsets swapped: both stay inside the buffers, so only the
+    verifier (the byte layout of the collective) can tell; run, the output would be silently wrong."""
+    offsets = list(plan.flows.dst_offset)
+    j = next(j for j in range(1, len(offsets)) if offsets[j] != offsets[0])
+    offsets[0], offsets[j] = offsets[j], offsets[0]
+    return plan.model_copy(update={"flows": plan.flows.model_copy(update={"dst_offset": offsets})})
+
+
+@pytest.mark.parametrize("edit", ["swap", "negative", "far"])
+def test_executors_across_nodes_run_only_verified_plans(monkeypatch, edit):
+    """Both node executors go through the runtime's one door (verify_plan, cached by content): a plan whose offsets
+    were edited is a PlanError before any copy, at construction and when a reusable executor is handed it later
+    (GpuNodeExecutor queued the swapped copy at 4096 instead of 0; a negative offset wrapped in NumPy; +1 GiB was
+    a bare ValueError). Plans the runtime compiled itself (plans.compile_call) pass without being verified again."""
+    fake_cuda.install(monkeypatch)
+    from hoccl_runtime.net.executor import GpuNodeExecutor, HostNodeExecutor
+    from hoccl_runtime.net.transport.tcp import TcpTransport
+    from hoccl_runtime.plans import compile_call
+
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    plan = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=8192),
+                        CompileOptions(chunk_bytes=4096, baselines=False))
+    bad = {"swap": _swapped(plan), "negative": _moved(plan, -(1 << 20)), "far": _moved(plan, 1 << 30)}[edit]
+    host = {0: (np.zeros(4096, np.uint8), np.full(8192, 0xA5, np.uint8))}
+    with TcpTransport(session="t", name="node0") as transport:
+        with pytest.raises(PlanError, match="fails verification"):
+            HostNodeExecutor(bad, 0, host, transport, reuse=True)
+        ex = HostNodeExecutor(plan, 0, host, transport, reuse=True)
+        with pytest.raises(PlanError, match="fails verification"):
+            ex.run(bad, host)
+    keep = [np.zeros(4096, np.uint8), np.full(8192, 0xA5, np.uint8)]
+    bufs = {0: (DeviceBuffer(keep[0].ctypes.data, 4096, 0), DeviceBuffer(keep[1].ctypes.data, 8192, 0))}
+    with TcpTransport(session="t", name="node0") as transport:
+        with pytest.raises(PlanError, match="fails verification"):
+            GpuNodeExecutor(bad, 0, bufs, transport, reuse=True, slots=4)
+        ex = GpuNodeExecutor(plan, 0, bufs, transport, reuse=True, slots=4)
+        try:
+            with pytest.raises(PlanError, match="fails verification"):
+                ex.prepare(bad, bufs)
+        finally:
+            ex.close()
+    assert (keep[1] == 0xA5).all() and (host[0][1] == 0xA5).all()
+    own = compile_call(topo, ("allgather", 8192), 4096)
+    monkeypatch.setattr(_trust, "trusted", lambda plan: pytest.fail("a plan the runtime compiled was verified again"))
+    _trust.verified(own)

@@ -39,7 +39,7 @@ from typing import Any
 
 from .._cuda import on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from .._timer import fine_sleeps, slack_setting
-from ..errors import HocclError, HocclTimeoutError, PlanError
+from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..plans import PlanCache
 
@@ -421,25 +421,40 @@ class _Calls:
         same order, as every call of these communicators is): the ranks' rows of the traffic matrix are exchanged
         through the store (a host round trip), then one All-to-Allv plan of that matrix runs, cached by it."""
         from .._splits import alltoallv_pieces
+        from .._store import wait_for_key
 
         me, w = self.rank, self.world
-        alltoallv_pieces(me, w, as_buffer(input, "input"), as_buffer(output, "output"), input_split_bytes,
-                         output_split_bytes)  # checks the sizes against the buffers
         self._a2av_calls += 1
         k = self._a2av_calls
-        self._store.set(f"a2av/{k}/{me}", ",".join(str(int(b)) for b in input_split_bytes))
+        try:  # the sizes against the buffers: a rank that refuses tells the others at once (they would wait for it)
+            alltoallv_pieces(me, w, as_buffer(input, "input"), as_buffer(output, "output"), input_split_bytes,
+                             output_split_bytes)
+            mine = ",".join(str(int(b)) for b in input_split_bytes) + "|" + \
+                ",".join(str(int(b)) for b in output_split_bytes)
+        except (HocclError, TypeError, ValueError) as exc:
+            with contextlib.suppress(Exception):
+                self._store.set(f"a2av/{k}/{me}", "!" + f"{type(exc).__name__}: {exc}"[:1000])
+            raise
+        self._store.set(f"a2av/{k}/{me}", mine)
         rows = []
         for r in range(w):
-            text = self._store.get(f"a2av/{k}/{r}").decode() if r != me else None
-            rows.append(tuple(int(b) for b in text.split(",")) if text is not None else
-                        tuple(int(b) for b in input_split_bytes))
+            text = wait_for_key(self._store, f"a2av/{k}/{r}", w, self.timeout_s, f"rank {me}: ",
+                                f"rank {r}'s split sizes of All-to-Allv call {k}", watch=self._raise,
+                                poll_s=0.005).decode() if r != me else mine
+            if text.startswith("!"):
+                raise CollectiveError(f"rank {me}: rank {r} refused All-to-Allv call {k} ({text[1:]}); this call "
+                                      "moves nothing on any rank: fix the split sizes there")
+            sends, receives = text.split("|")
+            rows.append((tuple(int(b) for b in sends.split(",")), [int(b) for b in receives.split(",")]))
         with contextlib.suppress(Exception):  # every rank read call k - 2's rows before it wrote call k - 1's
             self._store.delete_key(f"a2av/{k - 2}/{me}")
-        column = [rows[r][me] for r in range(w)]
-        if column != [int(b) for b in output_split_bytes]:
-            raise PlanError(f"rank {me} expects {list(output_split_bytes)} bytes from ranks 0..{w - 1} "
-                            f"(output_split_bytes) but they send it {column}: each rank's output splits must be the "
-                            "column of the others' input splits")
+        for r in range(w):  # every rank checks every rank's receives, so all refuse a mismatch together
+            column = [rows[q][0][r] for q in range(w)]
+            if column != rows[r][1]:
+                raise PlanError(f"rank {me}: rank {r} expects {rows[r][1]} bytes from ranks 0..{w - 1} "
+                                f"(its output_split_bytes) but they send it {column}: each rank's output splits must "
+                                f"be the column of the others' input splits; All-to-Allv call {k} moves nothing")
+        rows = [row[0] for row in rows]
         if any(any(row) for row in rows):
             self._call(("alltoallv", tuple(rows)), input, output, stream)
 

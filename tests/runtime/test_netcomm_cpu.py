@@ -559,3 +559,36 @@ def test_a_local_rank_in_another_collective_fails_at_its_leaders_call(monkeypatc
         r, world, r % 2, store, gpus_per_node=2, timeout_s=3, chunk_bytes=16 << 10, lanes=2), body)
     assert results[1] == "raised" and "call 1" in results[0], results
     assert all(isinstance(results[r], float) and results[r] < 15 for r in (2, 3)), results
+
+
+@pytest.mark.parametrize("bad", ["sizes", "column"])
+def test_an_all_to_allv_one_rank_refuses_is_known_to_the_others_at_once(monkeypatch, bad):
+    """Split sizes that do not add up on rank 1 ("sizes": rank 1 raised at once while rank 0 waited 30 s in the
+    store and ended in a plain TimeoutError, whatever the communicator's timeout), or output splits that are not
+    the column of the others' inputs ("column": only the rank that expected them noticed): every rank raises a
+    HocclError naming rank 1 within a second, and the next call still works."""
+
+    def body(comm, r):
+        inp, out = np.arange(8, dtype=np.uint8) + 10 * r, np.full(8, 0xA5, np.uint8)
+        send, recv = [4, 4], [4, 4]
+        if r == 1:
+            send, recv = ([4, 5], recv) if bad == "sizes" else ([4, 4], [2, 4])
+        t0 = time.monotonic()
+        try:
+            comm.all_to_all_v(dev(out, r), dev(inp, r), recv, send, stream=7)
+        except HocclError as exc:
+            took, error = time.monotonic() - t0, exc
+        else:
+            return "no error"
+        comm.all_to_all_v(dev(out, r), dev(inp, r), [4, 4], [4, 4], stream=7)  # the next call still works
+        comm.synchronize()
+        return type(error).__name__, "rank 1" in str(error) or r == 1, took < 1.0, out.tolist()
+
+    results = two_ranks(monkeypatch, body)
+    want = {0: [0, 1, 2, 3, 10, 11, 12, 13], 1: [4, 5, 6, 7, 14, 15, 16, 17]}
+    for r in (0, 1):
+        name, names_rank_1, quick, out = results[r]
+        assert names_rank_1 and quick and out == want[r], results
+        assert name in ("CollectiveError", "PlanError", "BufferError"), results
+    if bad == "sizes":
+        assert results[0][0] == "CollectiveError", results

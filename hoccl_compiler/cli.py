@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -21,6 +22,9 @@ from .errors import HocclError
 
 __all__ = ["compile_main", "inspect_main"]
 
+
+
+CHUNK_ENTRIES_WARN = 1_000_000  # an explicit --chunk that makes more chunk entries than this is warned about
 
 
 class _UsageError(Exception):
@@ -34,35 +38,62 @@ class _Progress:
     CI log). ``quiet``: nothing at all."""
 
     def __init__(self, stream, passes: int, *, verbose: bool = False, quiet: bool = False, after_s: float = 1.0,
-                 clock: Callable[[], float] = time.perf_counter, width: int | None = None):
+                 clock: Callable[[], float] = time.perf_counter, width: int | None = None,
+                 tick_s: float | None = 0.5):
         self.stream, self.passes, self.verbose, self.after_s, self.clock = stream, passes, verbose, after_s, clock
         self.bar = not quiet and not verbose and bool(getattr(stream, "isatty", lambda: False)())
         self.width = width
         self.started = clock()
         self.done = 0
         self.drawn = 0  # characters of the status line on screen
+        self.message = ""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = None
+        if self.bar and tick_s:  # the line's clock moves on between messages (a long pass sends none)
+            self._ticker = threading.Thread(target=self._tick_loop, args=(tick_s,), name="hoccl-progress", daemon=True)
+            self._ticker.start()
 
     def __call__(self, message: str) -> None:
         elapsed = self.clock() - self.started
         if message.startswith("pass "):
             self.done = min(self.passes, self.done + 1)
+        self.message = message
         if self.verbose:
             print(f"[{elapsed:7.2f}s] {message}", file=self.stream, flush=True)
-        elif self.bar and elapsed >= self.after_s:
-            filled = round(20 * self.done / max(1, self.passes))
-            line = f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.passes} passes {elapsed:6.1f}s  {message}"
-            width = self.width or shutil.get_terminal_size((80, 24)).columns
-            line = line[:max(10, width - 1)]
+        else:
+            self.tick()
+
+    def tick(self) -> None:
+        """Redraw the status line with the time now and the latest message (the ticker's call)."""
+        elapsed = self.clock() - self.started
+        if not self.bar or elapsed < self.after_s:
+            return
+        filled = round(20 * self.done / max(1, self.passes))
+        line = f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.passes} passes {elapsed:6.1f}s  {self.message}"
+        width = self.width or shutil.get_terminal_size((80, 24)).columns
+        line = line[:max(10, width - 1)]
+        with self._lock:
+            if self._stop.is_set():
+                return
             self.stream.write("\r" + line.ljust(self.drawn))
             self.stream.flush()
             self.drawn = len(line)
 
+    def _tick_loop(self, period_s: float) -> None:
+        while not self._stop.wait(period_s):
+            self.tick()
+
     def close(self) -> None:
-        """Clear the status line, if one was drawn."""
-        if self.drawn:
-            self.stream.write("\r" + " " * self.drawn + "\r")
-            self.stream.flush()
-            self.drawn = 0
+        """Stop the ticker; clear the status line, if one was drawn."""
+        with self._lock:
+            self._stop.set()
+            if self.drawn:
+                self.stream.write("\r" + " " * self.drawn + "\r")
+                self.stream.flush()
+                self.drawn = 0
+        if self._ticker is not None:
+            self._ticker.join(1.0)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -268,6 +299,11 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
     save_plan(state.plan, output, encoding=args.encoding)
     progress(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)")
     progress.close()
+    entries = state.plan.num_chunk_entries()
+    if args.chunk != "auto" and entries > CHUNK_ENTRIES_WARN and not args.quiet:
+        print(f"warning: --chunk {args.chunk} makes {entries:,} chunk entries (a {output.stat().st_size / 1e6:.0f} MB "
+              "plan); every chunk costs a copy engine a few microseconds to start and the runtime host work, so "
+              "this plan runs slowly: use --chunk auto, or 1MiB and up", file=sys.stderr)
     if args.quiet:
         print(output)
     else:

@@ -201,7 +201,7 @@ def test_progress_is_a_status_line_on_a_terminal_and_quiet_elsewhere():
     now = [0.0]
     clock = lambda: now[0]  # noqa: E731
     term = _Terminal()
-    bar = _Progress(term, 4, clock=clock, width=60)
+    bar = _Progress(term, 4, clock=clock, width=60, tick_s=None)  # ticks by hand below
     bar("pass traffic: 1 ms")  # within the first second: nothing yet (short compiles stay quiet)
     assert term.text == ""
     now[0] = 2.5
@@ -211,6 +211,10 @@ def test_progress_is_a_status_line_on_a_terminal_and_quiet_elsewhere():
     last = term.text.rsplit("\r", 1)[1]
     assert last.startswith("[##########..........] 2/4 passes") and "stages: 256 ma" in last
     assert all(len(line) <= 59 for line in term.text.split("\r"))  # cut to the terminal's width
+    now[0] = 64.0  # a long pass sends no message: the line's clock still moves (the ticker's redraw)
+    bar.tick()
+    last = term.text.rsplit("\r", 1)[1]
+    assert last.startswith("[##########..........] 2/4 passes   64.0s") and "stages: 256 ma" in last
     bar.close()
     assert term.text.endswith("\r" + " " * len(last) + "\r")  # the line is cleared before the result is printed
     for verbose, quiet in ((False, False), (False, True)):  # not a terminal, or -q: nothing at all
@@ -265,3 +269,35 @@ def test_inspect_into_a_closed_pipe_stops_quietly(tmp_path):
     proc.stdout.close()  # nobody reads: the first write meets EPIPE
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 0 and err == "", err
+
+
+def test_the_status_line_redraws_on_its_own_between_messages():
+    """On a terminal the status line redraws every tick_s whatever the passes say (it sat at one time for two
+    minutes on a --chunk 1KiB compile); it stops at close."""
+    import time
+
+    from hoccl_compiler.cli import _Progress
+
+    term = _Terminal()
+    bar = _Progress(term, 4, after_s=0.0, width=80, tick_s=0.02)
+    bar("pass traffic: 1 ms")
+    time.sleep(0.3)
+    bar.close()
+    times = [float(line.split("passes")[1].split("s")[0]) for line in term.text.split("\r") if "passes" in line]
+    assert len(times) >= 4 and times[-1] > times[0]
+    after = term.text
+    time.sleep(0.1)
+    assert term.text == after  # nothing drawn after close
+
+
+def test_a_tiny_chunk_is_warned_about(tmp_cwd, capsys, monkeypatch):
+    """An explicit --chunk that makes more than CHUNK_ENTRIES_WARN chunk entries: a warning names the count and
+    the fix (a 1KiB compile wrote a 111 MB plan without a word)."""
+    from hoccl_compiler import cli
+
+    monkeypatch.setattr(cli, "CHUNK_ENTRIES_WARN", 1000)
+    code, out, err = run(compile_main, ["alltoall", "--nodes", "2", "--size", "1MiB", "--chunk", "4KiB", "-o",
+                                        "a.json"], capsys)
+    assert code == 0 and "warning: --chunk 4KiB makes" in err and "--chunk auto" in err
+    code, out, err = run(compile_main, ["alltoall", "--nodes", "2", "--size", "1MiB", "-o", "b.json"], capsys)
+    assert code == 0 and "warning" not in err

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import HocclError, PlanError
 
-__all__ = ["plan_uid", "trusted", "verified", "own"]
+__all__ = ["plan_uid", "trusted", "verified"]
 
 _MEMO: OrderedDict[int, tuple[Any, str]] = OrderedDict()  # id(plan) -> (the plan, its content hash)
 _MEMO_SIZE = 16
@@ -40,23 +40,12 @@ def plan_uid(plan: Any) -> str:
     return uid
 
 
-_OWN: OrderedDict[int, Any] = OrderedDict()  # id(plan) -> plan: plans this process compiled (compile_call)
-_OWN_SIZE = 256
-
-
-def own(plan: Any) -> Any:
-    """Mark ``plan`` as compiled by this process (verified by the compiler's last pass): :func:`trusted` passes
-    that very object without hashing or verifying it again. Returns the plan."""
-    _OWN[id(plan)] = plan
-    while len(_OWN) > _OWN_SIZE:
-        _OWN.popitem(last=False)
-    return plan
-
-
 def verified(plan: Any) -> None:
-    """The door every executor runs a plan through: nothing for a plan this process compiled (:func:`own`), else
-    :func:`trusted` (verified once per content)."""
-    if _OWN.get(id(plan)) is not plan:
+    """The door every executor runs a plan through: nothing for a plan this process compiled
+    (:func:`hoccl_runtime.plans.compiled_here`), else :func:`trusted` (verified once per content)."""
+    from .plans import compiled_here
+
+    if not compiled_here(plan):
         trusted(plan)
 
 

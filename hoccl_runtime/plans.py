@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -277,11 +278,22 @@ def compile_call(topology: Any, what: tuple | Any, chunk_bytes: int) -> Plan:
     from hoccl_compiler.ir import CompileOptions
     from hoccl_compiler.pipeline import compile_plan
 
-    from ._trust import own
-
     spec = call_spec(what) if isinstance(what, tuple) else what
-    return own(compile_plan(topology, spec, CompileOptions(chunk_bytes=chunk_bytes, baselines=False,
-                                                           byte_replay=False)))
+    plan = compile_plan(topology, spec, CompileOptions(chunk_bytes=chunk_bytes, baselines=False, byte_replay=False))
+    _OWN[id(plan)] = plan
+    while len(_OWN) > _OWN_SIZE:
+        _OWN.popitem(last=False)
+    return plan
+
+
+_OWN: OrderedDict[int, Any] = OrderedDict()  # id(plan) -> plan: the plans compile_call made (verified as it compiled)
+_OWN_SIZE = 256
+
+
+def compiled_here(plan: Any) -> bool:
+    """Whether ``plan`` is an object :func:`compile_call` made in this process (so it needs no verification from the
+    file alone: the compiler's last pass checked it)."""
+    return _OWN.get(id(plan)) is plan
 
 
 def verify(plan: Plan) -> None:

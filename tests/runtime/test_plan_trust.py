@@ -217,3 +217,5 @@ def test_executors_across_nodes_run_only_verified_plans(monkeypatch, edit):
     own = compile_call(topo, ("allgather", 8192), 4096)
     monkeypatch.setattr(_trust, "trusted", lambda plan: pytest.fail("a plan the runtime compiled was verified again"))
     _trust.verified(own)
+    with pytest.raises(BaseException, match="verified again"):
+        _trust.verified(plan)  # a plan from outside is (here: the door calls trusted)

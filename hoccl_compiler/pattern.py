@@ -324,6 +324,14 @@ def expand(pp: PatternPlan):
     return state.plan
 
 
+def _flow_count(pp: PatternPlan) -> int:
+    """Flows the pattern stands for: one per (src, dst) pair, none onto itself in place, none at all of 0 bytes."""
+    G = pp.topology.num_gpus
+    if not pp.cell_bytes:
+        return 0
+    return G * (G - 1) if pp.collective.in_place else G * G
+
+
 def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
     """The readable summary of a pattern plan (what hoccl-inspect prints)."""
     from .report import _us
@@ -335,7 +343,7 @@ def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
         f"plan {pp.plan_id} (schema v{pp.schema_version}, pattern, {pp.generator})",
         f"collective   {pp.collective.describe()}",
         f"topology     {topo.describe()}",
-        f"GPUs         {topo.num_gpus:,}   flows {topo.num_gpus ** 2:,} of {format_bytes(pp.cell_bytes)} (as shifts)   "
+        f"GPUs         {topo.num_gpus:,}   flows {_flow_count(pp):,} of {format_bytes(pp.cell_bytes)} (as shifts)   "
         f"stages {pp.num_stages:,} ({rep.rdma_stages:,} with RDMA)   chunks of {format_bytes(pp.options.chunk_bytes)}",
         f"predicted    {_us(rep.predicted_time_s)}   lower bound {_us(rep.lower_bound_s)}   ratio {rep.ratio:.3f}",
         "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in rep.lower_bound_by_domain_s.items())

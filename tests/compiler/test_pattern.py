@@ -112,3 +112,17 @@ def test_the_clis_write_and_read_pattern_plans(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["simulated_s"] > 0
     assert compile_main(["scatter", "--nodes", "2", "--pattern", "on", "-o", str(tmp_path / "s.json")]) == 2
     assert "no pattern plan" in capsys.readouterr().err
+
+
+def test_the_summary_counts_the_flows_a_pattern_stands_for():
+    """Size 0 moves nothing: 0 flows (the summary claimed G**2); in place no GPU sends to itself."""
+    from hoccl_compiler.pattern import format_pattern
+
+    topo = make_topology("paper-h800", nodes=3, gpus_per_node=4)
+    G = topo.num_gpus
+    zero = format_pattern(compile_pattern(topo, CollectiveSpec(kind="alltoall", size_bytes=0)))
+    assert "flows 0 of 0 B" in zero
+    full = format_pattern(compile_pattern(topo, CollectiveSpec(kind="alltoall", size_bytes=G * MiB)))
+    assert f"flows {G * G:,} of 1 MiB" in full
+    gathered = compile_pattern(topo, CollectiveSpec(kind="allgather", size_bytes=G * MiB, in_place=True))
+    assert f"flows {G * (G - 1):,} of" in format_pattern(gathered)

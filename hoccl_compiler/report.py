@@ -133,10 +133,15 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
                      f"barriers {_us(p['stage_sync_s'])}{flows}; the stages in the port model alone {_us(p['ports'])})")
     if b["local"]:  # measured on driver 580 / CUDA 13.0 (hoccl_bench.smfree, docs/architecture.md)
         local = format_bytes(b["local"])
-        avoid = "compile --in-place for allgather or gather" + (
-            ", or run with HOCCL_LOCAL_COPIES=peer" if plan.topology.nodes == 1 else "")  # the intra-node runtime's
-        lines[5:5] = [f"note         local {local}: same-GPU copies, which the CUDA driver runs on SMs",
-                      f"             ({avoid})"]
+        from .collective import IN_PLACE_KINDS
+
+        ways = []
+        if plan.collective.kind in IN_PLACE_KINDS and not plan.collective.in_place:
+            ways.append("compile it --in-place")
+        if plan.topology.nodes == 1:  # the intra-node runtime's
+            ways.append("run with HOCCL_LOCAL_COPIES=peer")
+        lines[5:5] = [f"note         local {local}: same-GPU copies, which the CUDA driver runs on SMs"] + (
+            [f"             (to avoid them: {', or '.join(ways)})"] if ways else [])
     if "baselines" in s:
         bl = s["baselines"]
         lines.append(f"simpler      everything at once (one stage) {_us(bl['everything_at_once_s'])} "

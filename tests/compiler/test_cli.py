@@ -68,6 +68,12 @@ def test_inspect_notes_same_gpu_copies_unless_in_place(tmp_cwd, capsys):
                                       "-o", "a2a.json", "-q"], capsys)
     code, out, _ = run(inspect_main, ["a2a.json"], capsys)
     assert code == 0 and "same-GPU copies" in out and "HOCCL_LOCAL_COPIES" not in out
+    assert "--in-place" not in out  # All-to-All has no in-place form: no advice to compile one
+    for kind, offered in (("broadcast", True), ("scatter", False)):  # the advice follows the collective
+        code, _, err = run(compile_main, [kind, "--size", "1MiB", "--topology", "h200x2", "--nodes", "2",
+                                          "-o", f"{kind}.json", "-q"], capsys)
+        code, out, _ = run(inspect_main, [f"{kind}.json"], capsys)
+        assert code == 0 and "same-GPU copies" in out and ("compile it --in-place" in out) == offered, out
 
 
 def test_dump_after_each_pass(tmp_cwd, capsys):

@@ -66,8 +66,16 @@ def _local_address() -> str:
     import os
     import socket
 
-    if os.environ.get("HOCCL_SOCKET_ADDR", "").strip():
-        return os.environ["HOCCL_SOCKET_ADDR"].strip()
+    given = os.environ.get("HOCCL_SOCKET_ADDR", "").strip()
+    if given:
+        try:  # one that this host cannot listen on is the setting's fault: say so here, not in a bind far away
+            family = socket.AF_INET6 if ":" in given else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((given, 0))
+        except (OSError, UnicodeError, ValueError) as exc:
+            raise HocclError(f"HOCCL_SOCKET_ADDR={given!r}: this host cannot listen at that address ({exc}); give one "
+                             "of its own addresses (the one other nodes reach it at), or unset it") from None
+        return given
     master = os.environ.get("MASTER_ADDR", "127.0.0.1")
     if master in ("127.0.0.1", "localhost", "::1"):
         return "127.0.0.1"

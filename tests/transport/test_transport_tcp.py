@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import multiprocessing as mp
 import socket
 import struct
@@ -471,3 +472,35 @@ def test_an_incomplete_connection_is_closed_when_accept_times_out():
     assert not rx._pending
     c.close()
     rx.close()
+
+
+@pytest.mark.parametrize("kwargs, text", [({"port": -1}, "port=-1"), ({"port": 70000}, "port=70000"),
+                                          ({"port": "80"}, "port='80'"),
+                                          ({"socket_buffer": 2**40}, "socket_buffer=1099511627776"),
+                                          ({"socket_buffer": 1.5}, "socket_buffer=1.5"),
+                                          ({"secret": "str"}, "secret is a str")])
+def test_bad_transport_arguments_are_transport_errors_naming_the_value(kwargs, text):
+    """Each was an OverflowError or TypeError from deep inside (setsockopt, bind, the MAC)."""
+    from hoccl_runtime.errors import TransportError
+
+    with pytest.raises(TransportError, match=re.escape(text)):
+        TcpTransport(**kwargs)
+
+
+def test_the_socket_buffer_setting_is_bounded(monkeypatch):
+    from hoccl_runtime.errors import TransportError
+
+    monkeypatch.setenv("HOCCL_TCP_SOCKET_BUFFER", str(2**32))
+    with pytest.raises(TransportError, match="HOCCL_TCP_SOCKET_BUFFER=4294967296 is out of range"):
+        TcpTransport()
+
+
+def test_a_socket_address_setting_this_host_cannot_listen_at_names_the_variable(monkeypatch):
+    from hoccl_runtime.comm.net import _local_address
+    from hoccl_runtime.errors import HocclError
+
+    monkeypatch.setenv("HOCCL_SOCKET_ADDR", "203.0.113.7")  # TEST-NET-3: no host has it
+    with pytest.raises(HocclError, match=r"HOCCL_SOCKET_ADDR='203.0.113.7': this host cannot listen"):
+        _local_address()
+    monkeypatch.setenv("HOCCL_SOCKET_ADDR", "127.0.0.1")
+    assert _local_address() == "127.0.0.1"

@@ -335,7 +335,13 @@ class TcpTransport(Transport):
             raise TransportError(f"split={self.split!r}: choose one of {', '.join(SPLITS)}")
         if not self.split_slack >= 0:
             raise TransportError(f"split_slack={self.split_slack}: give 0 or more (default {SPLIT_SLACK})")
-        self.socket_buffer = _setting(socket_buffer, "HOCCL_TCP_SOCKET_BUFFER", 0, 0)
+        # a socket option is a C int: 2 GiB - 1 at most (larger gave OverflowError / TypeError from setsockopt)
+        self.socket_buffer = _setting(socket_buffer, "HOCCL_TCP_SOCKET_BUFFER", 0, 0, most=2**31 - 1)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise TransportError(f"port={port!r}: give a TCP port in 0..65535 (0: any free one)")
+        if secret is not None and not isinstance(secret, (bytes, bytearray, memoryview)):
+            raise TransportError(f"secret is a {type(secret).__name__}; give bytes (the job's secret, e.g. "
+                                 "os.urandom(32)), or None for an unauthenticated transport")
         self.host, self.port, self.lanes = host, port, lanes
         self.session = session.encode()[:32].ljust(32, b"\0")
         self.name = name.encode()[:16].ljust(16, b"\0")  # sent in the hello: the acceptor's peer_name
@@ -519,15 +525,19 @@ def _recv_struct(sock: socket.socket, layout: struct.Struct, first_byte_only_on_
     return layout.unpack(buf)
 
 
-def _setting(value: int | None, env: str, default: int, least: int) -> int:
-    """An argument if given, else the environment's setting (``env``), else ``default``."""
+def _setting(value: int | None, env: str, default: int, least: int, most: int | None = None) -> int:
+    """An argument if given, else the environment's setting (``env``), else ``default``; within least..most."""
     if value is None:
         try:
-            return env_int(env, default, least)
+            return env_int(env, default, least, most)
         except HocclError as exc:
             raise TransportError(str(exc)) from None
-    if value < least:
-        raise TransportError(f"{env.removeprefix('HOCCL_TCP_').lower()}={value}: give at least {least}")
+    name = env.removeprefix("HOCCL_TCP_").lower()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TransportError(f"{name}={value!r}: give a whole number of bytes")
+    if value < least or (most is not None and value > most):
+        raise TransportError(f"{name}={value}: give {least}..{most}" if most is not None else
+                             f"{name}={value}: give at least {least}")
     return value
 
 

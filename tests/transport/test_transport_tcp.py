@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import multiprocessing as mp
+import re
 import socket
 import struct
 import threading

@@ -1,0 +1,409 @@
+"""The network executor on GPUs: :class:`GpuNodeExecutor` runs :class:`~hoccl_runtime.net.host.HostNodeExecutor`'s
+protocol with every copy on a copy engine, enqueued up front and gated by counter flags in pinned host memory, so
+the driving thread makes no CUDA call (see the class)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from hoccl_compiler.schema import Plan
+
+from .._timer import fine_sleeps
+from ..errors import HocclTimeoutError, TransportError
+from ..flags import Flag, FlagPool, MemOps, as_int32, reached
+from .host import HostNodeExecutor
+from .transport.base import Region, Transport
+from .wire import LOCAL, NATIVE, RDMA
+
+__all__ = ["GpuNodeExecutor", "PreparedRun", "RING_BYTES", "MAX_SLOTS", "ring_slots"]
+
+
+
+
+# Staging ring per GPU and direction when the caller does not give ``slots``: measured on the 2x H200 host
+# (1 GiB over TCP, 8 lanes, docs/benchmarks.md) 4 slots of 8 MiB ran at 0.64-0.74 of the transport alone
+# under the same protocol, 32 slots of 8 MiB at 0.84-0.95: the ring must hold enough chunks to keep every
+# lane busy while the copies and credits of earlier chunks complete. The same number of slots on every
+# node (the sender picks the remote slot).
+RING_BYTES = 256 << 20
+MAX_SLOTS = 64
+
+
+def ring_slots(chunk_bytes: int, ring_bytes: int = RING_BYTES) -> int:
+    """Slots of a staging ring of about ``ring_bytes`` for chunks of ``chunk_bytes`` (4 to MAX_SLOTS)."""
+    if ring_bytes < 1:
+        raise TransportError(f"ring_bytes={ring_bytes}: give the staging ring size in bytes (default {RING_BYTES})")
+    return max(4, min(MAX_SLOTS, ring_bytes // max(1, chunk_bytes)))
+
+
+class PreparedRun:
+    """One run of a plan whose every GPU copy is already enqueued (:meth:`GpuNodeExecutor.prepare`): the gates
+    that the run opens, in the order it opens them, per staging slot, and the counters the copy streams write
+    when they are through."""
+
+    __slots__ = ("plan", "send", "recv", "ends")
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.send: dict[tuple[int, int], deque] = {}  # (ū, slot) -> (go flag, staged flag, count, bytes) per use
+        self.recv: dict[tuple[int, int], deque] = {}  # (v̄, slot) -> (arrived flag, landed flag, count, bytes)
+        self.ends: list[tuple[Flag, int]] = []        # per copy stream: its end flag and the count it writes last
+
+
+class GpuNodeExecutor(HostNodeExecutor):
+    """The same schedule with GPU buffers: one process drives its node's GPUs (``{rank: (input, output)}``
+    as CuPy arrays, torch tensors or anything :func:`as_buffer` takes).
+
+    Copies within the node run on copy engines (``cudaMemcpyAsync``, peer access between the node's
+    GPUs). The network side is a host transport (TCP here), so staging is pinned, device-mapped host
+    memory: the copy engine of the sending GPU moves each chunk device -> staging slot (the u -> ū
+    forward and the staging copy in one), the transport posts the write once that copy has completed,
+    and on the far side each received chunk goes staging slot -> destination GPU on its copy engine, the
+    slot's credit leaving once that copy completed. With ``slots`` chunks per ring the copies of chunk
+    k+1.. overlap the network transfer of chunk k.
+
+    Every copy of a run is enqueued up front, by :meth:`prepare` in the thread that calls it, each gated on the
+    GPU by a counter flag (pinned host memory) that the driving thread (:meth:`run`) opens: a staging copy waits
+    for its slot's ``go`` counter (written when the slot is free) and writes ``staged`` after it; a landing copy
+    waits for ``arrived`` (written when the chunk is in the ring) and writes ``landed``, after which the credit
+    leaves. So ``run`` makes no CUDA call at all: a thread that drives the network while the application's thread
+    sits in a blocking CUDA call (a ``tensor.cpu()`` waiting for this very run) cannot be blocked behind it, which
+    is what happened on the H200 when the proxy issued its copies itself. Every copy stream also waits for the
+    ``after`` events (where the buffers' producers sit in their streams) before its first copy. A run that fails
+    opens every gate it still holds (its data is then wrong), so no stream waits forever.
+    By default a ring holds about ``ring_bytes`` (256 MiB, pinned; see :func:`ring_slots`).
+    """
+
+    direct_receive = False  # TCP lands in host memory: always through the receive ring
+
+    def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
+                 slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
+                 ring_bytes: int = RING_BYTES, staging: str = "auto"):
+        from .._cuda import cupy_runtime
+        from .._trust import verified
+
+        verified(plan)  # before anything is allocated (the base class checks again, from its cache)
+        if staging not in ("auto", "host", "device"):
+            raise TransportError(f"staging={staging!r}: choose 'host' (pinned host rings), 'device' (rings in GPU "
+                                 "memory registered with an RDMA NIC) or 'auto'")
+        if staging == "device" and not transport.device_memory:
+            raise TransportError(f"staging='device' needs a transport that registers GPU memory (verbs); the "
+                                 f"{transport.name} transport moves host memory: use staging='host'")
+        self.staging = "device" if staging == "auto" and transport.device_memory else \
+            ("host" if staging == "auto" else staging)
+        self._ring_at: dict[tuple[str, int], int] = {}   # (kind, rank) -> the ring's address
+        self._device_rings: list[tuple[int, int]] = []  # (GPU, pointer) of rings in GPU memory
+        if slots is None:
+            slots = ring_slots(plan.options.chunk_bytes, ring_bytes)
+        topo = plan.topology
+        L = topo.gpus_per_node
+        ranks = list(range(node * L, (node + 1) * L))
+        self._rt = cupy_runtime()
+        self._peers: set[tuple[int, int]] = set()
+        self.plan, self.node, self.ranks = plan, node, ranks  # what _check_buffers needs before the base class runs
+        given = self._check_buffers(plan, buffers)
+        self._given, self._dev = buffers, {r: b[2] for r, b in given.items()}  # what run() runs without arguments
+        self._current: PreparedRun | None = None
+        self._host: list[int] = []
+        placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
+        self._streams: dict[tuple, int] = {}
+        self._keep_alive: list = []
+        # per local rank and slot: go/staged (its send ring) and arrived/landed (its receive ring); per stream: end
+        self._flags = FlagPool(4 * L * slots + 2 * L * L + L + 8)
+        self._gates = {(kind, r, j): (self._flags.allocate(), self._flags.allocate())
+                       for kind in ("send", "recv") for r in ranks for j in range(slots)}
+        self._ends: dict[int, Flag] = {}
+        self._last_end: dict[int, tuple[Flag, int]] = {}  # stream -> the end count of the last run prepared on it
+        self._counts: dict[object, int] = {}  # the last count of every gate and end flag
+        self._bounds_checked: dict[int, Plan] = {}  # id -> plan: plans whose transfers were checked in bounds
+        super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
+                         _check_sizes=False)
+
+    def _check_buffers(self, plan: Plan, buffers: Mapping[int, tuple]) -> dict:
+        """{rank: (input, output, GPU)} of a run's buffers: sizes, one GPU per rank, peer access between them."""
+        from .._cuda import enable_peer_access
+        from ..interop import as_buffer
+
+        bound = {}
+        for r in self.ranks:
+            if r not in buffers:
+                raise TransportError(f"node {self.node}: no buffers for rank {r} (this node drives ranks "
+                                     f"{self.ranks})")
+            inp, out = buffers[r]
+            ib, ob = as_buffer(inp, f"rank {r} input"), as_buffer(out, f"rank {r} output")
+            if ib.nbytes != plan.ranks.input_bytes[r] or ob.nbytes != plan.ranks.output_bytes[r]:
+                raise TransportError(f"rank {r}: buffers of {ib.nbytes}/{ob.nbytes} bytes, plan {plan.plan_id} "
+                                     f"needs {plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+            if ib.nbytes and ob.nbytes and ib.device != ob.device:
+                raise TransportError(f"rank {r}: input and output on different GPUs ({ib.device}, {ob.device})")
+            bound[r] = (ib, ob, ob.device if ob.nbytes else ib.device)
+        for a in self.ranks:
+            for b in self.ranks:
+                pair = (bound[a][2], bound[b][2])
+                if pair[0] != pair[1] and pair not in self._peers:
+                    enable_peer_access(*pair)
+                    self._peers.add(pair)
+        return bound
+
+    # pinned, device-mapped staging (portable: every GPU of the node can copy to and from it)
+    def _pinned(self, nbytes: int) -> np.ndarray:
+        import ctypes
+
+        from .._cuda import host_mapped_alloc
+
+        ptr = host_mapped_alloc(max(1, nbytes))
+        self._host.append(ptr)
+        return np.frombuffer((ctypes.c_uint8 * max(1, nbytes)).from_address(ptr), dtype=np.uint8)
+
+    def _ring(self, nbytes: int) -> np.ndarray:
+        return self._pinned(nbytes)
+
+    def _make_ring(self, kind: str, rank: int, nbytes: int) -> tuple[object, Region]:
+        """Host staging: pinned, device-mapped host memory. Device staging (an RDMA transport): GPU memory
+        of the rank's GPU, registered once for GPUDirect RDMA (dma-buf, else peer memory)."""
+        if self.staging == "host":
+            ring, region = super()._make_ring(kind, rank, nbytes)
+            self._ring_at[(kind, rank)] = int(ring.ctypes.data)
+            return ring, region
+        rt, device = self._rt, self._dev[rank]
+        rt.setDevice(device)
+        size = -(-max(1, nbytes) // (2 << 20)) * (2 << 20)  # whole 2 MiB pages: the dma-buf range is whole pages
+        ptr = int(rt.malloc(size))
+        self._device_rings.append((device, ptr))
+        self._ring_at[(kind, rank)] = ptr
+        return ptr, self.transport.register_device(ptr, nbytes, device)
+
+    def _stream(self, key: tuple, device: int) -> int:
+        """The copy stream of ``key``: ("d2h", ū) and ("h2d", v̄) per staging ring (each carries one transfer
+        per stage, so no ring's copies queue behind another's), ("d2d", GPU) for the copies within the node."""
+        key = (*key, device)
+        if key not in self._streams:
+            import cupy
+
+            with cupy.cuda.Device(device):
+                s = cupy.cuda.Stream(non_blocking=True)
+            self._keep_alive.append(s)
+            self._streams[key] = int(s.ptr)
+        return self._streams[key]
+
+    def _count(self, key: object) -> int:
+        """The next value of a counter (1, 2, ... modulo 2**32, never 0: the flags start at 0)."""
+        n = self._counts.get(key, 0) % 0xFFFFFFFF + 1
+        self._counts[key] = n
+        return n
+
+    # --- the copies, enqueued up front ------------------------------------------------------------------------
+    def prepare(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
+                after: Sequence[int] = ()) -> PreparedRun:
+        """Enqueue every copy of one run of ``plan`` on ``buffers`` (default: the executor's) and return what
+        :meth:`run` needs to drive it. Runs are driven in the order they were prepared; preparing may go ahead
+        of driving (the network communicators prepare at call time, their proxy drives). ``after``: CUDA events
+        (raw handles) that every copy of the run waits for on the GPU."""
+        plan = self.plan if plan is None else plan
+        if plan is not self.plan or buffers is not None:
+            self._only_with_reuse()
+        self._fits(plan)
+        self._checked_bounds(plan)
+        bound = self._check_buffers(plan, self._given if buffers is None else buffers)
+        run = PreparedRun(plan)
+        try:
+            self._enqueue(run, bound, after)
+        except BaseException:
+            self.release(run)  # what was enqueued before the error must not wait forever
+            raise
+        return run
+
+    def _checked_bounds(self, plan: Plan) -> None:
+        """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
+        plan object (a few recent ones remembered)."""
+        from .._trust import verified
+        from ..program import check_bounds
+
+        seen = self._bounds_checked
+        if seen.get(id(plan)) is plan:
+            return
+        verified(plan)  # the one door (as the host executor's): verify_plan unless this process compiled it
+        check_bounds(plan)
+        seen[id(plan)] = plan
+        while len(seen) > 32:
+            seen.pop(next(iter(seen)))
+
+    def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> None:
+        from .._cuda import MEMCPY_DEFAULT
+
+        plan, rt, mine = run.plan, self._rt, set(self.ranks)
+        fl = plan.flows
+        used: dict[int, int] = {}  # stream -> its GPU
+
+        def stream(key: tuple, device: int) -> int:
+            s = self._stream(key, device)
+            rt.setDevice(device)
+            if s not in used:
+                for event in after:  # the run's first copy on this stream: after the callers' work
+                    rt.streamWaitEvent(s, event, 0)
+                used[s] = device
+            return s
+
+        routes = self._routes(plan)
+        for stage in plan.stages:
+            tr = stage.transfers
+            sending, receiving = set(), set()
+            for t in range(len(tr.flow)):
+                f, role, n = tr.flow[t], tr.role[t], tr.bytes[t]
+                if role in (LOCAL, NATIVE) and tr.src[t] in mine:
+                    src, dst = bound[fl.src[f]], bound[fl.dst[f]]
+                    to = dst[1].ptr + fl.dst_offset[f] + tr.offset[t]
+                    frm = src[0].ptr + fl.src_offset[f] + tr.offset[t]
+                    # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
+                    # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
+                    if n and (to != frm or dst[2] != src[2]):
+                        rt.memcpyAsync(to, frm, n, MEMCPY_DEFAULT, stream(("d2d",), src[2]))
+                    continue
+                if role != RDMA:
+                    continue
+                if tr.src[t] in mine:  # ū's send ring: staging copies u -> slot, each once its slot is free (go)
+                    ubar, u = tr.src[t], fl.src[f]
+                    self._one_per_ring(sending, ubar, stage, "sends")
+                    ring, data = self._ring_at[("send", ubar)], bound[u][0].ptr + fl.src_offset[f]
+                    self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
+                                routes.send_base(stage.index, t),
+                                lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
+                if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
+                    vbar, v = tr.dst[t], fl.dst[f]
+                    self._one_per_ring(receiving, vbar, stage, "receives")
+                    ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
+                    self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
+                                routes.ring_base(stage.index, t),
+                                lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
+        for s, device in used.items():  # each stream says when it is through with the run
+            flag = self._ends.get(s)
+            if flag is None:
+                flag = self._ends[s] = self._flags.allocate()
+            c = self._count(("end", s))
+            rt.setDevice(device)
+            MemOps().write(flag, c).enqueue(s)
+            run.ends.append((flag, c))
+            self._last_end[s] = (flag, c)
+
+    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, where: Any) -> None:
+        """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s`` (its first chunk at ring position
+        ``base``, :class:`Routes`), each copy (``where(slot offset, chunk start)`` gives its (destination, source))
+        after its slot's gate count and writing the done count after."""
+        from .._cuda import MEMCPY_DEFAULT
+
+        for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
+            start, nb = self._chunk_range(tr, t, k)
+            j = (base + k) % self.slots
+            gate, done = self._gates[(kind, ring, j)]
+            c = self._count((kind, ring, j))
+            MemOps().wait_geq(gate, c).enqueue(s)
+            if nb:
+                self._rt.memcpyAsync(*where(j * self.chunk, start), nb, MEMCPY_DEFAULT, s)
+            MemOps().write(done, c).enqueue(s)
+            side.setdefault((ring, j), deque()).append((gate, done, c, nb))
+
+    def _one_per_ring(self, seen: set, ring: int, stage: Any, what: str) -> None:
+        if ring in seen:
+            raise TransportError(f"plan stage {stage.index}: GPU {ring} {what} two network transfers in one stage; "
+                                 "a stage holds at most one per GPU and direction (the plan is not a valid HOCCL "
+                                 "schedule: hoccl-inspect --verify)")
+        seen.add(ring)
+
+    def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
+            after: Sequence[int] = (), prepared: PreparedRun | None = None) -> None:
+        """Drive one run to completion: ``prepared`` (from :meth:`prepare`, possibly in another thread), else
+        this plan and buffers prepared here first. Makes no CUDA call when given ``prepared``."""
+        if prepared is None:
+            prepared = self.prepare(plan, buffers, after=after)
+        self._current = prepared
+        try:
+            self.plan = prepared.plan
+            with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
+                self._drive()
+                self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
+        except BaseException:
+            self._failed = True
+            self.release(prepared)
+            raise
+
+    def release(self, prepared: PreparedRun) -> None:
+        """Open every gate of a run that will not be driven to its end (it failed, or an earlier one did), so
+        that its copy streams finish (moving stale bytes) instead of waiting forever."""
+        for gates in (*prepared.send.values(), *prepared.recv.values()):
+            if gates:
+                gate, _, c, _ = gates[-1]  # counters only grow: the last opens every earlier wait too
+                if not reached(gate, c):
+                    gate.write(as_int32(c))
+                gates.clear()
+
+    def _wait(self, ready: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while not ready():
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"node {self.node}: the GPU did not finish {what} within {self.timeout_s:g} s "
+                                        "(a copy that never ran: is the GPU hung?)")
+            time.sleep(20e-6)
+
+    def _gate(self, side: dict, key: tuple, n: int) -> tuple:
+        gates = side.get(key)
+        if not gates:
+            raise TransportError(f"node {self.node}: the run asked for a copy of slot {key} that was not prepared "
+                                 "(prepare and run must see the same plan)")
+        gate, done, c, nb = gates.popleft()
+        if nb != n:
+            raise TransportError(f"node {self.node}: slot {key} was prepared for {nb} bytes, the run moves {n}")
+        gate.write(as_int32(c))
+        return done, c
+
+    def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
+        """Enqueued by prepare (no gate: only after the callers' events)."""
+
+    def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
+        return self._gate(self._current.send, (ubar, slot // self.chunk), n)
+
+    def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
+        return self._gate(self._current.recv, (vbar, slot // self.chunk), n)
+
+    def _done(self, token: object) -> bool:
+        flag, c = token
+        return reached(flag, c)  # the copy's stream wrote it: no driver call
+
+    def _finish_run(self) -> None:
+        """Nothing: a run's copies end when their staged and landed counters were seen (the base class waits for
+        them), and :meth:`run` waits for every stream's end counter."""
+
+    def close(self) -> None:
+        """Wait (up to the timeout) for the copies of every run prepared, then free the rings and flags. Copies
+        still pending then (a caller's stream that never reached its call) keep their memory: it is left
+        allocated, with a warning, rather than freed under them."""
+        import warnings
+
+        from .._cuda import host_free
+
+        self.leave()
+        rt = self._rt
+        deadline = time.monotonic() + self.timeout_s
+        while not all(reached(flag, c) for flag, c in self._last_end.values()):
+            if time.monotonic() > deadline:
+                warnings.warn(f"node {self.node}: copies of a network call are still pending at close (its caller's "
+                              "stream never reached it?); its staging memory is left allocated", stacklevel=2)
+                return
+            time.sleep(1e-3)
+        for (*_, device), s in self._streams.items():
+            rt.setDevice(device)
+            rt.streamSynchronize(s)
+        self._flags.close()
+        self.send_ring = self.recv_ring = self.inputs = self.outputs = {}
+        for ptr in self._host:
+            host_free(ptr)
+        self._host.clear()
+        for device, ptr in self._device_rings:
+            rt.setDevice(device)
+            rt.free(ptr)
+        self._device_rings.clear()
+        self._keep_alive.clear()

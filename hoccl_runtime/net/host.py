@@ -1,0 +1,516 @@
+"""The inter-node path on host memory: one process per node replays a plan over a transport.
+
+This is the reference for the GPU path of the network issue, runnable anywhere: the node's ranks
+are NumPy buffers, the copies that a GPU does with its copy engines (local, native, forwarding and the
+staging copies) are NumPy copies, and the network pieces go through a :class:`Transport` (TCP here).
+What it pins down, before GPUs are involved:
+
+* Staging: each GPU has a ring of ``slots`` chunk slots for the network data it receives (when the
+  data must be forwarded on, ``v̄ != v``) and one for what it sends. A GPU's network chunks of one run
+  form one sequence per direction, stage after stage (:class:`Routes`); position ``x`` uses slot
+  ``x % slots``. The receiver hands a slot on with a credit (a zero-byte write) once its forward copy
+  has taken the chunk: to the sender of the chunk that uses the slot next, which may be the next
+  stage's flow, from another GPU; the sender reuses a send slot once its write left. In the chunk state
+  machine's words: IDLE -> DMA_COPYING (staging copy) -> NETWORK (write posted) -> IDLE (sent /
+  credited). With a GPU these copies overlap with the network; here they are synchronous.
+* Stage order without a barrier: the rings run each GPU's stages in order, and a stage's flow into a
+  GPU takes over that GPU's receive slots one by one as the previous stage's chunks leave them. So a GPU
+  has one incoming and one outgoing network flow at a time (as the plan's stages promise) but for the
+  few slots where one stage's tail meets the next one's head, and no node waits for the slowest one
+  between stages. Every run starts with a notice of the plan's id to every node: a node sends it only
+  once its previous run is through, so a run's chunks never meet the previous run's, and no barrier ends
+  a run of a reusable executor (:meth:`HostNodeExecutor.leave` waits for the last one before closing).
+* Immediates: data ``(target GPU's local index << 24) | its receive position``; credits
+  ``bit 31 | (sending GPU's local index << 24) | the send position they let go``; plan notices
+  ``0x7e000000 | 24 bits of the plan id's CRC``. The accepting node knows who connected from the
+  transport's hello (the connecting transport's name), before any data can arrive.
+
+Nodes connect to every other node (lower index accepts) and share nothing but the plan, whose id is
+the transport session: a node with a different plan is refused at the first exchange.
+"""
+
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hoccl_compiler.schema import Plan
+
+from .._timer import fine_sleeps, slack_setting
+from ..errors import HocclTimeoutError, PlanError, TransportError
+from .routes import ChunkSequence, Routes, RunState
+from .transport.base import Connection, Region, Transport
+from .wire import CREDIT, LOCAL, NATIVE, PLAN_HELLO, RUN_DONE
+
+__all__ = ["HostNodeExecutor"]
+
+
+class HostNodeExecutor:
+    """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
+
+    def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
+                 transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
+                 _check_sizes: bool = True):
+        from .._trust import verified
+
+        verified(plan)  # the one door: a plan from outside runs only once it passed verify_plan
+        topo = plan.topology
+        if not 0 <= node < topo.nodes:
+            raise TransportError(f"node {node}: plan {plan.plan_id} has nodes 0..{topo.nodes - 1}; start one process "
+                                 "per node of the plan's topology")
+        self.plan, self.node, self.transport, self.timeout_s = plan, node, transport, timeout_s
+        # reuse: run(other_plan, other_buffers) over the same connections and rings; every node must agree.
+        # The network then always lands in the rings (an output registered once cannot follow new buffers)
+        self.reuse = reuse
+        self.direct_receive = type(self).direct_receive and not reuse
+        self._slack_ns = slack_setting()  # the driving thread's timer slack while it runs (hoccl_runtime._timer)
+        self._hellos: dict[int, list[int]] = {}
+        self.L = topo.gpus_per_node
+        if self.L > 126:  # an immediate names a local GPU in 7 bits; 126 and 127 are the notices'
+            raise TransportError(f"plan {plan.plan_id} has {self.L} GPUs per node; the network executor drives at "
+                                 "most 126 per node")
+        self.ranks = list(range(node * self.L, (node + 1) * self.L))
+        missing = [r for r in self.ranks if r not in buffers]
+        if missing:
+            raise TransportError(f"node {node} drives ranks {self.ranks} of plan {plan.plan_id}; no buffers for "
+                                 f"{missing}")
+        self.chunk = plan.options.chunk_bytes
+        self.slots = slots
+        for r in self.ranks:
+            inp, out = buffers[r]
+            if _check_sizes and (inp.nbytes != plan.ranks.input_bytes[r] or
+                                 out.nbytes != plan.ranks.output_bytes[r]):
+                raise TransportError(f"rank {r}: buffers of {inp.nbytes}/{out.nbytes} bytes, the plan needs "
+                                     f"{plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+        self.inputs = {r: buffers[r][0] for r in self.ranks}
+        self.outputs = {r: buffers[r][1] for r in self.ranks}
+        # regions, in the same order on every node: per local GPU its output (2i) and receive ring (2i + 1)
+        self.recv_ring, self.send_ring = {}, {}
+        for r in self.ranks:
+            out = self.outputs[r]
+            transport.register(out if out.nbytes else np.zeros(1, np.uint8))
+            self.recv_ring[r], _ = self._make_ring("recv", r, slots * self.chunk)
+        self.send_region = {}
+        for r in self.ranks:
+            self.send_ring[r], self.send_region[r] = self._make_ring("send", r, slots * self.chunk)
+        self.conns: dict[int, Connection] = {}
+        self._backlog: dict[int, list] = {}        # completions read while waiting for the plan notices
+        self._route_cache: dict[tuple, tuple[Plan, Routes]] = {}
+        self._runs = 0                               # runs through so far
+        self._failed = False                         # a run failed (or the executor left): leave() waits for nobody
+        self._early_done: set[tuple[int, int]] = set()  # (node, run) run-done notices not yet waited for
+        self._run: RunState | None = None
+
+    # --- setup -------------------------------------------------------------------------------------
+    def _ring(self, nbytes: int) -> np.ndarray:
+        """A staging ring (host memory; pinned and device-mapped in the GPU executor)."""
+        return np.zeros(nbytes, np.uint8)
+
+    def _make_ring(self, kind: str, rank: int, nbytes: int) -> tuple[object, Region]:
+        """Rank ``rank``'s ``kind`` ("send" / "recv") staging ring, registered with the transport once."""
+        ring = self._ring(nbytes)
+        return ring, self.transport.register(ring)
+
+    def connect(self, addresses: Mapping[int, str]) -> None:
+        """Connect to every other node (``addresses[n]`` is node n's listening address)."""
+        nodes = self.plan.topology.nodes
+        if sorted(addresses) != list(range(nodes)):
+            raise TransportError(f"node {self.node}: plan {self.plan.plan_id} is for {nodes} nodes, so give an address "
+                                 f"for each of 0..{nodes - 1}; got {sorted(addresses)} (a different world size?)")
+        for other in range(self.node + 1, nodes):
+            self.conns[other] = self.transport.connect(addresses[other], timeout_s=self.timeout_s)
+        for _ in range(self.node):
+            conn = self.transport.accept(timeout_s=self.timeout_s)
+            try:  # the connecting node's transport was named "node<i>" (see make_transport)
+                other = int(conn.peer_name.removeprefix("node"))
+            except ValueError:
+                raise TransportError(f"node {self.node}: a peer named {conn.peer_name!r} connected; expected "
+                                     "node<index> (create transports with HostNodeExecutor.make_transport)") from None
+            self.conns[other] = conn
+
+    @staticmethod
+    def make_transport(plan: Plan, node: int, kind: str = "tcp", **kwargs) -> Transport:
+        """A transport for ``node`` (``kind`` "tcp" or "verbs"): a hash of the plan's content as session (a node
+        with another plan, or another schedule under the same claimed id, is refused at the first exchange) and
+        the node's name, by which the accepting node knows who connected. Give TCP ``secret=`` (the job's, shared
+        through the store) so that peers prove they belong to the job; without it nobody is authenticated."""
+        if kind == "tcp":
+            from .._trust import plan_uid
+            from .transport.tcp import TcpTransport
+
+            return TcpTransport(session=plan_uid(plan)[7:39], name=f"node{node}", **kwargs)
+        if kind == "verbs":
+            from .transport.verbs import VerbsTransport
+
+            return VerbsTransport(session=plan.plan_id, name=f"node{node}", **kwargs)
+        raise TransportError(f"transport kind {kind!r}: choose 'tcp' or 'verbs'")
+
+    # --- the plan ----------------------------------------------------------------------------------
+    def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None) -> None:
+        """Run the plan (or, with ``reuse=True``, another plan of the same topology and chunk size, on
+        other buffers) to completion. With ``reuse`` every run starts with a notice of the plan's id to
+        every node, so nodes in different collectives raise PlanError instead of mixing data."""
+        if plan is not None or buffers is not None:
+            self._only_with_reuse()
+            if plan is not None:
+                self._use_plan(plan)
+            if buffers is not None:
+                self._bind(buffers)
+        try:
+            with fine_sleeps(self._slack_ns):
+                self._drive()
+        except BaseException:
+            self._failed = True  # the other nodes' runs fail too: leave() waits for none of them
+            raise
+
+    def _only_with_reuse(self) -> None:
+        if not self.reuse:
+            raise TransportError("this executor runs the plan and buffers it was created with; create it with "
+                                 "reuse=True to run other plans or buffers")
+
+    def _drive(self) -> None:
+        """The run's network protocol: the plan notice (every node has finished its previous run), then every
+        stage's chunks, each GPU's rings handing their slots from one stage's flow to the next (no barrier)."""
+        if self.reuse:
+            self._hello()
+        self._begin_run()
+        self._local_copies()
+        deadline = time.monotonic() + self.timeout_s
+        while not self._run_done():
+            progressed = self._send_ready()
+            progressed |= self._post_ready()
+            for node in self.conns:
+                for c in self._poll(node):
+                    progressed = True
+                    self._on_completion(node, c)
+            if progressed:
+                deadline = time.monotonic() + self.timeout_s
+            else:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"node {self.node}: plan {self.plan.plan_id} made no progress for "
+                                            f"{self.timeout_s:g} s: {self._waiting_for()} (a peer node stalled or "
+                                            "died?)")
+                time.sleep(50e-6)
+        self._finish_run()
+        self._end_run()
+
+    def _end_run(self) -> None:
+        """After a run's last chunk. A reusable executor does not wait for the other nodes here: the next run's
+        plan notices order it after this one on every node (a node sends its notice only once its previous run is
+        through, and no node sends a run's chunks before every node's notice came), so a node whose part is done
+        (a sender whose chunks left) lets its caller go on at once instead of waiting for the slowest node; its
+        last run is waited for by :meth:`leave`. A single-run executor ends with the barrier."""
+        if self.reuse:
+            self._runs += 1
+        else:
+            self._barrier()
+
+    def leave(self) -> None:
+        """Before the transport closes: tell every node this one is through with its last run, and wait (at most
+        the timeout, and 5 s) until each said so too, so that nothing a slower node still expects (a credit in the
+        transport's queue) is lost with the connection. A node that is gone, or an executor whose run failed, is
+        not waited for; nothing here raises."""
+        if not self.reuse or not self.conns or not self._runs or self._failed:
+            return
+        last = (self._runs - 1) & 0xFFFFFF
+        saved, self.timeout_s = self.timeout_s, min(self.timeout_s, 5.0)
+        try:
+            self._tell_all(RUN_DONE | last)
+            self._wait_for_nodes(lambda n: (n, last) in self._early_done, lambda waiting: f"nodes {waiting} left")
+        except (HocclTimeoutError, TransportError):
+            pass  # closing anyway: a peer that is gone or stuck has its own error
+        finally:
+            self.timeout_s = saved
+            self._failed = True  # once: the connections are about to close
+
+    def close(self) -> None:
+        """Leave (:meth:`leave`); the transport is the caller's to close."""
+        self.leave()
+
+    def _use_plan(self, plan: Plan) -> None:
+        from .._trust import verified
+
+        verified(plan)
+        self._fits(plan)
+        self.plan = plan
+
+    def _fits(self, plan: Plan) -> None:
+        a, b = plan.topology, self.plan.topology
+        if (a.nodes, a.gpus_per_node) != (b.nodes, b.gpus_per_node) or plan.options.chunk_bytes != self.chunk:
+            raise TransportError(f"plan {plan.plan_id} ({a.nodes} x {a.gpus_per_node} GPUs, chunks of "
+                                 f"{plan.options.chunk_bytes} B) does not fit this executor ({b.nodes} x "
+                                 f"{b.gpus_per_node}, chunks of {self.chunk} B): compile it with the same topology "
+                                 "and chunk size")
+
+    def _bind(self, buffers: Mapping[int, tuple]) -> None:
+        """Take this run's buffers ({rank: (input, output)} for the node's ranks), checking their sizes."""
+        plan = self.plan
+        for r in self.ranks:
+            if r not in buffers:
+                raise TransportError(f"node {self.node}: no buffers for rank {r}")
+            inp, out = buffers[r]
+            if inp.nbytes != plan.ranks.input_bytes[r] or out.nbytes != plan.ranks.output_bytes[r]:
+                raise TransportError(f"rank {r}: buffers of {inp.nbytes}/{out.nbytes} bytes, plan {plan.plan_id} "
+                                     f"needs {plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+        self.inputs = {r: buffers[r][0] for r in self.ranks}
+        self.outputs = {r: buffers[r][1] for r in self.ranks}
+
+    def _hello(self) -> None:
+        """Tell every node which plan this run is, and check theirs (24 bits of the plan id's CRC)."""
+        import zlib
+
+        mine = zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF
+        self._tell_all(PLAN_HELLO | mine)
+        self._wait_for_nodes(lambda n: bool(self._hellos.get(n)),
+                             lambda waiting: f"nodes {waiting} did not start plan {self.plan.plan_id}")
+        for n in sorted(self.conns):
+            theirs = self._hellos[n].pop(0)
+            if theirs != mine:
+                raise PlanError(f"node {self.node} runs plan {self.plan.plan_id} ({self.plan.collective.describe()}) "
+                                f"but node {n} runs another (id hash {theirs:06x} vs {mine:06x}): every node must run "
+                                "the same collectives in the same order")
+
+    def _tell_all(self, imm: int) -> None:
+        """A notice (a zero-byte write with immediate ``imm``) to every other node."""
+        for conn in self.conns.values():
+            self._notify(conn, imm)
+
+    def _notify(self, conn: Connection, imm: int) -> None:
+        conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=imm)
+
+    def _wait_for_nodes(self, ready: Any, late: Any) -> None:
+        """Poll every node until ``ready(node)`` holds for all, keeping what arrives meanwhile (:meth:`_keep`);
+        ``late(sorted nodes still waited for)`` words the timeout."""
+        waiting = {n for n in self.conns if not ready(n)}
+        deadline = time.monotonic() + self.timeout_s
+        while waiting:
+            for n in list(waiting):
+                for c in self.conns[n].poll(timeout_s=0):
+                    self._keep(n, c)  # a node already past this point may be sending what comes next
+                if ready(n):
+                    waiting.discard(n)
+            if waiting:
+                if time.monotonic() > deadline:
+                    raise HocclTimeoutError(f"node {self.node}: {late(sorted(waiting))} within {self.timeout_s:g} s")
+                time.sleep(50e-6)
+
+    def _notice(self, n: int, imm: int) -> bool:
+        """Record node ``n``'s run-done or plan notice ``imm``; False when ``imm`` is not one."""
+        if imm & CREDIT:
+            return False
+        if (imm & 0x7F000000) == RUN_DONE:
+            self._early_done.add((n, imm & 0xFFFFFF))
+            return True
+        if (imm & 0x7F000000) == PLAN_HELLO:
+            self._hellos.setdefault(n, []).append(imm & 0xFFFFFF)
+            return True
+        return False
+
+    def _keep(self, n: int, c) -> None:
+        """A completion that arrived outside the run that wants it: plan notices are recorded, the rest waits
+        in the backlog for the next run."""
+        if c.kind == "received" and self._notice(n, c.imm):
+            return
+        if c.kind == "received" or c.nbytes:
+            self._backlog.setdefault(n, []).append(c)
+
+    def _node_of(self, gpu: int) -> int:
+        return gpu // self.L
+
+    # --- one run: every stage's chunks through the rings -------------------------------------------------
+    def _routes(self, plan: Plan) -> Routes:
+        key = (id(plan), self.direct_receive)
+        got = self._route_cache.get(key)
+        if got is None or got[0] is not plan:
+            got = self._route_cache[key] = (plan, Routes(plan, self.direct_receive, self.ranks))
+            while len(self._route_cache) > 16:
+                self._route_cache.pop(next(iter(self._route_cache)))
+        return got[1]
+
+    def _begin_run(self) -> None:
+        """The state of one run: per local GPU, the next chunk its send ring stages, which of its chunks left
+        and which were granted a receive slot (credits); which incoming chunks arrived."""
+        routes = self._routes(self.plan)
+        self._run = RunState(routes, self.ranks)
+        self._staged, self._landing = deque(), deque()
+        self._inflight: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (ū, send position)
+
+    def _local_copies(self) -> None:
+        """Copies that stay in the node (local and native: both ends here), stage by stage."""
+        fl, mine = self.plan.flows, set(self.ranks)
+        for stage in self.plan.stages:
+            tr = stage.transfers
+            for t in range(len(tr.flow)):
+                if tr.role[t] in (LOCAL, NATIVE) and tr.src[t] in mine:
+                    f = tr.flow[t]
+                    a, b = fl.src_offset[f] + tr.offset[t], fl.dst_offset[f] + tr.offset[t]
+                    self._copy_within(fl.dst[f], b, fl.src[f], a, tr.bytes[t])
+
+    def _run_done(self) -> bool:
+        run = self._run
+        return (run.sends_left == 0 and run.receives_left == 0 and not self._staged and not self._landing)
+
+    def _send_ready(self) -> bool:
+        """Stage every chunk, in each send ring's order, whose send slot is free (the write of the chunk ``S``
+        before it left) and whose receive slot is granted (one of the ring's first ``S``, or credited)."""
+        run, S, progressed = self._run, self.slots, False
+        for ubar, seq in run.out.items():
+            x, total = run.next[ubar], len(seq.stage)
+            sent, credit = run.sent[ubar], run.credit[ubar]
+            while x < total and (x < S or sent[x - S]):
+                ring = int(seq.ring[x])
+                if ring >= S and not credit[x]:
+                    break
+                self._send_chunk(ubar, seq, x)
+                x += 1
+                progressed = True
+            run.next[ubar] = x
+        return progressed
+
+    def _post_ready(self) -> bool:
+        """Post the network writes of staged chunks whose copy finished, and the credits of landed chunks whose
+        copy finished (chunk state DMA_COPYING -> NETWORK, and back to IDLE)."""
+        progressed = False
+        while self._staged and self._done(self._staged[0][0]):
+            _, conn, args, imm, ubar, x = self._staged.popleft()
+            self._inflight[(id(conn), conn.write(*args, imm=imm))] = (ubar, x)
+            progressed = True
+        while self._landing and self._done(self._landing[0][0]):
+            _, conn, imm = self._landing.popleft()
+            if conn is not None:
+                self._notify(conn, imm)
+            progressed = True
+        return progressed
+
+    def _chunk_range(self, tr, t: int, k: int) -> tuple[int, int]:
+        start = tr.offset[t] + k * self.chunk
+        return start, min(self.chunk, tr.offset[t] + tr.bytes[t] - start)
+
+    def _send_chunk(self, ubar: int, seq: ChunkSequence, x: int) -> None:
+        fl = self.plan.flows
+        tr = self.plan.stages[int(seq.stage[x])].transfers
+        t, k = int(seq.transfer[x]), int(seq.chunk[x])
+        f, vbar = tr.flow[t], tr.dst[t]
+        start, n = self._chunk_range(tr, t, k)
+        slot = (x % self.slots) * self.chunk
+        # send_forward (u -> ū) or the staging copy of ū's own data: into ū's send ring
+        token = self._stage_out(ubar, slot, fl.src[f], fl.src_offset[f] + start, n)
+        local_index, ring = vbar % self.L, int(seq.ring[x])
+        if ring < 0:   # straight into the destination's output
+            region, offset = 2 * local_index, fl.dst_offset[f] + start
+        else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
+            region, offset = 2 * local_index + 1, (ring % self.slots) * self.chunk
+        self._staged.append((token, self.conns[self._node_of(vbar)], (self.send_region[ubar], slot, n, region, offset),
+                             (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
+
+    def _forged(self, node: int, what: str, imm: int) -> TransportError:
+        return TransportError(f"node {self.node}, plan {self.plan.plan_id}: node {node} {what} (immediate {imm:#x}): "
+                              "the nodes run different schedules, or the peer is not a HOCCL node of this job")
+
+    def _on_completion(self, node: int, c) -> None:
+        run = self._run
+        if c.kind == "sent":
+            chunk = self._inflight.pop((id(self.conns[node]), c.write_id), None)
+            if chunk is not None:  # a data write (credits and notices are not tracked)
+                ubar, x = chunk
+                run.sent[ubar][x] = 1
+                run.sends_left -= 1
+            return
+        imm = c.imm
+        local, pos = (imm >> 24) & 0x7F, imm & 0xFFFFFF
+        if imm & CREDIT:  # chunk ``pos`` of local GPU ``local``'s sends may write its receive slot
+            ubar = self.node * self.L + local
+            seq = run.out.get(ubar) if local < self.L else None
+            if seq is None or pos >= len(seq.stage) or seq.ring[pos] < self.slots or \
+                    self._node_of(int(seq.peer[pos])) != node or run.credit[ubar][pos]:
+                raise self._forged(node, f"credited chunk {pos} of local GPU {local}, which is not a chunk of this "
+                                   "run that waits for that node's credit", imm)
+            run.credit[ubar][pos] = 1
+            return
+        if self._notice(node, imm):  # a node through with this run already, or in the next one
+            return
+        vbar = self.node * self.L + local
+        seq = run.inc.get(vbar) if local < self.L else None
+        if seq is None or pos >= len(seq.stage) or self._node_of(int(seq.peer[pos])) != node or run.got[vbar][pos]:
+            why = ("the plan does not send it" if seq is None else
+                   "no chunk of this run has that position" if pos >= len(seq.stage) else
+                   f"GPU {int(seq.peer[pos])} sends that one" if self._node_of(int(seq.peer[pos])) != node else
+                   "it arrived twice")
+            raise self._forged(node, f"wrote chunk {pos} for local GPU {local}, which this run does not receive "
+                               f"from it ({why})", imm)
+        run.got[vbar][pos] = 1
+        run.receives_left -= 1
+        ring = int(seq.ring[pos])
+        if ring < 0:
+            return
+        fl, tr = self.plan.flows, self.plan.stages[int(seq.stage[pos])].transfers
+        t, k = int(seq.transfer[pos]), int(seq.chunk[pos])
+        f = tr.flow[t]
+        start, n = self._chunk_range(tr, t, k)
+        token = self._land(vbar, (ring % self.slots) * self.chunk, fl.dst[f], fl.dst_offset[f] + start, n)
+        # the slot goes to the chunk that uses it next: ``S`` ring positions on, from whichever GPU sends it
+        nxt = run.routes.ring_user(vbar, ring + self.slots)
+        if nxt is None:
+            self._landing.append((token, None, 0))
+        else:
+            ubar2, x2 = nxt
+            self._landing.append((token, self.conns[self._node_of(ubar2)], CREDIT | ((ubar2 % self.L) << 24) | x2))
+
+    def _waiting_for(self) -> str:
+        """What a stalled run waits for, in words (for the timeout's message)."""
+        run = self._run
+        for ubar, seq in run.out.items():
+            x = run.next[ubar]
+            if x < len(seq.stage):
+                what = "its credit" if seq.ring[x] >= self.slots and not run.credit[ubar][x] else "a free send slot"
+                return (f"GPU {ubar}'s chunk {x} to GPU {int(seq.peer[x])} (stage {int(seq.stage[x])}) waits for "
+                        f"{what}")
+        for vbar, seq in run.inc.items():
+            missing = np.flatnonzero(np.frombuffer(run.got[vbar], np.uint8) == 0)
+            if missing.size:
+                x = int(missing[0])
+                return (f"GPU {vbar} waits for chunk {x} from GPU {int(seq.peer[x])} (stage {int(seq.stage[x])}) and "
+                        f"{missing.size - 1} more")
+        return f"{run.sends_left} writes to leave, {len(self._staged) + len(self._landing)} copies to finish"
+
+    def _poll(self, node: int) -> list:
+        items = self._backlog.pop(node, [])
+        return items + self.conns[node].poll(timeout_s=0)
+
+    def _barrier(self) -> None:
+        """The end of a run: tell every node, and wait until every node said so too (a node may close its
+        transport, or start its next run, only once no node expects anything more of this one)."""
+        run = self._runs & 0xFFFFFF
+        self._runs += 1
+        self._tell_all(RUN_DONE | run)
+        self._wait_for_nodes(lambda n: (n, run) in self._early_done,
+                             lambda waiting: f"nodes {waiting} did not finish plan {self.plan.plan_id}")
+        self._early_done = {(n, r) for n, r in self._early_done if r != run}
+
+    # --- the copies: host memory here, copy engines in GpuNodeExecutor ----------------------------------
+    # Each returns a token; ``_done(token)`` says whether that copy finished (here: always at once).
+    direct_receive = True  # the network may write straight into a destination output (host memory)
+
+    def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
+        self.outputs[dst_rank][dst_off:dst_off + n] = self.inputs[src_rank][src_off:src_off + n]
+
+    def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
+        self.send_ring[ubar][slot:slot + n] = self.inputs[src_rank][src_off:src_off + n]
+        return None
+
+    def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
+        self.outputs[v][dst_off:dst_off + n] = self.recv_ring[vbar][slot:slot + n]
+        return None
+
+    def _done(self, token: object) -> bool:
+        return True
+
+    def _finish_run(self) -> None:
+        """Wait for this run's copies (host copies are done already)."""
+
+

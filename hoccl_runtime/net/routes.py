@@ -1,0 +1,118 @@
+"""Where every network chunk of a plan goes (:class:`Routes`, the same on every node) and one run's state in the
+driving thread (:class:`RunState`); see :mod:`hoccl_runtime.net.host` for the protocol that uses them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hoccl_compiler.schema import Plan
+
+from ..errors import TransportError
+from .wire import RDMA
+
+__all__ = ["Routes", "RunState", "ChunkSequence"]
+
+
+class ChunkSequence:
+    """The chunks one GPU sends (or receives) over the network in one run, in ring order, as parallel arrays:
+    per position its stage, transfer and chunk index, the GPU at the other end, that chunk's position in the
+    other end's sequence, and its receive-ring position (-1: it lands straight in the output, no ring)."""
+
+    __slots__ = ("stage", "transfer", "chunk", "peer", "peer_pos", "ring")
+
+    def __init__(self, parts: list[tuple]):  # per transfer: its six columns (a GPU with none has no sequence)
+        self.stage, self.transfer, self.chunk, self.peer, self.peer_pos, self.ring = (
+            np.concatenate(c) for c in zip(*parts, strict=True))
+
+
+class Routes:
+    """Where every network chunk of a plan goes, the same on every node (a pure function of the plan).
+
+    Each GPU's sends form one sequence over the run, stage after stage (stages are matchings: at most one flow
+    per GPU and direction in each), and so do its receives; position ``x`` of a send sequence uses send-ring slot
+    ``x % S``, and the receives that land in a ring (not straight in an output) use receive-ring slot ``r % S``
+    for their ring position ``r``. A receive slot passes from one chunk to the one ``S`` ring positions on, which
+    may be the next stage's, from another GPU: stages follow each other slot by slot on every ring, without a
+    barrier between them. A data write's immediate names the receiving GPU and its receive position; a credit
+    names the sending GPU and the send position it lets go."""
+
+    def __init__(self, plan: Plan, direct_receive: bool, gpus: Sequence[int] | None = None):
+        """``gpus``: the GPUs whose sequences to keep (a node's; default all). Every transfer is counted, so
+        positions at other GPUs are right too, but arrays are built for these GPUs' transfers only."""
+        chunk = plan.options.chunk_bytes
+        keep = None if gpus is None else set(gpus)
+        fl = plan.flows
+        n_send: dict[int, int] = {}
+        n_recv: dict[int, int] = {}
+        n_ring: dict[int, int] = {}
+        out: dict[int, list] = {}
+        inc: dict[int, list] = {}
+        bases: dict[tuple[int, int], tuple[int, int]] = {}  # (stage, transfer) -> (send, ring position of chunk 0)
+        self._bases = bases
+        for stage in plan.stages:
+            tr = stage.transfers
+            for t in range(len(tr.flow)):
+                if tr.role[t] != RDMA:
+                    continue
+                ubar, vbar = int(tr.src[t]), int(tr.dst[t])
+                n = max(1, -(-int(tr.bytes[t]) // chunk))
+                x0, r0 = n_send.get(ubar, 0), n_recv.get(vbar, 0)
+                ringed = not (direct_receive and vbar == int(fl.dst[tr.flow[t]]))
+                g0 = n_ring.get(vbar, 0)
+                if keep is None or ubar in keep or vbar in keep:
+                    ks = np.arange(n, dtype=np.int64)
+                    ring = g0 + ks if ringed else np.full(n, -1, np.int64)
+                    st, tt = np.full(n, stage.index, np.int64), np.full(n, t, np.int64)
+                    if keep is None or ubar in keep:
+                        out.setdefault(ubar, []).append((st, tt, ks, np.full(n, vbar, np.int64), r0 + ks, ring))
+                    if keep is None or vbar in keep:
+                        inc.setdefault(vbar, []).append((st, tt, ks, np.full(n, ubar, np.int64), x0 + ks, ring))
+                n_send[ubar], n_recv[vbar] = x0 + n, r0 + n
+                if ringed:
+                    n_ring[vbar] = g0 + n
+                bases[(stage.index, t)] = (x0, g0 if ringed else -1)
+        for g, count in (*n_send.items(), *n_recv.items()):
+            if count > 0xFFFFFF:
+                raise TransportError(f"plan {plan.plan_id}: GPU {g} moves {count} network chunks in one run, more "
+                                     f"than an immediate can number (2**24); compile with a larger chunk size")
+        self.out = {g: ChunkSequence(p) for g, p in out.items()}
+        self.inc = {g: ChunkSequence(p) for g, p in inc.items()}
+        # per receiving GPU: send (GPU, position) of each ring position, for the credits
+        self._ring_users: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for g, seq in self.inc.items():
+            ringed = seq.ring >= 0
+            self._ring_users[g] = (seq.peer[ringed], seq.peer_pos[ringed])
+
+    def ring_user(self, vbar: int, ring_pos: int) -> tuple[int, int] | None:
+        """(sending GPU, its send position) of ``vbar``'s receive-ring position ``ring_pos``, or None past the end."""
+        peers, pos = self._ring_users[vbar]
+        if ring_pos >= len(peers):
+            return None
+        return int(peers[ring_pos]), int(pos[ring_pos])
+
+    def send_base(self, stage: int, t: int) -> int:
+        """The send position of transfer ``t``'s (of ``stage``) first chunk in its sender's sequence."""
+        return self._bases[(stage, t)][0]
+
+    def ring_base(self, stage: int, t: int) -> int:
+        """The receive-ring position of transfer ``t``'s first chunk at its receiver (-1: no ring)."""
+        return self._bases[(stage, t)][1]
+
+
+class RunState:
+    """The driving thread's state of one run (see :class:`Routes`)."""
+
+    __slots__ = ("routes", "out", "inc", "next", "sent", "credit", "got", "sends_left", "receives_left")
+
+    def __init__(self, routes: Routes, ranks: Sequence[int]):
+        self.routes = routes
+        self.out = {g: routes.out[g] for g in ranks if g in routes.out}
+        self.inc = {g: routes.inc[g] for g in ranks if g in routes.inc}
+        self.next = dict.fromkeys(self.out, 0)
+        self.sent = {g: bytearray(len(s.stage)) for g, s in self.out.items()}
+        self.credit = {g: bytearray(len(s.stage)) for g, s in self.out.items()}
+        self.got = {g: bytearray(len(s.stage)) for g, s in self.inc.items()}
+        self.sends_left = sum(len(s.stage) for s in self.out.values())
+        self.receives_left = sum(len(s.stage) for s in self.inc.values())

@@ -103,25 +103,37 @@ def test_the_node_executor_refuses_a_plan_that_reaches_outside_its_buffers(monke
     behind verification (bypassed here)."""
     fake_cuda.install(monkeypatch)
     from hoccl_runtime import plans
-    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     monkeypatch.setattr(plans, "verify", lambda plan: None)  # verification bypassed
     monkeypatch.setattr(_trust, "_VERIFIED", type(_trust._VERIFIED)())  # ... and its verdicts forgotten after
-    from hoccl_runtime.net.transport.tcp import TcpTransport
 
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
                         size_bytes=8192), CompileOptions(chunk_bytes=4096, baselines=False))  # small rings
     bad = _moved(plan, 1 << 30)
+    keep = _refused_by_prepare(plan, bad, "would copy bytes")
+    assert (keep[1] == 0xA5).all()
+
+
+def _refused_by_prepare(plan, bad, text: str, *, at_construction: bool = False) -> list:
+    """Node 0's GpuNodeExecutor of ``plan`` (a 2 x 1 AllGather of 8 KiB) on host arrays faked as GPU memory, handed
+    ``bad`` (prepare raises a PlanError matching ``text``; ``at_construction``: so does making one of ``bad``); its
+    (input, output) arrays, for the caller to check that nothing was written."""
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+    from hoccl_runtime.net.transport.tcp import TcpTransport
+
     keep = [np.zeros(4096, np.uint8), np.full(8192, 0xA5, np.uint8)]
     bufs = {0: (DeviceBuffer(keep[0].ctypes.data, 4096, 0), DeviceBuffer(keep[1].ctypes.data, 8192, 0))}
     with TcpTransport(session="t", name="node0") as transport:
+        if at_construction:
+            with pytest.raises(PlanError, match=text):
+                GpuNodeExecutor(bad, 0, bufs, transport, reuse=True, slots=4)
         ex = GpuNodeExecutor(plan, 0, bufs, transport, reuse=True, slots=4)
         try:
-            with pytest.raises(PlanError, match="would copy bytes"):
+            with pytest.raises(PlanError, match=text):
                 ex.prepare(bad, bufs)
         finally:
             ex.close()
-    assert (keep[1] == 0xA5).all()
+    return keep
 
 
 def _unchecked_stage(stage: dict):
@@ -187,7 +199,7 @@ def test_executors_across_nodes_run_only_verified_plans(monkeypatch, edit):
     (GpuNodeExecutor queued the swapped copy at 4096 instead of 0; a negative offset wrapped in NumPy; +1 GiB was
     a bare ValueError). Plans the runtime compiled itself (plans.compile_call) pass without being verified again."""
     fake_cuda.install(monkeypatch)
-    from hoccl_runtime.net.executor import GpuNodeExecutor, HostNodeExecutor
+    from hoccl_runtime.net.executor import HostNodeExecutor
     from hoccl_runtime.net.transport.tcp import TcpTransport
     from hoccl_runtime.plans import compile_call
 
@@ -202,17 +214,7 @@ def test_executors_across_nodes_run_only_verified_plans(monkeypatch, edit):
         ex = HostNodeExecutor(plan, 0, host, transport, reuse=True)
         with pytest.raises(PlanError, match="fails verification"):
             ex.run(bad, host)
-    keep = [np.zeros(4096, np.uint8), np.full(8192, 0xA5, np.uint8)]
-    bufs = {0: (DeviceBuffer(keep[0].ctypes.data, 4096, 0), DeviceBuffer(keep[1].ctypes.data, 8192, 0))}
-    with TcpTransport(session="t", name="node0") as transport:
-        with pytest.raises(PlanError, match="fails verification"):
-            GpuNodeExecutor(bad, 0, bufs, transport, reuse=True, slots=4)
-        ex = GpuNodeExecutor(plan, 0, bufs, transport, reuse=True, slots=4)
-        try:
-            with pytest.raises(PlanError, match="fails verification"):
-                ex.prepare(bad, bufs)
-        finally:
-            ex.close()
+    keep = _refused_by_prepare(plan, bad, "fails verification", at_construction=True)
     assert (keep[1] == 0xA5).all() and (host[0][1] == 0xA5).all()
     own = compile_call(topo, ("allgather", 8192), 4096)
     monkeypatch.setattr(_trust, "trusted", lambda plan: pytest.fail("a plan the runtime compiled was verified again"))

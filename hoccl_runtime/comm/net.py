@@ -308,6 +308,7 @@ class _Calls:
     rank: int
     world: int
     device: int
+    timeout_s: float
     topology: Any
     chunk_bytes: int
     _plans: dict
@@ -341,6 +342,17 @@ class _Calls:
     pairs_alone = False  # every call is a collective of every rank (each run says hello to every node)
     _a2av_calls = 0  # All-to-Allv calls so far: the store keys of their split rows
     any_stream = False  # one stream (NodeNetCommunicator); NetCommunicator takes any
+
+    _ahead = 0  # calls a proxy may have unfinished before the next waits (HOCCL_NET_AHEAD; 0: no bound)
+
+    def _bound_ahead(self, proxy: CallProxy) -> None:
+        """Wait (without the GIL) until at most ``_ahead`` of ``proxy``'s calls are unfinished (see
+        :meth:`CallProxy.wait_pending`: a Python proxy runs only while the application's thread lets go of the GIL),
+        then raise what the communicator failed with meanwhile, if anything."""
+        if self._ahead and not proxy.wait_pending(self._ahead, self.timeout_s):
+            raise HocclTimeoutError(f"rank {self.rank}: {self._ahead} earlier network calls still unfinished after "
+                                    f"{self.timeout_s:.0f} s (HOCCL_NET_AHEAD); has every rank issued them?")
+        self._raise()
 
     def _no_pacing(self, call: str, rate_gbps: float | None, duration_s: float | None) -> None:
         if rate_gbps is not None or duration_s is not None:
@@ -556,11 +568,11 @@ class NetCommunicator(_Calls):
         store.set(f"net-addr{rank}", self.transport.listen())
         self._addresses = {r: wait_for_key(store, f"net-addr{r}", world, timeout_s, f"rank {rank}: ",
                                            f"rank {r}'s address").decode() for r in range(world)}
-        # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
-        # (None: a call whose preparation failed, raised in the caller's thread; only its stream is released)
         from ..settings import env_int
 
         self._ahead = env_int("HOCCL_NET_AHEAD", 2, 0)  # see CallProxy.wait_pending
+        # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
+        # (None: a call whose preparation failed, raised in the caller's thread; only its stream is released)
         self._proxy = CallProxy(lambda call: call[0] is not None and self._executor.run(prepared=call[0]),
                                 lambda call: call[1][0].read() == 1, lambda call: call[1][0].write(0),
                                 lambda call: call[1][1].write(1), name=f"hoccl-proxy-{rank}",
@@ -582,10 +594,7 @@ class NetCommunicator(_Calls):
         plan = self._plan(key)
         r = self.rank
         inp, out, s = self._buffers(plan, input, output, stream)
-        if self._ahead and not self._proxy.wait_pending(self._ahead, self.timeout_s):
-            raise HocclTimeoutError(f"rank {self.rank}: {self._ahead} earlier network calls still unfinished after "
-                                    f"{self.timeout_s:.0f} s (HOCCL_NET_AHEAD); has every rank issued them?")
-        self._raise()
+        self._bound_ahead(self._proxy)
         with self._lock:
             if self._executor is None:
                 self._connect(plan, {r: (inp, out)})

@@ -292,14 +292,6 @@ class NodeNetCommunicator(_Calls):
             with on_device(self.device):
                 MemOps().wait_eq(sh.flag(self.local, 1), 1).write(sh.flag(self.local, 1), 0).enqueue(s)
 
-    def _bound_ahead(self, proxy: CallProxy) -> None:
-        """Wait (without the GIL) until at most HOCCL_NET_AHEAD of ``proxy``'s calls are unfinished (see
-        :meth:`CallProxy.wait_pending`: a Python proxy runs only while the application's thread lets go of the GIL)."""
-        if self._ahead and not proxy.wait_pending(self._ahead, self.timeout_s):
-            raise HocclTimeoutError(f"rank {self.rank}: {self._ahead} earlier network calls still unfinished after "
-                                    f"{self.timeout_s:.0f} s (HOCCL_NET_AHEAD); has every rank issued them?")
-        self._raise()
-
     def _lead(self, plan: Any, seq: int, own: tuple, s: int) -> None:
         """The leader's call, in its caller's thread: collect every local rank's entry of the call, map their
         buffers, and enqueue all the node's copies of it (gated; after an event of each local rank's stream, each

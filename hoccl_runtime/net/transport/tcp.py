@@ -32,9 +32,11 @@ made at bootstrap and shared through the store by the communicators)::
 Each side proves it holds the secret before a byte of data moves, and the hello (its name, lane and session)
 is covered by both codes, so a name cannot be claimed. Without a secret the same exchange runs with an empty
 key: it then authenticates nobody (threat model: docs/architecture.md, "Transports"). The acceptor groups lanes
-by connection id. A connection that fails any check (another session, not a HOCCL peer, a lane outside the
-count, a wrong code, silence past ``HELLO_TIMEOUT_S``) is answered 0 where it can be, dropped, and the acceptor
-keeps waiting for its real peer; if none comes, its timeout names the last refusal.
+by connection id. Hellos are read concurrently, each by a deadline for its whole handshake, at most
+``MAX_HELLOS`` at once, so silent, slow or half-open sockets of anyone on the host do not hold the real peer back.
+A connection that fails any check (another session, not a HOCCL peer, a lane outside the count, a wrong code, a
+handshake not done within ``HELLO_TIMEOUT_S``) is answered 0 where it can be, dropped, and the acceptor keeps
+waiting for its real peer; if none comes, its timeout (a hard limit) names the last refusal.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ HEADER = struct.Struct("<4sHHQQHHIQQIQQ")        # + crc32 appended as "<I"
 HELLO = struct.Struct("<4sHHH8s32s16s16s")        # magic, version, lane, lanes, connection id, session, name, nonce
 CHALLENGE = struct.Struct("<B16s32s")             # status, the acceptor's nonce, its code
 HELLO_TIMEOUT_S = 5.0                             # how long the acceptor waits for one connection's handshake
+MAX_HELLOS = 128                                  # handshakes an acceptor reads at once (more sockets: closed)
 MIN_PART = 1 << 20                                # default: do not split writes into parts smaller than this
 SPLIT_SLACK = 1.0                                 # default: a whole write may end up to 2x later than cut up
 SPLITS = ("balance", "idle")
@@ -106,6 +109,24 @@ def lane_parts(queued: list[int], nbytes: int, min_part: int, split: str = "bala
         parts.append((lane, lo, hi))
         lo = hi
     return parts
+
+
+def _recv_by(sock: socket.socket, view: memoryview, deadline: float) -> bool:
+    """Fill ``view`` by ``deadline`` (monotonic): each read waits only for what is left of it, so a peer that sends
+    a byte at a time is cut off at the deadline, not once per byte. False on a clean EOF before the first byte."""
+    got = 0
+    while got < len(view):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TransportError(f"handshake not done within {HELLO_TIMEOUT_S:g} s ({got} of {len(view)} bytes)")
+        sock.settimeout(left)
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            if got == 0:
+                return False
+            raise TransportError(f"stream ended after {got} of {len(view)} bytes (peer closed mid-handshake)")
+        got += n
+    return True
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
@@ -351,6 +372,9 @@ class TcpTransport(Transport):
         self._listener: socket.socket | None = None
         self._pending: dict[bytes, dict[int, socket.socket]] = {}
         self._connections: list[TcpConnection] = []
+        self._hellos: queue.Queue = queue.Queue()  # (socket, address, outcome) of finished handshakes
+        self._hellos_running = 0
+        self._hello_lock = threading.Lock()
 
     def register(self, buffer: np.ndarray) -> Region:
         arr = np.asarray(buffer)
@@ -424,12 +448,22 @@ class TcpTransport(Transport):
 
     def accept(self, timeout_s: float = 30.0) -> TcpConnection:
         """The next whole connection (every lane authenticated). A connection that fails a check is dropped and
-        the wait goes on (see the module docstring); the timeout names the last refusal."""
+        the wait goes on (see the module docstring); the timeout names the last refusal.
+
+        Hellos are read concurrently, each in a thread of its own with a deadline for the whole handshake
+        (``HELLO_TIMEOUT_S``, not per read: a hello sent a byte at a time is dropped at it), at most
+        ``MAX_HELLOS`` at once (further sockets are closed unread), so silent, slow or half-open sockets of
+        anyone on the host cannot hold the real peer back; ``timeout_s`` is a hard limit."""
+        import select
+
         if self._listener is None:
             self.listen()
         assert self._listener is not None
         deadline = time.monotonic() + timeout_s
         while True:
+            conn = self._take_hellos()
+            if conn is not None:
+                return conn
             left = deadline - time.monotonic()
             if left <= 0:
                 last = f" (refused {len(self.refused)} connection(s); the last: {self.refused[-1]})" \
@@ -439,20 +473,48 @@ class TcpTransport(Transport):
                 some = f"; closed {partial} lane(s) of connections that never completed" if partial else ""
                 raise HocclTimeoutError(f"no peer connected to {self.host}:{self.port} within {timeout_s:g} s"
                                         f"{last}{some}")
-            self._listener.settimeout(left)
+            readable, _, _ = select.select([self._listener], [], [], min(left, 0.01))
+            if not readable:
+                continue
             try:
                 sock, addr = self._listener.accept()
-            except TimeoutError:
+            except (BlockingIOError, TimeoutError, InterruptedError):
+                continue
+            if self._hellos_running >= MAX_HELLOS:
+                self._refuse(addr, f"closed unread: {MAX_HELLOS} handshakes already pending")
+                with contextlib.suppress(OSError):
+                    sock.close()
                 continue
             _tune(sock, self.socket_buffer)
-            sock.settimeout(max(0.01, min(HELLO_TIMEOUT_S, deadline - time.monotonic())))
+            with self._hello_lock:
+                self._hellos_running += 1
+            threading.Thread(target=self._hello_worker, args=(sock, addr, time.monotonic() + HELLO_TIMEOUT_S),
+                             name="hoccl-tcp-hello", daemon=True).start()
+
+    def _hello_worker(self, sock: socket.socket, addr: tuple, deadline: float) -> None:
+        """One connection's handshake, by its deadline; the outcome goes to the accepting thread."""
+        try:
+            got = self._handshake(sock, deadline)
+        except (OSError, TransportError, ValueError) as exc:  # a silent, short, slow or broken connection
+            got = f"no valid hello ({type(exc).__name__}: {exc})"
+        finally:
+            with self._hello_lock:
+                self._hellos_running -= 1
+        self._hellos.put((sock, addr, got))
+
+    def _refuse(self, addr: tuple, why: str) -> None:
+        self.refused.append(f"{addr[0]}:{addr[1]}: {why}")
+        del self.refused[:-16]
+
+    def _take_hellos(self) -> TcpConnection | None:
+        """Group the lanes whose handshakes finished; the first connection with all its lanes, if any."""
+        while True:
             try:
-                got = self._handshake(sock)
-            except (OSError, TransportError) as exc:  # a silent, short or broken connection
-                got = f"no valid hello ({type(exc).__name__}: {exc})"
-            if isinstance(got, str):
-                self.refused.append(f"{addr[0]}:{addr[1]}: {got}")
-                del self.refused[:-16]
+                sock, addr, got = self._hellos.get_nowait()
+            except queue.Empty:
+                return None
+            if isinstance(got, str) or self._listener is None:
+                self._refuse(addr, got if isinstance(got, str) else "closed: the transport was closing")
                 with contextlib.suppress(OSError):
                     sock.close()
                 continue
@@ -467,10 +529,11 @@ class TcpTransport(Transport):
                 self._connections.append(conn)
                 return conn
 
-    def _handshake(self, sock: socket.socket) -> tuple | str:
-        """The acceptor's side of one lane's handshake: (lane, lanes, connection id, name), or why it failed."""
+    def _handshake(self, sock: socket.socket, deadline: float) -> tuple | str:
+        """The acceptor's side of one lane's handshake, done by ``deadline`` (monotonic) or failed: (lane, lanes,
+        connection id, name), or why it failed."""
         raw = bytearray(HELLO.size)
-        if not _recv_exact(sock, memoryview(raw)):
+        if not _recv_by(sock, memoryview(raw), deadline):
             return "closed before its hello"
         hello = bytes(raw)
         magic, version, lane, lanes, conn_id, session, name, _ = HELLO.unpack(hello)
@@ -487,7 +550,7 @@ class TcpTransport(Transport):
         nonce_a = os.urandom(16)
         sock.sendall(CHALLENGE.pack(1, nonce_a, self._code(b"acceptor", hello, nonce_a)))
         code = bytearray(32)
-        if not _recv_exact(sock, memoryview(code)) or \
+        if not _recv_by(sock, memoryview(code), deadline) or \
                 not hmac.compare_digest(bytes(code), self._code(b"connector", hello, nonce_a)):
             with contextlib.suppress(OSError):
                 sock.sendall(b"\0")
@@ -510,6 +573,7 @@ class TcpTransport(Transport):
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        self._take_hellos()  # handshakes done meanwhile: their sockets closed (later ones close at their deadline)
 
 
 def _recv_struct(sock: socket.socket, layout: struct.Struct, first_byte_only_on_refusal: bool = False) -> tuple | None:

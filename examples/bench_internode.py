@@ -91,7 +91,7 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
                 self._rt = real
 
         cls = type("Skipping", (GpuNodeExecutor,), {"_gated": gated})
-    transport = cls.make_transport(plan, node, lanes=lanes)
+    transport = cls.make_transport(plan, node, lanes=lanes, open=True)  # one host's benchmark
     ex = cls(plan, node, bufs, transport, slots=slots, timeout_s=60)
     ex.connect(exchange(transport.listen()))
     ex.run()

@@ -58,7 +58,7 @@ def timed_runs(node, plan, exchange, reps, gpu, *, slots, reuse=False, executor=
         else:
             bufs[r] = tuple(np.zeros(n, np.uint8) for n in sizes)
     cls = executor.GpuNodeExecutor if gpu else executor.HostNodeExecutor
-    transport = cls.make_transport(plan, node, lanes=LANES)
+    transport = cls.make_transport(plan, node, lanes=LANES, open=True)  # one host's benchmark
     ex = cls(plan, node, bufs, transport, slots=slots, timeout_s=60, reuse=reuse)
     ex.connect(exchange(transport.listen()))
     ex.run()

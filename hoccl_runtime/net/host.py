@@ -134,16 +134,22 @@ class HostNodeExecutor:
             self.conns[other] = conn
 
     @staticmethod
-    def make_transport(plan: Plan, node: int, kind: str = "tcp", **kwargs) -> Transport:
+    def make_transport(plan: Plan, node: int, kind: str = "tcp", *, secret: bytes | None = None, open: bool = False,
+                       **kwargs) -> Transport:
         """A transport for ``node`` (``kind`` "tcp" or "verbs"): a hash of the plan's content as session (a node
         with another plan, or another schedule under the same claimed id, is refused at the first exchange) and
-        the node's name, by which the accepting node knows who connected. Give TCP ``secret=`` (the job's, shared
-        through the store) so that peers prove they belong to the job; without it nobody is authenticated."""
+        the node's name, by which the accepting node knows who connected. TCP needs ``secret=`` (the job's bytes,
+        shared by every node, e.g. through the store as the communicators do: peers prove they hold it), or
+        ``open=True`` for a transport that authenticates nobody (anyone who reaches the port can join)."""
         if kind == "tcp":
             from .._trust import plan_uid
             from .transport.tcp import TcpTransport
 
-            return TcpTransport(session=plan_uid(plan)[7:39], name=f"node{node}", **kwargs)
+            if secret is None and not open:
+                raise TransportError("make_transport(kind='tcp') needs the job's secret= (bytes every node shares, "
+                                     "e.g. os.urandom(32) set in the store by node 0), or open=True for a transport "
+                                     "that authenticates nobody")
+            return TcpTransport(session=plan_uid(plan)[7:39], name=f"node{node}", secret=secret, **kwargs)
         if kind == "verbs":
             from .transport.verbs import VerbsTransport
 

@@ -154,7 +154,7 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
                     np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)) for r in range(4)}
 
     data = [arrays(p, i) for i, p in enumerate(plans)]
-    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2) for n in range(2)]
+    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2, secret=b'test-job') for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
 
     def node(n):
@@ -341,7 +341,7 @@ def test_nodes_with_different_staging_rings_fail_clearly(monkeypatch):
                         CompileOptions(chunk_bytes=4096, baselines=False))
     a, b, empty = np.ones(200_000, np.uint8), np.zeros(200_000, np.uint8), np.zeros(0, np.uint8)
     bufs = {0: {0: (dev(a, 0), dev(empty, 0))}, 1: {1: (dev(empty, 1), dev(b, 1))}}
-    transports = [GpuNodeExecutor.make_transport(plan, n, lanes=2) for n in range(2)]
+    transports = [GpuNodeExecutor.make_transport(plan, n, lanes=2, secret=b'test-job') for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
 
     def node(n):

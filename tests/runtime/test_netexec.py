@@ -20,7 +20,7 @@ def _node(node, exchange, plan_json, slots):
     for r in range(node * L, (node + 1) * L):
         inp = np.random.default_rng([r, 3]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
         bufs[r] = (inp, np.full(plan.ranks.output_bytes[r], 0xA5, dtype=np.uint8))
-    transport = HostNodeExecutor.make_transport(plan, node, lanes=2)
+    transport = HostNodeExecutor.make_transport(plan, node, lanes=2, secret=b'test-job')
     ex = HostNodeExecutor(plan, node, bufs, transport, slots=slots, timeout_s=20)
     ex.connect(exchange(transport.listen()))
     ex.run()
@@ -64,7 +64,7 @@ def test_wrong_world_size_and_missing_buffers_are_clear_errors():
     plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
                         size_bytes=64), CompileOptions(chunk_bytes=64, baselines=False))
     bufs = {0: (np.zeros(32, np.uint8), np.zeros(64, np.uint8))}
-    transport = HostNodeExecutor.make_transport(plan, 0)
+    transport = HostNodeExecutor.make_transport(plan, 0, open=True)
     try:
         with pytest.raises(TransportError, match="has nodes 0..1"):
             HostNodeExecutor(plan, 2, bufs, transport)
@@ -75,6 +75,10 @@ def test_wrong_world_size_and_missing_buffers_are_clear_errors():
             ex.connect({0: "127.0.0.1:1", 1: "127.0.0.1:2", 2: "127.0.0.1:3"})
         with pytest.raises(TransportError, match="kind 'ib'"):
             HostNodeExecutor.make_transport(plan, 0, kind="ib")
+        # a TCP transport authenticates its peers unless one asks for an open one
+        with pytest.raises(TransportError, match=r"needs the job's secret=.*or open=True"):
+            HostNodeExecutor.make_transport(plan, 0)
+        HostNodeExecutor.make_transport(plan, 0, secret=b"job").close()
     finally:
         transport.close()
 
@@ -88,7 +92,7 @@ def _reuse_nodes(plans_per_node, timeout_s=10):
 
     first = plans_per_node[0][0]
     L = first.topology.gpus_per_node
-    transports = [HostNodeExecutor.make_transport(first, n, lanes=2) for n in range(2)]
+    transports = [HostNodeExecutor.make_transport(first, n, lanes=2, secret=b'test-job') for n in range(2)]
 
     def bufs(plan, n, run):
         return {r: (np.random.default_rng([r, run + 1, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8),
@@ -200,7 +204,7 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
     plan = compile_plan(make_topology("h200x2", nodes=3, gpus_per_node=1), CollectiveSpec(kind="allgather",
                         size_bytes=3 * 512), CompileOptions(chunk_bytes=64, baselines=False))
     bufs = {0: (np.zeros(512, np.uint8), np.zeros(3 * 512, np.uint8))}
-    transport = HostNodeExecutor.make_transport(plan, 0)
+    transport = HostNodeExecutor.make_transport(plan, 0, open=True)
     try:
         ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True)  # reuse: every chunk through the rings
         ex.conns = {1: None, 2: None}

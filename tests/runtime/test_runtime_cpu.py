@@ -92,7 +92,7 @@ def _sendrecv_executors(monkeypatch, chunks_bytes: int = 50_000):
         return DeviceBuffer(int(a.ctypes.data), a.nbytes, d)
 
     bufs = {0: {0: (dev(data, 0), dev(empty, 0))}, 1: {1: (dev(empty, 1), dev(out, 1))}}
-    transports = [GpuNodeExecutor.make_transport(plan, n, lanes=2) for n in range(2)]
+    transports = [GpuNodeExecutor.make_transport(plan, n, lanes=2, secret=b'test-job') for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
     return plan, data, out, bufs, transports, addresses
 

@@ -272,7 +272,9 @@ def raw_handshake(sock, session: bytes, key: bytes = b"", lane: int = 0, lanes: 
     while len(rest) < CHALLENGE.size - 1:
         rest += sock.recv(CHALLENGE.size - 1 - len(rest))
     nonce_a = rest[:16]
-    sock.sendall(hmac.new(key, b"connector" + hello + nonce_a, hashlib.sha256).digest())
+    me, it = sock.getsockname(), sock.getpeername()
+    ends = f"{me[0]}|{me[1]}|{it[0]}|{it[1]}".encode()  # both ends of this connection, connector first
+    sock.sendall(hmac.new(key, b"connector" + hello + nonce_a + ends, hashlib.sha256).digest())
     return sock.recv(1)[0]
 
 
@@ -555,3 +557,42 @@ def test_the_real_peer_gets_in_beside_many_silent_and_slow_sockets():
         for c in strays:
             c.close()
         rx.close()
+
+
+def test_a_relay_cannot_carry_the_handshake():
+    """A process that relays a real handshake between two connections of its own (the connector dialled it, say
+    through an address planted in the unauthenticated store) could then inject frames; the codes cover both ends'
+    addresses and ports, so the relayed handshake fails on both sides."""
+    secret = b"r" * 32
+    rx = TcpTransport(lanes=1, session="job", secret=secret)
+    target = rx.listen()
+    thost, tport = target.split(":")
+    relay = socket.create_server(("127.0.0.1", 0))
+    relay_port = relay.getsockname()[1]
+
+    def pump(a, b):
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def serve():
+        with contextlib.suppress(OSError):
+            inner, _ = relay.accept()
+            outer = socket.create_connection((thost, int(tport)))
+            for a, b in ((inner, outer), (outer, inner)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    t, box = _accepting(rx, timeout_s=3)
+    tx = TcpTransport(lanes=1, session="job", secret=secret, name="victim")
+    try:
+        with pytest.raises(TransportError, match="failed authentication.*relay"):
+            tx.connect(f"127.0.0.1:{relay_port}", timeout_s=5)
+        t.join(5)
+        assert "conn" not in box and isinstance(box.get("error"), HocclTimeoutError), box
+    finally:
+        tx.close()
+        rx.close()
+        relay.close()

@@ -25,9 +25,16 @@ Connection setup, per lane, a challenge-response over both sides' nonces with th
 made at bootstrap and shared through the store by the communicators)::
 
     connector -> acceptor   hello: magic, version, lane, lanes, connection id, session, name, nonce_c
-    acceptor  -> connector  1, nonce_a, HMAC(secret, "acceptor" | hello | nonce_a)    (0: refused, then closed)
-    connector -> acceptor   HMAC(secret, "connector" | hello | nonce_a)
-    acceptor  -> connector  1                                                          (0: failed the check)
+    acceptor  -> connector  1, nonce_a, HMAC(secret, "acceptor" | hello | nonce_a | ends)  (0: refused, closed)
+    connector -> acceptor   HMAC(secret, "connector" | hello | nonce_a | ends)
+    acceptor  -> connector  1                                                            (0: failed the check)
+
+``ends`` is the connection's two (address, port) pairs, connector's first, as each side sees them: a relay that
+forwards a real handshake between two connections of its own (reached, say, through an address planted in the
+unauthenticated store) changes them, so its handshake fails and it cannot inject frames after one. Not defended
+against: an attacker on the path who can inject into an established TCP stream (frames after the handshake carry
+a CRC, not a MAC, and nothing is encrypted), and a job whose nodes see each other through NAT or a proxy (the
+handshake then fails, as for a relay).
 
 Each side proves it holds the secret before a byte of data moves, and the hello (its name, lane and session)
 is covered by both codes, so a name cannot be claimed. Without a secret the same exchange runs with an empty
@@ -61,7 +68,7 @@ from .base import Completion, Connection, Region, Transport, open_listener
 __all__ = ["TcpTransport", "TcpConnection", "HEADER", "lane_parts"]
 
 MAGIC = b"HOCL"
-VERSION = 2
+VERSION = 3  # 3: the codes cover both ends' addresses and ports
 HEADER = struct.Struct("<4sHHQQHHIQQIQQ")        # + crc32 appended as "<I"
 HELLO = struct.Struct("<4sHHH8s32s16s16s")        # magic, version, lane, lanes, connection id, session, name, nonce
 CHALLENGE = struct.Struct("<B16s32s")             # status, the acceptor's nonce, its code
@@ -109,6 +116,12 @@ def lane_parts(queued: list[int], nbytes: int, min_part: int, split: str = "bala
         parts.append((lane, lo, hi))
         lo = hi
     return parts
+
+
+def _ends(connector: tuple, acceptor: tuple) -> bytes:
+    """Both ends of one TCP connection, (address, port) of the connector then the acceptor, as bytes for the
+    handshake's codes: a relay that forwards a real handshake between two connections of its own changes them."""
+    return f"{connector[0]}|{connector[1]}|{acceptor[0]}|{acceptor[1]}".encode()
 
 
 def _recv_by(sock: socket.socket, view: memoryview, deadline: float) -> bool:
@@ -424,10 +437,12 @@ class TcpTransport(Transport):
                                              "communicator on the two sides), or another lane count or protocol "
                                              "version")
                     _, nonce_a, code = reply
-                    if not hmac.compare_digest(code, self._code(b"acceptor", hello, nonce_a)):
+                    ends = _ends(sock.getsockname(), sock.getpeername())  # (connector, acceptor) as seen here
+                    if not hmac.compare_digest(code, self._code(b"acceptor", hello, nonce_a, ends)):
                         raise TransportError(f"{address} failed authentication: it does not hold this job's secret "
-                                             "(a stray or hostile process, or another job)")
-                    sock.sendall(self._code(b"connector", hello, nonce_a))
+                                             "(a stray or hostile process, or another job), or a relay or NAT sits "
+                                             "between the two ends (each end must see the other's address as it is)")
+                    sock.sendall(self._code(b"connector", hello, nonce_a, ends))
                     final = bytearray(1)
                     if not _recv_exact(sock, memoryview(final)) or final[0] != 1:
                         raise TransportError(f"{address} refused this side's authentication: the two sides hold "
@@ -443,8 +458,8 @@ class TcpTransport(Transport):
         self._connections.append(conn)
         return conn
 
-    def _code(self, side: bytes, hello: bytes, nonce_a: bytes) -> bytes:
-        return hmac.new(self._key, side + hello + nonce_a, hashlib.sha256).digest()
+    def _code(self, side: bytes, hello: bytes, nonce_a: bytes, ends: bytes) -> bytes:
+        return hmac.new(self._key, side + hello + nonce_a + ends, hashlib.sha256).digest()
 
     def accept(self, timeout_s: float = 30.0) -> TcpConnection:
         """The next whole connection (every lane authenticated). A connection that fails a check is dropped and
@@ -548,10 +563,11 @@ class TcpTransport(Transport):
                 sock.sendall(CHALLENGE.pack(0, b"\0" * 16, b"\0" * 32))
             return why
         nonce_a = os.urandom(16)
-        sock.sendall(CHALLENGE.pack(1, nonce_a, self._code(b"acceptor", hello, nonce_a)))
+        ends = _ends(sock.getpeername(), sock.getsockname())  # (connector, acceptor) as seen here
+        sock.sendall(CHALLENGE.pack(1, nonce_a, self._code(b"acceptor", hello, nonce_a, ends)))
         code = bytearray(32)
         if not _recv_by(sock, memoryview(code), deadline) or \
-                not hmac.compare_digest(bytes(code), self._code(b"connector", hello, nonce_a)):
+                not hmac.compare_digest(bytes(code), self._code(b"connector", hello, nonce_a, ends)):
             with contextlib.suppress(OSError):
                 sock.sendall(b"\0")
             return "failed authentication (it does not hold this job's secret)"

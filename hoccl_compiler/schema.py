@@ -258,6 +258,7 @@ def _write_atomically(path: Path, data: bytes) -> Path:
 
 
 DEFAULT_MAX_PLAN_BYTES = 2 << 30  # a 2048-GPU All-to-All plan is 731 MB of JSON
+MAX_PLAN_BYTES_LIMIT = 1 << 40   # HOCCL_MAX_PLAN_BYTES above this is a typo (1 TiB of JSON would not fit anyway)
 
 
 def max_plan_bytes() -> int:
@@ -271,8 +272,9 @@ def max_plan_bytes() -> int:
     except ValueError:
         raise PlanError(f"HOCCL_MAX_PLAN_BYTES={text!r} is not a byte count; unset it (default "
                         f"{DEFAULT_MAX_PLAN_BYTES}) or give one") from None
-    if value <= 0:
-        raise PlanError(f"HOCCL_MAX_PLAN_BYTES={value} must be positive (default {DEFAULT_MAX_PLAN_BYTES})")
+    if not 0 < value <= MAX_PLAN_BYTES_LIMIT:
+        raise PlanError(f"HOCCL_MAX_PLAN_BYTES={value} must be in 1..{MAX_PLAN_BYTES_LIMIT} (1 TiB; default "
+                        f"{DEFAULT_MAX_PLAN_BYTES})")
     return value
 
 
@@ -282,12 +284,17 @@ def _read_bounded(path: Path, cap: int) -> bytes:
         with path.open("rb") as fh:
             head = fh.read(2)
             fh.seek(0)
-            if head != b"\x1f\x8b":
-                raw = fh.read(cap + 1)
+            if head != b"\x1f\x8b":  # in pieces: a read of cap + 1 bytes reserves that much up front
+                raw = bytearray()
+                while len(raw) <= cap:
+                    piece = fh.read(min(1 << 24, cap + 1 - len(raw)))
+                    if not piece:
+                        break
+                    raw += piece
                 if len(raw) > cap:
                     raise PlanError(f"plan {path} is larger than {cap} bytes (HOCCL_MAX_PLAN_BYTES); raise the cap "
                                     "if the plan is real")
-                return raw
+                return bytes(raw)
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             out = bytearray()
             while True:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import struct
 
 import numpy as np
 import pytest
 
 from hoccl_compiler import CollectiveError, CollectiveSpec, compile_plan, make_topology
+from hoccl_compiler.cli import compile_main
 from hoccl_compiler.collective import load_matrix
 from hoccl_compiler.errors import PlanError
 from hoccl_compiler.schema import load_plan, save_plan
@@ -73,3 +75,31 @@ def test_an_npy_header_claiming_a_huge_shape(tmp_path):
     ok = tmp_path / "ok.json"
     ok.write_text(json.dumps([[0, 1], [2, 0]]))
     assert load_matrix(ok) == ((0, 1), (2, 0))
+
+
+def test_a_small_plan_loads_under_a_tight_address_space_limit(tmp_path):
+    """Reading a plain plan reserved cap + 1 bytes (2 GiB) at once: under ``ulimit -v`` 1.5 GiB, inspecting a plan
+    of a few KB was an internal error (MemoryError). It is read in pieces now."""
+    import subprocess
+    import sys
+
+    plan = tmp_path / "small.json"
+    assert compile_main(["allgather", "--topology", "h200x2", "--nodes", "1", "--size", "1MiB", "-o", str(plan),
+                         "-q"]) == 0
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20)); "
+            "from hoccl_compiler.cli import inspect_main; "
+            f"sys.exit(inspect_main([{str(plan)!r}, '--verify']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value", [str(2**62), str(10**26)])
+def test_an_absurd_plan_size_cap_is_refused(monkeypatch, tmp_path, value):
+    """HOCCL_MAX_PLAN_BYTES=2**62 gave MemoryError, 10**26 OverflowError."""
+    plan = tmp_path / "small.json"
+    assert compile_main(["allgather", "--topology", "h200x2", "--nodes", "1", "--size", "1MiB", "-o", str(plan),
+                         "-q"]) == 0
+    monkeypatch.setenv("HOCCL_MAX_PLAN_BYTES", value)
+    with pytest.raises(PlanError, match=rf"HOCCL_MAX_PLAN_BYTES={value} must be in 1..1099511627776"):
+        load_plan(plan)

@@ -209,13 +209,24 @@ def make_topology(
     return _build(fields, f"preset {name!r}")
 
 
+MAX_TOPOLOGY_BYTES = 16 << 20  # a topology file larger than this is not one
+
+
 def load_topology(path: str | Path, **overrides: Any) -> Topology:
     """Read a topology from a JSON or YAML file (the fields of :class:`Topology`)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as fh:  # bounded: /dev/zero or a pipe that never ends is not a topology
+            raw = fh.read(MAX_TOPOLOGY_BYTES + 1)
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise TopologyError(f"cannot read topology file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"topology file {path} is not UTF-8 text ({exc.reason} at byte {exc.start}): give a "
+                            "JSON or YAML file") from None
+    if len(raw) > MAX_TOPOLOGY_BYTES:
+        raise TopologyError(f"topology file {path} is larger than {MAX_TOPOLOGY_BYTES} bytes: a topology is a few "
+                            "fields (nodes, GPUs per node, bandwidths, peer map); is this the right file?")
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml  # optional extra

@@ -103,3 +103,17 @@ def test_an_absurd_plan_size_cap_is_refused(monkeypatch, tmp_path, value):
     monkeypatch.setenv("HOCCL_MAX_PLAN_BYTES", value)
     with pytest.raises(PlanError, match=rf"HOCCL_MAX_PLAN_BYTES={value} must be in 1..1099511627776"):
         load_plan(plan)
+
+
+def test_a_topology_file_that_never_ends_is_refused(tmp_path):
+    """--topology /dev/zero (and HOCCL_TOPOLOGY=/dev/zero, read the same way) read without end into a MemoryError;
+    a file over the cap, or not text, is a TopologyError naming it."""
+    from hoccl_compiler import TopologyError, load_topology
+    from hoccl_compiler.topology import MAX_TOPOLOGY_BYTES
+
+    with pytest.raises(TopologyError, match=f"larger than {MAX_TOPOLOGY_BYTES} bytes"):
+        load_topology("/dev/zero")
+    binary = tmp_path / "t.json"
+    binary.write_bytes(b"\xff\xfe" * 10)
+    with pytest.raises(TopologyError, match="not UTF-8 text"):
+        load_topology(binary)

@@ -53,6 +53,7 @@ import hashlib
 import hmac
 import os
 import queue
+import select
 import socket
 import struct
 import threading
@@ -469,8 +470,6 @@ class TcpTransport(Transport):
         (``HELLO_TIMEOUT_S``, not per read: a hello sent a byte at a time is dropped at it), at most
         ``MAX_HELLOS`` at once (further sockets are closed unread), so silent, slow or half-open sockets of
         anyone on the host cannot hold the real peer back; ``timeout_s`` is a hard limit."""
-        import select
-
         if self._listener is None:
             self.listen()
         assert self._listener is not None

@@ -71,6 +71,30 @@ def to_compact(plan) -> dict[str, Any]:
     return compact
 
 
+def _within_budget(topology: Any, collective: Any, source: str) -> None:
+    """Refuse, with the numbers, a header whose collective would take more memory to decode than the budget
+    (:func:`~hoccl_compiler.schema.decode_budget`): a file of a few KB can claim 16,384 GPUs, and decoding runs the
+    traffic passes over every cell of the matrix before anything else could refuse it."""
+    from .schema import DECODE_BYTES_PER_CELL, decode_budget
+
+    G = topology.num_gpus
+    kind = collective.kind
+    if collective.matrix is not None:
+        cells = int(np.count_nonzero(np.asarray(collective.matrix)))
+    elif collective.pairs is not None:
+        cells = len(collective.pairs)
+    elif kind in ("broadcast", "scatter", "gather"):
+        cells = G
+    else:
+        cells = G * G
+    need, budget = cells * DECODE_BYTES_PER_CELL, decode_budget()
+    if need > budget:
+        raise PlanError(f"{source} claims {kind} over {G:,} GPUs: decoding it would take about {need / 2**30:.1f} GiB "
+                        f"({cells:,} cells of about {DECODE_BYTES_PER_CELL} B), over the budget of "
+                        f"{budget / 2**30:.1f} GiB (HOCCL_MAX_PLAN_MEMORY, default half of this machine's memory); "
+                        "raise it if the plan is real")
+
+
 def from_compact(data: dict[str, Any], source: str = "<plan>"):
     """The :class:`~hoccl_compiler.schema.Plan` a compact file encodes (see the module docstring)."""
     from pydantic import ValidationError
@@ -108,6 +132,7 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
         raise PlanError(f"{source} is not a valid compact plan ({type(exc).__name__}: {exc}); recompile it with "
                         "hoccl-compile") from None
 
+    _within_budget(topology, collective, source)
     opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time, baselines=False)
     state = CompileState(topology=topology, collective=collective, options=opts)
     state = expand.run(traffic.run(state, opts), opts)

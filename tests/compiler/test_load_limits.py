@@ -117,3 +117,24 @@ def test_a_topology_file_that_never_ends_is_refused(tmp_path):
     binary.write_bytes(b"\xff\xfe" * 10)
     with pytest.raises(TopologyError, match="not UTF-8 text"):
         load_topology(binary)
+
+
+def test_a_small_compact_file_claiming_a_huge_collective_is_refused_before_decoding(tmp_path, monkeypatch):
+    """A 2.4 KB compact plan whose header claims 4096-16384 GPUs ran the traffic passes into a MemoryError (5.9 GB
+    after 17 s); the decode's memory is estimated from the header and refused over the budget, with the numbers."""
+    import time
+
+    from hoccl_compiler.compact import to_compact
+    from hoccl_compiler.schema import plan_from_json
+
+    plan = compile_plan(make_topology("paper-h800", nodes=2), CollectiveSpec(kind="alltoall", size_bytes=16 << 20))
+    doc = json.loads(json.dumps(to_compact(plan)))
+    doc["topology"]["nodes"] = 2048  # 16,384 GPUs
+    monkeypatch.setenv("HOCCL_MAX_PLAN_MEMORY", str(8 << 30))
+    t0 = time.monotonic()
+    with pytest.raises(PlanError, match=r"claims alltoall over 16,384 GPUs: decoding it would take about 512\.0 GiB"):
+        plan_from_json(json.dumps(doc))
+    assert time.monotonic() - t0 < 2
+    monkeypatch.setenv("HOCCL_MAX_PLAN_MEMORY", "lots")
+    with pytest.raises(PlanError, match="HOCCL_MAX_PLAN_MEMORY='lots' is not a byte count"):
+        plan_from_json(json.dumps(doc))

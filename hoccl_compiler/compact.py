@@ -124,6 +124,9 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
                 raise ValueError(f"stage {s}: segments columns differ in length")
             seg_cols.append(cols)
         times = np.array([float(stage["time_s"]) for stage in stages])
+        if times.size and not (np.isfinite(times).all() and (times >= 0).all()):
+            bad = int(np.flatnonzero(~(np.isfinite(times) & (times >= 0)))[0])
+            raise ValueError(f"stage {bad}: time_s is {times[bad]}, not a time in seconds >= 0")
         orders = [np.asarray(stage["chunks"], dtype=np.int64) for stage in stages]
         for s, order in enumerate(orders):
             if order.ndim != 1:

@@ -66,11 +66,13 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     G = topo.num_gpus
     # 0. sizes the file must carry for its GPU count, checked before anything G x G is allocated -------------
     if len(plan.origin_matrix) != G or any(len(row) != G for row in plan.origin_matrix) or \
+            len(plan.hoccl_matrix) != G or any(len(row) != G for row in plan.hoccl_matrix) or \
             any(len(getattr(plan.ranks, f)) != G for f in ("input_bytes", "output_bytes", "resident_offset",
                                                            "resident_bytes")):
         raise PlanError(f"plan {plan.plan_id} claims {G} GPUs ({topo.nodes} x {topo.gpus_per_node}) but its origin "
-                        f"matrix is {len(plan.origin_matrix)} rows and its rank table {len(plan.ranks.input_bytes)} "
-                        "entries: the plan is corrupt; recompile it")
+                        f"matrix is {len(plan.origin_matrix)} rows, its hoccl_matrix {len(plan.hoccl_matrix)} (each "
+                        f"row must have {G} entries) and its rank table {len(plan.ranks.input_bytes)} entries: the "
+                        "plan is corrupt; recompile it")
     if plan.collective.matrix is not None and len(plan.collective.matrix) != G:
         raise PlanError(f"plan {plan.plan_id}: its collective's matrix is {len(plan.collective.matrix)} rows for {G} "
                         "GPUs: the plan is corrupt; recompile it")

@@ -243,3 +243,18 @@ def test_a_compact_stage_whose_chunk_order_is_not_a_list_is_refused(value):
     doc["stages"][0]["chunks"] = value
     with pytest.raises(PlanError):
         plan_from_json(json.dumps(doc))
+
+
+def test_a_ragged_hoccl_matrix_and_a_nan_stage_time_are_plan_errors():
+    """A ragged hoccl_matrix reached np.asarray in verify_plan (ValueError), a compact stage's NaN time the
+    Stage model (a pydantic ValidationError): both are PlanErrors now, as hoccl-inspect --verify needs."""
+    from hoccl_compiler import verify_plan
+
+    doc = json.loads(_TEXT)
+    doc["hoccl_matrix"][0] = doc["hoccl_matrix"][0][:-1]
+    with pytest.raises(PlanError, match="hoccl_matrix"):
+        verify_plan(plan_from_json(json.dumps(doc)))
+    compact = json.loads(json.dumps(_ENCODED["compact"]))
+    compact["stages"][0]["time_s"] = float("nan")
+    with pytest.raises(PlanError, match="time_s is nan"):
+        plan_from_json(json.dumps(compact))

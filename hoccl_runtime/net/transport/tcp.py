@@ -125,31 +125,22 @@ def _ends(connector: tuple, acceptor: tuple) -> bytes:
     return f"{connector[0]}|{connector[1]}|{acceptor[0]}|{acceptor[1]}".encode()
 
 
-def _recv_by(sock: socket.socket, view: memoryview, deadline: float) -> bool:
-    """Fill ``view`` by ``deadline`` (monotonic): each read waits only for what is left of it, so a peer that sends
-    a byte at a time is cut off at the deadline, not once per byte. False on a clean EOF before the first byte."""
+def _recv_exact(sock: socket.socket, view: memoryview, deadline: float | None = None) -> bool:
+    """Fill ``view`` from ``sock``; False on a clean EOF before the first byte, raise on a short stream. With
+    ``deadline`` (monotonic; the handshake's) each read waits only for what is left of it, so a peer that sends a
+    byte at a time is cut off at the deadline, not once per byte."""
     got = 0
     while got < len(view):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TransportError(f"handshake not done within {HELLO_TIMEOUT_S:g} s ({got} of {len(view)} bytes)")
-        sock.settimeout(left)
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            if got == 0:
-                return False
-            raise TransportError(f"stream ended after {got} of {len(view)} bytes (peer closed mid-handshake)")
-        got += n
-    return True
-
-
-def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
-    """Fill ``view`` from ``sock``; False on a clean EOF before the first byte, raise on a short stream."""
-    got = 0
-    while got < len(view):
-        # MSG_WAITALL: one system call (and one GIL hand-back) per frame part instead of one per socket
-        # buffer's worth; it returns early only on EOF, an error or a signal, which the loop handles
-        n = sock.recv_into(view[got:], 0, socket.MSG_WAITALL)
+        if deadline is None:
+            # MSG_WAITALL: one system call (and one GIL hand-back) per frame part instead of one per socket
+            # buffer's worth; it returns early only on EOF, an error or a signal, which the loop handles
+            n = sock.recv_into(view[got:], 0, socket.MSG_WAITALL)
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TransportError(f"handshake not done within {HELLO_TIMEOUT_S:g} s ({got} of {len(view)} bytes)")
+            sock.settimeout(left)
+            n = sock.recv_into(view[got:])
         if n == 0:
             if got == 0:
                 return False
@@ -547,7 +538,7 @@ class TcpTransport(Transport):
         """The acceptor's side of one lane's handshake, done by ``deadline`` (monotonic) or failed: (lane, lanes,
         connection id, name), or why it failed."""
         raw = bytearray(HELLO.size)
-        if not _recv_by(sock, memoryview(raw), deadline):
+        if not _recv_exact(sock, memoryview(raw), deadline):
             return "closed before its hello"
         hello = bytes(raw)
         magic, version, lane, lanes, conn_id, session, name, _ = HELLO.unpack(hello)
@@ -565,7 +556,7 @@ class TcpTransport(Transport):
         ends = _ends(sock.getpeername(), sock.getsockname())  # (connector, acceptor) as seen here
         sock.sendall(CHALLENGE.pack(1, nonce_a, self._code(b"acceptor", hello, nonce_a, ends)))
         code = bytearray(32)
-        if not _recv_by(sock, memoryview(code), deadline) or \
+        if not _recv_exact(sock, memoryview(code), deadline) or \
                 not hmac.compare_digest(bytes(code), self._code(b"connector", hello, nonce_a, ends)):
             with contextlib.suppress(OSError):
                 sock.sendall(b"\0")

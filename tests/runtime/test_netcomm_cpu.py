@@ -566,7 +566,7 @@ def test_an_all_to_allv_one_rank_refuses_is_known_to_the_others_at_once(monkeypa
     """Split sizes that do not add up on rank 1 ("sizes": rank 1 raised at once while rank 0 waited 30 s in the
     store and ended in a plain TimeoutError, whatever the communicator's timeout), or output splits that are not
     the column of the others' inputs ("column": only the rank that expected them noticed): every rank raises a
-    HocclError naming rank 1 at once (the test allows 2 s for a loaded machine), and the next call still works."""
+    HocclError naming rank 1 within a second, and the next call still works."""
 
     def body(comm, r):
         inp, out = np.arange(8, dtype=np.uint8) + 10 * r, np.full(8, 0xA5, np.uint8)
@@ -582,7 +582,7 @@ def test_an_all_to_allv_one_rank_refuses_is_known_to_the_others_at_once(monkeypa
             return "no error"
         comm.all_to_all_v(dev(out, r), dev(inp, r), [4, 4], [4, 4], stream=7)  # the next call still works
         comm.synchronize()
-        return type(error).__name__, "rank 1" in str(error) or r == 1, took < 2.0, out.tolist()  # (was 30 s)
+        return type(error).__name__, "rank 1" in str(error) or r == 1, took < 1.0, out.tolist()  # (was 30 s)
 
     results = two_ranks(monkeypatch, body)
     want = {0: [0, 1, 2, 3, 10, 11, 12, 13], 1: [4, 5, 6, 7, 14, 15, 16, 17]}

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections import OrderedDict
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,13 +281,13 @@ def compile_call(topology: Any, what: tuple | Any, chunk_bytes: int) -> Plan:
     spec = call_spec(what) if isinstance(what, tuple) else what
     plan = compile_plan(topology, spec, CompileOptions(chunk_bytes=chunk_bytes, baselines=False, byte_replay=False))
     _OWN[id(plan)] = plan
-    while len(_OWN) > _OWN_SIZE:
-        _OWN.popitem(last=False)
     return plan
 
 
-_OWN: OrderedDict[int, Any] = OrderedDict()  # id(plan) -> plan: the plans compile_call made (verified as it compiled)
-_OWN_SIZE = 256
+# id(plan) -> plan, for the plans compile_call made (verified as it compiled) while they live: weak, so it keeps no
+# plan alive, needs no size cap (a communicator's cache of 1,024 plans is recognised whole), and an id a dead plan
+# leaves behind is gone with it
+_OWN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def compiled_here(plan: Any) -> bool:

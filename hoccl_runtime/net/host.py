@@ -224,14 +224,13 @@ class HostNodeExecutor:
         if not self.reuse or not self.conns or not self._runs or self._failed:
             return
         last = (self._runs - 1) & 0xFFFFFF
-        saved, self.timeout_s = self.timeout_s, min(self.timeout_s, 5.0)
         try:
             self._tell_all(RUN_DONE | last)
-            self._wait_for_nodes(lambda n: (n, last) in self._early_done, lambda waiting: f"nodes {waiting} left")
+            self._wait_for_nodes(lambda n: (n, last) in self._early_done, lambda waiting: f"nodes {waiting} left",
+                                 min(self.timeout_s, 5.0))
         except (HocclTimeoutError, TransportError):
             pass  # closing anyway: a peer that is gone or stuck has its own error
         finally:
-            self.timeout_s = saved
             self._failed = True  # once: the connections are about to close
 
     def close(self) -> None:
@@ -289,11 +288,12 @@ class HostNodeExecutor:
     def _notify(self, conn: Connection, imm: int) -> None:
         conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=imm)
 
-    def _wait_for_nodes(self, ready: Any, late: Any) -> None:
+    def _wait_for_nodes(self, ready: Any, late: Any, timeout_s: float | None = None) -> None:
         """Poll every node until ``ready(node)`` holds for all, keeping what arrives meanwhile (:meth:`_keep`);
-        ``late(sorted nodes still waited for)`` words the timeout."""
+        ``late(sorted nodes still waited for)`` words the timeout (``timeout_s``, default the executor's)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         waiting = {n for n in self.conns if not ready(n)}
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + timeout_s
         while waiting:
             for n in list(waiting):
                 for c in self.conns[n].poll(timeout_s=0):
@@ -302,7 +302,7 @@ class HostNodeExecutor:
                     waiting.discard(n)
             if waiting:
                 if time.monotonic() > deadline:
-                    raise HocclTimeoutError(f"node {self.node}: {late(sorted(waiting))} within {self.timeout_s:g} s")
+                    raise HocclTimeoutError(f"node {self.node}: {late(sorted(waiting))} within {timeout_s:g} s")
                 time.sleep(50e-6)
 
     def _notice(self, n: int, imm: int) -> bool:

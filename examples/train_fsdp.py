@@ -32,6 +32,8 @@ was not hidden (the paper's Figure 12). Ends with a table (rank 0) and ``--json`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import json
 import os
 import statistics
@@ -129,8 +131,6 @@ class SymmMemAllGather:
 
 
 def _timeout(args):
-    import datetime
-
     return datetime.timedelta(seconds=args.timeout)
 
 
@@ -203,8 +203,6 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
 def step(model, opt, slack, c: Config, args, index: int, rank: int, device, autocast: bool = False) -> dict:
     """One training step; ``autocast``: bf16 autocast for the forward (the ``none`` variant, whose replica has no
     FSDP mixed-precision policy)."""
-    import contextlib
-
     x, y = batch(c, args.batch, index, rank, device)
     torch.cuda.synchronize()
     t0 = time.perf_counter()

@@ -52,16 +52,24 @@ class Flag:
 
 
 class FlagPool:
-    """``capacity`` int32 flags, all 0 at start. ``device=True`` puts them in pinned, mapped host memory."""
+    """``capacity`` int32 flags, all 0 at start. ``device=True`` puts them in pinned, mapped host memory;
+    ``memory=`` (an int32 NumPy view of ``capacity`` words the GPU reaches, e.g. shared memory registered with
+    CUDA) places them there instead, the memory staying its owner's to free."""
 
-    def __init__(self, capacity: int, *, device: bool = True):
+    def __init__(self, capacity: int, *, device: bool = True, memory: np.ndarray | None = None):
         if capacity <= 0:
             raise HocclError(f"flag pool capacity {capacity} must be positive")
         self.capacity = capacity
         self._next = 0
         self._free: list[int] = []
         self._ptr = 0
-        if device:
+        if memory is not None:
+            if memory.dtype != np.int32 or memory.size != capacity:
+                raise HocclError(f"a flag pool's memory must be {capacity} int32 words, got {memory.size} "
+                                 f"{memory.dtype}")
+            self.view = memory
+            self.base = int(memory.ctypes.data)
+        elif device:
             import ctypes
 
             from ._cuda import host_mapped_alloc
@@ -70,10 +78,10 @@ class FlagPool:
             buf = (ctypes.c_int32 * capacity).from_address(self._ptr)
             self.view = np.frombuffer(buf, dtype=np.int32)
             self.base = self._ptr
+            self.view[:] = 0
         else:
             self.view = np.zeros(capacity, dtype=np.int32)
             self.base = int(self.view.ctypes.data)
-        self.view[:] = 0
 
     def allocate(self) -> Flag:
         if self._free:

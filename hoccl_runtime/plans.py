@@ -253,6 +253,14 @@ def machine_topology(*, nodes: int, gpus_per_node: int, device: int = 0, forward
                             f"{exc}") from None
 
 
+def topology_of(fields: dict) -> Any:
+    """The Topology whose ``model_dump()`` is ``fields`` (how a communicator's topology reaches its proxy
+    process)."""
+    from hoccl_compiler.topology import Topology
+
+    return Topology(**fields)
+
+
 def call_spec(key: tuple) -> Any:
     """The CollectiveSpec of a call named by the communicators' small tuple keys."""
     from hoccl_compiler.collective import CollectiveSpec

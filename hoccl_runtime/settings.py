@@ -36,9 +36,13 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "
                              "do (their 20-50 us poll sleeps otherwise last up to 50 us longer); 0: the kernel's"),
+    "HOCCL_NET_PROXY": ("process", "the one-GPU-per-node network communicator's proxy: process (a process of its own, "
+                        "with the TCP transport, driving the calls through shared memory: it never waits for the "
+                        "training loop's GIL) or thread (a thread of the training process)"),
     "HOCCL_NET_AHEAD": ("2", "network communicators: a call waits (without the GIL) until at most this many earlier "
                         "calls are unfinished, so the application's thread cannot run so far ahead that it blocks in "
-                        "CUDA holding the GIL while the proxy thread needs it (0: no bound)"),
+                        "CUDA holding the GIL while the proxy thread needs it (0: no bound; with HOCCL_NET_PROXY="
+                        "process the default is 0)"),
     "HOCCL_REDUCE": ("auto", "hoccl process groups: who computes reductions: nccl (an NCCL group from the same store), "
                      "hoccl (copy engines, then one local kernel) or auto (nccl unless ranks share a GPU)"),
     "HOCCL_GPUS_PER_NODE": ("", "hoccl process groups: ranks per node (global rank // this), e.g. 1 to make each GPU "

@@ -32,15 +32,13 @@ different collectives raise ``PlanError``.
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
-import time
 from typing import Any
 
 from .._cuda import on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
-from .._timer import fine_sleeps, slack_setting
 from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
+from ..net.callproxy import CallProxy
 from ..plans import PlanCache
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
@@ -85,102 +83,6 @@ def _local_address() -> str:
             return probe.getsockname()[0]
     except OSError:
         return "127.0.0.1"
-
-
-class CallProxy:
-    """The proxy thread: runs queued calls in order, each once its START flag is set, then sets DONE.
-
-    ``started(call)`` / ``reset_start(call)`` / ``finish(call)`` are the flag operations and ``run(call)`` does
-    the work, so the ordering logic is testable without a GPU. Once a call failed, the later ones are not run but
-    handed to ``skip(call)`` (to release what they hold) and their streams released as well."""
-
-    def __init__(self, run: Any, started: Any, reset_start: Any, finish: Any, *, poll_s: float = 50e-6,
-                 name: str = "hoccl-proxy", skip: Any = None):
-        self._run, self._started, self._reset, self._finish = run, started, reset_start, finish
-        self._skip = skip  # what a call not run (an earlier one failed) needs done instead, if anything
-        self.poll_s = poll_s
-        self._slack_ns = slack_setting()  # read here: a bad value raises in the caller's thread
-        self._calls: queue.Queue = queue.Queue()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._pending = 0
-        self._lock = threading.Lock()
-        self.error: BaseException | None = None
-        self._stop = False
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, call: Any) -> None:
-        with self._lock:
-            self._pending += 1
-            self._idle.clear()
-        self._calls.put(call)
-
-    def _loop(self) -> None:
-        with fine_sleeps(self._slack_ns):  # this thread's poll sleeps last about what they ask
-            self._serve()
-
-    def _serve(self) -> None:
-        while True:
-            call = self._calls.get()
-            if call is None:
-                return
-            while not self._started(call):  # the stream has not reached the call yet
-                if self._stop:
-                    self._abandon(call)
-                    return
-                time.sleep(self.poll_s)
-            self._reset(call)
-            try:
-                if self.error is None:
-                    self._run(call)
-                elif self._skip is not None:
-                    self._skip(call)
-            except BaseException as exc:  # noqa: BLE001 - kept, raised by the caller's next call
-                self.error = exc
-            finally:
-                self._finish(call)  # releases the stream even after an error: nothing waits forever
-                with self._lock:
-                    self._pending -= 1
-                    if not self._pending:
-                        self._idle.set()
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        return self._idle.wait(timeout_s)
-
-    def wait_pending(self, most: int, timeout_s: float) -> bool:
-        """Until at most ``most`` submitted calls are unfinished (sleeping, so without the GIL); False on timeout.
-
-        Why: this thread is Python, so it runs only while the application's thread lets go of the GIL. A CUDA call
-        that blocks holding it (seen on the 1x H200 in Adam's foreach step, with the launch queue full behind a
-        network call's DONE wait) then stops the proxy, and so the GPU, for good. Bounding how many calls the
-        application may issue ahead of the proxy bounds the GPU work queued behind an unfinished call."""
-        deadline = time.monotonic() + timeout_s
-        while self._pending > most and self.error is None:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(self.poll_s)
-        return True
-
-    def _abandon(self, call: Any) -> None:
-        """A call that will never run (closing): release what it holds and its stream."""
-        with contextlib.suppress(Exception):
-            if self._skip is not None:
-                self._skip(call)
-            self._finish(call)
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Stop; calls whose streams never reached them are released (skip, then their DONE), not left waiting."""
-        self._stop = True
-        self._calls.put(None)
-        self._thread.join(timeout_s)
-        while True:
-            try:
-                call = self._calls.get_nowait()
-            except queue.Empty:
-                return
-            if call is not None:
-                self._abandon(call)
 
 
 class CallEvents:
@@ -517,7 +419,7 @@ def _set_up(comm: Any, setup: Any, rank: int, store: Any) -> None:
         setup()
     except BaseException as exc:
         announce_failure(store, rank, exc)
-        for name in ("_proxy", "transport", "_flags", "_events", "_intra", "_shared"):
+        for name in ("_proxy", "transport", "_flags", "_events", "_intra", "_shared", "_arena"):
             part = getattr(comm, name, None)
             if part is not None:
                 with contextlib.suppress(Exception):
@@ -556,20 +458,21 @@ class NetCommunicator(_Calls):
         self.closed = False
         import cupy
 
-        with cupy.cuda.Device(device):
-            self._flags = FlagPool(2 * MAX_STREAMS)
+        from ..settings import env_choice, env_int
+
+        self._arena = None
+        self.proxy_kind = env_choice("HOCCL_NET_PROXY", "process", ("process", "thread"))
         self._pairs: dict[int, tuple] = {}  # stream -> its (START, DONE) flags
         self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
+        if self.proxy_kind == "process":
+            self._start_proxy_process(device, store, lanes, host)
+            return
+        with cupy.cuda.Device(device):
+            self._flags = FlagPool(2 * MAX_STREAMS)
         self.transport = TcpTransport(host=host or _local_address(), lanes=lanes, session=f"hoccl-net-{world}",
                                       name=f"node{rank}", secret=self._secret)
-        from .._store import wait_for_key
-
-        store.set(f"net-addr{rank}", self.transport.listen())
-        self._addresses = {r: wait_for_key(store, f"net-addr{r}", world, timeout_s, f"rank {rank}: ",
-                                           f"rank {r}'s address").decode() for r in range(world)}
-        from ..settings import env_int
-
+        self._addresses = self._exchange_addresses(store, self.transport.listen())
         self._ahead = env_int("HOCCL_NET_AHEAD", 2, 0)  # see CallProxy.wait_pending
         # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
         # (None: a call whose preparation failed, raised in the caller's thread; only its stream is released)
@@ -577,6 +480,38 @@ class NetCommunicator(_Calls):
                                 lambda call: call[1][0].read() == 1, lambda call: call[1][0].write(0),
                                 lambda call: call[1][1].write(1), name=f"hoccl-proxy-{rank}",
                                 skip=lambda call: call[0] is not None and self._executor.release(call[0]))
+
+    def _exchange_addresses(self, store: Any, mine: str) -> dict[int, str]:
+        from .._store import wait_for_key
+
+        rank, world = self.rank, self.world
+        store.set(f"net-addr{rank}", mine)
+        return {r: wait_for_key(store, f"net-addr{r}", world, self.timeout_s, f"rank {rank}: ",
+                                f"rank {r}'s address").decode() for r in range(world)}
+
+    def _start_proxy_process(self, device: int, store: Any, lanes: int, host: str | None) -> None:
+        """The proxy as a process of its own (hoccl_runtime.net.proxyproc): it owns the TCP transport and drives the
+        calls; the rings and flags are shared memory registered with CUDA here."""
+        import cupy
+
+        from ..net.gpu import flag_count, ring_slots
+        from ..net.proxyproc import LocalRegions, ProcessProxy, SharedArena, arena_bytes
+        from ..settings import env_int
+
+        slots = ring_slots(self.chunk_bytes, self.ring_bytes)
+        self._arena = SharedArena(arena_bytes(1, slots, self.chunk_bytes, flag_count(1, slots) + 2 * MAX_STREAMS + 2))
+        with cupy.cuda.Device(device):
+            self._arena.register_with_cuda()
+        self._flags = self._arena.flag_pool(2 * MAX_STREAMS)
+        self.transport = LocalRegions()
+        self._proxy = ProcessProxy(self._arena, name=f"rank {self.rank}", timeout_s=self.timeout_s)
+        address = self._proxy.request(("setup", {
+            "rank": self.rank, "host": host or _local_address(), "lanes": lanes, "session": f"hoccl-net-{self.world}",
+            "name": f"node{self.rank}", "secret": self._secret, "topology": self.topology.model_dump(),
+            "chunk_bytes": self.chunk_bytes, "timeout_s": self.timeout_s}), self.timeout_s)
+        self._addresses = self._exchange_addresses(store, address)
+        self._proxy.send(("addresses", self._addresses))
+        self._ahead = env_int("HOCCL_NET_AHEAD", 0, 0)  # the proxy process never waits for this process's GIL
 
     def _check_stream(self, s: int) -> None:
         """Any stream: each has its own START/DONE pair (calls still run in the order they were made, on every
@@ -597,21 +532,26 @@ class NetCommunicator(_Calls):
         self._bound_ahead(self._proxy)
         with self._lock:
             if self._executor is None:
-                self._connect(plan, {r: (inp, out)})
+                self._connect(plan, {r: (inp, out)}, key)
             with on_device(self.device):
                 # every copy of the call is enqueued here, in the caller's thread, after an event where the call sits
                 # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
                 pair = self._pairs[s]
+                submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
+                    else (lambda prepared, _: self._proxy.submit((prepared, pair)))
                 enqueue_call(s, *pair, self._events,
-                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)),
-                             lambda prepared, _: self._proxy.submit((prepared, pair)))
+                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
 
-    def _connect(self, plan: Any, buffers: dict) -> None:
+    def _connect(self, plan: Any, buffers: dict, key: tuple) -> None:
         from ..net.executor import GpuNodeExecutor
 
         ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
-                             ring_bytes=self.ring_bytes)
-        ex.connect(self._addresses)
+                             ring_bytes=self.ring_bytes, arena=self._arena)
+        if self._arena is None:
+            ex.connect(self._addresses)
+        else:  # the proxy process drives the same rings, at the offsets carved here
+            rings = {k: (address - self._arena.base, ex.slots * ex.chunk) for k, address in ex._ring_at.items()}
+            self._proxy.send(("driver", key, ex.slots, rings))
         self._executor = ex
 
     def _raise(self) -> None:
@@ -636,3 +576,5 @@ class NetCommunicator(_Calls):
         self.transport.close()
         self._flags.close()
         self._events.close()
+        if self._arena is not None:
+            self._arena.close()

@@ -20,7 +20,7 @@ from .host import HostNodeExecutor
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
 
-__all__ = ["GpuNodeExecutor", "PreparedRun", "RING_BYTES", "MAX_SLOTS", "ring_slots"]
+__all__ = ["GpuNodeExecutor", "GatedNodeExecutor", "open_gates", "PreparedRun", "RING_BYTES", "MAX_SLOTS", "ring_slots"]
 
 
 
@@ -32,6 +32,12 @@ __all__ = ["GpuNodeExecutor", "PreparedRun", "RING_BYTES", "MAX_SLOTS", "ring_sl
 # node (the sender picks the remote slot).
 RING_BYTES = 256 << 20
 MAX_SLOTS = 64
+
+
+def flag_count(gpus: int, slots: int) -> int:
+    """Flags a :class:`GpuNodeExecutor` of ``gpus`` GPUs with ``slots`` ring slots allocates: go / staged and
+    arrived / landed per GPU and slot, an end flag per copy stream."""
+    return 4 * gpus * slots + 2 * gpus * gpus + gpus + 8
 
 
 def ring_slots(chunk_bytes: int, ring_bytes: int = RING_BYTES) -> int:
@@ -55,7 +61,88 @@ class PreparedRun:
         self.ends: list[tuple[Flag, int]] = []        # per copy stream: its end flag and the count it writes last
 
 
-class GpuNodeExecutor(HostNodeExecutor):
+def open_gates(prepared: PreparedRun) -> None:
+    """Open every gate of a run that will not be driven to its end (it failed, or an earlier one did), so that its
+    copy streams finish (moving stale bytes) instead of waiting forever."""
+    for gates in (*prepared.send.values(), *prepared.recv.values()):
+        if gates:
+            gate, _, c, _ = gates[-1]  # counters only grow: the last opens every earlier wait too
+            if not reached(gate, c):
+                gate.write(as_int32(c))
+            gates.clear()
+
+
+class GatedNodeExecutor(HostNodeExecutor):
+    """The driving half of :class:`GpuNodeExecutor`, free of CUDA: it runs the network protocol of a run whose
+    copies were enqueued already (:class:`PreparedRun`), opening their gates (counter flags in host memory the
+    GPU waits on) as slots free and chunks arrive, and reading the counters the copy streams write. The rings and
+    flags are host memory the GPU reaches (pinned, or shared memory registered with CUDA by the process that
+    enqueues the copies), so this half runs in that process's proxy thread or in a process of its own
+    (:mod:`hoccl_runtime.net.proxyproc`)."""
+
+    direct_receive = False  # TCP lands in host memory: always through the receive ring
+    _current: PreparedRun | None = None
+
+    def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
+            prepared: PreparedRun | None = None) -> None:
+        """Drive ``prepared`` (a run whose copies were enqueued, possibly by another thread or process) to
+        completion, opening its gates and reading its counters: no CUDA call."""
+        if prepared is None:
+            raise TransportError(f"node {self.node}: this executor only drives prepared runs (their copies enqueued "
+                                 "by GpuNodeExecutor.prepare); give prepared=")
+        self._current = prepared
+        try:
+            self.plan = prepared.plan
+            with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
+                self._drive()
+                self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
+        except BaseException:
+            self._failed = True
+            self.release(prepared)
+            raise
+
+    def release(self, prepared: PreparedRun) -> None:
+        """Open every gate of a run that will not be driven to its end (:func:`open_gates`)."""
+        open_gates(prepared)
+
+    def _wait(self, ready: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while not ready():
+            if time.monotonic() > deadline:
+                raise HocclTimeoutError(f"node {self.node}: the GPU did not finish {what} within {self.timeout_s:g} s "
+                                        "(a copy that never ran: is the GPU hung?)")
+            time.sleep(20e-6)
+
+    def _gate(self, side: dict, key: tuple, n: int) -> tuple:
+        gates = side.get(key)
+        if not gates:
+            raise TransportError(f"node {self.node}: the run asked for a copy of slot {key} that was not prepared "
+                                 "(prepare and run must see the same plan)")
+        gate, done, c, nb = gates.popleft()
+        if nb != n:
+            raise TransportError(f"node {self.node}: slot {key} was prepared for {nb} bytes, the run moves {n}")
+        gate.write(as_int32(c))
+        return done, c
+
+    def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
+        """Enqueued by prepare (no gate: only after the callers' events)."""
+
+    def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
+        return self._gate(self._current.send, (ubar, slot // self.chunk), n)
+
+    def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
+        return self._gate(self._current.recv, (vbar, slot // self.chunk), n)
+
+    def _done(self, token: object) -> bool:
+        flag, c = token
+        return reached(flag, c)  # the copy's stream wrote it: no driver call
+
+    def _finish_run(self) -> None:
+        """Nothing: a run's copies end when their staged and landed counters were seen (the base class waits for
+        them), and :meth:`run` waits for every stream's end counter."""
+
+
+class GpuNodeExecutor(GatedNodeExecutor):
     """The same schedule with GPU buffers: one process drives its node's GPUs (``{rank: (input, output)}``
     as CuPy arrays, torch tensors or anything :func:`as_buffer` takes).
 
@@ -79,11 +166,9 @@ class GpuNodeExecutor(HostNodeExecutor):
     By default a ring holds about ``ring_bytes`` (256 MiB, pinned; see :func:`ring_slots`).
     """
 
-    direct_receive = False  # TCP lands in host memory: always through the receive ring
-
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
                  slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
-                 ring_bytes: int = RING_BYTES, staging: str = "auto"):
+                 ring_bytes: int = RING_BYTES, staging: str = "auto", arena: Any = None):
         from .._cuda import cupy_runtime
         from .._trust import verified
 
@@ -110,11 +195,14 @@ class GpuNodeExecutor(HostNodeExecutor):
         self._given, self._dev = buffers, {r: b[2] for r, b in given.items()}  # what run() runs without arguments
         self._current: PreparedRun | None = None
         self._host: list[int] = []
+        # arena: host memory shared with a proxy process (hoccl_runtime.net.proxyproc.SharedArena) that the rings,
+        # the placeholders and the flags are carved from; None: pinned allocations of this process
+        self._arena = arena
         placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
         self._streams: dict[tuple, int] = {}
         self._keep_alive: list = []
         # per local rank and slot: go/staged (its send ring) and arrived/landed (its receive ring); per stream: end
-        self._flags = FlagPool(4 * L * slots + 2 * L * L + L + 8)
+        self._flags = FlagPool(flag_count(L, slots)) if arena is None else arena.flag_pool(flag_count(L, slots))
         self._gates = {(kind, r, j): (self._flags.allocate(), self._flags.allocate())
                        for kind in ("send", "recv") for r in ranks for j in range(slots)}
         self._ends: dict[int, Flag] = {}
@@ -152,6 +240,8 @@ class GpuNodeExecutor(HostNodeExecutor):
 
     # pinned, device-mapped staging (portable: every GPU of the node can copy to and from it)
     def _pinned(self, nbytes: int) -> np.ndarray:
+        if self._arena is not None:
+            return self._arena.array(max(1, nbytes))
         import ctypes
 
         from .._cuda import host_mapped_alloc
@@ -320,62 +410,7 @@ class GpuNodeExecutor(HostNodeExecutor):
         this plan and buffers prepared here first. Makes no CUDA call when given ``prepared``."""
         if prepared is None:
             prepared = self.prepare(plan, buffers, after=after)
-        self._current = prepared
-        try:
-            self.plan = prepared.plan
-            with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
-                self._drive()
-                self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
-        except BaseException:
-            self._failed = True
-            self.release(prepared)
-            raise
-
-    def release(self, prepared: PreparedRun) -> None:
-        """Open every gate of a run that will not be driven to its end (it failed, or an earlier one did), so
-        that its copy streams finish (moving stale bytes) instead of waiting forever."""
-        for gates in (*prepared.send.values(), *prepared.recv.values()):
-            if gates:
-                gate, _, c, _ = gates[-1]  # counters only grow: the last opens every earlier wait too
-                if not reached(gate, c):
-                    gate.write(as_int32(c))
-                gates.clear()
-
-    def _wait(self, ready: Any, what: str) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while not ready():
-            if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"node {self.node}: the GPU did not finish {what} within {self.timeout_s:g} s "
-                                        "(a copy that never ran: is the GPU hung?)")
-            time.sleep(20e-6)
-
-    def _gate(self, side: dict, key: tuple, n: int) -> tuple:
-        gates = side.get(key)
-        if not gates:
-            raise TransportError(f"node {self.node}: the run asked for a copy of slot {key} that was not prepared "
-                                 "(prepare and run must see the same plan)")
-        gate, done, c, nb = gates.popleft()
-        if nb != n:
-            raise TransportError(f"node {self.node}: slot {key} was prepared for {nb} bytes, the run moves {n}")
-        gate.write(as_int32(c))
-        return done, c
-
-    def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
-        """Enqueued by prepare (no gate: only after the callers' events)."""
-
-    def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
-        return self._gate(self._current.send, (ubar, slot // self.chunk), n)
-
-    def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
-        return self._gate(self._current.recv, (vbar, slot // self.chunk), n)
-
-    def _done(self, token: object) -> bool:
-        flag, c = token
-        return reached(flag, c)  # the copy's stream wrote it: no driver call
-
-    def _finish_run(self) -> None:
-        """Nothing: a run's copies end when their staged and landed counters were seen (the base class waits for
-        them), and :meth:`run` waits for every stream's end counter."""
+        super().run(prepared=prepared)
 
     def close(self) -> None:
         """Wait (up to the timeout) for the copies of every run prepared, then free the rings and flags. Copies

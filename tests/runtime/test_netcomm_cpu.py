@@ -300,10 +300,23 @@ def test_two_nodes_of_three_gpus(monkeypatch):
     assert (results[5][1] == 52).all(), results[5][1][:8]
 
 
-def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch):
-    """After one good call rank 1's connection drops (its transport closes); rank 0's next call must end
-    with TransportError from synchronize() within the timeout, its stream released (no hang)."""
+def drop(comm) -> None:
+    """Rank ``comm``'s network connections drop: its proxy process is killed, or (a proxy thread) its transport
+    closes."""
+    if comm.proxy_kind == "process":
+        comm._proxy._proc.kill()
+        comm._proxy._proc.wait()
+    else:
+        comm.transport.close()
+
+
+@pytest.mark.parametrize("proxy", ["process", "thread"])
+def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch, proxy):
+    """After one good call rank 1's connection drops (its proxy process dies, or its transport closes); rank 0's
+    next call must end with TransportError from synchronize() within the timeout, its stream released (no hang)."""
     import time
+
+    monkeypatch.setenv("HOCCL_NET_PROXY", proxy)
 
     from hoccl_runtime.errors import HocclTimeoutError, TransportError
 
@@ -312,7 +325,7 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
         comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
         comm.synchronize()
         if r == 1:
-            comm.transport.close()  # the connection drops
+            drop(comm)  # the connection drops
             return "dropped"
         time.sleep(0.2)
         t0 = time.monotonic()
@@ -325,6 +338,44 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
     assert results[1] == "dropped", results
     waited, message = results[0]
     assert waited < 15 and ("closed" in message or "did not" in message), results
+
+
+def test_the_proxy_runs_in_a_process_of_its_own_and_its_death_fails_calls_without_a_hang(monkeypatch):
+    """The default proxy is a process (it never waits for the training loop's GIL) that drives the calls through
+    shared memory. Killed between calls, the calls issued after still return, their streams are released (the
+    stream work after them runs), and the error names the proxy process; on the peer, the calls fail too."""
+    import os
+    import time
+
+    from hoccl_runtime.errors import HocclTimeoutError, TransportError
+
+    def body(comm, r):
+        assert comm.proxy_kind == "process" and comm._proxy._proc.pid != os.getpid()
+        inp, out = np.full(1000, r + 1, np.uint8), np.zeros(2000, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        good = out.tolist() == [1] * 1000 + [2] * 1000
+        time.sleep(0.2)
+        if r == 0:
+            drop(comm)
+        t0 = time.monotonic()
+        errors = []
+        for _ in range(3):  # every call after returns, and raises once the failure is known
+            try:
+                comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            except (TransportError, HocclTimeoutError) as exc:
+                errors.append(str(exc))
+        with pytest.raises((TransportError, HocclTimeoutError)) as err:
+            comm.synchronize()
+        return good, time.monotonic() - t0, str(err.value)
+
+    results = two_ranks(monkeypatch, body)
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results
+        good, waited, message = results[r]
+        assert good and waited < 15, results
+    assert "proxy process" in results[0][2] and "exited" in results[0][2], results[0]
+    assert fake_cuda._streams.errors == []
 
 
 def test_nodes_with_different_staging_rings_fail_clearly(monkeypatch):

@@ -1,0 +1,112 @@
+"""The proxy's loop: queued calls run in order, each once its stream has reached it (its START flag), then its
+DONE given. A thread of the training process (:class:`~hoccl_runtime.comm.net.NetCommunicator` with
+``HOCCL_NET_PROXY=thread``, the node leaders of :class:`~hoccl_runtime.comm.nodenet.NodeNetCommunicator`) or of the
+proxy process (:mod:`hoccl_runtime.net.proxyproc`)."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from typing import Any
+
+from .._timer import fine_sleeps, slack_setting
+
+__all__ = ["CallProxy"]
+
+
+class CallProxy:
+    """The proxy thread: runs queued calls in order, each once its START flag is set, then sets DONE.
+
+    ``started(call)`` / ``reset_start(call)`` / ``finish(call)`` are the flag operations and ``run(call)`` does
+    the work, so the ordering logic is testable without a GPU. Once a call failed, the later ones are not run but
+    handed to ``skip(call)`` (to release what they hold) and their streams released as well."""
+
+    def __init__(self, run: Any, started: Any, reset_start: Any, finish: Any, *, poll_s: float = 50e-6,
+                 name: str = "hoccl-proxy", skip: Any = None):
+        self._run, self._started, self._reset, self._finish = run, started, reset_start, finish
+        self._skip = skip  # what a call not run (an earlier one failed) needs done instead, if anything
+        self.poll_s = poll_s
+        self._slack_ns = slack_setting()  # read here: a bad value raises in the caller's thread
+        self._calls: queue.Queue = queue.Queue()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, call: Any) -> None:
+        with self._lock:
+            self._pending += 1
+            self._idle.clear()
+        self._calls.put(call)
+
+    def _loop(self) -> None:
+        with fine_sleeps(self._slack_ns):  # this thread's poll sleeps last about what they ask
+            self._serve()
+
+    def _serve(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            while not self._started(call):  # the stream has not reached the call yet
+                if self._stop:
+                    self._abandon(call)
+                    return
+                time.sleep(self.poll_s)
+            self._reset(call)
+            try:
+                if self.error is None:
+                    self._run(call)
+                elif self._skip is not None:
+                    self._skip(call)
+            except BaseException as exc:  # noqa: BLE001 - kept, raised by the caller's next call
+                self.error = exc
+            finally:
+                self._finish(call)  # releases the stream even after an error: nothing waits forever
+                with self._lock:
+                    self._pending -= 1
+                    if not self._pending:
+                        self._idle.set()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        return self._idle.wait(timeout_s)
+
+    def wait_pending(self, most: int, timeout_s: float) -> bool:
+        """Until at most ``most`` submitted calls are unfinished (sleeping, so without the GIL); False on timeout.
+
+        Why: this thread is Python, so it runs only while the application's thread lets go of the GIL. A CUDA call
+        that blocks holding it (seen on the 1x H200 in Adam's foreach step, with the launch queue full behind a
+        network call's DONE wait) then stops the proxy, and so the GPU, for good. Bounding how many calls the
+        application may issue ahead of the proxy bounds the GPU work queued behind an unfinished call."""
+        deadline = time.monotonic() + timeout_s
+        while self._pending > most and self.error is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(self.poll_s)
+        return True
+
+    def _abandon(self, call: Any) -> None:
+        """A call that will never run (closing): release what it holds and its stream."""
+        with contextlib.suppress(Exception):
+            if self._skip is not None:
+                self._skip(call)
+            self._finish(call)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop; calls whose streams never reached them are released (skip, then their DONE), not left waiting."""
+        self._stop = True
+        self._calls.put(None)
+        self._thread.join(timeout_s)
+        while True:
+            try:
+                call = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if call is not None:
+                self._abandon(call)

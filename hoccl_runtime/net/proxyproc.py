@@ -1,0 +1,496 @@
+"""The network proxy in a process of its own, so that it never waits for the training loop's GIL.
+
+Why: the proxy of :class:`~hoccl_runtime.comm.net.NetCommunicator` is the thread that sees a call's START, drives
+the run over TCP (its lane threads too) and gives DONE. As Python threads of the training process they run only
+when the training loop's thread lets go of the GIL, which a busy loop does every 5 ms (``sys.getswitchinterval``)
+and a CUDA call that blocks holding it never does (the deadlock ``HOCCL_NET_AHEAD`` bounds). On the 1x H200, two
+TCP "nodes" of the small models ran at 0.62x (pipeline) and 0.84x (FSDP, reduce by HOCCL) of NCCL, whose proxy is a
+C++ thread with no GIL.
+
+How: the driving half of the GPU executor needs no CUDA (:class:`~hoccl_runtime.net.gpu.GatedNodeExecutor`: it
+opens gates and reads counters in host memory the GPU reaches). So the staging rings and every flag live in one
+:class:`SharedArena` (a memfd the training process registers with CUDA and the proxy process maps), the training
+process enqueues each call's gated copies as before (:meth:`~hoccl_runtime.net.gpu.GpuNodeExecutor.prepare`, no
+transport), and sends the proxy process a few words per call over a socket pair: the call's key (the process
+compiles the same plan from it), the gates' flag words and counts, and its stream's START/DONE words. The proxy
+process owns the TCP transport, runs the calls in order with a :class:`~hoccl_runtime.comm.net.CallProxy`, and
+reports the first error. It counts the calls it took and finished in the arena; the training process reads them to
+wait (``synchronize``) and, should the proxy process die, releases the calls it left (gates opened, DONE given, the
+error raised by the next call), so no stream waits forever.
+
+``HOCCL_NET_PROXY=thread`` keeps the proxy a thread of the training process (the path before this one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from ..errors import HocclError, HocclTimeoutError, TransportError
+from ..flags import Flag, FlagPool, as_int32
+from .callproxy import CallProxy
+from .gpu import GatedNodeExecutor, PreparedRun, open_gates
+from .transport.base import Region, Transport
+
+__all__ = ["SharedArena", "ProcessProxy", "LocalRegions", "arena_bytes", "main"]
+
+ALIGN = 256
+
+
+def arena_bytes(gpus: int, slots: int, chunk_bytes: int, flags: int) -> int:
+    """What a :class:`SharedArena` for one executor holds: a send and a receive ring per GPU, two placeholders per
+    GPU, ``flags`` words (the executor's and the communicator's), alignment slack."""
+    return 2 * gpus * slots * chunk_bytes + 4 * flags + (2 * gpus + 8) * ALIGN + (4 * gpus + 16) * ALIGN
+
+
+class SharedArena:
+    """Host memory shared with the proxy process: a memfd of ``nbytes`` mapped here, carved front to back
+    (:meth:`array`, :meth:`flag_pool`). The training process registers it with CUDA (:meth:`register_with_cuda`:
+    portable, device-mapped, so copy engines and stream memory operations reach it at its host address); the proxy
+    process maps the same file (``fd=``) and touches it as plain memory."""
+
+    def __init__(self, nbytes: int = 0, *, fd: int | None = None):
+        if fd is None:
+            size = -(-max(nbytes, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+            fd = os.memfd_create("hoccl-net-proxy", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+            except OSError as exc:
+                os.close(fd)
+                raise HocclError(f"cannot make {size} bytes of shared memory for the network proxy process "
+                                 f"({exc.strerror or exc}); lower ring_bytes=, or set HOCCL_NET_PROXY=thread") from None
+        self.fd = fd
+        self.size = os.fstat(fd).st_size
+        self._map = mmap.mmap(fd, self.size)
+        self.view = np.frombuffer(self._map, dtype=np.uint8)
+        self.base = int(self.view.ctypes.data)
+        self._next = 0
+        self.registered = False
+
+    def register_with_cuda(self) -> None:
+        from .._cuda import check, cupy_runtime, driver
+
+        cupy_runtime().hostRegister(self.base, self.size, 1 | 2)  # portable | mapped
+        self.registered = True
+        dev = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.base, 0)))
+        if dev != self.base:
+            raise HocclError(f"the GPU sees shared host memory at {dev:#x}, not at its host address {self.base:#x} (no "
+                             "unified addressing of registered memory here); set HOCCL_NET_PROXY=thread")
+
+    def carve(self, nbytes: int) -> int:
+        """The offset of ``nbytes`` not yet handed out."""
+        off = -(-self._next // ALIGN) * ALIGN
+        if off + nbytes > self.size:
+            raise HocclError(f"the network proxy's shared memory ({self.size} bytes) has no room for {nbytes} more "
+                             f"(at {off}): the arena was sized for other rings (a bug: please report it)")
+        self._next = off + nbytes
+        return off
+
+    def array(self, nbytes: int) -> np.ndarray:
+        off = self.carve(nbytes)
+        return self.view[off:off + nbytes]
+
+    def flag_pool(self, capacity: int) -> FlagPool:
+        off = self.carve(4 * capacity)
+        return FlagPool(capacity, memory=self.view[off:off + 4 * capacity].view(np.int32))
+
+    def word(self, flag: Flag) -> int:
+        """Where ``flag`` sits, in int32 words from the arena's start (what the proxy process is told)."""
+        return (flag.pool.base - self.base) // 4 + flag.index
+
+    def words(self) -> FlagPool:
+        """Every word of the arena as flags (the proxy process's view: ``Flag(pool, word)``)."""
+        return FlagPool(self.size // 4, memory=self.view.view(np.int32))
+
+    def close(self) -> None:
+        if self.registered:
+            from .._cuda import cupy_runtime
+
+            self.registered = False
+            with contextlib.suppress(Exception):  # closing anyway
+                cupy_runtime().hostUnregister(self.base)
+        self.view = np.zeros(0, np.uint8)
+        with contextlib.suppress(BufferError):  # a view still alive elsewhere: unmapped with it
+            self._map.close()
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+class LocalRegions(Transport):
+    """The training process's stand-in for the transport its proxy process owns: it numbers the regions the
+    executor registers (in the order the proxy process's executor registers the same ones) and moves nothing."""
+
+    name = "tcp"
+
+    def __init__(self) -> None:
+        self._count = 0
+
+    def register(self, buffer: np.ndarray) -> Region:
+        self._count += 1
+        return Region(self._count - 1, buffer)
+
+    def listen(self) -> str:
+        raise TransportError("the network proxy process listens, not the training process")
+
+    def connect(self, address: str, timeout_s: float = 30.0) -> Any:
+        raise TransportError("the network proxy process connects, not the training process")
+
+    accept = connect
+
+    def close(self) -> None:
+        pass
+
+
+def encode(prepared: PreparedRun, arena: SharedArena) -> tuple:
+    """What the proxy process needs of a prepared run: per (ring, slot) the gates' words, counts and bytes in
+    order, and every copy stream's end word and count."""
+    def side(gates: dict) -> dict:
+        return {key: [(arena.word(g), arena.word(d), c, nb) for g, d, c, nb in q] for key, q in gates.items()}
+
+    return side(prepared.send), side(prepared.recv), [(arena.word(f), c) for f, c in prepared.ends]
+
+
+def decode(plan: Any, encoded: tuple, words: FlagPool) -> PreparedRun:
+    send, recv, ends = encoded
+    run = PreparedRun(plan)
+    for mine, theirs in ((run.send, send), (run.recv, recv)):
+        for key, q in theirs.items():
+            mine[key] = deque((Flag(words, g), Flag(words, d), c, nb) for g, d, c, nb in q)
+    run.ends = [(Flag(words, w), c) for w, c in ends]
+    return run
+
+
+_ERRORS = ("TransportError", "PlanError", "HocclTimeoutError", "CollectiveError", "HocclError")
+
+
+def _rebuilt(kind: str, message: str) -> BaseException:
+    from .. import errors
+
+    cls = getattr(errors, kind, None) if kind in _ERRORS else None
+    return (cls or HocclError)(message if cls else f"{kind}: {message}")
+
+
+class ProcessProxy:
+    """The training process's side of the proxy process: the same calls as :class:`~hoccl_runtime.comm.net.CallProxy`
+    (``submit``, ``error``, ``wait_idle``, ``wait_pending``, ``close``), plus :meth:`request` for set-up.
+
+    Should the proxy process die, this side releases the calls it left (:meth:`_drain`)."""
+
+    def __init__(self, arena: SharedArena, *, name: str, timeout_s: float):
+        self._arena, self.timeout_s, self.name = arena, timeout_s, name
+        self._counters = arena.flag_pool(2)  # calls the proxy process took (reset START), and finished (gave DONE)
+        self._taken, self._done = self._counters.allocate(), self._counters.allocate()
+        self._submitted = 0
+        self._pending: deque = deque()  # (number, prepared, (START, DONE)) of calls perhaps not finished yet
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._closing = False
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports, the proxy does
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "hoccl_runtime.net.proxyproc", str(theirs.fileno()), str(arena.fd),
+                 str(arena.word(self._taken)), str(arena.word(self._done))],
+                pass_fds=(theirs.fileno(), arena.fd), env=env, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            ours.close()
+            raise HocclError(f"cannot start the network proxy process ({exc.strerror or exc}); set "
+                             "HOCCL_NET_PROXY=thread to drive the network from a thread of this process") from None
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+        self._send_lock = threading.Lock()
+        self._watcher = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
+        self._watcher.start()
+
+    # --- set-up ---------------------------------------------------------------------------------------------------
+    def send(self, message: tuple) -> None:
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+        except OSError:
+            raise self._gone() from None
+
+    def request(self, message: tuple, timeout_s: float) -> Any:
+        """Send ``message`` and return the proxy process's answer to it (or raise the error it reports)."""
+        self.send(message)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ready = self._conn.poll(max(0.0, min(left, 0.05)))
+            except OSError:
+                raise self._gone() from None
+            if ready:
+                try:
+                    reply = self._conn.recv()
+                except (EOFError, OSError):
+                    raise self._gone() from None
+                if reply[0] == "error":
+                    self._error = _rebuilt(reply[1], reply[2])
+                    raise self._error
+                return reply[1]
+            if self._proc.poll() is not None:
+                raise self._gone()
+            if left <= 0:
+                raise HocclTimeoutError(f"{self.name}: the network proxy process did not answer {message[0]!r} "
+                                        f"within {timeout_s:g} s")
+
+    def _gone(self) -> HocclError:
+        rc = self._proc.poll()
+        if self._error is not None:
+            return self._error  # type: ignore[return-value]
+        how = "is not answering" if rc is None else f"exited with code {rc}"
+        return TransportError(f"{self.name}: the network proxy process (pid {self._proc.pid}) {how}; its output, "
+                              "above, says why (HOCCL_NET_PROXY=thread drives the network from this process instead)")
+
+    # --- calls ----------------------------------------------------------------------------------------------------
+    def submit(self, call: tuple) -> None:
+        """``call``: (key, prepared run or None, (START, DONE) of its stream)."""
+        key, prepared, pair = call
+        with self._lock:
+            self._submitted += 1
+            self._pending.append((self._submitted, prepared, pair))
+        arena = self._arena
+        message = ("call", key, None if prepared is None else encode(prepared, arena), arena.word(pair[0]),
+                   arena.word(pair[1]))
+        try:
+            self.send(message)
+        except HocclError as exc:
+            self._error = self._error or exc
+            self._drain()
+
+    @property
+    def error(self) -> BaseException | None:
+        if self._error is None:
+            try:
+                while self._conn.poll(0):
+                    reply = self._conn.recv()
+                    if reply[0] == "error":
+                        self._error = _rebuilt(reply[1], reply[2])
+                        break
+            except (EOFError, OSError):
+                pass  # the watcher says why
+        return self._error
+
+    def _finished(self) -> int:
+        return self._submitted - ((self._submitted - self._done.read()) & 0xFFFFFFFF)
+
+    def _unfinished(self) -> int:
+        return (self._submitted - self._done.read()) & 0xFFFFFFFF
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        return self.wait_pending(0, timeout_s, on_error=False)
+
+    def wait_pending(self, most: int, timeout_s: float, on_error: bool = True) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self._unfinished() > most:
+            if on_error and self.error is not None:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(50e-6)
+        self._trim()
+        return True
+
+    def _trim(self) -> None:
+        done = self._finished()
+        with self._lock:
+            while self._pending and self._pending[0][0] <= done:
+                self._pending.popleft()
+
+    def _watch(self) -> None:
+        rc = self._proc.wait()
+        if self._closing:
+            return
+        if self._error is None:
+            self._error = TransportError(f"{self.name}: the network proxy process (pid {self._proc.pid}) exited with "
+                                         f"code {rc}; its output, above, says why. This communicator's calls since "
+                                         "then moved nothing")
+        self._drain()
+
+    def _drain(self) -> None:
+        """Release every call the proxy process did not finish, in order, as its thread would have: the one it took
+        (START seen) at once, the others once their stream reaches them. Runs once the proxy process is gone."""
+        with self._lock:
+            if getattr(self, "_draining", False):
+                return
+            self._draining = True
+        taken = self._taken.read()
+        while True:
+            done = self._finished()
+            with self._lock:
+                while self._pending and self._pending[0][0] <= done:
+                    self._pending.popleft()
+                if not self._pending:
+                    if self._closing or self._submitted == done:
+                        self._draining = False
+                        return
+                    item = None
+                else:
+                    item = self._pending[0]
+            if item is None:  # nothing left for now; calls submitted later are drained as they come
+                self._draining = False
+                return
+            number, prepared, (start, done_flag) = item
+            if number > taken:  # not taken yet: wait until its stream reaches it
+                deadline = time.monotonic() + self.timeout_s
+                while start.read() != 1:
+                    if time.monotonic() > deadline:
+                        self._draining = False
+                        return  # the stream never got here; close() frees what is left
+                    time.sleep(1e-3)
+                start.write(0)
+            if prepared is not None:
+                open_gates(prepared)
+            done_flag.write(1)
+            self._done.write(as_int32(number))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the proxy process: it releases the calls whose streams never reached them, leaves its peers, and
+        exits (killed after ``timeout_s``)."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self.send(("close",))
+            try:
+                self._proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5)
+        self._closing = True
+        with contextlib.suppress(OSError):
+            self._conn.close()
+
+
+# --- the proxy process ----------------------------------------------------------------------------------------------
+class _ArenaExecutor(GatedNodeExecutor):
+    """The driving half over the arena's rings, at the offsets the training process's executor carved them."""
+
+    def __init__(self, plan: Any, node: int, arena: SharedArena, rings: dict, transport: Transport, *, slots: int,
+                 timeout_s: float):
+        self._arena, self._rings = arena, rings
+        L = plan.topology.gpus_per_node
+        placeholders = {r: (np.zeros(1, np.uint8), np.zeros(1, np.uint8)) for r in range(node * L, (node + 1) * L)}
+        super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=True,
+                         _check_sizes=False)
+
+    def _make_ring(self, kind: str, rank: int, nbytes: int) -> tuple[object, Region]:
+        off, size = self._rings[(kind, rank)]
+        if size != nbytes:
+            raise TransportError(f"rank {rank}'s {kind} ring is {size} bytes in the shared memory, the plan needs "
+                                 f"{nbytes}")
+        ring = self._arena.view[off:off + size]
+        return ring, self.transport.register(ring)
+
+
+def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag) -> None:
+    from ..plans import compile_call, topology_of
+    from .transport.tcp import TcpTransport
+
+    words = arena.words()
+    setup = conn.recv()[1]
+    transport = TcpTransport(host=setup["host"], lanes=setup["lanes"], session=setup["session"], name=setup["name"],
+                             secret=setup["secret"])
+    topology = topology_of(setup["topology"])
+    chunk, timeout_s, rank = setup["chunk_bytes"], setup["timeout_s"], setup["rank"]
+    conn.send(("address", transport.listen()))
+    plans: dict = {}
+    state: dict = {}
+    reported = []
+
+    def plan_of(key: tuple) -> Any:
+        plan = plans.get(key)
+        if plan is None:
+            if len(plans) >= 1024:
+                plans.pop(next(iter(plans)))
+            plan = plans[key] = compile_call(topology, key, chunk)
+        return plan
+
+    def run(call: tuple) -> None:
+        if call[0] is not None:
+            state["executor"].run(prepared=call[0])
+
+    def finish(call: tuple) -> None:
+        if proxy.error is not None and not reported:  # told before the call counts as finished: a synchronize that
+            reported.append(True)                      # sees it finished sees the error too
+            with contextlib.suppress(Exception):
+                conn.send(("error", type(proxy.error).__name__, str(proxy.error)))
+        call[2].write(1)
+        done.write(as_int32(done.read() + 1))
+
+    def reset(call: tuple) -> None:
+        call[1].write(0)
+        taken.write(as_int32(taken.read() + 1))
+
+    proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}",
+                      skip=lambda call: call[0] is not None and open_gates(call[0]))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return  # the training process is gone
+            what = message[0]
+            if what == "addresses":
+                state["addresses"] = message[1]
+            elif what == "driver":
+                _, key, slots, rings = message
+                try:
+                    ex = _ArenaExecutor(plan_of(key), rank, arena, rings, transport, slots=slots, timeout_s=timeout_s)
+                    state["executor"] = ex
+                    ex.connect(state["addresses"])
+                except BaseException as exc:  # noqa: BLE001 - every call after this is skipped, the error reported
+                    proxy.error = exc
+            elif what == "call":
+                _, key, encoded, start_word, done_word = message
+                prepared = None
+                if encoded is not None:
+                    try:
+                        prepared = decode(plan_of(key), encoded, words)
+                    except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
+                        proxy.error = proxy.error or exc
+                        prepared = decode(None, encoded, words)  # its gates still opened (skip), its DONE given
+                proxy.submit((prepared, Flag(words, start_word), Flag(words, done_word)))
+            elif what == "close":
+                return
+    finally:
+        proxy.close()
+        ex = state.get("executor")
+        if ex is not None:
+            with contextlib.suppress(Exception):
+                ex.close()
+        with contextlib.suppress(Exception):
+            transport.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The proxy process: ``python -m hoccl_runtime.net.proxyproc SOCKET_FD ARENA_FD TAKEN_WORD DONE_WORD``."""
+    args = sys.argv[1:] if argv is None else argv
+    conn = Connection(int(args[0]))
+    arena = SharedArena(fd=int(args[1]))
+    words = arena.words()
+    try:
+        _serve(conn, arena, Flag(words, int(args[2])), Flag(words, int(args[3])))
+    except BaseException as exc:  # noqa: BLE001 - told to the training process, which raises it
+        with contextlib.suppress(Exception):
+            conn.send(("error", type(exc).__name__, str(exc)))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -191,8 +191,10 @@ class ProcessProxy:
 
     def __init__(self, arena: SharedArena, *, name: str, timeout_s: float):
         self._arena, self.timeout_s, self.name = arena, timeout_s, name
-        self._counters = arena.flag_pool(2)  # calls the proxy process took (reset START), and finished (gave DONE)
-        self._taken, self._done = self._counters.allocate(), self._counters.allocate()
+        # calls the proxy process took (reset START) and finished (gave DONE), and whether it has told an error (read
+        # on every call: a word of memory, not a system call)
+        self._counters = arena.flag_pool(3)
+        self._taken, self._done, self._failed = (self._counters.allocate() for _ in range(3))
         self._submitted = 0
         self._pending: deque = deque()  # (number, prepared, (START, DONE)) of calls perhaps not finished yet
         self._lock = threading.Lock()
@@ -204,7 +206,7 @@ class ProcessProxy:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "hoccl_runtime.net.proxyproc", str(theirs.fileno()), str(arena.fd),
-                 str(arena.word(self._taken)), str(arena.word(self._done))],
+                 str(arena.word(self._taken)), str(arena.word(self._done)), str(arena.word(self._failed))],
                 pass_fds=(theirs.fileno(), arena.fd), env=env, stdin=subprocess.DEVNULL)
         except OSError as exc:
             ours.close()
@@ -276,7 +278,7 @@ class ProcessProxy:
 
     @property
     def error(self) -> BaseException | None:
-        if self._error is None:
+        if self._error is None and self._failed.read():
             try:
                 while self._conn.poll(0):
                     reply = self._conn.recv()
@@ -397,7 +399,7 @@ class _ArenaExecutor(GatedNodeExecutor):
         return ring, self.transport.register(ring)
 
 
-def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag) -> None:
+def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed: Flag) -> None:
     from ..plans import compile_call, topology_of
     from .transport.tcp import TcpTransport
 
@@ -429,6 +431,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag) -> Non
             reported.append(True)                      # sees it finished sees the error too
             with contextlib.suppress(Exception):
                 conn.send(("error", type(proxy.error).__name__, str(proxy.error)))
+            failed.write(1)
         call[2].write(1)
         done.write(as_int32(done.read() + 1))
 
@@ -478,16 +481,19 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The proxy process: ``python -m hoccl_runtime.net.proxyproc SOCKET_FD ARENA_FD TAKEN_WORD DONE_WORD``."""
+    """The proxy process: ``python -m hoccl_runtime.net.proxyproc SOCKET_FD ARENA_FD TAKEN DONE FAILED`` (the last
+    three: words of the arena)."""
     args = sys.argv[1:] if argv is None else argv
     conn = Connection(int(args[0]))
     arena = SharedArena(fd=int(args[1]))
     words = arena.words()
+    failed = Flag(words, int(args[4]))
     try:
-        _serve(conn, arena, Flag(words, int(args[2])), Flag(words, int(args[3])))
+        _serve(conn, arena, Flag(words, int(args[2])), Flag(words, int(args[3])), failed)
     except BaseException as exc:  # noqa: BLE001 - told to the training process, which raises it
         with contextlib.suppress(Exception):
             conn.send(("error", type(exc).__name__, str(exc)))
+            failed.write(1)
         return 1
     return 0
 

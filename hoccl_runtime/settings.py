@@ -28,6 +28,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "
                             "(may exceed it)"),
     "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across lanes (bytes)"),
+    "HOCCL_TCP_DIRECT_BYTES": ("262144", "TCP: a write of at most this many bytes into a lane with nothing queued is "
+                               "sent by the calling thread, not handed to the lane's thread (0: always handed)"),
     "HOCCL_TCP_SPLIT": ("balance", "TCP: how writes are shared by lanes: balance (cut over the least-loaded lanes "
                         "unless whole on one ends soon enough) or idle (the idle lanes share it)"),
     "HOCCL_TCP_SPLIT_SLACK": ("1.0", "TCP, split=balance: a write goes whole to one lane if that ends within 1 + "
@@ -39,6 +41,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_PROXY": ("process", "the one-GPU-per-node network communicator's proxy: process (a process of its own, "
                         "with the TCP transport, driving the calls through shared memory: it never waits for the "
                         "training loop's GIL) or thread (a thread of the training process)"),
+    "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
+                          "the transport while a call is in flight or awaited (1-10000)"),
     "HOCCL_NET_AHEAD": ("2", "network communicators: a call waits (without the GIL) until at most this many earlier "
                         "calls are unfinished, so the application's thread cannot run so far ahead that it blocks in "
                         "CUDA holding the GIL while the proxy thread needs it (0: no bound; with HOCCL_NET_PROXY="

@@ -111,7 +111,7 @@ class GatedNodeExecutor(HostNodeExecutor):
             if time.monotonic() > deadline:
                 raise HocclTimeoutError(f"node {self.node}: the GPU did not finish {what} within {self.timeout_s:g} s "
                                         "(a copy that never ran: is the GPU hung?)")
-            time.sleep(20e-6)
+            time.sleep(min(20e-6, self.poll_s))
 
     def _gate(self, side: dict, key: tuple, n: int) -> tuple:
         gates = side.get(key)

@@ -53,6 +53,8 @@ __all__ = ["HostNodeExecutor"]
 class HostNodeExecutor:
     """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
 
+    poll_s = 50e-6  # the driving loops' sleep between polls (the proxy process sets HOCCL_NET_POLL_US)
+
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
                  transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
                  _check_sizes: bool = True):
@@ -201,7 +203,7 @@ class HostNodeExecutor:
                     raise HocclTimeoutError(f"node {self.node}: plan {self.plan.plan_id} made no progress for "
                                             f"{self.timeout_s:g} s: {self._waiting_for()} (a peer node stalled or "
                                             "died?)")
-                time.sleep(50e-6)
+                time.sleep(self.poll_s)
         self._finish_run()
         self._end_run()
 
@@ -303,7 +305,7 @@ class HostNodeExecutor:
             if waiting:
                 if time.monotonic() > deadline:
                     raise HocclTimeoutError(f"node {self.node}: {late(sorted(waiting))} within {timeout_s:g} s")
-                time.sleep(50e-6)
+                time.sleep(self.poll_s)
 
     def _notice(self, n: int, imm: int) -> bool:
         """Record node ``n``'s run-done or plan notice ``imm``; False when ``imm`` is not one."""

@@ -409,6 +409,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                              secret=setup["secret"])
     topology = topology_of(setup["topology"])
     chunk, timeout_s, rank = setup["chunk_bytes"], setup["timeout_s"], setup["rank"]
+    poll_s = setup["poll_us"] * 1e-6  # this process has a core to itself: it may look often
     conn.send(("address", transport.listen()))
     plans: dict = {}
     state: dict = {}
@@ -439,7 +440,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         call[1].write(0)
         taken.write(as_int32(taken.read() + 1))
 
-    proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}",
+    proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
                       skip=lambda call: call[0] is not None and open_gates(call[0]))
     try:
         while True:
@@ -454,6 +455,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                 _, key, slots, rings = message
                 try:
                     ex = _ArenaExecutor(plan_of(key), rank, arena, rings, transport, slots=slots, timeout_s=timeout_s)
+                    ex.poll_s = poll_s
                     state["executor"] = ex
                     ex.connect(state["addresses"])
                 except BaseException as exc:  # noqa: BLE001 - every call after this is skipped, the error reported

@@ -596,3 +596,32 @@ def test_a_relay_cannot_carry_the_handshake():
         tx.close()
         rx.close()
         relay.close()
+
+
+@pytest.mark.parametrize("direct", [262144, 0])
+def test_small_writes_into_idle_lanes_leave_from_the_callers_thread(monkeypatch, direct):
+    """A small write into a lane with nothing queued is sent by the caller (its "sent" completion is there when
+    write() returns: no hand-off to the lane's thread); with HOCCL_TCP_DIRECT_BYTES=0 every write is handed over.
+    Both ways, interleaved with large writes that the lane threads carry, every write lands once, in place, and
+    each lane's frames arrive in the order they were numbered."""
+    monkeypatch.setenv("HOCCL_TCP_DIRECT_BYTES", str(direct))
+    c_tx, c_rx, tx, rx = pair(lanes=2)
+    try:
+        assert tx.direct_bytes == direct
+        src, dst, local, remote = regions(tx, rx, 8 << 20)
+        w = c_tx.write(local, 0, 100, remote.id, 0, imm=1)
+        first = c_tx.poll(timeout_s=0)
+        if direct:
+            assert [(c.kind, c.write_id) for c in first] == [("sent", w)]
+        ids = {w} | {c_tx.write(local, off, n, remote.id, off, imm=2 + i)
+                     for i, (off, n) in enumerate([(100, 3 << 20), (4 << 20, 1000), (5 << 20, 3 << 20), (9, 50)])}
+        sent = [c.write_id for c in first] + [c.write_id for c in drain(c_tx, "sent", 5 - len(first))]
+        assert sorted(sent) == sorted(ids)
+        drain(c_rx, "received", 5)
+        for off, n in [(0, 100), (100, 3 << 20), (4 << 20, 1000), (5 << 20, 3 << 20)]:
+            assert np.array_equal(dst[off:off + n], src[off:off + n])
+    finally:
+        c_tx.close()
+        c_rx.close()
+        tx.close()
+        rx.close()

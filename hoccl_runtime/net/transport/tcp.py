@@ -78,6 +78,7 @@ MAX_HELLOS = 128                                  # handshakes an acceptor reads
 MIN_PART = 1 << 20                                # default: do not split writes into parts smaller than this
 SPLIT_SLACK = 1.0                                 # default: a whole write may end up to 2x later than cut up
 SPLITS = ("balance", "idle")
+DIRECT_BYTES = 256 << 10                          # default: writes up to this size leave from the caller's thread
 
 
 def lane_parts(queued: list[int], nbytes: int, min_part: int, split: str = "balance",
@@ -166,6 +167,10 @@ class TcpConnection(Connection):
         self._sent_parts: dict[int, int] = {}
         self._recv_parts: dict[int, int] = {}
         self._ended = 0
+        # a lane's frames leave one at a time, under its lock, numbered in the order they leave: by its sender thread,
+        # or by the caller itself for a small write into a lane with nothing queued (no thread hand-off)
+        self._lane_locks = [threading.Lock() for _ in sockets]
+        self._seq = [0] * len(sockets)
         self._threads = []
         for lane, sock in enumerate(sockets):
             for target, name in ((self._send_loop, "send"), (self._recv_loop, "recv")):
@@ -195,10 +200,20 @@ class TcpConnection(Connection):
             self._sent_parts[write_id] = parts
             for lane, lo, hi in cuts:
                 queued[lane] += hi - lo + 1  # + 1: a zero-byte write still occupies its lane
-        for part, (lane, lo, hi) in enumerate(cuts):
-            self._send_queues[lane].put(
-                (write_id, part, parts, local, offset + lo, hi - lo, remote_region, remote_offset + lo, imm,
-                 remote_offset, nbytes))
+        items = [(write_id, part, parts, local, offset + lo, hi - lo, remote_region, remote_offset + lo, imm,
+                  remote_offset, nbytes) for part, (lane, lo, hi) in enumerate(cuts)]
+        if parts == 1 and nbytes <= tr.direct_bytes:
+            lane = cuts[0][0]
+            q, lock = self._send_queues[lane], self._lane_locks[lane]
+            if q.empty() and lock.acquire(blocking=False):  # the lane is idle: send it from here
+                try:
+                    ok = q.empty() and self._send_frame(lane, self.lanes[lane], items[0])
+                finally:
+                    lock.release()
+                if ok:
+                    return write_id
+        for (lane, _, _), item in zip(cuts, items, strict=True):
+            self._send_queues[lane].put(item)
         return write_id
 
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:
@@ -251,32 +266,39 @@ class TcpConnection(Connection):
         self._completions.put(self._error)
 
     def _send_loop(self, lane: int, sock: socket.socket) -> None:
-        seq = 0
-        q = self._send_queues[lane]
+        q, lock = self._send_queues[lane], self._lane_locks[lane]
         while True:
             item = q.get()
             if item is None:
                 return
-            write_id, part, parts, local, off, n, rregion, roff, imm, rbase, total = item
-            head = HEADER.pack(MAGIC, VERSION, lane, seq, write_id, part, parts, rregion, roff, n, imm, rbase, total)
-            try:
-                sock.sendall(head + struct.pack("<I", zlib.crc32(head)))
-                if n:
-                    sock.sendall(memoryview(local.view)[off:off + n])
-            except OSError as exc:
-                self._fail(lane, f"send: {exc.strerror or exc}")
-                return
-            seq += 1
-            with self._lock:
-                self._queued[lane] -= n + 1
-                self.frames_sent[lane] += 1
-                left = self._sent_parts[write_id] - 1
-                if left:
-                    self._sent_parts[write_id] = left
-                else:
-                    del self._sent_parts[write_id]
-            if not left:
-                self._completions.put(Completion("sent", write_id, imm, rregion, rbase, total))
+            with lock:
+                if not self._send_frame(lane, sock, item):
+                    return
+
+    def _send_frame(self, lane: int, sock: socket.socket, item: tuple) -> bool:
+        """Send one frame on ``lane`` (its lock held) and count it; False if the lane failed."""
+        write_id, part, parts, local, off, n, rregion, roff, imm, rbase, total = item
+        head = HEADER.pack(MAGIC, VERSION, lane, self._seq[lane], write_id, part, parts, rregion, roff, n, imm, rbase,
+                           total)
+        try:
+            sock.sendall(head + struct.pack("<I", zlib.crc32(head)))
+            if n:
+                sock.sendall(memoryview(local.view)[off:off + n])
+        except OSError as exc:
+            self._fail(lane, f"send: {exc.strerror or exc}")
+            return False
+        self._seq[lane] += 1
+        with self._lock:
+            self._queued[lane] -= n + 1
+            self.frames_sent[lane] += 1
+            left = self._sent_parts[write_id] - 1
+            if left:
+                self._sent_parts[write_id] = left
+            else:
+                del self._sent_parts[write_id]
+        if not left:
+            self._completions.put(Completion("sent", write_id, imm, rregion, rbase, total))
+        return True
 
     def _recv_loop(self, lane: int, sock: socket.socket) -> None:
         expected = 0
@@ -351,6 +373,9 @@ class TcpTransport(Transport):
         # (HOCCL_TCP_SPLIT, with HOCCL_TCP_SPLIT_SLACK: lane_parts); socket_buffer > 0 fixes SO_SNDBUF/SO_RCVBUF
         # (HOCCL_TCP_SOCKET_BUFFER), 0 leaves the kernel's autotuning
         self.min_part = _setting(min_part, "HOCCL_TCP_MIN_PART", MIN_PART, 1)
+        # writes of at most direct_bytes into an idle lane are sent by the caller's thread (HOCCL_TCP_DIRECT_BYTES;
+        # 0: every write through the lane's thread)
+        self.direct_bytes = _setting(None, "HOCCL_TCP_DIRECT_BYTES", DIRECT_BYTES, 0)
         try:
             self.split = split if split is not None else env_choice("HOCCL_TCP_SPLIT", "balance", SPLITS)
             self.split_slack = split_slack if split_slack is not None else \

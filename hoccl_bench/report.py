@@ -129,7 +129,7 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
         for r in cont:
             lo, hi = r.get("spread") or (r["slowdown"], r["slowdown"])
             w, m, pr = r.get("watts"), r.get("sm_mhz"), r.get("paired")  # paired: results from 2026-11-30 08:30 on
-            cap = r.get("power_cap")  # share of nvidia-smi samples with the SW power cap on (from session 7)
+            cap = r.get("power_cap")  # share of nvidia-smi samples with the SW power cap on (absent in older reports)
             lines.append((f"| `{r['file']}` " if several else "") +
                          f"| {r['load']} | {r['comm']} | {100 * (r['slowdown'] - 1):+.1f}% | "
                          f"{'' if pr is None else f'{100 * (pr - 1):+.1f}%'} | "

@@ -30,50 +30,24 @@ def default_peers(gpus_per_node: int) -> tuple[int, ...]:
 
 
 class CostParams(BaseModel):
-    """The fixed costs of the cost model v2 (:mod:`hoccl_compiler.cost`), in microseconds, beside the bandwidths.
+    """The fixed costs of the cost model v2 (:mod:`hoccl_compiler.cost`), beside the bandwidths. Defaults are the
+    H200 machines' measured figures (docs/benchmarks.md, "Cost model v2 against measured runs"; how each was
+    measured: docs/results/cost-params-history.md).
 
-    Defaults are measured on the H200 machines we borrow (docs/benchmarks.md, "Cost model v2 against measured
-    runs"):
-
-    * ``dma_start_us``: each chunk a copy queue starts (the DMA engine is serial: no bytes move meanwhile);
-      1 GB copied GPU to GPU in 4 MB chunks ran at 316 GB/s of 396, 2.5 us per chunk.
-    * ``nic_start_us``: each chunk a NIC queue posts. Not measured (no RDMA NIC here); 0 by default, and the TCP
-      path's per-write costs are inside its measured bandwidth.
-    * ``call_us``: a call's start on one node, before any copy: the rendezvous of the ranks (two cross-GPU flag
-      round trips). 14.8 us on the 2x H200: in the eleventh session's sweep, HOCCL's call less the same raw copy
-      fits this cost + a start-up skew / calls per timed batch (examples/calibrate_cost.py), 8 MiB .. 1 GiB:
-      13.6, 14.7 and 16.0 us for send/recv, AllGather and All-to-All, their mean. (Until session 18: 16.8, the
-      send/recv gap at 8-64 MiB, which carried 1.5-12 us of that skew.)
-    * ``net_call_us``: the start of a plan with network transfers (the first chunk's staging, the last one's landing,
-      the end-of-run notices between nodes); ``net_flow_us``: each further network transfer of the busiest GPU (the most
-      transfers one sends, or receives), which its rings carry one after another; ``net_node_flow_us``: each further
-      network transfer of the busiest node (of all its GPUs), which the node's one driving thread handles in turn; a
-      plan pays the more of the two. ``stage_sync_us``: a barrier between two stages. Measured with
-      examples/measure_net_costs.py (GPU node executors joined by the TCP transport as the network communicators set
-      them up, "nodes" as processes of one host, every rank on its one GPU, an All-to-All of 64 KiB per pair): with one
-      GPU per node (N - 1 stages of one transfer per node each way, a fit over N = 2..5) 871 us and 381 us on the 1x
-      H200 host, session 16; 830 and 382 in session 18; 697 / 930 / 832 and 450 / 343 / 378 in session 19's three runs.
-      The same All-to-All with its stages merged into one took what its N - 1 stages take
-      (docs/results/2026-12-01-s18/merged_gpu.txt: 916 / 1481 / 1775 / 2057 us against 862 / 1235 / 1775 / 2267), so the
-      381 us is per transfer, not a barrier: the network executor has none (each GPU's rings hand their slots from one
-      stage's flow to the next), and ``stage_sync_us`` is 0 (until session 18 v2 charged the 381 us per stage). Nodes of
-      2, 3 and 4 GPUs (2x2, 3x2, 4x2, 2x3, 2x4; session 19, docs/results/2026-12-01-s19/net_gpu*.txt): per further
-      transfer of the busiest node above each run's own call, medians 262, 234 and 289 us in three runs, their mean 262
-      (until session 19 v2 charged them 381 us each: 1 of those 15 rows within 10%, 12 now); with its own call and GPU
-      figures the max of the two fits the first run's nine shapes within 6%. They are our runtime's host-driven protocol
-      more than the wire: no RDMA NIC has been measured, and the RDMA presets keep these figures until one is (give
-      yours in a topology file).
-      Plans within one node have no barrier either: each queue runs on into the next stage, held only by chunk
-      dependencies.
-    * ``nvlink_duplex``: a GPU's NVLink moving data both ways at once runs each way this much slower. 1.026 on the
-      2x H200: the raw copy-engine AllGather (both directions) against a one-way raw copy of the same bytes per
-      direction, 32 MiB .. 1 GiB, in the eleventh session's sweep (1.020-1.071, median 1.026).
-    * ``net_staging_gbps``: the host staging of the network path (the TCP transport moves host memory): the first
-      chunk's copy into the sending host's ring and the last one's out of the receiving host's, at this rate, fill
-      and drain of a network call. 22 GB/s on the 1x H200 host: send/recv of one 8 MiB chunk over TCP with its
-      two staging copies and without them (docs/results/2026-12-01-s17/diag_staging.py: 0.72-0.78 ms for the two; a
-      raw device-to-host copy of 8 MiB takes 0.16 ms, the rest is their gates and the host's polling). 0: no
-      staging (an RDMA NIC writing GPU memory).
+    * ``dma_start_us`` (2.5 us): each chunk a copy queue starts (the DMA engine is serial: no bytes move meanwhile).
+    * ``nic_start_us`` (0 us): each chunk a NIC queue posts (not measured: no RDMA NIC; the TCP path's per-write
+      costs are inside its measured bandwidth).
+    * ``call_us`` (14.8 us): a call's start on one node before any copy (the ranks' rendezvous).
+    * ``net_call_us`` (871 us): the start of a plan with network transfers (the first chunk's staging, the last
+      one's landing, the notices between nodes).
+    * ``net_flow_us`` (381 us): each further network transfer of the busiest GPU (its rings carry them in turn).
+    * ``net_node_flow_us`` (262 us): each further network transfer of the busiest node (its driving thread handles
+      them in turn); a plan pays the more of the two.
+    * ``stage_sync_us`` (0 us): a barrier between two stages (neither executor has one).
+    * ``nvlink_duplex`` (1.026, a factor): how much slower each direction of a GPU's NVLink runs with data moving
+      both ways at once.
+    * ``net_staging_gbps`` (22 GB/s): the host staging of the network path, the first chunk's copy into the sending
+      host's ring and the last one's out of the receiving host's (0: no staging, an RDMA NIC writing GPU memory).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -168,7 +142,7 @@ class Topology(BaseModel):
 # - dgx-h100: NVIDIA's DGX H100 datasheet (NVLink 4: 900 GB/s total, 450 per direction; 8x 400 Gb/s NICs).
 # - h200x2: the 2x H200 machine we borrow, measured 2026-11-30 (DESIGN.md): 396 GB/s copy-engine P2P per
 #   direction, and as its "NIC" (it has no RDMA NIC) the TCP transport's plain sockets over loopback, 8
-#   connections, 1 GiB in 56.3-57.6 ms in the fifth session's runs 4-5 (18.9 GB/s; it was 23.4 from an earlier,
+#   connections, 1 GiB in 56.3-57.6 ms (docs/results/2026-11-30-s5, runs 4-5: 18.9 GB/s; it was 23.4 from an earlier,
 #   shorter measurement until the cost model's calibration, 2026-12-01, found it 25% fast).
 PRESETS: dict[str, dict[str, Any]] = {
     "paper-h800": dict(gpus_per_node=8, nvlink_gbps=200.0, nic_gbps=50.0, dma_queues=1),

@@ -17,11 +17,11 @@
    v2 says the barrier before a stage of its own costs more than that stage would save.
    The RDMA stages themselves stay matchings: the network executor runs one flow per NIC and direction at a
    time. Merging them would save nothing in v2 (``costs.stage_sync_us`` is 0: the executor has no barrier, and
-   an All-to-All merged into one stage ran as long as its N - 1 stages, session 18). Their number is the peel's,
-   less the tail that ``fewer_stages`` sends whole where the network transfers it saves (a flow split over k
-   stages is k of them: ``cost.net_flows_s``, the busiest GPU's or node's) are worth more than the time it adds
-   (or the ``max_extra_time`` fraction allows). The general peel is found lazily (:func:`iter_matchings`), as
-   far as that choice needs.
+   an All-to-All merged into one stage ran as long as its N - 1 stages: docs/results/2026-12-01-s18). Their
+   number is the peel's, less the tail that ``fewer_stages`` sends whole where the network transfers it saves (a
+   flow split over k stages is k of them: ``cost.net_flows_s``, the busiest GPU's or node's) are worth more than
+   the time it adds (or the ``max_extra_time`` fraction allows). The general peel is found lazily
+   (:func:`iter_matchings`), as far as that choice needs.
 5. Local copies ride in the first stage (they are not costed).
 """
 

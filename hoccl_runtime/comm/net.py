@@ -58,6 +58,17 @@ def job_secret(store: Any, rank: int) -> bytes:
     return bytes(secret)
 
 
+def net_chunk_bytes(given: int | None) -> int:
+    """The chunk size of a network communicator: ``given``, else HOCCL_NET_CHUNK_BYTES (8 MiB)."""
+    from ..settings import env_int
+
+    if given is None:
+        return env_int("HOCCL_NET_CHUNK_BYTES", 8 << 20, 4096, 1 << 30)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise HocclError(f"chunk_bytes={given!r}: give a positive number of bytes (default 8 MiB)")
+    return given
+
+
 def _local_address() -> str:
     """The address other nodes reach this one at: HOCCL_SOCKET_ADDR if set, else the address of the
     interface that routes to MASTER_ADDR (torchrun's), else loopback (every "node" on this machine)."""
@@ -433,7 +444,7 @@ class NetCommunicator(_Calls):
     any_stream = True  # a START/DONE pair per stream
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
-                 chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None, ring_bytes: int = 256 << 20):
+                 chunk_bytes: int | None = None, lanes: int = 8, host: str | None = None, ring_bytes: int = 256 << 20):
         _set_up(self, lambda: self._setup(rank, world, device, store, timeout_s, chunk_bytes, lanes, host,
                                           ring_bytes), rank, store)
 
@@ -448,7 +459,7 @@ class NetCommunicator(_Calls):
         if world < 2:
             raise HocclError("a network communicator needs at least 2 ranks")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
-        self.chunk_bytes, self.ring_bytes = chunk_bytes, ring_bytes
+        self.chunk_bytes, self.ring_bytes = net_chunk_bytes(chunk_bytes), ring_bytes
         self.topology = machine_topology(nodes=world, gpus_per_node=1, device=device, forwarding="none")
         self._store = store
         self._lock = threading.Lock()

@@ -18,7 +18,17 @@ from ..interop import DeviceBuffer, as_buffer, as_stream
 from ..ipc import IpcMappings
 from ..mailbox import HANDLE, NONE, SLOT
 from ..plans import PlanCache
-from .net import CallEvents, CallProxy, _Calls, _compiled, _local_address, _set_up, enqueue_call, job_secret
+from .net import (
+    CallEvents,
+    CallProxy,
+    _Calls,
+    _compiled,
+    _local_address,
+    _set_up,
+    enqueue_call,
+    job_secret,
+    net_chunk_bytes,
+)
 
 __all__ = ["NodeNetCommunicator"]
 
@@ -102,7 +112,7 @@ class NodeNetCommunicator(_Calls):
     docs/architecture.md)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, gpus_per_node: int,
-                 timeout_s: float = 60.0, chunk_bytes: int = 8 << 20, lanes: int = 8, host: str | None = None,
+                 timeout_s: float = 60.0, chunk_bytes: int | None = None, lanes: int = 8, host: str | None = None,
                  ring_bytes: int = 256 << 20):
         _set_up(self, lambda: self._setup(rank, world, device, store, gpus_per_node, timeout_s, chunk_bytes, lanes,
                                           host, ring_bytes), rank, store)
@@ -117,7 +127,7 @@ class NodeNetCommunicator(_Calls):
             raise HocclError(f"rank {rank} of {world} with {L} GPUs per node: the world must be whole nodes")
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self.L, self.node, self.local, self.nodes = L, rank // L, rank % L, world // L
-        self.chunk_bytes, self.ring_bytes = chunk_bytes, ring_bytes
+        self.chunk_bytes, self.ring_bytes = net_chunk_bytes(chunk_bytes), ring_bytes
         self.topology = machine_topology(nodes=self.nodes, gpus_per_node=L, device=device,
                                          forwarding="symmetric" if L % 2 == 0 else "none")
         self._plans: dict = PlanCache()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 22, run 2 on the 1x H200: the proxy process polling every 10 us (HOCCL_NET_POLL_US) with small TCP writes
 # sent from the driving thread (HOCCL_TCP_DIRECT_BYTES) against NCCL, both settings; one A/B run with the old poll and
-# hand-offs (50 us, 0) beside it.
+# hand-offs (50 us, 0) beside it, and 1 MiB chunks (HOCCL_NET_CHUNK_BYTES).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export TCP_NODES_TIMEOUT=${TCP_NODES_TIMEOUT:-170}
@@ -15,6 +15,8 @@ run() {  # name, [--mps], script, args...
 F=examples/train_fsdp.py; P=examples/train_pipeline.py
 run pipe-small-sliced $P --size small --steps 10 --repeats 3 --comm hoccl,nccl
 HOCCL_NET_POLL_US=50 HOCCL_TCP_DIRECT_BYTES=0 run pipe-small-sliced-poll50 $P --size small --steps 10 --repeats 2 --comm hoccl
+HOCCL_NET_CHUNK_BYTES=1048576 run pipe-small-sliced-chunk1m $P --size small --steps 10 --repeats 2 --comm hoccl
+HOCCL_NET_CHUNK_BYTES=1048576 run pipe-small-mps-chunk1m --mps $P --size small --steps 10 --repeats 2 --comm hoccl
 run pipe-small-mps --mps $P --size small --steps 10 --repeats 3 --comm hoccl,nccl
 run fsdp-small-sliced $F --size small --steps 10 --repeats 3 --comm hoccl,nccl,none --reduce nccl --timeout 60
 run fsdp-small-mps --mps $F --size small --steps 10 --repeats 3 --comm hoccl,nccl,none --reduce nccl --timeout 60

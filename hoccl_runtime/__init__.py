@@ -56,7 +56,16 @@ def execute(plan, buffers, streams=None, *, sync="events") -> None:
     before the work enqueued there next. Returns at once. ``sync="flags"`` orders the streams with
     stream memory operations on host flags (the cross-process protocol) instead of CUDA events. The
     default executor reads HOCCL_LOCAL_COPIES when first made ("peer": own blocks through a peer GPU,
-    no same-GPU copy; ``Executor(local_copies=...)`` for one of each)."""
+    no same-GPU copy; ``Executor(local_copies=...)`` for one of each).
+
+    A plan of several nodes runs one process per node (torchrun ``--nnodes N --nproc-per-node 1``), each giving
+    the buffers of its node's ranks: the first call connects the nodes over TCP (through torch's store), and each
+    call returns once this node's part is done (:mod:`hoccl_runtime.nodes`)."""
+    if getattr(getattr(plan, "topology", None), "nodes", 1) > 1:
+        from .nodes import execute_nodes
+
+        execute_nodes(plan, buffers, streams)
+        return
     default_executor().execute(plan, buffers, streams, sync=sync)
 
 

@@ -343,9 +343,9 @@ class _Calls:
                 duration_s: float | None = None) -> None:
         from ..api import unsupported
 
-        raise unsupported(type(self).__name__, "execute(plan)", "run a multi-node plan one process per node with "
-                          "hoccl_runtime.net.executor.GpuNodeExecutor, or call the collectives, which compile their "
-                          "own")
+        raise unsupported(type(self).__name__, "execute(plan)", "run a multi-node plan file with hoccl_runtime."
+                          "execute(plan, buffers) in one process per node (each giving its node's buffers), or "
+                          "hoccl-run PLAN under torchrun; or call the collectives, which compile their own")
 
     def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Any, input_split_bytes: Any,
                      stream: Any = None) -> None:

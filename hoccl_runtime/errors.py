@@ -35,3 +35,6 @@ class UnsupportedPlanError(HocclError, NotImplementedError):
 class UnsupportedOpError(HocclError, NotImplementedError):
     """A call or option that HOCCL does not do (a reduce op it cannot compute, ``recv`` from any source, ...);
     the message names it and what to use instead."""
+
+
+GPU_NEEDS = "an NVIDIA GPU with driver 580 or newer and pip install 'hoccl[gpu,torch]' (CUDA 13 wheels)"

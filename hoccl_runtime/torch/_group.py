@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..errors import BufferError, CollectiveError, HocclError, UnsupportedOpError
+from ..errors import GPU_NEEDS, BufferError, CollectiveError, HocclError, UnsupportedOpError
 from ..settings import env_choice, env_int
 from ._ops import check_tensor, reduce_blocks, reduction, split_bytes
 from ._work import Completion, HocclWork
@@ -572,7 +572,6 @@ def _gpu_id(device: int) -> str:
     return str(getattr(props, "uuid", f"{socket.gethostname()}:{device}"))
 
 
-GPU_NEEDS = "an NVIDIA GPU with driver 580 or newer and pip install 'hoccl[gpu,torch]' (CUDA 13 wheels)"
 
 
 def require_cuda(what: str) -> None:

@@ -23,3 +23,7 @@ run fsdp-small-mps --mps $F --size small --steps 10 --repeats 3 --comm hoccl,ncc
 run pipe-350m-sliced $P --size 350m --steps 6 --repeats 3 --comm hoccl,nccl
 run fsdp-350m-sliced $F --size 350m --batch 2 --steps 4 --repeats 3 --comm hoccl,nccl,none --reduce nccl --timeout 60
 run fsdp-350m-mps --mps $F --size 350m --batch 2 --steps 4 --repeats 3 --comm hoccl,nccl,none --reduce nccl --timeout 60
+# hoccl-run (issue 38): plan files as hoccl-compile writes them, ranks sharing GPU 0: one node, 2 nodes of 1, 2 of 2
+PL=docs/results/2026-12-02-s22/plans
+for p in ag-1x2 a2a-1x2; do echo "=== hoccl-run $p"; timeout 120 python -m hoccl_bench.run $PL/$p.json --iters 10 2>&1 | tail -3; echo "rc=$?"; done
+for p in ag-2x1 a2a-2x2 bc-2x2; do echo "=== hoccl-run $p (tcp-nodes)"; TCP_NODES_TIMEOUT=120 bash scripts/tcp-nodes.sh hoccl_bench/run.py $PL/$p.json --iters 10 2>&1 | grep -v "^\[\|Warning\|warn" | tail -5; done

@@ -32,7 +32,8 @@ def pattern(xp: Any, rank: int, start: int, n: int) -> Any:
     """Bytes ``start .. start + n`` of rank ``rank``'s input: a hash of (rank, index), the same from NumPy and
     CuPy, so any node works out any rank's input without it."""
     i = xp.arange(start, start + n, dtype=xp.uint64)
-    h = (i + xp.uint64(rank) * xp.uint64(0x9E3779B97F4A7C15)) * xp.uint64(0xBF58476D1CE4E5B9)
+    salt = xp.uint64((rank * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)  # worked out in Python: no overflow warning
+    h = (i + salt) * xp.uint64(0xBF58476D1CE4E5B9)  # wraps modulo 2**64 element-wise, as intended
     return ((h >> xp.uint64(29)) & xp.uint64(0xFF)).astype(xp.uint8)
 
 

@@ -507,7 +507,7 @@ class NetCommunicator(_Calls):
 
         from ..net.gpu import flag_count, ring_slots
         from ..net.proxyproc import LocalRegions, ProcessProxy, SharedArena, arena_bytes
-        from ..settings import env_int
+        from ..settings import env_int, env_text
 
         slots = ring_slots(self.chunk_bytes, self.ring_bytes)
         self._arena = SharedArena(arena_bytes(1, slots, self.chunk_bytes, flag_count(1, slots) + 2 * MAX_STREAMS + 2))
@@ -520,7 +520,8 @@ class NetCommunicator(_Calls):
             "rank": self.rank, "host": host or _local_address(), "lanes": lanes, "session": f"hoccl-net-{self.world}",
             "name": f"node{self.rank}", "secret": self._secret, "topology": self.topology.model_dump(),
             "chunk_bytes": self.chunk_bytes, "timeout_s": self.timeout_s,
-            "poll_us": env_int("HOCCL_NET_POLL_US", 10, 1, 10_000)}), self.timeout_s)
+            "poll_us": env_int("HOCCL_NET_POLL_US", 10, 1, 10_000), "trace": env_text("HOCCL_NET_TRACE")}),
+            self.timeout_s)
         self._addresses = self._exchange_addresses(store, address)
         self._proxy.send(("addresses", self._addresses))
         self._ahead = env_int("HOCCL_NET_AHEAD", 0, 0)  # the proxy process never waits for this process's GIL

@@ -54,6 +54,11 @@ class HostNodeExecutor:
     """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
 
     poll_s = 50e-6  # the driving loops' sleep between polls (the proxy process sets HOCCL_NET_POLL_US)
+    marks: list | None = None  # (what, time.perf_counter()) of each run's steps, where a trace is asked for
+
+    def _mark(self, what: str) -> None:
+        if self.marks is not None:
+            self.marks.append((what, time.perf_counter()))
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
                  transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
@@ -186,6 +191,7 @@ class HostNodeExecutor:
         stage's chunks, each GPU's rings handing their slots from one stage's flow to the next (no barrier)."""
         if self.reuse:
             self._hello()
+        self._mark("hello")
         self._begin_run()
         self._local_copies()
         deadline = time.monotonic() + self.timeout_s
@@ -204,6 +210,7 @@ class HostNodeExecutor:
                                             f"{self.timeout_s:g} s: {self._waiting_for()} (a peer node stalled or "
                                             "died?)")
                 time.sleep(self.poll_s)
+        self._mark("network")
         self._finish_run()
         self._end_run()
 

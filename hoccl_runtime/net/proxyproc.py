@@ -423,9 +423,20 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             plan = plans[key] = compile_call(topology, key, chunk)
         return plan
 
+    trace_path = setup.get("trace")  # HOCCL_NET_TRACE: one row per call, written when this process ends
+    rows: list = []
+
     def run(call: tuple) -> None:
-        if call[0] is not None:
-            state["executor"].run(prepared=call[0])
+        if call[0] is None:
+            return
+        ex = state["executor"]
+        if trace_path:
+            ex.marks = [("start", time.perf_counter())]
+        ex.run(prepared=call[0])
+        if trace_path:
+            t = dict(ex.marks)
+            t["copies"] = time.perf_counter()
+            rows.append((call[3], call[4], t["start"], t["hello"], t["network"], t["copies"]))
 
     def finish(call: tuple) -> None:
         if proxy.error is not None and not reported:  # told before the call counts as finished: a synchronize that
@@ -469,17 +480,33 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
                         proxy.error = proxy.error or exc
                         prepared = decode(None, encoded, words)  # its gates still opened (skip), its DONE given
-                proxy.submit((prepared, Flag(words, start_word), Flag(words, done_word)))
+                proxy.submit((prepared, Flag(words, start_word), Flag(words, done_word), key, time.perf_counter()))
             elif what == "close":
                 return
     finally:
         proxy.close()
+        if trace_path:
+            _write_trace(trace_path, rank, rows)
         ex = state.get("executor")
         if ex is not None:
             with contextlib.suppress(Exception):
                 ex.close()
         with contextlib.suppress(Exception):
             transport.close()
+
+
+def _write_trace(path: str, rank: int, rows: list) -> None:
+    """One CSV row per call of this rank (times in us from the first call's arrival): the call, when its message
+    came, when its stream reached it (START seen), when every node's plan notice was in, when the network part was
+    through, when its copies had finished (DONE given then)."""
+    import csv
+
+    with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["call", "arrived_us", "start_us", "hello_us", "network_us", "copies_us"])
+        t0 = rows[0][1] if rows else 0.0
+        for key, *times in rows:
+            out.writerow([" ".join(str(k) for k in key)] + [f"{(t - t0) * 1e6:.1f}" for t in times])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -643,3 +643,27 @@ def test_an_all_to_allv_one_rank_refuses_is_known_to_the_others_at_once(monkeypa
         assert name in ("CollectiveError", "PlanError", "BufferError"), results
     if bad == "sizes":
         assert results[0][0] == "CollectiveError", results
+
+
+def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
+    """HOCCL_NET_TRACE: each rank's proxy process writes a row per call at close, its steps in order."""
+    import csv
+
+    monkeypatch.setenv("HOCCL_NET_TRACE", str(tmp_path / "trace"))
+
+    def body(comm, r):
+        inp, out = np.full(3000, r, np.uint8), np.zeros(6000, np.uint8)
+        for _ in range(3):
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.send(dev(inp, r), 1, stream=7) if r == 0 else comm.recv(dev(inp, r), 0, stream=7)
+        comm.synchronize()
+        return True
+
+    assert two_ranks(monkeypatch, body) == {0: True, 1: True}
+    for r in (0, 1):
+        with open(tmp_path / f"trace.rank{r}.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert [row["call"] for row in rows] == ["allgather 6000"] * 3 + ["sendrecv 0 1 3000"], rows
+        for row in rows:
+            times = [float(row[k]) for k in ("start_us", "hello_us", "network_us", "copies_us")]
+            assert times == sorted(times) and float(row["arrived_us"]) >= 0

@@ -393,6 +393,7 @@ class HostNodeExecutor:
         progressed = False
         while self._staged and self._done(self._staged[0][0]):
             _, conn, args, imm, ubar, x = self._staged.popleft()
+            self._mark("staged")
             self._inflight[(id(conn), conn.write(*args, imm=imm))] = (ubar, x)
             progressed = True
         while self._landing and self._done(self._landing[0][0]):
@@ -460,6 +461,7 @@ class HostNodeExecutor:
                                f"from it ({why})", imm)
         run.got[vbar][pos] = 1
         run.receives_left -= 1
+        self._mark("received")
         ring = int(seq.ring[pos])
         if ring < 0:
             return

@@ -42,18 +42,3 @@ def test_every_script_the_tests_run_is_there():
     missing = sorted(n for n in names if not any((d / n).exists() for d in where))
     assert not missing, missing
     assert {"mp_worker.py", "mp_torch_worker.py", "netns_peer.py", "train_fsdp.py"} <= names  # the scan sees them
-
-
-def test_library_code_names_no_session():
-    """Docstrings and comments give definitions, defaults, units and a link to the measurement (docs/results/...),
-    not the diary: "session 18", "the fifth session's runs" belong under docs/results/."""
-    import re
-
-    pattern = re.compile(r"\bsessions? \d+|\b(?:\w+th|first|second|third) session\b", re.IGNORECASE)
-    found = []
-    for package in ("hoccl_compiler", "hoccl_runtime", "hoccl_bench"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if pattern.search(line):
-                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not found, "\n".join(found)

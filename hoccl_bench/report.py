@@ -16,6 +16,7 @@ came from.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -35,18 +36,36 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
             data = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} is not valid JSON ({exc}); rerun the benchmark that wrote it") from None
-        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        if not isinstance(data, dict):
             continue
-        kind = data.get("kind") or "bandwidth"
+        kind = data.get("kind", "bandwidth")
+        if not isinstance(kind, str):
+            raise ValueError(f"{path}: 'kind' is {kind!r}; expected one of {sorted(_NEEDS)}")
+        if not isinstance(data.get("rows"), list):
+            if "rows" in data:
+                raise ValueError(f"{path}: 'rows' is a {type(data['rows']).__name__}, not a list; rerun the benchmark")
+            continue  # not a benchmark file (another tool's JSON in the folder)
+        if kind not in _NEEDS:
+            raise ValueError(f"{path}: unknown kind {kind!r}; expected one of {sorted(_NEEDS)}")
+        env = data.get("env")
+        if env is not None and not isinstance(env, dict):
+            raise ValueError(f"{path}: 'env' is a {type(env).__name__}; expected an object of settings")
         runs.append({"file": path.name, "kind": kind,
                      **{k: data.get(k) for k in ("date", "gpu", "driver", "env", "machine", "torch", "nccl",
                                                  "traffic_first")}})
-        settings = [v for v in data.get("variants") or [] if isinstance(v, dict) and "setting" in v]
+        variants = data.get("variants")
+        if variants is not None and not isinstance(variants, list):
+            raise ValueError(f"{path}: 'variants' is a {type(variants).__name__}, not a list; rerun the benchmark")
+        settings = [v for v in variants or [] if isinstance(v, dict) and "setting" in v]
+        for v in settings:
+            _numbers(path, f"variant {v.get('setting')!r}", v, _SETTING_NUMBERS, required=True)
+            rounds = v.get("per_round")
+            if rounds is not None and (not isinstance(rounds, list) or not all(_is_number(x) for x in rounds)):
+                raise ValueError(f"{path}: variant {v.get('setting')!r}'s per_round is {rounds!r}; expected a list "
+                                 "of numbers")
         if kind == "internode" and settings:  # bench_internode's 1 GiB settings against plain sockets
             runs[-1]["settings"] = settings
-        need = _NEEDS.get(kind)
-        if need is None:
-            raise ValueError(f"{path}: unknown kind {kind!r}; expected one of {sorted(_NEEDS)}")
+        need = _NEEDS[kind]
         for i, row in enumerate(data["rows"]):
             if not isinstance(row, dict):
                 raise ValueError(f"{path}: row {i} is a {type(row).__name__}, not an object; rerun the benchmark")
@@ -59,6 +78,11 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
                 if isinstance(value, bool) or not isinstance(value, want) or (key == "size" and value < 0):
                     raise ValueError(f"{path}: row {i}'s {key} is {value!r}; expected "
                                      f"{'text' if want is str else 'a byte count' if want is int else 'a number'}")
+            _numbers(path, f"row {i}", row, _OPTIONAL_NUMBERS)
+            spread = row.get("spread")
+            if spread is not None and (not isinstance(spread, list) or len(spread) != 2 or
+                                       not all(_is_number(x) for x in spread)):
+                raise ValueError(f"{path}: row {i}'s spread is {spread!r}; expected [min, max]")
             rows.append({**row, "file": path.name, "kind": kind})
     if not rows:
         raise ValueError(f"no benchmark rows in {folder} (expected *.json files with a 'rows' list)")
@@ -66,6 +90,23 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
 
 
 _TEXT = {"op", "impl", "load", "comm"}  # the other fields every row needs are numbers
+# fields a row may carry, each a number (or null) where present; a variant's 1 GiB setting figures
+_OPTIONAL_NUMBERS = ("host_us", "sms", "watts", "sm_mhz", "paired", "power_cap", "cpu_us_per_call", "of_raw_sockets",
+                     "seconds", "d2h_seconds", "transport_seconds", "raw_socket_seconds", "host_path_seconds")
+_SETTING_NUMBERS = ("gpu_seconds", "raw_socket_seconds", "of_raw_sockets")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _numbers(path: Path, what: str, obj: dict[str, Any], keys: Sequence[str], required: bool = False) -> None:
+    for key in keys:
+        if key not in obj and required:
+            raise ValueError(f"{path}: {what} lacks {key}; rerun the benchmark that wrote it")
+        value = obj.get(key)
+        if (value is not None or required) and not _is_number(value):
+            raise ValueError(f"{path}: {what}'s {key} is {value!r}; expected a number")
 _NEEDS = {"bandwidth": {"op", "impl", "size", "gbps"}, "internode": {"op", "impl", "size", "gbps"},
           "launch": {"op", "impl", "size", "host_us"}, "contention": {"load", "comm", "slowdown", "delivered_gbps"}}
 
@@ -174,9 +215,27 @@ def plot(rows: list[dict[str, Any]], folder: Path) -> list[Path]:
     out = []
 
     def save(fig: Any, name: str) -> None:
-        fig.savefig(folder / name, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        out.append(folder / name)
+        # a name from the results' own text (an op, a load) must not leave the folder: anything but letters,
+        # digits, '.', '-' and '_' becomes '_'; the file is written beside and moved over the name, so a
+        # symlink planted there is replaced, not written through
+        import os
+        import re
+        import tempfile
+
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "plot.png"
+        target = folder / safe
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".hoccl-plot-", suffix=".png")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fig.savefig(fh, format="png", dpi=110, bbox_inches="tight")
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            plt.close(fig)
+        out.append(target)
 
     def lines(kind: str, key: str, ylabel: str, name: str) -> None:
         mine = [r for r in rows if r["kind"] == kind]
@@ -265,8 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             sys.stdout.write(text)
     except (ValueError, OSError) as exc:
-        print(f"hoccl-bench-report: error: {exc}", file=sys.stderr)
+        print(f"hoccl-bench-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, not a traceback
+        print(f"hoccl-bench-report: internal error: {type(exc).__name__}: {exc}; this is a bug in HOCCL, please "
+              "report it with the results folder", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -196,3 +196,42 @@ def test_report_names_each_contention_rows_file_when_there_are_several(tmp_path)
         names = sorted(q.name for q in (tmp_path / "png").iterdir())
         assert names == ["contention-a-gemm-curve.png", "contention-a-gemm.png", "contention-b-gemm-curve.png",
                          "contention-b-gemm.png"], names
+
+
+@pytest.mark.parametrize("content, needle", [
+    ({"kind": [], "rows": []}, "'kind' is []"),
+    ({"kind": []}, "'kind' is []"),
+    ({"rows": 5}, "'rows' is a int"),
+    ({"env": "HOCCL_X=1", "rows": [{"op": "a", "impl": "b", "size": 1, "gbps": 1.0}]}, "'env' is a str"),
+    ({"kind": "contention", "rows": [{"load": "gemm", "comm": "hoccl", "slowdown": 1.1, "delivered_gbps": 5,
+                                      "spread": 5}]}, "spread is 5"),
+    ({"kind": "internode", "variants": [{"setting": "lanes 8"}], "rows": [
+        {"op": "a", "impl": "b", "size": 1, "gbps": 1.0}]}, "variant 'lanes 8' lacks gpu_seconds"),
+    ({"kind": "internode", "variants": 5, "rows": []}, "'variants' is a int"),
+    ({"rows": [{"op": "a", "impl": "b", "size": 1, "gbps": 1.0, "host_us": "fast"}]}, "host_us is 'fast'"),
+])
+def test_a_malformed_results_file_is_one_line_naming_the_field(tmp_path, capsys, content, needle):
+    """Each of these gave a traceback (or exit 0) before: now exit 2 and one line naming the file and the field."""
+    from hoccl_bench.report import main
+
+    (tmp_path / "r.json").write_text(json.dumps(content))
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "r.json" in err and needle in err, err
+
+
+def test_plot_names_stay_in_their_folder_and_replace_a_planted_symlink(tmp_path):
+    pytest.importorskip("matplotlib")
+    from hoccl_bench.report import plot
+
+    rows = [{"kind": "bandwidth", "op": "../../escaped", "impl": "x", "size": 1 << 20, "gbps": 1.0},
+            {"kind": "bandwidth", "op": "allgather", "impl": "x", "size": 1 << 20, "gbps": 2.0}]
+    folder = tmp_path / "plots"
+    folder.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (folder / "allgather.png").symlink_to(victim)
+    written = plot(rows, folder)
+    assert all(p.parent == folder for p in written), written
+    assert not (tmp_path / "escaped.png").exists() and not list(tmp_path.parent.glob("escaped*"))
+    assert victim.read_text() == "keep" and not (folder / "allgather.png").is_symlink()

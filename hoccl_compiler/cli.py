@@ -273,6 +273,8 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
     from .schema import save_plan
 
     output = Path(args.output) if args.output else Path("schedules") / _default_name(kind, topo, size, args.root)
+    if output.is_dir():  # before anything is written (a --dump-after file beside it included)
+        raise _UsageError(f"-o {output} is a folder; give the plan's file name, e.g. {output / 'plan.json'}")
     from .pattern import EXPAND_LIMIT, compile_pattern, format_pattern, pattern_applies, verify_pattern
 
     why_not = pattern_applies(topo, spec)

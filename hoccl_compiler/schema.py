@@ -353,6 +353,9 @@ def load_plan(path: str | Path, *, max_bytes: int | None = None, patterns: bool 
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise PlanError(f"plan {path} is not valid JSON ({exc}); recompile it with hoccl-compile") from None
+        except ValueError as exc:  # an integer of more digits than Python converts (4300)
+            raise PlanError(f"plan {path} holds a number too long to read ({exc}); no plan field takes one: "
+                            "recompile it with hoccl-compile") from None
         if isinstance(data, dict) and data.get("encoding") == "pattern-1":
             return load_pattern(data, source=f"plan {path}")
     return plan_from_json(raw, source=str(path))
@@ -365,6 +368,9 @@ def plan_from_json(raw: bytes | str, source: str = "<plan>") -> Plan:
         raise PlanError(f"plan {source} nests too deeply to be a HOCCL plan") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PlanError(f"plan {source} is not valid JSON ({exc}); it may be truncated or corrupt: "
+                        "recompile it with hoccl-compile") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+        raise PlanError(f"plan {source} holds a number too long to read ({exc}); no plan field takes one: "
                         "recompile it with hoccl-compile") from None
     if not isinstance(head, dict) or "schema_version" not in head:
         raise PlanError(f"{source} is not a HOCCL plan (no schema_version field)")

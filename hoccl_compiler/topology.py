@@ -214,6 +214,9 @@ def load_topology(path: str | Path, **overrides: Any) -> Topology:
             raise TopologyError(f"topology file {path} is not valid YAML: {exc}") from None
         except RecursionError:
             raise TopologyError(f"topology file {path} nests too deeply to be a topology") from None
+        except ValueError as exc:  # an integer of more digits than Python converts (4300)
+            raise TopologyError(f"topology file {path} holds a number too long to read ({exc}); no topology "
+                                "field takes one") from None
     else:
         try:
             data = json.loads(text)
@@ -221,6 +224,9 @@ def load_topology(path: str | Path, **overrides: Any) -> Topology:
             raise TopologyError(f"topology file {path} is not valid JSON: {exc}") from None
         except RecursionError:
             raise TopologyError(f"topology file {path} nests too deeply to be a topology") from None
+        except ValueError as exc:  # an integer of more digits than Python converts (4300)
+            raise TopologyError(f"topology file {path} holds a number too long to read ({exc}); no topology "
+                                "field takes one") from None
     if not isinstance(data, dict):
         raise TopologyError(f"topology file {path} must hold an object with the topology's fields, "
                             f"got {type(data).__name__}")

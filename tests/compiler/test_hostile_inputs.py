@@ -258,3 +258,36 @@ def test_a_ragged_hoccl_matrix_and_a_nan_stage_time_are_plan_errors():
     compact["stages"][0]["time_s"] = float("nan")
     with pytest.raises(PlanError, match="time_s is nan"):
         plan_from_json(json.dumps(compact))
+
+
+def test_a_5000_digit_number_is_refused_naming_the_file(tmp_path, capsys):
+    """Python refuses to convert an integer of more than 4300 digits (ValueError): a plan or topology file with
+    one is a one-line error that names the file, from the library and the CLIs."""
+    huge = "1" + "0" * 5000
+    topo = tmp_path / "topo.json"
+    topo.write_text('{"name": "x", "nodes": ' + huge + '}')
+    code = compile_main(["allgather", "--size", "1M", "--topology", str(topo), "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    _one_error_line(code, err)
+    assert str(topo) in err and "too long to read" in err
+    plan = compile_plan(make_topology("h200x2"), CollectiveSpec(kind="allgather", size_bytes=4096))
+    text = plan.model_dump_json().replace('"chunk_bytes":', '"chunk_bytes":' + huge + ', "x":', 1)
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    with pytest.raises(PlanError, match="too long to read"):
+        plan_from_json(text, source=str(path))
+    code = inspect_main([str(path)])
+    err = capsys.readouterr().err
+    _one_error_line(code, err, "hoccl-inspect")
+    assert str(path) in err and "too long to read" in err
+
+
+def test_dump_after_into_a_folder_writes_nothing(tmp_path, capsys):
+    """-o naming a folder is refused before anything is written: no DIR.traffic.json is left beside it."""
+    out = tmp_path / "plans"
+    out.mkdir()
+    code = compile_main(["allgather", "--size", "1M", "--topology", "h200x2", "--dump-after", "traffic", "-o",
+                         str(out)])
+    err = capsys.readouterr().err
+    _one_error_line(code, err)
+    assert "is a folder" in err and sorted(p.name for p in tmp_path.iterdir()) == ["plans"]

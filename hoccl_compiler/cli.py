@@ -118,6 +118,11 @@ def _run(prog: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print(f"{prog}: error: ran out of memory; lower HOCCL_MAX_PLAN_MEMORY below this machine's free memory so "
+              "that too large a plan or compile is refused before it starts, or use a machine with more",
+              file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         if os.environ.get("HOCCL_DEBUG"):
             traceback.print_exc()

@@ -134,6 +134,18 @@ def _resident(G: int, ranks: np.ndarray, offsets: np.ndarray, nbytes: np.ndarray
     return off, size
 
 
+def flow_count(spec: CollectiveSpec, G: int) -> int:
+    """How many (source, destination) flows the collective has on ``G`` ranks, worked out from the spec alone (no
+    G x G structure is built): what the compile's memory grows with."""
+    if spec.kind in ("allgather", "alltoall"):
+        return G * G
+    if spec.kind in ("alltoallv", "matrix") and spec.matrix is not None:
+        return sum(1 for row in spec.matrix for b in row if b)
+    if spec.kind == "sendrecv" and spec.pairs is not None:
+        return len(spec.pairs)
+    return G  # broadcast, scatter, gather: one flow per rank
+
+
 def _check_size_divisible(spec: CollectiveSpec, G: int) -> int:
     size = spec.size_bytes
     if size is None:

@@ -65,8 +65,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "bandwidths)"),
     "HOCCL_MAX_PLAN_BYTES": ("2147483648", "the largest plan file load_plan reads, in bytes after decompression (a "
                              "guard against decompression bombs)"),
-    "HOCCL_MAX_PLAN_MEMORY": ("", "the memory a compact plan may take to decode, in bytes (default: half of this "
-                              "machine's memory): a small file whose header claims a huge collective is refused"),
+    "HOCCL_MAX_PLAN_MEMORY": ("", "the memory a plan may take to decode or compile, in bytes (default: half of this "
+                              "machine's memory): a compact or pattern header that claims a huge collective, a small "
+                              "gzip of millions of stages, or an explicit compile of too many flows is refused before "
+                              "it starts, with the numbers"),
     "HOCCL_DEBUG": ("", "set to anything: the CLIs print the traceback of an unexpected error"),
 }
 

@@ -291,3 +291,50 @@ def test_dump_after_into_a_folder_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     _one_error_line(code, err)
     assert "is a folder" in err and sorted(p.name for p in tmp_path.iterdir()) == ["plans"]
+
+
+def test_a_compile_too_large_for_the_memory_budget_is_refused_before_it_starts(tmp_path, capsys, monkeypatch):
+    """A 65536 x 64 topology (4 M GPUs): the explicit All-to-All would need 2**44 flows, the pattern AllGather 10
+    GiB; both are refused at once with the numbers and the way out, not a MemoryError after minutes."""
+    topo = tmp_path / "huge.json"
+    topo.write_text(json.dumps({"name": "huge", "nodes": 65536, "gpus_per_node": 64, "nvlink_gbps": 400,
+                                "nic_gbps": 50}))
+    monkeypatch.setenv("HOCCL_MAX_PLAN_MEMORY", str(4 << 30))
+    t0 = time.monotonic()
+    code = compile_main(["alltoall", "--size", "4M", "--topology", str(topo), "--pattern", "off", "-o",
+                         str(tmp_path / "a.json")])
+    err = capsys.readouterr().err
+    _one_error_line(code, err)
+    assert "17,592,186,044,416 flows" in err and "--pattern on" in err and "HOCCL_MAX_PLAN_MEMORY" in err
+    code = compile_main(["allgather", "--size", "4M", "--topology", str(topo), "-o", str(tmp_path / "b.json")])
+    err = capsys.readouterr().err
+    _one_error_line(code, err)
+    assert "pattern plan of 4,194,304 GPUs" in err and "4.0 GiB allowed" in err
+    assert time.monotonic() - t0 < 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.json"]
+
+
+def test_a_small_gzip_of_a_million_empty_stages_is_refused_before_decoding(tmp_path, capsys, monkeypatch):
+    """4 MB of gzip that inflates to 243 MB of JSON with 1.5 M empty stages took 5.2 GB and a minute to decode: its
+    cost is worked out from the JSON's size and its stage count first, against HOCCL_MAX_PLAN_MEMORY."""
+    import gzip
+
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
+                        CollectiveSpec(kind="allgather", size_bytes=4096))
+    data = json.loads(plan.model_dump_json())
+    empty = {"index": 0, "time_s": 0.0, "chunks": [],
+             "transfers": {k: [] for k in ("flow", "role", "src", "dst", "offset", "bytes", "queue", "after")}}
+    data["stages"] += [dict(empty, index=i + 1) for i in range(300_000)]
+    path = tmp_path / "many.json.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(json.dumps(data).encode())
+    monkeypatch.setenv("HOCCL_MAX_PLAN_MEMORY", str(512 << 20))
+    t0 = time.monotonic()
+    code = inspect_main([str(path)])
+    err = capsys.readouterr().err
+    _one_error_line(code, err, "hoccl-inspect")
+    assert "300,001 stages" in err and "to decode" in err and time.monotonic() - t0 < 20
+    monkeypatch.delenv("HOCCL_MAX_PLAN_MEMORY")  # a real plan still loads under the default budget
+    small = tmp_path / "small.json"
+    small.write_text(plan.model_dump_json())
+    assert inspect_main([str(small)]) == 0

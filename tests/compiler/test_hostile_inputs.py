@@ -23,7 +23,7 @@ from hoccl_compiler.errors import HocclError, PlanError
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.schema import plan_from_json
 from hoccl_runtime import _trust
-from hoccl_runtime.net.transport.tcp import TcpTransport
+from hoccl_runtime.net.transport.tcp import HELLO, TcpTransport
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -160,6 +160,63 @@ _ENCODED = _encodings()
 _HOSTILE_VALUES = [None, -1, 0, 3, 1.5, 1e308, "x", [], {}, True, 2**63, -(2**63) - 1, 2**64 - 1, 2**70]
 
 
+@contextlib.contextmanager
+def memory_bound(extra_gib: float):
+    """The process's address space capped at what it maps now plus ``extra_gib`` (RLIMIT_AS, soft limit only, put
+    back after): a decoder that tries to build what a hostile header claims gets a MemoryError, which fails the
+    test, instead of the machine's memory."""
+    import resource
+
+    with open("/proc/self/status") as fh:
+        vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = vm + int(extra_gib * (1 << 30))
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+_HEADER_INTS = [2**31, 2**40, 65536, 16384, 4096 * 64, 10**12]
+
+
+@settings(max_examples=60, deadline=10_000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_hostile_compact_and_pattern_headers_stay_in_memory_and_time(data, monkeypatch):
+    """A compact or pattern plan whose header claims a huge collective (nodes, GPUs per node, sizes, stage counts set
+    to large integers, several at once): load + verify end in a valid plan or a HocclError within 10 s each, and
+    the address space stays within 3 GiB of what the process maps (HOCCL_MAX_PLAN_MEMORY at 1 GiB)."""
+    from hoccl_compiler import verify_plan
+
+    monkeypatch.setenv("HOCCL_MAX_PLAN_MEMORY", str(1 << 30))
+    encoding = data.draw(st.sampled_from(["compact", "pattern"]))
+    doc = json.loads(json.dumps(_ENCODED[encoding]))
+    ints = [p for p in _leaves(doc) if p and isinstance(_at(doc, p), int) and not isinstance(_at(doc, p), bool)
+            and len(p) <= 3]
+    for _ in range(data.draw(st.integers(1, 4))):
+        path = data.draw(st.sampled_from(ints))
+        with contextlib.suppress(KeyError, IndexError, TypeError):
+            _set(doc, path, data.draw(st.sampled_from(_HEADER_INTS)))
+    text = json.dumps(doc)
+    with memory_bound(3.0), contextlib.suppress(HocclError):
+        plan = plan_from_json(text)
+        if encoding == "compact":
+            verify_plan(plan)
+
+
+def _at(doc, path):
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def _set(doc, path, value):
+    _at(doc, path[:-1])[path[-1]] = value
+
+
 @FUZZ
 @given(st.data())
 def test_plans_with_hostile_values_are_valid_or_refused(data):
@@ -214,6 +271,59 @@ def test_a_hostile_peers_bytes_never_break_the_handshake(strays):
     finally:
         tcp.HELLO_TIMEOUT_S = old
         rx.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, HELLO.size + 8), st.sampled_from(["stall", "half-close", "drip"])),
+                min_size=1, max_size=6))
+def test_slow_and_half_open_peers_never_hold_up_the_real_one(peers):
+    """Peers that send part of a hello (or a few bytes more) and then stall, close their write side, or drip one
+    byte at a time, all at once beside the real peer: the real peer is accepted within the whole-handshake deadline
+    plus its own connect, each hostile socket is dropped, and nothing raises but a HocclError."""
+    import hoccl_runtime.net.transport.tcp as tcp
+
+    old = tcp.HELLO_TIMEOUT_S
+    tcp.HELLO_TIMEOUT_S = 0.5
+    secret = os.urandom(32)
+    rx = TcpTransport(lanes=1, session="job", secret=secret)
+    socks, stop = [], threading.Event()
+    try:
+        address = rx.listen()
+        host, port = address.split(":")
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=20)), daemon=True)
+        t.start()
+        junk = os.urandom(HELLO.size + 8)
+        for n, how in peers:
+            c = socket.create_connection((host, int(port)), timeout=5)
+            socks.append(c)
+            if how == "drip":
+                threading.Thread(target=_drip, args=(c, junk[:max(n, 1)], stop), daemon=True).start()
+                continue
+            c.sendall(junk[:n])
+            if how == "half-close":
+                c.shutdown(socket.SHUT_WR)
+        tx = TcpTransport(lanes=1, session="job", secret=secret, name="real")
+        t0 = time.monotonic()
+        tx.connect(address, timeout_s=15)
+        t.join(20)
+        assert box.get("conn") is not None and box["conn"].peer_name == "real"
+        assert time.monotonic() - t0 < 10
+        tx.close()
+    finally:
+        stop.set()
+        tcp.HELLO_TIMEOUT_S = old
+        for c in socks:
+            c.close()
+        rx.close()
+
+
+def _drip(c: socket.socket, raw: bytes, stop: threading.Event) -> None:
+    for b in raw:
+        if stop.wait(0.05):
+            return
+        with contextlib.suppress(OSError):
+            c.sendall(bytes([b]))
 
 
 _TOKENS = ["alltoall", "allgather", "broadcast", "sendrecv", "alltoallv", "allreduce", "--size", "--nodes",
@@ -338,3 +448,10 @@ def test_a_small_gzip_of_a_million_empty_stages_is_refused_before_decoding(tmp_p
     small = tmp_path / "small.json"
     small.write_text(plan.model_dump_json())
     assert inspect_main([str(small)]) == 0
+
+
+def test_the_memory_bound_bounds():
+    """The cap the header fuzz runs under is real: 8 GiB more cannot be had inside it, and all of it comes back."""
+    with memory_bound(1.0), pytest.raises(MemoryError):
+        np.ones(8 << 30, np.uint8)
+    assert np.ones(64 << 20, np.uint8).sum() == 64 << 20

@@ -667,3 +667,55 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         for row in rows:
             times = [float(row[k]) for k in ("start_us", "hello_us", "network_us", "copies_us")]
             assert times == sorted(times) and float(row["arrived_us"]) >= 0
+
+
+def test_random_split_mismatches_between_ranks_are_refused_together_or_run_exactly(monkeypatch):
+    """Split mismatches fuzzed: 24 All-to-Allv calls with random splits (seeded, the same sequence on both ranks),
+    half of them spoiled on one rank (a size that does not add up, or output splits that are not the column of the
+    other's inputs). Each call either moves every byte right on both ranks, or raises a HocclError on both within
+    2 s, and the communicator goes on to the next call."""
+    cases = 24
+
+    def splits(case: int):
+        rng = np.random.default_rng(case)
+        m = rng.integers(0, 9, (2, 2))  # m[i][j]: bytes rank i sends rank j
+        spoil = None if case % 2 == 0 else (int(rng.integers(0, 2)), rng.choice(["sizes", "column", "negative"]))
+        return m, spoil
+
+    def body(comm, r):
+        outcomes = []
+        for case in range(cases):
+            m, spoil = splits(case)
+            send, recv = [int(b) for b in m[r]], [int(b) for b in m[:, r]]
+            inp = (np.arange(sum(send), dtype=np.uint8) + 37 * r + case).astype(np.uint8)
+            out = np.full(max(1, sum(recv)), 0xA5, np.uint8)
+            if spoil is not None and spoil[0] == r:
+                if spoil[1] == "sizes":
+                    send = [send[0] + 1, send[1]]
+                elif spoil[1] == "column":
+                    recv = [recv[1], recv[0] + 1]
+                else:
+                    send = [-1, send[1]]
+            t0 = time.monotonic()
+            try:
+                comm.all_to_all_v(dev(out, r), dev(inp, r), recv, send, stream=7)
+                comm.synchronize()
+                outcomes.append(("ok", out[:sum(int(b) for b in m[:, r])].tolist()))
+            except HocclError as exc:
+                outcomes.append(("refused", time.monotonic() - t0 < 2.0, type(exc).__name__))
+        return outcomes
+
+    results = two_ranks(monkeypatch, body)
+    assert not any(isinstance(results[r], Exception) for r in (0, 1)), results
+    for case in range(cases):
+        m, spoil = splits(case)
+        got = [results[r][case] for r in (0, 1)]
+        if spoil is None:
+            for r in (0, 1):  # block j of rank r's output is rank j's block for r
+                want = []
+                for j in (0, 1):
+                    start = int(m[j, :r].sum())
+                    want += [(start + k + 37 * j + case) % 256 for k in range(int(m[j, r]))]
+                assert got[r] == ("ok", want), (case, m, got)
+        else:
+            assert all(g[0] == "refused" and g[1] for g in got), (case, m, spoil, got)

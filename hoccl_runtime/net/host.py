@@ -130,7 +130,9 @@ class HostNodeExecutor:
             raise TransportError(f"node {self.node}: plan {self.plan.plan_id} is for {nodes} nodes, so give an address "
                                  f"for each of 0..{nodes - 1}; got {sorted(addresses)} (a different world size?)")
         for other in range(self.node + 1, nodes):
-            self.conns[other] = self.transport.connect(addresses[other], timeout_s=self.timeout_s)
+            conn = self.conns[other] = self.transport.connect(addresses[other], timeout_s=self.timeout_s)
+            if not getattr(conn, "peer_name", ""):
+                conn.peer_name = f"node{other}"  # its errors name the node, not only host:port
         for _ in range(self.node):
             conn = self.transport.accept(timeout_s=self.timeout_s)
             try:  # the connecting node's transport was named "node<i>" (see make_transport)
@@ -485,14 +487,16 @@ class HostNodeExecutor:
             x = run.next[ubar]
             if x < len(seq.stage):
                 what = "its credit" if seq.ring[x] >= self.slots and not run.credit[ubar][x] else "a free send slot"
-                return (f"GPU {ubar}'s chunk {x} to GPU {int(seq.peer[x])} (stage {int(seq.stage[x])}) waits for "
-                        f"{what}")
+                peer = int(seq.peer[x])
+                return (f"GPU {ubar}'s chunk {x} to GPU {peer} of node {self._node_of(peer)} (stage "
+                        f"{int(seq.stage[x])}) waits for {what}")
         for vbar, seq in run.inc.items():
             missing = np.flatnonzero(np.frombuffer(run.got[vbar], np.uint8) == 0)
             if missing.size:
                 x = int(missing[0])
-                return (f"GPU {vbar} waits for chunk {x} from GPU {int(seq.peer[x])} (stage {int(seq.stage[x])}) and "
-                        f"{missing.size - 1} more")
+                peer = int(seq.peer[x])
+                return (f"GPU {vbar} waits for chunk {x} from node {self._node_of(peer)} (its GPU {peer}, stage "
+                        f"{int(seq.stage[x])}) and {missing.size - 1} more")
         return f"{run.sends_left} writes to leave, {len(self._staged) + len(self._landing)} copies to finish"
 
     def _poll(self, node: int) -> list:

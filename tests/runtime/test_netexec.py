@@ -232,3 +232,34 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
         assert ex._run.credit[0][4] == 1
     finally:
         transport.close()
+
+
+@pytest.mark.parametrize("stops", [0, 1])
+def test_a_stopped_node_is_named_in_the_survivors_errors(stops):
+    """A node connects, then stops (its transport closes) before the run: the other's error names it (the node, not
+    a bare host:port), on the accepting side (node 0, which learns names from the hello) and on the connecting one
+    (node 1, told by its executor)."""
+    import threading
+
+    from hoccl_runtime.errors import HocclTimeoutError, TransportError
+    from hoccl_runtime.net.executor import HostNodeExecutor
+
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1), CollectiveSpec(kind="allgather",
+                        size_bytes=2 * 4096), CompileOptions(chunk_bytes=1024, baselines=False))
+    transports = [HostNodeExecutor.make_transport(plan, n, lanes=1, secret=b"job") for n in (0, 1)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+    execs = {n: HostNodeExecutor(plan, n, {n: (np.zeros(4096, np.uint8), np.zeros(8192, np.uint8))}, transports[n],
+                                 timeout_s=5) for n in (0, 1)}
+    threads = [threading.Thread(target=execs[n].connect, args=(addresses,)) for n in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    survivor = 1 - stops
+    try:
+        transports[stops].close()
+        with pytest.raises((TransportError, HocclTimeoutError)) as err:
+            execs[survivor].run()
+        assert f"node{stops}" in str(err.value) or f"node {stops}" in str(err.value), err.value
+    finally:
+        transports[survivor].close()

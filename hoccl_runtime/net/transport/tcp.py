@@ -178,13 +178,19 @@ class TcpConnection(Connection):
                 t.start()
                 self._threads.append(t)
 
+    @property
+    def who(self) -> str:
+        """The peer in messages: its name (``node1``: the acceptor learns it from the hello, the connector is told
+        by the executor) and its address."""
+        return f"{self.peer_name} ({self.peer})" if self.peer_name else self.peer
+
     # --- caller side ------------------------------------------------------------------------------
     def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,
               imm: int = 0) -> int:
         if self._error is not None:
             raise self._error
         if self._closing:
-            raise TransportError(f"connection to {self.peer} is closed")
+            raise TransportError(f"connection to {self.who} is closed")
         if offset < 0 or nbytes < 0 or offset + nbytes > local.nbytes:
             raise TransportError(f"write of bytes {offset}..{offset + nbytes} is outside local region {local.id} "
                                  f"({local.nbytes} bytes)")
@@ -226,7 +232,7 @@ class TcpConnection(Connection):
             if self._error is not None:
                 raise self._error from None
             if timeout_s > 0:
-                raise HocclTimeoutError(f"no completion from {self.peer} within {timeout_s:g} s") from None
+                raise HocclTimeoutError(f"no completion from {self.who} within {timeout_s:g} s") from None
             return out
         while True:
             if isinstance(item, TransportError):
@@ -262,7 +268,7 @@ class TcpConnection(Connection):
     def _fail(self, lane: int, why: str) -> None:
         if self._closing or self._error is not None:
             return
-        self._error = TransportError(f"connection to {self.peer} failed on lane {lane}: {why}")
+        self._error = TransportError(f"connection to {self.who} failed on lane {lane}: {why}")
         self._completions.put(self._error)
 
     def _send_loop(self, lane: int, sock: socket.socket) -> None:

@@ -438,7 +438,11 @@ def _inspect(argv: Sequence[str] | None) -> int:
     if args.plot:
         from .plot import plot_plan
 
-        plot_plan(plan, args.plot)
+        progress = _Progress(sys.stderr, 1)  # a status line on a terminal once it takes a second; else nothing
+        try:
+            plot_plan(plan, args.plot, progress=progress)
+        finally:
+            progress.close()
         if args.format == "text":
             print(f"wrote {args.plot}")
     return 0

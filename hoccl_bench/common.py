@@ -324,7 +324,7 @@ class Bench:
         if self._peer_comm is not None:
             self._peer_comm.close()
 
-    def make_op(self, op: str, impl: str, size: int) -> tuple[Callable[[], None], Callable[[], bool] | None]:
+    def make_op(self, op: str, impl: str, size: int) -> tuple[Callable[[], None], Callable[[], int] | None]:
         """(the call, a checker or None) moving ``size`` bytes (nccl-tests' size: the total per rank)."""
         dist, comm, r, w = self.dist, self.comm, self.rank, self.world
         n = size // w  # AllGather: each rank's part
@@ -407,11 +407,12 @@ class Bench:
         return (torch.randint(0, 256, (n_in,), dtype=torch.uint8, device=dev),
                 torch.empty(n_out, dtype=torch.uint8, device=dev))
 
-    def _checker(self, op: str, inp: Any, out: Any, call: Callable[[], None]) -> Callable[[], bool]:
-        """Fresh random input on every rank, poisoned output, one call, compare with what NCCL computes."""
+    def _checker(self, op: str, inp: Any, out: Any, call: Callable[[], None]) -> Callable[[], int]:
+        """Fresh random input on every rank, poisoned output, one call, compare with what NCCL computes: the output
+        bytes that differ (nccl-tests' #wrong, the most of any rank)."""
         torch, dist = self.torch, self.dist
 
-        def check() -> bool:
+        def check() -> int:
             fresh = torch.randint(0, 256, inp.shape, dtype=torch.uint8, device=inp.device)
             out.fill_(0xA5)
             inp.copy_(fresh)  # after the poison: an in-place input lies inside the output
@@ -432,8 +433,8 @@ class Bench:
                 if self.rank != 1:
                     want = out  # nothing arrives on the sender
             torch.cuda.synchronize()
-            ok = bool(torch.equal(out, want))
-            return self.max_over_ranks(0.0 if ok else 1.0) == 0.0
+            wrong = int((out != want).sum().item())
+            return int(self.max_over_ranks(float(wrong)))
         return check
 
     def peer_addresses(self, t: Any) -> list[int]:

@@ -149,8 +149,9 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
     for impl in ("hoccl", "raw", "nccl", "nccl-ce"):
         try:
             fn, check = b.make_op("allgather", impl, size)
-            if check is not None and not check():
-                raise RuntimeError("wrong result")
+            wrong = check() if check is not None else 0
+            if wrong:
+                raise RuntimeError(f"wrong result: {wrong} output bytes differ from NCCL's")
             variants[impl] = (fn, size * (b.world - 1) // b.world)  # bytes this rank sends per call
         except Exception as exc:  # noqa: BLE001 - reported
             b.say(f"  {impl}: unavailable ({type(exc).__name__}: {str(exc)[:150]})")
@@ -166,8 +167,9 @@ def contention(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         variants["raw-inplace"] = (b._raw("allgather", own, out_ip), sent)
     if args.peer:  # own blocks through the peer GPUs: out of place, and no SM either
         peer_fn, check = b.make_op("allgather", "hoccl-peer", size)
-        if not check():
-            raise RuntimeError("hoccl-peer: wrong result")
+        wrong = check()
+        if wrong:
+            raise RuntimeError(f"hoccl-peer: wrong result: {wrong} output bytes differ from NCCL's")
         variants["hoccl-peer"] = (peer_fn, sent)
 
     def paced(rate: float, period: float) -> None:  # one call with another pacing tick, then the default again

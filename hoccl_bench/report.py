@@ -150,7 +150,7 @@ def render(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
                      (", traffic issued before the load" if run.get("traffic_first") else ""))
     bw = [r for r in rows if r["kind"] == "bandwidth"]
     for op in sorted({r["op"] for r in bw}):
-        lines += ["", f"## {op}", "", "GB/s (host us per call)", ""]
+        lines += ["", f"## {op}", "", "algbw GB/s, nccl-tests' definition (host us per call)", ""]
         lines += _grid([r for r in bw if r["op"] == op], "impl",
                        lambda r: f"{r['gbps']:.1f}" + (f" ({r['host_us']:.0f})" if r.get("host_us") is not None
                                                        else ""))

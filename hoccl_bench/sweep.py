@@ -26,7 +26,7 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                     continue  # NCCL's copy-engine mode covers collectives, not point-to-point
                 try:
                     fn, check = b.make_op(op, impl, size)
-                    ok = check() if check is not None else None
+                    wrong = check() if check is not None else None
                     t, host = b.timed(fn, iters)
                     sms, kernel = b.sms(fn) if size == args.sm_size else (None, None)
                     free = b.sm_free(fn) if size == args.sm_size else None
@@ -48,7 +48,8 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
                 busbw = bw * (b.world - 1) / b.world if op != "sendrecv" else bw
                 gauge = b.max_over_ranks(cpu_gauge_us())  # the slowest rank's, as for the times
                 rows.append(dict(op=op, impl=impl, size=size, calls=iters, seconds=t, gbps=bw, busbw=busbw,
-                                 host_us=host, correct=ok, sms=sms, sm_kernel=kernel, sm_free=free, cpu_gauge_us=gauge,
+                                 host_us=host, wrong=wrong, correct=None if wrong is None else wrong == 0, sms=sms,
+                                 sm_kernel=kernel, sm_free=free, cpu_gauge_us=gauge,
                                  cpu=current_cpu()))
                 failures.pop((impl, op), None)  # only consecutive failures count
                 b.release()
@@ -56,15 +57,27 @@ def sweep(b: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
         b.say(f"size {size >> 20} MiB done")
     b.write(args.out, "sweep", {"rows": rows, "unavailable": unavailable,
                                 "failed_points": [f"{i} {o} {n}: {e}" for (i, o, n), e in errors.items()]})
-    b.say(f"{'op':10} {'impl':13} {'size':>9} {'GB/s':>7} {'busbw':>7} {'host us':>8} {'SMs':>4} {'SM-free':>7} ok"
-          f"{'py us':>7}")
-    for r in rows:
-        sms = "" if r["sms"] is None else r["sms"]
-        free = "" if r["sm_free"] is None else "yes" if r["sm_free"] else "no"
-        ok = "" if r["correct"] is None else r["correct"]
-        b.say(f"{r['op']:10} {r['impl']:13} {r['size'] >> 20:>5} MiB {r['gbps']:7.1f} {r['busbw']:7.1f} "
-              f"{r['host_us']:8.1f} {sms:>4} {free:>7} {ok!s:>4} {r['cpu_gauge_us']:6.2f}")
+    for line in sweep_table(rows):
+        b.say(line)
     return rows
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The sweep's table in nccl-tests' terms: size in bytes, out- or in-place, time per call (us), algbw and busbw
+    (GB/s; busbw = algbw (n - 1) / n for AllGather and All-to-All), #wrong (output bytes that differ from NCCL's, the
+    most of any rank; blank: not checked), then host us per call, SMs held and SM-free at the probe size, and the
+    CPU gauge."""
+    lines = [f"{'op':10} {'impl':13} {'size':>12} {'place':>5} {'time(us)':>10} {'algbw':>7} {'busbw':>7} "
+             f"{'#wrong':>6} {'host us':>8} {'SMs':>4} {'SM-free':>7} {'py us':>6}"]
+    for r in rows:
+        sms = "" if r.get("sms") is None else r["sms"]
+        free = "" if r.get("sm_free") is None else "yes" if r["sm_free"] else "no"
+        wrong = "" if r.get("wrong") is None else r["wrong"]
+        place = "in" if "inplace" in r["impl"] else "out"
+        lines.append(f"{r['op']:10} {r['impl']:13} {r['size']:>12} {place:>5} {r['seconds'] * 1e6:10.1f} "
+                     f"{r['gbps']:7.1f} {r['busbw']:7.1f} {wrong!s:>6} {r['host_us']:8.1f} {sms!s:>4} {free:>7} "
+                     f"{r['cpu_gauge_us']:6.2f}")
+    return lines
 
 
 # --- launch ----------------------------------------------------------------------------------------------

@@ -235,3 +235,25 @@ def test_plot_names_stay_in_their_folder_and_replace_a_planted_symlink(tmp_path)
     assert all(p.parent == folder for p in written), written
     assert not (tmp_path / "escaped.png").exists() and not list(tmp_path.parent.glob("escaped*"))
     assert victim.read_text() == "keep" and not (folder / "allgather.png").is_symlink()
+
+
+def test_the_sweep_table_speaks_nccl_tests():
+    """hoccl-bench sweep's table: size in bytes, out/in place, time per call, algbw and busbw, #wrong (blank where a
+    row was not checked), as nccl-tests prints them; the report says its GB/s are algbw."""
+    from hoccl_bench.report import render
+    from hoccl_bench.sweep import sweep_table
+
+    rows = [dict(op="allgather", impl="hoccl", size=1 << 30, seconds=1.43e-3, gbps=750.8, busbw=375.4, wrong=0,
+                 host_us=12.1, sms=0, sm_free=True, cpu_gauge_us=1.0),
+            dict(op="allgather", impl="hoccl-inplace", size=1 << 30, seconds=1.41e-3, gbps=760.2, busbw=380.1, wrong=3,
+                 host_us=12.0, sms=None, sm_free=None, cpu_gauge_us=1.0),
+            dict(op="allgather", impl="nccl", size=1 << 30, seconds=2.03e-3, gbps=529.1, busbw=264.6, wrong=None,
+                 host_us=20.0, sms=32, sm_free=False, cpu_gauge_us=1.0)]
+    head, *lines = sweep_table(rows)
+    assert head.split()[:8] == ["op", "impl", "size", "place", "time(us)", "algbw", "busbw", "#wrong"]
+    cells = [line.split() for line in lines]
+    assert cells[0][:8] == ["allgather", "hoccl", str(1 << 30), "out", "1430.0", "750.8", "375.4", "0"]
+    assert cells[1][3] == "in" and cells[1][7] == "3"
+    assert cells[2][7] == "20.0"  # no #wrong for an unchecked row: the next column follows
+    text = render([{**r, "kind": "bandwidth", "file": "sweep.json"} for r in rows], [])
+    assert "algbw GB/s" in text

@@ -81,13 +81,15 @@ COMPILE_BYTES_PER_FLOW = 4096
 
 def check_compile_memory(topology: Topology, collective: CollectiveSpec) -> None:
     """Refuse, before building anything, a compile whose structures would not fit the memory budget
-    (``HOCCL_MAX_PLAN_MEMORY``, default half of this machine's memory), with the numbers and what to do."""
+    (:func:`compile_budget`), with the numbers and what to do."""
     from .collective import flow_count
-    from .schema import decode_budget
 
     G = topology.num_gpus
     flows = flow_count(collective, G)
-    need, budget = flows * COMPILE_BYTES_PER_FLOW, decode_budget()
+    need = flows * COMPILE_BYTES_PER_FLOW
+    if need <= 1 << 30:
+        return  # small compiles never wait for a look at the machine's memory
+    budget, which = compile_budget()
     if need > budget:
         from .pattern import pattern_applies
 
@@ -95,7 +97,24 @@ def check_compile_memory(topology: Topology, collective: CollectiveSpec) -> None
                 if pattern_applies(topology, collective) is None else "compile it for fewer GPUs")
         raise ScheduleError(f"{collective.kind} on {G:,} GPUs has {flows:,} flows; an explicit plan of them takes "
                             f"about {need / 2**30:,.1f} GiB to compile, over the {budget / 2**30:.1f} GiB allowed "
-                            f"(HOCCL_MAX_PLAN_MEMORY, default half of this machine's memory): {hint}")
+                            f"({which}): {hint}")
+
+
+def compile_budget() -> tuple[int, str]:
+    """(bytes a compile may take, where that figure comes from): HOCCL_MAX_PLAN_MEMORY where set, else 90% of the
+    memory available now (MemAvailable; a compile that needs more would swap or be killed)."""
+    import os
+
+    from .schema import decode_budget
+
+    if os.environ.get("HOCCL_MAX_PLAN_MEMORY", "").strip():
+        return decode_budget(), "HOCCL_MAX_PLAN_MEMORY"
+    try:
+        with open("/proc/meminfo") as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
+        return int(kib * 1024 * 0.9), "90% of this machine's available memory; HOCCL_MAX_PLAN_MEMORY sets another"
+    except (OSError, StopIteration, ValueError):
+        return decode_budget(), "half of this machine's memory; HOCCL_MAX_PLAN_MEMORY sets another"
 
 
 def compile_plan(

@@ -66,7 +66,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_MAX_PLAN_BYTES": ("2147483648", "the largest plan file load_plan reads, in bytes after decompression (a "
                              "guard against decompression bombs)"),
     "HOCCL_MAX_PLAN_MEMORY": ("", "the memory a plan may take to decode or compile, in bytes (default: half of this "
-                              "machine's memory): a compact or pattern header that claims a huge collective, a small "
+                              "machine's memory to decode or compile a pattern, 90% of its available memory for an "
+                              "explicit compile): a compact or pattern header that claims a huge collective, a small "
                               "gzip of millions of stages, or an explicit compile of too many flows is refused before "
                               "it starts, with the numbers"),
     "HOCCL_DEBUG": ("", "set to anything: the CLIs print the traceback of an unexpected error"),

@@ -150,7 +150,7 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
     candidates: small chunks pay a start each and interleave finely, large ones fill and drain forwarded paths
     slowly; the larger of two near-equal sizes makes a smaller plan. Candidates are tried from the largest down,
     until two in a row are worse than the best so far or one would cut the plan into more than ``CHUNK_BUDGET``
-    chunks. Returns the size and its chunk order (costed on the way: not made again)."""
+    chunks (the largest is always costed). Returns the size and its chunk order (costed on the way: not made again)."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
         return DEFAULT_CHUNK_BYTES, chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
@@ -159,7 +159,9 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
     orders: dict[int, np.ndarray] = {}  # of the candidates within the tolerance of the best so far
     worse = 0
     for c in candidates:  # largest first: fewer chunks, cheaper to cost
-        if int(np.maximum(1, -(-tr_bytes // c)).sum()) > CHUNK_BUDGET:
+        # past the budget no smaller chunk is tried; the largest always is (each transfer whole: the fewest entries
+        # any chunk size gives, so with more than CHUNK_BUDGET transfers it is the only choice)
+        if times and int(np.maximum(1, -(-tr_bytes // c)).sum()) > CHUNK_BUDGET:
             break
         order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
         times[c] = float(cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue,

@@ -338,3 +338,17 @@ def test_uniform_alltoall_plans_keep_their_stages_and_bound():
     plan = compile_plan(make_topology("dgx-h100", nodes=4), CollectiveSpec(kind="alltoall", size_bytes=1 << 30),
                         CompileOptions(baselines=False))
     assert len(plan.stages) == 3 * 8 and plan.report.breakdown_s["ports"] == pytest.approx(plan.report.lower_bound_s)
+
+
+def test_chunk_auto_past_the_entry_budget_takes_whole_transfers(monkeypatch):
+    """More transfers than the chunk-entry budget (4 M; here shrunk to 10): --chunk auto found no candidate and
+    died on min() of nothing (an internal error posing as bad input, above 2048 GPUs). The largest chunk, each
+    transfer whole, is always costed, and it is the choice."""
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_compiler.passes import chunks
+
+    monkeypatch.setattr(chunks, "CHUNK_BUDGET", 10)
+    plan = compile_plan(make_topology("paper-h800", nodes=2), CollectiveSpec(kind="alltoall", size_bytes=16 << 20))
+    transfers = sum(len(s.transfers.flow) for s in plan.stages)
+    assert transfers > 10
+    assert plan.options.chunk_bytes >= max(b for s in plan.stages for b in s.transfers.bytes)

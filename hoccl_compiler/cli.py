@@ -264,7 +264,8 @@ def _compile(argv: Sequence[str] | None) -> int:
         raise _UsageError(f"--chunk {args.chunk} must be a positive size, e.g. 4MiB, or auto")
     if args.max_extra_time is not None and not 0 <= args.max_extra_time <= 1:
         raise _UsageError(f"--max-extra-time {args.max_extra_time} must be a fraction in 0..1, e.g. 0.01")
-    options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines, max_extra_time=args.max_extra_time)
+    options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines, max_extra_time=args.max_extra_time,
+                             byte_replay=None)  # the CLI replays small plans byte by byte too
     progress = _Progress(sys.stderr, len(PASS_NAMES), verbose=args.verbose, quiet=args.quiet)
     try:
         return _compile_and_write(args, kind, topo, spec, size, options, progress)

@@ -116,9 +116,9 @@ def test_the_runtime_compiles_for_the_machine_not_a_preset(monkeypatch, tmp_path
     assert topo.peers == (1, 0, 3, 2)  # the file's peer map was for 2 GPUs: the default pairs for 4
 
 
-def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch):
-    """compile_call verifies structurally but never replays bytes (the replay made small compiles 6-13 ms); a
-    CLI compile of the same size still replays."""
+def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch, tmp_path):
+    """compile_call and a default compile_plan verify structurally but never replay bytes (the replay made small
+    compiles 6-17 ms); hoccl-compile of the same size still replays (CompileOptions(byte_replay=None))."""
     import hoccl_compiler.verify as verify
     from hoccl_compiler import CollectiveSpec, compile_plan
     from hoccl_runtime.plans import compile_call
@@ -133,6 +133,16 @@ def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch):
     plan = compile_call(topo, ("alltoall", 1 << 20), 1 << 40)
     assert plan.num_ranks == 8 and structural and not replays
     compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=1 << 20))
+    assert not replays
+    from hoccl_compiler.ir import CompileOptions
+
+    compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=1 << 20), CompileOptions(byte_replay=None))
+    assert replays
+    replays.clear()
+    from hoccl_compiler.cli import compile_main
+
+    assert compile_main(["alltoall", "--topology", "dgx-h100", "--nodes", "1", "--size", "1MiB", "-q", "-o",
+                         str(tmp_path / "p.json")]) == 0
     assert replays
 
 

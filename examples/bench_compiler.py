@@ -154,13 +154,13 @@ def single_node_ms(repeats: int = 20) -> float:
 def on_demand_ms(repeats: int = 15) -> tuple[float, str]:
     """The runtime's on-demand compile (hoccl_runtime.plans.compile_call: one chunk per transfer, no baselines, no
     byte replay) on one 8-GPU node: the worst median over collectives and sizes 8 KiB .. 1 GiB, and where."""
-    from hoccl_runtime.plans import compile_call
+    from hoccl_runtime.plans import CallKey, compile_call
 
     topo = make_topology("dgx-h100", nodes=1)
     worst = (0.0, "")
     for kind in ("allgather", "alltoall", "broadcast", "scatter", "gather"):
         for size in (8 << 10, 1 << 20, 64 << 20, 1 << 30):
-            key = (kind, size) if kind in ("allgather", "alltoall") else (kind, size, 3)
+            key = CallKey(kind, size) if kind in ("allgather", "alltoall") else CallKey(kind, size, root=3)
             times = []
             for _ in range(repeats):
                 start = time.perf_counter()

@@ -26,6 +26,7 @@ from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
 from hoccl_runtime.ipc import IpcMappings  # noqa: E402
 from hoccl_runtime.launch import LaunchCache  # noqa: E402
 from hoccl_runtime.mailbox import HANDLE, NONE, SLOT, WINDOW  # noqa: E402
+from hoccl_runtime.plans import CallKey  # noqa: E402
 
 
 class StubRuntime:
@@ -165,14 +166,14 @@ def main(argv=None) -> int:
     stream = CupyLikeStream()
     n = args.calls
     cases = {
-        "send 2 MiB": (c0, 1, True, lambda: c0.send(a, 1, stream=stream), ("sendrecv", 0, 1, 2 << 20)),
-        "recv 2 MiB": (c1, 0, False, lambda: c1.recv(a, 0, stream=stream), ("sendrecv", 0, 1, 2 << 20)),
+        "send 2 MiB": (c0, 1, True, lambda: c0.send(a, 1, stream=stream), CallKey.sendrecv(0, 1, 2 << 20)),
+        "recv 2 MiB": (c1, 0, False, lambda: c1.recv(a, 0, stream=stream), CallKey.sendrecv(0, 1, 2 << 20)),
         "all_gather 2 MiB": (c0, 1, True, lambda: c0.all_gather_into_tensor(b, a, stream=stream),
-                             ("allgather", 4 << 20)),
+                             CallKey.allgather(4 << 20)),
         "all_gather 2 MiB peer": (c0, 1, True, lambda: c0.all_gather_into_tensor(b, a, stream=stream),
-                                  ("allgather", 4 << 20)),
+                                  CallKey.allgather(4 << 20)),
         "all_gather 2 MiB window": (c0, 1, "window", lambda: c0.all_gather_into_tensor(b, a, stream=stream),
-                                    ("allgather", 4 << 20)),
+                                    CallKey.allgather(4 << 20)),
         "send 2 MiB eager": (c0, 1, None, lambda: c0.send(a, 1, stream=stream), None),
         "recv 2 MiB eager": (c1, 0, None, lambda: c1.recv(a, 0, stream=stream), None),
     }
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
         c._window_calls.clear()
         if key is None:  # eager: no mailbox entry to wait for; a receiver finds the sender's size entry
             c.eager_bytes = 4 << 20
-            digest = c._state(("sendrecv", 0, 1, 2 << 20)).digest
+            digest = c._state(CallKey.sendrecv(0, 1, 2 << 20)).digest
 
             def fill(c=c, partner=partner, digest=digest):
                 if c.rank == 1:
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
         c0.eager_bytes = 0
         c0._plans.clear()
         c0._by_id.clear()
-        digest = c0._state(("sendrecv", 0, 1, 2 << 20)).digest
+        digest = c0._state(CallKey.sendrecv(0, 1, 2 << 20)).digest
         prof.enable()
         for _ in range(2000):
             prefill(c0, 1, digest, True)

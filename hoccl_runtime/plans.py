@@ -29,7 +29,7 @@ import functools
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hoccl_compiler.schema import Plan
 
@@ -261,25 +261,73 @@ def topology_of(fields: dict) -> Any:
     return Topology(**fields)
 
 
-def call_spec(key: tuple) -> Any:
-    """The CollectiveSpec of a call named by the communicators' small tuple keys."""
+class CallKey(NamedTuple):
+    """The name of a communicator call's plan: its cache key, and what a proxy process compiles the same plan from
+    (small, hashable, picklable). Made by the class methods; the fields a kind has no use for keep their defaults."""
+
+    kind: str
+    size: int = 0        # bytes: the output of allgather / alltoall, the buffer of broadcast, scatter's / gather's
+    #                      whole (world x a rank's block), a sendrecv's message
+    root: int = -1       # broadcast, scatter, gather
+    src: int = -1        # sendrecv
+    dst: int = -1
+    matrix: tuple = ()   # alltoallv: the bytes rank i sends rank j, as rows
+
+    @classmethod
+    def allgather(cls, output_bytes: int) -> CallKey:
+        return cls("allgather", output_bytes)
+
+    @classmethod
+    def alltoall(cls, output_bytes: int) -> CallKey:
+        return cls("alltoall", output_bytes)
+
+    @classmethod
+    def broadcast(cls, nbytes: int, root: int) -> CallKey:
+        return cls("broadcast", nbytes, root)
+
+    @classmethod
+    def scatter(cls, whole_bytes: int, root: int) -> CallKey:
+        return cls("scatter", whole_bytes, root)
+
+    @classmethod
+    def gather(cls, whole_bytes: int, root: int) -> CallKey:
+        return cls("gather", whole_bytes, root)
+
+    @classmethod
+    def sendrecv(cls, src: int, dst: int, nbytes: int) -> CallKey:
+        return cls("sendrecv", nbytes, src=src, dst=dst)
+
+    @classmethod
+    def alltoallv(cls, rows: tuple) -> CallKey:
+        return cls("alltoallv", matrix=tuple(tuple(r) for r in rows))
+
+    def __str__(self) -> str:
+        if self.kind == "sendrecv":
+            return f"sendrecv {self.src}->{self.dst} {self.size}"
+        if self.kind == "alltoallv":
+            return f"alltoallv {len(self.matrix)}x{len(self.matrix)} {sum(map(sum, self.matrix))}"
+        return f"{self.kind} {self.size}" + (f" root {self.root}" if self.root >= 0 else "")
+
+
+def call_spec(key: CallKey) -> Any:
+    """The CollectiveSpec of a call named by a :class:`CallKey`."""
     from hoccl_compiler.collective import CollectiveSpec
 
-    kind = key[0]
+    kind = key.kind
     if kind in ("allgather", "alltoall"):
-        return CollectiveSpec(kind=kind, size_bytes=key[1])
+        return CollectiveSpec(kind=kind, size_bytes=key.size)
     if kind == "broadcast":
-        return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2], in_place=True)
+        return CollectiveSpec(kind=kind, size_bytes=key.size, root=key.root, in_place=True)
     if kind in ("scatter", "gather"):
-        return CollectiveSpec(kind=kind, size_bytes=key[1], root=key[2])
-    if kind == "alltoallv":  # ("alltoallv", matrix as a tuple of rows): the network communicators' All-to-Allv
-        return CollectiveSpec(kind=kind, matrix=key[1])
+        return CollectiveSpec(kind=kind, size_bytes=key.size, root=key.root)
+    if kind == "alltoallv":  # the network communicators' All-to-Allv
+        return CollectiveSpec(kind=kind, matrix=key.matrix)
     if kind == "sendrecv":
-        return CollectiveSpec(kind="sendrecv", pairs=((key[1], key[2], key[3]),))
+        return CollectiveSpec(kind="sendrecv", pairs=((key.src, key.dst, key.size),))
     raise HocclError(f"no collective is named {key!r}")
 
 
-def compile_call(topology: Any, what: tuple | Any, chunk_bytes: int) -> Plan:
+def compile_call(topology: Any, what: CallKey | Any, chunk_bytes: int) -> Plan:
     """Compile (and, as the compiler's last pass, verify structurally: layout, tiling, stage rules, chunk orders)
     the plan of a call key or a CollectiveSpec. No byte-level replay and no baselines: this runs on a call's path
     (about 1 ms for 8 GPUs at any size on the CPU VM, where the replay made small ones 6-13 ms)."""

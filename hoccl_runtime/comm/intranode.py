@@ -24,6 +24,7 @@ from ..ipc import IpcMappings
 from ..launch import (
     LaunchCache,
 )
+from ..plans import CallKey
 from ..program import (
     Bounce,
     Copy,
@@ -187,40 +188,40 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None, *,
                                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("allgather", out.nbytes), input, out, stream, rate_gbps, duration_s)
+        self._run(CallKey.allgather(out.nbytes), input, out, stream, rate_gbps, duration_s)
 
     def all_to_all_single(self, output: Any, input: Any, stream: Any = None, *,
                           rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("alltoall", out.nbytes), input, out, stream, rate_gbps, duration_s)
+        self._run(CallKey.alltoall(out.nbytes), input, out, stream, rate_gbps, duration_s)
 
     def broadcast(self, tensor: Any, root: int, stream: Any = None, *, rate_gbps: float | None = None,
                   duration_s: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._run(("broadcast", buf.nbytes, root), None, buf, stream, rate_gbps, duration_s)
+        self._run(CallKey.broadcast(buf.nbytes, root), None, buf, stream, rate_gbps, duration_s)
 
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
                 rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         out = as_buffer(output, "output")
-        self._run(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, out, stream,
+        self._run(CallKey.scatter(out.nbytes * self.world, root), input if self.rank == root else None, out, stream,
                   rate_gbps, duration_s)
 
     def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None, *,
                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         inp = as_buffer(input, "input")
-        self._run(("gather", inp.nbytes * self.world, root), inp, output if self.rank == root else None, stream,
+        self._run(CallKey.gather(inp.nbytes * self.world, root), inp, output if self.rank == root else None, stream,
                   rate_gbps, duration_s)
 
     def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None,
              duration_s: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._check_peer(dst, "dst")
-        self._run(("sendrecv", self.rank, dst, buf.nbytes), buf, None, stream, rate_gbps, duration_s)
+        self._run(CallKey.sendrecv(self.rank, dst, buf.nbytes), buf, None, stream, rate_gbps, duration_s)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
         self._check_peer(src, "src")
-        self._run(("sendrecv", src, self.rank, buf.nbytes), None, buf, stream)
+        self._run(CallKey.sendrecv(src, self.rank, buf.nbytes), None, buf, stream)
 
     def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Sequence[int],
                      input_split_bytes: Sequence[int], stream: Any = None) -> None:
@@ -230,9 +231,9 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         compiled once per size; see :mod:`hoccl_runtime._splits`) plus this rank's own block, a same-GPU copy."""
         pieces = alltoallv_pieces(self.rank, self.world, as_buffer(input, "input"), as_buffer(output, "output"),
                                   input_split_bytes, output_split_bytes)
-        items = [(("sendrecv", self.rank, j, b.nbytes), b, None) for j, b in pieces.sends]
-        items += [(("sendrecv", j, self.rank, b.nbytes), None, b) for j, b in pieces.recvs]
-        items.sort(key=lambda it: it[0][1:])  # both ends of a pair publish in the same order
+        items = [(CallKey.sendrecv(self.rank, j, b.nbytes), b, None) for j, b in pieces.sends]
+        items += [(CallKey.sendrecv(j, self.rank, b.nbytes), None, b) for j, b in pieces.recvs]
+        items.sort(key=lambda it: (it[0].src, it[0].dst, it[0].size))  # both ends of a pair publish in the same order
         if items:
             try:
                 self._run_many(items, stream)
@@ -307,14 +308,14 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
             buf = as_buffer(tensor, f"{kind} tensor")
             self._check_peer(peer, "dst" if kind == "send" else "src")
             if kind == "send":
-                items.append((("sendrecv", self.rank, peer, buf.nbytes), buf, None))
+                items.append((CallKey.sendrecv(self.rank, peer, buf.nbytes), buf, None))
             else:
-                items.append((("sendrecv", peer, self.rank, buf.nbytes), None, buf))
+                items.append((CallKey.sendrecv(peer, self.rank, buf.nbytes), None, buf))
         # both ends of a pair must publish in the same order: sort by (src, dst, bytes)
-        items.sort(key=lambda it: it[0][1:])
+        items.sort(key=lambda it: (it[0].src, it[0].dst, it[0].size))
         per_peer: dict[int, int] = {}
         for key, _, _ in items:
-            peer = key[2] if key[1] == self.rank else key[1]
+            peer = key.dst if key.src == self.rank else key.src
             per_peer[peer] = per_peer.get(peer, 0) + 1
             if per_peer[peer] > _SLOTS:
                 raise HocclError(f"batch has more than {_SLOTS} ops with rank {peer}; split it into several batches")

@@ -39,7 +39,7 @@ from .._cuda import on_device  # no CUDA at import: it loads cupy / cuda-binding
 from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..net.callproxy import CallProxy
-from ..plans import PlanCache
+from ..plans import CallKey, PlanCache
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
 
@@ -185,7 +185,7 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
         raise error
 
 
-def _compiled(cache: dict, topology: Any, key: tuple, chunk_bytes: int) -> Any:
+def _compiled(cache: dict, topology: Any, key: CallKey, chunk_bytes: int) -> Any:
     """The plan for a call named by the intra-node communicator's small tuple keys (the CollectiveSpec is
     built only on a cache miss, off the per-call path)."""
     plan = cache.get(key)
@@ -284,41 +284,43 @@ class _Calls:
                                duration_s: float | None = None) -> None:
         self._no_pacing("all_gather_into_tensor", rate_gbps, duration_s)
         out = as_buffer(output, "output")
-        self._call(("allgather", out.nbytes), input, output, stream)
+        self._call(CallKey.allgather(out.nbytes), input, output, stream)
 
     def all_to_all_single(self, output: Any, input: Any, stream: Any = None, *, rate_gbps: float | None = None,
                           duration_s: float | None = None) -> None:
         self._no_pacing("all_to_all_single", rate_gbps, duration_s)
         out = as_buffer(output, "output")
-        self._call(("alltoall", out.nbytes), input, output, stream)
+        self._call(CallKey.alltoall(out.nbytes), input, output, stream)
 
     def broadcast(self, tensor: Any, root: int, stream: Any = None, *, rate_gbps: float | None = None,
                   duration_s: float | None = None) -> None:
         self._no_pacing("broadcast", rate_gbps, duration_s)
         buf = as_buffer(tensor, "tensor")
-        self._call(("broadcast", buf.nbytes, root), tensor, tensor, stream)
+        self._call(CallKey.broadcast(buf.nbytes, root), tensor, tensor, stream)
 
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
                 rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         self._no_pacing("scatter", rate_gbps, duration_s)
         out = as_buffer(output, "output")
-        self._call(("scatter", out.nbytes * self.world, root), input if self.rank == root else None, output, stream)
+        self._call(CallKey.scatter(out.nbytes * self.world, root), input if self.rank == root else None, output,
+                   stream)
 
     def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None, *,
                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         self._no_pacing("gather", rate_gbps, duration_s)
         inp = as_buffer(input, "input")
-        self._call(("gather", inp.nbytes * self.world, root), input, output if self.rank == root else None, stream)
+        self._call(CallKey.gather(inp.nbytes * self.world, root), input, output if self.rank == root else None,
+                   stream)
 
     def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None,
              duration_s: float | None = None) -> None:
         self._no_pacing("send", rate_gbps, duration_s)
         buf = as_buffer(tensor, "tensor")
-        self._call(("sendrecv", self.rank, dst, buf.nbytes), tensor, None, stream)
+        self._call(CallKey.sendrecv(self.rank, dst, buf.nbytes), tensor, None, stream)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._call(("sendrecv", src, self.rank, buf.nbytes), None, tensor, stream)
+        self._call(CallKey.sendrecv(src, self.rank, buf.nbytes), None, tensor, stream)
 
     def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
         """Pipeline-stage exchanges, as on the intra-node communicator: ("send", tensor, dst) and ("recv", tensor,
@@ -389,7 +391,7 @@ class _Calls:
                                 f"be the column of the others' input splits; All-to-Allv call {k} moves nothing")
         rows = [row[0] for row in rows]
         if any(any(row) for row in rows):
-            self._call(("alltoallv", tuple(rows)), input, output, stream)
+            self._call(CallKey.alltoallv(tuple(rows)), input, output, stream)
 
     def _buffers(self, plan: Any, input: Any, output: Any, stream: Any) -> tuple[Any, Any, int]:
         """(input, output, stream) of this rank for ``plan``: absent parts as empty buffers, an in-place
@@ -417,7 +419,7 @@ class _Calls:
                              f"{self._stream:#x}, this one {s:#x}): its START/DONE flags order calls by that "
                              "stream; order other streams with events, or create another communicator")
 
-    def _plan(self, key: tuple) -> Any:
+    def _plan(self, key: CallKey) -> Any:
         return _compiled(self._plans, self.topology, key, self.chunk_bytes)
 
 
@@ -535,7 +537,7 @@ class NetCommunicator(_Calls):
                                  "fewer streams (each takes a pair of flags), or another communicator")
             self._pairs[s] = (self._flags.allocate(), self._flags.allocate())
 
-    def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
+    def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         if self.closed:
             raise HocclError("this communicator is closed; create a new one")
         self._raise()

@@ -17,7 +17,7 @@ from ..errors import HocclError, HocclTimeoutError, PlanError, TransportError
 from ..interop import DeviceBuffer, as_buffer, as_stream
 from ..ipc import IpcMappings
 from ..mailbox import HANDLE, NONE, SLOT
-from ..plans import PlanCache
+from ..plans import CallKey, PlanCache
 from .net import (
     CallEvents,
     CallProxy,
@@ -209,7 +209,7 @@ class NodeNetCommunicator(_Calls):
         buf = as_buffer(input if input is not None else output, "tensor")
         me = 0 if self.rank < peer else 1  # this rank's index in the pair's 2 x 1 topology
         src = me if input is not None else 1 - me
-        plan = _compiled(self._pair_plans, self._pair_topology, ("sendrecv", src, 1 - src, buf.nbytes),
+        plan = _compiled(self._pair_plans, self._pair_topology, CallKey.sendrecv(src, 1 - src, buf.nbytes),
                          self.chunk_bytes)
         none = DeviceBuffer(0, 0, self.device)
         bufs = {me: (buf, none) if input is not None else (none, buf)}
@@ -259,7 +259,7 @@ class NodeNetCommunicator(_Calls):
             self._pair_exec[peer] = ex
         return ex
 
-    def _call(self, key: tuple, input: Any, output: Any, stream: Any) -> None:
+    def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         from ..flags import MemOps
 
         if self.closed:

@@ -415,7 +415,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     state: dict = {}
     reported = []
 
-    def plan_of(key: tuple) -> Any:
+    def plan_of(key: Any) -> Any:  # a CallKey
         plan = plans.get(key)
         if plan is None:
             if len(plans) >= 1024:
@@ -509,7 +509,7 @@ def _write_trace(path: str, rank: int, rows: list) -> None:
                       "copies_us"])
         t0 = rows[0][1] if rows else 0.0
         for key, *times in rows:
-            out.writerow([" ".join(str(k) for k in key)] +
+            out.writerow([str(key)] +
                          ["" if t is None else f"{(t - t0) * 1e6:.1f}" for t in times])
 
 

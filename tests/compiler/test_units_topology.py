@@ -121,7 +121,7 @@ def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch, 
     compiles 6-17 ms); hoccl-compile of the same size still replays (CompileOptions(byte_replay=None))."""
     import hoccl_compiler.verify as verify
     from hoccl_compiler import CollectiveSpec, compile_plan
-    from hoccl_runtime.plans import compile_call
+    from hoccl_runtime.plans import CallKey, compile_call
 
     replays = []
     real = verify.replay
@@ -130,7 +130,7 @@ def test_the_runtimes_on_demand_compile_skips_only_the_byte_replay(monkeypatch, 
     real_orders = verify._check_chunk_orders
     monkeypatch.setattr(verify, "_check_chunk_orders", lambda *a: structural.append(1) or real_orders(*a))
     topo = make_topology("dgx-h100", nodes=1)
-    plan = compile_call(topo, ("alltoall", 1 << 20), 1 << 40)
+    plan = compile_call(topo, CallKey.alltoall(1 << 20), 1 << 40)
     assert plan.num_ranks == 8 and structural and not replays
     compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=1 << 20))
     assert not replays

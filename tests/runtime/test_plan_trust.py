@@ -201,7 +201,7 @@ def test_executors_across_nodes_run_only_verified_plans(monkeypatch, edit):
     fake_cuda.install(monkeypatch)
     from hoccl_runtime.net.executor import HostNodeExecutor
     from hoccl_runtime.net.transport.tcp import TcpTransport
-    from hoccl_runtime.plans import compile_call
+    from hoccl_runtime.plans import CallKey, compile_call
 
     topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
     plan = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=8192),
@@ -216,7 +216,7 @@ def test_executors_across_nodes_run_only_verified_plans(monkeypatch, edit):
             ex.run(bad, host)
     keep = _refused_by_prepare(plan, bad, "fails verification", at_construction=True)
     assert (keep[1] == 0xA5).all() and (host[0][1] == 0xA5).all()
-    own = compile_call(topo, ("allgather", 8192), 4096)
+    own = compile_call(topo, CallKey.allgather(8192), 4096)
     monkeypatch.setattr(_trust, "trusted", lambda plan: pytest.fail("a plan the runtime compiled was verified again"))
     _trust.verified(own)
     with pytest.raises(BaseException, match="verified again"):

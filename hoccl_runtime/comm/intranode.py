@@ -183,7 +183,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         self._one_queue = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "").strip() == "1"
 
     # --- torch-like calls ------------------------------------------------------------------------------
-    # Each call names its collective by a small tuple; the CollectiveSpec (pydantic) is built only on a
+    # Each call names its collective by a CallKey (plans.py); the CollectiveSpec (pydantic) is built only on a
     # cache miss, to keep it off the per-call path.
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None, *,
                                rate_gbps: float | None = None, duration_s: float | None = None) -> None:

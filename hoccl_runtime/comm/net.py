@@ -186,7 +186,7 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
 
 
 def _compiled(cache: dict, topology: Any, key: CallKey, chunk_bytes: int) -> Any:
-    """The plan for a call named by the intra-node communicator's small tuple keys (the CollectiveSpec is
+    """The plan for a call named by its CallKey (the CollectiveSpec is
     built only on a cache miss, off the per-call path)."""
     plan = cache.get(key)
     if plan is None:

@@ -46,7 +46,7 @@ def node_body(node, exchange, plan_json, lanes, slots, reps, host, variant=""):
     """One node. ``host``: the same schedule on host buffers (HostNodeExecutor): the network alone.
     ``variant`` (diagnostics, wrong results): "no-d2h" skips the sender's staging copies, "no-h2d" the
     receiver's landing copies, "no-copies" both (on host buffers too: the protocol and transport alone)."""
-    from hoccl_compiler.schema import plan_from_json
+    from hoccl_compiler.codec import plan_from_json
     from hoccl_runtime.net.executor import GpuNodeExecutor, HostNodeExecutor
 
     if not host:

@@ -74,7 +74,7 @@ def timed_runs(node, plan, exchange, reps, gpu, *, slots, reuse=False, executor=
 
 
 def body(node, exchange, plan_json, reps, gpu):
-    from hoccl_compiler.schema import plan_from_json
+    from hoccl_compiler.codec import plan_from_json
 
     return timed_runs(node, plan_from_json(plan_json), exchange, reps, gpu, slots=ring_slots(CHUNK))
 

@@ -30,7 +30,7 @@ _LAZY = {
     "CollectiveSpec": "collective", "layout": "collective",
     "CompileOptions": "ir",
     "compile_plan": "pipeline", "compile_state": "pipeline", "PASSES": "pipeline", "PASS_NAMES": "pipeline",
-    "Plan": "schema", "load_plan": "schema", "save_plan": "schema",
+    "Plan": "schema", "load_plan": "codec", "save_plan": "codec",
     "verify_plan": "verify", "replay": "verify",
     "parse_size": "units", "format_bytes": "units",
 }

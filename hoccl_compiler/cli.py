@@ -274,9 +274,9 @@ def _compile(argv: Sequence[str] | None) -> int:
 
 
 def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, progress: _Progress) -> int:
+    from .codec import save_plan
     from .pipeline import compile_state, dump_state
     from .report import format_text
-    from .schema import save_plan
 
     output = Path(args.output) if args.output else Path("schedules") / _default_name(kind, topo, size, args.root)
     if output.is_dir():  # before anything is written (a --dump-after file beside it included)
@@ -372,8 +372,9 @@ def inspect_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _inspect(argv: Sequence[str] | None) -> int:
+    from .codec import load_plan
     from .report import format_text, stage_rows, summary
-    from .schema import check_plan_topology, load_plan
+    from .schema import check_plan_topology
 
     args = _inspect_parser().parse_args(argv)
     from .pattern import EXPAND_LIMIT, PatternPlan, expand, format_pattern, verify_pattern

@@ -73,9 +73,9 @@ def to_compact(plan) -> dict[str, Any]:
 
 def _within_budget(topology: Any, collective: Any, source: str) -> None:
     """Refuse, with the numbers, a header whose collective would take more memory to decode than the budget
-    (:func:`~hoccl_compiler.schema.decode_budget`): a file of a few KB can claim 16,384 GPUs, and decoding runs the
+    (:func:`~hoccl_compiler.codec.decode_budget`): a file of a few KB can claim 16,384 GPUs, and decoding runs the
     traffic passes over every cell of the matrix before anything else could refuse it."""
-    from .schema import DECODE_BYTES_PER_CELL, decode_budget
+    from .codec import DECODE_BYTES_PER_CELL, decode_budget
 
     G = topology.num_gpus
     kind = collective.kind

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .schema import Role
+
 if TYPE_CHECKING:
     from .collective import CollectiveSpec, Layout
     from .schema import Plan
@@ -23,9 +25,9 @@ __all__ = [
 ]
 
 # Roles of a transfer (the plan stores the index; the names and domains are written beside them).
-LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = range(5)
-ROLE_NAMES = ("local", "native", "send_forward", "rdma", "recv_forward")
-ROLE_DOMAINS = ("local", "nvlink", "nvlink", "rdma", "nvlink")
+LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = (int(r) for r in Role)  # plain ints on the hot paths
+ROLE_NAMES = tuple(r.label for r in Role)
+ROLE_DOMAINS = tuple(r.domain for r in Role)
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 

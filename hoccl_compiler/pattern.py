@@ -244,7 +244,7 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
 
 def _check_memory(G: int, what: str, error: type, fix: str) -> None:
     """Refuse, before building anything of G entries, a pattern plan over the memory budget."""
-    from .schema import decode_budget
+    from .codec import decode_budget
 
     need, budget = G * PATTERN_BYTES_PER_GPU, decode_budget()
     if need > budget:

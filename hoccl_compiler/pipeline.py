@@ -105,7 +105,7 @@ def compile_budget() -> tuple[int, str]:
     memory available now (MemAvailable; a compile that needs more would swap or be killed)."""
     import os
 
-    from .schema import decode_budget
+    from .codec import decode_budget
 
     if os.environ.get("HOCCL_MAX_PLAN_MEMORY", "").strip():
         return decode_budget(), "HOCCL_MAX_PLAN_MEMORY"

@@ -36,7 +36,7 @@ _default = None
 
 def load_plan(path):
     """Load and validate a plan file (the runtime's only input from the compiler)."""
-    from hoccl_compiler.schema import load_plan as _load
+    from .plans import load_plan as _load
 
     return _load(path)
 

@@ -167,9 +167,7 @@ class Executor:
         uid = trusted(plan)  # verified before its first run; known by its content, not the id it claims
         info = self._plans.get(uid)
         if info is None:
-            from .plans import resident
-
-            res_off, res_bytes = resident(plan)
+            res_off, res_bytes = plan.ranks.resident_offset, plan.ranks.resident_bytes
             info = _PlanInfo(lower(plan), tuple(plan.ranks.input_bytes), tuple(plan.ranks.output_bytes),
                              tuple(int(x) for x in res_off), tuple(int(x) for x in res_bytes),
                              tuple(plan.queues.kind), uid)

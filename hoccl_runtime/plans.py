@@ -1,8 +1,8 @@
 """The runtime's one door to the compiler: plans for this machine's topology, compiled on demand.
 
 Everything the runtime takes from ``hoccl_compiler`` beyond the plan schema and the error classes goes through
-here: the machine's topology, the compile of a call's plan, the check of a plan from outside, and the resident
-offsets of in-place collectives (until plans carry them).
+here: the machine's topology, the compile of a call's plan, reading a plan file and the check of a plan from
+outside.
 
 The topology is the machine's, never a preset chosen for us: ``HOCCL_TOPOLOGY`` (a JSON or YAML topology file,
 :func:`hoccl_compiler.topology.load_topology`) where set. Else the GPUs are looked at (:func:`gpu_links`): how
@@ -36,8 +36,8 @@ from hoccl_compiler.schema import Plan
 from .errors import HocclError
 from .settings import env_flag, env_text
 
-__all__ = ["machine_topology", "compile_call", "call_spec", "verify", "resident", "GPU_PRESETS", "PlanCache",
-           "PLAN_CACHE_SIZE", "gpu_links", "measure_link_gbps", "Links"]
+__all__ = ["machine_topology", "compile_call", "call_spec", "CallKey", "load_plan", "verify", "GPU_PRESETS",
+           "PlanCache", "PLAN_CACHE_SIZE", "gpu_links", "measure_link_gbps", "Links"]
 
 PLAN_CACHE_SIZE = 1024  # plans a communicator keeps: MoE All-to-Allv sizes change every step, each a new plan
 
@@ -253,6 +253,14 @@ def machine_topology(*, nodes: int, gpus_per_node: int, device: int = 0, forward
                             f"{exc}") from None
 
 
+def load_plan(path: Any) -> Plan:
+    """A plan file, read and validated (:func:`hoccl_compiler.codec.load_plan`: any encoding, bounded in size and in
+    the memory its decoding takes)."""
+    from hoccl_compiler.codec import load_plan as _load
+
+    return _load(path)
+
+
 def topology_of(fields: dict) -> Any:
     """The Topology whose ``model_dump()`` is ``fields`` (how a communicator's topology reaches its proxy
     process)."""
@@ -357,9 +365,3 @@ def verify(plan: Plan) -> None:
     from hoccl_compiler.verify import verify_plan
 
     verify_plan(plan)
-
-
-def resident(plan: Plan) -> tuple[Any, Any]:
-    """(offset, bytes) per rank of the input already in place in its output (in-place collectives), as the plan
-    carries them (schema 2; verified with the rest of the plan)."""
-    return plan.ranks.resident_offset, plan.ranks.resident_bytes

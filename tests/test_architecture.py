@@ -112,3 +112,22 @@ def test_library_code_names_no_session():
                 if pattern.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_plan_schema_is_a_leaf_and_roles_are_defined_once():
+    """hoccl_compiler/schema.py holds the plan's types and validation only: it imports none of the passes, codecs,
+    compact or pattern encodings (hoccl_compiler/codec.py reads and writes files, above them); the transfer roles
+    are one IntEnum there, which the compiler and the runtime's wire protocol take."""
+    import ast
+
+    tree = ast.parse((ROOT / "hoccl_compiler" / "schema.py").read_text())
+    local = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+    assert local <= {"collective", "errors", "topology", "units"}, local
+    roles = [str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+             if "RECV_FORWARD = range(" in p.read_text() or "= range(5)" in p.read_text()]
+    assert not roles, roles
+    from hoccl_compiler.ir import RDMA, ROLE_NAMES
+    from hoccl_compiler.schema import PLAN_ROLES, Role
+    from hoccl_runtime.net.wire import RDMA as WIRE_RDMA
+
+    assert RDMA == WIRE_RDMA == Role.RDMA == 3 and tuple(r.name for r in PLAN_ROLES) == ROLE_NAMES

@@ -512,9 +512,7 @@ def plan_state(plan: Plan, rank: int, world: int, local_copies: str, eager_bytes
     fl, me, w = plan.flows, rank, world
     partners = {d for s, d in zip(fl.src, fl.dst, strict=True) if s == me and d != me} | \
                {s for s, d in zip(fl.src, fl.dst, strict=True) if d == me and s != me}
-    from ..plans import resident
-
-    res_off, res_bytes = resident(plan)
+    res_off, res_bytes = plan.ranks.resident_offset, plan.ranks.resident_bytes
     eager = eager_layout(plan, prog, me, eager_bytes) if eager_bytes is not None else None
     helper = helped = None
     windows = True

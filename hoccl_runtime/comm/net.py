@@ -401,9 +401,7 @@ class _Calls:
         inp = as_buffer(input, "input") if input is not None and plan.ranks.input_bytes[r] else none
         out = as_buffer(output, "output") if output is not None and plan.ranks.output_bytes[r] else none
         if plan.collective.in_place and inp.nbytes:  # the rank's input is the resident part of its output
-            from ..plans import resident
-
-            offset, nbytes = resident(plan)
+            offset, nbytes = plan.ranks.resident_offset, plan.ranks.resident_bytes
             inp = out.slice(int(offset[r]), int(nbytes[r]))
         s = as_stream(stream)
         self._check_stream(s)

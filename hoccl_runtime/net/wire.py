@@ -12,9 +12,11 @@ are the plan's transfer roles, in the plan format's order.
 
 from __future__ import annotations
 
+from hoccl_compiler.schema import Role
+
 __all__ = ["CREDIT", "RUN_DONE", "PLAN_HELLO", "LOCAL", "NATIVE", "SEND_FORWARD", "RDMA", "RECV_FORWARD"]
 
 CREDIT = 1 << 31
 RUN_DONE = 0x7F000000    # a node's run n is through: 0x7f000000 | (n mod 2**24)
 PLAN_HELLO = 0x7E000000  # first notice of every run of a reusable executor: the plan's id, 24 bits
-LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = range(5)
+LOCAL, NATIVE, SEND_FORWARD, RDMA, RECV_FORWARD = (int(r) for r in Role)  # the plan's roles, as plain ints

@@ -155,8 +155,8 @@ def test_the_plot_draws_every_cost_the_prediction_counts_and_big_plans_aggregate
     import time
 
     pytest.importorskip("matplotlib")
+    from hoccl_compiler.codec import load_plan
     from hoccl_compiler.plot import GANTT_CHUNK_LIMIT, cost_segments, plot_plan, queue_busy
-    from hoccl_compiler.schema import load_plan
 
     argv = ["alltoall", "--topology", "paper-h800", "--nodes", "2", "--size", "64MiB", "-o", "a.json", "-q"]
     assert run(compile_main, argv, capsys)[0] == 0

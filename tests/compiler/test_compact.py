@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, load_plan, make_topology, save_plan, verify_plan
+from hoccl_compiler.codec import plan_from_json
 from hoccl_compiler.compact import to_compact
 from hoccl_compiler.errors import PlanError
 from hoccl_compiler.ir import CompileOptions
-from hoccl_compiler.schema import PRETTY_LIMIT, plan_from_json
+from hoccl_compiler.schema import PRETTY_LIMIT
 
 SCHEDULES = sorted((Path(__file__).resolve().parents[2] / "schedules").glob("*.json"))
 

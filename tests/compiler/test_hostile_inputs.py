@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.cli import compile_main, inspect_main
+from hoccl_compiler.codec import plan_from_json
 from hoccl_compiler.errors import HocclError, PlanError
 from hoccl_compiler.ir import CompileOptions
-from hoccl_compiler.schema import plan_from_json
 from hoccl_runtime import _trust
 from hoccl_runtime.net.transport.tcp import HELLO, TcpTransport
 

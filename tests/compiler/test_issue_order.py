@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+from hoccl_compiler.codec import load_plan
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.passes.chunks import issue_rotation
-from hoccl_compiler.schema import load_plan
 from hoccl_compiler.verify import hot_spots, verify_plan
 
 

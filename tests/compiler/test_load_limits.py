@@ -12,9 +12,9 @@ import pytest
 
 from hoccl_compiler import CollectiveError, CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.cli import compile_main
+from hoccl_compiler.codec import load_plan, save_plan
 from hoccl_compiler.collective import load_matrix
 from hoccl_compiler.errors import PlanError
-from hoccl_compiler.schema import load_plan, save_plan
 from hoccl_compiler.verify import verify_plan
 
 
@@ -124,8 +124,8 @@ def test_a_small_compact_file_claiming_a_huge_collective_is_refused_before_decod
     after 17 s); the decode's memory is estimated from the header and refused over the budget, with the numbers."""
     import time
 
+    from hoccl_compiler.codec import plan_from_json
     from hoccl_compiler.compact import to_compact
-    from hoccl_compiler.schema import plan_from_json
 
     plan = compile_plan(make_topology("paper-h800", nodes=2), CollectiveSpec(kind="alltoall", size_bytes=16 << 20))
     doc = json.loads(json.dumps(to_compact(plan)))

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from hoccl_compiler import CollectiveSpec, PlanError, compile_plan, load_plan, make_topology, save_plan, verify_plan
+from hoccl_compiler.codec import plan_from_json
 from hoccl_compiler.ir import CompileOptions
-from hoccl_compiler.schema import PLAN_ROLES, Plan, check_plan_topology, plan_from_json, plan_json_schema
+from hoccl_compiler.schema import PLAN_ROLES, Plan, check_plan_topology, plan_json_schema
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "hoccl_compiler" / "plan.schema.json"
 

@@ -11,7 +11,7 @@ from hoccl_compiler.ir import CompileOptions
 
 
 def _node(node, exchange, plan_json, slots):
-    from hoccl_compiler.schema import plan_from_json
+    from hoccl_compiler.codec import plan_from_json
     from hoccl_runtime.net.executor import HostNodeExecutor
 
     plan = plan_from_json(plan_json)

@@ -200,6 +200,7 @@ class ProcessProxy:
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._closing = False
+        self._draining = False
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports, the proxy does
@@ -262,8 +263,10 @@ class ProcessProxy:
 
     # --- calls ----------------------------------------------------------------------------------------------------
     def submit(self, call: tuple) -> None:
-        """``call``: (key, prepared run or None, (START, DONE) of its stream)."""
+        """``call``: (key, prepared run or None, (START, DONE) of its stream). Raises if the proxy process is gone
+        (its copies' gates opened first), before the caller's stream would wait for the call."""
         key, prepared, pair = call
+        self._trim()  # what the proxy process finished is let go here: a training loop may never synchronize
         with self._lock:
             self._submitted += 1
             self._pending.append((self._submitted, prepared, pair))
@@ -272,9 +275,13 @@ class ProcessProxy:
                    arena.word(pair[1]))
         try:
             self.send(message)
-        except HocclError as exc:
+        except HocclError as exc:  # the proxy process is gone: this call's copies must not wait for it
             self._error = self._error or exc
-            self._drain()
+            if prepared is not None:
+                open_gates(prepared)
+            with contextlib.suppress(OSError):
+                self._proc.kill()  # if it only stopped answering; the watcher releases what it left
+            raise self._error from None  # before the caller's stream is told to wait for this call's DONE
 
     @property
     def error(self) -> BaseException | None:
@@ -327,9 +334,10 @@ class ProcessProxy:
 
     def _drain(self) -> None:
         """Release every call the proxy process did not finish, in order, as its thread would have: the one it took
-        (START seen) at once, the others once their stream reaches them. Runs once the proxy process is gone."""
+        (START seen) at once, the others once their stream reaches them. Runs in the watcher thread, once the proxy
+        process is gone."""
         with self._lock:
-            if getattr(self, "_draining", False):
+            if self._draining:
                 return
             self._draining = True
         taken = self._taken.read()

@@ -430,7 +430,7 @@ def _set_up(comm: Any, setup: Any, rank: int, store: Any) -> None:
         setup()
     except BaseException as exc:
         announce_failure(store, rank, exc)
-        for name in ("_proxy", "transport", "_flags", "_events", "_intra", "_shared", "_arena"):
+        for name in ("_proxy", "transport", "_flags", "_events", "_intra", "_shared", "_rings", "_arena"):
             part = getattr(comm, name, None)
             if part is not None:
                 with contextlib.suppress(Exception):
@@ -506,13 +506,17 @@ class NetCommunicator(_Calls):
         import cupy
 
         from ..net.gpu import flag_count, ring_slots
-        from ..net.proxyproc import LocalRegions, ProcessProxy, SharedArena, arena_bytes
+        from ..net.proxyproc import LocalRegions, ProcessProxy, SharedArena
         from ..settings import env_int, env_text
 
+        # every flag now (a page: the streams' START/DONE, the executor's gates, the proxy's counters); the rings
+        # (2 x ring_bytes, pinned) at the first call, as the thread's executor makes them: a group that never
+        # communicates pins no ring
         slots = ring_slots(self.chunk_bytes, self.ring_bytes)
-        self._arena = SharedArena(arena_bytes(1, slots, self.chunk_bytes, flag_count(1, slots) + 2 * MAX_STREAMS + 2))
+        self._arena = SharedArena(4 * (flag_count(1, slots) + 2 * MAX_STREAMS + 3) + 4096)
         with cupy.cuda.Device(device):
             self._arena.register_with_cuda()
+        self._rings = None
         self._flags = self._arena.flag_pool(2 * MAX_STREAMS)
         self.transport = LocalRegions()
         self._proxy = ProcessProxy(self._arena, name=f"rank {self.rank}", timeout_s=self.timeout_s)
@@ -558,13 +562,23 @@ class NetCommunicator(_Calls):
     def _connect(self, plan: Any, buffers: dict, key: tuple) -> None:
         from ..net.executor import GpuNodeExecutor
 
-        ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
-                             ring_bytes=self.ring_bytes, arena=self._arena)
         if self._arena is None:
+            ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
+                                 ring_bytes=self.ring_bytes)
             ex.connect(self._addresses)
-        else:  # the proxy process drives the same rings, at the offsets carved here
-            rings = {k: (address - self._arena.base, ex.slots * ex.chunk) for k, address in ex._ring_at.items()}
-            self._proxy.send(("driver", key, ex.slots, rings))
+            self._executor = ex
+            return
+        from ..net.gpu import ring_slots
+        from ..net.proxyproc import SharedArena, arena_bytes
+
+        slots = ring_slots(self.chunk_bytes, self.ring_bytes)
+        self._rings = SharedArena(arena_bytes(1, slots, self.chunk_bytes, 0))
+        self._rings.register_with_cuda()
+        ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
+                             ring_bytes=self.ring_bytes, arena=self._rings, flag_arena=self._arena)
+        # the proxy process maps the same rings (their memfd passed over the socket) at the offsets carved here
+        rings = {k: (address - self._rings.base, ex.slots * ex.chunk) for k, address in ex._ring_at.items()}
+        self._proxy.send_arena(("driver", key, ex.slots, rings), self._rings)
         self._executor = ex
 
     def _raise(self) -> None:
@@ -589,5 +603,6 @@ class NetCommunicator(_Calls):
         self.transport.close()
         self._flags.close()
         self._events.close()
-        if self._arena is not None:
-            self._arena.close()
+        for arena in (self._rings if self._arena is not None else None, self._arena):
+            if arena is not None:
+                arena.close()

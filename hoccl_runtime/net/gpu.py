@@ -168,7 +168,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
                  slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
-                 ring_bytes: int = RING_BYTES, staging: str = "auto", arena: Any = None):
+                 ring_bytes: int = RING_BYTES, staging: str = "auto", arena: Any = None, flag_arena: Any = None):
         from .._cuda import cupy_runtime
         from .._trust import verified
 
@@ -195,14 +195,15 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._given, self._dev = buffers, {r: b[2] for r, b in given.items()}  # what run() runs without arguments
         self._current: PreparedRun | None = None
         self._host: list[int] = []
-        # arena: host memory shared with a proxy process (hoccl_runtime.net.proxyproc.SharedArena) that the rings,
-        # the placeholders and the flags are carved from; None: pinned allocations of this process
+        # arena / flag_arena: host memory shared with a proxy process (hoccl_runtime.net.proxyproc.SharedArena) that
+        # the rings and placeholders / the flags are carved from; None: pinned allocations of this process
         self._arena = arena
         placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views
         self._streams: dict[tuple, int] = {}
         self._keep_alive: list = []
         # per local rank and slot: go/staged (its send ring) and arrived/landed (its receive ring); per stream: end
-        self._flags = FlagPool(flag_count(L, slots)) if arena is None else arena.flag_pool(flag_count(L, slots))
+        n_flags = flag_count(L, slots)
+        self._flags = FlagPool(n_flags) if flag_arena is None else flag_arena.flag_pool(n_flags)
         self._gates = {(kind, r, j): (self._flags.allocate(), self._flags.allocate())
                        for kind in ("send", "recv") for r in ranks for j in range(slots)}
         self._ends: dict[int, Flag] = {}

@@ -48,10 +48,10 @@ __all__ = ["SharedArena", "ProcessProxy", "LocalRegions", "arena_bytes", "main"]
 ALIGN = 256
 
 
-def arena_bytes(gpus: int, slots: int, chunk_bytes: int, flags: int) -> int:
-    """What a :class:`SharedArena` for one executor holds: a send and a receive ring per GPU, two placeholders per
-    GPU, ``flags`` words (the executor's and the communicator's), alignment slack."""
-    return 2 * gpus * slots * chunk_bytes + 4 * flags + (2 * gpus + 8) * ALIGN + (4 * gpus + 16) * ALIGN
+def arena_bytes(gpus: int, slots: int, chunk_bytes: int, flags: int = 0) -> int:
+    """What a :class:`SharedArena` for one executor's rings holds: a send and a receive ring per GPU, two
+    placeholders per GPU, ``flags`` words, alignment slack."""
+    return 2 * gpus * slots * chunk_bytes + 4 * flags + (6 * gpus + 24) * ALIGN
 
 
 class SharedArena:
@@ -225,6 +225,18 @@ class ProcessProxy:
         try:
             with self._send_lock:
                 self._conn.send(message)
+        except OSError:
+            raise self._gone() from None
+
+    def send_arena(self, message: tuple, arena: SharedArena) -> None:
+        """Send ``message`` and then ``arena``'s memfd (SCM_RIGHTS over the socket pair): the proxy process maps
+        it."""
+        from multiprocessing.reduction import send_handle
+
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+                send_handle(self._conn, arena.fd, self._proc.pid)
         except OSError:
             raise self._gone() from None
 
@@ -473,8 +485,12 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                 state["addresses"] = message[1]
             elif what == "driver":
                 _, key, slots, rings = message
+                from multiprocessing.reduction import recv_handle
+
                 try:
-                    ex = _ArenaExecutor(plan_of(key), rank, arena, rings, transport, slots=slots, timeout_s=timeout_s)
+                    ring_arena = state["rings"] = SharedArena(fd=recv_handle(conn))
+                    ex = _ArenaExecutor(plan_of(key), rank, ring_arena, rings, transport, slots=slots,
+                                        timeout_s=timeout_s)
                     ex.poll_s = poll_s
                     state["executor"] = ex
                     ex.connect(state["addresses"])

@@ -351,8 +351,10 @@ def test_the_proxy_runs_in_a_process_of_its_own_and_its_death_fails_calls_withou
 
     def body(comm, r):
         assert comm.proxy_kind == "process" and comm._proxy._proc.pid != os.getpid()
+        assert comm._rings is None and comm._arena.size <= 64 << 10  # flags only until the first call
         inp, out = np.full(1000, r + 1, np.uint8), np.zeros(2000, np.uint8)
         comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        assert comm._rings.size >= 2 * comm._executor.slots * comm.chunk_bytes  # the rings, shared with the proxy
         comm.synchronize()
         good = out.tolist() == [1] * 1000 + [2] * 1000
         time.sleep(0.2)

@@ -573,7 +573,8 @@ class NetCommunicator(_Calls):
 
         slots = ring_slots(self.chunk_bytes, self.ring_bytes)
         self._rings = SharedArena(arena_bytes(1, slots, self.chunk_bytes, 0))
-        self._rings.register_with_cuda()
+        with on_device(self.device):
+            self._rings.register_with_cuda()
         ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
                              ring_bytes=self.ring_bytes, arena=self._rings, flag_arena=self._arena)
         # the proxy process maps the same rings (their memfd passed over the socket) at the offsets carved here

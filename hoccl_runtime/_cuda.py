@@ -37,13 +37,27 @@ def driver() -> Any:
     return cu
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)  # once it answered (an error is raised again at the next call, not cached)
 def cupy_runtime() -> Any:
+    """``cupy.cuda.runtime``, once it has answered one call; else a CudaError in one line saying what is needed
+    (CuPy missing, or built for another CUDA than this driver runs, or no GPU)."""
+    from .errors import GPU_NEEDS
+
     try:
         import cupy
     except ImportError:
-        raise CudaError("CuPy is missing; pip install 'hoccl[gpu]' (cupy-cuda13x)") from None
-    return cupy.cuda.runtime
+        raise CudaError(f"CuPy is missing; pip install 'hoccl[gpu]' (cupy-cuda13x): HOCCL needs {GPU_NEEDS}") from None
+    except Exception as exc:  # noqa: BLE001 - a CuPy whose CUDA libraries fail to load: one line, not a traceback
+        raise CudaError(f"CuPy does not load ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}): HOCCL "
+                        f"needs {GPU_NEEDS}") from None
+    rt = cupy.cuda.runtime
+    try:
+        rt.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError: no driver, a driver older than CuPy's CUDA, no GPU
+        built = getattr(cupy, "__version__", "?")
+        raise CudaError(f"CuPy {built} cannot reach a GPU ({' '.join(str(exc).split())[:200]}); a CuPy built for "
+                        f"another CUDA than this driver runs fails so too: HOCCL needs {GPU_NEEDS}") from None
+    return rt
 
 
 def _driver_error_text(cu: Any, err: Any) -> str:

@@ -695,3 +695,32 @@ def test_call_proxy_bounds_the_calls_in_flight():
     proxy.error = HocclError("peer died")
     assert proxy.wait_pending(0, 5) and time.monotonic() - t0 < 1
     proxy.close(timeout_s=2)
+
+
+def test_a_cupy_that_cannot_reach_a_gpu_is_one_line_saying_what_is_needed(monkeypatch):
+    """A CuPy built for another CUDA than the driver runs (or no driver, no GPU) answers its first call with a
+    CUDARuntimeError; the runtime says so in one line naming what it needs, instead of CuPy's error deep inside."""
+    import sys
+    import types
+
+    from hoccl_runtime import _cuda
+    from hoccl_runtime.errors import CudaError
+
+    class Runtime:
+        def getDeviceCount(self):  # noqa: N802 - CuPy's name
+            raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime "
+                               "version")
+
+    fake = types.ModuleType("cupy")
+    fake.__version__ = "13.9.0"
+    fake.cuda = types.SimpleNamespace(runtime=Runtime())
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    _cuda.cupy_runtime.cache_clear()
+    try:
+        with pytest.raises(CudaError) as err:
+            _cuda.cupy_runtime()
+        text = str(err.value)
+        assert "\n" not in text and "CuPy 13.9.0 cannot reach a GPU" in text and "another CUDA" in text
+        assert "hoccl[gpu,torch]" in text and "InsufficientDriver" in text
+    finally:
+        _cuda.cupy_runtime.cache_clear()

@@ -74,3 +74,40 @@ def test_execute_of_a_multi_node_plan_names_what_a_process_must_give(monkeypatch
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(HocclError, match="WORLD_SIZE=4 processes"):
         hr.execute(plan, {2: None, 3: None})
+
+
+@pytest.mark.parametrize("kind, nodes, gpus", [("allgather", 2, 1), ("alltoall", 2, 2), ("broadcast", 2, 2)])
+def test_execute_runs_a_plan_file_of_several_nodes_one_process_each(tmp_path, kind, nodes, gpus):
+    """hr.execute across nodes, end to end on a CPU: one process per node (RANK / WORLD_SIZE / MASTER_ADDR as
+    torchrun sets them, torch's TCPStore), CUDA faked in host memory, the real TCP transport and GPU node executor;
+    every output byte as the collective defines it, twice (the second run over the first's connections)."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    spec = CollectiveSpec(kind=kind, size_bytes=6 << 10, root=1 if kind == "broadcast" else None)
+    plan = compile_plan(make_topology("h200x2", nodes=nodes, gpus_per_node=gpus), spec,
+                        CompileOptions(chunk_bytes=1 << 10))
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # the store's (bootstrap_store listens at MASTER_PORT + 1)
+    worker = Path(__file__).resolve().parents[1] / "support" / "mp_execute_nodes.py"
+    procs = [subprocess.Popen([sys.executable, str(worker), str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "RANK": str(n), "WORLD_SIZE": str(nodes),
+                                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)})
+             for n in range(nodes)]
+    results = {}
+    for n, p in enumerate(procs):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+        line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+        results[n] = json.loads(line[7:])
+    for n in range(nodes):
+        for run in ("0", "1"):
+            assert set(results[n][run].values()) == {0}, results

@@ -298,7 +298,7 @@ def expand(pp: PatternPlan):
     from .passes import chunks, costing, traffic
     from .passes import expand as expand_pass
     from .passes import plan as plan_pass
-    from .passes.stages import _cells, _stage_times, segments_of
+    from .passes.stages import role_cells, segments_of, stage_times_of_segments
 
     G = pp.topology.num_gpus
     if G > EXPAND_LIMIT:
@@ -310,7 +310,7 @@ def expand(pp: PatternPlan):
     state = CompileState(topology=pp.topology, collective=pp.collective, options=opts)
     state = expand_pass.run(traffic.run(state, opts), opts)
     lay, pieces = state.layout, state.pieces
-    _, cell_flow = _cells(pieces, RDMA, G)
+    _, cell_flow = role_cells(pieces, RDMA, G)
     L, g = pp.topology.gpus_per_node, np.arange(G, dtype=np.int64)
     node, loc = g // L, g % L
     rs, rf, rb = [], [], []
@@ -330,7 +330,7 @@ def expand(pp: PatternPlan):
         rb.append(np.full(G, pp.cell_bytes, np.int64))
     seg_stage, seg_flow, seg_offset, seg_bytes = segments_of(rs, rf, rb, pp.num_stages, lay.bytes)
     order = np.lexsort((seg_flow, seg_stage))
-    times = _stage_times(state, seg_stage, seg_flow, seg_bytes, pp.num_stages)
+    times = stage_times_of_segments(state, seg_stage, seg_flow, seg_bytes, pp.num_stages)
     sched = Schedule(num_stages=pp.num_stages, seg_stage=seg_stage[order], seg_flow=seg_flow[order],
                      seg_offset=seg_offset[order], seg_bytes=seg_bytes[order], stage_time_s=times,
                      report={"rdma_stages": len(pp.rdma_shifts)})
@@ -350,7 +350,7 @@ def _flow_count(pp: PatternPlan) -> int:
 
 def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
     """The readable summary of a pattern plan (what hoccl-inspect prints)."""
-    from .report import _us
+    from .report import format_us as _us
     from .units import format_bytes
 
     rep, topo = pp.report, pp.topology

@@ -9,11 +9,14 @@ import numpy as np
 from .schema import Plan
 from .units import format_bytes
 
-__all__ = ["summary", "stage_rows", "queue_timelines", "format_text"]
+__all__ = ["summary", "stage_rows", "queue_timelines", "format_text", "format_us"]
 
 
-def _us(seconds: float) -> str:
+def format_us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} us" if seconds < 1e-2 else f"{seconds * 1e3:,.3f} ms"
+
+
+_us = format_us  # the short name, within the formatting below
 
 
 def summary(plan: Plan) -> dict[str, Any]:

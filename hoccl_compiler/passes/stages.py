@@ -350,7 +350,7 @@ def run(state: CompileState, options: CompileOptions,
     flow_src, flow_dst = lay.src, lay.dst
 
     # --- 1. RDMA matchings -------------------------------------------------------------------------
-    rdma_matrix, cell_flow = _cells(pieces, RDMA, G)
+    rdma_matrix, cell_flow = role_cells(pieces, RDMA, G)
     peeled = uniform_matchings(rdma_matrix, topo.gpus_per_node, across=True)
     if peeled is None:  # the general peel, found as far as the stage count's choice needs (fewer_stages)
         peeled = iter_matchings(rdma_matrix, progress)
@@ -383,7 +383,7 @@ def run(state: CompileState, options: CompileOptions,
         np.add.at(loads[s], G + v[back], ww[back])     # NVLink in of v
 
     # --- 2. native NVLink matchings packed into the slack of RDMA stages ---------------------------
-    native_matrix, native_flow = _cells(pieces, NATIVE, G)
+    native_matrix, native_flow = role_cells(pieces, NATIVE, G)
     if rdma_stages:
         native_peeled = uniform_matchings(native_matrix, topo.gpus_per_node, across=False)
         components = [[w, a, b] for w, a, b in (native_peeled if native_peeled is not None else
@@ -450,7 +450,7 @@ def run(state: CompileState, options: CompileOptions,
                                                              lay.bytes)
 
     # --- 5. stage times from the final stage contents (every piece of each segment) ------------------
-    stage_time_s = _stage_times(state, seg_stage, seg_flow, seg_bytes, num_stages)
+    stage_time_s = stage_times_of_segments(state, seg_stage, seg_flow, seg_bytes, num_stages)
     order = np.lexsort((seg_flow, seg_stage))
     schedule = Schedule(
         num_stages=num_stages,
@@ -484,7 +484,7 @@ def segments_of(records_stage: list[np.ndarray], records_flow: list[np.ndarray],
     return seg_stage, seg_flow, seg_offset, seg_bytes
 
 
-def _cells(pieces, role: int, G: int) -> tuple[np.ndarray, np.ndarray]:
+def role_cells(pieces, role: int, G: int) -> tuple[np.ndarray, np.ndarray]:
     """The G x G matrix of the pieces of one role (bytes per cell) and the flow each cell carries (-1: none)."""
     sel = pieces.role == role
     matrix = np.zeros((G, G), dtype=np.int64)
@@ -544,7 +544,7 @@ def expand_segments(pieces, seg_flow: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return seg_idx, piece_idx
 
 
-def _stage_times(state: CompileState, seg_stage, seg_flow, seg_bytes, num_stages: int) -> np.ndarray:
+def stage_times_of_segments(state: CompileState, seg_stage, seg_flow, seg_bytes, num_stages: int) -> np.ndarray:
     topo, pieces = state.topology, state.pieces
     G = topo.num_gpus
     seg_idx, piece_idx = expand_segments(pieces, seg_flow)

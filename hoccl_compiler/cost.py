@@ -15,7 +15,7 @@ costed.
 * The lower bound of any schedule of T is the same maximum over the whole of T.
 
 The two simpler schedules the report compares with are costed under v2 (``passes/costing.py``);
-:func:`_max_min_rates` (max-min fair sharing of ports) is the chunk-level simulation's
+:func:`max_min_rates` (max-min fair sharing of ports) is the chunk-level simulation's
 (:mod:`hoccl_compiler.simulate`).
 """
 
@@ -68,7 +68,7 @@ def lower_bound(role, src, dst, nbytes, topo: Topology) -> tuple[float, dict[str
     return max(per.values()), per
 
 
-def _max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+def max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """Progressive filling: every live transfer's rate rises together; a port that fills freezes the
     transfers through it. Port -> transfer lists make each step cost O(ports + transfers frozen)."""
     n, P = out_port.size, capacity.size

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost import (
-    _max_min_rates,
     duplex_capacity,
     has_network,
+    max_min_rates,
     piece_ports,
     plan_net_flows,
     plan_time_v2,
@@ -115,7 +115,7 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
                 ts = np.array([active[q][0] for q in moving])
                 busy = np.zeros(capacity.size, bool)  # a GPU's NVLink busy both ways now: each way slower
                 busy[out_port[ts]] = busy[in_port[ts]] = True
-                rate = _max_min_rates(out_port[ts], in_port[ts], duplex_capacity(topo, busy))
+                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(topo, busy))
             # the next event: a start cost ends, a chunk lands, or a local/empty chunk ends at once
             dt = np.inf
             for a in active.values():

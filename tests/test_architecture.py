@@ -131,3 +131,17 @@ def test_the_plan_schema_is_a_leaf_and_roles_are_defined_once():
     from hoccl_runtime.net.wire import RDMA as WIRE_RDMA
 
     assert RDMA == WIRE_RDMA == Role.RDMA == 3 and tuple(r.name for r in PLAN_ROLES) == ROLE_NAMES
+
+
+def test_no_compiler_module_takes_another_ones_private_names():
+    """A module's underscored names are its own: another one that needs one gets a public helper (the pattern
+    compiler used stages.py's private ones)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "hoccl_compiler").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("hoccl_compiler")):
+                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, found

@@ -84,7 +84,7 @@ def test_no_import_cycle_in_the_runtime():
 
 # Library files stay readable: at most MAX_LINES, except the torch backend's one class (torch's ProcessGroup
 # interface, one job: issue 37 allows it its size while it stays so) below its own cap.
-MAX_LINES = 650
+MAX_LINES = 620  # "about 600" (issue 37)
 ALLOWED = {"hoccl_runtime/torch/_group.py": 700}
 
 

@@ -40,6 +40,7 @@ from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..net.callproxy import CallProxy
 from ..plans import CallKey, PlanCache
+from .calls import CallEvents, enqueue_call
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
 
@@ -94,95 +95,6 @@ def _local_address() -> str:
             return probe.getsockname()[0]
     except OSError:
         return "127.0.0.1"
-
-
-class CallEvents:
-    """CUDA events that mark where each call sits in its caller's stream. The call's copy streams wait for them
-    on the GPU (``GpuNodeExecutor.prepare(after=...)``) before their first copy: the order of the copies after the
-    caller's work is then one CUDA sees (the driver's manual asks for orders set through stream memory operations
-    to be expressed with events too), whatever thread or process enqueued them.
-
-    ``interprocess``: events another process of the node opens (the node leader's copies wait for them).
-    ``record(stream)`` takes a free event and records it; ``give_back(event)`` returns it once the copies that
-    wait for it were enqueued (a wait takes the event's state when it is enqueued)."""
-
-    def __init__(self, device: int, *, interprocess: bool = False):
-        self.device = device
-        self._flags = 2 | (4 if interprocess else 0)  # cudaEventDisableTiming | cudaEventInterprocess
-        self._free: list[int] = []
-        self._made: list[int] = []
-        self._handles: dict[int, bytes] = {}
-        self._lock = threading.Lock()
-
-    def record(self, stream: int) -> int:
-        from .._cuda import cupy_runtime
-
-        rt = cupy_runtime()
-        with self._lock:
-            event = self._free.pop() if self._free else None
-        if event is None:
-            event = rt.eventCreateWithFlags(self._flags)
-            self._made.append(event)
-        rt.eventRecord(event, stream)
-        return event
-
-    def handle(self, event: int) -> bytes:
-        """The event's IPC handle (64 bytes; ``interprocess`` events), made once per event."""
-        if event not in self._handles:
-            from .._cuda import cupy_runtime
-
-            self._handles[event] = bytes(cupy_runtime().ipcGetEventHandle(event))
-        return self._handles[event]
-
-    def give_back(self, event: int) -> None:
-        with self._lock:
-            self._free.append(event)
-
-    def close(self) -> None:
-        from .._cuda import cupy_runtime
-
-        rt = cupy_runtime()
-        for event in self._made:
-            with contextlib.suppress(Exception):  # closing anyway
-                rt.eventDestroy(event)
-        self._made.clear()
-        self._free.clear()
-
-
-def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any) -> None:
-    """Enqueue one network call on ``stream``: START, then the call's gated copies (``prepare(event)``, after an
-    event recorded past START), ``submit(prepared, error)`` to the proxy, then the wait for DONE.
-
-    The order is what keeps this free of deadlock where streams share a hardware queue (more streams than
-    ``CUDA_DEVICE_MAX_CONNECTIONS``, 8 by default; under MPS; 1 under Megatron's setting)::
-
-        caller's stream  ─[work]─(START=1)─(event)───────────────────────── [wait DONE==1; DONE=0] ─[work]─▶
-        copy streams     ───────────────── [wait event] [wait gate][copy] ... (proxy opens the gates) ──▶
-
-    A gate opens only once the proxy has seen START, and a stream memory wait blocks its whole hardware queue. Had
-    the gated copies been enqueued before START (the event recorded before it), a copy stream sharing a queue with
-    the caller's stream would hold START behind a gate that waits for START. The event after START makes the
-    dependency one CUDA sees (the driver's manual asks for orders set through stream memory operations to be
-    expressed with events too): everything a gate or the DONE wait waits for was enqueued before it, on this
-    process and, calls being made in one order on every rank, on the others.
-
-    A ``prepare`` that raises is submitted as ``(None, error)``: the proxy then only takes the stream's START and
-    gives its DONE (the pair stays in step with the stream), and the error is raised here."""
-    from ..flags import MemOps
-
-    MemOps().write(start, 1).enqueue(stream)
-    event = events.record(stream)
-    prepared, error = None, None
-    try:
-        prepared = prepare(event)
-    except BaseException as exc:  # noqa: BLE001 - raised below, once the stream's DONE wait is in place
-        error = exc
-    finally:
-        events.give_back(event)  # the waits on it are enqueued (or nothing was)
-    submit(prepared, error)
-    MemOps().wait_eq(done, 1).write(done, 0).enqueue(stream)
-    if error is not None:
-        raise error
 
 
 def _compiled(cache: dict, topology: Any, key: CallKey, chunk_bytes: int) -> Any:

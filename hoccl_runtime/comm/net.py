@@ -459,19 +459,27 @@ class NetCommunicator(_Calls):
         r = self.rank
         inp, out, s = self._buffers(plan, input, output, stream)
         self._bound_ahead(self._proxy)
-        with self._lock:
-            if self._executor is None:
-                self._connect(plan, {r: (inp, out)}, key)
-            with on_device(self.device):
-                # every copy of the call is enqueued here, in the caller's thread, after an event where the call sits
-                # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
-                pair = self._pairs[s]
-                submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
-                    else (lambda prepared, _: self._proxy.submit((prepared, pair)))
-                enqueue_call(s, *pair, self._events,
-                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
+        from .._cuda import cuda_error
 
-    def _connect(self, plan: Any, buffers: dict, key: tuple) -> None:
+        with self._lock:
+            try:
+                if self._executor is None:
+                    self._connect(plan, {r: (inp, out)}, key)
+                with on_device(self.device):
+                    # every copy of the call is enqueued here, in the caller's thread, after an event where the call
+                    # sits in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
+                    pair = self._pairs[s]
+                    submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) \
+                        if self._arena is not None else (lambda prepared, _: self._proxy.submit((prepared, pair)))
+                    enqueue_call(s, *pair, self._events,
+                                 lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
+            except Exception as exc:  # CuPy's own CUDA errors into the hierarchy, naming the call
+                err = cuda_error(exc, f"rank {r}: {key}")
+                if err is exc:
+                    raise
+                raise err from exc
+
+    def _connect(self, plan: Any, buffers: dict, key: CallKey) -> None:
         from ..net.executor import GpuNodeExecutor
 
         if self._arena is None:

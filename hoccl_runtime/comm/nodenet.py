@@ -260,6 +260,17 @@ class NodeNetCommunicator(_Calls):
         return ex
 
     def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
+        from .._cuda import cuda_error
+
+        try:
+            self._issue(key, input, output, stream)
+        except Exception as exc:  # CuPy's own CUDA errors into the hierarchy, naming the call
+            err = cuda_error(exc, f"rank {self.rank}: {key}")
+            if err is exc:
+                raise
+            raise err from exc
+
+    def _issue(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         from ..flags import MemOps
 
         if self.closed:

@@ -743,3 +743,31 @@ def test_the_proxy_process_keeps_only_the_calls_it_has_not_finished(monkeypatch)
     for r in (0, 1):
         held, after, right = results[r]
         assert right and held >= 1 and after <= 1, results
+
+
+def test_a_cuda_error_in_a_network_call_is_a_cuda_error_naming_the_call(monkeypatch):
+    """CuPy's own CUDA errors (CUDARuntimeError) in a network call's copies became the caller's exception as they
+    were; now a CudaError naming the rank and the call, and the stream is not left waiting."""
+    from hoccl_runtime.errors import CudaError
+
+    class CUDARuntimeError(RuntimeError):  # CuPy's class name, as cuda_error recognises it
+        pass
+
+    def body(comm, r):
+        inp, out = np.full(64, r, np.uint8), np.zeros(128, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        real = comm._executor.prepare
+
+        def failing(*a, **k):
+            raise CUDARuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
+
+        comm._executor.prepare = failing
+        with pytest.raises(CudaError, match=rf"rank {r}: allgather 128: a CUDA call failed: cudaErrorIllegalAddress"):
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm._executor.prepare = real
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)  # the pair stays in step
+        comm.synchronize()
+        return out.tolist() == [0] * 64 + [1] * 64
+
+    assert two_ranks(monkeypatch, body) == {0: True, 1: True}

@@ -318,12 +318,17 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
 
     monkeypatch.setenv("HOCCL_NET_PROXY", proxy)
 
+    import threading
+
     from hoccl_runtime.errors import HocclTimeoutError, TransportError
+
+    both_done = threading.Barrier(2)  # the ranks are threads: rank 1 drops only once rank 0's first call is through
 
     def body(comm, r):
         inp, out = np.full(100, r, np.uint8), np.zeros(200, np.uint8)
         comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
         comm.synchronize()
+        both_done.wait(20)  # (no barrier ends a run: rank 1 may be through with it before rank 0 is)
         if r == 1:
             drop(comm)  # the connection drops
             return "dropped"

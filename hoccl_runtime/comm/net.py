@@ -493,13 +493,18 @@ class NetCommunicator(_Calls):
 
         slots = ring_slots(self.chunk_bytes, self.ring_bytes)
         self._rings = SharedArena(arena_bytes(1, slots, self.chunk_bytes, 0))
-        with on_device(self.device):
-            self._rings.register_with_cuda()
-        ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
-                             ring_bytes=self.ring_bytes, arena=self._rings, flag_arena=self._arena)
-        # the proxy process maps the same rings (their memfd passed over the socket) at the offsets carved here
-        rings = {k: (address - self._rings.base, ex.slots * ex.chunk) for k, address in ex._ring_at.items()}
-        self._proxy.send_arena(("driver", key, ex.slots, rings), self._rings)
+        try:
+            with on_device(self.device):
+                self._rings.register_with_cuda()
+            ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
+                                 ring_bytes=self.ring_bytes, arena=self._rings, flag_arena=self._arena)
+            # the proxy process maps the same rings (their memfd passed over the socket) at the offsets carved here
+            rings = {k: (address - self._rings.base, ex.slots * ex.chunk) for k, address in ex._ring_at.items()}
+            self._proxy.send_arena(("driver", key, ex.slots, rings), self._rings)
+        except BaseException:
+            self._rings.close()  # the next call makes them again: no pinned memory left behind
+            self._rings = None
+            raise
         self._executor = ex
 
     def _raise(self) -> None:

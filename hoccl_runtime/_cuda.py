@@ -90,6 +90,18 @@ def cuda_error(exc: BaseException, what: str) -> BaseException:
     return CudaError(f"{what}: a CUDA call failed: {exc}")
 
 
+def p2p_native_atomics(a: int, b: int) -> bool:
+    """cudaDevP2PAttrNativeAtomicSupported between two GPUs: NVLink has native atomics, PCIe does not."""
+    try:
+        from cuda.bindings import runtime as cudart
+
+        err, value = cudart.cudaDeviceGetP2PAttribute(
+            cudart.cudaDeviceP2PAttr.cudaDevP2PAttrNativeAtomicSupported, a, b)
+    except Exception:  # noqa: BLE001 - no cuda-bindings: the link's kind is unknown, taken as NVLink (the presets)
+        return True
+    return int(err) == 0 and bool(value)
+
+
 def copy_async(dst: int, src: int, nbytes: int, stream: int) -> None:
     """``cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream)`` on the current device; a failure raises
     :class:`CudaError` naming the call."""

@@ -101,7 +101,7 @@ def gpu_links(device: int) -> Links | None:
         count = rt.getDeviceCount()
     except Exception:  # noqa: BLE001 - no CUDA (CPU tests, fakes)
         return None
-    from ._cuda import cuda_error
+    from ._cuda import cuda_error, p2p_native_atomics
 
     access: dict[int, bool] = {}
     nvlink: dict[int, bool] = {}
@@ -112,20 +112,8 @@ def gpu_links(device: int) -> Links | None:
             access[other] = bool(rt.deviceCanAccessPeer(device, other))
         except Exception as exc:
             raise cuda_error(exc, f"cudaDeviceCanAccessPeer({device}, {other})") from exc
-        nvlink[other] = access[other] and _native_atomics(device, other)
+        nvlink[other] = access[other] and p2p_native_atomics(device, other)
     return Links(device, count, access, nvlink)
-
-
-def _native_atomics(a: int, b: int) -> bool:
-    """cudaDevP2PAttrNativeAtomicSupported between two GPUs: NVLink has native atomics, PCIe does not."""
-    try:
-        from cuda.bindings import runtime as cudart
-
-        err, value = cudart.cudaDeviceGetP2PAttribute(
-            cudart.cudaDeviceP2PAttr.cudaDevP2PAttrNativeAtomicSupported, a, b)
-    except Exception:  # noqa: BLE001 - no cuda-bindings: the link's kind is unknown, taken as NVLink (the presets)
-        return True
-    return int(err) == 0 and bool(value)
 
 
 def measure_link_gbps(src: int, dst: int, nbytes: int = 256 << 20, repeats: int = 5) -> float:

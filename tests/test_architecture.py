@@ -145,3 +145,19 @@ def test_no_compiler_module_takes_another_ones_private_names():
                 found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert not found, found
+
+
+def test_only_the_cuda_door_imports_the_driver_bindings():
+    """cuda.bindings (the driver and runtime bindings) is imported by hoccl_runtime/_cuda.py alone, whose wrappers
+    raise CudaError naming the call (plans.py took it itself for the P2P attribute)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "hoccl_runtime").rglob("*.py")):
+        if path.name == "_cuda.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n == "cuda" or n.startswith("cuda.")]
+    assert not found, found

@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import HocclError, HocclTimeoutError, TransportError
 
-__all__ = ["announce_failure", "raise_if_a_rank_failed", "wait_for_key"]
+__all__ = ["announce_failure", "raise_if_a_rank_failed", "wait_for_key", "exchange_addresses"]
 
 
 def announce_failure(store: Any, rank: int, exc: BaseException) -> None:
@@ -53,3 +53,12 @@ def wait_for_key(store: Any, key: str, world: int, timeout_s: float, who: str = 
             raise HocclTimeoutError(late or f"{who}{what or key} did not appear within {timeout_s:.0f} s: has every "
                                     "rank started?")
         time.sleep(poll_s)
+
+
+def exchange_addresses(store: Any, key: str, me: int, count: int, mine: str, world: int, timeout_s: float, who: str,
+                       what: Callable[[int], str]) -> dict[int, str]:
+    """Publish ``mine`` under ``key + str(me)`` and wait for those of ``0 .. count - 1`` (the listening addresses of
+    a job's nodes or ranks, as every network path exchanges them): {index: address}. ``world``: the ranks that may
+    announce a failure meanwhile; ``what(index)`` names the one waited for in a timeout."""
+    store.set(f"{key}{me}", mine)
+    return {n: wait_for_key(store, f"{key}{n}", world, timeout_s, who, what(n)).decode() for n in range(count)}

@@ -93,7 +93,7 @@ def execute_nodes(plan: Any, buffers: Mapping[int, Any], streams: Mapping[int, A
 def _connect(plan: Any, node: int, buffers: Mapping[int, Any], store: Any, uid: str, timeout_s: float) -> tuple:
     import torch.distributed as dist
 
-    from ._store import wait_for_key
+    from ._store import exchange_addresses
     from .comm.net import _local_address, job_secret
     from .net.gpu import GpuNodeExecutor
 
@@ -102,9 +102,8 @@ def _connect(plan: Any, node: int, buffers: Mapping[int, Any], store: Any, uid: 
     secret = job_secret(prefixed, node)
     transport = GpuNodeExecutor.make_transport(plan, node, "tcp", secret=secret, host=_local_address(), lanes=8)
     try:
-        prefixed.set(f"addr{node}", transport.listen())
-        addresses = {n: wait_for_key(prefixed, f"addr{n}", N, timeout_s, f"node {node}: ",
-                                     f"node {n}'s address for plan {plan.plan_id}").decode() for n in range(N)}
+        addresses = exchange_addresses(prefixed, "addr", node, N, transport.listen(), N, timeout_s, f"node {node}: ",
+                                       lambda n: f"node {n}'s address for plan {plan.plan_id}")
         executor = GpuNodeExecutor(plan, node, buffers, transport, timeout_s=timeout_s, reuse=True)
         executor.connect(addresses)
     except BaseException:

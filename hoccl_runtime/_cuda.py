@@ -10,9 +10,11 @@ not possible.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import struct
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import BufferError, CudaError, HocclError
@@ -88,6 +90,19 @@ def cuda_error(exc: BaseException, what: str) -> BaseException:
     if isinstance(exc, CudaError) or type(exc).__name__ not in ("CUDARuntimeError", "CUDADriverError", "CUDARTError"):
         return exc
     return CudaError(f"{what}: a CUDA call failed: {exc}")
+
+
+@contextlib.contextmanager
+def cuda_errors(what: Callable[[], str]) -> Iterator[None]:
+    """Inside: CuPy's and cuda-bindings' own CUDA errors leave as a :class:`CudaError` naming ``what()`` (worked
+    out only then: the calls this wraps are hot; :func:`cuda_error`); every other exception leaves unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        err = cuda_error(exc, what())
+        if err is exc:
+            raise
+        raise err from exc
 
 
 def p2p_native_atomics(a: int, b: int) -> bool:

@@ -235,10 +235,8 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         items += [(CallKey.sendrecv(j, self.rank, b.nbytes), None, b) for j, b in pieces.recvs]
         items.sort(key=lambda it: (it[0].src, it[0].dst, it[0].size))  # both ends of a pair publish in the same order
         if items:
-            try:
+            with _cuda.cuda_errors(lambda: f"rank {self.rank}: all_to_all_v"):
                 self._run_many(items, stream)
-            except Exception as exc:
-                raise _cuda.cuda_error(exc, f"rank {self.rank}: all_to_all_v") from exc
         if pieces.local is not None:
             src, dst = pieces.local
             with _cuda.on_device(self.device):
@@ -290,11 +288,9 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
 
     def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any, rate_gbps: float | None = None,
              duration_s: float | None = None) -> None:
-        try:  # free when nothing is raised: CuPy's own CUDA errors leave as CudaError naming the call
+        # free when nothing is raised: CuPy's own CUDA errors leave as CudaError naming the call
+        with _cuda.cuda_errors(lambda: f"rank {self.rank}: {what[0] if isinstance(what, tuple) else 'execute'}"):
             self._run_many([(what, input, output)], stream, rate_gbps, duration_s)
-        except Exception as exc:
-            raise _cuda.cuda_error(exc, f"rank {self.rank}: {what[0] if isinstance(what, tuple) else 'execute'}") \
-                from exc
 
     def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
         """Pipeline-stage exchanges in one call: ``ops`` is a list of ("send", tensor, dst) and
@@ -319,10 +315,8 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
             per_peer[peer] = per_peer.get(peer, 0) + 1
             if per_peer[peer] > _SLOTS:
                 raise HocclError(f"batch has more than {_SLOTS} ops with rank {peer}; split it into several batches")
-        try:
+        with _cuda.cuda_errors(lambda: f"rank {self.rank}: batch_isend_irecv"):
             self._run_many(items, stream)
-        except Exception as exc:
-            raise _cuda.cuda_error(exc, f"rank {self.rank}: batch_isend_irecv") from exc
 
     def _run_many(self, items: list[tuple[Any, Any, Any]], stream: Any, rate_gbps: float | None = None,
                   duration_s: float | None = None) -> None:

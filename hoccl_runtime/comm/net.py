@@ -405,12 +405,10 @@ class NetCommunicator(_Calls):
                                 skip=lambda call: call[0] is not None and self._executor.release(call[0]))
 
     def _exchange_addresses(self, store: Any, mine: str) -> dict[int, str]:
-        from .._store import wait_for_key
+        from .._store import exchange_addresses
 
-        rank, world = self.rank, self.world
-        store.set(f"net-addr{rank}", mine)
-        return {r: wait_for_key(store, f"net-addr{r}", world, self.timeout_s, f"rank {rank}: ",
-                                f"rank {r}'s address").decode() for r in range(world)}
+        return exchange_addresses(store, "net-addr", self.rank, self.world, mine, self.world, self.timeout_s,
+                                  f"rank {self.rank}: ", lambda r: f"rank {r}'s address")
 
     def _start_proxy_process(self, device: int, store: Any, lanes: int, host: str | None) -> None:
         """The proxy as a process of its own (hoccl_runtime.net.proxyproc): it owns the TCP transport and drives the
@@ -459,25 +457,19 @@ class NetCommunicator(_Calls):
         r = self.rank
         inp, out, s = self._buffers(plan, input, output, stream)
         self._bound_ahead(self._proxy)
-        from .._cuda import cuda_error
+        from .._cuda import cuda_errors
 
-        with self._lock:
-            try:
-                if self._executor is None:
-                    self._connect(plan, {r: (inp, out)}, key)
-                with on_device(self.device):
-                    # every copy of the call is enqueued here, in the caller's thread, after an event where the call
-                    # sits in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
-                    pair = self._pairs[s]
-                    submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) \
-                        if self._arena is not None else (lambda prepared, _: self._proxy.submit((prepared, pair)))
-                    enqueue_call(s, *pair, self._events,
-                                 lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
-            except Exception as exc:  # CuPy's own CUDA errors into the hierarchy, naming the call
-                err = cuda_error(exc, f"rank {r}: {key}")
-                if err is exc:
-                    raise
-                raise err from exc
+        with self._lock, cuda_errors(lambda: f"rank {r}: {key}"):  # CuPy's own CUDA errors name the call
+            if self._executor is None:
+                self._connect(plan, {r: (inp, out)}, key)
+            with on_device(self.device):
+                # every copy of the call is enqueued here, in the caller's thread, after an event where the call sits
+                # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
+                pair = self._pairs[s]
+                submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
+                    else (lambda prepared, _: self._proxy.submit((prepared, pair)))
+                enqueue_call(s, *pair, self._events,
+                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
 
     def _connect(self, plan: Any, buffers: dict, key: CallKey) -> None:
         from ..net.executor import GpuNodeExecutor

@@ -166,11 +166,11 @@ class NodeNetCommunicator(_Calls):
             self.transport = TcpTransport(host=host or _local_address(), lanes=lanes,
                                           session=f"hoccl-node-net-{world}-{L}", name=f"node{self.node}",
                                           secret=self._secret)
-            from .._store import wait_for_key
+            from .._store import exchange_addresses
 
-            store.set(f"leader-addr{self.node}", self.transport.listen())
-            self._addresses = {n: wait_for_key(store, f"leader-addr{n}", world, timeout_s, f"rank {rank}: ",
-                                               f"node {n}'s leader address").decode() for n in range(self.nodes)}
+            self._addresses = exchange_addresses(store, "leader-addr", self.node, self.nodes, self.transport.listen(),
+                                                 world, timeout_s, f"rank {rank}: ",
+                                                 lambda n: f"node {n}'s leader address")
             i32, sh, w = self._shared.i32, self._shared, self._shared.words
             # a call is (prepared run, seq, error of its preparation); the proxy takes them in order, each once every
             # local rank's stream reached it (or the node failed: then nothing waits for streams that may never come)
@@ -260,15 +260,10 @@ class NodeNetCommunicator(_Calls):
         return ex
 
     def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
-        from .._cuda import cuda_error
+        from .._cuda import cuda_errors
 
-        try:
+        with cuda_errors(lambda: f"rank {self.rank}: {key}"):  # CuPy's own CUDA errors name the call
             self._issue(key, input, output, stream)
-        except Exception as exc:  # CuPy's own CUDA errors into the hierarchy, naming the call
-            err = cuda_error(exc, f"rank {self.rank}: {key}")
-            if err is exc:
-                raise
-            raise err from exc
 
     def _issue(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         from ..flags import MemOps

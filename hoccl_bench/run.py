@@ -76,15 +76,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _gpus() -> int:
-    from hoccl_runtime.errors import GPU_NEEDS, HocclError
+    """The GPUs this process sees, or a one-line error naming what hoccl-run needs (the runtime's own check of CuPy:
+    missing, built for another CUDA, no driver)."""
+    from hoccl_runtime._cuda import cupy_runtime
+    from hoccl_runtime.errors import GPU_NEEDS, CudaError, HocclError
 
     try:
-        import cupy
-
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # noqa: BLE001 - CuPy missing, built for another CUDA, no driver: one line
-        raise HocclError(f"hoccl-run needs a CUDA GPU, and CuPy cannot reach one here ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:200]}): it needs {GPU_NEEDS}") from None
+        count = cupy_runtime().getDeviceCount()
+    except CudaError as exc:
+        raise HocclError(f"hoccl-run needs a CUDA GPU: {exc}") from None
     if count < 1:
         raise HocclError(f"hoccl-run needs a CUDA GPU and sees none: it needs {GPU_NEEDS}")
     return count

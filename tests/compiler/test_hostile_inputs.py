@@ -242,14 +242,15 @@ def test_plans_with_hostile_values_are_valid_or_refused(data):
         verify_plan(plan_from_json(json.dumps(doc)))
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.binary(max_size=160), min_size=1, max_size=4))
-def test_a_hostile_peers_bytes_never_break_the_handshake(strays):
-    """Arbitrary bytes on fresh connections before the real peer: each is dropped, the real peer gets in."""
+@contextlib.contextmanager
+def _the_real_peer_gets_in(hello_timeout_s: float, within_s: float):
+    """A listening transport (handshakes bounded by ``hello_timeout_s``) with an accept waiting: the body opens its
+    hostile sockets at the (host, port) given; then the real peer connects, and it must be the one accepted, within
+    ``within_s``."""
     import hoccl_runtime.net.transport.tcp as tcp
 
     old = tcp.HELLO_TIMEOUT_S
-    tcp.HELLO_TIMEOUT_S = 0.3
+    tcp.HELLO_TIMEOUT_S = hello_timeout_s
     secret = os.urandom(32)
     rx = TcpTransport(lanes=1, session="job", secret=secret)
     try:
@@ -258,19 +259,27 @@ def test_a_hostile_peers_bytes_never_break_the_handshake(strays):
         box = {}
         t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=20)), daemon=True)
         t.start()
-        for raw in strays:
-            with socket.create_connection((host, int(port)), timeout=5) as c:
-                c.sendall(raw)
+        yield host, int(port)
         tx = TcpTransport(lanes=1, session="job", secret=secret, name="real")
         t0 = time.monotonic()
         tx.connect(address, timeout_s=15)
         t.join(20)
         assert box.get("conn") is not None and box["conn"].peer_name == "real"
-        assert time.monotonic() - t0 < 15
+        assert time.monotonic() - t0 < within_s
         tx.close()
     finally:
         tcp.HELLO_TIMEOUT_S = old
         rx.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(max_size=160), min_size=1, max_size=4))
+def test_a_hostile_peers_bytes_never_break_the_handshake(strays):
+    """Arbitrary bytes on fresh connections before the real peer: each is dropped, the real peer gets in."""
+    with _the_real_peer_gets_in(0.3, within_s=15) as (host, port):
+        for raw in strays:
+            with socket.create_connection((host, port), timeout=5) as c:
+                c.sendall(raw)
 
 
 @settings(max_examples=15, deadline=None)
@@ -280,42 +289,23 @@ def test_slow_and_half_open_peers_never_hold_up_the_real_one(peers):
     """Peers that send part of a hello (or a few bytes more) and then stall, close their write side, or drip one
     byte at a time, all at once beside the real peer: the real peer is accepted within the whole-handshake deadline
     plus its own connect, each hostile socket is dropped, and nothing raises but a HocclError."""
-    import hoccl_runtime.net.transport.tcp as tcp
-
-    old = tcp.HELLO_TIMEOUT_S
-    tcp.HELLO_TIMEOUT_S = 0.5
-    secret = os.urandom(32)
-    rx = TcpTransport(lanes=1, session="job", secret=secret)
     socks, stop = [], threading.Event()
     try:
-        address = rx.listen()
-        host, port = address.split(":")
-        box = {}
-        t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=20)), daemon=True)
-        t.start()
-        junk = os.urandom(HELLO.size + 8)
-        for n, how in peers:
-            c = socket.create_connection((host, int(port)), timeout=5)
-            socks.append(c)
-            if how == "drip":
-                threading.Thread(target=_drip, args=(c, junk[:max(n, 1)], stop), daemon=True).start()
-                continue
-            c.sendall(junk[:n])
-            if how == "half-close":
-                c.shutdown(socket.SHUT_WR)
-        tx = TcpTransport(lanes=1, session="job", secret=secret, name="real")
-        t0 = time.monotonic()
-        tx.connect(address, timeout_s=15)
-        t.join(20)
-        assert box.get("conn") is not None and box["conn"].peer_name == "real"
-        assert time.monotonic() - t0 < 10
-        tx.close()
+        with _the_real_peer_gets_in(0.5, within_s=10) as (host, port):
+            junk = os.urandom(HELLO.size + 8)
+            for n, how in peers:
+                c = socket.create_connection((host, port), timeout=5)
+                socks.append(c)
+                if how == "drip":
+                    threading.Thread(target=_drip, args=(c, junk[:max(n, 1)], stop), daemon=True).start()
+                    continue
+                c.sendall(junk[:n])
+                if how == "half-close":
+                    c.shutdown(socket.SHUT_WR)
     finally:
         stop.set()
-        tcp.HELLO_TIMEOUT_S = old
         for c in socks:
             c.close()
-        rx.close()
 
 
 def _drip(c: socket.socket, raw: bytes, stop: threading.Event) -> None:

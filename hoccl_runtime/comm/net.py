@@ -484,7 +484,7 @@ class NetCommunicator(_Calls):
         from ..net.proxyproc import SharedArena, arena_bytes
 
         slots = ring_slots(self.chunk_bytes, self.ring_bytes)
-        self._rings = SharedArena(arena_bytes(1, slots, self.chunk_bytes, 0))
+        self._rings = SharedArena(arena_bytes(1, slots, self.chunk_bytes))
         try:
             with on_device(self.device):
                 self._rings.register_with_cuda()

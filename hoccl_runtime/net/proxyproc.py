@@ -48,10 +48,10 @@ __all__ = ["SharedArena", "ProcessProxy", "LocalRegions", "arena_bytes", "main"]
 ALIGN = 256
 
 
-def arena_bytes(gpus: int, slots: int, chunk_bytes: int, flags: int = 0) -> int:
+def arena_bytes(gpus: int, slots: int, chunk_bytes: int) -> int:
     """What a :class:`SharedArena` for one executor's rings holds: a send and a receive ring per GPU, two
-    placeholders per GPU, ``flags`` words, alignment slack."""
-    return 2 * gpus * slots * chunk_bytes + 4 * flags + (6 * gpus + 24) * ALIGN
+    placeholders per GPU, alignment slack (the flags live in an arena of their own)."""
+    return 2 * gpus * slots * chunk_bytes + (6 * gpus + 24) * ALIGN
 
 
 class SharedArena:

@@ -17,9 +17,15 @@ What it pins down, before GPUs are involved:
   GPU takes over that GPU's receive slots one by one as the previous stage's chunks leave them. So a GPU
   has one incoming and one outgoing network flow at a time (as the plan's stages promise) but for the
   few slots where one stage's tail meets the next one's head, and no node waits for the slowest one
-  between stages. Every run starts with a notice of the plan's id to every node: a node sends it only
-  once its previous run is through, so a run's chunks never meet the previous run's, and no barrier ends
-  a run of a reusable executor (:meth:`HostNodeExecutor.leave` waits for the last one before closing).
+  between stages.
+* Runs of a reusable executor, eagerly: a node tells every node when its run ``n`` is through (its rings
+  are free again), and sends run ``n + 1``'s chunks once every node said so, without waiting for the
+  receiver to reach its call (the sender's call ends once its writes left: NCCL's eager send into the
+  receiver's buffers, one run deep). Every run also starts with a notice of the plan's id to every
+  node; a node takes another node's data or credits of a run only once that node's notice for the run
+  matched its own (the notices of a pure sender's peers are checked as they come, in order), so nodes
+  in different collectives raise PlanError instead of mixing data. No barrier ends such a run
+  (:meth:`HostNodeExecutor.leave` waits for the last one before closing).
 * Immediates: data ``(target GPU's local index << 24) | its receive position``; credits
   ``bit 31 | (sending GPU's local index << 24) | the send position they let go``; plan notices
   ``0x7e000000 | 24 bits of the plan id's CRC``. The accepting node knows who connected from the
@@ -111,6 +117,9 @@ class HostNodeExecutor:
         self._runs = 0                               # runs through so far
         self._failed = False                         # a run failed (or the executor left): leave() waits for nobody
         self._early_done: set[tuple[int, int]] = set()  # (node, run) run-done notices not yet waited for
+        self._mine: dict[int, int] = {}      # run -> this node's plan notice, until every node's was checked
+        self._checked: dict[int, int] = {}   # node -> how many of its plan notices matched this node's runs
+        self._deferred: dict[int, list] = {}  # node -> its completions of this run, held until its notice matched
         self._run: RunState | None = None
 
     # --- setup -------------------------------------------------------------------------------------
@@ -217,12 +226,13 @@ class HostNodeExecutor:
         self._end_run()
 
     def _end_run(self) -> None:
-        """After a run's last chunk. A reusable executor does not wait for the other nodes here: the next run's
-        plan notices order it after this one on every node (a node sends its notice only once its previous run is
-        through, and no node sends a run's chunks before every node's notice came), so a node whose part is done
-        (a sender whose chunks left) lets its caller go on at once instead of waiting for the slowest node; its
-        last run is waited for by :meth:`leave`. A single-run executor ends with the barrier."""
+        """After a run's last chunk. A reusable executor tells every node that its rings are free (the run-done
+        notice, which the next run of every node waits for before it sends) and does not wait for the other nodes:
+        a node whose part is done (a sender whose chunks left) lets its caller go on at once instead of waiting for
+        the slowest node; its last run is waited for by :meth:`leave`. A single-run executor ends with the
+        barrier."""
         if self.reuse:
+            self._tell_all(RUN_DONE | (self._runs & 0xFFFFFF))
             self._runs += 1
         else:
             self._barrier()
@@ -234,9 +244,8 @@ class HostNodeExecutor:
         not waited for; nothing here raises."""
         if not self.reuse or not self.conns or not self._runs or self._failed:
             return
-        last = (self._runs - 1) & 0xFFFFFF
+        last = (self._runs - 1) & 0xFFFFFF  # this node's notice for it left at its end (_end_run)
         try:
-            self._tell_all(RUN_DONE | last)
             self._wait_for_nodes(lambda n: (n, last) in self._early_done, lambda waiting: f"nodes {waiting} left",
                                  min(self.timeout_s, 5.0))
         except (HocclTimeoutError, TransportError):
@@ -276,20 +285,51 @@ class HostNodeExecutor:
         self.inputs = {r: buffers[r][0] for r in self.ranks}
         self.outputs = {r: buffers[r][1] for r in self.ranks}
 
-    def _hello(self) -> None:
-        """Tell every node which plan this run is, and check theirs (24 bits of the plan id's CRC)."""
+    def _plan_notice(self) -> int:
+        """This run's plan notice: PLAN_HELLO | 24 bits of the plan id's CRC."""
         import zlib
 
-        mine = zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF
+        return PLAN_HELLO | (zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF)
+
+    def _hello(self) -> None:
+        """Tell every node which plan this run is; then wait until every node is through the previous run (its
+        rings are free), not until it reached this one, and check the plan notices that came meanwhile."""
+        mine = self._mine[self._runs] = self._plan_notice() & 0xFFFFFF
         self._tell_all(PLAN_HELLO | mine)
-        self._wait_for_nodes(lambda n: bool(self._hellos.get(n)),
-                             lambda waiting: f"nodes {waiting} did not start plan {self.plan.plan_id}")
+        if self._runs:
+            prev = (self._runs - 1) & 0xFFFFFF
+            self._wait_for_nodes(lambda n: (n, prev) in self._early_done,
+                                 lambda waiting: f"nodes {waiting} did not finish the run before plan "
+                                                 f"{self.plan.plan_id}")
+            self._early_done.difference_update((n, prev) for n in self.conns)
+        self._check_notices()
+
+    def _check_notices(self) -> None:
+        """Match every node's plan notices that came, in order, with this node's plan of the same run; a node's
+        completions held until its notice for this run matched go back to its backlog."""
         for n in sorted(self.conns):
-            theirs = self._hellos[n].pop(0)
-            if theirs != mine:
-                raise PlanError(f"node {self.node} runs plan {self.plan.plan_id} ({self.plan.collective.describe()}) "
-                                f"but node {n} runs another (id hash {theirs:06x} vs {mine:06x}): every node must run "
-                                "the same collectives in the same order")
+            got = self._hellos.get(n)
+            while got:
+                theirs, run = got.pop(0), self._checked.get(n, 0)
+                mine = self._mine.get(run)
+                if mine is None:  # a notice of a run this node has not started: the peer is one ahead
+                    got.insert(0, theirs)
+                    break
+                if theirs != mine:
+                    raise PlanError(f"node {self.node} runs plan {self.plan.plan_id} "
+                                    f"({self.plan.collective.describe()}) but node {n} runs another in its run {run} "
+                                    f"(id hash {theirs:06x} vs {mine:06x}): every node must run the same "
+                                    "collectives in the same order")
+                self._checked[n] = run + 1
+            if self._heard(n) and self._deferred.get(n):
+                self._backlog.setdefault(n, []).extend(self._deferred.pop(n))
+        done = min((self._checked.get(n, 0) for n in self.conns), default=self._runs)
+        for run in [r for r in self._mine if r < done]:
+            del self._mine[run]
+
+    def _heard(self, n: int) -> bool:
+        """Whether node ``n``'s plan notice for this run came and matched (always, without reuse: no notices)."""
+        return not self.reuse or self._checked.get(n, 0) > self._runs
 
     def _tell_all(self, imm: int) -> None:
         """A notice (a zero-byte write with immediate ``imm``) to every other node."""
@@ -441,6 +481,13 @@ class HostNodeExecutor:
             return
         imm = c.imm
         local, pos = (imm >> 24) & 0x7F, imm & 0xFFFFFF
+        if self._notice(node, imm):  # a node through with this run already, or in the next one
+            if (imm & 0x7F000000) == PLAN_HELLO:
+                self._check_notices()
+            return
+        if not self._heard(node):  # its plan notice for this run is not in yet: its data waits for it
+            self._deferred.setdefault(node, []).append(c)
+            return
         if imm & CREDIT:  # chunk ``pos`` of local GPU ``local``'s sends may write its receive slot
             ubar = self.node * self.L + local
             seq = run.out.get(ubar) if local < self.L else None
@@ -449,8 +496,6 @@ class HostNodeExecutor:
                 raise self._forged(node, f"credited chunk {pos} of local GPU {local}, which is not a chunk of this "
                                    "run that waits for that node's credit", imm)
             run.credit[ubar][pos] = 1
-            return
-        if self._notice(node, imm):  # a node through with this run already, or in the next one
             return
         vbar = self.node * self.L + local
         seq = run.inc.get(vbar) if local < self.L else None
@@ -483,6 +528,10 @@ class HostNodeExecutor:
     def _waiting_for(self) -> str:
         """What a stalled run waits for, in words (for the timeout's message)."""
         run = self._run
+        for n in sorted(self._deferred):
+            if self._deferred[n]:
+                return (f"node {n}'s plan notice for this run ({len(self._deferred[n])} of its writes wait for it: "
+                        "does it run the same collectives?)")
         for ubar, seq in run.out.items():
             x = run.next[ubar]
             if x < len(seq.stage):

@@ -83,9 +83,9 @@ def test_wrong_world_size_and_missing_buffers_are_clear_errors():
         transport.close()
 
 
-def _reuse_nodes(plans_per_node, timeout_s=10):
-    """Two nodes in threads over TCP with reusable executors; node n runs plans_per_node[n] in order.
-    Returns (outputs per run per rank, errors)."""
+def _reuse_nodes(plans_per_node, timeout_s=10, before_run=None, after_run=None):
+    """Two nodes in threads over TCP with reusable executors; node n runs plans_per_node[n] in order
+    (``before_run(n, run)`` / ``after_run(n, run)`` around each). Returns (outputs per run per rank, errors)."""
     from threaded import failures, in_threads
 
     from hoccl_runtime.net.executor import HostNodeExecutor
@@ -107,7 +107,11 @@ def _reuse_nodes(plans_per_node, timeout_s=10):
         execs[n].connect(addresses)
         for run, plan in enumerate(plans_per_node[n]):
             b = bufs(plan, n, run)
+            if before_run is not None:
+                before_run(n, run)
             execs[n].run(plan, b)
+            if after_run is not None:
+                after_run(n, run)
             results[(n, run)] = {r: out for r, (_, out) in b.items()}
 
     errors = failures(in_threads(2, node))
@@ -125,12 +129,7 @@ def test_one_executor_runs_many_plans_over_the_same_connections():
              compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001), opts)]
     results, errors = _reuse_nodes([plans, plans])
     assert not errors, errors
-    for run, plan in enumerate(plans):
-        inputs = [np.random.default_rng([r, run + 1, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
-                  for r in range(plan.num_ranks)]
-        want = replay(plan, inputs).outputs
-        for r in range(plan.num_ranks):
-            assert np.array_equal(results[(r // 2, run)][r], want[r]), f"run {run} rank {r}"
+    _check_runs(plans, {(r, run): results[(r // 2, run)] for r in range(4) for run in range(4)}, range(4))
 
 
 def test_nodes_in_different_collectives_raise_plan_error():
@@ -147,6 +146,58 @@ def test_nodes_in_different_collectives_raise_plan_error():
                          CompileOptions(chunk_bytes=2048, baselines=False))
     _, errors = _reuse_nodes([[ag, other], [ag, other]], timeout_s=5)
     assert errors and all(isinstance(e, TransportError) and "chunk size" in str(e) for _, e in errors), errors
+
+
+def _check_runs(plans, results, runs):
+    for run in runs:
+        plan = plans[run]
+        inputs = [np.random.default_rng([r, run + 1, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+                  for r in range(plan.num_ranks)]
+        want = replay(plan, inputs).outputs
+        for r in range(plan.num_ranks):
+            assert np.array_equal(results[(r, run)][r], want[r]), f"run {run} rank {r}"
+
+
+def test_a_senders_run_ends_before_the_receiver_reaches_its_call():
+    """Eager sends: chunks that fit the receiver's ring leave, and the sender's run ends, while the receiver is not in
+    its run yet (it only starts once the sender's run returned): the run waits for the receiver's previous run, not
+    for this one."""
+    import threading
+
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2000),)), opts),
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1500),)), opts),
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((1, 0, 900),)), opts)]
+    sent = [threading.Event() for _ in plans]
+    order = []
+
+    def before(n, run):
+        if n == 1 and run < 2:
+            assert sent[run].wait(10), f"node 0's run {run} did not end before node 1 started it"
+        order.append((n, run))
+
+    results, errors = _reuse_nodes([plans, plans], timeout_s=15, before_run=before,
+                                   after_run=lambda n, run: sent[run].set() if n == 0 else None)
+    assert not errors, errors
+    assert order.index((0, 1)) < order.index((1, 1))
+    _check_runs(plans, results, range(3))
+
+
+def test_a_pure_senders_peer_in_another_collective_raises_and_the_sender_hears_of_it():
+    """The receiver checks the sender's plan notice before it takes a byte: another collective there is a PlanError;
+    the sender, whose run ended when its writes left, fails at its next run (the receiver never finishes that one)."""
+    from hoccl_runtime.errors import HocclTimeoutError, PlanError, TransportError
+
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    p = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2000),)), opts)
+    q = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1000),)), opts)
+    _, errors = _reuse_nodes([[p, p], [q]], timeout_s=3)
+    by_node = dict(errors)
+    assert isinstance(by_node.get(1), PlanError) and "in its run 0" in str(by_node[1]), errors
+    assert isinstance(by_node.get(0), (HocclTimeoutError, TransportError)), errors
+    assert "did not finish the run before plan" in str(by_node[0]) or "closed" in str(by_node[0]), errors
 
 
 def test_ring_slots_default_holds_about_256_mib():
@@ -208,7 +259,15 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
     try:
         ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True)  # reuse: every chunk through the rings
         ex.conns = {1: None, 2: None}
+        ex._mine[0] = ex._plan_notice() & 0xFFFFFF  # what _hello records; then both peers' plan notices match it
         ex._begin_run()
+        held = Completion("received", 1, 0, 0, 0, 0)
+        ex._on_completion(int(ex._run.inc[0].peer[0]), held)  # data before its node's plan notice: held back
+        assert ex._run.receives_left == 16 and sum(map(len, ex._deferred.values())) == 1
+        for n in (1, 2):
+            ex._on_completion(n, Completion("received", 1, ex._plan_notice(), 0, 0, 0))
+        assert ex._backlog and not ex._deferred  # the notice matched: the held data goes back to be taken
+        ex._backlog.clear()
         seq = ex._run.out[0]
         assert len(seq.stage) == 16 and list(seq.ring[:4]) == [0, 1, 2, 3]
         peer4 = int(seq.peer[4])  # the node that credits send position 4

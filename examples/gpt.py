@@ -90,6 +90,15 @@ def batch(c: Config, batch_size: int, step: int, rank: int, device: torch.device
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 
+def deterministic() -> None:
+    """Deterministic kernels (--deterministic): cuBLAS with a fixed workspace and torch's deterministic algorithms,
+    so that two variants that move the same bytes give bit-identical losses (warn-only where an op has none)."""
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts: before any matmul
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def need_cuda(script: str) -> None:
     """Exit with one line, not torch's traceback, where this torch has no CUDA GPU (the training examples need one;
     hoccl_runtime.torch.require_cuda says what to install)."""

@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt import GPT, SIZES, Config, batch, loss_fn, need_cuda  # noqa: E402
+from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
 
 VARIANTS = ("hoccl", "nccl", "nccl-ce", "none")
 
@@ -67,6 +67,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu-offload", action="store_true", help="FSDP2 CPUOffloadPolicy")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels: variants that move the same bytes give identical losses")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds the process groups (and HOCCL's calls) wait for a peer before raising")
     p.add_argument("--json", default="train_fsdp.json", help="where rank 0 writes every figure")
@@ -261,6 +263,8 @@ def progress(done: int, total: int, label: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     need_cuda(Path(__file__).name)
+    if args.deterministic:
+        deterministic()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device("cuda", 0 if args.share_gpu else local)

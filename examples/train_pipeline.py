@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt import GPT, SIZES, Config, batch, loss_fn, need_cuda  # noqa: E402
+from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
 
 
 class First(nn.Module):
@@ -96,6 +96,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--check", action="store_true", help="compare losses and gradients with a one-process reference")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels: variants that move the same bytes give identical losses")
     p.add_argument("--json", default="train_pipeline.json")
     args = p.parse_args(argv)
     if args.batch % args.microbatches:
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse(argv)
     need_cuda(Path(__file__).name)
+    if args.deterministic:
+        deterministic()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", 0 if args.share_gpu else int(os.environ.get("LOCAL_RANK", rank)))
     torch.cuda.set_device(device)

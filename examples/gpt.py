@@ -91,12 +91,14 @@ def batch(c: Config, batch_size: int, step: int, rank: int, device: torch.device
 
 
 def deterministic() -> None:
-    """Deterministic kernels (--deterministic): cuBLAS with a fixed workspace and torch's deterministic algorithms,
-    so that two variants that move the same bytes give bit-identical losses (warn-only where an op has none)."""
+    """Deterministic kernels (--deterministic): cuBLAS with a fixed workspace and torch's deterministic algorithms
+    (cuDNN attention's backward included, which warn-only mode leaves non-deterministic), so that two variants that
+    move the same bytes give bit-identical losses."""
     import os
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts: before any matmul
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
 
 
 def need_cuda(script: str) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 from .._cuda import on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
-from ..net.callproxy import CallProxy
+from ..net.callproxy import CallProxy, DoneOnce
 from ..plans import CallKey, PlanCache
 from .calls import CallEvents, enqueue_call
 
@@ -399,9 +399,10 @@ class NetCommunicator(_Calls):
         self._ahead = env_int("HOCCL_NET_AHEAD", 2, 0)  # see CallProxy.wait_pending
         # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
         # (None: a call whose preparation failed, raised in the caller's thread; only its stream is released)
-        self._proxy = CallProxy(lambda call: call[0] is not None and self._executor.run(prepared=call[0]),
+        self._proxy = CallProxy(lambda call: call[0] is not None and self._executor.run(
+                                    prepared=call[0], release=call[2]),  # DONE once the copies are through
                                 lambda call: call[1][0].read() == 1, lambda call: call[1][0].write(0),
-                                lambda call: call[1][1].write(1), name=f"hoccl-proxy-{rank}",
+                                lambda call: call[2](), name=f"hoccl-proxy-{rank}",
                                 skip=lambda call: call[0] is not None and self._executor.release(call[0]))
 
     def _exchange_addresses(self, store: Any, mine: str) -> dict[int, str]:
@@ -467,7 +468,7 @@ class NetCommunicator(_Calls):
                 # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
                 pair = self._pairs[s]
                 submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
-                    else (lambda prepared, _: self._proxy.submit((prepared, pair)))
+                    else (lambda prepared, _: self._proxy.submit((prepared, pair, DoneOnce(pair[1]))))
                 enqueue_call(s, *pair, self._events,
                              lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
 

@@ -21,6 +21,7 @@ from ..plans import CallKey, PlanCache
 from .net import (
     CallEvents,
     CallProxy,
+    DoneOnce,
     _Calls,
     _compiled,
     _local_address,
@@ -221,7 +222,7 @@ class NodeNetCommunicator(_Calls):
             with on_device(self.device):  # as NetCommunicator._call (see enqueue_call for the order)
                 enqueue_call(s, *self._p2p_flags, self._p2p_events,
                              lambda event: ex.prepare(plan, bufs, after=(event,)),
-                             lambda prepared, _: proxy.submit((ex, prepared)))
+                             lambda prepared, _: proxy.submit((ex, prepared, DoneOnce(self._p2p_flags[1]))))
 
     def _pair_proxy(self) -> CallProxy:
         if self._p2p_proxy is None:
@@ -233,8 +234,9 @@ class NodeNetCommunicator(_Calls):
                 self._p2p_pool = FlagPool(2)
             start, done = self._p2p_pool.allocate(), self._p2p_pool.allocate()
             self._p2p_flags = (start, done)
-            self._p2p_proxy = CallProxy(lambda call: call[1] is not None and call[0].run(prepared=call[1]),
-                                        lambda _: start.read() == 1, lambda _: start.write(0), lambda _: done.write(1),
+            self._p2p_proxy = CallProxy(lambda call: call[1] is not None and call[0].run(
+                                            prepared=call[1], release=call[2]),  # DONE once the copies are through
+                                        lambda _: start.read() == 1, lambda _: start.write(0), lambda call: call[2](),
                                         name=f"hoccl-p2p-{self.rank}",
                                         skip=lambda call: call[1] is not None and call[0].release(call[1]))
         return self._p2p_proxy

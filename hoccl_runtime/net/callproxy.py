@@ -13,7 +13,23 @@ from typing import Any
 
 from .._timer import fine_sleeps, slack_setting
 
-__all__ = ["CallProxy"]
+__all__ = ["CallProxy", "DoneOnce"]
+
+
+class DoneOnce:
+    """A call's DONE, written once: early, by the executor's ``release`` (its copies are through while its last writes
+    still leave), or else by the proxy's finish. A second write would let the stream's next wait pass before its call
+    ran (DONE is a flag the stream waits for and resets, not a counter)."""
+
+    __slots__ = ("flag", "written")
+
+    def __init__(self, flag: Any):
+        self.flag, self.written = flag, False
+
+    def __call__(self) -> None:
+        if not self.written:
+            self.written = True
+            self.flag.write(1)
 
 
 class CallProxy:

@@ -82,15 +82,19 @@ class GatedNodeExecutor(HostNodeExecutor):
 
     direct_receive = False  # TCP lands in host memory: always through the receive ring
     _current: PreparedRun | None = None
+    _release: Any = None
 
     def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
-            prepared: PreparedRun | None = None) -> None:
+            prepared: PreparedRun | None = None, release: Any = None) -> None:
         """Drive ``prepared`` (a run whose copies were enqueued, possibly by another thread or process) to
-        completion, opening its gates and reading its counters: no CUDA call."""
+        completion, opening its gates and reading its counters: no CUDA call. ``release()``, where given, is called
+        once every copy of the run is through (the staging copies took what this node sends, the landing copies put
+        what it receives in place), while its last network writes may still be leaving: the caller lets its stream
+        go on there, as NCCL's send does once the data is in its buffers (an error after that is the next call's)."""
         if prepared is None:
             raise TransportError(f"node {self.node}: this executor only drives prepared runs (their copies enqueued "
                                  "by GpuNodeExecutor.prepare); give prepared=")
-        self._current = prepared
+        self._current, self._release = prepared, release
         try:
             self.plan = prepared.plan
             with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
@@ -100,6 +104,11 @@ class GatedNodeExecutor(HostNodeExecutor):
             self._failed = True
             self.release(prepared)
             raise
+
+    def _tick(self) -> None:
+        if self._release is not None and all(reached(flag, c) for flag, c in self._current.ends):
+            release, self._release = self._release, None
+            release()
 
     def release(self, prepared: PreparedRun) -> None:
         """Open every gate of a run that will not be driven to its end (:func:`open_gates`)."""
@@ -406,12 +415,12 @@ class GpuNodeExecutor(GatedNodeExecutor):
         seen.add(ring)
 
     def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
-            after: Sequence[int] = (), prepared: PreparedRun | None = None) -> None:
+            after: Sequence[int] = (), prepared: PreparedRun | None = None, release: Any = None) -> None:
         """Drive one run to completion: ``prepared`` (from :meth:`prepare`, possibly in another thread), else
         this plan and buffers prepared here first. Makes no CUDA call when given ``prepared``."""
         if prepared is None:
             prepared = self.prepare(plan, buffers, after=after)
-        super().run(prepared=prepared)
+        super().run(prepared=prepared, release=release)
 
     def close(self) -> None:
         """Wait (up to the timeout) for the copies of every run prepared, then free the rings and flags. Copies

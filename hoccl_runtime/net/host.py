@@ -207,6 +207,7 @@ class HostNodeExecutor:
         self._local_copies()
         deadline = time.monotonic() + self.timeout_s
         while not self._run_done():
+            self._tick()
             progressed = self._send_ready()
             progressed |= self._post_ready()
             for node in self.conns:
@@ -224,6 +225,10 @@ class HostNodeExecutor:
         self._mark("network")
         self._finish_run()
         self._end_run()
+
+    def _tick(self) -> None:
+        """Each turn of the driving loop (the GPU executor lets the caller's stream go here once its copies are
+        through)."""
 
     def _end_run(self) -> None:
         """After a run's last chunk. A reusable executor tells every node that its rings are free (the run-done

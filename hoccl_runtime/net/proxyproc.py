@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, as_int32
-from .callproxy import CallProxy
+from .callproxy import CallProxy, DoneOnce
 from .gpu import GatedNodeExecutor, PreparedRun, open_gates
 from .transport.base import Region, Transport
 
@@ -452,7 +452,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         ex = state["executor"]
         if trace_path:
             ex.marks = [("start", time.perf_counter())]
-        ex.run(prepared=call[0])
+        ex.run(prepared=call[0], release=call[2])  # DONE once the copies are through
         if trace_path:
             t = dict(ex.marks)
             t["copies"] = time.perf_counter()
@@ -465,7 +465,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             with contextlib.suppress(Exception):
                 conn.send(("error", type(proxy.error).__name__, str(proxy.error)))
             failed.write(1)
-        call[2].write(1)
+        call[2]()  # DONE, unless the run's release gave it already
         done.write(as_int32(done.read() + 1))
 
     def reset(call: tuple) -> None:
@@ -505,7 +505,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
                         proxy.error = proxy.error or exc
                         prepared = decode(None, encoded, words)  # its gates still opened (skip), its DONE given
-                proxy.submit((prepared, Flag(words, start_word), Flag(words, done_word), key, time.perf_counter()))
+                proxy.submit((prepared, Flag(words, start_word), DoneOnce(Flag(words, done_word)), key,
+                              time.perf_counter()))
             elif what == "close":
                 return
     finally:

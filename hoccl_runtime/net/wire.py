@@ -3,8 +3,9 @@
 * Data: ``(target GPU's local index << 24) | its receive position`` (:class:`~hoccl_runtime.net.routes.Routes`).
 * Credits: ``CREDIT | (sending GPU's local index << 24) | the send position they let go``.
 * Plan notices: ``PLAN_HELLO | 24 bits of the plan id's CRC``, first of every run of a reusable executor.
-* Run-done notices: ``RUN_DONE | (run number mod 2**24)`` (the end barrier of a single-run executor, and
-  :meth:`~hoccl_runtime.net.host.HostNodeExecutor.leave`).
+* Run-done notices: ``RUN_DONE | (run number mod 2**24)``: the node's rings are free again. Sent at the end of
+  every run of a reusable executor (its next run, and every other node's, waits for them before sending, and
+  :meth:`~hoccl_runtime.net.host.HostNodeExecutor.leave` for the last); the end barrier of a single-run one.
 
 Local GPU indices 126 and 127 are the notices' (``0x7E``, ``0x7F``): a node drives at most 126 GPUs. The roles
 are the plan's transfer roles, in the plan format's order.

@@ -171,6 +171,32 @@ def on_demand_ms(repeats: int = 15) -> tuple[float, str]:
     return worst
 
 
+def multicast_bounds(node_counts: tuple[int, ...] = (1, 2, 4, 16)) -> list[dict]:
+    """AllGather and Broadcast of 1 GiB on paper-h800: this plan's traffic bound over the collective's own
+    (cost.collective_bound, multicast allowed), and the RDMA bytes against the (N - 1) x S that multicast needs."""
+    from hoccl_compiler.cost import collective_bound
+    from hoccl_compiler.pattern import compile_pattern
+    from hoccl_compiler.report import summary
+
+    rows = []
+    for kind in ("allgather", "broadcast"):
+        for nodes in node_counts:
+            topo = make_topology("paper-h800", nodes=nodes)
+            spec = CollectiveSpec(kind=kind, size_bytes=1 << 30)
+            if kind == "allgather" and nodes > 4:  # 128 GPUs explicit: the pattern plan has the same traffic
+                rep = compile_pattern(topo, spec).report
+                rdma = None
+            else:
+                plan = compile_plan(topo, spec, CompileOptions(baselines=False))
+                rep = plan.report
+                rdma = summary(plan)["bytes_by_domain"]["rdma"]
+            bound = collective_bound(kind, spec.size_bytes, topo, rep.lower_bound_s)
+            rows.append(dict(kind=kind, nodes=nodes, traffic_over_collective=rep.lower_bound_s / bound,
+                             rdma_over_multicast=None if rdma is None or nodes == 1 else
+                             rdma / ((nodes - 1) * (1 << 30))))
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="16 GPUs only, no 1024-GPU run")
@@ -188,6 +214,13 @@ def main(argv=None) -> int:
           f"Python {platform.python_version()}; "
           f"date {time.strftime('%Y-%m-%d')}")
     counts = [16] if args.quick else gpus
+    print("\nmulticast: AllGather and Broadcast of 1 GiB on paper-h800, this plan's traffic bound over the "
+          "collective's own (target <= 1.05), RDMA bytes over (N - 1) x S:\n")
+    print("| collective | nodes x 8 | traffic bound / collective bound | RDMA bytes / ((N - 1) x S) |")
+    print("|---|---:|---:|---:|")
+    for r in multicast_bounds((1, 2) if args.quick else (1, 2, 4, 16)):
+        rdma = "-" if r["rdma_over_multicast"] is None else f"{r['rdma_over_multicast']:.2f}"
+        print(f"| {r['kind']} | {r['nodes']} | {r['traffic_over_collective']:.2f} | {rdma} |")
     for device_only in (False, True):
         rows = quality(counts, device_only)
         if device_only:

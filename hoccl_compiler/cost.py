@@ -28,7 +28,8 @@ import numpy as np
 from .ir import LOCAL, RDMA
 from .topology import Topology
 
-__all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "stage_times_v2",
+__all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "collective_bound",
+           "stage_times_v2",
            "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "net_flows",
            "plan_net_flows", "net_flows_s", "transfers_cost"]
 
@@ -66,6 +67,31 @@ def lower_bound(role, src, dst, nbytes, topo: Topology) -> tuple[float, dict[str
     t = port_loads(role, src, dst, nbytes, G) / port_capacity(topo)
     per = {"nvlink": float(t[: 2 * G].max(initial=0.0)), "rdma": float(t[2 * G:].max(initial=0.0))}
     return max(per.values()), per
+
+
+def collective_bound(kind: str, size_bytes: int | None, topo: Topology, traffic_bound: float) -> float:
+    """The collective's own lower bound: the port bound of the best store-and-forward algorithm through GPUs, in
+    which bytes that several GPUs need may cross the network once per node and be passed on inside it (multicast),
+    where this plan's traffic (``traffic_bound``, :func:`lower_bound`) sends them once per destination GPU.
+
+    * AllGather, block ``b = size / G``: a GPU must receive ``(G - 1) b`` on its NVLink and NIC ports together (its
+      NVLink alone on one node), and a node ``(G - L) b`` through its ``L`` NICs.
+    * Broadcast of ``S``: every other GPU must receive ``S``, and every other node ``S`` through its NICs.
+    * Every other collective sends distinct bytes to each destination: its bound is its traffic's.
+
+    The smaller of that and ``traffic_bound`` (a plan's traffic never beats the collective's bound)."""
+    G, L, N = topo.num_gpus, topo.gpus_per_node, topo.nodes
+    if kind not in ("allgather", "broadcast") or not size_bytes or G < 2:
+        return traffic_bound
+    if kind == "allgather":
+        block = size_bytes // G
+        gpu_needs, node_needs = (G - 1) * block, (G - L) * block
+    else:
+        gpu_needs, node_needs = size_bytes, size_bytes if N > 1 else 0
+    nvlink, nic = topo.nvlink_gbps * 1e9, topo.nic_gbps * 1e9
+    gpu_in = nvlink + (nic if N > 1 else 0.0)
+    bound = max(gpu_needs / gpu_in, node_needs / (L * nic) if N > 1 else 0.0)
+    return min(bound, traffic_bound)
 
 
 def max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarray) -> np.ndarray:

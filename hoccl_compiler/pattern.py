@@ -350,7 +350,7 @@ def _flow_count(pp: PatternPlan) -> int:
 
 def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
     """The readable summary of a pattern plan (what hoccl-inspect prints)."""
-    from .report import format_us as _us
+    from .report import bound_lines, format_us as _us
     from .units import format_bytes
 
     rep, topo = pp.report, pp.topology
@@ -361,9 +361,7 @@ def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
         f"topology     {topo.describe()}",
         f"GPUs         {topo.num_gpus:,}   flows {_flow_count(pp):,} of {format_bytes(pp.cell_bytes)} (as shifts)   "
         f"stages {pp.num_stages:,} ({rep.rdma_stages:,} with RDMA)   chunks of {format_bytes(pp.options.chunk_bytes)}",
-        f"predicted    {_us(rep.predicted_time_s)}   lower bound {_us(rep.lower_bound_s)}   ratio {rep.ratio:.3f}",
-        "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in rep.lower_bound_by_domain_s.items())
-        + ")",
+        *bound_lines(pp),
         f"             (v2: call {_us(parts.get('call_s', 0.0))} + stages {_us(parts.get('stages_s', 0.0))} + barriers "
         f"{_us(parts.get('stage_sync_s', 0.0))} + network transfers {_us(parts.get('net_flows_s', 0.0))}; the stages "
         f"in the port model alone {_us(parts.get('ports', 0.0))})",

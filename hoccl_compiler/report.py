@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from .cost import collective_bound
 from .schema import Plan
 from .units import format_bytes
 
-__all__ = ["summary", "stage_rows", "queue_timelines", "format_text", "format_us"]
+__all__ = ["summary", "bounds", "bound_lines", "stage_rows", "queue_timelines", "format_text", "format_us"]
 
 
 def format_us(seconds: float) -> str:
@@ -17,6 +18,37 @@ def format_us(seconds: float) -> str:
 
 
 _us = format_us  # the short name, within the formatting below
+
+
+def bounds(plan: Any) -> dict[str, Any]:
+    """A plan's (or pattern plan's) bounds and ratios: ``lower_bound_s`` the collective's own bound
+    (:func:`hoccl_compiler.cost.collective_bound`, multicast allowed), ``ratio`` the predicted time over it;
+    ``traffic_bound_s`` / ``traffic_ratio`` the same for this plan's traffic (every flow unicast, what the stages
+    are scheduled against), with its bound by domain."""
+    rep, spec = plan.report, plan.collective
+    traffic = rep.lower_bound_s
+    bound = collective_bound(spec.kind, spec.size_bytes, plan.topology, traffic)
+    predicted = rep.predicted_time_s
+    return {"predicted_time_s": predicted, "lower_bound_s": bound, "ratio": predicted / bound if bound > 0 else 1.0,
+            "traffic_bound_s": traffic, "traffic_ratio": rep.ratio,
+            "lower_bound_by_domain_s": rep.lower_bound_by_domain_s}
+
+
+def bound_lines(plan: Any) -> list[str]:
+    """The report's predicted / bound lines (both plan kinds)."""
+    b = bounds(plan)
+    lines = [f"predicted    {_us(b['predicted_time_s'])}   lower bound {_us(b['lower_bound_s'])}   "
+             f"ratio {b['ratio']:.3f}"]
+    by_domain = ", ".join(f"{k} {_us(v)}" for k, v in b["lower_bound_by_domain_s"].items())
+    if b["traffic_bound_s"] > b["lower_bound_s"] * (1 + 1e-9):
+        lines.append(f"             (this plan's traffic: bound {_us(b['traffic_bound_s'])}, "
+                     f"x{b['traffic_bound_s'] / b['lower_bound_s']:.2f} of the collective's, ratio "
+                     f"{b['traffic_ratio']:.3f}: it sends bytes that several GPUs need once per destination GPU, "
+                     "not once per node)")
+        lines.append(f"             (traffic bound by domain: {by_domain})")
+    else:
+        lines.append(f"             (bound by domain: {by_domain})")
+    return lines
 
 
 def summary(plan: Plan) -> dict[str, Any]:
@@ -47,10 +79,7 @@ def summary(plan: Plan) -> dict[str, Any]:
         "chunk_bytes": plan.options.chunk_bytes,
         "bytes_by_domain": per_domain,
         "bytes_requested": int(np.asarray(plan.flows.bytes, dtype=np.int64).sum()),
-        "predicted_time_s": rep.predicted_time_s,
-        "lower_bound_s": rep.lower_bound_s,
-        "lower_bound_by_domain_s": rep.lower_bound_by_domain_s,
-        "ratio": rep.ratio,
+        **bounds(plan),
         "cost_model": rep.cost_model or "port model (a plan from before the cost model v2)",
     }
     if rep.breakdown_s is not None:
@@ -59,9 +88,9 @@ def summary(plan: Plan) -> dict[str, Any]:
         b = rep.baselines
         out["baselines"] = {
             "everything_at_once_s": b.everything_at_once_s,
-            "everything_at_once_ratio": b.everything_at_once_s / rep.lower_bound_s if rep.lower_bound_s else 1.0,
+            "everything_at_once_ratio": b.everything_at_once_s / out["lower_bound_s"] if out["lower_bound_s"] else 1.0,
             "naive_rounds_s": b.naive_rounds_s,
-            "naive_rounds_ratio": b.naive_rounds_s / rep.lower_bound_s if rep.lower_bound_s else 1.0,
+            "naive_rounds_ratio": b.naive_rounds_s / out["lower_bound_s"] if out["lower_bound_s"] else 1.0,
             "naive_rounds": b.naive_rounds,
         }
     return out
@@ -124,10 +153,7 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
         f"transfers {s['transfers']:,}   chunks {s['chunks']:,} of {format_bytes(s['chunk_bytes'])}",
         f"bytes        requested {format_bytes(s['bytes_requested'])}; moved: NVLink {format_bytes(b['nvlink'])}, "
         f"RDMA {format_bytes(b['rdma'])}, local {format_bytes(b['local'])}",
-        f"predicted    {_us(s['predicted_time_s'])}   lower bound {_us(s['lower_bound_s'])}   "
-        f"ratio {s['ratio']:.3f}",
-        "             (bound by domain: " + ", ".join(f"{k} {_us(v)}" for k, v in s["lower_bound_by_domain_s"].items())
-        + ")",
+        *bound_lines(plan),
     ]
     if "breakdown_s" in s:
         p = s["breakdown_s"]

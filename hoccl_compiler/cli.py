@@ -157,12 +157,16 @@ def _add_topology_args(p: argparse.ArgumentParser, default: str | None) -> None:
     g.add_argument("--forwarding", choices=("symmetric", "none"), default=None,
                    help="inter-node path through symmetric peers (the paper's default) or straight from each GPU")
     g.add_argument("--dma-queues", type=int, default=None, help="DMA queues per GPU the plan may use")
+    g.add_argument("--transport", choices=("tcp", "verbs"), default=None,
+                   help="what moves the bytes between nodes, whose host costs the cost model charges (default: the "
+                        "preset's; a topology file's own costs win)")
 
 
 def _topology_from_args(args: argparse.Namespace):
     from .topology import PRESETS, load_topology, make_topology
 
-    overrides = dict(gpus_per_node=args.gpus_per_node, forwarding=args.forwarding, dma_queues=args.dma_queues)
+    overrides = dict(gpus_per_node=args.gpus_per_node, forwarding=args.forwarding, dma_queues=args.dma_queues,
+                     transport=args.transport)
     if args.topology in PRESETS:
         return make_topology(args.topology, nodes=args.nodes if args.nodes is not None else 2, **overrides)
     if args.topology is None:

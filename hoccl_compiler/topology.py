@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import TopologyError
 
-__all__ = ["Topology", "CostParams", "PRESETS", "load_topology", "make_topology", "default_peers"]
+__all__ = ["Topology", "CostParams", "PRESETS", "TRANSPORT_COSTS", "load_topology", "make_topology", "default_peers"]
 
 Forwarding = Literal["symmetric", "none"]
 
@@ -38,16 +38,21 @@ class CostParams(BaseModel):
     * ``nic_start_us`` (0 us): each chunk a NIC queue posts (not measured: no RDMA NIC; the TCP path's per-write
       costs are inside its measured bandwidth).
     * ``call_us`` (14.8 us): a call's start on one node before any copy (the ranks' rendezvous).
-    * ``net_call_us`` (871 us): the start of a plan with network transfers (the first chunk's staging, the last
-      one's landing, the notices between nodes).
-    * ``net_flow_us`` (381 us): each further network transfer of the busiest GPU (its rings carry them in turn).
-    * ``net_node_flow_us`` (262 us): each further network transfer of the busiest node (its driving thread handles
-      them in turn); a plan pays the more of the two.
+    * ``net_call_us`` (871 us over TCP): the start of a plan with network transfers (the first chunk's staging, the
+      last one's landing, the notices between nodes).
+    * ``net_flow_us`` (381 us over TCP): each further network transfer of the busiest GPU (its rings carry them in
+      turn).
+    * ``net_node_flow_us`` (262 us over TCP): each further network transfer of the busiest node (its driving thread
+      handles them in turn); a plan pays the more of the two.
     * ``stage_sync_us`` (0 us): a barrier between two stages (neither executor has one).
     * ``nvlink_duplex`` (1.026, a factor): how much slower each direction of a GPU's NVLink runs with data moving
       both ways at once.
-    * ``net_staging_gbps`` (22 GB/s): the host staging of the network path, the first chunk's copy into the sending
-      host's ring and the last one's out of the receiving host's (0: no staging, an RDMA NIC writing GPU memory).
+    * ``net_staging_gbps`` (22 GB/s over TCP): the host staging of the network path, the first chunk's copy into the
+      sending host's ring and the last one's out of the receiving host's (0: no staging, an RDMA NIC writing GPU
+      memory).
+
+    The four network costs are the transport's (``TRANSPORT_COSTS``, chosen by ``Topology.transport``); the defaults
+    here are the TCP profile's.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -61,6 +66,21 @@ class CostParams(BaseModel):
     stage_sync_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     nvlink_duplex: float = Field(default=1.026, ge=1, allow_inf_nan=False)
     net_staging_gbps: float = Field(default=22.0, ge=0, allow_inf_nan=False)
+
+
+# The network path's host costs belong to the transport that moves the bytes, not to the machine's shape: a
+# topology takes the profile of its ``transport`` for every cost it does not set itself.
+# - tcp: the TCP transport as the network executor drives it, measured on the H200 machines
+#   (examples/measure_net_costs.py; docs/results/cost-params-history.md): the CostParams defaults.
+# - verbs: the verbs transport's host code on the fake NIC (examples/measure_verbs_host_costs.py, 2026-12-02, the
+#   2-core CPU VM, medians of three runs of 100 calls: docs/results/2026-12-02-s23/verbs-host/): the busiest node's
+#   driving-thread CPU time, NOT MEASURED ON A NIC (no NIC latency, no wire); no host staging (the NIC writes GPU
+#   memory, GPUDirect).
+TRANSPORT_COSTS: dict[str, dict[str, float]] = {
+    "tcp": dict(net_call_us=871.0, net_flow_us=381.0, net_node_flow_us=262.0, net_staging_gbps=22.0),
+    "verbs": dict(net_call_us=253.0, net_flow_us=410.0, net_node_flow_us=68.0, net_staging_gbps=0.0),
+}
+Transport = Literal["tcp", "verbs"]
 
 
 class Topology(BaseModel):
@@ -82,7 +102,22 @@ class Topology(BaseModel):
                             description="DMA (copy-engine) queues per GPU a plan uses")
     peers: tuple[int, ...] | None = Field(default=None, description="symmetric peer of each local GPU")
     forwarding: Forwarding = "symmetric"
+    transport: Transport = Field(default="tcp", description="what moves the bytes between nodes; its host costs "
+                                 "(TRANSPORT_COSTS) fill every network cost that ``costs`` does not set")
     costs: CostParams = Field(default_factory=CostParams, description="fixed costs of the cost model (us)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transport_costs(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        profile = TRANSPORT_COSTS.get(data.get("transport", "tcp"))
+        costs = data.get("costs")
+        if profile is None or isinstance(costs, CostParams):
+            return data  # an unknown transport is the field's own error; given costs are kept whole
+        if costs is None or isinstance(costs, dict):
+            data = {**data, "costs": {**profile, **(costs or {})}}
+        return data
 
     @model_validator(mode="after")
     def _check_peers(self) -> Topology:
@@ -131,7 +166,8 @@ class Topology(BaseModel):
     def describe(self) -> str:
         return (
             f"{self.name}: {self.nodes} node(s) x {self.gpus_per_node} GPU(s), NVLink {self.nvlink_gbps:g} GB/s, "
-            f"NIC {self.nic_gbps:g} GB/s per GPU, {self.dma_queues} DMA queue(s) per GPU, forwarding {self.forwarding}"
+            f"NIC {self.nic_gbps:g} GB/s per GPU ({self.transport}), {self.dma_queues} DMA queue(s) per GPU, "
+            f"forwarding {self.forwarding}"
         )
 
 
@@ -145,9 +181,9 @@ class Topology(BaseModel):
 #   connections, 1 GiB in 56.3-57.6 ms (docs/results/2026-11-30-s5, runs 4-5: 18.9 GB/s; it was 23.4 from an earlier,
 #   shorter measurement until the cost model's calibration, 2026-12-01, found it 25% fast).
 PRESETS: dict[str, dict[str, Any]] = {
-    "paper-h800": dict(gpus_per_node=8, nvlink_gbps=200.0, nic_gbps=50.0, dma_queues=1),
-    "dgx-h100": dict(gpus_per_node=8, nvlink_gbps=450.0, nic_gbps=50.0, dma_queues=1),
-    "h200x2": dict(gpus_per_node=2, nvlink_gbps=396.0, nic_gbps=18.9, dma_queues=1),
+    "paper-h800": dict(gpus_per_node=8, nvlink_gbps=200.0, nic_gbps=50.0, dma_queues=1, transport="verbs"),
+    "dgx-h100": dict(gpus_per_node=8, nvlink_gbps=450.0, nic_gbps=50.0, dma_queues=1, transport="verbs"),
+    "h200x2": dict(gpus_per_node=2, nvlink_gbps=396.0, nic_gbps=18.9, dma_queues=1, transport="tcp"),
 }
 
 
@@ -170,14 +206,16 @@ def make_topology(
     dma_queues: int | None = None,
     nvlink_gbps: float | None = None,
     nic_gbps: float | None = None,
+    transport: str | None = None,
 ) -> Topology:
-    """A preset scaled to ``nodes`` (and optionally ``gpus_per_node``), with optional overrides."""
+    """A preset scaled to ``nodes`` (and optionally ``gpus_per_node``), with optional overrides (``transport``: its
+    host costs, TRANSPORT_COSTS)."""
     if name not in PRESETS:
         raise TopologyError(f"unknown topology preset {name!r}; choose one of {', '.join(sorted(PRESETS))} "
                             "or give a topology file")
     fields: dict[str, Any] = dict(PRESETS[name], name=name, nodes=nodes)
     for key, value in (("gpus_per_node", gpus_per_node), ("forwarding", forwarding), ("dma_queues", dma_queues),
-                       ("nvlink_gbps", nvlink_gbps), ("nic_gbps", nic_gbps)):
+                       ("nvlink_gbps", nvlink_gbps), ("nic_gbps", nic_gbps), ("transport", transport)):
         if value is not None:
             fields[key] = value
     return _build(fields, f"preset {name!r}")

@@ -156,3 +156,36 @@ def test_plan_caches_are_bounded():
     assert list(cache) == [("sendrecv", 0, 1, k) for k in (2, 3, 4)] and cache.get(("sendrecv", 0, 1, 0)) is None
     cache[("sendrecv", 0, 1, 3)] = "again"  # an update keeps the size
     assert len(cache) == 3 and cache[("sendrecv", 0, 1, 3)] == "again"
+
+
+def test_network_host_costs_come_from_the_transport():
+    """The network path's host costs are the transport's (TRANSPORT_COSTS): presets with RDMA NICs take the verbs
+    profile, the TCP machine the tcp one; ``transport=`` switches; costs a topology sets itself win."""
+    from pydantic import ValidationError
+
+    from hoccl_compiler.topology import TRANSPORT_COSTS, CostParams, Topology
+
+    verbs, tcp = TRANSPORT_COSTS["verbs"], TRANSPORT_COSTS["tcp"]
+    assert verbs != tcp and tcp == {k: getattr(CostParams(), k) for k in tcp}  # the defaults are the TCP profile
+    h800 = make_topology("paper-h800", nodes=2)
+    assert h800.transport == "verbs" and h800.costs.net_node_flow_us == verbs["net_node_flow_us"]
+    assert h800.costs.net_staging_gbps == 0.0 and "(verbs)" in h800.describe()
+    assert make_topology("h200x2", nodes=2).costs.net_call_us == tcp["net_call_us"]
+    assert make_topology("paper-h800", nodes=2, transport="tcp").costs.net_flow_us == tcp["net_flow_us"]
+    partial = dict(name="t", nodes=2, gpus_per_node=2, nvlink_gbps=100.0, nic_gbps=10.0, transport="verbs",
+                   costs={"net_call_us": 5.0, "dma_start_us": 1.0})
+    t = Topology(**partial)
+    assert (t.costs.net_call_us, t.costs.dma_start_us, t.costs.net_flow_us) == (5.0, 1.0, verbs["net_flow_us"])
+    assert Topology(**t.model_dump()) == t  # a dumped topology (a plan's) reads back as it was
+    with pytest.raises(ValidationError, match="transport"):
+        Topology(**{**partial, "transport": "ucx"})
+
+
+def test_transport_flag_of_the_cli(tmp_path):
+    from hoccl_compiler.cli import compile_main
+
+    out = tmp_path / "p.json"
+    assert compile_main(["alltoall", "--topology", "paper-h800", "--nodes", "2", "--size", "1MiB", "--transport",
+                         "tcp", "-o", str(out), "--quiet"]) == 0
+    topo = json.loads(out.read_text())["topology"]
+    assert topo["transport"] == "tcp" and topo["costs"]["net_call_us"] == 871.0

@@ -30,7 +30,7 @@ from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "collective_bound",
            "stage_times_v2",
-           "plan_time_v2", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "net_flows",
+           "plan_time_v2", "overlapped_s", "StageChain", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "net_flows",
            "plan_net_flows", "net_flows_s", "transfers_cost"]
 
 
@@ -151,7 +151,10 @@ def max_min_rates(out_port: np.ndarray, in_port: np.ndarray, capacity: np.ndarra
 #             chunks, or, where its queue carries other transfers too, the queue's time until its last chunk's
 #             turn (queue time x (n - 1) / n for n chunks);
 #
-# and a plan lasts  call + sum of stages + (stages - 1) * stage_sync + the transfers' host cost  (network plans:
+# and a plan lasts  call + stages + (stages - 1) * stage_sync + the transfers' host cost, where "stages" is the
+# sum of the stage times where a barrier separates them, and where none does (both runtimes: stage_sync 0) the
+# overlapped time, :func:`overlapped_s`: the busiest port's or queue's time over all stages, or the chain of
+# queues running on from stage to stage (:class:`StageChain`)  (network plans:
 # net_call_us plus the host staging's fill and drain, :func:`staging_fill_s`, stage_sync_us per further stage (0:
 # our network executor has no barrier) and the more of net_flow_us per further network transfer of the busiest
 # GPU and net_node_flow_us per further one of the busiest node, :func:`net_flows_s`; plans within one node
@@ -164,12 +167,55 @@ QUEUE_CLASS = np.array([1, 0, 0, 3, 2])  # per role: 0 dma (native, send_forward
 
 @dataclass(frozen=True)
 class StageCosts:
-    """Per stage (arrays of the stage count): the v2 time and its four terms."""
+    """Per stage (arrays of the stage count): the v2 time and its four terms; and over all stages, what each port
+    and each queue is busy for (``port_busy_s``: 4G ports, ``queue_busy_s``: G x (dma_queues + 3) queues), from
+    which :func:`overlapped_s` gives the stages' time where no barrier separates them."""
 
     time_s: np.ndarray
     ports_s: np.ndarray
     queues_s: np.ndarray
     pipeline_s: np.ndarray
+    port_busy_s: np.ndarray
+    queue_busy_s: np.ndarray
+    chain: StageChain | None = None
+    # per stage, what StageChain.add takes: each queue's busy time (stages x queues) and the path edges
+    # (stage, upstream queue, downstream queue, upstream first chunk s, downstream last chunk s)
+    stage_busy_s: np.ndarray | None = None
+    edges: tuple[np.ndarray, ...] | None = None
+
+
+class StageChain:
+    """Each queue's end as the stages run on without a barrier (both runtimes): a queue starts a stage's work once
+    it is through its previous stage's and, for a piece of a forwarding path, once the queue before it on the path
+    started the stage and moved the path's first chunk; it ends no earlier than its busy time after that, nor than
+    the queue before it ended plus its own last chunk. Fed one stage at a time (:meth:`add`)."""
+
+    def __init__(self, queues: int):
+        self.end = np.zeros(queues)
+
+    def add(self, busy: np.ndarray, up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+        """One stage: ``busy[q]`` each queue's time in it; edges ``up[i] -> down[i]`` (the queues of a path's
+        consecutive pieces) with the upstream piece's first chunk's time and the downstream one's last chunk's."""
+        start = self.end.copy()
+        for _ in range(3):  # a path has at most three pieces (send_forward -> rdma -> recv_forward)
+            np.maximum.at(start, down, start[up] + first)
+        end = start + busy[:start.size]
+        for _ in range(3):
+            np.maximum.at(end, down, end[up] + last)
+        self.end = np.where(busy[:start.size] > 0, end, self.end)
+
+    def time_s(self) -> float:
+        return float(self.end.max(initial=0.0))
+
+
+def overlapped_s(port_busy_s: np.ndarray, queue_busy_s: np.ndarray, pipeline_s: np.ndarray,
+                 chain_s: float = 0.0) -> float:
+    """The stages' time as the runtimes run them, without a barrier between stages: every port and every queue
+    goes on to its next stage's work as soon as its own part of a stage is done (and the paths let it:
+    ``chain_s``, :class:`StageChain`), so the stages last as long as the busiest port or queue is busy over all of
+    them, or the chain of queues, or the longest forwarding path within a stage: at least the longest stage."""
+    return max(float(port_busy_s.max(initial=0.0)), float(queue_busy_s.max(initial=0.0)),
+               float(np.max(pipeline_s, initial=0.0)), chain_s)
 
 
 def has_network(role: np.ndarray) -> bool:
@@ -233,7 +279,8 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         loads += np.bincount(stage[costed] * P + in_port[costed], weights=w, minlength=S * P)
         loads = loads.reshape(S, P)
     cap_sp = duplex_capacity(topo, loads > 0)  # per stage and port: a GPU's NVLink both ways at once is slower
-    ports_s = (loads / cap_sp).max(axis=1)
+    port_time = loads / cap_sp
+    ports_s = port_time.max(axis=1)
     cap_of = cap_sp.ravel()  # cap_of[stage * P + port]
     cls = QUEUE_CLASS[role]
     start_s = np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
@@ -262,7 +309,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         conv[idx] = np.maximum(conv_in, conv_out)
     tr_cap = cap_of[stage * P + np.maximum(out_port, 0)]  # each transfer's out-port bandwidth in its stage
     e_time = np.where(live, start_s[e_tr] + e_bytes / tr_cap[e_tr] + conv, 0.0)
-    Q = int(queue.max(initial=-1)) + 1
+    Q = max(int(queue.max(initial=-1)) + 1, G * (topo.dma_queues + 3))  # every queue of every GPU
     q_key = stage[e_tr] * Q + e_q
     q_time = np.bincount(q_key, weights=e_time, minlength=S * Q)
     queues_s = q_time.reshape(S, Q).max(axis=1) if Q else np.zeros(S)
@@ -295,8 +342,24 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     time_s = np.maximum(np.maximum(ports_s, queues_s), pipeline_s)
     if num_stages == 0:
         empty = np.zeros(0)
-        return StageCosts(empty, empty, empty, empty)
-    return StageCosts(time_s, ports_s, queues_s, pipeline_s)
+        return StageCosts(empty, empty, empty, empty, np.zeros(P), np.zeros(Q))
+    chain = StageChain(Q)
+    busy = q_time.reshape(S, Q)
+    tr_idx = np.flatnonzero((after >= 0) & costed)
+    up_tr = after[tr_idx]
+    keep = costed[up_tr]
+    tr_idx, up_tr = tr_idx[keep], up_tr[keep]
+    first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap          # each piece's first chunk
+    last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
+    order_e = np.argsort(stage[tr_idx], kind="stable")
+    tr_idx, up_tr = tr_idx[order_e], up_tr[order_e]
+    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx])
+    bounds = np.searchsorted(edges[0], np.arange(S + 1))
+    for st in range(S):
+        lo, hi = bounds[st], bounds[st + 1]
+        chain.add(busy[st], *(e[lo:hi] for e in edges[1:]))
+    return StageCosts(time_s, ports_s, queues_s, pipeline_s, port_time.sum(axis=0), busy.sum(axis=0), chain, busy,
+                      edges)
 
 
 def duplex_capacity(topo: Topology, busy: np.ndarray) -> np.ndarray:
@@ -358,11 +421,14 @@ def net_flows_s(topo: Topology, flows: tuple[int, int]) -> float:
 
 
 def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: float | None = None,
-                 fill_s: float = 0.0, flows: tuple[int, int] = (0, 0)) -> tuple[float, dict[str, float]]:
+                 fill_s: float = 0.0, flows: tuple[int, int] = (0, 0), overlap_s: float | None = None
+                 ) -> tuple[float, dict[str, float]]:
     """A plan's v2 time from its stage times, and its parts: the call's start (network plans: with the staging's
     ``fill_s``, :func:`staging_fill_s`), the stages, the barriers between stages (``sync_s`` each: by default
     ``costs.stage_sync_us`` for network plans, none within a node) and, for network plans, the host cost of the
-    ``flows`` (busiest GPU's, busiest node's network transfers, :func:`net_flows`): :func:`net_flows_s`."""
+    ``flows`` (busiest GPU's, busiest node's network transfers, :func:`net_flows`): :func:`net_flows_s`. Where no
+    barrier separates the stages (``sync_s`` 0, as in both runtimes) and ``overlap_s`` is given
+    (:func:`overlapped_s`), the stages take that, not their sum: each port and queue runs on into the next stage."""
     n = int(np.asarray(stage_s).size)
     c = topo.costs
     call = ((c.net_call_us * 1e-6 + fill_s) if network else c.call_us * 1e-6) if n else 0.0
@@ -370,6 +436,6 @@ def plan_time_v2(topo: Topology, stage_s: np.ndarray, network: bool, sync_s: flo
         sync_s = c.stage_sync_us * 1e-6 if network else 0.0
     sync = sync_s * max(0, n - 1)
     per_flow = net_flows_s(topo, flows) if network and n else 0.0
-    stages = float(np.sum(stage_s))
+    stages = float(np.sum(stage_s)) if overlap_s is None or (sync_s > 0 and n > 1) else float(overlap_s)
     return call + stages + sync + per_flow, {"call_s": call, "stages_s": stages, "stage_sync_s": sync,
                                              "net_flows_s": per_flow}

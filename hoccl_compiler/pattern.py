@@ -201,8 +201,10 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
     by_stage: dict[int, list[tuple[int, int]]] = {}
     for st, l_shift, amount in native:
         by_stage.setdefault(st, []).append((l_shift, amount))
-    times, ports = np.zeros(S), np.zeros(S)
-    seen: dict[tuple, tuple[float, float]] = {}
+    times, ports, pipes = np.zeros(S), np.zeros(S), np.zeros(S)
+    port_busy, queue_busy = np.zeros(4 * G), np.zeros(G * (topology.dma_queues + 3))  # over all stages
+    chain = cost.StageChain(queue_busy.size)  # the queues run on from stage to stage (no barrier)
+    seen: dict[tuple, tuple] = {}
     offsets: dict[int, int] = {}
     network = len(shifts) > 0
     for s in range(S):
@@ -216,14 +218,19 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
             queue = assign_queues(topology, stage, role, src, nb)
             order = chunk_order(topology, chunk, stage, role, src, dst, nb)
             sc = cost.stage_times_v2(topology, chunk, stage, role, src, dst, nb, queue, after, order, 1)
-            seen[key] = (float(sc.time_s[0]), float(sc.ports_s[0]))
-        times[s], ports[s] = seen[key]
+            seen[key] = (float(sc.time_s[0]), float(sc.ports_s[0]), float(sc.pipeline_s[0]), sc.port_busy_s,
+                         sc.queue_busy_s[:queue_busy.size], sc.edges[1:])
+        times[s], ports[s], pipes[s], pb, qb, edges = seen[key]
+        port_busy += pb
+        queue_busy[:qb.size] += qb
+        chain.add(np.pad(qb, (0, queue_busy.size - qb.size)), *edges)
         for l_shift, amount in entries:
             offsets[l_shift] = offsets.get(l_shift, 0) + amount
     fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
     # every RDMA stage is a shift: one transfer per GPU each way, so the busiest node sends L per stage
     flows = (len(shifts), topology.gpus_per_node * len(shifts))
-    predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill, flows=flows)
+    predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill, flows=flows,
+                                         overlap_s=cost.overlapped_s(port_busy, queue_busy, pipes, chain.time_s()))
     # the port model's bound: every GPU's ports carry the same totals
     nic = float((topology.nodes - 1) * topology.gpus_per_node * c)
     peers = np.asarray(topology.peer_array())

@@ -10,10 +10,12 @@ is one copy engine (or one NIC queue pair): it moves one chunk at a time, in its
 * the chunks moving at one moment share each port (a GPU's NVLink out and in, NIC out and in) max-min fairly,
   recomputed at every start and end, so several queues sending to one destination split its in-port; a GPU whose
   NVLink moves chunks both ways at that moment has ``costs.nvlink_duplex`` less bandwidth each way;
-* stages run one after the other, each after the barrier of :func:`hoccl_compiler.cost.plan_time_v2` (network
-  plans), the whole after the call's start (network plans: with the host staging's fill and drain) and with the
-  network transfers' host cost (``costs.net_flow_us`` and ``net_node_flow_us``): the same composition as the
-  cost model v2, so the two compare stage by stage.
+* each stage is simulated alone (``stage_s``, what v2's stage times describe), and, where no barrier separates the
+  stages (``costs.stage_sync_us`` 0, as in both runtimes), the whole plan at once with every queue running on into
+  its next stage's chunks (``overlapped_s``: the plan's stages); with a barrier, the stages one after the other.
+  The whole comes after the call's start (network plans: with the host staging's fill and drain) and with the
+  network transfers' host cost (``costs.net_flow_us`` and ``net_node_flow_us``): the composition of the cost
+  model v2 (:func:`hoccl_compiler.cost.plan_time_v2`), so the two compare stage by stage and as a whole.
 
 With zero start costs a schedule whose queues keep their ports busy meets the
 lower bound; destination hot spots (every GPU sending to the same one first) and serial engines show up as
@@ -50,9 +52,10 @@ __all__ = ["simulate", "Simulation"]
 
 @dataclass(frozen=True)
 class Simulation:
-    total_s: float  # the call's start, the stages and the barriers between them
-    stage_s: tuple[float, ...]
+    total_s: float  # the call's start, the stages (overlapped where no barrier separates them), the barriers
+    stage_s: tuple[float, ...]  # each stage alone on the ports
     chunks: int
+    overlapped_s: float | None = None  # all stages at once, each queue running on into its next stage's chunks
 
 
 def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: float | None = None,
@@ -63,59 +66,97 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
     dma_start = topo.costs.dma_start_us * 1e-6 if chunk_start_s is None else chunk_start_s
     nic_start = topo.costs.nic_start_us * 1e-6 if nic_start_s is None else nic_start_s
     G = topo.num_gpus
-    capacity = port_capacity(topo)
     chunk = plan.options.chunk_bytes
-    stage_times = []
-    events = 0
-    n_chunks_total = 0
+    network = any(has_network(np.asarray(st.transfers.role)) for st in plan.stages)
+    barrier = network and topo.costs.stage_sync_us > 0
+    # every stage's transfers in one numbering (stage after stage); ``after`` stays within a stage
+    cols = {c: [] for c in ("role", "src", "dst", "bytes", "queue", "after")}
+    base = 0
     for stage in plan.stages:
         tr = stage.transfers
-        # the cost model's ports (a plan's role indices are the IR's role codes); local copies use none
-        out_port, in_port = piece_ports(np.asarray(tr.role), np.asarray(tr.src), np.asarray(tr.dst), G)
-        local = out_port < 0
-        start_of = np.where(np.asarray(tr.role) == RDMA, nic_start, dma_start)
-        n_of = np.maximum(1, -(-np.asarray(tr.bytes, dtype=np.int64) // chunk))
-        # every queue's entries in order: (transfer, chunk k, bytes)
-        seen = np.zeros(len(tr.flow), dtype=np.int64)
-        queues: dict[int, list[tuple[int, int, int]]] = {}
+        for c in ("role", "src", "dst", "bytes", "queue"):
+            cols[c].append(np.asarray(getattr(tr, c), dtype=np.int64))
+        after = np.asarray(tr.after, dtype=np.int64)
+        cols["after"].append(np.where(after >= 0, after + base, -1))
+        base += after.size
+    flat = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
+    role, after_of, nbytes_of, queue_of = flat["role"], flat["after"], flat["bytes"], flat["queue"]
+    out_port, in_port = piece_ports(role, flat["src"], flat["dst"], G)  # local copies use no port
+    sim = _Run(topo, out_port, in_port, np.where(role == RDMA, nic_start, dma_start),
+               np.maximum(1, -(-nbytes_of // chunk)), after_of, plan.plan_id, max_events)
+    offsets = np.cumsum([0] + [len(st.transfers.flow) for st in plan.stages])
+    entries = []  # per stage: (queue, transfer, k, bytes) in its chunk order
+    for i, stage in enumerate(plan.stages):
+        seen: dict[int, int] = {}
+        mine = []
         for t in stage.chunks:
-            k = int(seen[t])
-            seen[t] += 1
-            start = k * chunk
-            nbytes = int(min(chunk, tr.bytes[t] - start)) if tr.bytes[t] else 0
-            queues.setdefault(tr.queue[t], []).append((t, k, nbytes))
-        n_chunks_total += sum(len(v) for v in queues.values())
+            g = int(offsets[i] + t)
+            k = seen.get(g, 0)
+            seen[g] = k + 1
+            left = int(nbytes_of[g]) - k * chunk
+            mine.append((int(queue_of[g]), g, k, max(0, min(chunk, left)) if nbytes_of[g] else 0))
+        entries.append(mine)
+    n_chunks = sum(len(e) for e in entries)
+    # each stage alone on the ports (what v2's stage times describe), then, where no barrier separates them (both
+    # runtimes), the whole plan with every queue running on into its next stage's chunks
+    stage_times = [sim.run(e, f"stage {st.index}") for e, st in zip(entries, plan.stages, strict=True)]
+    whole = None if barrier or len(entries) < 2 else sim.run([e for st in entries for e in st], "the plan")
+    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=_fill(plan, chunk),
+                            flows=plan_net_flows(plan), overlap_s=whole)
+    return Simulation(total, tuple(stage_times), n_chunks, whole)
+
+
+def _fill(plan: Plan, chunk: int) -> float:
+    return max((staging_fill_s(plan.topology, chunk, np.asarray(st.transfers.role), np.asarray(st.transfers.bytes))
+                for st in plan.stages), default=0.0)
+
+
+class _Run:
+    """The event loop over chunk entries: queues serial, ports shared max-min fairly (module docstring)."""
+
+    def __init__(self, topo, out_port, in_port, start_of, n_of, after_of, plan_id, max_events):
+        self.topo, self.out_port, self.in_port = topo, out_port, in_port
+        self.start_of, self.n_of, self.after_of = start_of, n_of, after_of
+        self.local = out_port < 0
+        self.capacity = port_capacity(topo)
+        self.plan_id, self.max_events, self.events = plan_id, max_events, 0
+
+    def run(self, entries: list, what: str) -> float:
+        """The time ``entries`` (queue, transfer, k, bytes; each queue's in order) take from 0."""
+        queues: dict[int, list[tuple[int, int, int]]] = {}
+        for q, t, k, nbytes in entries:
+            queues.setdefault(q, []).append((t, k, nbytes))
         done: set[tuple[int, int]] = set()
         head = {q: 0 for q in queues}
-        # the chunk a queue is on: (transfer, k, bytes left, time its start cost ends)
-        active: dict[int, list] = {}
+        active: dict[int, list] = {}  # the chunk a queue is on: (transfer, k, bytes left, time its start cost ends)
+        local, out_port, in_port = self.local, self.out_port, self.in_port
         now = 0.0
         while True:
             # start what can start: a free queue whose next chunk's dependency landed
-            for q, entries in queues.items():
-                if q in active or head[q] >= len(entries):
+            for q, items in queues.items():
+                if q in active or head[q] >= len(items):
                     continue
-                t, k, nbytes = entries[head[q]]
-                after = tr.after[t]
-                if after >= 0 and k < n_of[after] and (after, k) not in done:
+                t, k, nbytes = items[head[q]]
+                after = self.after_of[t]
+                if after >= 0 and k < self.n_of[after] and (after, k) not in done:
                     continue
-                active[q] = [t, k, float(nbytes), now + float(start_of[t])]
+                active[q] = [t, k, float(nbytes), now + float(self.start_of[t])]
                 head[q] += 1
             if not active:
                 if any(head[q] < len(v) for q, v in queues.items()):
-                    raise PlanError(f"plan {plan.plan_id}: stage {stage.index}: the simulation found queues that "
-                                    "wait for each other (a chunk order that can deadlock)")
-                break
-            events += 1
-            if events > max_events:
-                raise PlanError(f"plan {plan.plan_id}: the simulation took more than {max_events} events")
+                    raise PlanError(f"plan {self.plan_id}: {what}: the simulation found queues that wait for each "
+                                    "other (a chunk order that can deadlock)")
+                return now
+            self.events += 1
+            if self.events > self.max_events:
+                raise PlanError(f"plan {self.plan_id}: the simulation took more than {self.max_events} events")
             moving = [q for q, a in active.items() if a[3] <= now and a[2] > 0 and not local[a[0]]]
             rate = np.zeros(0)
             if moving:
                 ts = np.array([active[q][0] for q in moving])
-                busy = np.zeros(capacity.size, bool)  # a GPU's NVLink busy both ways now: each way slower
+                busy = np.zeros(self.capacity.size, bool)  # a GPU's NVLink busy both ways now: each way slower
                 busy[out_port[ts]] = busy[in_port[ts]] = True
-                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(topo, busy))
+                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(self.topo, busy))
             # the next event: a start cost ends, a chunk lands, or a local/empty chunk ends at once
             dt = np.inf
             for a in active.values():
@@ -132,9 +173,3 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
                 t, k = active[q][0], active[q][1]
                 done.add((t, k))
                 del active[q]
-        stage_times.append(now)
-    network = any(has_network(np.asarray(st.transfers.role)) for st in plan.stages)
-    fill = max((staging_fill_s(topo, chunk, np.asarray(st.transfers.role), np.asarray(st.transfers.bytes))
-                for st in plan.stages), default=0.0)
-    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=fill, flows=plan_net_flows(plan))
-    return Simulation(total, tuple(stage_times), n_chunks_total)

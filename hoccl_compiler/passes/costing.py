@@ -32,7 +32,10 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
                                  ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
     predicted, parts = cost.plan_time_v2(topo, stages.time_s, network,
                                          fill_s=cost.staging_fill_s(topo, ch.chunk_bytes, ch.tr_role, ch.tr_bytes),
-                                         flows=cost.net_flows(topo, ch.tr_role, ch.tr_src, ch.tr_dst))
+                                         flows=cost.net_flows(topo, ch.tr_role, ch.tr_src, ch.tr_dst),
+                                         overlap_s=cost.overlapped_s(stages.port_busy_s, stages.queue_busy_s,
+                                                                     stages.pipeline_s,
+                                                                     stages.chain.time_s() if stages.chain else 0.0))
     bound, per_domain = cost.lower_bound(pieces.role, pieces.src, pieces.dst, pieces.bytes, topo)
     report = {
         "predicted_time_s": predicted,
@@ -69,8 +72,10 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
     S = int(st.max()) + 1 if st.size else 0
     queue = assign_queues(topo, st, role, src, nb)
     entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb)
-    times = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S).time_s
-    total, _ = cost.plan_time_v2(topo, times, cost.has_network(role), sync_s,
+    sc = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S)
+    total, _ = cost.plan_time_v2(topo, sc.time_s, cost.has_network(role), sync_s,
                                  fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb),
-                                 flows=cost.net_flows(topo, role, src, dst))
-    return total, times
+                                 flows=cost.net_flows(topo, role, src, dst),
+                                 overlap_s=cost.overlapped_s(sc.port_busy_s, sc.queue_busy_s, sc.pipeline_s,
+                                                             sc.chain.time_s() if sc.chain else 0.0))
+    return total, sc.time_s

@@ -49,6 +49,9 @@ TCP = [ROOT / "docs/results/2026-11-30-s5/internode-run4.json", ROOT / "docs/res
 # session 18's runtime on the 1x H200 (both "nodes" on its one GPU), 5 interleaved rounds with the wire alone
 TCP_TODAY = ROOT / "docs/results/2026-12-01-s18/calib_tcp-run2.json"
 EAGER_BYTES = 4 << 20
+OUT_OF_SAMPLE = [str(ROOT / f"docs/results/{d}") for d in (
+    "2026-11-30-s10/run2-sweep.json", "2026-11-30-s7/sweep-run7.json", "2026-11-30-s6/sweep-run1.json",
+    "2026-11-30-s5/sweep-run3.json", "2026-11-30-s4/sweep-run8.json")]
 
 
 def spec_of(op: str, size: int) -> CollectiveSpec:
@@ -110,9 +113,9 @@ def skew_check(paths: list[Path]) -> int:
     return 0
 
 
-def rows(sweep: Path = SWEEP, skew: float | None = None) -> list[dict]:
+def rows(sweep: Path = SWEEP, skew: float | None = None, network: bool = True) -> list[dict]:
     """Every measured row beside its v2 prediction; ``skew``: the sweep's start-up skew per batch (start_skew),
-    None for no skew column."""
+    None for no skew column; ``network``: with the TCP rows."""
     out = []
     for r in json.loads(sweep.read_text())["rows"]:
         if r["impl"] != "hoccl" or r["op"] not in ("sendrecv", "allgather", "alltoall"):
@@ -125,6 +128,10 @@ def rows(sweep: Path = SWEEP, skew: float | None = None) -> list[dict]:
         out.append(dict(setting="1 node, NVLink", op=r["op"], size=r["size"], measured_s=r["seconds"],
                         host_us=r["host_us"], predicted_s=predicted(r["op"], r["size"], 1, 1 << 40), note=note,
                         skew_s=None if skew is None else skew / calls_of(r)))
+    if not network:
+        for r in out:
+            r["ratio"] = r["predicted_s"] / r["measured_s"]
+        return out
     by_size: dict[int, list[float]] = {}
     for path in TCP:
         for r in json.loads(path.read_text())["rows"]:
@@ -157,28 +164,38 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--skew-from", nargs="+", default=None, metavar="SWEEP.json",
                    help="only fit the start-up skew from these sweeps (one size, several --iters) and print it")
+    p.add_argument("--skew-estimate", action="store_true",
+                   help="also set each one-node row against its time less a start-up skew estimated from the "
+                        "sweep's own send/recv rows (an estimate: scripts/device-check.sh skew measures it, on 2 GPUs)")
+    p.add_argument("--out-of-sample", nargs="*", default=OUT_OF_SAMPLE, metavar="SWEEP.json",
+                   help="other 2-GPU sweeps whose one-node rows are summarised beside the fitted one (default: the "
+                        "other sessions' full sweeps; their runtimes differ from the fitted one's)")
     args = p.parse_args(argv)
     if args.skew_from:
         return skew_check([Path(x) for x in args.skew_from])
     sweep = Path(args.sweep)
-    try:
-        call, skew = start_skew(json.loads(sweep.read_text())["rows"])
-        print(f"One node: the sweep's batches carry a start-up skew of {skew * 1e6:.0f} us each (a call costs "
-              f"{call * 1e6:.1f} us above the raw copy; both from the send/recv rows), {skew * 1e6 / 10:.1f} us per "
-              "call in a batch of 10\n")
-    except ValueError as exc:
-        skew = None
-        print(f"One node: no start-up skew column: {exc}\n")
+    skew = None
+    if args.skew_estimate:
+        try:
+            call, skew = start_skew(json.loads(sweep.read_text())["rows"])
+            print(f"One node: the sweep's batches carry an estimated start-up skew of {skew * 1e6:.0f} us each (a "
+                  f"call costs {call * 1e6:.1f} us above the raw copy; both from the send/recv rows, not measured), "
+                  f"{skew * 1e6 / 10:.1f} us per call in a batch of 10\n")
+        except ValueError as exc:
+            print(f"One node: no start-up skew column: {exc}\n")
     table = rows(sweep, skew)
-    print("| setting | op | size | measured us | host us per call | start skew per call us | v2 predicted us | "
-          "v2 / measured | v2 / (measured - skew) | |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    skew_cols = skew is not None
+    print("| setting | op | size | measured us | host us per call | v2 predicted us | v2 / measured | "
+          + ("estimated start skew per call us | v2 / (measured - skew) | " if skew_cols else "") + "|")
+    print("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if skew_cols else "") + "---|")
     for r in table:
         host = f"{r['host_us']:.1f}" if r["host_us"] is not None else ""
         size = f"{r['size'] >> 20} MiB" if r["size"] >= 1 << 20 else f"{r['size'] >> 10} KiB"
-        sk, less = ("", "") if r["skew_s"] is None else (f"{r['skew_s'] * 1e6:.1f}", f"{r['ratio_less_skew']:.3f}")
-        print(f"| {r['setting']} | {r['op']} | {size} | {r['measured_s'] * 1e6:.1f} | {host} | {sk} | "
-              f"{r['predicted_s'] * 1e6:.1f} | {r['ratio']:.3f} | {less} | {r['note']} |")
+        extra = ""
+        if skew_cols:
+            extra = "| |" if r["skew_s"] is None else f"| {r['skew_s'] * 1e6:.1f} | {r['ratio_less_skew']:.3f} |"
+        print(f"| {r['setting']} | {r['op']} | {size} | {r['measured_s'] * 1e6:.1f} | {host} | "
+              f"{r['predicted_s'] * 1e6:.1f} | {r['ratio']:.3f} {extra or '|'} {r['note']} |")
     modelled = [r for r in table if not r["note"] or r["note"].startswith("rounds")]
     for setting in dict.fromkeys(r["setting"] for r in modelled):
         mine = [r for r in modelled if r["setting"] == setting]
@@ -188,6 +205,19 @@ def main(argv=None) -> int:
             errs = [abs(r[key] - 1) for r in mine]
             inside = sum(e <= 0.10 for e in errs)
             print(f"\n{setting}: {inside} of {len(errs)} device-bound rows within 10%{what} (worst {max(errs):.1%})")
+    if args.out_of_sample:
+        print("\nThe same one-node rows of other 2-GPU sweeps (out of sample: the costs were not fitted to them; each "
+              "is a session's runtime of then), device-bound rows:\n")
+        print("| sweep | device-bound rows | within 10% of measured | median v2 / measured | worst |")
+        print("|---|---:|---:|---:|---:|")
+        for other in [sweep, *(Path(x) for x in args.out_of_sample)]:
+            mine = [r for r in rows(other, None, network=False) if not r["note"]]
+            errs = [abs(r["ratio"] - 1) for r in mine]
+            label = f"{other.relative_to(ROOT) if other.is_relative_to(ROOT) else other}" + \
+                (" (fitted)" if other == sweep else "")
+            if errs:
+                print(f"| {label} | {len(errs)} | {sum(e <= 0.10 for e in errs)} | "
+                      f"{statistics.median(r['ratio'] for r in mine):.3f} | {max(errs):.1%} |")
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=1))
     return 0

@@ -61,7 +61,11 @@ def test_calibrate_cost_sets_every_measured_row_beside_its_prediction(tmp_path):
     prediction for the plan the runtime compiles, host-bound and eager rows marked."""
     import json
 
-    out = run("calibrate_cost.py", "--json", str(tmp_path / "cal.json"))
+    plain = run("calibrate_cost.py", "--out-of-sample")  # the headline: as measured, no skew estimate
+    assert "estimated start skew" not in plain and "less the start skew" not in plain and "| sweep |" not in plain
+    assert all(r.get("skew_s") is None for r in calibrate_rows())
+    out = run("calibrate_cost.py", "--skew-estimate", "--json", str(tmp_path / "cal.json"))
+    assert "(fitted)" in out and "out of sample" in out  # the other sessions' sweeps beside the fitted one
     rows = json.loads((tmp_path / "cal.json").read_text())
     nvlink = [r for r in rows if r["setting"] == "1 node, NVLink"]
     assert len(nvlink) == 30 and {r["op"] for r in nvlink} == {"sendrecv", "allgather", "alltoall"}
@@ -83,6 +87,13 @@ def test_calibrate_cost_sets_every_measured_row_beside_its_prediction(tmp_path):
     assert len({round(r["skew_s"], 12) for r in big}) == 1 and batch_calls(128 << 20) == 10
     assert "against the measured time less the start skew" in out
     assert "device-bound rows within 10%" in out
+
+
+def calibrate_rows():
+    sys.path.insert(0, str(EXAMPLES))
+    import calibrate_cost
+
+    return calibrate_cost.rows(calibrate_cost.SWEEP, None, network=False)
 
 
 def test_calibrate_cost_start_skew_recovers_a_known_call_cost_and_skew():

@@ -202,9 +202,13 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
     for st, l_shift, amount in native:
         by_stage.setdefault(st, []).append((l_shift, amount))
     times, ports, pipes = np.zeros(S), np.zeros(S), np.zeros(S)
-    port_busy, queue_busy = np.zeros(4 * G), np.zeros(G * (topology.dma_queues + 3))  # over all stages
-    chain = cost.StageChain(queue_busy.size)  # the queues run on from stage to stage (no barrier)
+    # The stages overlap (no barrier, cost.overlapped_s): each port's and queue's busy time over all stages, and the
+    # queues' chain from stage to stage. A pattern plan is the same on every node (its shifts move every node alike),
+    # so one node's queues stand for all: queue q is q mod ``per_node``, each stage's path edges reduced to those.
+    per_node = topology.gpus_per_node * (topology.dma_queues + 3)
+    chain = cost.StageChain(per_node)
     seen: dict[tuple, tuple] = {}
+    uses: dict[tuple, int] = {}
     offsets: dict[int, int] = {}
     network = len(shifts) > 0
     for s in range(S):
@@ -218,14 +222,19 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
             queue = assign_queues(topology, stage, role, src, nb)
             order = chunk_order(topology, chunk, stage, role, src, dst, nb)
             sc = cost.stage_times_v2(topology, chunk, stage, role, src, dst, nb, queue, after, order, 1)
-            seen[key] = (float(sc.time_s[0]), float(sc.ports_s[0]), float(sc.pipeline_s[0]), sc.port_busy_s,
-                         sc.queue_busy_s[:queue_busy.size], sc.edges[1:])
-        times[s], ports[s], pipes[s], pb, qb, edges = seen[key]
-        port_busy += pb
-        queue_busy[:qb.size] += qb
-        chain.add(np.pad(qb, (0, queue_busy.size - qb.size)), *edges)
+            qb = sc.queue_busy_s
+            node_busy = np.pad(qb, (0, -qb.size % per_node)).reshape(-1, per_node).max(axis=0)
+            seen[key] = (float(sc.time_s[0]), float(sc.ports_s[0]), float(sc.pipeline_s[0]), sc.port_busy_s, qb,
+                         (node_busy, *_node_edges(sc.edges[1:], per_node)))
+        times[s], ports[s], pipes[s], _, _, step = seen[key]
+        uses[key] = uses.get(key, 0) + 1
+        chain.add(*step)
         for l_shift, amount in entries:
             offsets[l_shift] = offsets.get(l_shift, 0) + amount
+    port_busy = sum((seen[k][3] * n for k, n in uses.items()), np.zeros(4 * G))
+    queue_busy = np.zeros(max((seen[k][4].size for k in uses), default=0))
+    for k, n in uses.items():
+        queue_busy[:seen[k][4].size] += seen[k][4] * n
     fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
     # every RDMA stage is a shift: one transfer per GPU each way, so the busiest node sends L per stage
     flows = (len(shifts), topology.gpus_per_node * len(shifts))
@@ -247,6 +256,20 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
                        generator=f"hoccl-compiler {__version__}", topology=topology, collective=collective,
                        options=plan_options, cell_bytes=c, num_stages=S, rdma_shifts=shifts, native=native,
                        stage_time_s=times.tolist(), report=report)
+
+
+def _node_edges(edges: tuple, per_node: int) -> tuple[np.ndarray, ...]:
+    """A stage's path edges (upstream queue, downstream queue, first chunk s, last chunk s) on one node's queues
+    (queue mod ``per_node``), one per pair with the largest times."""
+    up, down, first, last = edges
+    if not up.size:
+        return up, down, first, last
+    pair = (up % per_node) * per_node + down % per_node
+    keys, inverse = np.unique(pair, return_inverse=True)
+    f, la = np.zeros(keys.size), np.zeros(keys.size)
+    np.maximum.at(f, inverse, first)
+    np.maximum.at(la, inverse, last)
+    return keys // per_node, keys % per_node, f, la
 
 
 def _check_memory(G: int, what: str, error: type, fix: str) -> None:

@@ -30,7 +30,7 @@ from .topology import Topology
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "collective_bound",
            "stage_times_v2",
-           "plan_time_v2", "overlapped_s", "StageChain", "StageCosts", "has_network", "duplex_capacity", "staging_fill_s", "net_flows",
+           "plan_time_v2", "overlapped_s", "StageChain", "StageCosts", "has_network", "duplex_capacity", "incast_senders", "staging_fill_s", "net_flows",
            "plan_net_flows", "net_flows_s", "transfers_cost"]
 
 
@@ -278,7 +278,8 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         loads = np.bincount(stage[costed] * P + out_port[costed], weights=w, minlength=S * P)
         loads += np.bincount(stage[costed] * P + in_port[costed], weights=w, minlength=S * P)
         loads = loads.reshape(S, P)
-    cap_sp = duplex_capacity(topo, loads > 0)  # per stage and port: a GPU's NVLink both ways at once is slower
+    # per stage and port: a GPU's NVLink both ways at once is slower, and so is a NIC several GPUs write into
+    cap_sp = duplex_capacity(topo, loads > 0, incast_senders(topo, stage, role, src, dst, S))
     port_time = loads / cap_sp
     ports_s = port_time.max(axis=1)
     cap_of = cap_sp.ravel()  # cap_of[stage * P + port]
@@ -362,9 +363,10 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
                       edges)
 
 
-def duplex_capacity(topo: Topology, busy: np.ndarray) -> np.ndarray:
+def duplex_capacity(topo: Topology, busy: np.ndarray, senders: np.ndarray | None = None) -> np.ndarray:
     """Port bandwidths (bytes/s) per row of ``busy`` (rows x 4G: which ports carry something): a GPU whose NVLink
-    out and in ports are both busy gets ``costs.nvlink_duplex`` less on each."""
+    out and in ports are both busy gets ``costs.nvlink_duplex`` less on each; a NIC in-port that ``senders`` GPUs
+    write into at once (rows x G) ``1 + costs.nic_incast_loss (senders - 1)`` times less."""
     G = topo.num_gpus
     cap = np.broadcast_to(port_capacity(topo), busy.shape).astype(np.float64)
     d = topo.costs.nvlink_duplex
@@ -372,7 +374,21 @@ def duplex_capacity(topo: Topology, busy: np.ndarray) -> np.ndarray:
         both = busy[..., :G] & busy[..., G:2 * G]
         cap[..., :G] = np.where(both, cap[..., :G] / d, cap[..., :G])
         cap[..., G:2 * G] = np.where(both, cap[..., G:2 * G] / d, cap[..., G:2 * G])
+    loss = topo.costs.nic_incast_loss
+    if loss > 0 and senders is not None and busy.size:
+        cap[..., 3 * G:] = cap[..., 3 * G:] / (1.0 + loss * np.maximum(np.asarray(senders) - 1, 0))
     return cap
+
+
+def incast_senders(topo: Topology, stage: np.ndarray, role: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                   num_stages: int) -> np.ndarray | None:
+    """Per stage and GPU, how many GPUs write into its NIC in the stage (None where ``nic_incast_loss`` is 0)."""
+    if topo.costs.nic_incast_loss <= 0:
+        return None
+    G = topo.num_gpus
+    rdma = np.asarray(role) == RDMA
+    pairs = np.unique((np.asarray(stage)[rdma] * G + np.asarray(dst)[rdma]) * G + np.asarray(src)[rdma])
+    return np.bincount(pairs // G, minlength=max(num_stages, 1) * G).reshape(max(num_stages, 1), G)
 
 
 def staging_fill_s(topo: Topology, chunk_bytes: int, role: np.ndarray, nbytes: np.ndarray) -> float:

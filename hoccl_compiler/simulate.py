@@ -156,7 +156,13 @@ class _Run:
                 ts = np.array([active[q][0] for q in moving])
                 busy = np.zeros(self.capacity.size, bool)  # a GPU's NVLink busy both ways now: each way slower
                 busy[out_port[ts]] = busy[in_port[ts]] = True
-                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(self.topo, busy))
+                senders = None  # and a NIC in-port that several GPUs write into now (costs.nic_incast_loss)
+                if self.topo.costs.nic_incast_loss > 0:
+                    G = self.topo.num_gpus
+                    nic_in = in_port[ts] >= 3 * G
+                    pairs = np.unique((in_port[ts][nic_in] - 3 * G) * G + out_port[ts][nic_in] - 2 * G)
+                    senders = np.bincount(pairs // G, minlength=G)
+                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(self.topo, busy, senders))
             # the next event: a start cost ends, a chunk lands, or a local/empty chunk ends at once
             dt = np.inf
             for a in active.values():

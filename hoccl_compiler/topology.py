@@ -51,6 +51,10 @@ class CostParams(BaseModel):
       sending host's ring and the last one's out of the receiving host's (0: no staging, an RDMA NIC writing GPU
       memory).
 
+    * ``nic_incast_loss`` (0, a fraction): convergence at a NIC: with ``k`` GPUs sending into one NIC's in-port at
+      once it runs at ``1 / (1 + loss (k - 1))`` of its bandwidth (what the stages, one flow per NIC each, avoid).
+      Not measured (no RDMA NIC here), so 0; set it to see what staging is for (an audit took 0.15).
+
     The four network costs are the transport's (``TRANSPORT_COSTS``, chosen by ``Topology.transport``); the defaults
     here are the TCP profile's.
     """
@@ -66,6 +70,7 @@ class CostParams(BaseModel):
     stage_sync_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     nvlink_duplex: float = Field(default=1.026, ge=1, allow_inf_nan=False)
     net_staging_gbps: float = Field(default=22.0, ge=0, allow_inf_nan=False)
+    nic_incast_loss: float = Field(default=0.0, ge=0, le=10, allow_inf_nan=False)
 
 
 # The network path's host costs belong to the transport that moves the bytes, not to the machine's shape: a

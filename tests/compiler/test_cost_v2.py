@@ -272,3 +272,19 @@ def test_network_transfers_cost_the_same_staged_or_merged_into_one_stage():
     a, b = simulate(staged).total_s, simulate(merged).total_s
     assert a == pytest.approx(b, rel=0.02)  # only the device part differs: 64 KiB flows
     assert a == pytest.approx(staged.report.predicted_time_s, rel=0.05)
+
+
+def test_nic_incast_loss_shows_what_the_stages_are_for():
+    """costs.nic_incast_loss (0 by default: not measured): with several GPUs writing into one NIC at once, everything
+    at once pays it and the stages (one flow per NIC each) do not; the simulation agrees with v2 on the plan."""
+    topo = make_topology("paper-h800", nodes=4, gpus_per_node=2)
+    device_only = {"net_call_us": 0.0, "net_flow_us": 0.0, "net_node_flow_us": 0.0, "net_staging_gbps": 0.0}
+    ratios = {}
+    for loss in (0.0, 0.15):
+        t = topo.model_copy(update={"costs": topo.costs.model_copy(update={**device_only, "nic_incast_loss": loss})})
+        plan = compile_plan(t, CollectiveSpec(kind="alltoall", size_bytes=256 << 20), CompileOptions())
+        rep = plan.report
+        ratios[loss] = (rep.ratio, rep.baselines.everything_at_once_s / rep.lower_bound_s)
+        assert rep.predicted_time_s == pytest.approx(simulate(plan).total_s, rel=0.05)
+    assert ratios[0.15][0] == pytest.approx(ratios[0.0][0], rel=1e-9) < 1.01  # the stages: one sender per NIC
+    assert ratios[0.0][1] < 1.01 and ratios[0.15][1] > 1.5  # at once: 7 GPUs into each NIC, 1 + 0.15 x 6 slower

@@ -286,5 +286,6 @@ def test_nic_incast_loss_shows_what_the_stages_are_for():
         rep = plan.report
         ratios[loss] = (rep.ratio, rep.baselines.everything_at_once_s / rep.lower_bound_s)
         assert rep.predicted_time_s == pytest.approx(simulate(plan).total_s, rel=0.05)
-    assert ratios[0.15][0] == pytest.approx(ratios[0.0][0], rel=1e-9) < 1.01  # the stages: one sender per NIC
+    assert ratios[0.15][0] == pytest.approx(ratios[0.0][0], rel=1e-9)  # the stages: one sender per NIC each
+    assert ratios[0.0][0] < 1.01
     assert ratios[0.0][1] < 1.01 and ratios[0.15][1] > 1.5  # at once: 7 GPUs into each NIC, 1 + 0.15 x 6 slower

@@ -14,8 +14,9 @@ process enqueues each call's gated copies as before (:meth:`~hoccl_runtime.net.g
 transport), and sends the proxy process a few words per call over a socket pair: the call's key (the process
 compiles the same plan from it), the gates' flag words and counts, and its stream's START/DONE words. The proxy
 process owns the TCP transport, runs the calls in order with a :class:`~hoccl_runtime.comm.net.CallProxy`, and
-reports the first error. It counts the calls it took and finished in the arena; the training process reads them to
-wait (``synchronize``) and, should the proxy process die, releases the calls it left (gates opened, DONE given, the
+reports the first error. It counts the calls it took and those it gave DONE in the arena (a call's DONE comes once
+its copies are through, its last writes possibly still leaving); the training process reads them to wait
+(``synchronize``) and, should the proxy process die, releases the calls it left (gates opened, DONE given, the
 error raised by the next call), so no stream waits forever.
 
 ``HOCCL_NET_PROXY=thread`` keeps the proxy a thread of the training process (the path before this one).
@@ -452,12 +453,20 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         ex = state["executor"]
         if trace_path:
             ex.marks = [("start", time.perf_counter())]
-        ex.run(prepared=call[0], release=call[2])  # DONE once the copies are through
+        ex.run(prepared=call[0], release=lambda: give(call))  # DONE once the copies are through
         if trace_path:
             t = dict(ex.marks)
             t["copies"] = time.perf_counter()
             rows.append((call[3], call[4], t["start"], t["hello"], t.get("staged"), t.get("received"), t["network"],
                          t["copies"]))
+
+    def give(call: tuple) -> None:
+        """The call's DONE and its count, once: at its release (its copies through, its last writes may still leave)
+        or at its finish. The count is what the training process's watcher reads should this process die: a call
+        counted is not released a second time (a second DONE would pass the stream's next wait early)."""
+        if not call[2].written:
+            call[2]()
+            done.write(as_int32(done.read() + 1))
 
     def finish(call: tuple) -> None:
         if proxy.error is not None and not reported:  # told before the call counts as finished: a synchronize that
@@ -465,8 +474,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             with contextlib.suppress(Exception):
                 conn.send(("error", type(proxy.error).__name__, str(proxy.error)))
             failed.write(1)
-        call[2]()  # DONE, unless the run's release gave it already
-        done.write(as_int32(done.read() + 1))
+        give(call)
 
     def reset(call: tuple) -> None:
         call[1].write(0)

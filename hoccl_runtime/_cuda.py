@@ -19,7 +19,8 @@ from typing import Any
 
 from .errors import BufferError, CudaError, HocclError
 
-__all__ = ["driver", "cupy_runtime", "check", "device_count", "on_device", "enable_peer_access", "ipc_export",
+__all__ = ["driver", "cupy_runtime", "check", "device_count", "set_device", "get_device", "can_access_peer", "runtime_call",
+           "host_register", "host_unregister", "device_name", "on_device", "enable_peer_access", "ipc_export",
            "host_mapped_alloc", "host_free", "dmabuf_fd", "MEMCPY_DEFAULT",
            "copy_async", "cuda_error", "fast_driver", "FastDriver", "pack_memops",
            "MEMOP_BYTES"]
@@ -124,6 +125,45 @@ def copy_async(dst: int, src: int, nbytes: int, stream: int) -> None:
         cupy_runtime().memcpyAsync(dst, src, nbytes, MEMCPY_DEFAULT, stream)
     except Exception as exc:  # noqa: BLE001 - cupy's CUDARuntimeError, into the hierarchy
         raise CudaError(f"cudaMemcpyAsync of {nbytes} bytes {src:#x} -> {dst:#x} failed: {exc}") from None
+
+
+def runtime_call(name: str, cuda_name: str, *args: Any) -> Any:
+    """``cupy.cuda.runtime.<name>(*args)``, CuPy's own CUDA error leaving as a :class:`CudaError` naming
+    ``cuda_name`` (the door's wrappers, here and in ``_cuda_streams`` / ``_cuda_memory``, are made of it)."""
+    try:
+        return getattr(cupy_runtime(), name)(*args)
+    except Exception as exc:
+        err = cuda_error(exc, cuda_name)
+        if err is exc:
+            raise
+        raise err from None
+
+
+def host_register(ptr: int, nbytes: int) -> int:
+    """Register host memory with CUDA (portable, mapped); its device pointer."""
+    runtime_call("hostRegister", f"cudaHostRegister of {nbytes} bytes at {ptr:#x}", ptr, nbytes, 1 | 2)
+    return int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(ptr, 0)))
+
+
+def host_unregister(ptr: int) -> None:
+    runtime_call("hostUnregister", "cudaHostUnregister", ptr)
+
+
+def device_name(device: int) -> str:
+    name = runtime_call("getDeviceProperties", f"cudaGetDeviceProperties({device})", device)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def set_device(device: int) -> None:
+    runtime_call("setDevice", f"cudaSetDevice({device})", device)
+
+
+def get_device() -> int:
+    return int(runtime_call("getDevice", "cudaGetDevice"))
+
+
+def can_access_peer(device: int, peer: int) -> bool:
+    return bool(runtime_call("deviceCanAccessPeer", f"cudaDeviceCanAccessPeer({device}, {peer})", device, peer))
 
 
 def device_count() -> int:

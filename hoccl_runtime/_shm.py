@@ -28,7 +28,7 @@ class SharedSegment:
                  timeout_s: float = 60.0):
         from multiprocessing import shared_memory
 
-        from ._cuda import check, cupy_runtime, driver
+        from ._cuda import host_register
 
         size = -(-size // 4096) * 4096
         if owner:
@@ -42,9 +42,8 @@ class SharedSegment:
         self.owner, self.size = owner, size
         self.linked = owner  # the owner unlinks the name once everyone attached (join), or on failure (close)
         self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
-        cupy_runtime().hostRegister(self.ptr, size, 1 | 2)  # portable | mapped
+        self.dev_ptr = host_register(self.ptr, size)
         self.registered = True
-        self.dev_ptr = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.ptr, 0)))
 
     def join(self, store: Any, count_key: str, members: int, timeout_s: float, who: str = "") -> None:
         """Wait until all ``members`` attached (up to ``timeout_s``); then the owner unlinks the name."""
@@ -66,11 +65,11 @@ class SharedSegment:
     def close(self, *views: memoryview) -> None:
         """Unregister, release ``views`` of the memory (drop NumPy views first), unmap."""
         if self.registered:
-            from ._cuda import cupy_runtime
+            from ._cuda import host_unregister
 
             self.registered = False
             with contextlib.suppress(Exception):  # closing anyway
-                cupy_runtime().hostUnregister(self.ptr)
+                host_unregister(self.ptr)
         for view in views:
             with contextlib.suppress(builtins.BufferError):  # a slice still alive: freed with it
                 view.release()

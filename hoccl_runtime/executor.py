@@ -27,6 +27,7 @@ from typing import Any, Literal
 from hoccl_compiler.schema import Plan
 
 from . import _cuda  # no CUDA at import: its functions load cupy / cuda-bindings when first called
+from ._cuda_streams import event_create, event_destroy, stream_is_capturing
 from .errors import BufferError, HocclError
 from .flags import FlagPool, MemOps, handshake
 from .interop import DeviceBuffer, as_buffer, as_stream
@@ -153,11 +154,8 @@ class Executor:
         k = (kind, device, key)
         ev = self._events.get(k)
         if ev is None:
-            from ._cuda import cupy_runtime
-
-            rt = cupy_runtime()
-            rt.setDevice(device)
-            ev = rt.eventCreateWithFlags(2)  # cudaEventDisableTiming
+            _cuda.set_device(device)
+            ev = event_create()
             self._events[k] = ev
         return ev
 
@@ -321,8 +319,8 @@ class Executor:
             self.synchronize()
         finally:
             for (_, device, _), ev in self._events.items():
-                with _cuda.on_device(device) as rt:
-                    rt.eventDestroy(ev)
+                with _cuda.on_device(device):
+                    event_destroy(ev)
             self._events.clear()
             self._streams.clear()
             self._launches.clear()
@@ -340,5 +338,4 @@ class Executor:
 
 def _capturing(user: tuple[int, ...]) -> bool:
     """Whether any of these streams is capturing a CUDA graph (the legacy stream never is)."""
-    rt = _cuda.cupy_runtime()
-    return any(s != 0 and rt.streamIsCapturing(s) != 0 for s in user)
+    return any(s != 0 and stream_is_capturing(s) for s in user)

@@ -83,10 +83,10 @@ def _itemsize(typestr: str) -> int:
 
 
 def _pointer_device(ptr: int, what: str) -> int:
-    from ._cuda import cupy_runtime
+    from ._cuda import runtime_call
 
     try:
-        attrs = cupy_runtime().pointerGetAttributes(ptr)
+        attrs = runtime_call("pointerGetAttributes", "cudaPointerGetAttributes", ptr)
     except Exception as exc:  # noqa: BLE001
         raise BufferError(f"{what}: cannot tell which GPU owns pointer {ptr:#x} ({exc})") from None
     if attrs.type != 2:  # cudaMemoryTypeDevice

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from . import _cuda
+from ._cuda_memory import ipc_close_mem_handle, ipc_open_mem_handle
 
 __all__ = ["IpcMappings"]
 
@@ -38,8 +39,8 @@ class IpcMappings:
             return entry[0]
         if len(self._maps) >= self.limit:
             self._trim()
-        with _cuda.on_device(device) as rt:
-            base = int(rt.ipcOpenMemHandle(handle))
+        with _cuda.on_device(device):
+            base = ipc_open_mem_handle(handle)
         self._maps[handle] = [base, device, tag]
         return base
 
@@ -75,5 +76,5 @@ class IpcMappings:
 
 
 def _close(base: int, device: int) -> None:
-    with _cuda.on_device(device) as rt, contextlib.suppress(Exception):  # the peer may have freed it; closing anyway
-        rt.ipcCloseMemHandle(base)
+    with _cuda.on_device(device), contextlib.suppress(Exception):  # the peer may have freed it; closing anyway
+        ipc_close_mem_handle(base)

@@ -74,20 +74,19 @@ def execute_nodes(plan: Any, buffers: Mapping[int, Any], streams: Mapping[int, A
             run = _RUNS[key] = _connect(plan, node, buffers, _store(world, rank, timeout_s), key[0], timeout_s)
         executor = run[0]
         events = []
-        from ._cuda import cupy_runtime
+        from ._cuda_streams import event_create, event_destroy, event_record
 
-        rt = cupy_runtime()
         for r in sorted(buffers):  # the copies wait for the work already on each rank's stream
             s = as_stream(streams.get(r) if streams is not None else None)
-            event = rt.eventCreateWithFlags(2)  # cudaEventDisableTiming
-            rt.eventRecord(event, s)
+            event = event_create()
+            event_record(event, s)
             events.append(event)
         try:
             executor.run(plan, buffers, after=events)
         finally:
             for event in events:
                 with contextlib.suppress(Exception):
-                    rt.eventDestroy(event)
+                    event_destroy(event)
 
 
 def _connect(plan: Any, node: int, buffers: Mapping[int, Any], store: Any, uid: str, timeout_s: float) -> tuple:

@@ -143,19 +143,11 @@ class Feedback:
     GAIN, MAX_STEP, MIN_SCALE, MAX_SCALE = 0.35, 0.15, 0.25, 1.5
     RING = 64  # calls in flight measured at most; later ones run unmeasured until some finish
 
-    def __init__(self, pacer: Any, runtime: Any = None):
+    def __init__(self, pacer: Any):
         self.pacer, self.scale, self.target_us = pacer, 1.0, 0.0
-        self._rt = runtime
         self._busy: collections.deque = collections.deque()
         self._free: list[tuple[Any, Any]] = []
         self.measured = 0  # calls measured so far
-
-    def _runtime(self) -> Any:
-        if self._rt is None:
-            from ._cuda import cupy_runtime
-
-            self._rt = cupy_runtime()
-        return self._rt
 
     def sleep(self, stream: int, microseconds: float) -> None:
         """The pacer's sleep, scaled: the launch list calls this, so a new scale reaches cached calls."""
@@ -163,35 +155,39 @@ class Feedback:
 
     def begin(self, stream: int) -> tuple[Any, Any] | None:
         """Learn from finished calls, then record a call's start on ``stream`` (None: not measured)."""
+        from ._cuda_streams import event_record
+
         self.harvest()
         if len(self._busy) >= self.RING:
             return None
-        rt = self._runtime()
-        pair = self._free.pop() if self._free else self._new_pair(rt)
-        rt.eventRecord(pair[0], stream)
+        pair = self._free.pop() if self._free else self._new_pair()
+        event_record(pair[0], stream)
         return pair
 
-    def _new_pair(self, rt: Any) -> tuple[Any, Any]:
+    def _new_pair(self) -> tuple[Any, Any]:
         """Two timing events on the pacer's GPU (the caller's current device may be another)."""
+        from ._cuda import on_device
+        from ._cuda_streams import event_create
+
         device = getattr(self.pacer, "device", None)
-        before = rt.getDevice() if device is not None else None
-        if device is not None and device != before:
-            rt.setDevice(device)
-        try:
-            return rt.eventCreateWithFlags(0), rt.eventCreateWithFlags(0)
-        finally:
-            if device is not None and device != before:
-                rt.setDevice(before)
+        if device is None:
+            return event_create(timing=True), event_create(timing=True)
+        with on_device(device):
+            return event_create(timing=True), event_create(timing=True)
 
     def end(self, pair: tuple[Any, Any], stream: int) -> None:
-        self._runtime().eventRecord(pair[1], stream)
+        from ._cuda_streams import event_record
+
+        event_record(pair[1], stream)
         self._busy.append(pair)
 
     def harvest(self) -> None:
-        rt, took = self._runtime(), []
-        while self._busy and rt.eventQuery(self._busy[0][1]) == 0:
+        from ._cuda_streams import event_elapsed_ms, event_query
+
+        took = []
+        while self._busy and event_query(self._busy[0][1]) == 0:
             pair = self._busy.popleft()
-            took.append(rt.eventElapsedTime(*pair) * 1e3)
+            took.append(event_elapsed_ms(*pair) * 1e3)
             self._free.append(pair)
         took = [t for t in took if t > 0]
         if took:
@@ -209,9 +205,10 @@ class Feedback:
 
     def close(self) -> None:
         """Destroy the events (their calls must have finished or been abandoned)."""
-        rt = self._runtime() if (self._busy or self._free) else None
+        from ._cuda_streams import event_destroy
+
         for pair in [*self._busy, *self._free]:
             for ev in pair:
-                rt.eventDestroy(ev)
+                event_destroy(ev)
         self._busy.clear()
         self._free.clear()

@@ -68,10 +68,9 @@ _FALLBACK = {"nvlink_gbps": 450.0, "nic_gbps": 50.0}
 @functools.lru_cache(maxsize=8)
 def _gpu_name(device: int) -> str:
     try:
-        from ._cuda import cupy_runtime
+        from ._cuda import device_name
 
-        name = cupy_runtime().getDeviceProperties(device)["name"]
-        return name.decode() if isinstance(name, bytes) else str(name)
+        return device_name(device)
     except Exception:  # noqa: BLE001 - no CUDA (CPU tests, fakes): no name to match
         return ""
 
@@ -94,24 +93,19 @@ class Links:
 
 def gpu_links(device: int) -> Links | None:
     """The links of ``device`` to every other GPU this process sees (None without CUDA)."""
-    try:
-        from ._cuda import cupy_runtime
+    from ._cuda import can_access_peer, p2p_native_atomics, runtime_call
 
-        rt = cupy_runtime()
-        count = rt.getDeviceCount()
+    try:
+        count = int(runtime_call("getDeviceCount", "cudaGetDeviceCount"))
     except Exception:  # noqa: BLE001 - no CUDA (CPU tests, fakes)
         return None
-    from ._cuda import cuda_error, p2p_native_atomics
 
     access: dict[int, bool] = {}
     nvlink: dict[int, bool] = {}
     for other in range(count):
         if other == device:
             continue
-        try:
-            access[other] = bool(rt.deviceCanAccessPeer(device, other))
-        except Exception as exc:
-            raise cuda_error(exc, f"cudaDeviceCanAccessPeer({device}, {other})") from exc
+        access[other] = can_access_peer(device, other)  # a CUDA failure: CudaError naming the call
         nvlink[other] = access[other] and p2p_native_atomics(device, other)
     return Links(device, count, access, nvlink)
 
@@ -120,6 +114,8 @@ def measure_link_gbps(src: int, dst: int, nbytes: int = 256 << 20, repeats: int 
     """GB/s of one copy-engine copy from GPU ``src`` to GPU ``dst`` (the median of ``repeats`` after a warm-up,
     CUDA events on a non-blocking stream of ``src``)."""
     import cupy as cp
+
+    from ._cuda_memory import copy_peer_async
 
     with cp.cuda.Device(dst):
         target = cp.empty(nbytes, cp.uint8)
@@ -130,7 +126,7 @@ def measure_link_gbps(src: int, dst: int, nbytes: int = 256 << 20, repeats: int 
         for i in range(repeats + 1):
             start, end = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
-            cp.cuda.runtime.memcpyPeerAsync(target.data.ptr, dst, source.data.ptr, src, nbytes, stream.ptr)
+            copy_peer_async(target.data.ptr, dst, source.data.ptr, src, nbytes, stream.ptr)
             end.record(stream)
             end.synchronize()
             if i:

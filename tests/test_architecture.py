@@ -4,6 +4,7 @@ runtime, no preset chosen for the machine, library files of a readable size, doc
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -12,7 +13,6 @@ PACKAGES = ("hoccl_compiler", "hoccl_runtime", "hoccl_bench")
 
 def test_the_runtime_reaches_the_compiler_only_through_plans_py():
     """Beyond the plan schema and the error classes, runtime modules import the compiler in plans.py only."""
-    import ast
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "hoccl_runtime"
@@ -36,7 +36,6 @@ def test_the_runtime_reaches_the_compiler_only_through_plans_py():
 
 def _runtime_import_graph() -> dict[str, set[str]]:
     """{module: the hoccl_runtime modules it imports}, function-level imports included, from the source."""
-    import ast
     from pathlib import Path
 
     top = Path(__file__).resolve().parents[1]
@@ -118,8 +117,6 @@ def test_the_plan_schema_is_a_leaf_and_roles_are_defined_once():
     """hoccl_compiler/schema.py holds the plan's types and validation only: it imports none of the passes, codecs,
     compact or pattern encodings (hoccl_compiler/codec.py reads and writes files, above them); the transfer roles
     are one IntEnum there, which the compiler and the runtime's wire protocol take."""
-    import ast
-
     tree = ast.parse((ROOT / "hoccl_compiler" / "schema.py").read_text())
     local = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
     assert local <= {"collective", "errors", "topology", "units"}, local
@@ -136,8 +133,6 @@ def test_the_plan_schema_is_a_leaf_and_roles_are_defined_once():
 def test_no_compiler_module_takes_another_ones_private_names():
     """A module's underscored names are its own: another one that needs one gets a public helper (the pattern
     compiler used stages.py's private ones)."""
-    import ast
-
     found = []
     for path in sorted((ROOT / "hoccl_compiler").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -150,8 +145,6 @@ def test_no_compiler_module_takes_another_ones_private_names():
 def test_only_the_cuda_door_imports_the_driver_bindings():
     """cuda.bindings (the driver and runtime bindings) is imported by hoccl_runtime/_cuda.py alone, whose wrappers
     raise CudaError naming the call (plans.py took it itself for the P2P attribute)."""
-    import ast
-
     found = []
     for path in sorted((ROOT / "hoccl_runtime").rglob("*.py")):
         if path.name == "_cuda.py":
@@ -161,3 +154,33 @@ def test_only_the_cuda_door_imports_the_driver_bindings():
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n == "cuda" or n.startswith("cuda.")]
     assert not found, found
+
+
+# CuPy's raw runtime functions: reached only through the CUDA door (hoccl_runtime/_cuda.py, the base; _cuda_streams,
+# streams, events and graphs; _cuda_memory, device memory and IPC), whose wrappers raise CudaError naming the call,
+# and bound raw only where a launch op binds them once for its hot path (launch.py's Op.bind, and the graph
+# launch closures of comm/build.py, which are launch ops of their own).
+CUDA_RUNTIME_NAMES = {
+    "eventCreateWithFlags", "eventCreate", "eventRecord", "eventDestroy", "eventQuery", "eventElapsedTime",
+    "eventSynchronize", "streamWaitEvent", "streamIsCapturing", "streamSynchronize", "streamBeginCapture",
+    "streamEndCapture", "streamCreate", "streamDestroy", "graphInstantiate", "graphDestroy", "graphExecDestroy",
+    "graphLaunch", "mallocHost", "freeHost", "hostAlloc", "ipcGetMemHandle", "ipcOpenMemHandle",
+    "ipcCloseMemHandle", "ipcGetEventHandle", "ipcOpenEventHandle", "memcpyAsync", "memcpy", "memsetAsync",
+    "memcpyPeerAsync", "setDevice", "getDevice", "getDeviceCount", "deviceCanAccessPeer", "deviceEnablePeerAccess",
+    "hostRegister", "hostUnregister", "getDeviceProperties", "pointerGetAttributes", "deviceSynchronize"}
+CUDA_DOOR = {"hoccl_runtime/_cuda.py", "hoccl_runtime/_cuda_streams.py", "hoccl_runtime/_cuda_memory.py"}
+RAW_BINDERS = {"hoccl_runtime/launch.py", "hoccl_runtime/comm/build.py"}
+
+
+def test_cuda_runtime_calls_go_through_the_door():
+    """No runtime module names a raw CUDA runtime function (``rt.eventRecord``, ``cupy_runtime().malloc``, ...)
+    outside the door's modules and the launch ops that bind them once."""
+    found = []
+    for path in sorted((ROOT / "hoccl_runtime").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in CUDA_DOOR or rel in RAW_BINDERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in CUDA_RUNTIME_NAMES:
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "raw CUDA runtime calls outside the door (use hoccl_runtime._cuda*):\n" + "\n".join(found)

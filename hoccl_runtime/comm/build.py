@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from .._cuda_streams import (
+    begin_capture,
+    end_capture,
+    graph_destroy,
+    graph_exec_destroy,
+    graph_instantiate,
+    stream_is_capturing,
+)
 from ..errors import PlanError
 from ..executor import _capturing
 from ..flags import MemOps
@@ -120,8 +128,7 @@ class LaunchBuilding:
         legacy default stream, which cannot capture) and make ``entry`` launch it on ``s``. While the
         caller's own stream is being captured (the user building a graph), the call still issues its
         work one by one, so that it is captured into the user's graph."""
-        rt = _cuda.cupy_runtime()
-        if rt.streamIsCapturing(s):
+        if stream_is_capturing(s):
             return
         with _cuda.on_device(self.device):
             if self._capture is None:
@@ -131,19 +138,20 @@ class LaunchBuilding:
             tail: list[Op] = []
             while self.graph_tail_direct and len(ops) > 1 and type(ops[-1]) is Memops:
                 tail.insert(0, Memops(ops.pop().batch, s))
-            rt.streamBeginCapture(cap, 1)  # cudaStreamCaptureModeThreadLocal
+            begin_capture(cap)
             try:
                 replay(ops)
             finally:
-                graph = rt.streamEndCapture(cap)
+                graph = end_capture(cap)
             try:
-                exe = rt.graphInstantiate(graph)
+                exe = graph_instantiate(graph)
             finally:
-                rt.graphDestroy(graph)
+                graph_destroy(graph)
         entry.exe = exe
         ops = self._launch_list([GraphLaunch(exe, s), *tail], s)
         eager, launch = entry.run, compile_launch(ops)
-        capturing = rt.streamIsCapturing
+        raw = _cuda.cupy_runtime()  # the raw calls, bound once: these closures are launch ops' (launch.Op.bind)
+        capturing = raw.streamIsCapturing
 
         def run() -> None:
             if capturing(s):
@@ -155,7 +163,7 @@ class LaunchBuilding:
             # the common call, in one closure: the hot path of every repeated call (its Python part cost
             # 0.4 us less on the CPU VM than the general one, examples/profile_python.py)
             device, ev = ops[0].device, ops[2].event
-            graph_launch, record, get_device = rt.graphLaunch, rt.eventRecord, rt.getDevice
+            graph_launch, record, get_device = raw.graphLaunch, raw.eventRecord, raw.getDevice
 
             def run_graph() -> None:
                 if capturing(s):
@@ -172,10 +180,8 @@ class LaunchBuilding:
             with contextlib.suppress(Exception):  # closing anyway
                 entry.feedback.close()
         if entry.exe is not None:
-            from .._cuda import cupy_runtime
-
             with contextlib.suppress(Exception):  # closing anyway; a launch in flight is freed when it ends
-                cupy_runtime().graphExecDestroy(entry.exe)
+                graph_exec_destroy(entry.exe)
             entry.exe = None
 
     def _launch_list(self, ops: list[Op], user: int) -> list[Op]:

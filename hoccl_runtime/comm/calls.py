@@ -22,30 +22,29 @@ class CallEvents:
 
     def __init__(self, device: int, *, interprocess: bool = False):
         self.device = device
-        self._flags = 2 | (4 if interprocess else 0)  # cudaEventDisableTiming | cudaEventInterprocess
+        self._interprocess = interprocess  # cudaEventInterprocess (events other processes wait on)
         self._free: list[int] = []
         self._made: list[int] = []
         self._handles: dict[int, bytes] = {}
         self._lock = threading.Lock()
 
     def record(self, stream: int) -> int:
-        from .._cuda import cupy_runtime
+        from .._cuda_streams import event_create, event_record
 
-        rt = cupy_runtime()
         with self._lock:
             event = self._free.pop() if self._free else None
         if event is None:
-            event = rt.eventCreateWithFlags(self._flags)
+            event = event_create(interprocess=self._interprocess)
             self._made.append(event)
-        rt.eventRecord(event, stream)
+        event_record(event, stream)
         return event
 
     def handle(self, event: int) -> bytes:
         """The event's IPC handle (64 bytes; ``interprocess`` events), made once per event."""
         if event not in self._handles:
-            from .._cuda import cupy_runtime
+            from .._cuda_memory import ipc_get_event_handle
 
-            self._handles[event] = bytes(cupy_runtime().ipcGetEventHandle(event))
+            self._handles[event] = ipc_get_event_handle(event)
         return self._handles[event]
 
     def give_back(self, event: int) -> None:
@@ -53,12 +52,11 @@ class CallEvents:
             self._free.append(event)
 
     def close(self) -> None:
-        from .._cuda import cupy_runtime
+        from .._cuda_streams import event_destroy
 
-        rt = cupy_runtime()
         for event in self._made:
             with contextlib.suppress(Exception):  # closing anyway
-                rt.eventDestroy(event)
+                event_destroy(event)
         self._made.clear()
         self._free.clear()
 

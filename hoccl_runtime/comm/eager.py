@@ -8,6 +8,7 @@ from typing import Any
 from hoccl_compiler.schema import Plan
 
 from .. import _cuda  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from .._cuda_memory import ipc_get_mem_handle, ipc_open_mem_handle, malloc
 from .._store import wait_for_key
 from ..errors import HocclError, PlanError
 from ..flags import MemOps
@@ -83,17 +84,17 @@ class EagerPath:
         """Once per pair, at its first eager message (either direction): allocate my staging for the
         peer's messages and publish its IPC handle, then map the peer's staging for mine. Both sides
         publish before they wait, so two ranks that first send to each other do not deadlock."""
-        with _cuda.on_device(self.device) as rt:
+        with _cuda.on_device(self.device):
             if peer not in self._stage_in:
-                ptr = self._stage_in[peer] = int(rt.malloc(EAGER_SLOTS * self.eager_bytes))
-                self._store.set(f"eager/{peer}->{self.rank}", bytes(rt.ipcGetMemHandle(ptr)) +
+                ptr = self._stage_in[peer] = malloc(EAGER_SLOTS * self.eager_bytes)
+                self._store.set(f"eager/{peer}->{self.rank}", ipc_get_mem_handle(ptr) +
                                 self.eager_bytes.to_bytes(8, "little"))
             got = self._store_get(f"eager/{self.rank}->{peer}", peer)
             handle, theirs = got[:_HANDLE], int.from_bytes(got[_HANDLE:_HANDLE + 8], "little")
             if theirs != self.eager_bytes:
                 raise HocclError(f"rank {peer} stages eager messages of up to {theirs} bytes, rank {self.rank} of "
                                  f"{self.eager_bytes}: set HOCCL_EAGER_BYTES alike on every rank")
-            self._stage_out[peer] = int(rt.ipcOpenMemHandle(handle))
+            self._stage_out[peer] = ipc_open_mem_handle(handle)
 
     def _store_get(self, key: str, peer: int, what: str = "set up its eager staging") -> bytes:
         late = (f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank {self.rank} waits for it); is it "

@@ -15,6 +15,8 @@ from typing import Any
 from hoccl_compiler.schema import Plan
 
 from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from .._cuda_memory import free, ipc_close_mem_handle
+from .._cuda_streams import event_create, event_destroy, stream_is_capturing, stream_wait_event
 from .._splits import alltoallv_pieces
 from .._store import announce_failure
 from ..errors import HocclError, HocclTimeoutError, PlanError
@@ -115,9 +117,9 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
         self._lock = threading.Lock()
         self._closed = False
-        rt = cupy_runtime()
-        if device >= rt.getDeviceCount():
-            n = rt.getDeviceCount()
+        cupy_runtime()  # CuPy and a GPU, or the one-line error saying what is missing
+        if device >= _cuda.device_count():
+            n = _cuda.device_count()
             raise HocclError(f"rank {rank} asked for GPU {device} but this process sees {n} (GPUs 0..{n - 1}): give "
                              "device= one of those, or check CUDA_VISIBLE_DEVICES and --nproc_per_node")
         self._cupy = cupy
@@ -386,14 +388,13 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         one after the other on the GPUs whatever their streams, as NCCL's do (it orders them by events), since
         they share each pair's READY/DONE flags and eager slots. A call inside a stream capture is left alone
         (the user's graph orders its launches; a wait there on an event from outside would break the capture)."""
-        rt = _cuda.cupy_runtime()
-        if rt.streamIsCapturing(s):
+        if stream_is_capturing(s):
             return
         prev, self._last_stream = self._last_stream, s
         ev = self._events.get(("end", prev)) if prev is not None else None
         if ev is not None:
             with contextlib.suppress(Exception):  # last recorded inside a capture: that graph is the user's to order
-                rt.streamWaitEvent(s, ev, 0)
+                stream_wait_event(s, ev)
 
     def _prepare(self, what: tuple | Plan, input: Any, output: Any) -> tuple[_PlanState, Any, Any]:
         state = self._state(what)
@@ -428,8 +429,8 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
     def _event(self, key: Any) -> int:
         ev = self._events.get(key)
         if ev is None:
-            with _cuda.on_device(self.device) as rt:
-                ev = self._events[key] = rt.eventCreateWithFlags(2)  # cudaEventDisableTiming
+            with _cuda.on_device(self.device):
+                ev = self._events[key] = event_create()
         return ev
 
     def synchronize(self, timeout_s: float | None = None) -> None:
@@ -466,7 +467,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
                 self.synchronize()
         finally:
             self._watchdog.join(timeout=10)  # a drain in progress ends within 5 s
-            with _cuda.on_device(self.device) as rt:
+            with _cuda.on_device(self.device):
                 self._launches.clear()  # destroys the calls' graphs
                 for w in self._windows:
                     w.closed, w.tensor = True, None
@@ -474,14 +475,14 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
                 self._opened.close_all()
                 for base in [*self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
                     with contextlib.suppress(Exception):  # closing anyway
-                        rt.ipcCloseMemHandle(base)
+                        ipc_close_mem_handle(base)
                 for ptr in self._stage_in.values():  # peers' mappings keep the memory until they close them
                     with contextlib.suppress(Exception):
-                        rt.free(ptr)
+                        free(ptr)
                 self._stage_in, self._stage_out = {}, {}
                 for ev in self._events.values():
                     with contextlib.suppress(Exception):
-                        rt.eventDestroy(ev)
+                        event_destroy(ev)
             self._events.clear()
             self._pinned.clear()
             self._streams = {}

@@ -360,9 +360,9 @@ class NodeNetCommunicator(_Calls):
     def _collect(self, plan: Any, seq: int) -> tuple[dict, list]:
         """The leader: every other local rank's buffers ({rank: (input, output)}, opened from their IPC handles)
         and stream events for call ``seq``, once each has published it."""
-        from .._cuda import cupy_runtime
+        from .._cuda_memory import ipc_open_event_handle
 
-        sh, w, rt = self._shared, self._shared.words, cupy_runtime()
+        sh, w = self._shared, self._shared.words
         digest = zlib.crc32(plan.plan_id.encode())
         buffers, events = {}, []
         for i in range(1, self.L):
@@ -377,7 +377,7 @@ class NodeNetCommunicator(_Calls):
                                 f"{seq}, {plan.collective.describe()}): every rank must issue the same collectives")
             handle = bytes(sh.bytes[SLOT.span(slot, "event_handle")])
             if handle not in self._opened_events:
-                self._opened_events[handle] = int(rt.ipcOpenEventHandle(handle))
+                self._opened_events[handle] = ipc_open_event_handle(handle)
             events.append(self._opened_events[handle])
             device, parts = w[slot + SLOT.device], []
             for kind, offset, nbytes, handle_at in _PARTS:
@@ -459,12 +459,12 @@ class NodeNetCommunicator(_Calls):
             if self._executor is not None:
                 self._executor.close()
             self.transport.close()
-            from .._cuda import cupy_runtime
+            from .._cuda_streams import event_destroy
 
             self._opened.close_all()
             for event in self._opened_events.values():
                 with contextlib.suppress(Exception):
-                    cupy_runtime().eventDestroy(event)
+                    event_destroy(event)
             self._opened_events.clear()
         self._events.close()
         self._p2p_events.close()

@@ -7,6 +7,7 @@ import contextlib
 import time
 
 from .. import _cuda  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from .._cuda_memory import ipc_close_mem_handle, ipc_open_mem_handle
 from ..errors import HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer
 from ..mailbox import HANDLE, WINDOW
@@ -163,12 +164,12 @@ class Rendezvous:
 
     def _map(self, handle: bytes) -> int:
         """Map a peer's allocation (its IPC handle) into my GPU's address space: its local base address."""
-        with _cuda.on_device(self.device) as rt:
-            return int(rt.ipcOpenMemHandle(handle))
+        with _cuda.on_device(self.device):
+            return ipc_open_mem_handle(handle)
 
     def _unmap(self, base: int) -> None:
-        with _cuda.on_device(self.device) as rt, contextlib.suppress(Exception):  # the peer may have freed it
-            rt.ipcCloseMemHandle(base)
+        with _cuda.on_device(self.device), contextlib.suppress(Exception):  # the peer may have freed it
+            ipc_close_mem_handle(base)
 
     def _wait(self, ready, peer: int, what: str) -> None:
         if ready():

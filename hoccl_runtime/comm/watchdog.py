@@ -23,12 +23,11 @@ class Watchdog:
         """Events that mark the end of this rank's calls (one per caller stream), not yet reached. An event
         last recorded inside a stream capture (a call the user captured into a graph) says
         cudaErrorCapturedEvent, not "not ready": the graph's launches are the user's to wait for."""
-        from .._cuda import cupy_runtime
+        from .._cuda_streams import event_query
 
-        rt = cupy_runtime()
         busy = []
         for key, ev in list(self._events.items()):
-            if key[0] in ("end", "side") and rt.eventQuery(ev) == _NOT_READY:
+            if key[0] in ("end", "side") and event_query(ev) == _NOT_READY:
                 busy.append(ev)
         return busy
 

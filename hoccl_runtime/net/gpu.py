@@ -13,6 +13,9 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
+from .._cuda import copy_async, set_device  # no CUDA at import (the driving half runs without it)
+from .._cuda_memory import free, malloc
+from .._cuda_streams import stream_synchronize, stream_wait_event
 from .._timer import fine_sleeps
 from ..errors import HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, MemOps, as_int32, reached
@@ -197,7 +200,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         topo = plan.topology
         L = topo.gpus_per_node
         ranks = list(range(node * L, (node + 1) * L))
-        self._rt = cupy_runtime()
+        cupy_runtime()  # CuPy and a GPU, or the one-line error saying what is missing
         self._peers: set[tuple[int, int]] = set()
         self.plan, self.node, self.ranks = plan, node, ranks  # what _check_buffers needs before the base class runs
         given = self._check_buffers(plan, buffers)
@@ -270,10 +273,10 @@ class GpuNodeExecutor(GatedNodeExecutor):
             ring, region = super()._make_ring(kind, rank, nbytes)
             self._ring_at[(kind, rank)] = int(ring.ctypes.data)
             return ring, region
-        rt, device = self._rt, self._dev[rank]
-        rt.setDevice(device)
+        device = self._dev[rank]
+        set_device(device)
         size = -(-max(1, nbytes) // (2 << 20)) * (2 << 20)  # whole 2 MiB pages: the dma-buf range is whole pages
-        ptr = int(rt.malloc(size))
+        ptr = malloc(size)
         self._device_rings.append((device, ptr))
         self._ring_at[(kind, rank)] = ptr
         return ptr, self.transport.register_device(ptr, nbytes, device)
@@ -334,18 +337,16 @@ class GpuNodeExecutor(GatedNodeExecutor):
             seen.pop(next(iter(seen)))
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> None:
-        from .._cuda import MEMCPY_DEFAULT
-
-        plan, rt, mine = run.plan, self._rt, set(self.ranks)
+        plan, mine = run.plan, set(self.ranks)
         fl = plan.flows
         used: dict[int, int] = {}  # stream -> its GPU
 
         def stream(key: tuple, device: int) -> int:
             s = self._stream(key, device)
-            rt.setDevice(device)
+            set_device(device)
             if s not in used:
                 for event in after:  # the run's first copy on this stream: after the callers' work
-                    rt.streamWaitEvent(s, event, 0)
+                    stream_wait_event(s, event)
                 used[s] = device
             return s
 
@@ -362,7 +363,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
                     # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
                     if n and (to != frm or dst[2] != src[2]):
-                        rt.memcpyAsync(to, frm, n, MEMCPY_DEFAULT, stream(("d2d",), src[2]))
+                        copy_async(to, frm, n, stream(("d2d",), src[2]))
                     continue
                 if role != RDMA:
                     continue
@@ -385,7 +386,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
             if flag is None:
                 flag = self._ends[s] = self._flags.allocate()
             c = self._count(("end", s))
-            rt.setDevice(device)
+            set_device(device)
             MemOps().write(flag, c).enqueue(s)
             run.ends.append((flag, c))
             self._last_end[s] = (flag, c)
@@ -394,8 +395,6 @@ class GpuNodeExecutor(GatedNodeExecutor):
         """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s`` (its first chunk at ring position
         ``base``, :class:`Routes`), each copy (``where(slot offset, chunk start)`` gives its (destination, source))
         after its slot's gate count and writing the done count after."""
-        from .._cuda import MEMCPY_DEFAULT
-
         for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
             start, nb = self._chunk_range(tr, t, k)
             j = (base + k) % self.slots
@@ -403,7 +402,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
             c = self._count((kind, ring, j))
             MemOps().wait_geq(gate, c).enqueue(s)
             if nb:
-                self._rt.memcpyAsync(*where(j * self.chunk, start), nb, MEMCPY_DEFAULT, s)
+                copy_async(*where(j * self.chunk, start), nb, s)
             MemOps().write(done, c).enqueue(s)
             side.setdefault((ring, j), deque()).append((gate, done, c, nb))
 
@@ -431,7 +430,6 @@ class GpuNodeExecutor(GatedNodeExecutor):
         from .._cuda import host_free
 
         self.leave()
-        rt = self._rt
         deadline = time.monotonic() + self.timeout_s
         while not all(reached(flag, c) for flag, c in self._last_end.values()):
             if time.monotonic() > deadline:
@@ -440,15 +438,15 @@ class GpuNodeExecutor(GatedNodeExecutor):
                 return
             time.sleep(1e-3)
         for (*_, device), s in self._streams.items():
-            rt.setDevice(device)
-            rt.streamSynchronize(s)
+            set_device(device)
+            stream_synchronize(s)
         self._flags.close()
         self.send_ring = self.recv_ring = self.inputs = self.outputs = {}
         for ptr in self._host:
             host_free(ptr)
         self._host.clear()
         for device, ptr in self._device_rings:
-            rt.setDevice(device)
-            rt.free(ptr)
+            set_device(device)
+            free(ptr)
         self._device_rings.clear()
         self._keep_alive.clear()

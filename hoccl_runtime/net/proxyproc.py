@@ -80,11 +80,10 @@ class SharedArena:
         self.registered = False
 
     def register_with_cuda(self) -> None:
-        from .._cuda import check, cupy_runtime, driver
+        from .._cuda import host_register
 
-        cupy_runtime().hostRegister(self.base, self.size, 1 | 2)  # portable | mapped
+        dev = host_register(self.base, self.size)
         self.registered = True
-        dev = int(check("cuMemHostGetDevicePointer", driver().cuMemHostGetDevicePointer(self.base, 0)))
         if dev != self.base:
             raise HocclError(f"the GPU sees shared host memory at {dev:#x}, not at its host address {self.base:#x} (no "
                              "unified addressing of registered memory here); set HOCCL_NET_PROXY=thread")
@@ -116,11 +115,11 @@ class SharedArena:
 
     def close(self) -> None:
         if self.registered:
-            from .._cuda import cupy_runtime
+            from .._cuda import host_unregister
 
             self.registered = False
             with contextlib.suppress(Exception):  # closing anyway
-                cupy_runtime().hostUnregister(self.base)
+                host_unregister(self.base)
         self.view = np.zeros(0, np.uint8)
         with contextlib.suppress(BufferError):  # a view still alive elsewhere: unmapped with it
             self._map.close()

@@ -329,7 +329,7 @@ class _TimedCalls:
         pass
 
 
-def test_pacing_feedback_brings_calls_to_their_rate():
+def test_pacing_feedback_brings_calls_to_their_rate(monkeypatch):
     """Calls that take a fixed 300 us more than their sleeps (handshakes, host-function dispatch) are
     brought to their target length by scaling the sleeps, learning only from finished calls."""
     from types import SimpleNamespace
@@ -338,7 +338,8 @@ def test_pacing_feedback_brings_calls_to_their_rate():
 
     slept = []
     rt = _TimedCalls(fixed_us=300.0)
-    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: slept.append(us)), runtime=rt)
+    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: slept.append(us)))
+    monkeypatch.setattr("hoccl_runtime._cuda.cupy_runtime", lambda: rt)  # the CUDA door's calls reach the fake
     fb.target_us = 1340.0  # 128 MiB at 100 GB/s
     lengths = []
     for batch in range(8):  # 8 windows of 40 calls enqueued ahead of the GPU, as the contention benchmark does
@@ -360,7 +361,7 @@ def test_pacing_feedback_brings_calls_to_their_rate():
     assert 0.7 < fb.scale < 0.8
 
 
-def test_pacing_feedback_bounds():
+def test_pacing_feedback_bounds(monkeypatch):
     """A call held up by a late partner moves the scale by at most MAX_STEP, and never below MIN_SCALE;
     unfinished calls are not counted, and at most RING are measured at once."""
     from types import SimpleNamespace
@@ -368,7 +369,8 @@ def test_pacing_feedback_bounds():
     from hoccl_runtime.pacing import Feedback
 
     rt = _TimedCalls(fixed_us=0.0)
-    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: None), runtime=rt)
+    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: None))
+    monkeypatch.setattr("hoccl_runtime._cuda.cupy_runtime", lambda: rt)  # the CUDA door's calls reach the fake
     fb.target_us = 1000.0
     mark = fb.begin(7)
     fb.end(mark, 7)
@@ -500,7 +502,7 @@ def test_network_communicator_listening_address(monkeypatch):
     assert _local_address() == "127.0.0.1"
 
 
-def test_pacing_feedback_makes_its_events_on_the_pacers_gpu():
+def test_pacing_feedback_makes_its_events_on_the_pacers_gpu(monkeypatch):
     """The caller's current device may be another GPU than the communicator's: events are created on the
     pacer's device and the current device is given back."""
     from types import SimpleNamespace
@@ -523,7 +525,8 @@ def test_pacing_feedback_makes_its_events_on_the_pacers_gpu():
             return super().eventCreateWithFlags(flags)
 
     rt = Devices()
-    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: None, device=3), runtime=rt)
+    fb = Feedback(SimpleNamespace(sleep=lambda stream, us: None, device=3))
+    monkeypatch.setattr("hoccl_runtime._cuda.cupy_runtime", lambda: rt)  # the CUDA door's calls reach the fake
     mark = fb.begin(7)
     assert mark is not None and rt.made_on == [3, 3] and rt.current == 0
 

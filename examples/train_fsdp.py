@@ -235,13 +235,23 @@ def settings_line(args) -> str:
             f"{dist.get_world_size()} {'sharing GPU 0' if args.share_gpu else 'one GPU each'}, {env}")
 
 
+def round_spread(records: list[dict], steps: int, tokens: int) -> tuple[list[float], float]:
+    """Each round's tokens/s (the median of its measured steps; ``steps`` records a round) and their spread:
+    (max - min) / min, the figure the comparison's rounds are held to."""
+    rounds = [[r["seconds"] for r in records[i:i + steps] if r["measured"]] for i in range(0, len(records), steps)]
+    per = [tokens / statistics.median(secs) for secs in rounds if secs]
+    return per, (max(per) - min(per)) / min(per) if len(per) > 1 else 0.0
+
+
 def summarize(records: list[dict], c: Config, args, world: int) -> dict:
     timed = [r for r in records if r["measured"]]
     secs = [r["seconds"] for r in timed]
     tokens = args.batch * c.seq * world
     med = statistics.median(secs)
     slack = [s for r in timed for s in r["slack_ms"]]
+    per_round, spread = round_spread(records, args.steps, tokens)
     return {"tokens_per_s": tokens / med, "tflops": tokens * c.flops_per_token() / med / 1e12,
+            "rounds_tokens_per_s": per_round, "round_spread": spread,
             "step_ms": med * 1e3, "forward_ms": statistics.median(r["forward_ms"] for r in timed),
             "backward_ms": statistics.median(r["backward_ms"] for r in timed),
             "slack_ms_median": statistics.median(slack) if slack else None,
@@ -300,13 +310,14 @@ def main(argv: list[str] | None = None) -> int:
         print(settings_line(args))
         print(f"model {args.size}: {c.params / 1e6:.1f} M parameters, {c.layers} layers, seq {c.seq}, batch "
               f"{args.batch} per rank, {'fp32' if args.fp32 else 'bf16 params / fp32 reduce'}, reduce by {args.reduce}")
-        head = f"{'comm':<9}{'tokens/s':>11}{'TFLOP/s':>9}{'step ms':>9}{'fwd ms':>8}{'bwd ms':>8}" \
+        head = f"{'comm':<9}{'tokens/s':>11}{'spread':>8}{'TFLOP/s':>9}{'step ms':>9}{'fwd ms':>8}{'bwd ms':>8}" \
                f"{'slack ms':>10}{'loss':>9}  losses == {first}"
         print(head)
         for v in args.comm:
             s = summary[v]
             slack = f"{s['slack_ms_median']:.2f}" if s["slack_ms_median"] is not None else "-"
-            print(f"{v:<9}{s['tokens_per_s']:>11.0f}{s['tflops']:>9.1f}{s['step_ms']:>9.2f}{s['forward_ms']:>8.2f}"
+            print(f"{v:<9}{s['tokens_per_s']:>11.0f}{s['round_spread']:>8.1%}{s['tflops']:>9.1f}{s['step_ms']:>9.2f}"
+                  f"{s['forward_ms']:>8.2f}"
                   f"{s['backward_ms']:>8.2f}{slack:>10}{s['final_loss']:>9.4f}  {'yes' if equal[v] else 'NO'}")
         print(f"peak memory on rank 0: {peak:.2f} GiB (all variants' models and optimizers together)")
         Path(args.json).write_text(json.dumps({"settings": settings_line(args), "args": vars(args),

@@ -626,3 +626,19 @@ def test_without_a_cuda_gpu_the_torch_paths_say_what_they_need(capsys):
         mp.setenv("WORLD_SIZE", "2")
         with pytest.raises(SystemExit, match=r"hoccl-bench: hoccl-bench sweep needs a CUDA GPU"):
             bench.main(["sweep"])
+
+
+def test_train_fsdp_reports_each_rounds_tokens_and_their_spread():
+    """The comparison holds its rounds to a spread: each round's tokens/s is the median of its measured steps (the
+    warm-up steps of the first round left out), the spread (max - min) / min."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import train_fsdp
+
+    secs = [9.0, 1.0, 1.0, 1.0, 1.0, 1.25, 1.25, 1.25]  # 2 rounds of 4 steps, the first step a warm-up
+    records = [{"seconds": s, "measured": i >= 1} for i, s in enumerate(secs)]
+    per, spread = train_fsdp.round_spread(records, 4, tokens=1000)
+    assert per == [1000.0, 800.0] and spread == pytest.approx(0.25)
+    assert train_fsdp.round_spread(records[:4], 4, 1000) == ([1000.0], 0.0)  # one round: no spread

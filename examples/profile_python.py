@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hoccl_runtime import _cuda, comm  # noqa: E402
+from hoccl_runtime.comm.watchdog import Watchdog  # noqa: E402
 from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
 from hoccl_runtime.ipc import IpcMappings  # noqa: E402
 from hoccl_runtime.launch import LaunchCache  # noqa: E402
@@ -121,7 +122,8 @@ def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
     c.local_copies = "sm"
     c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
     c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
-    c._events, c._pacer, c.rate_gbps, c._failure, c.pace_period_us = {}, None, None, None, 250.0
+    c._events, c._pacer, c.rate_gbps, c.pace_period_us = {}, None, None, 250.0
+    c._watchdog = Watchdog(rank, world, shared, c._events, start=False)  # the fault part, without its thread
     c._side_stream = lambda slot: 1000 + slot
     from hoccl_compiler.topology import make_topology
 

@@ -100,7 +100,7 @@ class EagerPath:
         late = (f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank {self.rank} waits for it); is it "
                 "alive, issuing the same calls, and set up alike (HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
         return bytes(wait_for_key(self._store, key, self.world, self.timeout_s, f"rank {self.rank}: ",
-                                  f"rank {peer}", watch=self._raise_if_failed, late=late, poll_s=1e-3))
+                                  f"rank {peer}", watch=self._watchdog.raise_if_failed, late=late, poll_s=1e-3))
 
     def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: Any) -> bool:
         """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:

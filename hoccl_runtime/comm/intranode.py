@@ -1,5 +1,6 @@
-"""The intra-node Communicator: its set-up, its calls and their state, synchronize and close; the parts it
-is made of (rendezvous, eager path, windows, launch building, watchdog) are its base classes."""
+"""The intra-node Communicator: its set-up, its calls and their state, synchronize and close. Of the parts it is
+made of, the watchdog is an object it holds (``_watchdog``, owning the fault state and its thread); the
+rendezvous, eager path, windows and launch building are still its base classes."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ from .watchdog import Watchdog
 from .windows import Window, WindowCalls
 
 
-class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog):
+class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
 
     _one_queue = False  # CUDA_DEVICE_MAX_CONNECTIONS=1 and no warning yet (set by _mailbox_state)
@@ -70,9 +71,9 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
             # the others hear of it through the store at once (raise_if_a_rank_failed) instead of waiting for
             # this rank until their timeout; what was made here is released (no /dev/shm segment, no thread)
             announce_failure(store, rank, exc)
-            stop = getattr(self, "_stop", None)
-            if stop is not None:
-                stop.set()
+            watchdog = getattr(self, "_watchdog", None)
+            if watchdog is not None:
+                watchdog.stop()
             shared = getattr(self, "_shared", None)
             if shared is not None:
                 with contextlib.suppress(Exception):
@@ -140,11 +141,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         self._pacer = None
         self._building: pacing.Feedback | None = None  # the paced call being built (_cached_paced)
         self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
-        self._failure: HocclError | None = None
-        self.watch_interval_s = 0.1
-        self._stop = threading.Event()
-        self._watchdog = threading.Thread(target=self._watch, name=f"hoccl-watchdog-{rank}", daemon=True)
-        self._watchdog.start()
+        self._watchdog = Watchdog(rank, world, self._shared, self._events)  # a part: the fault state and its thread
         from ..plans import machine_topology
 
         self.topology = machine_topology(nodes=1, gpus_per_node=world, device=device, dma_queues=dma_queues)
@@ -324,7 +321,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
                   duration_s: float | None = None) -> None:
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
-        self._raise_if_failed()
+        self._watchdog.raise_if_failed()
         s = as_stream(stream)
         rate = self.rate_gbps if rate_gbps is None else rate_gbps
         if (rate is not None or duration_s is not None) and self.topology.dma_queues > 1:
@@ -438,11 +435,11 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         HocclTimeoutError after ``timeout_s`` (default: the communicator's timeout)."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
-        self._raise_if_failed()
+        self._watchdog.raise_if_failed()
         if self._unverified:
             self._verify_eager()
-        while self._pending():
-            self._raise_if_failed()
+        while self._watchdog.pending():
+            self._watchdog.raise_if_failed()
             if time.monotonic() > deadline:
                 if self._win_pending:  # a window call that a partner mismatched says more than the timeout
                     self._check_windows()
@@ -450,7 +447,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
                 raise HocclTimeoutError(f"rank {self.rank}: copies still pending after {limit:.0f} s; a peer "
                                         "may have died or stopped issuing collectives")
             time.sleep(100e-6)
-        self._raise_if_failed()  # the watchdog may have drained the streams before this wait began
+        self._watchdog.raise_if_failed()  # the watchdog may have drained the streams before this wait began
         if self._unverified:  # receives completed: their senders' size entries were written before the data
             self._verify_eager()
         if self._win_pending:  # window calls completed: their partners' entries were written before the data
@@ -461,12 +458,12 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls, Watchdog)
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
+        self._watchdog.stop()
         try:
-            if self._failure is None:
+            if self._watchdog.failure is None:
                 self.synchronize()
         finally:
-            self._watchdog.join(timeout=10)  # a drain in progress ends within 5 s
+            self._watchdog.join(10)  # a drain in progress ends within 5 s
             with _cuda.on_device(self.device):
                 self._launches.clear()  # destroys the calls' graphs
                 for w in self._windows:

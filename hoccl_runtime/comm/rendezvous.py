@@ -179,10 +179,10 @@ class Rendezvous:
         while not ready():
             spins += 1
             if spins > 2000:
-                self._raise_if_failed()
-                if spins % 1000 == 0 and self._dead_peer() == peer:
-                    self._fail(peer)
-                    raise self._failure
+                self._watchdog.raise_if_failed()
+                if spins % 1000 == 0 and self._watchdog.dead_peer() == peer:
+                    self._watchdog.fail(peer)
+                    raise self._watchdog.failure
                 if time.monotonic() > deadline:
                     raise HocclTimeoutError(f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank "
                                             f"{self.rank} is waiting for it); is it alive and issuing the same "

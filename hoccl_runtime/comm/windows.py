@@ -76,7 +76,7 @@ class WindowCalls:
         raises BufferError, and so do the others at once."""
         if self._closed:
             raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
-        self._raise_if_failed()
+        self._watchdog.raise_if_failed()
         buf = window_buffer(tensor, self.rank, self.device)
         if not buf.nbytes:
             raise BufferError(f"rank {self.rank}'s window has 0 bytes: register a buffer with bytes in it")

@@ -462,11 +462,14 @@ def test_the_watchdog_writes_the_flags_a_dead_rank_would_have_written():
     import numpy as np
 
     world, me, dead = 3, 0, 2
+    from hoccl_runtime.comm.watchdog import Watchdog
+
     c = fake_comm(me, world)
     c._shared.flags = flags = np.full((2 + 4) * world * world, 7, np.int32)  # 7: untouched
-    c._events, rounds = {"call": 1}, iter([True, False])
-    c._pending = lambda: next(rounds)
-    c._drain(dead)
+    rounds = iter([True, False])
+    watchdog = Watchdog(me, world, c._shared, {"call": 1}, start=False)
+    watchdog.pending = lambda: next(rounds)
+    watchdog.drain(dead)
     at = {(addr - 0x1000) // 4: v for addr, v in [
         (c._flag(0, me, dead).address, 1), (c._flag(1, dead, me).address, 1),
         (c._flag(0, dead, me).address, 0), (c._flag(1, me, dead).address, 0),

@@ -16,6 +16,7 @@ from fake_cuda import dev  # arrays as device buffers, kept alive until the test
 
 from hoccl_compiler import CollectiveSpec
 from hoccl_runtime.comm import Communicator, _EagerLayout
+from hoccl_runtime.comm.watchdog import Watchdog
 from hoccl_runtime.errors import BufferError, HocclTimeoutError, PlanError
 
 
@@ -178,7 +179,7 @@ def mailbox_comm(rank: int, world: int, words: memoryview, timeout_s: float) -> 
     c.rank, c.world, c.timeout_s, c.local_copies = rank, world, timeout_s, "sm"
     c._shared = types.SimpleNamespace(words=words, mail_bytes=memoryview(words).cast("B"),
                                       pids=np.zeros(world, np.int64))
-    c._failure = None
+    c._watchdog = Watchdog(rank, world, c._shared, {}, start=False)  # the fault part, without its thread
     c._mailbox_state(rank, world)
     c._stage_out = dict.fromkeys(range(world), 0)  # eager staging "mapped" already
     return c

@@ -625,3 +625,28 @@ def test_small_writes_into_idle_lanes_leave_from_the_callers_thread(monkeypatch,
         c_rx.close()
         tx.close()
         rx.close()
+
+
+def test_a_reset_connection_is_reported_as_the_peer_closing_it():
+    """A peer whose socket resets (closed with data unread, or its process killed: RST, not FIN) is "the peer
+    closed the connection", as a clean close is, not a bare "Connection reset by peer"."""
+    import socket
+    import struct
+
+    rx = TcpTransport(lanes=1, session="s")
+    host, port = rx.listen().rsplit(":", 1)
+    t, box = _accepting(rx)
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    try:
+        assert raw_handshake(raw, b"s") == 1
+        t.join(10)
+        conn = box["conn"]
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
+        raw.close()
+        with pytest.raises(TransportError, match=r"peer closed the connection \(reset"):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                conn.poll(timeout_s=0)
+                time.sleep(0.01)
+    finally:
+        rx.close()

@@ -250,6 +250,9 @@ class TcpConnection(Connection):
             sock.sendall(head + struct.pack("<I", zlib.crc32(head)))
             if n:
                 sock.sendall(memoryview(local.view)[off:off + n])
+        except (ConnectionResetError, BrokenPipeError):
+            self._fail(lane, "the peer closed the connection (reset while sending: process gone?)")
+            return False
         except OSError as exc:
             self._fail(lane, f"send: {exc.strerror or exc}")
             return False
@@ -285,6 +288,9 @@ class TcpConnection(Connection):
                     return
             except TransportError as exc:
                 self._fail(lane, str(exc))
+                return
+            except (ConnectionResetError, BrokenPipeError):  # the peer's socket closed with data unread on it
+                self._fail(lane, "the peer closed the connection (reset: process gone?)")
                 return
             except OSError as exc:
                 self._fail(lane, f"receive: {exc.strerror or exc}")

@@ -73,6 +73,34 @@ def timed_runs(node, plan, exchange, reps, gpu, *, slots, reuse=False, executor=
     return times
 
 
+def parse_shapes(p: argparse.ArgumentParser, text: str) -> list[tuple[int, int]]:
+    """``--shapes`` (NODESxGPUS, comma-separated), checked: nodes 2 or more, two shapes of 1 GPU per node for the
+    fit; else the parser's error."""
+    try:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
+        if any(len(sh) != 2 or sh[0] < 2 or sh[1] < 1 for sh in shapes):
+            raise ValueError
+    except ValueError:
+        p.error(f"--shapes {text!r}: give NODESxGPUS pairs, nodes 2 or more, e.g. 2x1,3x1,2x2")
+    if sum(1 for _, L in shapes if L == 1) < 2:
+        p.error(f"--shapes {text!r}: the fit needs two shapes of 1 GPU per node or more")
+    return shapes
+
+
+def fit_costs(rows: list[dict]) -> tuple[dict, list[float]]:
+    """The network costs from the rows' medians: 1 GPU per node, each further stage is one further transfer of every
+    GPU (net_flow_us, the slope; net_call_us the one-stage call); nodes of several GPUs, each further transfer of
+    the busiest node above the call (net_node_flow_us, the median over those shapes, which are returned too)."""
+    one = [r for r in rows if r["gpus_per_node"] == 1]
+    slope, intercept = np.polyfit(np.array([r["stages"] for r in one], float), np.array([r["median_us"] for r in one]),
+                                  1)
+    fit = {"net_call_us": float(intercept + slope), "net_flow_us": float(slope)}
+    multi = [(r["median_us"] - fit["net_call_us"]) / (r["node_flows"] - 1) for r in rows
+             if r["gpus_per_node"] > 1 and r["node_flows"] > 1]
+    fit["net_node_flow_us"] = float(statistics.median(multi)) if multi else float("nan")
+    return fit, multi
+
+
 def body(node, exchange, plan_json, reps, gpu):
     from hoccl_compiler.codec import plan_from_json
 
@@ -87,14 +115,7 @@ def main(argv=None) -> int:
                    help="NODESxGPUS, comma-separated (the 1-GPU shapes give the fit)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    try:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
-        if any(len(sh) != 2 or sh[0] < 2 or sh[1] < 1 for sh in shapes):
-            raise ValueError
-    except ValueError:
-        p.error(f"--shapes {args.shapes!r}: give NODESxGPUS pairs, nodes 2 or more, e.g. 2x1,3x1,2x2")
-    if sum(1 for _, L in shapes if L == 1) < 2:
-        p.error(f"--shapes {args.shapes!r}: the fit needs two shapes of 1 GPU per node or more")
+    shapes = parse_shapes(p, args.shapes)
     rows = []
     for nodes, L in shapes:
         topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
@@ -109,16 +130,7 @@ def main(argv=None) -> int:
                      "median_us": statistics.median(per_call) * 1e6, "min_us": min(per_call) * 1e6,
                      "max_us": max(per_call) * 1e6})
         print(f"{nodes} nodes x {L} done", flush=True)
-    one = [r for r in rows if r["gpus_per_node"] == 1]
-    x = np.array([r["stages"] for r in one], float)
-    y = np.array([r["median_us"] for r in one])
-    slope, intercept = np.polyfit(x, y, 1)
-    # one GPU per node: each further stage is one further transfer of every GPU (net_flow_us); nodes of several GPUs:
-    # each further transfer of the busiest node above the call (net_node_flow_us), where it outweighs the GPU's
-    fit = {"net_call_us": float(intercept + slope), "net_flow_us": float(slope)}
-    multi = [(r["median_us"] - fit["net_call_us"]) / (r["node_flows"] - 1) for r in rows
-             if r["gpus_per_node"] > 1 and r["node_flows"] > 1]
-    fit["net_node_flow_us"] = float(statistics.median(multi)) if multi else float("nan")
+    fit, multi = fit_costs(rows)
     where = "GPU" if args.gpu else "host"
     print(f"\n{'nodes':>5} {'GPUs':>4} {'stages':>6} {'node flows':>10} {'GPU flows':>9} {'median us':>10} "
           f"{'min us':>9} {'max us':>9} {'v2 us':>8} {'v2/meas':>7}   ({where})")

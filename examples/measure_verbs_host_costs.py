@@ -29,6 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from measure_net_costs import fit_costs, parse_shapes  # noqa: E402
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology  # noqa: E402
 from hoccl_compiler.cost import plan_net_flows  # noqa: E402
@@ -97,26 +100,14 @@ def main(argv=None) -> int:
                    help="NODESxGPUS, comma-separated (the 1-GPU shapes give the fit)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    try:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
-        if any(len(sh) != 2 or sh[0] < 2 or sh[1] < 1 for sh in shapes):
-            raise ValueError
-    except ValueError:
-        p.error(f"--shapes {args.shapes!r}: give NODESxGPUS pairs, nodes 2 or more, e.g. 2x1,3x1,2x2")
-    if sum(1 for _, L in shapes if L == 1) < 2:
-        p.error(f"--shapes {args.shapes!r}: the fit needs two shapes of 1 GPU per node or more")
+    shapes = parse_shapes(p, args.shapes)
     rows = []
     with pytest.MonkeyPatch.context() as mp:
         pv = fake_pyverbs.install(mp)
         for nodes, L in shapes:
             rows.append(run_shape(pv, nodes, L, args.reps, args.poll_us * 1e-6))
             print(f"{nodes} nodes x {L} done", flush=True)
-    one = [r for r in rows if r["gpus_per_node"] == 1]
-    slope, intercept = np.polyfit([r["stages"] for r in one], [r["median_us"] for r in one], 1)
-    fit = {"net_call_us": float(intercept + slope), "net_flow_us": float(slope)}
-    multi = [(r["median_us"] - fit["net_call_us"]) / (r["node_flows"] - 1) for r in rows
-             if r["gpus_per_node"] > 1 and r["node_flows"] > 1]
-    fit["net_node_flow_us"] = float(statistics.median(multi)) if multi else float("nan")
+    fit, _ = fit_costs(rows)
     print(f"\n{'nodes':>5} {'GPUs':>4} {'stages':>6} {'node flows':>10} {'GPU flows':>9} {'median us':>10} "
           f"{'min us':>9} {'max us':>9}   (the busiest node's driving-thread CPU time per call, fake NIC)")
     for r in rows:

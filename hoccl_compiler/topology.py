@@ -78,9 +78,9 @@ class CostParams(BaseModel):
 # - tcp: the TCP transport as the network executor drives it, measured on the H200 machines
 #   (examples/measure_net_costs.py; docs/results/cost-params-history.md): the CostParams defaults.
 # - verbs: the verbs transport's host code on the fake NIC (examples/measure_verbs_host_costs.py, 2026-12-02, the
-#   2-core CPU VM, medians of three runs of 100 calls: docs/results/2026-12-02-s23/verbs-host/): the busiest node's
-#   driving-thread CPU time, NOT MEASURED ON A NIC (no NIC latency, no wire); no host staging (the NIC writes GPU
-#   memory, GPUDirect).
+#   2-core CPU VM, the middle of three runs of 100 calls, which gave 146-277 / 328-453 / 66-104 us: noisy on 2
+#   cores: docs/results/2026-12-02-s23/verbs-host/): the busiest node's driving-thread CPU time, NOT MEASURED ON A
+#   NIC (no NIC latency, no wire); no host staging (the NIC writes GPU memory, GPUDirect).
 TRANSPORT_COSTS: dict[str, dict[str, float]] = {
     "tcp": dict(net_call_us=871.0, net_flow_us=381.0, net_node_flow_us=262.0, net_staging_gbps=22.0),
     "verbs": dict(net_call_us=253.0, net_flow_us=410.0, net_node_flow_us=68.0, net_staging_gbps=0.0),

@@ -73,6 +73,23 @@ def timed_runs(node, plan, exchange, reps, gpu, *, slots, reuse=False, executor=
     return times
 
 
+def shape_plan(nodes: int, L: int):
+    """The measured plan of a shape: a uniform All-to-All of PAIR_BYTES per pair, CHUNK chunks, the stages of the
+    time-optimal peel (one shift each)."""
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    return compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=PAIR_BYTES * nodes * L),
+                        CompileOptions(chunk_bytes=CHUNK, max_extra_time=0.0, baselines=False))
+
+
+def shape_row(plan, per_call: list[float]) -> dict:
+    """A table row: the plan's shape, its network transfers, and the seconds of its calls (median, min, max)."""
+    topo = plan.topology
+    gpu_flows, node_flows = plan_net_flows(plan)
+    return {"nodes": topo.nodes, "gpus_per_node": topo.gpus_per_node, "stages": len(plan.stages),
+            "node_flows": node_flows, "gpu_flows": gpu_flows, "median_us": statistics.median(per_call) * 1e6,
+            "min_us": min(per_call) * 1e6, "max_us": max(per_call) * 1e6}
+
+
 def parse_shapes(p: argparse.ArgumentParser, text: str) -> list[tuple[int, int]]:
     """``--shapes`` (NODESxGPUS, comma-separated), checked: nodes 2 or more, two shapes of 1 GPU per node for the
     fit; else the parser's error."""
@@ -118,17 +135,10 @@ def main(argv=None) -> int:
     shapes = parse_shapes(p, args.shapes)
     rows = []
     for nodes, L in shapes:
-        topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
-        plan = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=PAIR_BYTES * nodes * L),
-                            CompileOptions(chunk_bytes=CHUNK, max_extra_time=0.0, baselines=False))
+        plan = shape_plan(nodes, L)
         res = run_node_processes(body, nodes, (plan.model_dump_json(), args.reps, args.gpu), timeout_s=300)
         per_call = [max(res[n][i] for n in res) for i in range(args.reps)]
-        gpu_flows, node_flows = plan_net_flows(plan)
-        rows.append({"nodes": nodes, "gpus_per_node": L, "stages": len(plan.stages),
-                     "node_flows": node_flows, "gpu_flows": gpu_flows,
-                     "v2_us": plan.report.predicted_time_s * 1e6,
-                     "median_us": statistics.median(per_call) * 1e6, "min_us": min(per_call) * 1e6,
-                     "max_us": max(per_call) * 1e6})
+        rows.append({**shape_row(plan, per_call), "v2_us": plan.report.predicted_time_s * 1e6})
         print(f"{nodes} nodes x {L} done", flush=True)
     fit, multi = fit_costs(rows)
     where = "GPU" if args.gpu else "host"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import threading
 import time
@@ -31,23 +30,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from measure_net_costs import fit_costs, parse_shapes  # noqa: E402
-
-from hoccl_compiler import CollectiveSpec, compile_plan, make_topology  # noqa: E402
-from hoccl_compiler.cost import plan_net_flows  # noqa: E402
-from hoccl_compiler.ir import CompileOptions  # noqa: E402
-
-PAIR_BYTES = 64 << 10
-CHUNK = 8 << 20
+from measure_net_costs import fit_costs, parse_shapes, shape_plan, shape_row  # noqa: E402
 
 
 def run_shape(pv, nodes: int, L: int, reps: int, poll_s: float) -> dict:
     from hoccl_runtime.net.host import HostNodeExecutor
     from hoccl_runtime.net.transport.verbs import VerbsTransport
 
-    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
-    plan = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=PAIR_BYTES * nodes * L),
-                        CompileOptions(chunk_bytes=CHUNK, max_extra_time=0.0, baselines=False))
+    plan = shape_plan(nodes, L)
     transports = [VerbsTransport(pyverbs=pv, session=plan.plan_id, name=f"node{n}", qps=2, timeout_s=30)
                   for n in range(nodes)]
     bufs = [{r: (np.zeros(plan.ranks.input_bytes[r], np.uint8), np.zeros(plan.ranks.output_bytes[r], np.uint8))
@@ -82,11 +72,7 @@ def run_shape(pv, nodes: int, L: int, reps: int, poll_s: float) -> dict:
         t.close()
     if errors:
         raise SystemExit(f"{nodes} x {L}: {errors}")
-    per_call = [max(cpu[n][i] for n in cpu) for i in range(reps)]  # the busiest node's thread, each call
-    gpu_flows, node_flows = plan_net_flows(plan)
-    return {"nodes": nodes, "gpus_per_node": L, "stages": len(plan.stages), "node_flows": node_flows,
-            "gpu_flows": gpu_flows, "median_us": statistics.median(per_call) * 1e6, "min_us": min(per_call) * 1e6,
-            "max_us": max(per_call) * 1e6}
+    return shape_row(plan, [max(cpu[n][i] for n in cpu) for i in range(reps)])  # the busiest node's thread
 
 
 def main(argv=None) -> int:

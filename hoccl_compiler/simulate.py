@@ -36,6 +36,7 @@ import numpy as np
 from .cost import (
     duplex_capacity,
     has_network,
+    incast_senders,
     max_min_rates,
     piece_ports,
     plan_net_flows,
@@ -82,7 +83,7 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
     flat = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
     role, after_of, nbytes_of, queue_of = flat["role"], flat["after"], flat["bytes"], flat["queue"]
     out_port, in_port = piece_ports(role, flat["src"], flat["dst"], G)  # local copies use no port
-    sim = _Run(topo, out_port, in_port, np.where(role == RDMA, nic_start, dma_start),
+    sim = _Run(topo, role, flat["src"], flat["dst"], out_port, in_port, np.where(role == RDMA, nic_start, dma_start),
                np.maximum(1, -(-nbytes_of // chunk)), after_of, plan.plan_id, max_events)
     offsets = np.cumsum([0] + [len(st.transfers.flow) for st in plan.stages])
     entries = []  # per stage: (queue, transfer, k, bytes) in its chunk order
@@ -114,8 +115,9 @@ def _fill(plan: Plan, chunk: int) -> float:
 class _Run:
     """The event loop over chunk entries: queues serial, ports shared max-min fairly (module docstring)."""
 
-    def __init__(self, topo, out_port, in_port, start_of, n_of, after_of, plan_id, max_events):
-        self.topo, self.out_port, self.in_port = topo, out_port, in_port
+    def __init__(self, topo, role, src, dst, out_port, in_port, start_of, n_of, after_of, plan_id, max_events):
+        self.topo, self.role, self.src, self.dst = topo, role, src, dst
+        self.out_port, self.in_port = out_port, in_port
         self.start_of, self.n_of, self.after_of = start_of, n_of, after_of
         self.local = out_port < 0
         self.capacity = port_capacity(topo)
@@ -156,13 +158,10 @@ class _Run:
                 ts = np.array([active[q][0] for q in moving])
                 busy = np.zeros(self.capacity.size, bool)  # a GPU's NVLink busy both ways now: each way slower
                 busy[out_port[ts]] = busy[in_port[ts]] = True
-                senders = None  # and a NIC in-port that several GPUs write into now (costs.nic_incast_loss)
-                if self.topo.costs.nic_incast_loss > 0:
-                    G = self.topo.num_gpus
-                    nic_in = in_port[ts] >= 3 * G
-                    pairs = np.unique((in_port[ts][nic_in] - 3 * G) * G + out_port[ts][nic_in] - 2 * G)
-                    senders = np.bincount(pairs // G, minlength=G)
-                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(self.topo, busy, senders))
+                senders = incast_senders(self.topo, np.zeros(ts.size, np.int64), self.role[ts], self.src[ts],
+                                         self.dst[ts], 1)  # and a NIC several GPUs write into now
+                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(
+                    self.topo, busy, None if senders is None else senders[0]))
             # the next event: a start cost ends, a chunk lands, or a local/empty chunk ends at once
             dt = np.inf
             for a in active.values():

@@ -12,6 +12,7 @@ import numpy as np
 from hoccl_compiler.schema import Plan
 
 from .. import pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from .._cuda_streams import EVENT_NOT_READY
 from .._shm import SharedSegment
 from ..errors import BufferError
 from ..interop import DeviceBuffer
@@ -27,7 +28,7 @@ MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicat
 _PAIR_BYTES = 2048      # mailbox region per directed rank pair
 _SLOTS = 4              # mailbox slots per directed pair (a batch may hold 4 calls with one partner)
 _HANDLE = HANDLE_BYTES  # cudaIpcMemHandle_t
-_NOT_READY = 600        # cudaErrorNotReady
+_NOT_READY = EVENT_NOT_READY  # cudaErrorNotReady (the CUDA door's)
 EAGER_SLOTS = 4         # staging slots per directed pair for eager send/recv
 _SLOT_WORDS = SLOT.words  # a mailbox slot (hoccl_runtime.mailbox: its named fields)
 # the fields the hot path reads and writes, as module constants (a global is cheaper to read than an attribute)

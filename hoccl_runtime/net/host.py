@@ -290,16 +290,16 @@ class HostNodeExecutor:
         self.inputs = {r: buffers[r][0] for r in self.ranks}
         self.outputs = {r: buffers[r][1] for r in self.ranks}
 
-    def _plan_notice(self) -> int:
-        """This run's plan notice: PLAN_HELLO | 24 bits of the plan id's CRC."""
+    def _plan_crc(self) -> int:
+        """What this run's plan notice carries (``PLAN_HELLO | it``): 24 bits of the plan id's CRC."""
         import zlib
 
-        return PLAN_HELLO | (zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF)
+        return zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF
 
     def _hello(self) -> None:
         """Tell every node which plan this run is; then wait until every node is through the previous run (its
         rings are free), not until it reached this one, and check the plan notices that came meanwhile."""
-        mine = self._mine[self._runs] = self._plan_notice() & 0xFFFFFF
+        mine = self._mine[self._runs] = self._plan_crc()
         self._tell_all(PLAN_HELLO | mine)
         if self._runs:
             prev = (self._runs - 1) & 0xFFFFFF

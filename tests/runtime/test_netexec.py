@@ -246,7 +246,7 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
     """A credit for a chunk that waits for none, data for a GPU or position the run does not receive, a chunk that
     arrives twice, or a credit from the wrong node: a TransportError naming the node, the plan and the value."""
     from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.net.executor import CREDIT, HostNodeExecutor
+    from hoccl_runtime.net.executor import CREDIT, PLAN_HELLO, HostNodeExecutor
     from hoccl_runtime.net.transport.base import Completion
 
     # 3 nodes x 1 GPU, chunks of 64 B, 4 slots: node 0 sends 8 chunks to each of nodes 1 and 2 (two stages), so
@@ -259,13 +259,13 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
     try:
         ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True)  # reuse: every chunk through the rings
         ex.conns = {1: None, 2: None}
-        ex._mine[0] = ex._plan_notice() & 0xFFFFFF  # what _hello records; then both peers' plan notices match it
+        ex._mine[0] = ex._plan_crc()  # what _hello records; then both peers' plan notices match it
         ex._begin_run()
         held = Completion("received", 1, 0, 0, 0, 0)
         ex._on_completion(int(ex._run.inc[0].peer[0]), held)  # data before its node's plan notice: held back
         assert ex._run.receives_left == 16 and sum(map(len, ex._deferred.values())) == 1
         for n in (1, 2):
-            ex._on_completion(n, Completion("received", 1, ex._plan_notice(), 0, 0, 0))
+            ex._on_completion(n, Completion("received", 1, PLAN_HELLO | ex._plan_crc(), 0, 0, 0))
         assert ex._backlog and not ex._deferred  # the notice matched: the held data goes back to be taken
         ex._backlog.clear()
         seq = ex._run.out[0]

@@ -158,10 +158,11 @@ class _Run:
                 ts = np.array([active[q][0] for q in moving])
                 busy = np.zeros(self.capacity.size, bool)  # a GPU's NVLink busy both ways now: each way slower
                 busy[out_port[ts]] = busy[in_port[ts]] = True
-                senders = incast_senders(self.topo, np.zeros(ts.size, np.int64), self.role[ts], self.src[ts],
-                                         self.dst[ts], 1)  # and a NIC several GPUs write into now
-                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(
-                    self.topo, busy, None if senders is None else senders[0]))
+                senders = None  # and a NIC several GPUs write into now (costs.nic_incast_loss)
+                if self.topo.costs.nic_incast_loss > 0:
+                    senders = incast_senders(self.topo, np.zeros(ts.size, np.int64), self.role[ts], self.src[ts],
+                                             self.dst[ts], 1)[0]
+                rate = max_min_rates(out_port[ts], in_port[ts], duplex_capacity(self.topo, busy, senders))
             # the next event: a start cost ends, a chunk lands, or a local/empty chunk ends at once
             dt = np.inf
             for a in active.values():

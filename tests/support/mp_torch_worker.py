@@ -204,15 +204,21 @@ def _all_gather_still_works(g, me, w):
     same(out, torch.cat([data(r, (3,), salt=70) for r in range(w)]), "all_gather after errors")
 
 
-def check_nccl_refused(g, me, w):
-    """reduce='nccl' when ranks share a GPU: a clear error at group creation, on every rank."""
+def check_nccl_shared_gpu(g, me, w):
+    """reduce='nccl' where ranks may share a GPU: the group is made, and NCCL answers for itself. Without a
+    NCCL_HOSTID per rank NCCL refuses the duplicate GPU at its first call, and the error passed on names
+    NCCL_HOSTID; where it runs (ranks on their own GPUs, or a host id each), the sum is right."""
     ht.configure(reduce="nccl")
     try:
-        dist.new_group(backend="hoccl")
-    except HocclError as exc:
-        expect("share a GPU" in str(exc), str(exc))
-    else:
-        raise AssertionError("reduce='nccl' with a shared GPU was accepted")
+        pg = dist.new_group(backend="hoccl")
+        x = data(me, (6,), salt=90)
+        try:
+            dist.all_reduce(x, group=pg)
+        except HocclError as exc:
+            expect("NCCL_HOSTID" in str(exc), f"NCCL's refusal without the NCCL_HOSTID hint: {exc}")
+        else:
+            torch.cuda.synchronize()
+            same(x, sum(data(r, (6,), salt=90) for r in range(w)), "all_reduce by NCCL")
     finally:
         ht.configure(reduce="hoccl")
 

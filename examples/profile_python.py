@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 import types
 from pathlib import Path
@@ -22,10 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hoccl_runtime import _cuda, comm  # noqa: E402
-from hoccl_runtime.comm.watchdog import Watchdog  # noqa: E402
 from hoccl_runtime.interop import DeviceBuffer  # noqa: E402
-from hoccl_runtime.ipc import IpcMappings  # noqa: E402
-from hoccl_runtime.launch import LaunchCache  # noqa: E402
 from hoccl_runtime.mailbox import HANDLE, NONE, SLOT, WINDOW  # noqa: E402
 from hoccl_runtime.plans import CallKey  # noqa: E402
 
@@ -111,46 +107,51 @@ class Shared:
 
 
 def make(rank: int, world: int, shared: Shared) -> comm.Communicator:
-    c = object.__new__(comm.Communicator)
-    c.rank, c.world, c.device, c.timeout_s = rank, world, 0, 10.0
-    c._lock, c._closed, c._streams, c._shared = threading.Lock(), False, {}, shared
-    c._mailbox_state(rank, world)
-    c.ipc_cache, c._launches, c.graph_after, c.graph_tail_direct = 64, LaunchCache(), 2, False
-    c._opened = IpcMappings(64)
-    c._capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
-    c.eager_bytes, c.eager_collectives = 0, False  # rendezvous unless a case turns eager on
-    c.local_copies = "sm"
-    c._stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
-    c._stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
-    c._events, c._pacer, c.rate_gbps, c.pace_period_us = {}, None, None, 250.0
-    c._watchdog = Watchdog(rank, world, shared, c._events, start=False)  # the fault part, without its thread
-    c._side_stream = lambda slot: 1000 + slot
+    """A communicator on the shared segment above (CUDA stubbed out by main), the machine described by a topology
+    file (HOCCL_TOPOLOGY) instead of measured; the partners' eager staging "mapped" already."""
+    import json
+    import os
+    import tempfile
+
     from hoccl_compiler.topology import make_topology
 
-    c.topology = make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1)
+    topo = Path(tempfile.gettempdir()) / f"profile_python_topology_{os.getpid()}.json"
+    topo.write_text(json.dumps(make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=1).model_dump()))
+    os.environ["HOCCL_TOPOLOGY"] = str(topo)
+    os.environ["HOCCL_EAGER_BYTES"] = "0"  # rendezvous unless a case turns eager on
+    try:
+        c = comm.Communicator(rank, world, 0, store=None, timeout_s=10.0, shared=shared)
+    finally:
+        topo.unlink()
+    c._watchdog.stop()  # the fault part's thread: no partner process here to watch
+    c._launcher.capture = types.SimpleNamespace(ptr=999)  # calls repeated with the same buffers: graph launches
+    c._launcher.side_stream = lambda slot: 1000 + slot
+    c._eager.stage_in = {p: (3 << 40) + (p << 30) for p in range(world)}
+    c._eager.stage_out = {p: (4 << 40) + (p << 30) for p in range(world)}
     return c
 
 
 def prefill(me: comm.Communicator, partner: int, digest: int, has_handle: bool | str) -> None:
     """Write the partner's entry for my next call with it (``has_handle="window"``: a call on window 0 at
     offset 0), and its acknowledgement of my previous ones."""
-    words = me._shared.words
-    seq = me._seq[partner] + 1
-    region = me._pair(partner, me.rank) // 8
-    slot = region + 8 + (seq % comm._SLOTS) * comm._SLOT_WORDS
+    mb = me._mailbox
+    words = mb.words
+    seq = mb.seq[partner] + 1
+    slot = mb.slot_in(partner, seq)
     words[slot + SLOT.digest], words[slot + SLOT.out_offset] = digest, 0
     words[slot + SLOT.out_kind] = WINDOW if has_handle == "window" else (HANDLE if has_handle else NONE)
     words[slot + SLOT.window] = 0
     words[slot + SLOT.seq] = seq
-    words[me._pair(me.rank, partner) // 8] = seq  # the partner read all my entries
+    words[mb.region_out[partner]] = seq  # the partner read all my entries
 
 
 def prefill_ring(me: comm.Communicator, sender: int, digest: int) -> None:
     """The sender's size entry of my next eager receive from it, as the sender writes it."""
-    seq = me._seq[sender] + 1
-    ring = me._pair(sender, me.rank) // 8 + comm._RING + 2 * (seq % comm.EAGER_SLOTS)
-    me._shared.words[ring + 1] = digest
-    me._shared.words[ring] = seq
+    mb = me._mailbox
+    seq = mb.seq[sender] + 1
+    ring = mb.pair(sender, me.rank) // 8 + comm._RING + 2 * (seq % comm.EAGER_SLOTS)
+    mb.words[ring + 1] = digest
+    mb.words[ring] = seq
 
 
 def main(argv=None) -> int:
@@ -185,8 +186,9 @@ def main(argv=None) -> int:
         c._by_id.clear()
         c.local_copies = "peer" if name.endswith("peer") else "sm"
         # a registered window around the output (register_window's result, without the store exchange)
-        c._windows = [comm.Window(c, 0, b.ptr, b.nbytes, {partner: 5 << 40}, ())] if handle == "window" else []
-        c._window_calls.clear()
+        table = c._windows
+        table.windows = [comm.Window(table, 0, b.ptr, b.nbytes, {partner: 5 << 40}, ())] if handle == "window" else []
+        table.calls.clear()
         if key is None:  # eager: no mailbox entry to wait for; a receiver finds the sender's size entry
             c.eager_bytes = 4 << 20
             digest = c._state(CallKey.sendrecv(0, 1, 2 << 20)).digest

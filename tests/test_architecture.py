@@ -184,3 +184,36 @@ def test_cuda_runtime_calls_go_through_the_door():
             if isinstance(node, ast.Attribute) and node.attr in CUDA_RUNTIME_NAMES:
                 found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
     assert not found, "raw CUDA runtime calls outside the door (use hoccl_runtime._cuda*):\n" + "\n".join(found)
+
+
+def test_the_communicator_is_made_of_parts_not_mixins():
+    """The intra-node Communicator holds its parts as objects (docs/architecture.md): no base class, fewer than 30
+    methods through its MRO, and each part a class of its own module that does not import the communicator."""
+    from hoccl_runtime.comm import Communicator
+
+    assert Communicator.__mro__ == (Communicator, object), Communicator.__mro__
+    methods = sorted(name for name in dir(Communicator) if callable(getattr(Communicator, name))
+                     and (not name.startswith("__") or name in ("__init__", "__enter__", "__exit__")))
+    assert len(methods) < 30, methods
+    parts = {"rendezvous.py": ("Mailbox", "PeerMappings", "Rendezvous"), "windows.py": ("WindowTable",),
+             "eager.py": ("EagerSlots",), "build.py": ("LaunchBuilder",), "watchdog.py": ("Watchdog",),
+             "context.py": ("NodeContext",)}
+    for name, classes in parts.items():
+        tree = ast.parse((ROOT / "hoccl_runtime" / "comm" / name).read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+        assert set(classes) <= defined, (name, defined)
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "intranode" not in imported and not any(m.endswith(".intranode") for m in imported), (name, imported)
+
+
+def test_nothing_is_built_with_object_new():
+    """Tests and examples build communicators and parts through their constructors (no object.__new__ harness
+    that sets a half-made object's attributes by hand)."""
+    hits = []
+    for folder in ("hoccl_runtime", "hoccl_compiler", "hoccl_bench", "tests", "examples"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__new__" \
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "object":
+                    hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not hits, hits

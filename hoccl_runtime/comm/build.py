@@ -1,11 +1,11 @@
 """Launch lists of a call: built from the plan's copies and the cross-process handshakes, cached per (call,
 buffers, stream), compiled into bound calls (hoccl_runtime.launch), promoted to a CUDA graph when repeated, and
-paced where a rate is asked."""
+paced where a rate is asked. :class:`LaunchBuilder` is the Communicator's part that owns it; :func:`build_launch`
+is a function of its arguments."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +15,8 @@ from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindin
 from .._cuda_streams import (
     begin_capture,
     end_capture,
+    event_create,
+    event_destroy,
     graph_destroy,
     graph_exec_destroy,
     graph_instantiate,
@@ -33,6 +35,7 @@ from ..launch import (
     Op,
     Record,
     Restore,
+    LaunchCache,
     Wait,
     compile_launch,
     replay,
@@ -44,9 +47,13 @@ from ..program import (
 )
 from ._base import (
     MAX_QUEUES,
+    _Flag,
     _Launch,
+    _pair_flag,
     _PlanState,
 )
+
+__all__ = ["BuildContext", "Built", "LaunchBuilder", "build_launch", "paced_ops"]
 
 
 @dataclass(frozen=True)
@@ -72,56 +79,108 @@ class Built:
     local_side: bool  # own-block copies within the GPU on a side stream (a driver kernel: the caller may warn)
 
 
-class LaunchBuilding:
-    """What the Communicator does to turn a call into CUDA work (see the module docstring)."""
+class LaunchBuilder:
+    """The part of the Communicator that turns a call into CUDA work and owns what that takes: the launch lists
+    cached per (call, buffers, stream) (``launches``), their CUDA graphs and the private stream they are captured
+    on, the side streams (``streams``), the events (``events``: the dict the watchdog reads, never rebound), the
+    pacing clock, and the handshake flags' addresses in the node's shared memory (``shared.flag_address``). The
+    settings are read once, by the owner: ``graph_after``, ``graph_tail_direct``, ``pace_period_us``,
+    ``pace_feedback``. A build function is ``build(stream, rate, ctx)``: the launch list over ``ctx``, the
+    :class:`BuildContext` of that launch (with its own pacing feedback where it is paced)."""
 
-    def _launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> None:
-        key = self._launch_key(state, inp, out, remote, helped_in, s, rate)
-        self._cached(key, lambda stream, r: self._build(state, inp, out, remote, stream, r, helped_in), s, rate)
+    def __init__(self, rank: int, world: int, device: int, shared: Any, *, graph_after: int = 2,
+                 graph_tail_direct: bool = False, pace_period_us: float = pacing.PERIOD_US,
+                 pace_feedback: bool = False, one_queue: bool = False):
+        self.rank, self.world, self.device, self.shared = rank, world, device, shared
+        self.graph_after, self.graph_tail_direct = graph_after, graph_tail_direct
+        self.pace_period_us, self.pace_feedback = pace_period_us, pace_feedback
+        # Megatron's setting (CUDA_DEVICE_MAX_CONNECTIONS=1): a same-GPU copy (a driver kernel) waits behind
+        # compute issued before it: warned once, at the first call that makes one (build)
+        self.one_queue = one_queue
+        self.launches = LaunchCache(drop=self._drop)
+        self.events: dict[Any, int] = {}
+        # side streams (extra DMA queues; the last slot for local copies), created when first needed: every
+        # stream of a process takes one of CUDA_DEVICE_MAX_CONNECTIONS hardware queues, and streams that
+        # share one wait for each other
+        self.streams: dict[int, Any] = {}
+        self.capture: Any = None  # the private stream calls are captured on
+        self.pacer: pacing.Pacer | None = None
 
-    def _launch_key(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                    remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> tuple:
+    # --- what a launch list is built over ----------------------------------------------------------------------
+    def flag(self, phase: int, a: int, b: int) -> _Flag:
+        """phase 0, READY[a][b]: b's buffers are ready for a's copies (b's stream writes, a's consumes);
+        phase 1, DONE[a][b]: a's copies into b finished (a's stream writes, b's consumes)."""
+        return _Flag(self.shared.flag_address(_pair_flag(self.world, phase, a, b)))
+
+    def side_stream(self, slot: int) -> int:
+        s = self.streams.get(slot)
+        if s is None:
+            s = self.streams[slot] = _new_stream(self.device)
+        return int(s.ptr)
+
+    def event(self, key: Any) -> int:
+        ev = self.events.get(key)
+        if ev is None:
+            with _cuda.on_device(self.device):
+                ev = self.events[key] = event_create()
+        return ev
+
+    def pacer_for_calls(self) -> pacing.Pacer:
+        if self.pacer is None:
+            self.pacer = pacing.Pacer(self.device)
+        return self.pacer
+
+    def context(self, feedback: pacing.Feedback | None = None) -> BuildContext:
+        """The context a launch list is built in; ``feedback``: the pacing feedback of the paced launch being made
+        (None: a list paced on its own gets its own)."""
+        return BuildContext(rank=self.rank, flag=self.flag, event=self.event, side_stream=self.side_stream,
+                            paced=lambda copies, rate, user: paced_ops(self, copies, rate, user, feedback))
+
+    # --- launching ---------------------------------------------------------------------------------------------
+    def key(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+            remote: dict[int, int], helped_in: int | None, s: int, rate: float | None) -> tuple:
         """What a call's cached launch list depends on (the launch cache's key)."""
         return (state.uid, s, inp.ptr if inp else 0, out.ptr if out else 0,
                 tuple(remote.items()) if len(remote) < 2 else tuple(sorted(remote.items())), helped_in,
                 rate and (rate, self.pace_period_us))
 
-    def _cached(self, key: tuple, build: Any, s: int, rate: float | None) -> None:
-        """Run the call's work for ``key``: ``build(stream, rate)`` gives its launch list, compiled on first
-        use; at the ``graph_after``-th use of an unpaced call it is captured into a CUDA graph."""
+    def launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+               remote: dict[int, int], helped_in: int | None, s: int, rate: float | None,
+               key: tuple | None = None) -> None:
+        """Run a call of ``state``'s plan on the caller's stream ``s`` (``key``: its launch key, when known)."""
+        if key is None:
+            key = self.key(state, inp, out, remote, helped_in, s, rate)
+        self.run(key, lambda stream, r, ctx: self.build(ctx, state, inp, out, remote, stream, r, helped_in), s, rate)
+
+    def run(self, key: tuple, build: Callable[[int, float | None, BuildContext], list[Op]], s: int,
+            rate: float | None) -> None:
+        """Run the call's work for ``key``: ``build`` gives its launch list, compiled on first use; at the
+        ``graph_after``-th use of an unpaced call it is captured into a CUDA graph."""
         if rate:
-            self._cached_paced(key, build, s, rate)
+            self._run_paced(key, build, s, rate)
             return
-        entry = self._launches.hit(key)
+        entry = self.launches.hit(key)
         if entry is None:
-            entry = self._launches.get(key, lambda: _Launch(compile_launch(self._launch_list(build(s, rate), s))))
+            entry = self.launches.get(key, lambda: _Launch(compile_launch(self.launch_list(
+                build(s, rate, self.context()), s))))
         entry.hits += 1
         if entry.hits == self.graph_after:
-            self._promote(entry, lambda stream: build(stream, None), s)
+            self._promote(entry, lambda stream: build(stream, None, self.context()), s)
         entry.run()
 
-    def _cached_paced(self, key: tuple, build: Any, s: int, rate: float) -> None:
+    def _run_paced(self, key: tuple, build: Any, s: int, rate: float) -> None:
         """A paced call: never a graph; its sleeps follow its entry's Feedback scale, which with
         ``pace_feedback`` on learns from the calls' lengths (timed outside stream capture only)."""
         def make() -> _Launch:
-            self._building = pacing.Feedback(self._pacer_for_calls())  # _paced links the sleeps to it
-            try:
-                return _Launch(compile_launch(self._launch_list(build(s, rate), s)), self._building)
-            finally:
-                self._building = None
+            feedback = pacing.Feedback(self.pacer_for_calls())  # the launch's sleeps are linked to it
+            return _Launch(compile_launch(self.launch_list(build(s, rate, self.context(feedback)), s)), feedback)
 
-        entry = self._launches.get(key, make)
+        entry = self.launches.get(key, make)
         entry.hits += 1
         mark = entry.feedback.begin(s) if self.pace_feedback and not _capturing((s,)) else None
         entry.run()
         if mark is not None:
             entry.feedback.end(mark, s)
-
-    def _pacer_for_calls(self) -> pacing.Pacer:
-        if self._pacer is None:
-            self._pacer = pacing.Pacer(self.device)
-        return self._pacer
 
     def _promote(self, entry: _Launch, build: Any, s: int) -> None:
         """Capture the call's work once into a CUDA graph (on a private stream: the caller's may be the
@@ -131,9 +190,9 @@ class LaunchBuilding:
         if stream_is_capturing(s):
             return
         with _cuda.on_device(self.device):
-            if self._capture is None:
-                self._capture = self._cupy.cuda.Stream(non_blocking=True)
-            cap = int(self._capture.ptr)
+            if self.capture is None:
+                self.capture = _new_stream(self.device)
+            cap = int(self.capture.ptr)
             ops = build(cap)
             tail: list[Op] = []
             while self.graph_tail_direct and len(ops) > 1 and type(ops[-1]) is Memops:
@@ -148,7 +207,7 @@ class LaunchBuilding:
             finally:
                 graph_destroy(graph)
         entry.exe = exe
-        ops = self._launch_list([GraphLaunch(exe, s), *tail], s)
+        ops = self.launch_list([GraphLaunch(exe, s), *tail], s)
         eager, launch = entry.run, compile_launch(ops)
         raw = _cuda.cupy_runtime()  # the raw calls, bound once: these closures are launch ops' (launch.Op.bind)
         capturing = raw.streamIsCapturing
@@ -175,7 +234,7 @@ class LaunchBuilding:
                     launch()
             entry.run = run_graph
 
-    def _drop_launch(self, entry: _Launch) -> None:
+    def _drop(self, entry: _Launch) -> None:
         if entry.feedback is not None:
             with contextlib.suppress(Exception):  # closing anyway
                 entry.feedback.close()
@@ -184,21 +243,21 @@ class LaunchBuilding:
                 graph_exec_destroy(entry.exe)
             entry.exe = None
 
-    def _launch_list(self, ops: list[Op], user: int) -> list[Op]:
+    def launch_list(self, ops: list[Op], user: int) -> list[Op]:
         """The call's CUDA work, then the end-of-call event that synchronize() and close() look at (recorded
         by the caller, not captured in a call's graph: an event last recorded by a capture reads as done to
         cudaEventQuery, so synchronize() would return while the graph's copies run). A repeated call is
         captured into a graph from its ``graph_after``-th use on (:meth:`_promote`); this list is what the
         first calls issue, and what the graph is captured from."""
-        return squeeze_devices([Device(self.device), *ops, Record(self._event(("end", user)), user)])
+        return squeeze_devices([Device(self.device), *ops, Record(self.event(("end", user)), user)])
 
-    def _build(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-               remote: dict[int, int], user: int, rate: float | None = None,
-               helped_in: int | None = None) -> list[Op]:
-        """My launch list: :func:`build_launch` over this communicator's flags, events, side streams and pacer."""
-        built = build_launch(self._build_context(), state, inp, out, remote, user, rate, helped_in)
-        if built.local_side and self._one_queue:
-            self._one_queue = False
+    def build(self, ctx: BuildContext, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
+              remote: dict[int, int], user: int, rate: float | None = None, helped_in: int | None = None) -> list[Op]:
+        """My launch list: :func:`build_launch` in ``ctx``; the first one that copies its own block within the GPU
+        under CUDA_DEVICE_MAX_CONNECTIONS=1 warns."""
+        built = build_launch(ctx, state, inp, out, remote, user, rate, helped_in)
+        if built.local_side and self.one_queue:
+            self.one_queue = False
             plan, me = state.plan, self.rank
             n = plan.ranks.input_bytes[me]
             in_place = (f"pass the output's own block as the input (in place: input = output[{me * n}:{(me + 1) * n}] "
@@ -208,37 +267,48 @@ class LaunchBuilding:
                 "the CUDA driver does with a kernel; under CUDA_DEVICE_MAX_CONNECTIONS=1 that kernel waits behind "
                 "compute issued before it on any stream, so the call cannot overlap that compute. For traffic that "
                 f"overlaps compute, {in_place}use hoccl_runtime.init(local_copies='peer') (HOCCL_LOCAL_COPIES=peer); "
-                "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=3)
+                "docs/architecture.md has the measurements", RuntimeWarning, stacklevel=4)
         return built.ops
 
-    def _build_context(self, eager: bool = False) -> BuildContext:
-        """The context :func:`build_launch` (and, with ``eager``, :func:`~hoccl_runtime.comm.eager.eager_ops`)
-        builds this communicator's launch lists in."""
-        ctx = BuildContext(rank=self.rank, flag=self._flag, event=self._event, side_stream=self._side_stream,
-                           paced=self._paced)
-        if eager:
-            ctx = dataclasses.replace(ctx, slot_flag=self._slot_flag, slot_bytes=self.eager_bytes,
-                                      stage_in=self._stage_in, stage_out=self._stage_out)
-        return ctx
+    def close(self) -> None:
+        """The launch lists and their graphs dropped, the events destroyed, the streams let go. The caller makes
+        the device current."""
+        self.launches.clear()
+        for ev in self.events.values():
+            with contextlib.suppress(Exception):
+                event_destroy(ev)
+        self.events.clear()
+        self.streams = {}
+        self.capture = None
 
-    def _paced(self, copies: list[Op], rate: float, user: int) -> list[Op]:
-        """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece
-        k's bytes at ``rate`` after tick k, and the call ends no earlier than the tick after its last
-        piece (see pacing.py)."""
-        pacer = self._pacer_for_calls()
-        # the Feedback of the launch being made (_cached_paced); a list built on its own gets its own
-        feedback = self._building if self._building is not None else pacing.Feedback(pacer)
-        clock = pacer.handle
-        tick = pacing.tick_us(rate, self.pace_period_us)
-        cut = [Memcpy(c.dst + off, c.src + off, n, c.stream)
-               for c in copies for off, n in pacing.pieces(c.nbytes, rate, tick)]
-        feedback.target_us += sum(piece.nbytes for piece in cut) / (rate * 1e3)
-        ops: list[Op] = [Record(self._event(("tick", 0)), user), Wait(clock, self._event(("tick", 0)))]
-        for k, piece in enumerate(cut):
-            ops.append(piece)
-            ops += [Call(feedback.sleep, (clock, pacer.sleep_us(piece.nbytes / (rate * 1e3)))),
-                    Record(self._event(("tick", k + 1)), clock), Wait(user, self._event(("tick", k + 1)))]
-        return ops
+
+def _new_stream(device: int) -> Any:
+    """A non-blocking CuPy stream on ``device`` (held by its owner: the stream lives as long as the object)."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return cupy.cuda.Stream(non_blocking=True)
+
+
+def paced_ops(launcher: LaunchBuilder, copies: list[Op], rate: float, user: int,
+              feedback: pacing.Feedback | None = None) -> list[Op]:
+    """The copies cut into pieces; piece k waits for tick k of the clock stream, tick k + 1 comes piece k's bytes
+    at ``rate`` after tick k, and the call ends no earlier than the tick after its last piece (see pacing.py).
+    The sleeps follow ``feedback`` (that of the paced launch being made; None: a Feedback of its own)."""
+    pacer = launcher.pacer_for_calls()
+    feedback = feedback if feedback is not None else pacing.Feedback(pacer)
+    clock = pacer.handle
+    tick = pacing.tick_us(rate, launcher.pace_period_us)
+    cut = [Memcpy(c.dst + off, c.src + off, n, c.stream)
+           for c in copies for off, n in pacing.pieces(c.nbytes, rate, tick)]
+    feedback.target_us += sum(piece.nbytes for piece in cut) / (rate * 1e3)
+    event = launcher.event
+    ops: list[Op] = [Record(event(("tick", 0)), user), Wait(clock, event(("tick", 0)))]
+    for k, piece in enumerate(cut):
+        ops.append(piece)
+        ops += [Call(feedback.sleep, (clock, pacer.sleep_us(piece.nbytes / (rate * 1e3)))),
+                Record(event(("tick", k + 1)), clock), Wait(user, event(("tick", k + 1)))]
+    return ops
 
 
 def build_launch(ctx: BuildContext, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,

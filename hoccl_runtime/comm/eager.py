@@ -1,15 +1,18 @@
 """The eager path of small send/recv (and, opt-in, collectives): pieces staged in per-pair slots of peer
-memory mapped once, so neither side waits for the other on the host."""
+memory mapped once, so neither side waits for the other on the host. :class:`EagerSlots` is the Communicator's
+part that owns it; :func:`eager_layout` and :func:`eager_ops` are functions of their arguments."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from hoccl_compiler.schema import Plan
 
 from .. import _cuda  # no CUDA at import: each loads cupy / cuda-bindings when first used
-from .._cuda_memory import ipc_get_mem_handle, ipc_open_mem_handle, malloc
-from .._store import wait_for_key
+from .._cuda_memory import free, ipc_close_mem_handle, ipc_get_mem_handle, ipc_open_mem_handle, malloc
 from ..errors import HocclError, PlanError
 from ..flags import MemOps
 from ..interop import DeviceBuffer
@@ -31,81 +34,86 @@ from ._base import (
     _slot_flag_index,
 )
 
+if TYPE_CHECKING:
+    from .build import LaunchBuilder
+    from .rendezvous import Mailbox
 
-class EagerPath:
-    """The Communicator's eager path (see the module docstring)."""
+__all__ = ["EagerSlots", "eager_layout", "eager_ops"]
 
-    # --- the eager path (module docstring, item 7) ----------------------------------------------------------
-    def _eager_enter(self, state: _PlanState) -> dict[int, int]:
+
+class EagerSlots:
+    """The part of the Communicator that owns the eager path's state: per partner my staging for its messages
+    (``stage_in``, allocated here) and its staging for mine (``stage_out``, mapped here), both set up at the pair's
+    first eager message, and the receives whose sender's size entry was not there yet (``unverified``). It numbers
+    its calls in the :class:`~.rendezvous.Mailbox` (an eager call writes no slot: its size entries go in the pair
+    region's ring) and reads the partners' staging handles through ``store_get(key, peer, what)``."""
+
+    def __init__(self, rank: int, world: int, device: int, store: Any, shared: Any, mailbox: Mailbox,
+                 slot_bytes: int, store_get: Callable[[str, int, str], bytes]):
+        self.rank, self.world, self.device, self.store, self.shared = rank, world, device, store, shared
+        self.mailbox, self.slot_bytes, self.store_get = mailbox, slot_bytes, store_get
+        self.stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
+        self.stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
+        # eager receives whose sender's size entry was not there yet: (peer, seq, ring word, digest, call)
+        self.unverified: list[tuple[int, int, int, int, Any]] = []
+
+    def enter(self, state: _PlanState) -> dict[int, int]:
         """The call's sequence number with each partner and so its staging slot ({partner: slot}); writes
-        my size entries into the receivers' rings and checks the senders' entries in mine. Acknowledges
-        each partner's mailbox entries up to this call (an eager call has none, earlier ones were all
-        read in order), so rendezvous calls that follow are not held up by the mailbox's flow control."""
-        e, me, words = state.eager, self.rank, self._shared.words
+        my size entries into the receivers' rings and checks the senders' entries in mine."""
+        e, me, mb = state.eager, self.rank, self.mailbox
+        words = mb.words
         what = state.plan.collective  # described only in an error
         slots = {}
         for p in state.partners:
-            if p not in self._stage_out:
-                self._eager_setup(p)
-            seq = self._seq[p] = self._seq[p] + 1
-            if self._win_pending.get(p) or self._rdv_open[p]:  # not past an entry of p's still to be read
-                self._ack(p)
-            else:
-                words[self._region_in[p]] = seq
+            if p not in self.stage_out:
+                self.setup(p)
+            seq = mb.next_eager(p)
             slots[p] = seq % EAGER_SLOTS
             if p in e.sends:
-                ring = self._pair(me, p) // 8 + _RING + 2 * slots[p]
+                ring = mb.pair(me, p) // 8 + _RING + 2 * slots[p]
                 words[ring + 1] = state.digest
                 words[ring] = seq
             if p in e.recvs:
-                ring = self._pair(p, me) // 8 + _RING + 2 * slots[p]
-                if not self._check_ring(p, seq, ring, state.digest, what):
-                    self._unverified.append((p, seq, ring, state.digest, what))
+                ring = mb.pair(p, me) // 8 + _RING + 2 * slots[p]
+                if not self.check_ring(p, seq, ring, state.digest, what):
+                    self.unverified.append((p, seq, ring, state.digest, what))
         return slots
 
-    def _eager_launch(self, state: _PlanState, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                      slots: dict[int, int], s: int, rate: float | None) -> None:
+    def launch(self, launcher: LaunchBuilder, state: _PlanState, inp: DeviceBuffer | None,
+               out: DeviceBuffer | None, slots: dict[int, int], s: int, rate: float | None) -> None:
         """My pieces for each peer go to my slot in its staging, the peers' pieces for me are copied out of
         mine; no host waits."""
         e = state.eager
         key = ("eager", state.uid, s, inp.ptr if inp else 0, out.ptr if out else 0,
-               tuple(slots.items()), rate and (rate, self.pace_period_us))
-        self._cached(key, lambda stream, r: self._eager_ops(e, inp, out, slots, stream, r), s, rate)
+               tuple(slots.items()), rate and (rate, launcher.pace_period_us))
+        launcher.run(key, lambda stream, r, ctx: eager_ops(dataclasses.replace(
+            ctx, slot_flag=self.slot_flag, slot_bytes=self.slot_bytes, stage_in=self.stage_in,
+            stage_out=self.stage_out), e, inp, out, slots, stream, r), s, rate)
 
-    def _eager_ops(self, e: _EagerLayout, inp: DeviceBuffer | None, out: DeviceBuffer | None,
-                   slots: dict[int, int], s: int, rate: float | None = None) -> list[Op]:
-        return eager_ops(self._build_context(eager=True), e, inp, out, slots, s, rate)
-
-    def _slot_flag(self, a: int, b: int, j: int) -> _Flag:
+    def slot_flag(self, a: int, b: int, j: int) -> _Flag:
         """FULL of eager slot j for messages a -> b."""
-        return _Flag(self._shared.flag_address(_slot_flag_index(self.world, a, b, j)))
+        return _Flag(self.shared.flag_address(_slot_flag_index(self.world, a, b, j)))
 
-    def _eager_setup(self, peer: int) -> None:
+    def setup(self, peer: int) -> None:
         """Once per pair, at its first eager message (either direction): allocate my staging for the
         peer's messages and publish its IPC handle, then map the peer's staging for mine. Both sides
         publish before they wait, so two ranks that first send to each other do not deadlock."""
         with _cuda.on_device(self.device):
-            if peer not in self._stage_in:
-                ptr = self._stage_in[peer] = malloc(EAGER_SLOTS * self.eager_bytes)
-                self._store.set(f"eager/{peer}->{self.rank}", ipc_get_mem_handle(ptr) +
-                                self.eager_bytes.to_bytes(8, "little"))
-            got = self._store_get(f"eager/{self.rank}->{peer}", peer)
+            if peer not in self.stage_in:
+                ptr = self.stage_in[peer] = malloc(EAGER_SLOTS * self.slot_bytes)
+                self.store.set(f"eager/{peer}->{self.rank}", ipc_get_mem_handle(ptr) +
+                               self.slot_bytes.to_bytes(8, "little"))
+            got = self.store_get(f"eager/{self.rank}->{peer}", peer, "set up its eager staging")
             handle, theirs = got[:_HANDLE], int.from_bytes(got[_HANDLE:_HANDLE + 8], "little")
-            if theirs != self.eager_bytes:
+            if theirs != self.slot_bytes:
                 raise HocclError(f"rank {peer} stages eager messages of up to {theirs} bytes, rank {self.rank} of "
-                                 f"{self.eager_bytes}: set HOCCL_EAGER_BYTES alike on every rank")
-            self._stage_out[peer] = ipc_open_mem_handle(handle)
+                                 f"{self.slot_bytes}: set HOCCL_EAGER_BYTES alike on every rank")
+            self.stage_out[peer] = ipc_open_mem_handle(handle)
 
-    def _store_get(self, key: str, peer: int, what: str = "set up its eager staging") -> bytes:
-        late = (f"rank {peer} did not {what} within {self.timeout_s:.0f} s (rank {self.rank} waits for it); is it "
-                "alive, issuing the same calls, and set up alike (HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)?")
-        return bytes(wait_for_key(self._store, key, self.world, self.timeout_s, f"rank {self.rank}: ",
-                                  f"rank {peer}", watch=self._watchdog.raise_if_failed, late=late, poll_s=1e-3))
-
-    def _check_ring(self, peer: int, seq: int, ring: int, digest: int, what: Any) -> bool:
+    def check_ring(self, peer: int, seq: int, ring: int, digest: int, what: Any) -> bool:
         """True when the sender's size entry for ``seq`` was read (or was overwritten by a later one:
         it can no longer be checked); raises PlanError if it names another size."""
-        words = self._shared.words
+        words = self.mailbox.words
         first = words[ring]
         if first < seq:
             return False
@@ -116,16 +124,27 @@ class EagerPath:
                             "issue the same calls with matching sizes, in the same order")
         return True
 
-    def _verify_eager(self) -> None:
+    def verify(self) -> None:
         """Check the deferred receives whose size entries are there now; a mismatch is raised once."""
-        pending, self._unverified = self._unverified, []
+        pending, self.unverified = self.unverified, []
         for i, entry in enumerate(pending):
             try:
-                if not self._check_ring(*entry):
-                    self._unverified.append(entry)
+                if not self.check_ring(*entry):
+                    self.unverified.append(entry)
             except PlanError:
-                self._unverified += pending[i + 1:]
+                self.unverified += pending[i + 1:]
                 raise
+
+    def close(self) -> None:
+        """The staging released: the peers' mappings closed, mine freed (the peers' mappings keep it until they
+        close them). The caller makes the device current."""
+        for base in self.stage_out.values():
+            with contextlib.suppress(Exception):  # closing anyway
+                ipc_close_mem_handle(base)
+        for ptr in self.stage_in.values():
+            with contextlib.suppress(Exception):
+                free(ptr)
+        self.stage_in, self.stage_out = {}, {}
 
 
 def eager_layout(plan: Plan, prog: Program, me: int, eager_bytes: int) -> _EagerLayout | None:

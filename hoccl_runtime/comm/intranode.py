@@ -1,6 +1,6 @@
-"""The intra-node Communicator: its set-up, its calls and their state, synchronize and close. Of the parts it is
-made of, the watchdog is an object it holds (``_watchdog``, owning the fault state and its thread); the
-rendezvous, eager path, windows and launch building are still its base classes."""
+"""The intra-node Communicator: its set-up, its calls and their order, synchronize and close. It holds the parts it
+is made of, each an object that owns its state (the class docstring names them); :func:`plan_state` is what a rank
+keeps of a plan, a function of its arguments."""
 
 from __future__ import annotations
 
@@ -9,24 +9,18 @@ import os
 import threading
 import time
 import zlib
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from hoccl_compiler.schema import Plan
 
 from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
-from .._cuda_memory import free, ipc_close_mem_handle
-from .._cuda_streams import event_create, event_destroy, stream_is_capturing, stream_wait_event
 from .._splits import alltoallv_pieces
 from .._store import announce_failure
+from .._cuda_streams import stream_is_capturing, stream_wait_event
 from ..errors import HocclError, HocclTimeoutError, PlanError
 from ..executor import check_buffer
 from ..interop import as_buffer, as_stream
-from ..ipc import IpcMappings
-from ..launch import (
-    LaunchCache,
-)
 from ..plans import CallKey
 from ..program import (
     Bounce,
@@ -42,31 +36,57 @@ from ._base import (
     _SLOTS,
     MAX_QUEUES,
     _check_in_place,
-    _Flag,
     _own_block,
-    _pair_flag,
     _PlanState,
     _SharedHost,
 )
-from .build import LaunchBuilding
-from .eager import EagerPath, eager_layout
-from .rendezvous import Rendezvous
+from .build import LaunchBuilder
+from .context import NodeContext
+from .eager import EagerSlots, eager_layout
+from .rendezvous import Mailbox, PeerMappings, Rendezvous
 from .watchdog import Watchdog
-from .windows import Window, WindowCalls
+from .windows import Window, WindowTable
 
 
-class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
-    """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all."""
+class _Setting:
+    """A setting of one of the Communicator's parts, read and written as an attribute of the communicator."""
 
-    _one_queue = False  # CUDA_DEVICE_MAX_CONNECTIONS=1 and no warning yet (set by _mailbox_state)
+    def __init__(self, part: str, name: str):
+        self.part, self.name = part, name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(getattr(obj, self.part), self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(getattr(obj, self.part), self.name, value)
+
+
+class Communicator:
+    """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all.
+
+    It is made of parts it holds, each owning its state (docs/architecture.md, "The intra-node communicator"):
+    ``_mailbox`` (the per-pair slots and sequence numbers), ``_mappings`` (the partners' allocations mapped
+    here), ``_windows`` (registered windows), ``_rendezvous`` (a call's address exchange over the three),
+    ``_eager`` (the eager path's staging), ``_launcher`` (launch lists, graphs, streams, events, pacing) and
+    ``_watchdog`` (faults). The communicator itself keeps the calls' plans and the order of its calls."""
+
     pairs_alone = True  # two ranks exchange without the others (hoccl_runtime.api)
     any_stream = True
+    # settings read from the environment at set-up (docs/settings.md), kept by the parts they steer
+    eager_bytes = _Setting("_eager", "slot_bytes")           # HOCCL_EAGER_BYTES: the eager path's slot (0: off)
+    graph_after = _Setting("_launcher", "graph_after")       # HOCCL_GRAPH_AFTER
+    graph_tail_direct = _Setting("_launcher", "graph_tail_direct")  # HOCCL_GRAPH_TAIL_DIRECT
+    pace_period_us = _Setting("_launcher", "pace_period_us")  # HOCCL_PACE_PERIOD_US
+    pace_feedback = _Setting("_launcher", "pace_feedback")    # HOCCL_PACE_FEEDBACK
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
-                 ipc_cache: int = 64, dma_queues: int | None = None, local_copies: str | None = None):
+                 ipc_cache: int = 64, dma_queues: int | None = None, local_copies: str | None = None,
+                 shared: Any = None):
+        """``shared``: the node's shared host memory already made (tests and examples/profile_python.py give one
+        in process memory, with CUDA faked); None: made here, with the device checked."""
         try:
-            self._setup(rank, world, device, store, timeout_s=timeout_s, ipc_cache=ipc_cache, dma_queues=dma_queues,
-                        local_copies=local_copies)
+            self._setup(NodeContext.make(rank, world, device, store, timeout_s), ipc_cache, dma_queues,
+                        local_copies, shared)
         except BaseException as exc:
             # the others hear of it through the store at once (raise_if_a_rank_failed) instead of waiting for
             # this rank until their timeout; what was made here is released (no /dev/shm segment, no thread)
@@ -74,112 +94,78 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
             watchdog = getattr(self, "_watchdog", None)
             if watchdog is not None:
                 watchdog.stop()
-            shared = getattr(self, "_shared", None)
-            if shared is not None:
+            if shared is None and getattr(self, "_shared", None) is not None:
                 with contextlib.suppress(Exception):
-                    shared.close()
+                    self._shared.close()
             raise
 
-    def _setup(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float, ipc_cache: int,
-               dma_queues: int | None, local_copies: str | None) -> None:
-        import cupy
-
-        from .._cuda import cupy_runtime
-
-        if not 0 <= rank < world:
-            raise HocclError(f"rank {rank} is outside 0..{world - 1}")
+    def _setup(self, ctx: NodeContext, ipc_cache: int, dma_queues: int | None, local_copies: str | None,
+               shared: Any) -> None:
+        rank, world = ctx.rank, ctx.world
         if dma_queues is None:  # copy streams per GPU the plans spread peers over (several CEs on NVSwitch)
             dma_queues = env_int("HOCCL_DMA_QUEUES", 1, 1, MAX_QUEUES)
         if not 1 <= dma_queues <= MAX_QUEUES:
             raise HocclError(f"dma_queues={dma_queues} (or HOCCL_DMA_QUEUES): give 1..{MAX_QUEUES} copy queues per GPU")
-        local_copies = local_copies_setting(local_copies)
         # who copies my own block of an out-of-place call (AllGather's own part, All-to-All's self block,
         # scatter's and gather's root part): "sm", this rank, where the CUDA driver runs a same-GPU copy as
         # a kernel on SMs; "peer", copy engines, through a peer GPU's output (bounce_route; no SM, more
         # NVLink traffic: on 2 GPUs an AllGather moves twice the bytes per direction, an All-to-All three times)
-        self.local_copies = local_copies
+        self.local_copies = local_copies = local_copies_setting(local_copies)
         if ipc_cache < world:
             raise HocclError(f"ipc_cache={ipc_cache} must hold at least one mapping per rank ({world})")
         # settings (docs/settings.md) first: a bad one raises before anything is allocated
         # (0 by default with local_copies="peer": the eager receive's copy out of its slot is a same-GPU copy)
-        self.eager_bytes = env_int("HOCCL_EAGER_BYTES", 0 if local_copies == "peer" else 4 << 20, 0)
+        eager_bytes = env_int("HOCCL_EAGER_BYTES", 0 if local_copies == "peer" else 4 << 20, 0)
         # collectives on the eager path too (opt-in: HOCCL_EAGER_COLLECTIVES=1; see the module docstring)
         self.eager_collectives = env_flag("HOCCL_EAGER_COLLECTIVES", False)
-        # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
-        self.graph_after = env_int("HOCCL_GRAPH_AFTER", 2, 0)
-        # a graph's trailing stream-memory-operation batch launched after it instead of inside it (off: whole
-        # calls cost the host less with it inside, see the module docstring)
-        self.graph_tail_direct = env_flag("HOCCL_GRAPH_TAIL_DIRECT", False)
-        # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
-        self.pace_period_us = env_float("HOCCL_PACE_PERIOD_US", pacing.PERIOD_US)
-        # paced calls time themselves and scale their sleeps toward their rate (pacing.Feedback). Off by
-        # default: beside a load it can overshoot the cap (pacing.py)
-        self.pace_feedback = env_flag("HOCCL_PACE_FEEDBACK", False)
-        self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
+        launcher_settings = dict(
+            # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
+            graph_after=env_int("HOCCL_GRAPH_AFTER", 2, 0),
+            # a graph's trailing stream-memory-operation batch launched after it instead of inside it (off: whole
+            # calls cost the host less with it inside, see the module docstring)
+            graph_tail_direct=env_flag("HOCCL_GRAPH_TAIL_DIRECT", False),
+            # the pacing clock's tick: one piece of a paced call per tick (pacing.py)
+            pace_period_us=env_float("HOCCL_PACE_PERIOD_US", pacing.PERIOD_US),
+            # paced calls time themselves and scale their sleeps toward their rate (pacing.Feedback). Off by
+            # default: beside a load it can overshoot the cap (pacing.py)
+            pace_feedback=env_flag("HOCCL_PACE_FEEDBACK", False),
+            # Megatron's setting: one hardware queue for every stream (warned once: LaunchBuilder.build)
+            one_queue=os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "").strip() == "1")
+        self.context = ctx
+        self.rank, self.world, self.device, self.timeout_s = rank, world, ctx.device, ctx.timeout_s
         self._lock = threading.Lock()
         self._closed = False
-        cupy_runtime()  # CuPy and a GPU, or the one-line error saying what is missing
-        if device >= _cuda.device_count():
-            n = _cuda.device_count()
-            raise HocclError(f"rank {rank} asked for GPU {device} but this process sees {n} (GPUs 0..{n - 1}): give "
-                             "device= one of those, or check CUDA_VISIBLE_DEVICES and --nproc_per_node")
-        self._cupy = cupy
-        # side streams (extra DMA queues; the last slot for local copies), created when first needed: every
-        # stream of a process takes one of CUDA_DEVICE_MAX_CONNECTIONS hardware queues, and streams that
-        # share one wait for each other
-        self._streams: dict[int, Any] = {}
-        self._shared = _SharedHost(store, rank, world, timeout_s)
-        self._store = store
-        self._mailbox_state(rank, world)
+        if shared is None:
+            ctx.check_device()
+            shared = _SharedHost(ctx.store, rank, world, ctx.timeout_s)
+        self._shared = shared
         self.ipc_cache = ipc_cache
+        self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
+        # the parts (each owns its state; the class docstring names them)
+        self._launcher = launcher = LaunchBuilder(rank, world, ctx.device, shared, **launcher_settings)
+        self._watchdog = Watchdog(rank, world, shared, launcher.events)  # reads the launcher's end-of-call events
+        self._mailbox = Mailbox(rank, world, shared, ctx.timeout_s, self._watchdog)
+
+        def store_get(key: str, peer: int, what: str) -> bytes:
+            return ctx.store_get(key, peer, what, self._watchdog.raise_if_failed,
+                                 "issuing the same calls, and set up alike (HOCCL_EAGER_BYTES, HOCCL_LOCAL_COPIES)")
+
         # peers' allocations mapped here: the least recently used beyond ipc_cache closed after this rank's calls
         # drained and the launch lists that name it dropped (hoccl_runtime.ipc)
-        self._opened = IpcMappings(ipc_cache, before_close=self._before_unmap)
-        self._launches = LaunchCache(drop=self._drop_launch)
-        self._capture: Any = None  # the private stream calls are captured on
-        self._events: dict[Any, int] = {}
-        self._pacer = None
-        self._building: pacing.Feedback | None = None  # the paced call being built (_cached_paced)
-        self.rate_gbps: float | None = None  # default rate cap of every call (None: full speed)
-        self._watchdog = Watchdog(rank, world, self._shared, self._events)  # a part: the fault state and its thread
-        from ..plans import machine_topology
-
-        self.topology = machine_topology(nodes=1, gpus_per_node=world, device=device, dma_queues=dma_queues)
-
-    def _mailbox_state(self, rank: int, world: int) -> None:
-        """The per-call bookkeeping of the mailbox, the eager path and the windows, empty (also what the CPU
-        harnesses of tests/ and examples/profile_python.py start from)."""
-        self._stage_in: dict[int, int] = {}   # peer -> my staging for its eager messages (cudaMalloc)
-        self._stage_out: dict[int, int] = {}  # peer -> its staging for mine, mapped here
-        # eager receives whose sender's size entry was not there yet: (peer, seq, ring word, digest, call)
-        self._unverified: list[tuple[int, int, int, int, Any]] = []  # ..., CollectiveSpec
+        self._mappings = PeerMappings(rank, ctx.device, ipc_cache, before_close=self._drain)
+        self._windows = WindowTable(rank, world, ctx.device, ctx.store, self._mailbox, self._mappings, store_get,
+                                    self._lock)
+        self._windows.drain = self._drain
+        self._rendezvous = Rendezvous(self._mailbox, self._mappings, self._windows, local_copies)
+        self._eager = EagerSlots(rank, world, ctx.device, ctx.store, shared, self._mailbox, eager_bytes, store_get)
         from ..plans import PlanCache
 
         # call key -> plan state: a plain dict on the hot path, bounded where _state adds to it (MoE sizes change
         # every step)
         self._plans: dict[tuple, _PlanState] = {}
         self._by_id: dict[str, _PlanState] = PlanCache()
-        self._seq = [0] * world
-        # registered windows (register_window): their peers' mappings stay open (not in the LRU above)
-        self._windows: list[Window] = []
-        self._window_count = 0
-        self._pinned: dict[bytes, list[int]] = {}  # handle -> [local address, windows using it]
-        # window calls whose partner's entry was not there yet: peer -> (seq, digest, window, offset, call)
-        self._win_pending: dict[int, deque] = {}
-        # window calls seen before: (call, stream, rate, input, output) -> what _window_call needs, or None (no window)
-        self._window_calls: dict[tuple, tuple | None] = {}
-        # per partner and mailbox slot: the sequence number of my rendezvous entry in it, 0 for a window entry
-        # (which a partner may lose unchecked) or none; a rendezvous entry must be read before it is overwritten
-        self._slot_rdv = [[0] * _SLOTS for _ in range(world)]
-        self._rdv_open = [deque() for _ in range(world)]  # per partner: seqs of my rendezvous entries _collect
-        # has not matched yet (their partner entries must not be acknowledged before they are read)
-        self._region_out = [self._pair(rank, p) // 8 for p in range(world)]  # mailbox word index, me -> p
-        self._region_in = [self._pair(p, rank) // 8 for p in range(world)]   # p -> me
         self._last_stream: int | None = None  # the caller stream of the last call issued outside a stream capture
-        self._window_error: PlanError | None = None  # the first mismatch _check_windows found, raised after a launch
-        # Megatron's setting: one hardware queue for every stream, where a same-GPU copy (a driver kernel)
-        # waits behind compute issued before it (warned once, at the first call that makes one: _build)
-        self._one_queue = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "").strip() == "1"
+        self.topology = ctx.topology(dma_queues=dma_queues)
 
     # --- torch-like calls ------------------------------------------------------------------------------
     # Each call names its collective by a CallKey (plans.py); the CollectiveSpec (pydantic) is built only on a
@@ -253,7 +239,6 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
         """Run this rank's part of a compiled single-node plan (every partner rank calls it too)."""
         self._run(plan, input, output, stream, rate_gbps, duration_s)
 
-    # --- the call ----------------------------------------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:
         if not 0 <= peer < self.world or peer == self.rank:
             raise HocclError(f"{what}={peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
@@ -282,7 +267,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
         return state
 
     def _make_state(self, plan: Plan, uid: str | None = None) -> _PlanState:
-        return plan_state(plan, self.rank, self.world, self.local_copies, self.eager_bytes if
+        return plan_state(plan, self.rank, self.world, self.local_copies, self._eager.slot_bytes if
                           (plan.collective.kind == "sendrecv" or self.eager_collectives) else None, uid)
 
     def _run(self, what: tuple | Plan, input: Any, output: Any, stream: Any, rate_gbps: float | None = None,
@@ -336,13 +321,13 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
             if not duration_s > 0:
                 raise HocclError(f"duration_s={duration_s!r}: give a positive number of seconds, or None")
         with self._lock:
-            if self._unverified:
-                self._verify_eager()
+            if self._eager.unverified:
+                self._eager.verify()
             if s != self._last_stream:
                 self._follow(s)
             if len(items) == 1:  # the common call, without the batch's lists
                 what, input, output = items[0]
-                if self._windows and self._window_call(what, input, output, s, rate, duration_s):
+                if self._windows.windows and self._window_call(what, input, output, s, rate, duration_s):
                     return
                 state, inp, out = self._prepare(what, input, output)
                 if duration_s is not None:  # this rank's paced bytes spread over the duration (none: full speed)
@@ -350,35 +335,105 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
                     if rate is not None:
                         pacing.tick_us(rate, self.pace_period_us)
                 if state.eager is not None:
-                    self._eager_launch(state, inp, out, self._eager_enter(state), s, rate)
+                    self._eager.launch(self._launcher, state, inp, out, self._eager.enter(state), s, rate)
                 else:
-                    remote, helped_in = self._collect(state, self._publish(state, out, inp))
-                    self._launch(state, inp, out, remote, helped_in, s, rate)
-                self._raise_window_error()  # found while this call waited (_collect): raised once it is launched
+                    rdv = self._rendezvous
+                    remote, helped_in = rdv.collect(state, rdv.publish(state, out, inp))
+                    self._launcher.launch(state, inp, out, remote, helped_in, s, rate)
+                self._windows.raise_error()  # found while this call waited (collect): raised once it is launched
                 return
             prepared = [self._prepare(what, input, output) for what, input, output in items]
             # all sequence numbers and entries first ...
             entered = []
+            windows, rdv, launcher = self._windows, self._rendezvous, self._launcher
             for state, inp, out in prepared:
                 if state.eager is not None:
-                    entered.append(("eager", self._eager_enter(state)))
-                elif self._windows and (where := self._in_window(state, inp, out)):
+                    entered.append(("eager", self._eager.enter(state)))
+                elif windows.windows and (where := windows.find(state, inp, out)):
                     win, offset = where
-                    remote = self._window_remote(state, win, offset)
-                    self._window_entries(state, win.index, offset)
+                    remote = windows.remote(state, win, offset)
+                    windows.entries(state, win.index, offset)
                     entered.append(("window", remote))
                 else:
-                    entered.append(("mailbox", self._publish(state, out, inp)))
+                    entered.append(("mailbox", rdv.publish(state, out, inp)))
             for (state, inp, out), (path, got) in zip(prepared, entered, strict=True):  # ... then every wait
                 if path == "eager":
-                    self._eager_launch(state, inp, out, got, s, rate)
+                    self._eager.launch(launcher, state, inp, out, got, s, rate)
                 elif path == "window":
-                    self._launch(state, inp, out, got, None, s, rate)
+                    launcher.launch(state, inp, out, got, None, s, rate)
                 else:
-                    self._launch(state, inp, out, *self._collect(state, got), s, rate)
-            if any(self._win_pending.values()):  # window entries, after the launches (_window_call)
-                self._check_windows()
-            self._raise_window_error()
+                    launcher.launch(state, inp, out, *rdv.collect(state, got), s, rate)
+            if windows.any_pending():  # window entries, after the launches (_window_call)
+                windows.check()
+            windows.raise_error()
+
+    def register_window(self, tensor: Any) -> Window:
+        """Register ``tensor`` (CuPy array, torch tensor, any CUDA buffer) as a window: a collective call,
+        every rank registers a buffer of the same size, in the same order. Each rank maps its peers' windows
+        once, here. A later call whose buffer (its output; a rank without one: its input) lies in a window
+        then skips the per-call address exchange and the wait for the partners' entries: a peer's buffer is
+        taken to sit at the same offset of the same window as this rank's, as with NCCL's symmetric windows
+        (for send/recv: the receiver's buffer at the offset of the sender's; stages that send and receive use
+        two offsets by rank parity). The host does not wait for a partner (only where a mailbox slot still
+        holds its own unread rendezvous entry); each call leaves an entry that the partner checks when it gets
+        there (another collective, size, window or offset raises PlanError, at that call or a later one or
+        ``synchronize()``; an entry replaced by a later one before its check, 4 calls on, goes unchecked).
+        Small send/recv keep the eager path. The window holds ``tensor`` (so its memory cannot be freed and
+        reused while peers may write into it) until ``Window.close()`` (on every rank) or ``close()``, which
+        also release the mappings. A rank whose buffer cannot be shared (e.g. from a ``cudaMallocAsync`` pool)
+        raises BufferError, and so do the others at once."""
+        if self._closed:
+            raise HocclError("this communicator is closed; create a new one with hoccl_runtime.init()")
+        self._watchdog.raise_if_failed()
+        return self._windows.register(tensor)
+
+    def _drain(self) -> None:
+        """Before a mapping closes: this rank's calls drained, and the launch lists, which may name it, dropped."""
+        self.synchronize()
+        self._launcher.launches.clear()
+
+    def _window_call(self, what: tuple | Plan, input: Any, output: Any, s: int, rate: float | None,
+                     duration_s: float | None = None) -> bool:
+        """Run a call whose buffer lies in a registered window (True), or say it does not (False). The checks
+        of its buffers, its window and offset and its partners' addresses are worked out at its first call
+        and kept for the same call on the same buffers and stream; each call writes its mailbox entries."""
+        windows, launcher = self._windows, self._launcher
+        inp = as_buffer(input, "input") if input is not None else None
+        out = as_buffer(output, "output") if output is not None else None
+        pace = rate and (rate, launcher.pace_period_us)
+        # (pointers and sizes, not the buffers: hashing ints costs a third of hashing two dataclasses; a pointer
+        # names its GPU, and a buffer on another GPU fails its first call's checks, so it is never kept)
+        key = (self._state(what).uid if isinstance(what, Plan) else what, s, pace, inp and inp.ptr, inp and inp.nbytes,
+               out and out.ptr, out and out.nbytes)
+        known = windows.calls.get(key, self)
+        if known is self:  # first time: all the usual checks
+            state, inp, out = self._prepare(what, inp, out)
+            where = state.eager is None and windows.find(state, inp, out)
+            if where:
+                remote = windows.remote(state, *where)
+                launch = launcher.key(state, inp, out, remote, None, s, rate)
+                known = (state, inp, out, where[0].index, where[1], remote, launch)
+            else:
+                known = None
+            if len(windows.calls) > 4096:
+                windows.calls.clear()
+            windows.calls[key] = known
+        if known is None:
+            return False
+        state, inp, out, index, offset, remote, launch = known
+        if duration_s is not None:  # this rank's paced bytes spread over the duration (none: full speed)
+            rate = state.paced_bytes / duration_s / 1e9 if state.paced_bytes else None
+            if rate is not None:
+                pacing.tick_us(rate, launcher.pace_period_us)  # refused before the partners hear of the call
+            launch = launcher.key(state, inp, out, remote, None, s, rate)
+        windows.entries(state, index, offset)
+        launcher.launch(state, inp, out, remote, None, s, rate, key=launch)
+        # the partners' entries are checked after the launch: a mismatch raises here or later on each rank, and
+        # both ranks' streams still run their calls through (a rank that raised first would leave the other's
+        # stream waiting for it)
+        windows.check()
+        windows.raise_error()
+        return True
 
     def _follow(self, s: int) -> None:
         """A call on another stream than the last one waits for the last one's end: a communicator's calls run
@@ -388,7 +443,7 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
         if stream_is_capturing(s):
             return
         prev, self._last_stream = self._last_stream, s
-        ev = self._events.get(("end", prev)) if prev is not None else None
+        ev = self._launcher.events.get(("end", prev)) if prev is not None else None
         if ev is not None:
             with contextlib.suppress(Exception):  # last recorded inside a capture: that graph is the user's to order
                 stream_wait_event(s, ev)
@@ -411,48 +466,29 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
             _check_in_place(me, inp, out, state.own_block, plan.collective.kind)
         return state, inp, out
 
-    def _flag(self, phase: int, a: int, b: int) -> _Flag:
-        """phase 0, READY[a][b]: b's buffers are ready for a's copies (b's stream writes, a's consumes);
-        phase 1, DONE[a][b]: a's copies into b finished (a's stream writes, b's consumes)."""
-        return _Flag(self._shared.flag_address(_pair_flag(self.world, phase, a, b)))
-
-    def _side_stream(self, slot: int) -> int:
-        s = self._streams.get(slot)
-        if s is None:
-            with self._cupy.cuda.Device(self.device):
-                s = self._streams[slot] = self._cupy.cuda.Stream(non_blocking=True)
-        return int(s.ptr)
-
-    def _event(self, key: Any) -> int:
-        ev = self._events.get(key)
-        if ev is None:
-            with _cuda.on_device(self.device):
-                ev = self._events[key] = event_create()
-        return ev
-
     def synchronize(self, timeout_s: float | None = None) -> None:
         """Wait (host) until this rank's part of every call issued so far is done on the GPU, raising
         HocclTimeoutError after ``timeout_s`` (default: the communicator's timeout)."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
         self._watchdog.raise_if_failed()
-        if self._unverified:
-            self._verify_eager()
+        if self._eager.unverified:
+            self._eager.verify()
         while self._watchdog.pending():
             self._watchdog.raise_if_failed()
             if time.monotonic() > deadline:
-                if self._win_pending:  # a window call that a partner mismatched says more than the timeout
-                    self._check_windows()
-                    self._raise_window_error()
+                if self._windows.pending:  # a window call that a partner mismatched says more than the timeout
+                    self._windows.check()
+                    self._windows.raise_error()
                 raise HocclTimeoutError(f"rank {self.rank}: copies still pending after {limit:.0f} s; a peer "
                                         "may have died or stopped issuing collectives")
             time.sleep(100e-6)
         self._watchdog.raise_if_failed()  # the watchdog may have drained the streams before this wait began
-        if self._unverified:  # receives completed: their senders' size entries were written before the data
-            self._verify_eager()
-        if self._win_pending:  # window calls completed: their partners' entries were written before the data
-            self._check_windows()
-        self._raise_window_error()
+        if self._eager.unverified:  # receives completed: their senders' size entries were written before the data
+            self._eager.verify()
+        if self._windows.pending:  # window calls completed: their partners' entries were written before the data
+            self._windows.check()
+        self._windows.raise_error()
 
     def close(self) -> None:
         if self._closed:
@@ -465,25 +501,10 @@ class Communicator(LaunchBuilding, EagerPath, Rendezvous, WindowCalls):
         finally:
             self._watchdog.join(10)  # a drain in progress ends within 5 s
             with _cuda.on_device(self.device):
-                self._launches.clear()  # destroys the calls' graphs
-                for w in self._windows:
-                    w.closed, w.tensor = True, None
-                self._windows, self._window_calls = [], {}
-                self._opened.close_all()
-                for base in [*self._stage_out.values(), *(p[0] for p in self._pinned.values())]:
-                    with contextlib.suppress(Exception):  # closing anyway
-                        ipc_close_mem_handle(base)
-                for ptr in self._stage_in.values():  # peers' mappings keep the memory until they close them
-                    with contextlib.suppress(Exception):
-                        free(ptr)
-                self._stage_in, self._stage_out = {}, {}
-                for ev in self._events.values():
-                    with contextlib.suppress(Exception):
-                        event_destroy(ev)
-            self._events.clear()
-            self._pinned.clear()
-            self._streams = {}
-            self._capture = None
+                self._launcher.close()  # destroys the calls' graphs and the events
+                self._windows.close()
+                self._mappings.close_all()
+                self._eager.close()
             self._shared.close()
 
     def __enter__(self) -> Communicator:

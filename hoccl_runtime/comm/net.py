@@ -41,6 +41,7 @@ from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..net.callproxy import CallProxy, DoneOnce
 from ..plans import CallKey, PlanCache
 from .calls import CallEvents, enqueue_call
+from .context import NodeContext
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
 
@@ -364,15 +365,13 @@ class NetCommunicator(_Calls):
                host: str | None, ring_bytes: int) -> None:
         from ..flags import FlagPool
         from ..net.transport.tcp import TcpTransport
-        from ..plans import machine_topology
 
-        if not 0 <= rank < world:
-            raise HocclError(f"rank {rank} is outside 0..{world - 1}")
+        ctx = self.context = NodeContext.make(rank, world, device, store, timeout_s, gpus_per_node=1)
         if world < 2:
             raise HocclError("a network communicator needs at least 2 ranks")
-        self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
+        self.rank, self.world, self.device, self.timeout_s = rank, world, ctx.device, ctx.timeout_s
         self.chunk_bytes, self.ring_bytes = net_chunk_bytes(chunk_bytes), ring_bytes
-        self.topology = machine_topology(nodes=world, gpus_per_node=1, device=device, forwarding="none")
+        self.topology = ctx.topology(forwarding="none")
         self._store = store
         self._lock = threading.Lock()
         self._plans: dict[tuple, Any] = PlanCache()

@@ -18,6 +18,7 @@ from ..interop import DeviceBuffer, as_buffer, as_stream
 from ..ipc import IpcMappings
 from ..mailbox import HANDLE, NONE, SLOT
 from ..plans import CallKey, PlanCache
+from .context import NodeContext
 from .net import (
     CallEvents,
     CallProxy,
@@ -123,14 +124,12 @@ class NodeNetCommunicator(_Calls):
         from ..net.transport.tcp import TcpTransport
         from ..plans import machine_topology
 
-        L = gpus_per_node
-        if L < 1 or world % L or not 0 <= rank < world:
-            raise HocclError(f"rank {rank} of {world} with {L} GPUs per node: the world must be whole nodes")
-        self.rank, self.world, self.device, self.timeout_s = rank, world, device, timeout_s
-        self.L, self.node, self.local, self.nodes = L, rank // L, rank % L, world // L
+        ctx = self.context = NodeContext.make(rank, world, device, store, timeout_s, gpus_per_node=gpus_per_node)
+        L = ctx.gpus_per_node
+        self.rank, self.world, self.device, self.timeout_s = rank, world, ctx.device, ctx.timeout_s
+        self.L, self.node, self.local, self.nodes = L, ctx.node, ctx.local, ctx.nodes
         self.chunk_bytes, self.ring_bytes = net_chunk_bytes(chunk_bytes), ring_bytes
-        self.topology = machine_topology(nodes=self.nodes, gpus_per_node=L, device=device,
-                                         forwarding="symmetric" if L % 2 == 0 else "none")
+        self.topology = ctx.topology(forwarding="symmetric" if L % 2 == 0 else "none")
         self._plans: dict = PlanCache()
         self._stream = None
         self._lock = threading.Lock()

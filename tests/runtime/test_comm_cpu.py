@@ -181,7 +181,7 @@ def test_repeated_calls_run_as_graphs(monkeypatch, world, eager):
             want = np.concatenate([data(p, call + 50, n * world)[r * n:(r + 1) * n] for p in range(world)])
             if not np.array_equal(a2a_out, want):
                 bad.append(f"all_to_all call {call}")
-        return bad, len(comm._launches), sum(e.exe is not None for e in comm._launches._lists.values()), before
+        return bad, len(comm._launcher.launches), sum(e.exe is not None for e in comm._launcher.launches._lists.values()), before
 
     results = ranks(monkeypatch, world, body)
     # rendezvous: one entry per collective, graphs from call 2 on (3 launches each); eager: AllGather and
@@ -204,8 +204,8 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
 
     def body(comm, r):
         n = (3 << 20) + 7  # 4 pieces at the 1 MiB floor when paced at a tiny rate
-        ok = comm.pace_feedback is False  # off by default (HOCCL_PACE_FEEDBACK)
-        comm.pace_feedback = True  # each paced call is timed by a pair of events on its stream
+        ok = comm._launcher.pace_feedback is False  # off by default (HOCCL_PACE_FEEDBACK)
+        comm._launcher.pace_feedback = True  # each paced call is timed by a pair of events on its stream
         for call, how in ((1, {"rate_gbps": 1e-3}), (2, {"duration_s": 2.0})):
             buf = data(0, call, n) if r == 0 else np.full(n, 0xA5, np.uint8)
             if r == 0:
@@ -214,7 +214,7 @@ def test_send_recv_paced_and_a_mismatch(monkeypatch):
                 comm.recv(dev(buf, r), 0, stream=7)
             ok = ok and np.array_equal(buf, data(0, call, n))
         # each paced kind of call keeps a Feedback whose target is the call's bytes at its rate (us)
-        fbs = sorted((e.feedback for e in comm._launches._lists.values() if e.feedback is not None),
+        fbs = sorted((e.feedback for e in comm._launcher.launches._lists.values() if e.feedback is not None),
                      key=lambda fb: fb.target_us)
         ok = ok and (fbs == [] if r == 1 else [fb.target_us for fb in fbs] == pytest.approx([2e6, n]))  # 2 s; 1 MB/s
         ok = ok and all(len(fb._busy) == 1 for fb in fbs)  # timed (the fake's events take no time: nothing learnt)
@@ -364,7 +364,7 @@ def test_eager_send_recv_many_and_a_size_mismatch(monkeypatch):
                     bad.append(k)
         # a receive that began before the sender wrote its size entry is checked at the next call or here
         comm.synchronize()
-        assert comm._stage_in and comm._stage_out and not comm._unverified
+        assert comm._eager.stage_in and comm._eager.stage_out and not comm._eager.unverified
         if r == 0:
             comm.send(dev(np.zeros(100, np.uint8), r), 1, stream=7)
             return bad
@@ -401,7 +401,7 @@ def test_several_dma_queues_per_gpu(monkeypatch, world):
                 bad.append(f"all_to_all {n}")
         with pytest.raises(HocclError, match="dma_queues=2: pacing caps one copy queue"):
             comm.all_gather_into_tensor(dev(out[:n * world], r), dev(inp[:n], r), stream=7, rate_gbps=10.0)
-        return bad, sorted(comm._streams)
+        return bad, sorted(comm._launcher.streams)
 
     results = fake_cuda.run_ranks(world, lambda r: Communicator(r, world, r, store, timeout_s=20, dma_queues=2),
                                   body)
@@ -508,7 +508,7 @@ def test_calls_on_another_stream_wait_for_the_last_call(monkeypatch):
         comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=9)
         rt.streamEndCapture(9)
         marks.append(len(waits))
-        return marks, comm._events[("end", 7)], comm._events[("end", 8)]
+        return marks, comm._launcher.events[("end", 7)], comm._launcher.events[("end", 8)]
 
     results = ranks(monkeypatch, 2, body)
     for r in range(2):

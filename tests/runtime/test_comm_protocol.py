@@ -1,6 +1,6 @@
 """The communicator's cross-process protocol, simulated on the CPU for 2-4 ranks.
 
-Each rank's launch lists come from the real ``Communicator._build`` (CUDA stubbed out: streams,
+Each rank's launch lists come from the real ``LaunchBuilder.build`` (CUDA stubbed out: streams,
 events and flags are numbers). A scheduler then runs every rank's streams in random interleavings
 with the semantics the GPU gives them: stream order, ``cuStreamWaitValue32`` (EQ) / write on shared
 host flags, event record/wait (a wait binds to the last record enqueued before it), copies. It checks
@@ -12,6 +12,7 @@ output must equal the reference executor's (``hoccl_compiler.verify.replay``) an
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import types
 
@@ -21,7 +22,9 @@ import pytest
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.ir import CompileOptions
 from hoccl_compiler.verify import replay
-from hoccl_runtime.comm import Communicator
+from hoccl_runtime.comm.build import LaunchBuilder
+from hoccl_runtime.comm.eager import EagerSlots, eager_ops
+from hoccl_runtime.comm.intranode import plan_state
 from hoccl_runtime.interop import DeviceBuffer
 from hoccl_runtime.launch import Memcpy, Memops, Record, Wait
 
@@ -37,22 +40,52 @@ def where(address: int) -> tuple[int, bool, int, int]:
 
 
 class _Shared:
+    flags = None
+
     def flag_address(self, index: int) -> int:
         return 0x1000 + 4 * index
 
 
-def fake_comm(rank: int, world: int, local_copies: str = "sm") -> Communicator:
-    c = object.__new__(Communicator)
-    c.rank, c.world, c.device, c.eager_bytes = rank, world, rank, 0  # rendezvous (eager: eager_comm below)
-    c.eager_collectives, c.local_copies = False, local_copies
-    c._shared, c._by_id = _Shared(), {}
-    c._pacer = types.SimpleNamespace(handle=900 + rank, sleep=lambda stream, us: None, sleep_us=lambda period: 0)
-    c.pace_period_us = 250.0
-    c._building = None  # no paced launch being made (Communicator._cached_paced)
-    ids: dict = {}
-    c._event = lambda key: ids.setdefault(("event", rank, key), 10_000 * (rank + 1) + len(ids))
-    c._side_stream = lambda slot: 100 + 10 * rank + slot
-    return c
+class FakeRank:
+    """What the simulation needs of one rank, from the Communicator's own parts with CUDA stubbed out: its plans'
+    states (``plan_state``, as Communicator._make_state makes them) and its launch lists (the real
+    ``LaunchBuilder.build`` and ``eager_ops``; streams, events and flags are numbers)."""
+
+    def __init__(self, rank: int, world: int, local_copies: str = "sm", eager_bytes: int = 0):
+        self.rank, self.world, self.local_copies, self.eager_bytes = rank, world, local_copies, eager_bytes
+        self.seq = [0] * world
+        self.launcher = LaunchBuilder(rank, world, rank, _Shared(), pace_period_us=250.0)
+        self.launcher.pacer = types.SimpleNamespace(handle=900 + rank, sleep=lambda stream, us: None,
+                                                    sleep_us=lambda period: 0)
+        ids: dict = {}
+        self.launcher.event = lambda key: ids.setdefault(("event", rank, key), 10_000 * (rank + 1) + len(ids))
+        self.launcher.side_stream = lambda slot: 100 + 10 * rank + slot
+        # the eager part without a store or mailbox: its slot flags and staging addresses only
+        self.eager = EagerSlots(rank, world, rank, None, self.launcher.shared, None, eager_bytes, None)
+
+    def make_state(self, plan):
+        return plan_state(plan, self.rank, self.world, self.local_copies,
+                          self.eager_bytes if plan.collective.kind == "sendrecv" or self.eager_bytes else None)
+
+    def build(self, state, inp, out, remote, user, rate=None, helped_in=None):
+        return self.launcher.build(self.launcher.context(), state, inp, out, remote, user, rate, helped_in)
+
+    def flag(self, phase, a, b):
+        return self.launcher.flag(phase, a, b)
+
+    def slot_flag(self, a, b, j):
+        return self.eager.slot_flag(a, b, j)
+
+    def eager_ops(self, e, inp, out, slots, s, rate=None):
+        """What EagerSlots.launch builds for the call (the same context)."""
+        ctx = dataclasses.replace(self.launcher.context(), slot_flag=self.eager.slot_flag,
+                                  slot_bytes=self.eager.slot_bytes, stage_in=self.eager.stage_in,
+                                  stage_out=self.eager.stage_out)
+        return eager_ops(ctx, e, inp, out, slots, s, rate)
+
+
+def fake_comm(rank: int, world: int, local_copies: str = "sm") -> FakeRank:
+    return FakeRank(rank, world, local_copies)  # rendezvous (eager: eager_comm below)
 
 
 def plan_for(world: int, spec: CollectiveSpec, dma_queues: int = 1, chunk_bytes: int = 1 << 40):
@@ -198,7 +231,7 @@ def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_cop
         want = replay(plan, inputs).outputs
         for r in sorted(ranks):
             c = comms[r]
-            state = c._make_state(plan)
+            state = c.make_state(plan)
             need_in, need_out = plan.ranks.input_bytes[r], plan.ranks.output_bytes[r]
             base = r * OUT + call * CALL
             sim.mem[(r, True, call)] = inputs[r]
@@ -212,7 +245,7 @@ def test_protocol_orders_copies_and_never_deadlocks(world, seed, rate, local_cop
             remote = {p: p * OUT + call * CALL for p in state.partners}
             helped_in = state.helped * OUT + call * CALL + IN if state.helped is not None else None
             user = 50 + r
-            ops = c._build(state, inp, out, remote, user, rate, helped_in)
+            ops = c.build(state, inp, out, remote, user, rate, helped_in)
             own = [op for op in ops if isinstance(op, Memcpy) and where(op.dst)[0] == where(op.src)[0] == r]
             assert not own or local_copies == "sm", f"rank {r} makes a same-GPU copy: {own}"
             sim.enqueue(r, call, ops, user)
@@ -239,7 +272,7 @@ def test_protocol_with_several_dma_queues_and_small_chunks(dma_queues, local_cop
     if local_copies == "peer":  # the 2.5 MiB own block's 40 pieces of 64 KiB travel as one copy each way
         for kind in ("allgather", "alltoall"):
             plan = plan_for(4, CollectiveSpec(kind=kind, size_bytes=4 * (5 << 19)), dma_queues, 64 << 10)
-            bounce = fake_comm(0, 4, "peer")._make_state(plan).bounce
+            bounce = fake_comm(0, 4, "peer").make_state(plan).bounce
             assert [(b.peer, b.nbytes, b.temp) for b in bounce] == [(1, 5 << 19, kind == "alltoall")]
 
 
@@ -247,12 +280,12 @@ def test_the_simulation_sees_wrong_bytes():
     """The data check can fail: rank 0's own-block read-back aimed one byte off gives rank 0 wrong bytes."""
     comms = [fake_comm(r, 2, "peer") for r in range(2)]
     plan = plan_for(2, CollectiveSpec(kind="allgather", size_bytes=2000))
-    states = [c._make_state(plan) for c in comms]
+    states = [c.make_state(plan) for c in comms]
     assert [b.temp for b in states[0].bounce] == [False]  # read back from where the send to rank 1 put it
     sim, inputs = Sim(2, 0), [np.arange(1000, dtype=np.uint8) + r for r in range(2)]
     for r in range(2):
         sim.mem[(r, True, 0)], sim.mem[(r, False, 0)] = inputs[r], np.zeros(2000, dtype=np.uint8)
-        ops = comms[r]._build(states[r], DeviceBuffer(r * OUT + IN, 1000, r), DeviceBuffer(r * OUT, 2000, r),
+        ops = comms[r].build(states[r], DeviceBuffer(r * OUT + IN, 1000, r), DeviceBuffer(r * OUT, 2000, r),
                               {1 - r: (1 - r) * OUT}, 50 + r)
         if r == 0:
             ops = [Memcpy(op.dst, op.src + 1, op.nbytes, op.stream) if isinstance(op, Memcpy) and where(op.src)[0] == 1
@@ -272,7 +305,7 @@ def test_uneven_own_blocks_take_several_regions_or_the_next_rank():
     world = 4
     matrix = tuple(tuple(100 * (i + 1) if i == j else 37 * (j + 1) + i for j in range(world)) for i in range(world))
     plan = plan_for(world, CollectiveSpec(kind="alltoallv", matrix=matrix))
-    states = [fake_comm(r, world, "peer")._make_state(plan) for r in range(world)]
+    states = [fake_comm(r, world, "peer").make_state(plan) for r in range(world)]
     pieces = {r: [(b.peer, b.nbytes) for b in st.bounce] for r, st in enumerate(states)}
     assert pieces[0] == [(1, 74), (2, 26)]  # through the regions of its sends to 1, then to 2
     assert sum(n for _, n in pieces[1]) == 200 and len(pieces[1]) > 1
@@ -286,7 +319,7 @@ def test_peer_routes_for_each_collective(kind):
     root = {"scatter": 0, "gather": 2, "broadcast": 1}.get(kind)
     spec = CollectiveSpec(kind=kind, size_bytes=world * 100, **({} if root is None else {"root": root}))
     plan = plan_for(world, spec)
-    states = [fake_comm(r, world, "peer")._make_state(plan) for r in range(world)]
+    states = [fake_comm(r, world, "peer").make_state(plan) for r in range(world)]
     routes = {r: {b.temp for b in st.bounce} for r, st in enumerate(states)}
     helpers = {r: (st.helper, st.helped) for r, st in enumerate(states)}
     if kind == "allgather":  # read back from the next rank's output, after the send there
@@ -309,9 +342,9 @@ def test_a_missing_partner_is_a_deadlock_the_simulation_sees():
     """The check can fail: rank 1 never issues its half of a send, so rank 0's stream must wait forever."""
     comms = [fake_comm(r, 2) for r in range(2)]
     plan = plan_for(2, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 10),)))
-    state = comms[0]._make_state(plan)
+    state = comms[0].make_state(plan)
     sim = Sim(2, 0)
-    sim.enqueue(0, 0, comms[0]._build(state, DeviceBuffer(IN, 10, 0), None, {1: OUT}, 50), 50)
+    sim.enqueue(0, 0, comms[0].build(state, DeviceBuffer(IN, 10, 0), None, {1: OUT}, 50), 50)
     with pytest.raises(AssertionError, match="deadlock"):
         sim.run()
 
@@ -320,11 +353,10 @@ def test_a_missing_partner_is_a_deadlock_the_simulation_sees():
 STAGE = 1 << 45  # staging of messages a -> b at STAGE + (a * world + b) << 32
 
 
-def eager_comm(rank: int, world: int, eager: int = 1 << 20) -> Communicator:
-    c = fake_comm(rank, world)
-    c.eager_bytes, c._seq, c.eager_collectives = eager, [0] * world, True  # (fake_comm: rendezvous)
-    c._stage_in = {p: STAGE + ((p * world + rank) << 32) for p in range(world)}
-    c._stage_out = {p: STAGE + ((rank * world + p) << 32) for p in range(world)}
+def eager_comm(rank: int, world: int, eager: int = 1 << 20) -> FakeRank:
+    c = FakeRank(rank, world, eager_bytes=eager)  # collectives eager too
+    c.eager.stage_in = {p: STAGE + ((p * world + rank) << 32) for p in range(world)}
+    c.eager.stage_out = {p: STAGE + ((rank * world + p) << 32) for p in range(world)}
     return c
 
 
@@ -377,17 +409,17 @@ def eager_run(seed: int, world: int = 3, messages: int = 14, one_pair: bool = Fa
         plan = plan_for(world, CollectiveSpec(kind="sendrecv", pairs=((src, dst, n),)))
         for me in (src, dst):
             c = comms[me]
-            state = c._make_state(plan)
+            state = c.make_state(plan)
             peer = dst if me == src else src
-            c._seq[peer] += 1
-            slots = {peer: c._seq[peer] % 4}
+            c.seq[peer] += 1
+            slots = {peer: c.seq[peer] % 4}
             user, buf = 50 + me, OUT * (me + 1)
             if me == src:
                 ops = [("store", buf, ("msg", k))] + \
-                    c._eager_ops(state.eager, DeviceBuffer(buf, n, me), None, slots, user) + \
+                    c.eager_ops(state.eager, DeviceBuffer(buf, n, me), None, slots, user) + \
                     [("store", buf, "reused by the sender")]
             else:
-                ops = c._eager_ops(state.eager, None, DeviceBuffer(buf, n, me), slots, user) + \
+                ops = c.eager_ops(state.eager, None, DeviceBuffer(buf, n, me), slots, user) + \
                     [("expect", buf, ("msg", k), f"message {k} {src}->{dst}"), ("store", buf, "reused")]
             sim.add(user, ops)
     sim.run()
@@ -403,7 +435,7 @@ def test_eager_messages_land_in_order_without_deadlock(seed):
 
 def test_eager_without_the_senders_slot_wait_is_caught(monkeypatch):
     """The check can fail: a sender that does not wait for its slot to be emptied overwrites messages."""
-    real = Communicator._eager_ops
+    real = FakeRank.eager_ops
 
     def no_wait(self, *args, **kw):  # drop the batch that waits for the slots to be empty (value 0)
         return [op for op in real(self, *args, **kw)
@@ -415,7 +447,7 @@ def test_eager_without_the_senders_slot_wait_is_caught(monkeypatch):
         except AssertionError:  # a deadlock: a FULL written twice, the second message's wait never ends
             return True
 
-    monkeypatch.setattr(Communicator, "_eager_ops", no_wait)
+    monkeypatch.setattr(FakeRank, "eager_ops", no_wait)
     assert any(caught(seed) for seed in range(10))
     monkeypatch.undo()
     assert not any(caught(seed) for seed in range(10))
@@ -435,13 +467,13 @@ def test_eager_collectives_move_every_piece(world, seed):
         plan = plan_for(world, spec)
         for r in range(world):
             c = comms[r]
-            state = c._make_state(plan)
+            state = c.make_state(plan)
             assert state.eager is not None
             user, inp, out = 50 + r, DeviceBuffer(r * OUT + IN, world * n, r), DeviceBuffer(r * OUT, world * n, r)
             slots = {}
             for p in state.partners:
-                c._seq[p] += 1
-                slots[p] = c._seq[p] % 4
+                c.seq[p] += 1
+                slots[p] = c.seq[p] % 4
             # my input: one token per piece source (AllGather: one piece; All-to-All: one per destination)
             stores = [("store", inp.ptr + k * n, ("in", r, call, k)) for k in range(world)]
             expects = []
@@ -449,7 +481,7 @@ def test_eager_collectives_move_every_piece(world, seed):
                 k = 0 if spec.kind == "allgather" else r
                 expects.append(("expect", out.ptr + src * n, ("in", src, call, k), f"call {call} {spec.kind} "
                                 f"piece {src}->{r}"))
-            sim.add(user, stores + c._eager_ops(state.eager, inp, out, slots, user) + expects +
+            sim.add(user, stores + c.eager_ops(state.eager, inp, out, slots, user) + expects +
                     [("store", out.ptr + src * n, "reused") for src in range(world)])
     sim.run()
     assert sim.bad == []
@@ -465,14 +497,14 @@ def test_the_watchdog_writes_the_flags_a_dead_rank_would_have_written():
     from hoccl_runtime.comm.watchdog import Watchdog
 
     c = fake_comm(me, world)
-    c._shared.flags = flags = np.full((2 + 4) * world * world, 7, np.int32)  # 7: untouched
+    c.launcher.shared.flags = flags = np.full((2 + 4) * world * world, 7, np.int32)  # 7: untouched
     rounds = iter([True, False])
-    watchdog = Watchdog(me, world, c._shared, {"call": 1}, start=False)
+    watchdog = Watchdog(me, world, c.launcher.shared, {"call": 1}, start=False)
     watchdog.pending = lambda: next(rounds)
     watchdog.drain(dead)
     at = {(addr - 0x1000) // 4: v for addr, v in [
-        (c._flag(0, me, dead).address, 1), (c._flag(1, dead, me).address, 1),
-        (c._flag(0, dead, me).address, 0), (c._flag(1, me, dead).address, 0),
-        *[(c._slot_flag(dead, me, j).address, 1) for j in range(4)],
-        *[(c._slot_flag(me, dead, j).address, 0) for j in range(4)]]}
+        (c.flag(0, me, dead).address, 1), (c.flag(1, dead, me).address, 1),
+        (c.flag(0, dead, me).address, 0), (c.flag(1, me, dead).address, 0),
+        *[(c.slot_flag(dead, me, j).address, 1) for j in range(4)],
+        *[(c.slot_flag(me, dead, j).address, 0) for j in range(4)]]}
     assert {i: int(v) for i, v in enumerate(flags) if v != 7} == at

@@ -16,7 +16,10 @@ from fake_cuda import dev  # arrays as device buffers, kept alive until the test
 
 from hoccl_compiler import CollectiveSpec
 from hoccl_runtime.comm import Communicator, _EagerLayout
+from hoccl_runtime.comm.eager import EagerSlots
+from hoccl_runtime.comm.rendezvous import Mailbox, PeerMappings, Rendezvous
 from hoccl_runtime.comm.watchdog import Watchdog
+from hoccl_runtime.comm.windows import WindowTable
 from hoccl_runtime.errors import BufferError, HocclTimeoutError, PlanError
 
 
@@ -46,8 +49,8 @@ def test_collectives_on_a_window_skip_the_address_exchange(monkeypatch, world, l
         space = np.zeros(size, np.uint8)
         win = comm.register_window(dev(space, r))
         exports = []
-        real_export = comm._export
-        comm._export = lambda buf, what="output": (exports.append(what), real_export(buf, what))[1]
+        real_export = comm._mappings.export
+        comm._mappings.export = lambda buf, what="output": (exports.append(what), real_export(buf, what))[1]
         bad = []
 
         def view(offset, count):
@@ -106,7 +109,7 @@ def test_collectives_on_a_window_skip_the_address_exchange(monkeypatch, world, l
                 exports.clear()
         if exports.count("output") < 4:  # closed: the mailbox path again, one export per rendezvous call
             bad.append(f"after close: {exports}")
-        comm._export = real_export
+        comm._mappings.export = real_export
         return bad, repr(win)
 
     results = ranks(monkeypatch, world, body, local_copies=local_copies)
@@ -150,11 +153,11 @@ def test_a_rank_that_cannot_share_its_window_stops_the_others_at_once(monkeypatc
         if r == 1:
             def refuse(buf, what="output"):
                 raise BufferError(f"rank 1's {what} cannot be shared with other processes (test)")
-            comm._export = refuse
+            comm._mappings.export = refuse
         t0 = time.monotonic()
         with pytest.raises(BufferError) as info:
             comm.register_window(dev(a, r))
-        comm.__dict__.pop("_export", None)  # rank 1 exports again
+        comm._mappings.__dict__.pop("export", None)  # rank 1 exports again
         held = dev(a, r)
         win = comm.register_window(held)
         kept = win.tensor is held
@@ -174,15 +177,25 @@ def mailbox(world: int) -> memoryview:
     return memoryview(bytearray(world * world * _PAIR_BYTES)).cast("q")
 
 
-def mailbox_comm(rank: int, world: int, words: memoryview, timeout_s: float) -> Communicator:
-    c = object.__new__(Communicator)
-    c.rank, c.world, c.timeout_s, c.local_copies = rank, world, timeout_s, "sm"
-    c._shared = types.SimpleNamespace(words=words, mail_bytes=memoryview(words).cast("B"),
-                                      pids=np.zeros(world, np.int64))
-    c._watchdog = Watchdog(rank, world, c._shared, {}, start=False)  # the fault part, without its thread
-    c._mailbox_state(rank, world)
-    c._stage_out = dict.fromkeys(range(world), 0)  # eager staging "mapped" already
-    return c
+class MailboxRank:
+    """One rank's mailbox, window table, address exchange and eager part: the Communicator's own parts, built
+    without it (no CUDA: no call here maps or exports anything)."""
+
+    def __init__(self, rank: int, world: int, words: memoryview, timeout_s: float):
+        self.rank = rank
+        shared = types.SimpleNamespace(words=words, mail_bytes=memoryview(words).cast("B"),
+                                       pids=np.zeros(world, np.int64))
+        self.watchdog = Watchdog(rank, world, shared, {}, start=False)  # the fault part, without its thread
+        self.mailbox = Mailbox(rank, world, shared, timeout_s, self.watchdog)
+        mappings = PeerMappings(rank, 0, world)
+        self.windows = WindowTable(rank, world, 0, None, self.mailbox, mappings, None)
+        self.rdv = Rendezvous(self.mailbox, mappings, self.windows, "sm")
+        self.eager = EagerSlots(rank, world, 0, None, shared, self.mailbox, 1 << 20, None)
+        self.eager.stage_out = dict.fromkeys(range(world), 0)  # eager staging "mapped" already
+
+
+def mailbox_comm(rank: int, world: int, words: memoryview, timeout_s: float) -> MailboxRank:
+    return MailboxRank(rank, world, words, timeout_s)
 
 
 SPEC = CollectiveSpec(kind="allgather", size_bytes=4096)
@@ -198,13 +211,13 @@ def state(rank: int, world: int, digest: int = 7, eager: bool = False) -> types.
                                  windows=True)
 
 
-def enter(c: Communicator, st: types.SimpleNamespace, offset: int) -> dict[int, int]:
+def enter(c: MailboxRank, st: types.SimpleNamespace, offset: int) -> dict[int, int]:
     """A window call's mailbox part, as Communicator._window_call makes it (entries, [the launch], the checks):
     {partner: its output's address}."""
-    remote = c._window_remote(st, WINDOW, offset)
-    c._window_entries(st, WINDOW.index, offset)
-    c._check_windows()
-    c._raise_window_error()
+    remote = c.windows.remote(st, WINDOW, offset)
+    c.windows.entries(st, WINDOW.index, offset)
+    c.windows.check()
+    c.windows.raise_error()
     return remote
 
 
@@ -217,12 +230,12 @@ def test_window_calls_never_wait_and_are_checked_later():
     sa, sb = state(0, 2), state(1, 2)
     for _ in range(6):  # no partner yet: nothing waits
         assert enter(a, sa, 64) == {1: (1 << 30) + 64}
-    assert [e[0] for e in a._win_pending[1]] == [1, 2, 3, 4, 5, 6]
+    assert [e[0] for e in a.windows.pending[1]] == [1, 2, 3, 4, 5, 6]
     for _ in range(6):
         enter(b, sb, 64)
-    assert not b._win_pending[0]  # 1, 2 replaced by 5, 6 (unchecked), 3-6 checked
-    a._check_windows()
-    assert not a._win_pending[1]
+    assert not b.windows.pending[0]  # 1, 2 replaced by 5, 6 (unchecked), 3-6 checked
+    a.windows.check()
+    assert not a.windows.pending[1]
     enter(a, sa, 64)
     with pytest.raises(PlanError, match="rank 0's buffer is at offset 64 of window 0, rank 1's at offset 128"):
         enter(b, sb, 128)
@@ -234,7 +247,7 @@ def test_a_rendezvous_entry_is_not_overwritten_before_it_is_read():
     words = mailbox(2)
     a = mailbox_comm(0, 2, words, 0.2)
     sa = state(0, 2)
-    a._publish(sa, None)  # call 1: a rendezvous entry, unread
+    a.rdv.publish(sa, None)  # call 1: a rendezvous entry, unread
     for _ in range(3):
         enter(a, sa, 0)  # calls 2-4
     with pytest.raises(HocclTimeoutError, match="rank 1 did not acknowledge"):
@@ -247,10 +260,10 @@ def test_a_window_call_against_a_mailbox_call_raises_on_both_ranks():
     enter(a, state(0, 2), 0)
     sb = state(1, 2)
     with pytest.raises(PlanError, match="rank 0 passed a buffer at offset 0 of registered window 0"):
-        b._collect(sb, b._publish(sb, None))
-    a._check_windows()  # (a mismatch is kept until the call is launched, then raised)
+        b.rdv.collect(sb, b.rdv.publish(sb, None))
+    a.windows.check()  # (a mismatch is kept until the call is launched, then raised)
     with pytest.raises(PlanError, match="rank 1 did not pass a buffer of a registered window in call 1"):
-        a._raise_window_error()
+        a.windows.raise_error()
 
 
 def test_another_collective_on_a_window_raises():
@@ -283,19 +296,19 @@ def test_mixed_calls_in_threads_never_deadlock_and_check_every_entry(seed):
                 if kind == "window":
                     enter(c, plain, 0)
                 elif kind == "mailbox":
-                    c._collect(plain, c._publish(plain, None))
+                    c.rdv.collect(plain, c.rdv.publish(plain, None))
                 elif kind == "eager":
-                    c._eager_enter(eager)
+                    c.eager.enter(eager)
                 else:
-                    got = c._publish(plain, None)
+                    got = c.rdv.publish(plain, None)
                     enter(c, plain, 0)
-                    c._collect(plain, got)
+                    c.rdv.collect(plain, got)
             deadline = time.monotonic() + 10
-            while (any(c._win_pending.values()) or c._unverified) and time.monotonic() < deadline:
-                c._check_windows()  # (as synchronize() does)
-                c._verify_eager()
+            while (any(c.windows.pending.values()) or c.eager.unverified) and time.monotonic() < deadline:
+                c.windows.check()  # (as synchronize() does)
+                c.eager.verify()
                 time.sleep(1e-3)
-            c._raise_window_error()
+            c.windows.raise_error()
         except Exception as exc:  # noqa: BLE001 - handed to the test
             errors.append((r, exc))
 
@@ -307,10 +320,10 @@ def test_mixed_calls_in_threads_never_deadlock_and_check_every_entry(seed):
     assert not errors, errors
     assert not any(t.is_alive() for t in threads)
     for c in comms:
-        assert not any(c._win_pending.values()), (c.rank, c._win_pending)
-        assert not any(c._unverified), c._unverified
+        assert not any(c.windows.pending.values()), (c.rank, c.windows.pending)
+        assert not any(c.eager.unverified), c.eager.unverified
     per_call = {"window": 1, "mailbox": 1, "eager": 1, "batch": 2}
-    assert all(c._seq[p] == sum(per_call[k] for k in kinds) for c in comms for p in range(world) if p != c.rank)
+    assert all(c.mailbox.seq[p] == sum(per_call[k] for k in kinds) for c in comms for p in range(world) if p != c.rank)
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -325,7 +338,7 @@ def test_batched_send_recv_on_windows_with_a_parity_layout(monkeypatch, world):
         space = np.zeros(16384, np.uint8)
         comm.register_window(dev(space, r))
         exports = []
-        comm._export = lambda buf, what="output": exports.append(what)
+        comm._mappings.export = lambda buf, what="output": exports.append(what)
         send_at, recv_at = (a_off, b_off) if r % 2 == 0 else (b_off, a_off)
         nxt, prv = (r + 1) % world, (r - 1) % world
         bad = []
@@ -376,8 +389,8 @@ def test_a_buffer_across_the_window_end_and_execute_on_a_window(monkeypatch):
         space = np.zeros(8192, np.uint8)
         comm.register_window(dev(space[:4096], r))
         exports = []
-        real = comm._export
-        comm._export = lambda buf, what="output": (exports.append(what), real(buf, what))[1]
+        real = comm._mappings.export
+        comm._mappings.export = lambda buf, what="output": (exports.append(what), real(buf, what))[1]
         bad = []
         inp = np.full(n, r + 1, np.uint8)
         out = space[4000:4000 + 2 * n]  # from inside the window to past its end
@@ -432,7 +445,7 @@ def test_paced_calls_on_a_window(monkeypatch):
         space = np.zeros(n, np.uint8)
         comm.register_window(dev(space, r))
         exports = []
-        comm._export = lambda buf, what="output": exports.append(what)
+        comm._mappings.export = lambda buf, what="output": exports.append(what)
         ok = True
         for call, how in ((1, {"rate_gbps": 1e-3}), (2, {"duration_s": 2.0})):
             space[:] = data(0, call, n) if r == 0 else 0xA5

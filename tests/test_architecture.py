@@ -195,11 +195,11 @@ def test_the_communicator_is_made_of_parts_not_mixins():
     methods = sorted(name for name in dir(Communicator) if callable(getattr(Communicator, name))
                      and (not name.startswith("__") or name in ("__init__", "__enter__", "__exit__")))
     assert len(methods) < 30, methods
-    parts = {"rendezvous.py": ("Mailbox", "PeerMappings", "Rendezvous"), "windows.py": ("WindowTable",),
-             "eager.py": ("EagerSlots",), "build.py": ("LaunchBuilder",), "watchdog.py": ("Watchdog",),
-             "context.py": ("NodeContext",)}
+    parts = {"rendezvous": ("Mailbox", "PeerMappings", "Rendezvous"), "windows": ("WindowTable",),
+             "eager": ("EagerSlots",), "build": ("LaunchBuilder",), "watchdog": ("Watchdog",),
+             "context": ("NodeContext",)}  # module -> its part classes
     for name, classes in parts.items():
-        tree = ast.parse((ROOT / "hoccl_runtime" / "comm" / name).read_text())
+        tree = ast.parse((ROOT / "hoccl_runtime" / "comm" / f"{name}.py").read_text())
         defined = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
         assert set(classes) <= defined, (name, defined)
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}

@@ -64,7 +64,7 @@ class _Setting:
 class Communicator:
     """Collectives among the processes of one node, on copy engines. Thread-safe; close() frees all.
 
-    It is made of parts it holds, each owning its state (docs/architecture.md, "The intra-node communicator"):
+    It is made of parts it holds, each owning its state (docs/architecture.md, the runtime's table of parts):
     ``_mailbox`` (the per-pair slots and sequence numbers), ``_mappings`` (the partners' allocations mapped
     here), ``_windows`` (registered windows), ``_rendezvous`` (a call's address exchange over the three),
     ``_eager`` (the eager path's staging), ``_launcher`` (launch lists, graphs, streams, events, pacing) and

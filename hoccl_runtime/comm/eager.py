@@ -35,7 +35,7 @@ from ._base import (
 )
 
 if TYPE_CHECKING:
-    from .build import LaunchBuilder
+    from .build import BuildContext, LaunchBuilder
     from .rendezvous import Mailbox
 
 __all__ = ["EagerSlots", "eager_layout", "eager_ops"]
@@ -86,9 +86,12 @@ class EagerSlots:
         e = state.eager
         key = ("eager", state.uid, s, inp.ptr if inp else 0, out.ptr if out else 0,
                tuple(slots.items()), rate and (rate, launcher.pace_period_us))
-        launcher.run(key, lambda stream, r, ctx: eager_ops(dataclasses.replace(
-            ctx, slot_flag=self.slot_flag, slot_bytes=self.slot_bytes, stage_in=self.stage_in,
-            stage_out=self.stage_out), e, inp, out, slots, stream, r), s, rate)
+        launcher.run(key, lambda stream, r, ctx: eager_ops(self.context(ctx), e, inp, out, slots, stream, r), s, rate)
+
+    def context(self, ctx: BuildContext) -> BuildContext:
+        """``ctx`` with what :func:`eager_ops` reads of this part: the slot flags, the slot size, the staging."""
+        return dataclasses.replace(ctx, slot_flag=self.slot_flag, slot_bytes=self.slot_bytes, stage_in=self.stage_in,
+                                   stage_out=self.stage_out)
 
     def slot_flag(self, a: int, b: int, j: int) -> _Flag:
         """FULL of eager slot j for messages a -> b."""

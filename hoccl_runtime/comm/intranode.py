@@ -154,8 +154,7 @@ class Communicator:
         # drained and the launch lists that name it dropped (hoccl_runtime.ipc)
         self._mappings = PeerMappings(rank, ctx.device, ipc_cache, before_close=self._drain)
         self._windows = WindowTable(rank, world, ctx.device, ctx.store, self._mailbox, self._mappings, store_get,
-                                    self._lock)
-        self._windows.drain = self._drain
+                                    self._lock, drain=self._drain)
         self._rendezvous = Rendezvous(self._mailbox, self._mappings, self._windows, local_copies)
         self._eager = EagerSlots(rank, world, ctx.device, ctx.store, shared, self._mailbox, eager_bytes, store_get)
         from ..plans import PlanCache

@@ -58,16 +58,17 @@ class Window:
 
 class WindowTable:
     """Rank ``rank``'s registered windows (see the module docstring), over its ``mailbox`` (a
-    :class:`~.rendezvous.Mailbox`) and ``mappings`` (a :class:`~.rendezvous.PeerMappings`). ``store_get(key, peer, what)`` reads a
-    partner's registration from the store; ``drain()`` (set by the owner) waits for this rank's calls and drops
-    the launch lists that name a window's mappings before they close; ``lock`` is the owner's call lock."""
+    :class:`~.rendezvous.Mailbox`) and ``mappings`` (a :class:`~.rendezvous.PeerMappings`). ``store_get(key, peer,
+    what)`` reads a partner's registration from the store; ``drain()`` waits for this rank's calls and drops the
+    launch lists that name a window's mappings before they close; ``lock`` is the owner's call lock."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, mailbox: Any, mappings: Any,
-                 store_get: Callable[[str, int, str], bytes], lock: threading.Lock | None = None):
+                 store_get: Callable[[str, int, str], bytes], lock: threading.Lock | None = None,
+                 drain: Callable[[], None] | None = None):
         self.rank, self.world, self.device, self.store = rank, world, device, store
         self.mailbox, self.mappings, self.store_get = mailbox, mappings, store_get
         self.lock = lock or threading.Lock()
-        self.drain: Callable[[], None] = lambda: None
+        self.drain: Callable[[], None] = drain or (lambda: None)
         self.windows: list[Window] = []
         self.count = 0
         # window calls whose partner's entry was not there yet: peer -> (seq, digest, window, offset, call)

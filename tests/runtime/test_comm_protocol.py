@@ -12,7 +12,6 @@ output must equal the reference executor's (``hoccl_compiler.verify.replay``) an
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import types
 
@@ -78,10 +77,7 @@ class FakeRank:
 
     def eager_ops(self, e, inp, out, slots, s, rate=None):
         """What EagerSlots.launch builds for the call (the same context)."""
-        ctx = dataclasses.replace(self.launcher.context(), slot_flag=self.eager.slot_flag,
-                                  slot_bytes=self.eager.slot_bytes, stage_in=self.eager.stage_in,
-                                  stage_out=self.eager.stage_out)
-        return eager_ops(ctx, e, inp, out, slots, s, rate)
+        return eager_ops(self.eager.context(self.launcher.context()), e, inp, out, slots, s, rate)
 
 
 def fake_comm(rank: int, world: int, local_copies: str = "sm") -> FakeRank:

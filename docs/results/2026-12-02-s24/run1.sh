@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Session 24, run 1 on the 1x H200: the GPU suites on today's head (code that had only run on the CPU: the CUDA door
-# split, the watchdog part, the proxy process's one-time DONE, the TCP reset wording), then FSDP 350m with HOCCL
-# reducing under MPS, traced (HOCCL_NET_TRACE), to find the rounds that slow down.
+# split, the watchdog part, the proxy process's one-time DONE, the TCP reset wording). Run 5 runs it again.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$SECONDS

@@ -1,10 +1,14 @@
 """TCP transport vs plain sockets between two processes on one host, same number of connections.
 
-    python examples/bench_tcp.py [--sizes 2MiB,64MiB,1GiB] [--lanes 1,4,8]
+    python examples/bench_tcp.py [--sizes 2MiB,64MiB,1GiB] [--lanes 1,4,8] [--both]
 
 Both sides run in separate processes; the receiver acknowledges each transfer once every byte is in
 its buffer (the raw baseline over a control byte, the transport with a zero-byte write carrying an
 immediate). Median of repeats; prints a table and the transport/raw ratio.
+
+``--both``: both processes send ``size`` bytes to each other at once (an AllGather's or All-to-All's traffic
+between two nodes), each starting at a shared barrier; a round's time is the slower side's, from the barrier to
+the last of the peer's bytes in its buffer. GB/s is per direction.
 """
 
 from __future__ import annotations
@@ -182,18 +186,101 @@ class _ChunkedReceiver:
         rx.close()
 
 
+def _both_side(args):
+    """One of the two processes of :func:`both`: ``(kind, side, lanes, size, port_q, barrier, times_q)``."""
+    kind, side, lanes, size, port_q, barrier, times_q = args
+    out, inbox = np.ones(size, dtype=np.uint8), np.zeros(size, dtype=np.uint8)
+    times = []
+    if kind == "raw":
+        if side == 0:
+            srv = socket.socket()
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(64)
+            port_q.put(srv.getsockname()[1])
+            socks = [srv.accept()[0] for _ in range(lanes)]
+        else:
+            port = port_q.get(timeout=30)
+            socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(lanes)]
+        for s in socks:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        part = -(-size // lanes)
+        view, payload = memoryview(inbox), memoryview(out)
+
+        def take(i):
+            lo, hi = min(i * part, size), min((i + 1) * part, size)
+            got = lo
+            while got < hi:
+                got += socks[i].recv_into(view[got:hi])
+
+        def give(i):
+            socks[i].sendall(payload[min(i * part, size):min((i + 1) * part, size)])
+
+        for _ in range(REPEATS + 1):
+            barrier.wait(30)
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=f, args=(i,)) for i in range(lanes) for f in (take, give)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            times.append(time.perf_counter() - t0)
+        for s in socks:
+            s.close()
+    else:
+        tr = TcpTransport(lanes=lanes, session="bench-both")
+        tr.register(inbox)
+        region = tr.register(out)
+        if side == 0:
+            port_q.put(tr.listen())
+            conn = tr.accept(timeout_s=30)
+        else:
+            conn = tr.connect(port_q.get(timeout=30), timeout_s=30)
+        for r in range(REPEATS + 1):
+            barrier.wait(30)
+            t0 = time.perf_counter()
+            conn.write(region, 0, size, 0, 0, imm=r)
+            got = sent = False
+            while not (got and sent):
+                for c in conn.poll(timeout_s=60):
+                    got |= c.kind == "received"
+                    sent |= c.kind != "received"
+            times.append(time.perf_counter() - t0)
+        barrier.wait(30)
+        tr.close()
+    times_q.put(times[1:])
+
+
+def both(kind: str, lanes: int, size: int) -> float:
+    """Median over rounds of the slower side's seconds when both processes send ``size`` bytes at once."""
+    ctx = mp.get_context("spawn")
+    port_q, times_q, barrier = ctx.Queue(), ctx.Queue(), ctx.Barrier(2)
+    procs = [ctx.Process(target=_both_side, args=((kind, side, lanes, size, port_q, barrier, times_q),))
+             for side in (0, 1)]
+    for p in procs:
+        p.start()
+    a, b = times_q.get(timeout=120), times_q.get(timeout=120)
+    for p in procs:
+        p.join(30)
+    return statistics.median(max(x, y) for x, y in zip(a, b))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="2MiB,64MiB,1GiB")
     p.add_argument("--lanes", default="1,4,8")
+    p.add_argument("--both", action="store_true", help="both processes send to each other at once")
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     lanes_list = [int(x) for x in args.lanes.split(",")]
     print(f"host {os.uname().nodename}, {os.cpu_count()} cores, date {time.strftime('%Y-%m-%d')}")
+    print("both directions at once, GB/s per direction" if args.both else "one direction")
     print(f"{'lanes':>5} {'size':>9} {'raw GB/s':>9} {'hoccl GB/s':>11} {'ratio':>6}")
     for lanes in lanes_list:
         for size in sizes:
-            t_raw, t_h = raw(lanes, size), hoccl(lanes, size)
+            if args.both:
+                t_raw, t_h = both("raw", lanes, size), both("hoccl", lanes, size)
+            else:
+                t_raw, t_h = raw(lanes, size), hoccl(lanes, size)
             print(f"{lanes:>5} {size >> 20:>5} MiB {size / t_raw / 1e9:9.2f} {size / t_h / 1e9:11.2f} "
                   f"{t_raw / t_h:6.2f}", flush=True)
     return 0

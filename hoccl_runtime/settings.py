@@ -44,6 +44,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_CHUNK_BYTES": ("8388608", "network communicators: the chunk size of their plans (bytes, 4096 .. 1 GiB) "
                               "where chunk_bytes= is not given: each chunk is staged, sent and landed in turn, so "
                               "smaller chunks overlap these steps within smaller calls"),
+    "HOCCL_NET_LANES": ("8", "network communicators: TCP connections per peer (1-64) where lanes= is not given; each "
+                        "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
     "HOCCL_NET_TRACE": ("", "the network proxy process: a path prefix; each rank writes PREFIX.rankN.csv at close, a "

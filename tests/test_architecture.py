@@ -217,3 +217,17 @@ def test_nothing_is_built_with_object_new():
                         and isinstance(node.func.value, ast.Name) and node.func.value.id == "object":
                     hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not hits, hits
+
+
+def test_the_executors_issue_their_copies_as_launch_ops():
+    """The one-node executor and the GPU network executor build a run as typed launch ops (hoccl_runtime/launch.py)
+    and issue the list: neither enqueues a copy, an event wait or a memop batch itself."""
+    direct = {"copy_async", "stream_wait_event", "enqueue", "memcpyAsync", "batch_memop"}
+    found = []
+    for rel in ("hoccl_runtime/executor.py", "hoccl_runtime/net/gpu.py"):
+        for node in ast.walk(ast.parse((ROOT / rel).read_text())):
+            name = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else \
+                node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
+            if name in direct:
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}")
+    assert not found, found

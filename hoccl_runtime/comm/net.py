@@ -21,7 +21,7 @@ broadcast, scatter, gather, send, recv), each returning at once. What happens:
   ``PlanError``) still releases the stream (the data is then wrong), and the error is raised by the
   next call, ``synchronize()`` or ``close()``.
 
-Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``); staging: a pinned ring of 256 MiB
+Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``, HOCCL_NET_LANES); staging: a pinned ring of 256 MiB
 per direction and executor (``ring_bytes=``: 32 chunks in flight; with 4 the GPU path ran at 0.64-0.74 of
 the transport's own rate on the 2x H200 host, see docs/benchmarks.md); the listening address:
 ``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback.
@@ -68,6 +68,17 @@ def net_chunk_bytes(given: int | None) -> int:
         return env_int("HOCCL_NET_CHUNK_BYTES", 8 << 20, 4096, 1 << 30)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise HocclError(f"chunk_bytes={given!r}: give a positive number of bytes (default 8 MiB)")
+    return given
+
+
+def net_lanes(given: int | None) -> int:
+    """TCP connections per peer of a network communicator: ``given``, else HOCCL_NET_LANES (8)."""
+    from ..settings import env_int
+
+    if given is None:
+        return env_int("HOCCL_NET_LANES", 8, 1, 64)
+    if isinstance(given, bool) or not isinstance(given, int) or not 1 <= given <= 64:
+        raise HocclError(f"lanes={given!r}: give 1..64 TCP connections per peer (default 8, HOCCL_NET_LANES)")
     return given
 
 
@@ -357,8 +368,9 @@ class NetCommunicator(_Calls):
     any_stream = True  # a START/DONE pair per stream
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, timeout_s: float = 60.0,
-                 chunk_bytes: int | None = None, lanes: int = 8, host: str | None = None, ring_bytes: int = 256 << 20):
-        _set_up(self, lambda: self._setup(rank, world, device, store, timeout_s, chunk_bytes, lanes, host,
+                 chunk_bytes: int | None = None, lanes: int | None = None, host: str | None = None,
+                 ring_bytes: int = 256 << 20):
+        _set_up(self, lambda: self._setup(rank, world, device, store, timeout_s, chunk_bytes, net_lanes(lanes), host,
                                           ring_bytes), rank, store)
 
     def _setup(self, rank: int, world: int, device: int, store: Any, timeout_s: float, chunk_bytes: int, lanes: int,

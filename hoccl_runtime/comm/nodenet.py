@@ -30,6 +30,7 @@ from .net import (
     enqueue_call,
     job_secret,
     net_chunk_bytes,
+    net_lanes,
 )
 
 __all__ = ["NodeNetCommunicator"]
@@ -114,10 +115,10 @@ class NodeNetCommunicator(_Calls):
     docs/architecture.md)."""
 
     def __init__(self, rank: int, world: int, device: int, store: Any, *, gpus_per_node: int,
-                 timeout_s: float = 60.0, chunk_bytes: int | None = None, lanes: int = 8, host: str | None = None,
-                 ring_bytes: int = 256 << 20):
-        _set_up(self, lambda: self._setup(rank, world, device, store, gpus_per_node, timeout_s, chunk_bytes, lanes,
-                                          host, ring_bytes), rank, store)
+                 timeout_s: float = 60.0, chunk_bytes: int | None = None, lanes: int | None = None,
+                 host: str | None = None, ring_bytes: int = 256 << 20):
+        _set_up(self, lambda: self._setup(rank, world, device, store, gpus_per_node, timeout_s, chunk_bytes,
+                                          net_lanes(lanes), host, ring_bytes), rank, store)
 
     def _setup(self, rank: int, world: int, device: int, store: Any, gpus_per_node: int, timeout_s: float,
                chunk_bytes: int, lanes: int, host: str | None, ring_bytes: int) -> None:

@@ -13,12 +13,13 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
-from .._cuda import copy_async, set_device  # no CUDA at import (the driving half runs without it)
+from .._cuda import cuda_errors, set_device  # no CUDA at import (the driving half runs without it)
 from .._cuda_memory import free, malloc
-from .._cuda_streams import stream_synchronize, stream_wait_event
+from .._cuda_streams import stream_synchronize
 from .._timer import fine_sleeps
 from ..errors import HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, MemOps, as_int32, reached
+from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
 from .host import HostNodeExecutor
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
@@ -337,16 +338,27 @@ class GpuNodeExecutor(GatedNodeExecutor):
             seen.pop(next(iter(seen)))
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> None:
+        """Issue the run's launch list (:meth:`launch_ops`) once: CUDA's own errors leave as a CudaError."""
+        ops = self.launch_ops(run, bound, after)
+        with cuda_errors(lambda: f"node {self.node}: enqueuing the copies of plan {run.plan.plan_id}"):
+            replay(ops)
+
+    def launch_ops(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> list[Op]:
+        """The CUDA work of one run as a launch list (:mod:`hoccl_runtime.launch`, as the one-node paths build
+        theirs), ``run``'s gates filled in as it is built: per copy stream, the waits for the ``after`` events, then
+        the copies within the node, the staging copies (each after its slot's ``go`` count, writing ``staged``) and
+        the landing copies (after ``arrived``, writing ``landed``), and last the stream's end count. The gate counts
+        grow with every run, so a list is built per run, not cached."""
         plan, mine = run.plan, set(self.ranks)
         fl = plan.flows
+        ops: list[Op] = []
         used: dict[int, int] = {}  # stream -> its GPU
 
         def stream(key: tuple, device: int) -> int:
             s = self._stream(key, device)
-            set_device(device)
+            ops.append(Device(device))  # the driver's memops need the stream's device current (squeezed below)
             if s not in used:
-                for event in after:  # the run's first copy on this stream: after the callers' work
-                    stream_wait_event(s, event)
+                ops.extend(Wait(s, event) for event in after)  # the run's first copy on this stream: after the callers
                 used[s] = device
             return s
 
@@ -363,7 +375,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
                     # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
                     if n and (to != frm or dst[2] != src[2]):
-                        copy_async(to, frm, n, stream(("d2d",), src[2]))
+                        ops.append(Memcpy(to, frm, n, stream(("d2d",), src[2])))
                     continue
                 if role != RDMA:
                     continue
@@ -371,40 +383,42 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     ubar, u = tr.src[t], fl.src[f]
                     self._one_per_ring(sending, ubar, stage, "sends")
                     ring, data = self._ring_at[("send", ubar)], bound[u][0].ptr + fl.src_offset[f]
-                    self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
-                                routes.send_base(stage.index, t),
-                                lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
+                    ops += self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
+                                       routes.send_base(stage.index, t),
+                                       lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
                 if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
                     vbar, v = tr.dst[t], fl.dst[f]
                     self._one_per_ring(receiving, vbar, stage, "receives")
                     ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
-                    self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
-                                routes.ring_base(stage.index, t),
-                                lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
+                    ops += self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
+                                       routes.ring_base(stage.index, t),
+                                       lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
         for s, device in used.items():  # each stream says when it is through with the run
             flag = self._ends.get(s)
             if flag is None:
                 flag = self._ends[s] = self._flags.allocate()
             c = self._count(("end", s))
-            set_device(device)
-            MemOps().write(flag, c).enqueue(s)
+            ops += [Device(device), Memops(MemOps().write(flag, c), s)]
             run.ends.append((flag, c))
             self._last_end[s] = (flag, c)
+        return squeeze_devices(ops)
 
-    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, where: Any) -> None:
+    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, where: Any) -> list[Op]:
         """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s`` (its first chunk at ring position
         ``base``, :class:`Routes`), each copy (``where(slot offset, chunk start)`` gives its (destination, source))
-        after its slot's gate count and writing the done count after."""
+        after its slot's gate count and writing the done count after; their ops."""
+        ops: list[Op] = []
         for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
             start, nb = self._chunk_range(tr, t, k)
             j = (base + k) % self.slots
             gate, done = self._gates[(kind, ring, j)]
             c = self._count((kind, ring, j))
-            MemOps().wait_geq(gate, c).enqueue(s)
+            ops.append(Memops(MemOps().wait_geq(gate, c), s))
             if nb:
-                copy_async(*where(j * self.chunk, start), nb, s)
-            MemOps().write(done, c).enqueue(s)
+                ops.append(Memcpy(*where(j * self.chunk, start), nb, s))
+            ops.append(Memops(MemOps().write(done, c), s))
             side.setdefault((ring, j), deque()).append((gate, done, c, nb))
+        return ops
 
     def _one_per_ring(self, seen: set, ring: int, stage: Any, what: str) -> None:
         if ring in seen:

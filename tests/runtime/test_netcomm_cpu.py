@@ -776,3 +776,22 @@ def test_a_cuda_error_in_a_network_call_is_a_cuda_error_naming_the_call(monkeypa
         return out.tolist() == [0] * 64 + [1] * 64
 
     assert two_ranks(monkeypatch, body) == {0: True, 1: True}
+
+
+def test_network_chunk_and_lane_settings(monkeypatch):
+    """chunk_bytes= and lanes= win; else HOCCL_NET_CHUNK_BYTES / HOCCL_NET_LANES; bad values name the setting."""
+    from hoccl_runtime.comm.net import net_chunk_bytes, net_lanes
+    from hoccl_runtime.errors import HocclError
+
+    monkeypatch.delenv("HOCCL_NET_CHUNK_BYTES", raising=False)
+    monkeypatch.delenv("HOCCL_NET_LANES", raising=False)
+    assert (net_chunk_bytes(None), net_lanes(None)) == (8 << 20, 8)
+    monkeypatch.setenv("HOCCL_NET_CHUNK_BYTES", str(2 << 20))
+    monkeypatch.setenv("HOCCL_NET_LANES", "16")
+    assert (net_chunk_bytes(None), net_lanes(None), net_lanes(4)) == (2 << 20, 16, 4)
+    for bad in (0, 65, True, 2.0):
+        with pytest.raises(HocclError, match="lanes="):
+            net_lanes(bad)
+    monkeypatch.setenv("HOCCL_NET_LANES", "100")
+    with pytest.raises(HocclError, match="HOCCL_NET_LANES"):
+        net_lanes(None)

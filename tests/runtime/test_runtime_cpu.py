@@ -150,6 +150,59 @@ def test_a_run_that_fails_opens_its_gates(monkeypatch):
         t.close()
 
 
+def test_the_gpu_executors_run_is_one_launch_list(monkeypatch):
+    """prepare builds a run as typed launch ops (as the one-node paths do) and issues them once: on the sender, the
+    wait for the caller's event, then per chunk its slot's gate, the staging copy and the staged count, then the
+    stream's end count; the copies cover the data once, each from the input into the send ring; and the run moves
+    the bytes."""
+    import contextvars
+
+    import fake_cuda
+
+    from hoccl_runtime import launch
+    from hoccl_runtime.net import gpu
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    plan, data, out, bufs, transports, addresses = _sendrecv_executors(monkeypatch)
+    issued: dict[int, list] = {}  # node -> the launch lists its executor issued
+    this_node, real_replay = contextvars.ContextVar("node"), gpu.replay
+
+    def spy(ops):
+        issued.setdefault(this_node.get(), []).append(list(ops))
+        real_replay(ops)
+
+    monkeypatch.setattr(gpu, "replay", spy)
+    event = fake_cuda.Runtime().eventCreateWithFlags(0)
+
+    def node(n):
+        this_node.set(n)
+        ex = GpuNodeExecutor(plan, n, bufs[n], transports[n], slots=3, timeout_s=20, reuse=True)
+        ex.connect(addresses)
+        ex.run(prepared=ex.prepare(after=(event,)))
+        ex.close()
+
+    from threaded import failures, in_threads
+
+    errors = failures(in_threads(2, node))
+    for t in transports:
+        t.close()
+    assert not errors, errors
+    assert np.array_equal(out, data)
+    (ops,) = issued[0]
+    chunks = -(-data.nbytes // 4096)
+    kinds = [type(op).__name__ for op in ops]
+    assert kinds == ["Device", "Wait"] + ["Memops", "Memcpy", "Memops"] * chunks + ["Memops", "Restore"], kinds
+    assert ops[1].event == event
+    copies = [op for op in ops if type(op) is launch.Memcpy]
+    assert sum(op.nbytes for op in copies) == data.nbytes
+    lo = int(data.ctypes.data)
+    assert sorted(op.src - lo for op in copies) == list(range(0, data.nbytes, 4096))
+    assert len({op.stream for op in ops if hasattr(op, "stream")}) == 1  # one staging stream per ring
+    (recv_ops,) = issued[1]
+    assert [type(op).__name__ for op in recv_ops].count("Memcpy") == chunks
+    assert sum(op.nbytes for op in recv_ops if type(op) is launch.Memcpy) == data.nbytes
+
+
 class FakeCai:
     def __init__(self, ptr, shape, typestr="<f4", strides=None):
         self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr,

@@ -21,10 +21,12 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
 
+from . import _cuda  # no CUDA at import (its names are looked up when called: tests fake them)
 from .errors import HocclError
 
 __all__ = ["FlagPool", "Flag", "MemOps", "handshake", "as_int32", "reached"]
@@ -70,8 +72,6 @@ class FlagPool:
             self.view = memory
             self.base = int(memory.ctypes.data)
         elif device:
-            import ctypes
-
             from ._cuda import host_mapped_alloc
 
             self._ptr = host_mapped_alloc(4 * capacity)
@@ -151,17 +151,13 @@ class MemOps:
 
     def _build(self) -> Any:
         """What enqueue passes: a packed parameter block for the ctypes path, else cuda.bindings objects."""
-        from ._cuda import MEMOP_BYTES, driver, fast_driver, pack_memops
-
-        fast = fast_driver()
+        fast = _cuda.fast_driver()
         if fast is not None:
-            import ctypes
-
             # the block travels with every enqueue (ctypes passes it by address), which keeps it alive as
             # long as any launch list that uses it: a bare address would dangle once the MemOps is gone
-            block = ctypes.create_string_buffer(pack_memops(self.ops), len(self.ops) * MEMOP_BYTES)
+            block = ctypes.create_string_buffer(_cuda.pack_memops(self.ops), len(self.ops) * _cuda.MEMOP_BYTES)
             return fast, block
-        cu = driver()
+        cu = _cuda.driver()
         params = []
         for kind, address, value in self.ops:
             p = cu.CUstreamBatchMemOpParams()

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import _cuda  # no CUDA at import (its names are looked up when called: tests fake them)
+
 __all__ = ["Device", "Memcpy", "Record", "Wait", "Memops", "Call", "GraphLaunch", "Restore", "Op", "LaunchCache",
            "compile_launch", "replay", "squeeze_devices"]
 
@@ -48,9 +50,7 @@ class Memcpy:
     stream: int
 
     def bind(self, rt: Any) -> tuple[Callable, tuple]:
-        from ._cuda import MEMCPY_DEFAULT
-
-        return rt.memcpyAsync, (self.dst, self.src, self.nbytes, MEMCPY_DEFAULT, self.stream)
+        return rt.memcpyAsync, (self.dst, self.src, self.nbytes, _cuda.MEMCPY_DEFAULT, self.stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +132,7 @@ def compile_launch(ops: Sequence[Op]) -> Callable[[], None]:
     """A launch list as one closure of bound calls (no dispatch on op kinds when it runs). A list with ``Device``
     ops leaves the caller's current device as it found it; when every ``Device`` names one GPU and that GPU is
     already current, the switches are skipped."""
-    from ._cuda import cupy_runtime
-
-    rt = cupy_runtime()
+    rt = _cuda.cupy_runtime()
     steps: list[tuple[Callable, tuple]] = []
     quiet: list[tuple[Callable, tuple]] = []  # the same without the device switches
     devices: set[int] = set()
@@ -170,8 +168,28 @@ def compile_launch(ops: Sequence[Op]) -> Callable[[], None]:
 
 
 def replay(ops: Sequence[Op]) -> None:
-    """Issue a launch list once (where it is not worth keeping compiled: a graph capture, a test)."""
-    compile_launch(ops)()
+    """Issue a launch list once, binding each op as it goes (where a list is not worth keeping compiled: a graph
+    capture, a network run whose gate counts change every run). A list with ``Device`` ops leaves the caller's
+    current device as it found it."""
+    rt = _cuda.cupy_runtime()
+    caller = current = None
+    try:
+        for op in ops:
+            kind = type(op)
+            if kind is Restore:
+                break
+            if kind is Device:
+                if caller is None:
+                    caller = current = rt.getDevice()
+                if op.device != current:
+                    rt.setDevice(op.device)
+                    current = op.device
+                continue
+            fn, args = op.bind(rt)
+            fn(*args)
+    finally:
+        if current != caller:
+            rt.setDevice(caller)
 
 
 class LaunchCache:

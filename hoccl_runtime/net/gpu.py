@@ -347,20 +347,36 @@ class GpuNodeExecutor(GatedNodeExecutor):
         """The CUDA work of one run as a launch list (:mod:`hoccl_runtime.launch`, as the one-node paths build
         theirs), ``run``'s gates filled in as it is built: per copy stream, the waits for the ``after`` events, then
         the copies within the node, the staging copies (each after its slot's ``go`` count, writing ``staged``) and
-        the landing copies (after ``arrived``, writing ``landed``), and last the stream's end count. The gate counts
-        grow with every run, so a list is built per run, not cached."""
+        the landing copies (after ``arrived``, writing ``landed``), and last the stream's end count. The memory
+        operations between two copies of a stream go in one batch (a chunk's done count and the next chunk's gate
+        wait, in that order: a batch runs in order). The gate counts grow with every run, so a list is built per
+        run, not cached."""
         plan, mine = run.plan, set(self.ranks)
         fl = plan.flows
         ops: list[Op] = []
         used: dict[int, int] = {}  # stream -> its GPU
+        pending: dict[int, MemOps] = {}  # stream -> its memory operations since its last copy, not yet in ops
 
         def stream(key: tuple, device: int) -> int:
             s = self._stream(key, device)
-            ops.append(Device(device))  # the driver's memops need the stream's device current (squeezed below)
             if s not in used:
+                ops.append(Device(device))  # the driver's memops need the stream's device current (squeezed below)
                 ops.extend(Wait(s, event) for event in after)  # the run's first copy on this stream: after the callers
                 used[s] = device
             return s
+
+        def memops(s: int) -> MemOps:
+            batch = pending.get(s)
+            if batch is None:
+                batch = pending[s] = MemOps()
+            return batch
+
+        def copy(dst: int, src: int, nbytes: int, s: int) -> None:
+            batch = pending.pop(s, None)
+            ops.append(Device(used[s]))
+            if batch is not None:
+                ops.append(Memops(batch, s))
+            ops.append(Memcpy(dst, src, nbytes, s))
 
         routes = self._routes(plan)
         for stage in plan.stages:
@@ -375,7 +391,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
                     # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
                     if n and (to != frm or dst[2] != src[2]):
-                        ops.append(Memcpy(to, frm, n, stream(("d2d",), src[2])))
+                        copy(to, frm, n, stream(("d2d",), src[2]))
                     continue
                 if role != RDMA:
                     continue
@@ -383,42 +399,42 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     ubar, u = tr.src[t], fl.src[f]
                     self._one_per_ring(sending, ubar, stage, "sends")
                     ring, data = self._ring_at[("send", ubar)], bound[u][0].ptr + fl.src_offset[f]
-                    ops += self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
-                                       routes.send_base(stage.index, t),
-                                       lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
+                    self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
+                                routes.send_base(stage.index, t), memops, copy,
+                                lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
                 if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
                     vbar, v = tr.dst[t], fl.dst[f]
                     self._one_per_ring(receiving, vbar, stage, "receives")
                     ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
-                    ops += self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
-                                       routes.ring_base(stage.index, t),
-                                       lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
+                    self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
+                                routes.ring_base(stage.index, t), memops, copy,
+                                lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
         for s, device in used.items():  # each stream says when it is through with the run
             flag = self._ends.get(s)
             if flag is None:
                 flag = self._ends[s] = self._flags.allocate()
             c = self._count(("end", s))
-            ops += [Device(device), Memops(MemOps().write(flag, c), s)]
+            ops += [Device(device), Memops(memops(s).write(flag, c), s)]
             run.ends.append((flag, c))
             self._last_end[s] = (flag, c)
         return squeeze_devices(ops)
 
-    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, where: Any) -> list[Op]:
+    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, memops: Any, copy: Any,
+               where: Any) -> None:
         """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s`` (its first chunk at ring position
         ``base``, :class:`Routes`), each copy (``where(slot offset, chunk start)`` gives its (destination, source))
-        after its slot's gate count and writing the done count after; their ops."""
-        ops: list[Op] = []
+        after its slot's gate count and writing the done count after: ``memops(s)`` is the stream's batch of
+        memory operations being gathered, ``copy(dst, src, nbytes, s)`` puts it and the copy in the list."""
         for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
             start, nb = self._chunk_range(tr, t, k)
             j = (base + k) % self.slots
             gate, done = self._gates[(kind, ring, j)]
             c = self._count((kind, ring, j))
-            ops.append(Memops(MemOps().wait_geq(gate, c), s))
+            memops(s).wait_geq(gate, c)
             if nb:
-                ops.append(Memcpy(*where(j * self.chunk, start), nb, s))
-            ops.append(Memops(MemOps().write(done, c), s))
+                copy(*where(j * self.chunk, start), nb, s)
+            memops(s).write(done, c)
             side.setdefault((ring, j), deque()).append((gate, done, c, nb))
-        return ops
 
     def _one_per_ring(self, seen: set, ring: int, stage: Any, what: str) -> None:
         if ring in seen:

@@ -152,9 +152,9 @@ def test_a_run_that_fails_opens_its_gates(monkeypatch):
 
 def test_the_gpu_executors_run_is_one_launch_list(monkeypatch):
     """prepare builds a run as typed launch ops (as the one-node paths do) and issues them once: on the sender, the
-    wait for the caller's event, then per chunk its slot's gate, the staging copy and the staged count, then the
-    stream's end count; the copies cover the data once, each from the input into the send ring; and the run moves
-    the bytes."""
+    wait for the caller's event, then per chunk its slot's gate and the staging copy, each chunk's staged count in
+    one batch with the next chunk's gate (the last with the stream's end count); the copies cover the data once,
+    each from the input into the send ring; and the run moves the bytes."""
     import contextvars
 
     import fake_cuda
@@ -191,8 +191,10 @@ def test_the_gpu_executors_run_is_one_launch_list(monkeypatch):
     (ops,) = issued[0]
     chunks = -(-data.nbytes // 4096)
     kinds = [type(op).__name__ for op in ops]
-    assert kinds == ["Device", "Wait"] + ["Memops", "Memcpy", "Memops"] * chunks + ["Memops", "Restore"], kinds
+    assert kinds == ["Device", "Wait"] + ["Memops", "Memcpy"] * chunks + ["Memops", "Restore"], kinds
     assert ops[1].event == event
+    batches = [[kind for kind, _, _ in op.batch.ops] for op in ops if type(op) is launch.Memops]
+    assert batches == [["wait_geq"]] + [["write", "wait_geq"]] * (chunks - 1) + [["write", "write"]], batches
     copies = [op for op in ops if type(op) is launch.Memcpy]
     assert sum(op.nbytes for op in copies) == data.nbytes
     lo = int(data.ctypes.data)

@@ -123,3 +123,38 @@ def test_behind_verification_the_bounds_check_still_refuses(monkeypatch):
         hr.execute(bad, bufs)
     cp.cuda.Device(0).synchronize()
     assert _untouched(wholes)
+
+
+def test_the_gpu_network_executor_runs_only_verified_plans():
+    """Across nodes on a real GPU (two "nodes" of one GPU each, both on GPU 0): a plan whose two flows' destination
+    offsets were swapped (both in bounds, so only verification sees it) is refused when the executor is made and
+    when a reusable executor is handed it; nothing is copied (every buffer and guard as it was), and the executor
+    still prepares and releases its own plan."""
+    from hoccl_runtime.errors import PlanError
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    good = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
+                        CollectiveSpec(kind="allgather", size_bytes=64 << 10),
+                        CompileOptions(chunk_bytes=16 << 10, baselines=False))
+    offsets = list(good.flows.dst_offset)
+    moving = [f for f in range(len(offsets)) if good.flows.src[f] != good.flows.dst[f]]
+    a, b = moving[0], moving[1]
+    offsets[a], offsets[b] = offsets[b], offsets[a]
+    bad = good.model_copy(update={"flows": good.flows.model_copy(update={"dst_offset": offsets})})
+    assert offsets[a] != offsets[b]
+    _, wholes, bufs = _buffers(good, 3)
+    transport = GpuNodeExecutor.make_transport(good, 0, lanes=1, secret=b"hostile-gpu")
+    try:
+        with pytest.raises(PlanError, match="fails verification"):
+            GpuNodeExecutor(bad, 0, {0: bufs[0]}, transport, slots=4, timeout_s=5)
+        ex = GpuNodeExecutor(good, 0, {0: bufs[0]}, transport, slots=4, timeout_s=5, reuse=True)
+        try:
+            with pytest.raises(PlanError, match="fails verification"):
+                ex.prepare(bad)
+            cp.cuda.Device(0).synchronize()
+            assert _untouched(wholes)
+            ex.release(ex.prepare())  # its own plan: enqueued, then let go (no peer drives it here)
+        finally:
+            ex.close()
+    finally:
+        transport.close()

@@ -97,6 +97,16 @@ def _sendrecv_executors(monkeypatch, chunks_bytes: int = 50_000):
     return plan, data, out, bufs, transports, addresses
 
 
+def _both_nodes(node, transports) -> None:
+    """``node(n)`` for the two nodes in threads of their own; then their transports closed, and no node failed."""
+    from threaded import failures, in_threads
+
+    errors = failures(in_threads(2, node))
+    for t in transports:
+        t.close()
+    assert not errors, errors
+
+
 def test_the_gpu_executors_slots_are_gated_by_counters(monkeypatch):
     """13 chunks through 3 staging slots, twice, with the copies enqueued before the run (prepare) and the run
     opening their gates: the bytes arrive, and after both runs every slot's gate and its done counter equal the
@@ -115,12 +125,7 @@ def test_the_gpu_executors_slots_are_gated_by_counters(monkeypatch):
         counts[n] = {key: (a.read(), b.read()) for key, (a, b) in ex._gates.items()}
         ex.close()
 
-    from threaded import failures, in_threads
-
-    errors = failures(in_threads(2, node))
-    for t in transports:
-        t.close()
-    assert not errors, errors
+    _both_nodes(node, transports)
     assert np.array_equal(out, data)
     used = {0: "send", 1: "recv"}
     for n in (0, 1):
@@ -181,12 +186,7 @@ def test_the_gpu_executors_run_is_one_launch_list(monkeypatch):
         ex.run(prepared=ex.prepare(after=(event,)))
         ex.close()
 
-    from threaded import failures, in_threads
-
-    errors = failures(in_threads(2, node))
-    for t in transports:
-        t.close()
-    assert not errors, errors
+    _both_nodes(node, transports)
     assert np.array_equal(out, data)
     (ops,) = issued[0]
     chunks = -(-data.nbytes // 4096)

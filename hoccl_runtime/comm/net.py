@@ -283,17 +283,16 @@ class _Calls:
         from .._store import wait_for_key
 
         me, w = self.rank, self.world
-        self._a2av_calls += 1
-        k = self._a2av_calls
         try:  # the sizes against the buffers: a rank that refuses tells the others at once (they would wait for it)
             alltoallv_pieces(me, w, as_buffer(input, "input"), as_buffer(output, "output"), input_split_bytes,
                              output_split_bytes)
             mine = ",".join(str(int(b)) for b in input_split_bytes) + "|" + \
                 ",".join(str(int(b)) for b in output_split_bytes)
         except (HocclError, TypeError, ValueError) as exc:
-            with contextlib.suppress(Exception):
-                self._store.set(f"a2av/{k}/{me}", "!" + f"{type(exc).__name__}: {exc}"[:1000])
+            self.refuse_all_to_all_v(exc)
             raise
+        self._a2av_calls += 1
+        k = self._a2av_calls
         self._store.set(f"a2av/{k}/{me}", mine)
         rows = []
         for r in range(w):
@@ -316,6 +315,15 @@ class _Calls:
         rows = [row[0] for row in rows]
         if any(any(row) for row in rows):
             self._call(CallKey.alltoallv(tuple(rows)), input, output, stream)
+
+    def refuse_all_to_all_v(self, exc: BaseException) -> None:
+        """Refuse this rank's next All-to-Allv call for ``exc`` (its sizes are wrong here, found by this
+        communicator or by a layer above, such as torch's split sizes): the other ranks, waiting in that call for
+        this rank's row, raise a :class:`CollectiveError` naming this rank and ``exc`` at once. The caller raises
+        ``exc`` itself; the call counts as made, so the next calls of every rank stay paired."""
+        self._a2av_calls += 1
+        with contextlib.suppress(Exception):  # a store that is gone: the others time out naming this rank
+            self._store.set(f"a2av/{self._a2av_calls}/{self.rank}", "!" + f"{type(exc).__name__}: {exc}"[:1000])
 
     def _buffers(self, plan: Any, input: Any, output: Any, stream: Any) -> tuple[Any, Any, int]:
         """(input, output, stream) of this rank for ``plan``: absent parts as empty buffers, an in-place

@@ -238,23 +238,38 @@ class ProcessGroupHoccl(dist.ProcessGroup):
     # --- All-to-All -----------------------------------------------------------------------------------------
     def alltoall_base(self, output: Any, input: Any, output_split_sizes: Any, input_split_sizes: Any,
                       opts: Any = None) -> HocclWork:
+        w = self.size()
+        if output_split_sizes or input_split_sizes:
+            return self._all_to_all_v(output, input, output_split_sizes, input_split_sizes)
+        self._check_all_to_all(output, input)
+        rows = input.shape[0] if input.dim() else 1
+        if output.numel() != input.numel() or rows % w:
+            raise BufferError(f"all_to_all_single: input shape {tuple(input.shape)} and output shape "
+                              f"{tuple(output.shape)} must have as many elements, with a first dimension "
+                              f"divisible by the group size {w} (or give split sizes)")
+        return self._issue(lambda s: self.comm.all_to_all_single(output, input, stream=s), [output, input], [output])
+
+    def _all_to_all_v(self, output: Any, input: Any, output_split_sizes: Any, input_split_sizes: Any) -> HocclWork:
+        """All-to-Allv of torch's split sizes (rows). A rank whose tensors or sizes are wrong tells the others
+        before it raises (they wait in the call for its sizes; see ``refuse_all_to_all_v``)."""
+        w = self.size()
+        try:
+            self._check_all_to_all(output, input)
+            ins = split_bytes(input_split_sizes, input, w, "input")
+            outs = split_bytes(output_split_sizes, output, w, "output")
+        except HocclError as exc:
+            refuse = getattr(self.comm, "refuse_all_to_all_v", None)  # a network communicator's store exchange
+            if refuse is not None:
+                refuse(exc)
+            raise
+        return self._issue(lambda s: self.comm.all_to_all_v(output, input, outs, ins, stream=s), [output, input],
+                           [output])
+
+    def _check_all_to_all(self, output: Any, input: Any) -> None:
         self._check(output, "output")
         self._check(input, "input")
         if output.dtype != input.dtype:
             raise BufferError(f"all_to_all_single: output is {output.dtype}, input {input.dtype}; give one dtype")
-        w = self.size()
-        if not output_split_sizes and not input_split_sizes:
-            rows = input.shape[0] if input.dim() else 1
-            if output.numel() != input.numel() or rows % w:
-                raise BufferError(f"all_to_all_single: input shape {tuple(input.shape)} and output shape "
-                                  f"{tuple(output.shape)} must have as many elements, with a first dimension "
-                                  f"divisible by the group size {w} (or give split sizes)")
-            return self._issue(lambda s: self.comm.all_to_all_single(output, input, stream=s), [output, input],
-                               [output])
-        ins = split_bytes(input_split_sizes, input, w, "input")
-        outs = split_bytes(output_split_sizes, output, w, "output")
-        return self._issue(lambda s: self.comm.all_to_all_v(output, input, outs, ins, stream=s), [output, input],
-                           [output])
 
     all_to_all_single = alltoall_base
 

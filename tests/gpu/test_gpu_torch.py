@@ -45,7 +45,7 @@ def four_ranks(tmp_path_factory):
 def over_tcp(tmp_path_factory):
     """2 ranks, each its own "node" (HOCCL_GPUS_PER_NODE=1): the group runs on NetCommunicator over TCP."""
     path = tmp_path_factory.mktemp("torch") / "tcp.json"
-    _torchrun(2, WORKER, str(path), *_NAMES, HOCCL_GPUS_PER_NODE="1")
+    _torchrun(2, WORKER, str(path), *GROUPS["over_tcp"], HOCCL_GPUS_PER_NODE="1")
     return json.loads(path.read_text())
 
 
@@ -68,7 +68,7 @@ GROUPS = {
     "two_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "fsdp",
                   "fsdp_no_kernel", "nccl_shared_gpu"],  # last: a refusing NCCL leaves its group broken
     "four_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"],
-    "over_tcp": _NAMES,
+    "over_tcp": _NAMES + ["split_refusal"],
     "two_nodes_of_two": _NAMES,
 }
 

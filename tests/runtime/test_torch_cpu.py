@@ -4,6 +4,8 @@ The communicator is faked (tests/support/torch_fakes.py); the GPU run is tests/g
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -275,6 +277,34 @@ def test_bad_input_is_refused_and_the_next_call_works():
         return out
     res, _ = run_ranks(2, body)
     assert all(torch.equal(o, torch.tensor([0.0, 0.0, 1.0, 1.0])) for o in res)
+
+
+@pytest.mark.parametrize("bad", ["splits", "dtype"])
+def test_a_rank_refusing_its_split_sizes_tells_the_others(bad):
+    """Rank 1's split sizes do not add up to its input (or its tensors differ in dtype), found by the group
+    before the communicator's call: over the network, where the ranks exchange their sizes in that call, rank 1
+    tells the others, which raise a CollectiveError naming rank 1 and its reason at once instead of waiting for
+    its sizes until their timeout (issue 36, item 4, found on the GPU); then the group works."""
+
+    def body(g, r):
+        inp, out = _data(r, (4,)), _poisoned((4,))
+        send = [2, 2]
+        if r == 1:
+            send = [2, 3] if bad == "splits" else send
+            inp = inp.double() if bad == "dtype" else inp
+        t0 = time.monotonic()
+        with pytest.raises(HocclError) as got:
+            g.alltoall_base(out, inp, [2, 2], send).wait()
+        took = time.monotonic() - t0
+        g._allgather_base(out, torch.full((2,), float(r))).wait()
+        return str(got.value), type(got.value).__name__, took, out
+
+    res, _ = run_ranks(2, body, batch=False)
+    (err0, name0, took0, out0), (err1, name1, _, _) = res
+    assert name0 == "CollectiveError" and "rank 1 refused" in err0, res
+    assert ("add up to 5 but input has 4 rows" if bad == "splits" else "float64") in err0, res
+    assert took0 < 1.0 and name1 in ("CollectiveError", "BufferError"), res
+    assert all(torch.equal(o, torch.tensor([0.0, 0.0, 1.0, 1.0])) for o in (res[0][3], res[1][3]))
 
 
 def test_tensor_checks_name_the_fix():

@@ -198,6 +198,28 @@ def check_errors(g, me, w):
     _all_gather_still_works(g, me, w)
 
 
+def check_split_refusal(g, me, w):
+    """An All-to-Allv whose split sizes do not add up on rank 1 only (issue 36, item 4): rank 1 refuses at once,
+    and every other rank raises a HocclError naming rank 1 within a second (not the store's 30 s wait in a
+    plain TimeoutError); then the group works."""
+    import time
+
+    send = [4] * w if me != 1 else [4] * (w - 1) + [5]  # rank 1's input splits sum past its input
+    inp, out = data(me, (4 * w,), salt=71), poisoned((4 * w,))
+    dist.barrier(group=g)  # the ranks enter together, so the time below is the time to hear of rank 1
+    t0 = time.monotonic()
+    try:
+        dist.all_to_all_single(out, inp, [4] * w, send, group=g)
+        torch.cuda.synchronize()
+    except HocclError as exc:
+        took = time.monotonic() - t0
+        expect(me == 1 or "rank 1" in str(exc), f"rank {me}'s error does not name rank 1: {exc}")
+        expect(took < 1.0, f"rank {me} heard of rank 1's refusal after {took:.1f} s")
+    else:
+        raise AssertionError(f"rank {me}: no error for rank 1's bad splits")
+    _all_gather_still_works(g, me, w)
+
+
 def _all_gather_still_works(g, me, w):
     out = poisoned((w * 3,))
     dist.all_gather_into_tensor(out, data(me, (3,), salt=70), group=g)

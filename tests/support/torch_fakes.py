@@ -40,17 +40,30 @@ class FakeComm:
         self.closed = False
         self.pairs_alone = batch  # the intra-node communicator's way; else the network ones'
         self.batch_isend_irecv = self._batch if batch else self._sequential
+        if not batch:  # the network communicators exchange the split sizes, and a rank that refuses says so
+            self.refuse_all_to_all_v = self._refuse_all_to_all_v
 
     def close(self) -> None:
         self.closed = True
 
-    def _meet(self, name: str, payload):
+    def _tell(self, name: str, payload) -> int:
+        """Post this rank's part of its next collective call without waiting for the others; the call's key."""
         f = self.fabric
         key = self._seq
         self._seq += 1
         with f.cond:
             f.calls.setdefault(key, {})[self.rank] = (name, payload)
             f.cond.notify_all()
+        return key
+
+    def _refuse_all_to_all_v(self, exc):
+        """The network communicators' refusal: the others' call raises naming this rank (it does not wait)."""
+        self._tell("alltoallv", ("!", f"{type(exc).__name__}: {exc}"))
+
+    def _meet(self, name: str, payload):
+        f = self.fabric
+        key = self._tell(name, payload)
+        with f.cond:
             if not f.cond.wait_for(lambda: len(f.calls[key]) == f.world, TIMEOUT_S):
                 raise HocclTimeoutError(f"rank {self.rank}: call {key} ({name}) met {sorted(f.calls[key])} only")
             got = f.calls[key]
@@ -85,6 +98,9 @@ class FakeComm:
             return
         parts = self._meet("alltoallv", (input.clone().view(-1).view(torch.uint8), list(input_split_bytes)))
         me = self.rank
+        for j, (src, splits) in enumerate(parts):
+            if isinstance(src, str):
+                raise CollectiveError(f"rank {me}: rank {j} refused this All-to-Allv ({splits})")
         out = output.view(-1).view(torch.uint8)
         at = 0
         for j in range(self.world):

@@ -37,6 +37,7 @@ _SEQ, _DIGEST, _OUT_KIND, _OUT_OFFSET, _WINDOW_INDEX, _IN_KIND, _IN_OFFSET = (
 _OUT_HANDLE, _IN_HANDLE = 8 * SLOT.out_handle, 8 * SLOT.in_handle  # byte offsets of the handles in a slot
 _RING = 8 + _SLOTS * _SLOT_WORDS  # mailbox word of a pair region where the eager size ring starts ([seq, digest] x 4)
 assert 8 * (_RING + 2 * EAGER_SLOTS) <= _PAIR_BYTES
+REFUSAL_BYTES = 512     # per rank: the collective calls it refused, and why (comm.watchdog: Watchdog._record)
 
 
 class _SharedHost:
@@ -47,8 +48,8 @@ class _SharedHost:
         self.flag_count = (2 + EAGER_SLOTS) * world * world  # READY, DONE, and the eager slots' FULL
         flag_bytes = -(-4 * self.flag_count // 4096) * 4096
         mail_bytes = world * world * _PAIR_BYTES
-        self.segment = seg = SharedSegment(store, rank == 0, flag_bytes + mail_bytes + 8 * world, key="shm-name",
-                                            world=world, timeout_s=timeout_s)
+        self.segment = seg = SharedSegment(store, rank == 0, flag_bytes + mail_bytes + (8 + REFUSAL_BYTES) * world,
+                                            key="shm-name", world=world, timeout_s=timeout_s)
         self.dev_ptr = seg.dev_ptr
         self.flags = np.frombuffer(seg.shm.buf, dtype=np.int32, count=self.flag_count)
         self.mail = np.frombuffer(seg.shm.buf, dtype=np.uint8, count=mail_bytes, offset=flag_bytes)
@@ -56,6 +57,8 @@ class _SharedHost:
         self.words, self.mail_bytes = memoryview(self.mail).cast("q"), memoryview(self.mail)
         self.pids = np.frombuffer(seg.shm.buf, dtype=np.int64, count=world, offset=flag_bytes + mail_bytes)
         self.pids[rank] = os.getpid()  # partners' watchdogs tell a dead process from a slow one
+        self.refusals = np.frombuffer(seg.shm.buf, dtype=np.uint8, count=REFUSAL_BYTES * world,
+                                      offset=flag_bytes + mail_bytes + 8 * world)
         try:
             seg.join(store, "attached", world, timeout_s)
         except BaseException:
@@ -67,7 +70,7 @@ class _SharedHost:
 
     def close(self) -> None:
         views = (self.words, self.mail_bytes)
-        self.flags = self.mail = self.pids = None  # release NumPy views before closing the mapping
+        self.flags = self.mail = self.pids = self.refusals = None  # release NumPy views before closing the mapping
         self.segment.close(*views)
 
 

@@ -213,8 +213,13 @@ class Communicator:
         back) goes to rank j and lands as block ``rank`` of its ``output`` (whose blocks are
         ``output_split_bytes``). Runs as one batch of pairwise copies on copy engines (each a one-pair plan,
         compiled once per size; see :mod:`hoccl_runtime._splits`) plus this rank's own block, a same-GPU copy."""
-        pieces = alltoallv_pieces(self.rank, self.world, as_buffer(input, "input"), as_buffer(output, "output"),
-                                  input_split_bytes, output_split_bytes)
+        try:
+            pieces = alltoallv_pieces(self.rank, self.world, as_buffer(input, "input"), as_buffer(output, "output"),
+                                      input_split_bytes, output_split_bytes)
+        except HocclError as exc:  # the partners that expect a block of this rank would wait for it
+            self.refuse_all_to_all_v(exc)
+            raise
+        self._watchdog.make(self._watchdog.next_call())  # raises where a partner refused this call (or failed)
         items = [(CallKey.sendrecv(self.rank, j, b.nbytes), b, None) for j, b in pieces.sends]
         items += [(CallKey.sendrecv(j, self.rank, b.nbytes), None, b) for j, b in pieces.recvs]
         items.sort(key=lambda it: (it[0].src, it[0].dst, it[0].size))  # both ends of a pair publish in the same order
@@ -225,6 +230,19 @@ class Communicator:
             src, dst = pieces.local
             with _cuda.on_device(self.device):
                 _cuda.copy_async(dst.ptr, src.ptr, dst.nbytes, as_stream(stream))
+
+    def refuse_all_to_all_v(self, exc: BaseException) -> None:
+        """Refuse this rank's next All-to-Allv call for ``exc`` (its sizes are wrong here; found by this
+        communicator or by a layer above, such as torch's split sizes), through the node's shared memory. A
+        partner that comes to the call after this skips it too, raising a CollectiveError naming this rank and
+        ``exc``; the communicators stay usable (as when every rank refuses). A partner that made the call
+        already waits on the GPU for blocks this rank does not send: its watchdog releases those waits within
+        0.1 s and fails its communicator naming this rank and ``exc`` (raised at its next call or
+        ``synchronize()``; the refused call's output holds no valid data); every rank's communicator is then
+        unusable, as after a partner's death. The network communicators exchange the sizes first and stay
+        usable."""
+        if not self._closed:
+            self._watchdog.refuse(self._watchdog.next_call(), f"{type(exc).__name__}: {exc}")
 
     @staticmethod
     def _spec(key: tuple) -> Any:

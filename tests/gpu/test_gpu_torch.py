@@ -30,7 +30,7 @@ def _torchrun(nproc: int, script: Path, *args: str, timeout: int = 400, **extra_
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     path = tmp_path_factory.mktemp("torch") / "two.json"
-    _torchrun(2, WORKER, str(path))
+    _torchrun(2, WORKER, str(path), *GROUPS["two_ranks"])
     return json.loads(path.read_text())
 
 
@@ -66,7 +66,8 @@ _NAMES = ["all_gather", "all_to_all", "rooted", "reductions", "barrier", "errors
 # each group of ranks (a fixture above: one torchrun of the worker) and the checks it runs
 GROUPS = {
     "two_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "fsdp",
-                  "fsdp_no_kernel", "nccl_shared_gpu"],  # last: a refusing NCCL leaves its group broken
+                  "fsdp_no_kernel", "nccl_shared_gpu",  # a refusing NCCL leaves its NCCL group broken
+                  "split_refusal"],  # last: one node's ranks no longer pair after a refused call
     "four_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"],
     "over_tcp": _NAMES + ["split_refusal"],
     "two_nodes_of_two": _NAMES,

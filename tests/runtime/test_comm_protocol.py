@@ -12,6 +12,7 @@ output must equal the reference executor's (``hoccl_compiler.verify.replay``) an
 
 from __future__ import annotations
 
+import os
 import random
 import types
 
@@ -504,3 +505,60 @@ def test_the_watchdog_writes_the_flags_a_dead_rank_would_have_written():
         *[(c.slot_flag(dead, me, j).address, 1) for j in range(4)],
         *[(c.slot_flag(me, dead, j).address, 0) for j in range(4)]]}
     assert {i: int(v) for i, v in enumerate(flags) if v != 7} == at
+
+
+def test_a_refused_call_is_skipped_by_the_partners_that_come_after_and_fails_those_that_made_it():
+    """Refusable calls (All-to-Allv) through the node's shared memory (issue 36, item 4): where every rank
+    refuses, or a partner comes to the call after a rank refused it, the call is skipped everywhere (the partner
+    raises a CollectiveError naming the refusing rank and its reason) and nothing fails, also for more refusals
+    than the ring holds; a partner that made the call already is failed by its watchdog (naming the rank and the
+    reason, its waits on it released), and marks itself failed, so the refusing rank's watchdog fails too."""
+    from hoccl_runtime.comm._base import REFUSAL_BYTES
+    from hoccl_runtime.comm.watchdog import _RING_LEN, Watchdog
+    from hoccl_runtime.errors import CollectiveError
+
+    world = 2
+    shared = types.SimpleNamespace(pids=np.array([os.getpid()] * world, np.int64),
+                                   refusals=np.zeros(world * REFUSAL_BYTES, np.uint8))
+    w0, w1 = (Watchdog(r, world, shared, {}, start=False) for r in range(world))
+    drained = {0: [], 1: []}
+    for r, w in ((0, w0), (1, w1)):
+        w.drain = lambda peer, limit_s=5.0, r=r: drained[r].append(peer)
+
+    def watch(w):  # one round of the thread's loop, by hand
+        rounds = iter([False, True])
+        w._stop.wait = lambda s: next(rounds)
+        w._watch()
+
+    for _ in range(_RING_LEN + 3):  # every rank refuses: nothing fails
+        for w in (w0, w1):
+            w.refuse(w.next_call(), "CollectiveError: bad sizes everywhere")
+    watch(w0)
+    watch(w1)
+    assert w0.failure is None and w1.failure is None and w0.next_call() == w1.next_call() == _RING_LEN + 4
+
+    k = w1.next_call()  # rank 1 refuses, rank 0 comes after: it skips the call too
+    w1.refuse(k, "CollectiveError: input_split_sizes [4, 5] add up to 9 " + "x" * 600)
+    with pytest.raises(CollectiveError, match=rf"rank 0: rank 1 refused All-to-Allv call {k} \(CollectiveError: "
+                                              r"input_split_sizes \[4, 5\] add up to 9 x+\); this call moves nothing"):
+        w0.make(w0.next_call())
+    watch(w0)
+    watch(w1)
+    assert w0.failure is None and w1.failure is None and w0.next_call() == w1.next_call() == k + 1
+    assert len(w1.refusal(1).encode()) < REFUSAL_BYTES  # a long reason is cut to its record
+
+    w0.make(k + 1)  # rank 0 made the call; rank 1 then refuses it: rank 0 waits in vain
+    w1.make(k + 1)
+    w0.make(k + 2)
+    w1.refuse(k + 2, "BufferError: output is torch.float32, input torch.float64")
+    watch(w1)
+    assert w1.failure is None  # rank 0 did nothing wrong, nor failed yet
+    watch(w0)
+    assert drained == {0: [1], 1: []}
+    with pytest.raises(CollectiveError, match=rf"rank 1 refused All-to-Allv call {k + 2}, which rank 0 made "
+                                              r"\(BufferError: output is torch.float32.*unusable"):
+        w0.raise_if_failed()
+    watch(w1)
+    assert drained == {0: [1], 1: [0]}
+    with pytest.raises(CollectiveError, match=r"rank 0's communicator failed \(a call it made was refused"):
+        w1.make(w1.next_call())

@@ -200,10 +200,16 @@ def check_errors(g, me, w):
 
 def check_split_refusal(g, me, w):
     """An All-to-Allv whose split sizes do not add up on rank 1 only (issue 36, item 4): rank 1 refuses at once,
-    and every other rank raises a HocclError naming rank 1 within a second (not the store's 30 s wait in a
-    plain TimeoutError); then the group works."""
+    and every other rank raises a HocclError naming rank 1 and its reason within a second (not a 30 s wait ending
+    in a plain TimeoutError, nor a GPU waiting forever). Over the network, where the ranks exchange their sizes
+    in the call, they raise in it and the group works after. Within a node (pairwise copies, no exchange) rank 1
+    tells them through the shared memory: a rank that comes to the call after that skips it (and the group works
+    after); one that made it already is failed by its watchdog, which releases its GPU's waits on rank 1, and
+    raises at its next call; the group is then unusable on every rank, as after a partner's death (so this check
+    comes last there). Which of the two happens is a race; the ranks must agree."""
     import time
 
+    pairwise = getattr(g.comm, "pairs_alone", False)
     send = [4] * w if me != 1 else [4] * (w - 1) + [5]  # rank 1's input splits sum past its input
     inp, out = data(me, (4 * w,), salt=71), poisoned((4 * w,))
     dist.barrier(group=g)  # the ranks enter together, so the time below is the time to hear of rank 1
@@ -211,13 +217,27 @@ def check_split_refusal(g, me, w):
     try:
         dist.all_to_all_single(out, inp, [4] * w, send, group=g)
         torch.cuda.synchronize()
+        if pairwise:  # this rank made the call: its next call says that the output is not valid
+            dist.all_gather_into_tensor(poisoned((w,)), data(me, (1,), salt=72), group=g)
     except HocclError as exc:
         took = time.monotonic() - t0
-        expect(me == 1 or "rank 1" in str(exc), f"rank {me}'s error does not name rank 1: {exc}")
+        expect(me == 1 or ("rank 1" in str(exc) and "add up to" in str(exc)),
+               f"rank {me}'s error does not name rank 1 and its reason: {exc}")
         expect(took < 1.0, f"rank {me} heard of rank 1's refusal after {took:.1f} s")
     else:
         raise AssertionError(f"rank {me}: no error for rank 1's bad splits")
-    _all_gather_still_works(g, me, w)
+    if not pairwise:
+        _all_gather_still_works(g, me, w)
+        return
+    try:
+        _all_gather_still_works(g, me, w)
+        outcome = "works"
+    except HocclError as exc:
+        expect("unusable" in str(exc), f"rank {me}: a later call's error does not say the group is unusable: {exc}")
+        outcome = "unusable"
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, outcome)  # gloo
+    expect(len(set(every)) == 1, f"after rank 1's refusal the ranks disagree on the group: {every}")
 
 
 def _all_gather_still_works(g, me, w):

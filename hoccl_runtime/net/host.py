@@ -199,12 +199,20 @@ class HostNodeExecutor:
 
     def _drive(self) -> None:
         """The run's network protocol: the plan notice (every node has finished its previous run), then every
-        stage's chunks, each GPU's rings handing their slots from one stage's flow to the next (no barrier)."""
+        stage's chunks, each GPU's rings handing their slots from one stage's flow to the next (no barrier).
+
+        The staging copies of the first chunks start before the wait for the other nodes' notices: they fill only
+        this node's own send rings, free since its previous run is through (its writes left), and no write leaves
+        before the wait. So a send's copy out of the GPU overlaps the round trip of the notices (on the 1x H200's
+        TCP nodes that wait took 58-104 us of a 1 MiB send, the copy 70-76 us)."""
         if self.reuse:
-            self._hello()
-        self._mark("hello")
+            self._announce()
         self._begin_run()
         self._local_copies()
+        self._send_ready()
+        if self.reuse:
+            self._wait_for_previous()
+        self._mark("hello")
         deadline = time.monotonic() + self.timeout_s
         while not self._run_done():
             self._tick()
@@ -296,11 +304,14 @@ class HostNodeExecutor:
 
         return zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF
 
-    def _hello(self) -> None:
-        """Tell every node which plan this run is; then wait until every node is through the previous run (its
-        rings are free), not until it reached this one, and check the plan notices that came meanwhile."""
+    def _announce(self) -> None:
+        """Tell every node which plan this run is (the plan notice)."""
         mine = self._mine[self._runs] = self._plan_crc()
         self._tell_all(PLAN_HELLO | mine)
+
+    def _wait_for_previous(self) -> None:
+        """Wait until every node is through the previous run (its rings are free), not until it reached this one,
+        and check the plan notices that came meanwhile."""
         if self._runs:
             prev = (self._runs - 1) & 0xFFFFFF
             self._wait_for_nodes(lambda n: (n, prev) in self._early_done,

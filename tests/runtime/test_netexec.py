@@ -184,6 +184,49 @@ def test_a_senders_run_ends_before_the_receiver_reaches_its_call():
     _check_runs(plans, results, range(3))
 
 
+def test_a_senders_staging_copies_start_before_the_other_nodes_notices_are_in(monkeypatch):
+    """The copy out of the sender's buffer into its send ring does not wait for the other node to be through the
+    previous run (only the network writes do): node 1 ends run 0 late, and node 0 has staged run 1's first chunk
+    while it still waits for that."""
+    import threading
+    import time
+
+    from hoccl_runtime.net.executor import HostNodeExecutor
+
+    events: dict = {}
+    lock = threading.Lock()
+    stage_out, wait = HostNodeExecutor._stage_out, HostNodeExecutor._wait_for_previous
+
+    def note(ex, what):
+        with lock:
+            events.setdefault((ex.node, ex._runs, what), time.monotonic())
+
+    def staged(self, *args):
+        note(self, "staged")
+        return stage_out(self, *args)
+
+    def waited(self):
+        wait(self)
+        note(self, "waited")
+
+    monkeypatch.setattr(HostNodeExecutor, "_stage_out", staged)
+    monkeypatch.setattr(HostNodeExecutor, "_wait_for_previous", waited)
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2000),)), opts),
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1500),)), opts)]
+
+    def before(n, run):
+        if n == 1 and run == 0:
+            time.sleep(0.5)  # node 1 reaches (and so ends) run 0 late
+
+    results, errors = _reuse_nodes([plans, plans], timeout_s=15, before_run=before)
+    assert not errors, errors
+    _check_runs(plans, results, range(2))
+    ahead = events[(0, 1, "waited")] - events[(0, 1, "staged")]
+    assert ahead > 0.2, f"node 0 staged run 1 only {ahead * 1e3:.0f} ms before node 1's notice of run 0 was in"
+
+
 def test_a_pure_senders_peer_in_another_collective_raises_and_the_sender_hears_of_it():
     """The receiver checks the sender's plan notice before it takes a byte: another collective there is a PlanError;
     the sender, whose run ended when its writes left, fails at its next run: either it waits for a receiver that never

@@ -222,39 +222,47 @@ def has_network(role: np.ndarray) -> bool:
     return bool((np.asarray(role) == RDMA).any())
 
 
-def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(start, length) of each run of equal keys in ``keys`` (sorted ascending)."""
-    n = keys.size
-    first = np.empty(n, bool)
-    if n:
+def _firsts(keys: np.ndarray) -> np.ndarray:
+    """For keys sorted ascending: True where a run of equal keys starts."""
+    first = np.empty(keys.size, bool)
+    if keys.size:
         first[0] = True
         np.not_equal(keys[1:], keys[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    lengths = np.empty_like(starts)
-    lengths[:-1] = starts[1:] - starts[:-1]
-    lengths[-1:] = n - starts[-1:]
-    return starts, lengths
+    return first
+
+
+def _run_start_of(first: np.ndarray) -> np.ndarray:
+    """Each element's index of the start of its run (``first``: where runs start)."""
+    idx = np.arange(first.size)
+    return np.maximum.accumulate(np.where(first, idx, 0)) if first.size else idx
 
 
 def _group_start(keys: np.ndarray) -> np.ndarray:
     """For keys sorted ascending: each element's index minus the index where its run of equal keys starts."""
-    starts, lengths = _runs(keys)
-    return np.arange(keys.size) - np.repeat(starts, lengths)
+    return np.arange(keys.size) - _run_start_of(_firsts(keys))
 
 
 def _shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-    """sum over the other members of each element's group of min(their bytes, its bytes)."""
+    """sum over the other members of each element's group of min(their bytes, its bytes). Members are taken by
+    (group, bytes, index); one stable sort by group gives that order where the bytes already rise within every
+    group (chunks of one size: the common case), else a second key is sorted too."""
     n = group.size
     out = np.zeros(n)
     if not n:
         return out
-    order = np.lexsort((nbytes, group))
-    g, b = group[order], nbytes[order].astype(np.float64)
-    starts, lengths = _runs(g)
-    start_of = np.repeat(starts, lengths)
+    order = np.argsort(group, kind="stable")
+    g, bi = group[order], nbytes[order]
+    first = _firsts(g)
+    if not (bi[1:] >= bi[:-1])[~first[1:]].all():
+        order = np.lexsort((nbytes, group))
+        g, bi = group[order], nbytes[order]
+        first = _firsts(g)
+    b = bi.astype(np.float64)
+    start_of = _run_start_of(first)
     rank = np.arange(n) - start_of
     csum = np.cumsum(b)
-    size_of = np.repeat(lengths, lengths)
+    lengths = np.diff(np.r_[np.flatnonzero(first), n])
+    size_of = lengths[np.cumsum(first) - 1]
     before = csum - b - np.where(start_of > 0, csum[start_of - 1], 0.0)  # smaller (or equal, earlier) members
     out[order] = before + (size_of - rank - 1) * b
     return out
@@ -294,9 +302,10 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     e_k[by_tr] = _group_start(e_tr[by_tr])
     e_bytes = np.clip(nbytes[e_tr] - e_k * chunk_bytes, 0, chunk_bytes)
     e_q = queue[e_tr]
-    by_q = np.lexsort((np.arange(e_tr.size), e_q, stage[e_tr]))  # stable within (stage, queue)
+    q_of = stage[e_tr] * (int(queue.max(initial=0)) + 1) + e_q
+    by_q = np.argsort(q_of, kind="stable")  # by (stage, queue), chunk order within
     e_pos = np.zeros(e_tr.size, np.int64)
-    e_pos[by_q] = _group_start((stage[e_tr] * (int(queue.max(initial=0)) + 1) + e_q)[by_q])
+    e_pos[by_q] = _group_start(q_of[by_q])
     live = costed[e_tr]
     # convergence: chunks of one kind at the same queue position on the same port share it
     conv = np.zeros(e_tr.size)

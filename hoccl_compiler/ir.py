@@ -95,6 +95,9 @@ class ChunkSchedule:
     queue_index: np.ndarray
     order_stage: np.ndarray  # per chunk slot, in execution order per stage: its stage
     order_transfer: np.ndarray  # global transfer index
+    # the cost model v2 of exactly this schedule (cost.StageCosts), where choosing the chunk size costed it already
+    # (the costing pass takes it instead of costing the same schedule again); None otherwise
+    costs: Any = None
 
 
 @dataclass(frozen=True)

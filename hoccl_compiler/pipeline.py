@@ -135,7 +135,7 @@ def dump_state(state: CompileState, pass_name: str) -> dict[str, Any]:
 
     def arrays(obj: Any) -> dict[str, Any]:
         return {f.name: (getattr(obj, f.name).tolist() if isinstance(getattr(obj, f.name), np.ndarray)
-                         else getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+                         else getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "costs"}
 
     head = {"pass": pass_name, "topology": state.topology.model_dump(mode="json"),
             "collective": state.collective.model_dump(mode="json")}

@@ -68,13 +68,13 @@ def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | Non
     tr_after = waits_on_previous(seg_idx)
     queue_gpu, queue_kind, queue_index = queue_table(topo)
     tr_queue = assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes)
-    ordered_tr = None
+    ordered_tr = costs = None
     chunk = chunk_bytes
     if chunk is None:
-        chunk, ordered_tr = choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after,
-                                         sched.num_stages)
+        chunk, ordered_tr, costs = choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after,
+                                                sched.num_stages)
     if order_of is not None:
-        ordered_tr = order_of(tr_stage)
+        ordered_tr, costs = order_of(tr_stage), None
     elif ordered_tr is None:
         ordered_tr = chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
     return ChunkSchedule(
@@ -82,7 +82,7 @@ def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | Non
         tr_stage=tr_stage, tr_flow=sched.seg_flow[seg_idx], tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
         tr_offset=sched.seg_offset[seg_idx], tr_bytes=tr_bytes, tr_queue=tr_queue, tr_after=tr_after,
         queue_gpu=queue_gpu, queue_kind=queue_kind, queue_index=queue_index,
-        order_stage=tr_stage[ordered_tr], order_transfer=ordered_tr,
+        order_stage=tr_stage[ordered_tr], order_transfer=ordered_tr, costs=costs,
     )
 
 
@@ -145,18 +145,20 @@ CHUNK_BUDGET = 1 << 22  # chunk entries a candidate may cut the plan into (4 M)
 
 
 def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int
-                 ) -> tuple[int, np.ndarray]:
+                 ) -> tuple[int, np.ndarray, cost.StageCosts | None]:
     """The largest chunk size whose cost-model v2 time is within ``CHUNK_TOLERANCE`` of the least over the
     candidates: small chunks pay a start each and interleave finely, large ones fill and drain forwarded paths
     slowly; the larger of two near-equal sizes makes a smaller plan. Candidates are tried from the largest down,
     until two in a row are worse than the best so far or one would cut the plan into more than ``CHUNK_BUDGET``
-    chunks (the largest is always costed). Returns the size and its chunk order (costed on the way: not made again)."""
+    chunks (the largest is always costed). Returns the size, its chunk order and its cost model v2 (costed on the way:
+    neither is made again; no costs where nothing was costed)."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
-        return DEFAULT_CHUNK_BYTES, chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+        return (DEFAULT_CHUNK_BYTES, chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes),
+                None)
     candidates = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
     times: dict[int, float] = {}
-    orders: dict[int, np.ndarray] = {}  # of the candidates within the tolerance of the best so far
+    orders: dict[int, tuple[np.ndarray, cost.StageCosts]] = {}  # of the candidates within the tolerance of the best
     worse = 0
     for c in candidates:  # largest first: fewer chunks, cheaper to cost
         # past the budget no smaller chunk is tried; the largest always is (each transfer whole: the fewest entries
@@ -164,9 +166,10 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
         if times and int(np.maximum(1, -(-tr_bytes // c)).sum()) > CHUNK_BUDGET:
             break
         order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
-        times[c] = float(cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue,
-                                             tr_after, order, num_stages).time_s.sum())
-        orders[c] = order
+        costed = cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, order,
+                                     num_stages)
+        times[c] = float(costed.time_s.sum())
+        orders[c] = order, costed
         least = min(times.values())
         orders = {k: o for k, o in orders.items() if times[k] <= least * (1 + CHUNK_TOLERANCE)}
         # smaller chunks only add starts once the fill and drain they save is gone: stop after two in a row that
@@ -176,7 +179,7 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
             break
     best = min(times.values())
     chosen = max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
-    return chosen, orders[chosen]
+    return (chosen, *orders[chosen])
 
 
 def issue_rotation(src: np.ndarray, dst: np.ndarray, gpus_per_node: int, nodes: int) -> np.ndarray:

@@ -28,8 +28,10 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     topo, pieces, lay, sched, ch = state.topology, state.pieces, state.layout, state.schedule, state.chunks
     assert pieces is not None and lay is not None and sched is not None and ch is not None, "costing runs after chunks"
     network = cost.has_network(pieces.role)
-    stages = cost.stage_times_v2(topo, ch.chunk_bytes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst, ch.tr_bytes,
-                                 ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
+    stages = ch.costs  # where choosing the chunk size costed this very schedule
+    if stages is None:
+        stages = cost.stage_times_v2(topo, ch.chunk_bytes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst,
+                                     ch.tr_bytes, ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
     predicted, parts = cost.plan_time_v2(topo, stages.time_s, network,
                                          fill_s=cost.staging_fill_s(topo, ch.chunk_bytes, ch.tr_role, ch.tr_bytes),
                                          flows=cost.net_flows(topo, ch.tr_role, ch.tr_src, ch.tr_dst),

@@ -117,6 +117,8 @@ class HostNodeExecutor:
         self._runs = 0                               # runs through so far
         self._failed = False                         # a run failed (or the executor left): leave() waits for nobody
         self._early_done: set[tuple[int, int]] = set()  # (node, run) run-done notices not yet waited for
+        self._prev_receivers: frozenset[int] = frozenset()  # the nodes that received network chunks in the last run
+        self._ahead: dict[int, list] = {}  # per node, its data for the next run, come while this run receives none
         self._mine: dict[int, int] = {}      # run -> this node's plan notice, until every node's was checked
         self._checked: dict[int, int] = {}   # node -> how many of its plan notices matched this node's runs
         self._deferred: dict[int, list] = {}  # node -> its completions of this run, held until its notice matched
@@ -208,6 +210,9 @@ class HostNodeExecutor:
         if self.reuse:
             self._announce()
         self._begin_run()
+        for n, early in self._ahead.items():  # data that came for this run while the previous one received none
+            self._backlog.setdefault(n, []).extend(early)
+        self._ahead.clear()
         self._local_copies()
         self._send_ready()
         if self.reuse:
@@ -246,6 +251,7 @@ class HostNodeExecutor:
         barrier."""
         if self.reuse:
             self._tell_all(RUN_DONE | (self._runs & 0xFFFFFF))
+            self._prev_receivers = frozenset(g // self.L for g in self._run.routes.receivers)
             self._runs += 1
         else:
             self._barrier()
@@ -310,14 +316,20 @@ class HostNodeExecutor:
         self._tell_all(PLAN_HELLO | mine)
 
     def _wait_for_previous(self) -> None:
-        """Wait until every node is through the previous run (its rings are free), not until it reached this one,
-        and check the plan notices that came meanwhile."""
+        """Wait until every node that received network chunks in the previous run is through it (its receive rings
+        are free), not until it reached this one, and check the plan notices that came meanwhile. A node that
+        received none (the sender of a pipeline's last send) is not waited for: its rings hold nothing of that run
+        (nor of earlier ones: the run after each run it received in waited for it), and what this run writes it
+        while it is still in the previous run it keeps for the next (:meth:`_on_completion`), since every node runs
+        the same plans and so knows it receives nothing there."""
         if self._runs:
-            prev = (self._runs - 1) & 0xFFFFFF
-            self._wait_for_nodes(lambda n: (n, prev) in self._early_done,
+            prev, cur = (self._runs - 1) & 0xFFFFFF, self._runs & 0xFFFFFF
+            self._wait_for_nodes(lambda n: n not in self._prev_receivers or (n, prev) in self._early_done,
                                  lambda waiting: f"nodes {waiting} did not finish the run before plan "
                                                  f"{self.plan.plan_id}")
-            self._early_done.difference_update((n, prev) for n in self.conns)
+            # keep the notices of this run and later ones (a node not waited for may be through them already); one
+            # of an earlier run, not waited for, goes here
+            self._early_done = {(n, r) for n, r in self._early_done if (r - cur) & 0xFFFFFF < 0x800000}
         self._check_notices()
 
     def _check_notices(self) -> None:
@@ -504,6 +516,9 @@ class HostNodeExecutor:
         if not self._heard(node):  # its plan notice for this run is not in yet: its data waits for it
             self._deferred.setdefault(node, []).append(c)
             return
+        if not imm & CREDIT and not run.inc:  # this run receives nothing: the data is for this node's next run that
+            self._ahead.setdefault(node, []).append(c)  # receives (its sender waited for this node only through the
+            return                                      # last run it received in)
         if imm & CREDIT:  # chunk ``pos`` of local GPU ``local``'s sends may write its receive slot
             ubar = self.node * self.L + local
             seq = run.out.get(ubar) if local < self.L else None

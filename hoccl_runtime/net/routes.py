@@ -79,6 +79,7 @@ class Routes:
                                      f"than an immediate can number (2**24); compile with a larger chunk size")
         self.out = {g: ChunkSequence(p) for g, p in out.items()}
         self.inc = {g: ChunkSequence(p) for g, p in inc.items()}
+        self.receivers = frozenset(n_recv)  # every GPU (of any node) that receives network chunks in a run
         # per receiving GPU: send (GPU, position) of each ring position, for the credits
         self._ring_users: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for g, seq in self.inc.items():

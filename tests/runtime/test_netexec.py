@@ -227,6 +227,50 @@ def test_a_senders_staging_copies_start_before_the_other_nodes_notices_are_in(mo
     assert ahead > 0.2, f"node 0 staged run 1 only {ahead * 1e3:.0f} ms before node 1's notice of run 0 was in"
 
 
+def test_a_send_does_not_wait_for_a_node_that_received_nothing_in_the_previous_run(monkeypatch):
+    """A pipeline's turn: run 0 sends 1 -> 0, run 1 sends 0 -> 1. Node 0's run 1 waits only for the nodes that
+    received in run 0 (itself), not for node 1 to be through run 0: node 1 stays in run 0 for 0.5 s after its last
+    write, receives run 1's data meanwhile, keeps it for run 1, and both runs come out right."""
+    import threading
+    import time
+
+    from hoccl_runtime.net.executor import HostNodeExecutor
+
+    events: dict = {}
+    lock = threading.Lock()
+    run_done, wait = HostNodeExecutor._run_done, HostNodeExecutor._wait_for_previous
+
+    def note(ex, what):
+        with lock:
+            events.setdefault((ex.node, ex._runs, what), time.monotonic())
+
+    def held(self):
+        done = run_done(self)
+        if done and self.node == 1 and self._runs == 0:
+            note(self, "done")
+            if time.monotonic() - events[(1, 0, "done")] < 0.5:
+                return False
+            note(self, "left")
+        return done
+
+    def waited(self):
+        wait(self)
+        note(self, "waited")
+
+    monkeypatch.setattr(HostNodeExecutor, "_run_done", held)
+    monkeypatch.setattr(HostNodeExecutor, "_wait_for_previous", waited)
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((1, 0, 3000),)), opts),
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2500),)), opts),
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((1, 0, 700),)), opts)]
+    results, errors = _reuse_nodes([plans, plans], timeout_s=15)
+    assert not errors, errors
+    _check_runs(plans, results, range(3))
+    early = events[(1, 0, "left")] - events[(0, 1, "waited")]
+    assert early > 0.3, f"node 0 began run 1's writes only {early * 1e3:.0f} ms before node 1 left run 0"
+
+
 def test_a_pure_senders_peer_in_another_collective_raises_and_the_sender_hears_of_it():
     """The receiver checks the sender's plan notice before it takes a byte: another collective there is a PlanError;
     the sender, whose run ended when its writes left, fails at its next run: either it waits for a receiver that never

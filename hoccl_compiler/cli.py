@@ -101,9 +101,26 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{message}\n{self.format_usage().strip()}")
 
 
+@contextlib.contextmanager
+def _few_gc_passes():
+    """Python's cyclic collector passes over every tracked object each 700 allocations by default; a large compile
+    or plan read allocates millions of lists and models and no cycles to speak of, so a CLI run takes them 50,000
+    at a time (a 1024-GPU All-to-All's compile and write on the 2-core VM, two interleaved runs each: 20.1 / 19.7 s
+    against 22.4 / 20.3 s, the same file and the same peak memory)."""
+    import gc
+
+    before = gc.get_threshold()
+    gc.set_threshold(50_000, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def _run(prog: str, body: Callable[[], int]) -> int:
     try:
-        return body()
+        with _few_gc_passes():
+            return body()
     except _UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

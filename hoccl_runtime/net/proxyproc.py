@@ -456,7 +456,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         if trace_path:
             t = dict(ex.marks)
             t["copies"] = time.perf_counter()
-            rows.append((call[3], call[4], t["start"], t["announced"], t["begun"], t["hello"], t.get("staged"),
+            rows.append((call[3], call[4], t["start"], t["begun"], t["announced"], t["hello"], t.get("staged"),
                          t.get("received"), t["network"], t["copies"]))
 
     def give(call: tuple) -> None:
@@ -530,8 +530,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
 
 def _write_trace(path: str, rank: int, rows: list) -> None:
     """One CSV row per call of this rank (times in us from the first call's arrival): the call, when its message
-    came, when its stream reached it (START seen), when its plan notice was written, when its first staging copies
-    were let go, when the nodes it waits for were through the previous run (every node's notice checked), when its
+    came, when its stream reached it (START seen), when its first staging copies were let go, when its plan notice
+    was written, when the nodes it waits for were through the previous run (every node's notice checked), when its
     last network
     write was posted (its staging copy seen done; blank: it sends nothing) and its last chunk came in (blank: it
     receives nothing), when the network part was through, when its copies had finished (DONE given then)."""
@@ -539,7 +539,7 @@ def _write_trace(path: str, rank: int, rows: list) -> None:
 
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["call", "arrived_us", "start_us", "announced_us", "begun_us", "hello_us", "staged_us",
+        out.writerow(["call", "arrived_us", "start_us", "begun_us", "announced_us", "hello_us", "staged_us",
                       "received_us", "network_us", "copies_us"])
         t0 = rows[0][1] if rows else 0.0
         for key, *times in rows:

@@ -672,7 +672,7 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
             rows = list(csv.DictReader(f))
         assert [row["call"] for row in rows] == ["allgather 6000"] * 3 + ["sendrecv 0->1 3000"], rows
         for row in rows:
-            times = [float(row[k]) for k in ("start_us", "announced_us", "begun_us", "hello_us", "network_us",
+            times = [float(row[k]) for k in ("start_us", "begun_us", "announced_us", "hello_us", "network_us",
                                              "copies_us")]
             assert times == sorted(times) and float(row["arrived_us"]) >= 0
 

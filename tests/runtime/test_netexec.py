@@ -184,33 +184,47 @@ def test_a_senders_run_ends_before_the_receiver_reaches_its_call():
     _check_runs(plans, results, range(3))
 
 
+class _Steps:
+    """When each node's executor passed a step of each run (its first time): ``note(ex, what)``; ``waited`` marks the
+    end of every run's wait for the previous run (installed on HostNodeExecutor by the constructor)."""
+
+    def __init__(self, monkeypatch):
+        import threading
+
+        from hoccl_runtime.net.executor import HostNodeExecutor
+
+        self.at: dict = {}
+        self._lock = threading.Lock()
+        wait = HostNodeExecutor._wait_for_previous
+
+        def waited(ex):
+            wait(ex)
+            self.note(ex, "waited")
+
+        monkeypatch.setattr(HostNodeExecutor, "_wait_for_previous", waited)
+
+    def note(self, ex, what: str) -> None:
+        import time
+
+        with self._lock:
+            self.at.setdefault((ex.node, ex._runs, what), time.monotonic())
+
+
 def test_a_senders_staging_copies_start_before_the_other_nodes_notices_are_in(monkeypatch):
     """The copy out of the sender's buffer into its send ring does not wait for the other node to be through the
     previous run (only the network writes do): node 1 ends run 0 late, and node 0 has staged run 1's first chunk
     while it still waits for that."""
-    import threading
     import time
 
     from hoccl_runtime.net.executor import HostNodeExecutor
 
-    events: dict = {}
-    lock = threading.Lock()
-    stage_out, wait = HostNodeExecutor._stage_out, HostNodeExecutor._wait_for_previous
-
-    def note(ex, what):
-        with lock:
-            events.setdefault((ex.node, ex._runs, what), time.monotonic())
+    steps, stage_out = _Steps(monkeypatch), HostNodeExecutor._stage_out
 
     def staged(self, *args):
-        note(self, "staged")
+        steps.note(self, "staged")
         return stage_out(self, *args)
 
-    def waited(self):
-        wait(self)
-        note(self, "waited")
-
     monkeypatch.setattr(HostNodeExecutor, "_stage_out", staged)
-    monkeypatch.setattr(HostNodeExecutor, "_wait_for_previous", waited)
     topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
     opts = CompileOptions(chunk_bytes=1024, baselines=False)
     plans = [compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2000),)), opts),
@@ -223,7 +237,7 @@ def test_a_senders_staging_copies_start_before_the_other_nodes_notices_are_in(mo
     results, errors = _reuse_nodes([plans, plans], timeout_s=15, before_run=before)
     assert not errors, errors
     _check_runs(plans, results, range(2))
-    ahead = events[(0, 1, "waited")] - events[(0, 1, "staged")]
+    ahead = steps.at[(0, 1, "waited")] - steps.at[(0, 1, "staged")]
     assert ahead > 0.2, f"node 0 staged run 1 only {ahead * 1e3:.0f} ms before node 1's notice of run 0 was in"
 
 
@@ -231,34 +245,22 @@ def test_a_send_does_not_wait_for_a_node_that_received_nothing_in_the_previous_r
     """A pipeline's turn: run 0 sends 1 -> 0, run 1 sends 0 -> 1. Node 0's run 1 waits only for the nodes that
     received in run 0 (itself), not for node 1 to be through run 0: node 1 stays in run 0 for 0.5 s after its last
     write, receives run 1's data meanwhile, keeps it for run 1, and both runs come out right."""
-    import threading
     import time
 
     from hoccl_runtime.net.executor import HostNodeExecutor
 
-    events: dict = {}
-    lock = threading.Lock()
-    run_done, wait = HostNodeExecutor._run_done, HostNodeExecutor._wait_for_previous
-
-    def note(ex, what):
-        with lock:
-            events.setdefault((ex.node, ex._runs, what), time.monotonic())
+    steps, run_done = _Steps(monkeypatch), HostNodeExecutor._run_done
 
     def held(self):
         done = run_done(self)
         if done and self.node == 1 and self._runs == 0:
-            note(self, "done")
-            if time.monotonic() - events[(1, 0, "done")] < 0.5:
+            steps.note(self, "done")
+            if time.monotonic() - steps.at[(1, 0, "done")] < 0.5:
                 return False
-            note(self, "left")
+            steps.note(self, "left")
         return done
 
-    def waited(self):
-        wait(self)
-        note(self, "waited")
-
     monkeypatch.setattr(HostNodeExecutor, "_run_done", held)
-    monkeypatch.setattr(HostNodeExecutor, "_wait_for_previous", waited)
     topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
     opts = CompileOptions(chunk_bytes=1024, baselines=False)
     plans = [compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((1, 0, 3000),)), opts),
@@ -267,7 +269,7 @@ def test_a_send_does_not_wait_for_a_node_that_received_nothing_in_the_previous_r
     results, errors = _reuse_nodes([plans, plans], timeout_s=15)
     assert not errors, errors
     _check_runs(plans, results, range(3))
-    early = events[(1, 0, "left")] - events[(0, 1, "waited")]
+    early = steps.at[(1, 0, "left")] - steps.at[(0, 1, "waited")]
     assert early > 0.3, f"node 0 began run 1's writes only {early * 1e3:.0f} ms before node 1 left run 0"
 
 

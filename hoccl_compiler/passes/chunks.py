@@ -154,8 +154,8 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
     neither is made again; no costs where nothing was costed)."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
-        return (DEFAULT_CHUNK_BYTES, chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes),
-                None)
+        order = chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+        return DEFAULT_CHUNK_BYTES, order, None
     candidates = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
     times: dict[int, float] = {}
     orders: dict[int, tuple[np.ndarray, cost.StageCosts]] = {}  # of the candidates within the tolerance of the best

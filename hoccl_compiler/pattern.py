@@ -185,7 +185,7 @@ def _stage_transfers(topo: Topology, c: int, in_place: bool, shift: tuple[int, i
 def compile_pattern(topology: Topology, collective: CollectiveSpec, options: CompileOptions | None = None
                     ) -> PatternPlan:
     """The pattern plan of a uniform All-to-All or AllGather (see the module docstring)."""
-    from .passes.chunks import assign_queues, chunk_order
+    from .passes.chunks import assign_queues, pick_chunk
 
     options = options or CompileOptions()
     why = pattern_applies(topology, collective)
@@ -195,51 +195,49 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
     _check_memory(G, "compile", ScheduleError, "compile it on a machine with more memory, or for fewer GPUs")
     c = collective.size_bytes // G
     in_place = collective.in_place
-    chunk = options.chunk_bytes or DEFAULT_CHUNK_BYTES  # (auto would cost every candidate at every scale)
     shifts, native, S = _place(topology, c)
-    # stage times: v2 on one stage of each distinct content (the shifts are alike by symmetry)
+    # every stage's transfers, one per distinct content (the shifts are alike by symmetry)
     by_stage: dict[int, list[tuple[int, int]]] = {}
     for st, l_shift, amount in native:
         by_stage.setdefault(st, []).append((l_shift, amount))
-    times, ports, pipes = np.zeros(S), np.zeros(S), np.zeros(S)
-    # The stages overlap (no barrier, cost.overlapped_s): each port's and queue's busy time over all stages, and the
-    # queues' chain from stage to stage. A pattern plan is the same on every node (its shifts move every node alike),
-    # so one node's queues stand for all: queue q is q mod ``per_node``, each stage's path edges reduced to those.
-    per_node = topology.gpus_per_node * (topology.dma_queues + 3)
-    chain = cost.StageChain(per_node)
-    seen: dict[tuple, tuple] = {}
-    uses: dict[tuple, int] = {}
+    distinct: dict[tuple, tuple] = {}
+    keys: list[tuple] = []
     offsets: dict[int, int] = {}
-    network = len(shifts) > 0
     for s in range(S):
         entries = by_stage.get(s, [])
         local = s == 0 and not in_place and c > 0
         key = (s < len(shifts), tuple(entries), tuple(sorted(offsets.items())) if entries else (), local)
-        if key not in seen:
+        if key not in distinct:
             flow, role, src, dst, off, nb, after = _stage_transfers(
                 topology, c, in_place, shifts[s] if s < len(shifts) else None, entries, offsets, local)
             stage = np.zeros(flow.size, np.int64)
-            queue = assign_queues(topology, stage, role, src, nb)
-            order = chunk_order(topology, chunk, stage, role, src, dst, nb)
-            sc = cost.stage_times_v2(topology, chunk, stage, role, src, dst, nb, queue, after, order, 1)
-            qb = sc.queue_busy_s
-            node_busy = np.pad(qb, (0, -qb.size % per_node)).reshape(-1, per_node).max(axis=0)
-            seen[key] = (float(sc.time_s[0]), float(sc.ports_s[0]), float(sc.pipeline_s[0]), sc.port_busy_s, qb,
-                         (node_busy, *_node_edges(sc.edges[1:], per_node)))
-        times[s], ports[s], pipes[s], _, _, step = seen[key]
-        uses[key] = uses.get(key, 0) + 1
-        chain.add(*step)
+            distinct[key] = (stage, role, src, dst, nb, after, assign_queues(topology, stage, role, src, nb))
+        keys.append(key)
         for l_shift, amount in entries:
             offsets[l_shift] = offsets.get(l_shift, 0) + amount
-    port_busy = sum((seen[k][3] * n for k, n in uses.items()), np.zeros(4 * G))
-    queue_busy = np.zeros(max((seen[k][4].size for k in uses), default=0))
-    for k, n in uses.items():
-        queue_busy[:seen[k][4].size] += seen[k][4] * n
+    uses: dict[tuple, int] = {}
+    for key in keys:
+        uses[key] = uses.get(key, 0) + 1
+    costed: dict[int, tuple] = {}
+
+    def costs_of(chunk: int) -> tuple:
+        if chunk not in costed:
+            costed[chunk] = _stage_costs(topology, chunk, S, distinct, keys, uses)
+        return costed[chunk]
+
+    chunk = options.chunk_bytes
+    if chunk is None:  # as the explicit compiler chooses (the same stage times, summed)
+        largest = max((int(d[4].max(initial=0)) for d in distinct.values()), default=0)
+        chunk = DEFAULT_CHUNK_BYTES if largest == 0 else pick_chunk(
+            largest, lambda k: float(costs_of(k)[0].sum()),
+            lambda k: sum(n * int(np.maximum(1, -(-distinct[key][4] // k)).sum()) for key, n in uses.items()))
+    times, ports, pipes, port_busy, queue_busy, chain_s = costs_of(chunk)
+    network = len(shifts) > 0
     fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
     # every RDMA stage is a shift: one transfer per GPU each way, so the busiest node sends L per stage
     flows = (len(shifts), topology.gpus_per_node * len(shifts))
     predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill, flows=flows,
-                                         overlap_s=cost.overlapped_s(port_busy, queue_busy, pipes, chain.time_s()))
+                                         overlap_s=cost.overlapped_s(port_busy, queue_busy, pipes, chain_s))
     # the port model's bound: every GPU's ports carry the same totals
     nic = float((topology.nodes - 1) * topology.gpus_per_node * c)
     peers = np.asarray(topology.peer_array())
@@ -256,6 +254,35 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
                        generator=f"hoccl-compiler {__version__}", topology=topology, collective=collective,
                        options=plan_options, cell_bytes=c, num_stages=S, rdma_shifts=shifts, native=native,
                        stage_time_s=times.tolist(), report=report)
+
+
+def _stage_costs(topo: Topology, chunk: int, S: int, distinct: dict, keys: list, uses: dict) -> tuple:
+    """v2 of a pattern plan's stages with chunks of ``chunk``: each distinct stage content costed once. The stages
+    overlap (no barrier, cost.overlapped_s): each port's and queue's busy time over all stages, and the queues' chain
+    from stage to stage. A pattern plan is the same on every node (its shifts move every node alike), so one node's
+    queues stand for all: queue q is q mod ``per_node``, each stage's path edges reduced to those. Returns the stage
+    times, port and pipeline times, the busy time of every port and queue, and the chain's time."""
+    from .passes.chunks import chunk_order
+
+    per_node = topo.gpus_per_node * (topo.dma_queues + 3)
+    seen: dict[tuple, tuple] = {}
+    for key, (stage, role, src, dst, nb, after, queue) in distinct.items():
+        order = chunk_order(topo, chunk, stage, role, src, dst, nb)
+        sc = cost.stage_times_v2(topo, chunk, stage, role, src, dst, nb, queue, after, order, 1)
+        qb = sc.queue_busy_s
+        node_busy = np.pad(qb, (0, -qb.size % per_node)).reshape(-1, per_node).max(axis=0)
+        seen[key] = (float(sc.time_s[0]), float(sc.ports_s[0]), float(sc.pipeline_s[0]), sc.port_busy_s, qb,
+                     (node_busy, *_node_edges(sc.edges[1:], per_node)))
+    times, ports, pipes = np.zeros(S), np.zeros(S), np.zeros(S)
+    chain = cost.StageChain(per_node)
+    for s, key in enumerate(keys):
+        times[s], ports[s], pipes[s], _, _, step = seen[key]
+        chain.add(*step)
+    port_busy = sum((seen[k][3] * n for k, n in uses.items()), np.zeros(4 * topo.num_gpus))
+    queue_busy = np.zeros(max((seen[k][4].size for k in uses), default=0))
+    for k, n in uses.items():
+        queue_busy[:seen[k][4].size] += seen[k][4] * n
+    return times, ports, pipes, port_busy, queue_busy, chain.time_s()
 
 
 def _node_edges(edges: tuple, per_node: int) -> tuple[np.ndarray, ...]:

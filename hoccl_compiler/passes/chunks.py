@@ -146,40 +146,51 @@ CHUNK_BUDGET = 1 << 22  # chunk entries a candidate may cut the plan into (4 M)
 
 def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int
                  ) -> tuple[int, np.ndarray, cost.StageCosts | None]:
-    """The largest chunk size whose cost-model v2 time is within ``CHUNK_TOLERANCE`` of the least over the
-    candidates: small chunks pay a start each and interleave finely, large ones fill and drain forwarded paths
-    slowly; the larger of two near-equal sizes makes a smaller plan. Candidates are tried from the largest down,
-    until two in a row are worse than the best so far or one would cut the plan into more than ``CHUNK_BUDGET``
-    chunks (the largest is always costed). Returns the size, its chunk order and its cost model v2 (costed on the way:
-    neither is made again; no costs where nothing was costed)."""
+    """The chunk size :func:`pick_chunk` chooses for these transfers, with its chunk order and its cost model v2
+    (costed on the way: neither is made again; no costs where nothing was costed)."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
         order = chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
         return DEFAULT_CHUNK_BYTES, order, None
+    kept: dict[int, tuple[np.ndarray, cost.StageCosts]] = {}  # of the candidates within the tolerance of the best
+
+    def time_of(c: int) -> float:
+        order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+        costed = cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, order,
+                                     num_stages)
+        kept[c] = order, costed
+        times = {k: float(v[1].time_s.sum()) for k, v in kept.items()}
+        for k in [k for k, t in times.items() if t > min(times.values()) * (1 + CHUNK_TOLERANCE)]:
+            del kept[k]
+        return float(costed.time_s.sum())
+
+    chosen = pick_chunk(largest, time_of, lambda c: int(np.maximum(1, -(-tr_bytes // c)).sum()))
+    return (chosen, *kept[chosen])
+
+
+def pick_chunk(largest: int, time_of: Callable[[int], float], entries_of: Callable[[int], int]) -> int:
+    """The largest chunk size whose cost-model v2 time (``time_of(size)``: the stages' times summed) is within
+    ``CHUNK_TOLERANCE`` of the least over the candidates: small chunks pay a start each and interleave finely, large
+    ones fill and drain forwarded paths slowly; the larger of two near-equal sizes makes a smaller plan. Candidates
+    (``CHUNK_CANDIDATES`` below ``largest``, the largest transfer, and ``largest`` itself) are tried from the largest
+    down, until two in a row are worse than the best so far or one would cut the plan into more than
+    ``CHUNK_BUDGET`` chunk entries (``entries_of(size)``; the largest is always costed)."""
     candidates = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
     times: dict[int, float] = {}
-    orders: dict[int, tuple[np.ndarray, cost.StageCosts]] = {}  # of the candidates within the tolerance of the best
     worse = 0
     for c in candidates:  # largest first: fewer chunks, cheaper to cost
         # past the budget no smaller chunk is tried; the largest always is (each transfer whole: the fewest entries
         # any chunk size gives, so with more than CHUNK_BUDGET transfers it is the only choice)
-        if times and int(np.maximum(1, -(-tr_bytes // c)).sum()) > CHUNK_BUDGET:
+        if times and entries_of(c) > CHUNK_BUDGET:
             break
-        order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
-        costed = cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, order,
-                                     num_stages)
-        times[c] = float(costed.time_s.sum())
-        orders[c] = order, costed
-        least = min(times.values())
-        orders = {k: o for k, o in orders.items() if times[k] <= least * (1 + CHUNK_TOLERANCE)}
+        times[c] = time_of(c)
         # smaller chunks only add starts once the fill and drain they save is gone: stop after two in a row that
         # are worse than the best so far (within one node, where nothing is forwarded, the whole transfers win)
         worse = worse + 1 if times[c] > min(times.values()) * (1 + CHUNK_TOLERANCE) else 0
         if worse == 2:
             break
     best = min(times.values())
-    chosen = max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
-    return (chosen, *orders[chosen])
+    return max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
 
 
 def issue_rotation(src: np.ndarray, dst: np.ndarray, gpus_per_node: int, nodes: int) -> np.ndarray:

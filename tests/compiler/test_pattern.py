@@ -9,7 +9,7 @@ import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, load_plan, make_topology, save_plan, verify_plan
 from hoccl_compiler.errors import PlanError
-from hoccl_compiler.ir import CompileOptions
+from hoccl_compiler.ir import DEFAULT_CHUNK_BYTES, CompileOptions
 from hoccl_compiler.pattern import EXPAND_LIMIT, compile_pattern, expand, pattern_applies, verify_pattern
 
 MiB = 1 << 20
@@ -40,6 +40,22 @@ def test_the_expansion_is_the_explicit_compilers_plan(case):
     assert pattern.stage_time_s == pytest.approx([s.time_s for s in explicit.stages], rel=1e-12)
     assert pattern.report.predicted_time_s == pytest.approx(explicit.report.predicted_time_s, rel=1e-12)
     assert pattern.report.lower_bound_s == pytest.approx(explicit.report.lower_bound_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("case", [("paper-h800", 4, 8, "alltoall", 32 * 64 * MiB),
+                                  ("paper-h800", 4, 8, "allgather", 32 * 4 * MiB),
+                                  ("h200x2", 2, 2, "alltoall", 4 * 256 * MiB)], ids=lambda c: f"{c[1]}x{c[2]}-{c[3]}")
+def test_chunk_auto_chooses_as_the_explicit_compiler_does(case):
+    """--chunk auto (chunk_bytes None) on a pattern plan: the chunk size the explicit compiler chooses, and so the
+    same plan once expanded (these cases choose 1 MiB, 512 KiB and 16 MiB, none of them the 4 MiB default)."""
+    preset, nodes, gpn, kind, size = case
+    topo = make_topology(preset, nodes=nodes, gpus_per_node=gpn)
+    spec = CollectiveSpec(kind=kind, size_bytes=size)
+    options = CompileOptions(chunk_bytes=None, baselines=False)
+    explicit = compile_plan(topo, spec, options)
+    pattern = compile_pattern(topo, spec, options)
+    assert pattern.options.chunk_bytes == explicit.options.chunk_bytes != DEFAULT_CHUNK_BYTES
+    assert expand(pattern) == explicit
 
 
 def test_16k_gpus_compile_and_verify_as_a_pattern(tmp_path):

@@ -579,8 +579,14 @@ def test_a_hoccl_group_under_a_default_group_bound_to_a_device(tmp_path):
     import torch.multiprocessing as mp
 
     out = tmp_path / "out"
-    mp.start_processes(_bound_default_group_worker, args=(2, str(tmp_path / "store"), str(out)), nprocs=2,
-                       start_method="spawn")
+    for attempt in range(2):  # gloo's own TCP mesh between the two spawned ranks failed once in a loaded CI run
+        try:               # ("Gloo connectFullMesh failed ... Connection closed by peer"): set it up again once
+            mp.start_processes(_bound_default_group_worker, args=(2, str(tmp_path / f"store{attempt}"), str(out)),
+                               nprocs=2, start_method="spawn")
+            break
+        except mp.ProcessRaisedException as exc:
+            if attempt or "Gloo connectFullMesh failed" not in str(exc):
+                raise
     for r in range(2):
         got = json.loads((tmp_path / f"out.{r}").read_text())
         assert got.get("type") == "CpuGroup", got

@@ -49,9 +49,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
     "HOCCL_NET_TRACE": ("", "the network proxy process: a path prefix; each rank writes PREFIX.rankN.csv at close, a "
-                        "row per call with when it arrived, its stream reached it, its first staging copies let go, its "
-                        "plan notice was written, the nodes' plan notices were in, its network part and its copies were "
-                        "through (us)"),
+                        "row per call with when it arrived, its stream reached it, its first staging copies let go, "
+                        "its plan notice was written, the nodes' plan notices were in, its network part and its copies "
+                        "were through (us)"),
     "HOCCL_NET_AHEAD": ("2", "network communicators: a call waits (without the GIL) until at most this many earlier "
                         "calls are unfinished, so the application's thread cannot run so far ahead that it blocks in "
                         "CUDA holding the GIL while the proxy thread needs it (0: no bound; with HOCCL_NET_PROXY="

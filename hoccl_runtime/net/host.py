@@ -201,7 +201,8 @@ class HostNodeExecutor:
 
     def _drive(self) -> None:
         """The run's network protocol: the plan notice (and the wait for the nodes that received in the previous
-        run to be through it), then every stage's chunks, each GPU's rings handing their slots from one stage's flow to the next (no barrier).
+        run to be through it), then every stage's chunks, each GPU's rings handing their slots from one stage's flow
+        to the next (no barrier).
 
         The staging copies of the first chunks start before this run's plan notice is written and before the wait
         for the other nodes' notices: they fill only this node's own send rings, free since its previous run is

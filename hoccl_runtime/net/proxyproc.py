@@ -532,9 +532,9 @@ def _write_trace(path: str, rank: int, rows: list) -> None:
     """One CSV row per call of this rank (times in us from the first call's arrival): the call, when its message
     came, when its stream reached it (START seen), when its first staging copies were let go, when its plan notice
     was written, when the nodes it waits for were through the previous run (every node's notice checked), when its
-    last network
-    write was posted (its staging copy seen done; blank: it sends nothing) and its last chunk came in (blank: it
-    receives nothing), when the network part was through, when its copies had finished (DONE given then)."""
+    last network write was posted (its staging copy seen done; blank: it sends nothing) and its last chunk came in
+    (blank: it receives nothing), when the network part was through, when its copies had finished (DONE given
+    then)."""
     import csv
 
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:

@@ -125,7 +125,8 @@ def time_curves(kinds, gpus_per_node, lanes, chunk, sizes=(2 << 20, 8 << 20, 32 
         for size in sizes:
             total = size // G * G  # every rank's share the same
             plan = compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=total),
-                                CompileOptions(chunk_bytes=min(chunk, total // G), baselines=False))
+                                CompileOptions(chunk_bytes=min(chunk, total // G), baselines=False,
+                                               multicast=False))  # the network executors run unicast plans
             reps = 5 if size <= (128 << 20) else 3
             res = run_nodes(plan, lanes=lanes, slots=ring_slots(plan.options.chunk_bytes), reps=reps, host=host)
             t = slowest_median(res, reps)

@@ -236,6 +236,10 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="allow this fraction more RDMA time to cut the number of stages (e.g. 0.01; 0: the "
                         "time-optimal peel, however many stages); default: the stages the cost model v2 says pay "
                         "for their barriers")
+    o.add_argument("--multicast", choices=("on", "off"), default="on",
+                   help="allgather/broadcast: each block crosses the network once per node and is passed on inside "
+                        "it (on, the default); off: one unicast flow per source and destination GPU. Pattern plans "
+                        "are unicast")
     o.add_argument("--no-baselines", action="store_true", help="skip the two simpler schedules in the report")
     o.add_argument("-q", "--quiet", action="store_true", help="print only the output path")
     o.add_argument("-v", "--verbose", action="store_true",
@@ -286,7 +290,8 @@ def _compile(argv: Sequence[str] | None) -> int:
     if args.max_extra_time is not None and not 0 <= args.max_extra_time <= 1:
         raise _UsageError(f"--max-extra-time {args.max_extra_time} must be a fraction in 0..1, e.g. 0.01")
     options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines, max_extra_time=args.max_extra_time,
-                             byte_replay=None)  # the CLI replays small plans byte by byte too
+                             byte_replay=None,  # the CLI replays small plans byte by byte too
+                             multicast=args.multicast == "on")
     progress = _Progress(sys.stderr, len(PASS_NAMES), verbose=args.verbose, quiet=args.quiet)
     try:
         return _compile_and_write(args, kind, topo, spec, size, options, progress)
@@ -316,7 +321,13 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
         save_plan(pattern, output)
         progress(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB)")
         progress.close()  # the status line goes before the result is printed
-        print(output if args.quiet else f"{format_pattern(pattern)}\n\nverified and wrote {output} (a pattern plan)")
+        from .multicast import applies
+
+        unicast = "" if args.multicast == "off" or not applies(kind, topo.nodes, topo.gpus_per_node) else \
+            " (pattern plans are unicast: every block crosses the network once per destination GPU; add " \
+            "--pattern off for a multicast plan)"
+        print(output if args.quiet else f"{format_pattern(pattern)}\n\nverified and wrote {output} (a pattern "
+              f"plan){unicast}")
         return 0
     if args.dump_after and args.dump_after != "verify":
         partial = compile_state(topo, spec, options, stop_after=args.dump_after, progress=progress)

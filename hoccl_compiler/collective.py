@@ -120,6 +120,9 @@ class Layout:
     # of the output holds the input from byte 0 on, with no copy (0 bytes when not in place).
     resident_offset: np.ndarray | None = None
     resident_bytes: np.ndarray | None = None
+    # Multicast routing (hoccl_compiler.multicast): per flow, the flow whose destination's output it reads its
+    # bytes from (-1: the source's input). None: every flow is direct, as the collective's own layout has it.
+    via: np.ndarray | None = None
 
     def resident(self) -> tuple[np.ndarray, np.ndarray]:
         G = self.input_bytes.size

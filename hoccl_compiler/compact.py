@@ -37,8 +37,9 @@ def _segments_of(plan) -> list[dict[str, list[int]]]:
     out = []
     for stage in plan.stages:
         tr = stage.transfers
-        after = np.asarray(tr.after, dtype=np.int64)
-        first = np.nonzero(after < 0)[0]
+        after, flow = np.asarray(tr.after, dtype=np.int64), np.asarray(tr.flow, np.int64)
+        # a path's first piece: it waits on nothing, or (multicast) on another flow's transfer, not its own flow's
+        first = np.nonzero((after < 0) | (flow[np.maximum(after, 0)] != flow))[0]
         out.append({"flow": np.asarray(tr.flow, np.int64)[first].tolist(),
                     "offset": np.asarray(tr.offset, np.int64)[first].tolist(),
                     "bytes": np.asarray(tr.bytes, np.int64)[first].tolist()})
@@ -99,6 +100,7 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
     """The :class:`~hoccl_compiler.schema.Plan` a compact file encodes (see the module docstring)."""
     from pydantic import ValidationError
 
+    from . import multicast
     from .collective import CollectiveSpec
     from .ir import CompileOptions, CompileState, Costing, Schedule
     from .passes import chunks, expand, traffic
@@ -136,7 +138,8 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
                         "hoccl-compile") from None
 
     _within_budget(topology, collective, source)
-    opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time, baselines=False)
+    opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time, baselines=False,
+                          multicast=options.multicast)
     state = CompileState(topology=topology, collective=collective, options=opts)
     state = expand.run(traffic.run(state, opts), opts)
     pieces, n_flows = state.pieces, state.layout.src.size
@@ -150,8 +153,19 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
     if np.any(np.diff(seg_stage * max(n_flows, 1) + seg_flow) <= 0):
         raise PlanError(f"{source}: segments must be sorted by flow within each stage, one per flow and stage; "
                         "the file is corrupt: recompile it")
+    seg_after = None
+    via = state.layout.via
+    if via is not None:  # multicast: each forwarded segment waits on its source's of the same bytes
+        seg_after = multicast.source_segments(seg_stage, seg_flow, seg_offset, seg_bytes, via, len(stages))
+        if seg_after is None:
+            raise PlanError(f"{source}: a forwarded flow's segment has no segment of the same bytes of the flow it "
+                            "reads from in its stage; the file is corrupt: recompile it")
+    elif options.multicast:
+        raise PlanError(f"{source}: it says multicast, but its {collective.kind} on {topology.num_gpus} GPUs has no "
+                        "multicast routing; the file is corrupt: recompile it")
     sched = Schedule(num_stages=len(stages), seg_stage=seg_stage, seg_flow=seg_flow, seg_offset=seg_offset,
-                     seg_bytes=seg_bytes, stage_time_s=times, report={"rdma_stages": report.rdma_stages})
+                     seg_bytes=seg_bytes, stage_time_s=times, report={"rdma_stages": report.rdma_stages},
+                     seg_after=seg_after)
 
     def order_of(tr_stage: np.ndarray) -> np.ndarray:  # the file's chunk orders: transfer indices within a stage
         start = np.searchsorted(tr_stage, np.arange(len(stages) + 1))
@@ -165,7 +179,8 @@ def from_compact(data: dict[str, Any], source: str = "<plan>"):
     ch = chunks.build(topology, pieces, sched, options.chunk_bytes, order_of)
     state = dataclasses.replace(state, schedule=sched, chunks=ch,
                                 costing=Costing(stage_time_s=times, report=report.model_dump()))
-    plan_opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time)
+    plan_opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time,
+                               multicast=options.multicast)
     plan = plan_pass.run(state, plan_opts).plan
     if plan.plan_id != data.get("plan_id"):
         # a file written before a topology field was added hashes to its id as written (the new field's default

@@ -27,6 +27,7 @@ import numpy as np
 
 from .ir import LOCAL, RDMA
 from .topology import Topology
+from .units import chain_depth
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "collective_bound",
            "stage_times_v2",
@@ -190,17 +191,18 @@ class StageChain:
     started the stage and moved the path's first chunk; it ends no earlier than its busy time after that, nor than
     the queue before it ended plus its own last chunk. Fed one stage at a time (:meth:`add`)."""
 
-    def __init__(self, queues: int):
+    def __init__(self, queues: int, hops: int = 3):
         self.end = np.zeros(queues)
+        self.hops = hops  # the most pieces a path has after its first (send_forward -> rdma -> recv_forward: 2)
 
     def add(self, busy: np.ndarray, up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
         """One stage: ``busy[q]`` each queue's time in it; edges ``up[i] -> down[i]`` (the queues of a path's
         consecutive pieces) with the upstream piece's first chunk's time and the downstream one's last chunk's."""
         start = self.end.copy()
-        for _ in range(3):  # a path has at most three pieces (send_forward -> rdma -> recv_forward)
+        for _ in range(self.hops):
             np.maximum.at(start, down, start[up] + first)
         end = start + busy[:start.size]
-        for _ in range(3):
+        for _ in range(self.hops):
             np.maximum.at(end, down, end[up] + last)
         self.end = np.where(busy[:start.size] > 0, end, self.end)
 
@@ -339,21 +341,30 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         alone = n_chunks * start_s + nbytes / tr_cap
         rest = np.where(costed, np.maximum(alone - own, q_time[t_q] * (n_chunks - 1) / n_chunks), 0.0)
         own = np.where(costed, own + first_conv, 0.0)
-        path = np.cumsum(~chained) - 1  # path id per transfer
-        in_path = np.bincount(path, minlength=path.max() + 1)
-        multi = in_path[path] > 1
-        p_sum = np.bincount(path[multi], weights=own[multi], minlength=path.max() + 1)
-        p_max = np.zeros(path.max() + 1)
-        np.maximum.at(p_max, path[multi], rest[multi])
-        p_stage = np.zeros(path.max() + 1, np.int64)
-        p_stage[path] = stage
-        p_time = p_sum + p_max
-        np.maximum.at(pipeline_s, p_stage, p_time)
+        if np.array_equal(after[chained], np.flatnonzero(chained) - 1):  # every path's pieces consecutive
+            path = np.cumsum(~chained) - 1  # path id per transfer
+            in_path = np.bincount(path, minlength=path.max() + 1)
+            multi = in_path[path] > 1
+            p_sum = np.bincount(path[multi], weights=own[multi], minlength=path.max() + 1)
+            p_max = np.zeros(path.max() + 1)
+            np.maximum.at(p_max, path[multi], rest[multi])
+            p_stage = np.zeros(path.max() + 1, np.int64)
+            p_stage[path] = stage
+            p_time = p_sum + p_max
+            np.maximum.at(pipeline_s, p_stage, p_time)
+        else:  # multicast: paths branch (a forwarded copy reads another flow's output): every path from a root
+            fill, top = own.copy(), rest.copy()
+            depth = chain_depth(after)
+            for d in range(1, int(depth.max()) + 1):
+                at = np.flatnonzero(depth == d)
+                fill[at] = fill[after[at]] + own[at]
+                top[at] = np.maximum(top[after[at]], rest[at])
+            np.maximum.at(pipeline_s, stage[chained], (fill + top)[chained])
     time_s = np.maximum(np.maximum(ports_s, queues_s), pipeline_s)
     if num_stages == 0:
         empty = np.zeros(0)
         return StageCosts(empty, empty, empty, empty, np.zeros(P), np.zeros(Q))
-    chain = StageChain(Q)
+    chain = StageChain(Q, hops=max(3, int(chain_depth(after).max(initial=0))))
     busy = q_time.reshape(S, Q)
     tr_idx = np.flatnonzero((after >= 0) & costed)
     up_tr = after[tr_idx]

@@ -47,9 +47,12 @@ class CompileOptions:
     # never (the default: it was 6-17 ms of a 1 MiB one-node compile whose other passes take 1.5 ms), None small
     # plans only (what hoccl-compile asks for), True always. Not part of the plan: the same plan either way.
     byte_replay: bool | None = False
+    # Multicast routing of AllGather and Broadcast (hoccl_compiler.multicast): each block crosses the network once
+    # per node and is passed on inside it. False: one unicast flow per source and destination, as C lists them.
+    multicast: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        return {"chunk_bytes": self.chunk_bytes, "max_extra_time": self.max_extra_time}
+        return {"chunk_bytes": self.chunk_bytes, "max_extra_time": self.max_extra_time, "multicast": self.multicast}
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class Schedule:
     seg_bytes: np.ndarray
     stage_time_s: np.ndarray
     report: dict[str, Any] = field(default_factory=dict)
+    # multicast plans: per segment, the segment of the flow it reads from (same stage and byte range), whose chunk k
+    # its chunk k waits for; -1 for a direct flow's. None: no flow is forwarded.
+    seg_after: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

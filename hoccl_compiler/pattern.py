@@ -225,19 +225,24 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
             costed[chunk] = _stage_costs(topology, chunk, S, distinct, keys, uses)
         return costed[chunk]
 
-    chunk = options.chunk_bytes
-    if chunk is None:  # as the explicit compiler chooses (the same stage times, summed)
-        largest = max((int(d[4].max(initial=0)) for d in distinct.values()), default=0)
-        chunk = DEFAULT_CHUNK_BYTES if largest == 0 else pick_chunk(
-            largest, lambda k: float(costs_of(k)[0].sum()),
-            lambda k: sum(n * int(np.maximum(1, -(-distinct[key][4] // k)).sum()) for key, n in uses.items()))
-    times, ports, pipes, port_busy, queue_busy, chain_s = costs_of(chunk)
     network = len(shifts) > 0
-    fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
     # every RDMA stage is a shift: one transfer per GPU each way, so the busiest node sends L per stage
     flows = (len(shifts), topology.gpus_per_node * len(shifts))
-    predicted, parts = cost.plan_time_v2(topology, times, network, fill_s=fill, flows=flows,
-                                         overlap_s=cost.overlapped_s(port_busy, queue_busy, pipes, chain_s))
+
+    def plan_time(chunk: int) -> tuple[float, dict]:
+        times, ports, pipes, port_busy, queue_busy, chain_s = costs_of(chunk)
+        fill = cost.staging_fill_s(topology, chunk, np.array([RDMA]), np.array([c])) if network else 0.0
+        return cost.plan_time_v2(topology, times, network, fill_s=fill, flows=flows,
+                                 overlap_s=cost.overlapped_s(port_busy, queue_busy, pipes, chain_s))
+
+    chunk = options.chunk_bytes
+    if chunk is None:  # as the explicit compiler chooses (the plan's v2 time, its stages overlapping)
+        largest = max((int(d[4].max(initial=0)) for d in distinct.values()), default=0)
+        chunk = DEFAULT_CHUNK_BYTES if largest == 0 else pick_chunk(
+            largest, lambda k: plan_time(k)[0],
+            lambda k: sum(n * int(np.maximum(1, -(-distinct[key][4] // k)).sum()) for key, n in uses.items()))
+    times, ports, pipes, port_busy, queue_busy, chain_s = costs_of(chunk)
+    predicted, parts = plan_time(chunk)
     # the port model's bound: every GPU's ports carry the same totals
     nic = float((topology.nodes - 1) * topology.gpus_per_node * c)
     peers = np.asarray(topology.peer_array())
@@ -363,7 +368,7 @@ def expand(pp: PatternPlan):
                         f"{EXPAND_LIMIT}); hoccl-inspect reads and verifies it as it is")
     verify_pattern(pp)
     opts = CompileOptions(chunk_bytes=pp.options.chunk_bytes, max_extra_time=pp.options.max_extra_time,
-                          baselines=False)
+                          baselines=False, multicast=False)  # a pattern plan is unicast
     state = CompileState(topology=pp.topology, collective=pp.collective, options=opts)
     state = expand_pass.run(traffic.run(state, opts), opts)
     lay, pieces = state.layout, state.pieces

@@ -43,8 +43,10 @@ def bound_lines(plan: Any) -> list[str]:
     if b["traffic_bound_s"] > b["lower_bound_s"] * (1 + 1e-9):
         lines.append(f"             (this plan's traffic: bound {_us(b['traffic_bound_s'])}, "
                      f"x{b['traffic_bound_s'] / b['lower_bound_s']:.2f} of the collective's, ratio "
-                     f"{b['traffic_ratio']:.3f}: it sends bytes that several GPUs need once per destination GPU, "
-                     "not once per node)")
+                     f"{b['traffic_ratio']:.3f}: " + (
+                         "multicast, each block across the network once per node: what NVLink must carry then"
+                         if getattr(plan.options, "multicast", False) else
+                         "it sends bytes that several GPUs need once per destination GPU, not once per node") + ")")
         lines.append(f"             (traffic bound by domain: {by_domain})")
     else:
         lines.append(f"             (bound by domain: {by_domain})")
@@ -167,7 +169,7 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
         ways = []
         if plan.collective.kind in IN_PLACE_KINDS and not plan.collective.in_place:
             ways.append("compile it --in-place")
-        if plan.topology.nodes == 1:  # the intra-node runtime's
+        if plan.topology.nodes == 1 and not getattr(plan.options, "multicast", False):  # the intra-node runtime's
             ways.append("run with HOCCL_LOCAL_COPIES=peer")
         lines[5:5] = [f"note         local {local}: same-GPU copies, which the CUDA driver runs on SMs"] + (
             [f"             (to avoid them: {', or '.join(ways)})"] if ways else [])

@@ -16,7 +16,7 @@ import json
 from enum import IntEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from .collective import CollectiveSpec
 from .errors import PlanError
@@ -74,7 +74,8 @@ class _Columns(_Model):
 
     @model_validator(mode="after")
     def _same_lengths(self) -> _Columns:
-        lengths = {name: len(getattr(self, name)) for name in type(self).model_fields}
+        lengths = {name: len(getattr(self, name)) for name in type(self).model_fields
+                   if getattr(self, name) is not None}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"{type(self).__name__} columns differ in length: {lengths}")
         return self
@@ -82,13 +83,24 @@ class _Columns(_Model):
 
 class FlowTable(_Columns):
     """One flow per (src, dst) pair of the origin matrix: bytes read at src_offset of src's input,
-    written at dst_offset of dst's output."""
+    written at dst_offset of dst's output. A multicast plan (``options.multicast``) may cut a pair's block into
+    consecutive parts, one flow each, and carries ``via``: flow f with ``via[f] = g >= 0`` reads the same bytes
+    as flow g from the output of ``dst[g]`` (at ``dst_offset[g]``), chunk k after flow g's chunk k has landed
+    there; -1: from src's input. Plans without multicast leave ``via`` out."""
 
     src: list[Int64]
     dst: list[Int64]
     bytes: list[Int64]
     src_offset: list[Int64]
     dst_offset: list[Int64]
+    via: list[Int64] | None = None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unicast(self, handler):
+        data = handler(self)
+        if self.via is None:
+            data.pop("via", None)
+        return data
 
 
 
@@ -146,6 +158,15 @@ class PlanOptions(_Model):
     max_extra_time: float | None = Field(default=None, ge=0, le=1,
                                          description="RDMA-time fraction the scheduler could spend to cut stages "
                                          "(None: the stages the cost model v2 says pay for their barriers)")
+    multicast: bool = Field(default=False, description="the flows are routed for multicast (FlowTable.via); "
+                            "written only when true, so unicast plans keep their ids and bytes")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unicast(self, handler):
+        data = handler(self)
+        if not self.multicast:
+            data.pop("multicast", None)
+        return data
 
 
 class Baselines(_Model):

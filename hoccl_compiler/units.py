@@ -70,3 +70,15 @@ def format_bytes(n: int | float) -> str:
             return f"{text} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def chain_depth(link: np.ndarray) -> np.ndarray:
+    """Per entry, how many entries precede it along ``link`` (each entry's predecessor, or -1; acyclic): a
+    transfer's waits, a forwarded flow's ``via``."""
+    depth = np.zeros(link.size, np.int64)
+    nxt = np.asarray(link, np.int64).copy()
+    while (nxt >= 0).any():
+        has = nxt >= 0
+        depth[has] += 1
+        nxt[has] = link[nxt[has]]
+    return depth

@@ -80,12 +80,20 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     lay = layout(plan.collective, G)
     flows = {k: np.asarray(getattr(plan.flows, k), dtype=np.int64)
              for k in ("src", "dst", "bytes", "src_offset", "dst_offset")}
-    for name, expected in (("src", lay.src), ("dst", lay.dst), ("bytes", lay.bytes),
-                           ("src_offset", lay.src_offset), ("dst_offset", lay.dst_offset)):
-        got = flows[name]
-        if got.shape != expected.shape or not np.array_equal(got, expected):
-            raise PlanError(f"plan {plan.plan_id}: flows.{name} does not match the {plan.collective.kind} layout "
-                            f"for {G} ranks; the plan is corrupt or for another collective: recompile it")
+    multicast = plan.options.multicast
+    if multicast:
+        _check_parts(plan, flows, lay)
+    else:
+        if plan.flows.via is not None:
+            raise PlanError(f"plan {plan.plan_id}: its flows carry 'via' but its options do not say multicast; the "
+                            "plan is corrupt: recompile it")
+        for name, expected in (("src", lay.src), ("dst", lay.dst), ("bytes", lay.bytes),
+                               ("src_offset", lay.src_offset), ("dst_offset", lay.dst_offset)):
+            got = flows[name]
+            if got.shape != expected.shape or not np.array_equal(got, expected):
+                raise PlanError(f"plan {plan.plan_id}: flows.{name} does not match the {plan.collective.kind} "
+                                f"layout for {G} ranks; the plan is corrupt or for another collective: recompile it")
+    via = _checked_via(plan, flows) if multicast else np.full(flows["src"].size, -1, np.int64)
     if plan.ranks.input_bytes != lay.input_bytes.tolist() or plan.ranks.output_bytes != lay.output_bytes.tolist():
         raise PlanError(f"plan {plan.plan_id}: per-rank buffer sizes do not match the collective; recompile it")
     res_off, res_bytes = lay.resident()  # in place: output bytes that already hold the rank's input
@@ -105,9 +113,10 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
         raise PlanError(f"plan {plan.plan_id}: origin_matrix is not the sum of the flows")
 
     # 2. T = expand(C); stages add up to T --------------------------------------------------------------
-    peer = np.asarray(topo.peer_array(), dtype=np.int64)
+    # (a multicast plan has no forwarding: each flow moves in one piece from the GPU that holds its bytes)
+    peer = np.arange(G, dtype=np.int64) if multicast else np.asarray(topo.peer_array(), dtype=np.int64)
     node = np.arange(G) // topo.gpus_per_node
-    u, v, nb = flows["src"], flows["dst"], flows["bytes"]
+    u, v, nb = np.where(via >= 0, flows["dst"][np.maximum(via, 0)], flows["src"]), flows["dst"], flows["bytes"]
     inter = node[u] != node[v]
     expected_T = np.zeros((G, G), dtype=np.int64)
     np.add.at(expected_T, (np.where(inter, peer[u], u), np.where(inter, peer[v], v)), nb)
@@ -165,11 +174,16 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     has_prev = ((role == RDMA) & (peer[fu] != fu) & f_inter) | (role == RECV_FORWARD)
     prev_role = np.where(role == RDMA, SEND_FORWARD, np.where(role == RECV_FORWARD, RDMA, -1))
     after_g = np.where(t["after"] >= 0, base[t["stage"]] + t["after"], 0)
-    _fail_first(~has_prev & (t["after"] != -1), plan, t, "waits on another transfer but is the first piece of its path")
-    ok_prev = (t["after"] >= 0) & (t["flow"][after_g] == t["flow"]) & (t["role"][after_g] == prev_role) & \
-              (t["offset"][after_g] == t["offset"]) & (t["bytes"][after_g] == t["bytes"])
+    forwarded = via[t["flow"]] >= 0  # (multicast) it reads another flow's output: it waits on that flow's piece
+    _fail_first(~has_prev & ~forwarded & (t["after"] != -1), plan, t,
+                "waits on another transfer but is the first piece of its path")
+    same_bytes = (t["offset"][after_g] == t["offset"]) & (t["bytes"][after_g] == t["bytes"])
+    ok_prev = (t["after"] >= 0) & (t["flow"][after_g] == t["flow"]) & (t["role"][after_g] == prev_role) & same_bytes
     _fail_first(has_prev & ~ok_prev, plan, t,
                 "does not wait on the previous piece of its flow for the same bytes in the same stage")
+    ok_source = (t["after"] >= 0) & (t["flow"][after_g] == via[t["flow"]]) & same_bytes & (t["dst"][after_g] == fu)
+    _fail_first(forwarded & ~ok_source, plan, t, "reads another flow's output (via) but does not wait, in the same "
+                "stage, on that flow's transfer of the same bytes into it")
     deliver = (role == LOCAL) | (role == NATIVE) | (role == RECV_FORWARD) | ((role == RDMA) & (peer[fv] == fv))
     needs_next = ((role == SEND_FORWARD) | (role == RDMA)) & ~deliver
     followed = np.zeros(n_tr, dtype=bool)
@@ -206,6 +220,57 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
             if not np.array_equal(outputs[rank], expected):
                 bad = int(np.nonzero(outputs[rank] != expected)[0][0])
                 raise PlanError(f"plan {plan.plan_id}: byte replay: rank {rank}'s output byte {bad} is wrong")
+
+
+def _check_parts(plan: Plan, flows: dict[str, np.ndarray], lay) -> None:
+    """A multicast plan's flows are the layout's blocks, each whole or cut into consecutive parts (sorted by src,
+    dst, offset; each part at the same distance into the block on both sides)."""
+    G = plan.topology.num_gpus
+    key, block_key = flows["src"] * G + flows["dst"], lay.src * G + lay.dst
+    where = np.searchsorted(block_key, key)
+    inside = where < block_key.size
+    b = np.minimum(where, max(block_key.size - 1, 0))
+    bad = ~inside
+    if block_key.size:
+        into = flows["src_offset"] - lay.src_offset[b]
+        bad |= (block_key[b] != key) | (flows["dst_offset"] - lay.dst_offset[b] != into)
+        first = np.r_[True, b[1:] != b[:-1]] if b.size else np.zeros(0, bool)
+        prev_end = np.r_[0, into[:-1] + flows["bytes"][:-1]] if b.size else np.zeros(0, np.int64)
+        bad |= np.where(first, into != 0, into != prev_end) | (flows["bytes"] <= 0)
+        if b.size and (np.diff(b) < 0).any():
+            bad[1:] |= np.diff(b) < 0
+    if bad.any() or (block_key.size and not np.array_equal(byte_sums(b, flows["bytes"], block_key.size), lay.bytes)):
+        f = int(np.nonzero(bad)[0][0]) if bad.any() else -1
+        which = f"flow {f} (GPU {flows['src'][f]} -> GPU {flows['dst'][f]})" if f >= 0 else "its flows"
+        raise PlanError(f"plan {plan.plan_id}: {which} is not a part of the {plan.collective.kind} layout's blocks "
+                        f"for {G} ranks (each block whole or cut into consecutive parts, in order); the plan is "
+                        "corrupt or for another collective: recompile it")
+
+
+def _checked_via(plan: Plan, flows: dict[str, np.ndarray]) -> np.ndarray:
+    """The multicast plan's ``via``: every entry -1 or another flow of the same source bytes to another GPU, and no
+    cycle (pointer doubling: a chain longer than the flow count has one)."""
+    n = flows["src"].size
+    if plan.flows.via is None or len(plan.flows.via) != n:
+        raise PlanError(f"plan {plan.plan_id}: a multicast plan needs flows.via, one entry per flow; recompile it")
+    via = np.asarray(plan.flows.via, dtype=np.int64)
+    g = np.maximum(via, 0)
+    bad = (via < -1) | (via >= n)
+    g = np.where(bad, 0, g)
+    bad |= (via >= 0) & ((via == np.arange(n)) | (flows["src"][g] != flows["src"]) |
+                         (flows["src_offset"][g] != flows["src_offset"]) | (flows["bytes"][g] != flows["bytes"]) |
+                         (flows["dst"][g] == flows["dst"]))
+    if bad.any():
+        f = int(np.nonzero(bad)[0][0])
+        raise PlanError(f"plan {plan.plan_id}: flow {f} reads via {int(via[f])}, which is not another flow of the same "
+                        "source bytes to another GPU; the plan is corrupt: recompile it")
+    jump = via.copy()
+    for _ in range(max(1, int(n).bit_length()) + 1):
+        jump = np.where(jump >= 0, jump[np.maximum(jump, 0)], -1)
+    if (jump >= 0).any():
+        f = int(np.nonzero(jump >= 0)[0][0])
+        raise PlanError(f"plan {plan.plan_id}: flow {f}'s via chain runs in a cycle; the plan is corrupt: recompile it")
+    return via
 
 
 def _check_tiling(plan: Plan, rank, offset, nbytes, size, what: str, verb: str, allow_gaps: bool = False) -> None:
@@ -331,8 +396,9 @@ def replay(plan: Plan, inputs: list[np.ndarray]) -> ReplayResult:
     """Execute a plan on NumPy byte buffers (the reference executor): returns every rank's output.
 
     Staging on a forwarding GPU is modelled per (GPU, flow); outputs start poisoned (0xA5) so unwritten
-    bytes show (except, in place, the part that holds the rank's own input). Transfers run stage by
-    stage in index order; a transfer's wait always points earlier.
+    bytes show (except, in place, the part that holds the rank's own input). Chunks run stage by stage in each
+    stage's chunk order (which lists every chunk after the one it waits for), so a multicast plan's forwarded copy
+    reads only what has landed in the output it reads.
     """
     G = plan.topology.num_gpus
     if len(inputs) != G:
@@ -346,13 +412,23 @@ def replay(plan: Plan, inputs: list[np.ndarray]) -> ReplayResult:
         outputs[rank][res_off[rank]: res_off[rank] + res_bytes[rank]] = inputs[rank][: res_bytes[rank]]
     staging: dict[tuple[int, int], np.ndarray] = {}
     fl = plan.flows
-    peer = plan.topology.peer_array()
+    via = fl.via if plan.options.multicast and fl.via is not None else None
+    peer = list(range(G)) if via is not None else plan.topology.peer_array()
+    chunk = plan.options.chunk_bytes
     for stage in plan.stages:
         tr = stage.transfers
-        for i in range(len(tr.flow)):
-            f, role, off, n = tr.flow[i], tr.role[i], tr.offset[i], tr.bytes[i]
+        seen: dict[int, int] = {}
+        for i in stage.chunks:  # chunk by chunk in the stage's order: a forwarded copy reads what landed before it
+            k = seen.get(i, 0)
+            seen[i] = k + 1
+            f, role = tr.flow[i], tr.role[i]
+            off = tr.offset[i] + k * chunk
+            n = min(chunk, tr.offset[i] + tr.bytes[i] - off)
             u, v = fl.src[f], fl.dst[f]
-            if role in (LOCAL, NATIVE, SEND_FORWARD) or (role == RDMA and peer[u] == u):
+            if via is not None and via[f] >= 0:  # from the output the flow it follows fills
+                g = via[f]
+                data = outputs[fl.dst[g]][fl.dst_offset[g] + off: fl.dst_offset[g] + off + n].copy()
+            elif role in (LOCAL, NATIVE, SEND_FORWARD) or (role == RDMA and peer[u] == u):
                 data = inputs[u][fl.src_offset[f] + off: fl.src_offset[f] + off + n]
             else:  # rdma from ū's staging, recv_forward from v̄'s staging
                 data = staging[(tr.src[i], f)][off: off + n]

@@ -150,7 +150,7 @@ class Executor:
             self._streams[key] = s
         return int(s.ptr)
 
-    def _event(self, kind: str, device: int, key: int) -> int:
+    def _event(self, kind: str, device: int, key: Any) -> int:
         k = (kind, device, key)
         ev = self._events.get(k)
         if ev is None:
@@ -166,7 +166,8 @@ class Executor:
         info = self._plans.get(uid)
         if info is None:
             res_off, res_bytes = plan.ranks.resident_offset, plan.ranks.resident_bytes
-            info = _PlanInfo(lower(plan), tuple(plan.ranks.input_bytes), tuple(plan.ranks.output_bytes),
+            info = _PlanInfo(lower(plan, forwarded=True), tuple(plan.ranks.input_bytes),
+                             tuple(plan.ranks.output_bytes),
                              tuple(int(x) for x in res_off), tuple(int(x) for x in res_bytes),
                              tuple(plan.queues.kind), uid)
             self._plans[uid] = info
@@ -213,10 +214,11 @@ class Executor:
         device; a wait may cross devices), so a ``Device`` op goes only before the driver's batch
         memops and before work on the legacy default stream (handle 0 means "the current device's")."""
         prog = info.program
-        moves = {q: [(ranks[c.dst_rank].output.ptr + c.dst_offset, ranks[c.src_rank].input.ptr + c.src_offset,
+        moves = {q: [(ranks[c.dst_rank].output.ptr + c.dst_offset,
+                      (ranks[c.src_rank].output if c.from_output else ranks[c.src_rank].input).ptr + c.src_offset,
                       c.nbytes) for c in cs] for q, cs in prog.copies.items()}
         touches = {q: set(prog.touches[q]) for q in prog.copies}
-        if self.local_copies == "peer":
+        if self.local_copies == "peer" and not prog.issue:  # (a multicast plan's own blocks stay same-GPU copies)
             self._own_blocks_through_peers(info, ranks, moves, touches)
         queues = sorted(q for q in prog.copies if moves[q])
         qdev = {q: ranks[prog.queue_gpu[q]].device for q in queues}
@@ -234,7 +236,9 @@ class Executor:
         else:
             self._flag_phase(ops, edges, lambda e: (ranks[e[0]].device, user[e[0]]),
                              lambda e: (qdev[e[1]], qstream[e[1]]))
-        for q in queues:
+        if prog.issue:  # a multicast plan: copies in an order that puts each after the one it reads from
+            ops += self._forwarded_copies(info, moves, qdev, qstream)
+        for q in queues if not prog.issue else ():
             ops += on(qdev[q], qstream[q])
             ops += [Memcpy(dst, src, n, qstream[q]) for dst, src, n in moves[q]]
         if sync == "events":
@@ -243,6 +247,25 @@ class Executor:
             self._flag_phase(ops, edges, lambda e: (qdev[e[1]], qstream[e[1]]),
                              lambda e: (ranks[e[0]].device, user[e[0]]))
         return squeeze_devices(ops)
+
+    def _forwarded_copies(self, info: _PlanInfo, moves: dict[int, list[tuple]], qdev: dict[int, int],
+                          qstream: dict[int, int]) -> list[Op]:
+        """A multicast plan's copies in the program's issue order, each copy that another reads from followed by
+        an event record, and each copy that reads another's bytes preceded by a wait on that event (recorded
+        before it in this list, so the streams cannot wait for each other)."""
+        prog = info.program
+        waited = set(prog.waits.values())
+        ops: list[Op] = []
+        for q, i in prog.issue:
+            dst, src, n = moves[q][i]
+            before = prog.waits.get((q, i))
+            ops += on(qdev[q], qstream[q])
+            if before is not None:
+                ops.append(Wait(qstream[q], self._event("chunk", qdev[before[0]], (info.uid, *before))))
+            ops.append(Memcpy(dst, src, n, qstream[q]))
+            if (q, i) in waited:
+                ops.append(Record(self._event("chunk", qdev[q], (info.uid, q, i)), qstream[q]))
+        return ops
 
     @staticmethod
     def _own_blocks_through_peers(info: _PlanInfo, ranks: list[RankBuffers], moves: dict[int, list[tuple]],

@@ -319,15 +319,18 @@ def call_spec(key: CallKey) -> Any:
     raise HocclError(f"no collective is named {key!r}")
 
 
-def compile_call(topology: Any, what: CallKey | Any, chunk_bytes: int) -> Plan:
+def compile_call(topology: Any, what: CallKey | Any, chunk_bytes: int | None, multicast: bool = False) -> Plan:
     """Compile (and, as the compiler's last pass, verify structurally: layout, tiling, stage rules, chunk orders)
     the plan of a call key or a CollectiveSpec. No byte-level replay and no baselines: this runs on a call's path
-    (about 1 ms for 8 GPUs at any size on the CPU VM, where the replay made small ones 6-13 ms)."""
+    (about 1 ms for 8 GPUs at any size on the CPU VM, where the replay made small ones 6-13 ms). ``multicast``:
+    route AllGather and Broadcast for multicast (hoccl_compiler.multicast), for the paths that run forwarded
+    copies (hoccl_runtime.execute); the communicators' paths do not yet."""
     from hoccl_compiler.ir import CompileOptions
     from hoccl_compiler.pipeline import compile_plan
 
     spec = call_spec(what) if isinstance(what, tuple) else what
-    plan = compile_plan(topology, spec, CompileOptions(chunk_bytes=chunk_bytes, baselines=False, byte_replay=False))
+    plan = compile_plan(topology, spec, CompileOptions(chunk_bytes=chunk_bytes, baselines=False, byte_replay=False,
+                                                       multicast=multicast))
     _OWN[id(plan)] = plan
     return plan
 

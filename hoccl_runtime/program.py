@@ -28,19 +28,25 @@ _INTRA_ROLES = {"local", "native"}
 @dataclass
 class Copy:
     src_rank: int
-    src_offset: int   # in the source rank's input buffer
+    src_offset: int   # in the source rank's input buffer (its output where from_output)
     dst_rank: int
     dst_offset: int   # in the destination rank's output buffer
     nbytes: int
+    from_output: bool = False  # a multicast plan's forwarded copy: it reads what another copy wrote
 
 
 @dataclass
 class Program:
-    """queue id -> copies in issue order; queue id -> GPU; queue id -> ranks whose buffers it touches."""
+    """queue id -> copies in issue order; queue id -> GPU; queue id -> ranks whose buffers it touches. A multicast
+    plan's program also has ``waits`` ((queue, copy index) -> the (queue, copy index) whose bytes it reads: it
+    may start once that one is done) and ``issue``, every copy in an order that puts each after what it waits
+    for (the plan's chunk order); an empty ``issue``: no copy waits, the queues are issued one after another."""
 
     copies: dict[int, list[Copy]] = field(default_factory=dict)
     queue_gpu: dict[int, int] = field(default_factory=dict)
     touches: dict[int, set[int]] = field(default_factory=dict)
+    waits: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    issue: list[tuple[int, int]] = field(default_factory=list)
 
 
 def check_bounds(plan: Plan) -> None:
@@ -63,6 +69,8 @@ def check_bounds(plan: Plan) -> None:
         return
     limit = 1 << 61  # sums of two such values cannot wrap around int64
     n_flows, G = f_src.size, in_bytes.size
+    if plan.options.multicast and fl.via is not None:  # a forwarded flow reads its source flow's output range
+        _check_forwarded_bounds(plan, f_dst, f_dst_off, out_bytes)
     for stage in plan.stages:
         tr = stage.transfers
         try:
@@ -78,6 +86,37 @@ def check_bounds(plan: Plan) -> None:
                 bad |= ~inside | (at < 0) | (np.abs(base) >= limit) | (at + n > size[np.where(inside, rank, 0)])
         if bad.any():
             _check_stage_bounds(plan, stage)
+
+
+def _check_forwarded_bounds(plan: Plan, f_dst, f_dst_off, out_bytes) -> None:
+    """Each forwarded flow's source flow exists, has its byte count and writes inside its destination's output,
+    and each of its transfers stays inside the flow: so its reads stay inside that output."""
+    import numpy as np
+
+    fl = plan.flows
+    n = f_dst.size
+    try:
+        via, nb = np.asarray(fl.via, dtype=np.int64), np.asarray(fl.bytes, dtype=np.int64)
+    except (OverflowError, ValueError):
+        via = nb = None
+    ok = via is not None and via.size == n and ((via >= -1) & (via < n)).all()
+    if ok:
+        g = np.maximum(via, 0)
+        fwd = via >= 0
+        rank = f_dst[g]
+        ok = bool(((nb[g] == nb) & (f_dst_off[g] >= 0) & (rank >= 0) & (rank < out_bytes.size) &
+                   (f_dst_off[g] + nb <= out_bytes[np.clip(rank, 0, max(out_bytes.size - 1, 0))]))[fwd].all())
+        for stage in plan.stages if ok else ():
+            tr = stage.transfers
+            f, off, m = (np.asarray(c, dtype=np.int64) for c in (tr.flow, tr.offset, tr.bytes))
+            inside = (f >= 0) & (f < n)
+            ff = np.where(inside, f, 0)
+            ok = bool((~inside | ~fwd[ff] | ((off >= 0) & (m >= 0) & (off + m <= nb[ff]))).all())
+            if not ok:
+                break
+    if not ok:
+        raise PlanError(f"plan {plan.plan_id}: a forwarded flow (via) would read outside the output its source flow "
+                        "writes: the plan is corrupt or was changed; the runtime will not run it (recompile it)")
 
 
 def _check_stage_bounds(plan: Plan, stage) -> None:
@@ -100,11 +139,17 @@ def _check_stage_bounds(plan: Plan, stage) -> None:
                                 "corrupt or was changed; the runtime will not run it (recompile it)")
 
 
-def lower(plan: Plan) -> Program:
+def lower(plan: Plan, *, forwarded: bool = False) -> Program:
+    """The plan's copies per queue. ``forwarded``: the caller runs ``Program.waits`` (a multicast plan's forwarded
+    copies); else such a plan is refused."""
+    via = plan.flows.via if plan.options.multicast else None
+    if via is not None and not forwarded:
+        raise UnsupportedPlanError(
+            f"plan {plan.plan_id} is a multicast plan (its {plan.collective.kind}'s forwarded copies read what "
+            "other copies wrote), which this runtime path does not run yet: run it with hoccl_runtime.execute, "
+            "or recompile it with hoccl-compile --multicast off")
     check_bounds(plan)
     roles = [r.name for r in plan.roles]
-    chunk = plan.options.chunk_bytes
-    fl = plan.flows
     prog = Program()
     for stage in plan.stages:
         tr = stage.transfers
@@ -114,25 +159,49 @@ def lower(plan: Plan) -> Program:
                 f"plan {plan.plan_id} stage {stage.index} has {sorted(used - _INTRA_ROLES)} transfers (inter-node "
                 "traffic), which a single-node executor cannot run: compile for one node (--nodes 1), or run it "
                 "one process per node with hoccl_runtime.net.executor.GpuNodeExecutor")
-        seen: dict[int, int] = {}
-        for t in stage.chunks:
-            k = seen.get(t, 0)
-            seen[t] = k + 1
-            f, q = tr.flow[t], tr.queue[t]
-            start = tr.offset[t] + k * chunk
-            n = min(chunk, tr.offset[t] + tr.bytes[t] - start)
-            copy = Copy(fl.src[f], fl.src_offset[f] + start, fl.dst[f], fl.dst_offset[f] + start, n)
-            queue = prog.copies.setdefault(q, [])
-            last = queue[-1] if queue else None
-            if last is not None and last.src_rank == copy.src_rank and last.dst_rank == copy.dst_rank and \
-                    last.src_offset + last.nbytes == copy.src_offset and \
-                    last.dst_offset + last.nbytes == copy.dst_offset:
-                last.nbytes += n
-            else:
-                queue.append(copy)
-            prog.queue_gpu[q] = plan.queues.gpu[q]
-            prog.touches.setdefault(q, set()).update((copy.src_rank, copy.dst_rank))
+        _lower_stage(plan, stage, via, prog)
     return prog
+
+
+def _lower_stage(plan: Plan, stage, via: Sequence[int] | None, prog: Program) -> None:
+    """One stage into ``prog``: every chunk a copy, consecutive chunks of a queue merged into one. In a multicast
+    plan (``via``) a forwarded flow's copy reads the output its source flow writes, each chunk after the source's
+    chunk: a chunk something waits for ends its copy, a chunk that waits starts one (``Program.waits``), and the
+    copies are listed in the chunk order (``Program.issue``)."""
+    chunk, fl, tr = plan.options.chunk_bytes, plan.flows, stage.transfers
+    targets = {a for a in tr.after if a >= 0} if via is not None else set()
+    seen: dict[int, int] = {}
+    where: dict[tuple[int, int], tuple[int, int]] = {}  # (transfer, chunk) -> (queue, copy index)
+    growing: dict[int, bool] = {}  # per queue: whether its last copy may take the next chunk
+    for t in stage.chunks:
+        k = seen.get(t, 0)
+        seen[t] = k + 1
+        f, q = tr.flow[t], tr.queue[t]
+        start = tr.offset[t] + k * chunk
+        n = min(chunk, tr.offset[t] + tr.bytes[t] - start)
+        g = via[f] if via is not None else -1
+        if g >= 0:
+            copy = Copy(fl.dst[g], fl.dst_offset[g] + start, fl.dst[f], fl.dst_offset[f] + start, n, True)
+        else:
+            copy = Copy(fl.src[f], fl.src_offset[f] + start, fl.dst[f], fl.dst_offset[f] + start, n)
+        queue = prog.copies.setdefault(q, [])
+        wait = where.get((tr.after[t], k)) if via is not None and tr.after[t] >= 0 else None
+        last = queue[-1] if queue else None
+        if wait is None and t not in targets and growing.get(q, True) and last is not None and \
+                (last.src_rank, last.dst_rank, last.from_output) == (copy.src_rank, copy.dst_rank, copy.from_output) \
+                and last.src_offset + last.nbytes == copy.src_offset \
+                and last.dst_offset + last.nbytes == copy.dst_offset:
+            last.nbytes += n
+        else:
+            queue.append(copy)
+            if via is not None:
+                prog.issue.append((q, len(queue) - 1))
+            if wait is not None:
+                prog.waits[(q, len(queue) - 1)] = wait
+        growing[q] = t not in targets
+        where[(t, k)] = (q, len(queue) - 1)
+        prog.queue_gpu[q] = plan.queues.gpu[q]
+        prog.touches.setdefault(q, set()).update((copy.src_rank, copy.dst_rank))
 
 
 def dma_queues(prog: Program, kind: Sequence[str], gpu: int) -> list[int]:

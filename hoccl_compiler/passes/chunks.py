@@ -42,6 +42,7 @@ from ..ir import (
     CompileOptions,
     CompileState,
 )
+from ..units import chain_depth
 from .stages import expand_segments
 
 MAX_CHUNKS = 1 << 26  # chunk entries a plan may hold (67 M: about 2 GB of plan file)
@@ -66,17 +67,20 @@ def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | Non
     tr_bytes = sched.seg_bytes[seg_idx]
     tr_role, tr_src, tr_dst = pieces.role[piece_idx], pieces.src[piece_idx], pieces.dst[piece_idx]
     tr_after = waits_on_previous(seg_idx)
+    depth = None
+    if sched.seg_after is not None:  # multicast: a forwarded flow's piece waits on its source's last piece
+        tr_after, depth = forwarded_waits(tr_after, seg_idx, sched.seg_after)
     queue_gpu, queue_kind, queue_index = queue_table(topo)
     tr_queue = assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes)
     ordered_tr = costs = None
     chunk = chunk_bytes
     if chunk is None:
         chunk, ordered_tr, costs = choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after,
-                                                sched.num_stages)
+                                                sched.num_stages, depth)
     if order_of is not None:
         ordered_tr, costs = order_of(tr_stage), None
     elif ordered_tr is None:
-        ordered_tr = chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+        ordered_tr = chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth)
     return ChunkSchedule(
         chunk_bytes=chunk,
         tr_stage=tr_stage, tr_flow=sched.seg_flow[seg_idx], tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
@@ -93,6 +97,22 @@ def waits_on_previous(path_key: np.ndarray) -> np.ndarray:
     same = np.zeros(n, dtype=bool)
     same[1:] = path_key[1:] == path_key[:-1]
     return np.where(same, np.arange(n) - 1, -1)
+
+
+def forwarded_waits(tr_after: np.ndarray, seg_idx: np.ndarray, seg_after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The waits of a multicast plan's transfers (each segment's pieces consecutive, in path order; ``seg_after``:
+    the segment each one reads from, or -1): a forwarded segment's first piece waits on the last piece of the
+    segment it reads from. Returns the waits and each transfer's depth (the transfers before it on its path: the
+    chunk order's key after progress, so that chunk k of a forwarded copy comes after the chunk k it copies)."""
+    n_seg = seg_after.size
+    per_seg = np.bincount(seg_idx, minlength=n_seg)
+    first = np.cumsum(per_seg) - per_seg
+    last = first + per_seg - 1
+    after = tr_after.copy()
+    fwd = np.flatnonzero((seg_after >= 0) & (per_seg > 0))
+    after[first[fwd]] = last[seg_after[fwd]]
+    return after, chain_depth(after)
+
 
 
 def queue_table(topo) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
@@ -117,10 +137,11 @@ def assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes) -> np.ndarray:
     return tr_src * (q + 3) + np.where(send_side, dma_index, fixed[tr_role])
 
 
-def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes) -> np.ndarray:
+def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth=None) -> np.ndarray:
     """Every stage's chunk order (stage after stage): the transfer index of each chunk entry, by progress key,
-    then role (chunks feeding the network lead: send_forward, rdma, recv_forward before native and local
-    copies), then the issue rotation, then transfer. Each queue runs the entries of its own transfers in it."""
+    then (multicast plans) the depth along the path, then role (chunks feeding the network lead: send_forward,
+    rdma, recv_forward before native and local copies), then the issue rotation, then transfer. Each queue runs the
+    entries of its own transfers in it."""
     n_chunks = np.maximum(1, -(-tr_bytes // chunk_bytes))
     total = int(n_chunks.sum())
     if total > MAX_CHUNKS:
@@ -133,7 +154,8 @@ def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
     progress = (chunk_k + 0.5) / n_chunks[chunk_tr]
     priority = ROLE_PRIORITY[tr_role][chunk_tr]
     rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
-    order = np.lexsort((chunk_tr, rotation, priority, progress, tr_stage[chunk_tr]))
+    keys = (chunk_tr, rotation, priority) + (() if depth is None else (depth[chunk_tr],))
+    order = np.lexsort((*keys, progress, tr_stage[chunk_tr]))
     return chunk_tr[order]
 
 
@@ -144,32 +166,40 @@ CHUNK_TOLERANCE = 0.01  # a larger chunk within 1% of the best time wins: fewer 
 CHUNK_BUDGET = 1 << 22  # chunk entries a candidate may cut the plan into (4 M)
 
 
-def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int
-                 ) -> tuple[int, np.ndarray, cost.StageCosts | None]:
+def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int,
+                 depth=None) -> tuple[int, np.ndarray, cost.StageCosts | None]:
     """The chunk size :func:`pick_chunk` chooses for these transfers, with its chunk order and its cost model v2
     (costed on the way: neither is made again; no costs where nothing was costed)."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
-        order = chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+        order = chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth)
         return DEFAULT_CHUNK_BYTES, order, None
-    kept: dict[int, tuple[np.ndarray, cost.StageCosts]] = {}  # of the candidates within the tolerance of the best
+    kept: dict[int, tuple[np.ndarray, cost.StageCosts, float]] = {}  # the candidates within the tolerance of the best
+    network = cost.has_network(tr_role)
+    flows = cost.net_flows(topo, tr_role, tr_src, tr_dst)
 
-    def time_of(c: int) -> float:
-        order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes)
+    def time_of(c: int) -> float:  # the plan's v2 time as the runtime runs it: stages overlapping, the fill
+        order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth)
         costed = cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, order,
                                      num_stages)
-        kept[c] = order, costed
-        times = {k: float(v[1].time_s.sum()) for k, v in kept.items()}
-        for k in [k for k, t in times.items() if t > min(times.values()) * (1 + CHUNK_TOLERANCE)]:
+        total = cost.plan_time_v2(topo, costed.time_s, network, flows=flows,
+                                  fill_s=cost.staging_fill_s(topo, c, tr_role, tr_bytes) if network else 0.0,
+                                  overlap_s=cost.overlapped_s(costed.port_busy_s, costed.queue_busy_s,
+                                                              costed.pipeline_s,
+                                                              costed.chain.time_s() if costed.chain else 0.0))[0]
+        kept[c] = order, costed, total
+        best = min(v[2] for v in kept.values())
+        for k in [k for k, v in kept.items() if v[2] > best * (1 + CHUNK_TOLERANCE)]:
             del kept[k]
-        return float(costed.time_s.sum())
+        return total
 
     chosen = pick_chunk(largest, time_of, lambda c: int(np.maximum(1, -(-tr_bytes // c)).sum()))
-    return (chosen, *kept[chosen])
+    return chosen, kept[chosen][0], kept[chosen][1]
 
 
 def pick_chunk(largest: int, time_of: Callable[[int], float], entries_of: Callable[[int], int]) -> int:
-    """The largest chunk size whose cost-model v2 time (``time_of(size)``: the stages' times summed) is within
+    """The largest chunk size whose cost-model v2 time (``time_of(size)``: the plan's, its stages overlapping as the
+    runtimes run them) is within
     ``CHUNK_TOLERANCE`` of the least over the candidates: small chunks pay a start each and interleave finely, large
     ones fill and drain forwarded paths slowly; the larger of two near-equal sizes makes a smaller plan. Candidates
     (``CHUNK_CANDIDATES`` below ``largest``, the largest transfer, and ``largest`` itself) are tried from the largest

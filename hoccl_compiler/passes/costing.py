@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import cost
 from ..ir import LOCAL, CompileOptions, CompileState, Costing
+from ..units import chain_depth
 from .chunks import assign_queues, chunk_order, waits_on_previous
 
 
@@ -51,33 +52,50 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     if options.baselines:
         at_once, _ = whole_flows_time(state, ch.chunk_bytes, np.zeros(lay.src.size, np.int64), sync_s=0.0)
         shift = (lay.dst - lay.src) % topo.num_gpus
+        if lay.via is not None:  # multicast: a forwarded flow goes in a round after the flow it reads from
+            shift = chain_depth(lay.via) * topo.num_gpus + shift
         costed = np.bincount(pieces.flow[pieces.role != LOCAL], minlength=lay.src.size) > 0  # flows that move
         rounds_of = np.unique(shift[costed])
         round_index = np.searchsorted(rounds_of, shift)
         sync = (topo.costs.stage_sync_us if network else topo.costs.call_us) * 1e-6
-        rounds, _ = whole_flows_time(state, ch.chunk_bytes, np.where(costed, round_index, 0), sync_s=sync)
+        rounds, _ = whole_flows_time(state, ch.chunk_bytes, np.where(costed, round_index, 0), sync_s=sync,
+                                     overlap=lay.via is None)  # a forwarded flow's round after its source's
         report["baselines"] = {"everything_at_once_s": at_once, "naive_rounds_s": rounds,
                                "naive_rounds": int(rounds_of.size)}
     return dataclasses.replace(state, costing=Costing(stage_time_s=stages.time_s, report=report))
 
 
-def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarray, sync_s: float
-                     ) -> tuple[float, np.ndarray]:
+def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarray, sync_s: float,
+                     overlap: bool = True) -> tuple[float, np.ndarray]:
     """v2 time of the schedule that moves every flow whole in stage ``flow_stage[flow]`` (stages one after the
-    other, ``sync_s`` between two), and its stage times."""
+    other, ``sync_s`` between two: where it is 0, overlapping as the runtimes run them, unless ``overlap`` is
+    false, as for a multicast plan's rounds, whose forwarded flows wait for rounds before theirs), and its stage
+    times."""
     topo, pieces = state.topology, state.pieces
     tr_stage = flow_stage[pieces.flow]
     order = np.lexsort((np.arange(tr_stage.size), tr_stage))  # pieces stay in path order within a flow
     st, role, src, dst, nb, fl = (a[order] for a in (tr_stage, pieces.role, pieces.src, pieces.dst, pieces.bytes,
                                                      pieces.flow))
     after = waits_on_previous(fl)
+    depth = None
+    if state.layout.via is not None:  # a forwarded flow's first piece waits on its source's last, in one stage
+        via = state.layout.via
+        last = np.full(via.size, -1, np.int64)
+        last[fl] = np.arange(fl.size)  # pieces in path order: the last one written wins
+        first = np.full(via.size, -1, np.int64)
+        first[fl[::-1]] = np.arange(fl.size)[::-1]
+        fwd = np.flatnonzero((via >= 0) & (first >= 0))
+        same = st[first[fwd]] == st[last[via[fwd]]]
+        after[first[fwd[same]]] = last[via[fwd[same]]]
+        depth = chain_depth(after)
     S = int(st.max()) + 1 if st.size else 0
     queue = assign_queues(topo, st, role, src, nb)
-    entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb)
+    entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb, depth)
     sc = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S)
     total, _ = cost.plan_time_v2(topo, sc.time_s, cost.has_network(role), sync_s,
                                  fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb),
                                  flows=cost.net_flows(topo, role, src, dst),
                                  overlap_s=cost.overlapped_s(sc.port_busy_s, sc.queue_busy_s, sc.pipeline_s,
-                                                             sc.chain.time_s() if sc.chain else 0.0))
+                                                             sc.chain.time_s() if sc.chain else 0.0)
+                                 if overlap else None)
     return total, sc.time_s

@@ -4,6 +4,10 @@
 
 A forward whose two ends are one GPU disappears (u is its own peer, or forwarding is off). Each
 piece keeps the index of its flow, so later passes move chunk k of the three pieces in order.
+
+A multicast plan (the layout has ``via``: :mod:`hoccl_compiler.multicast`) has no forwarding pieces: a flow moves
+in one piece from the GPU that holds its bytes (its source, or for a forwarded flow the destination of the flow it
+reads from) to its destination, native within a node, rdma between nodes.
 """
 
 from __future__ import annotations
@@ -15,14 +19,22 @@ import numpy as np
 from ..ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, SEND_FORWARD, CompileOptions, CompileState, PieceTable
 
 
+def holders(lay) -> np.ndarray:
+    """Per flow, the GPU its bytes leave from: its source, or where it is forwarded, the destination of the flow
+    whose output it reads."""
+    if lay.via is None:
+        return lay.src
+    return np.where(lay.via >= 0, lay.dst[np.maximum(lay.via, 0)], lay.src)
+
+
 def run(state: CompileState, options: CompileOptions) -> CompileState:
     topo, lay = state.topology, state.layout
     assert lay is not None, "expand runs after traffic"
     G = topo.num_gpus
-    peer = np.asarray(topo.peer_array(), dtype=np.int64)
     node = np.arange(G, dtype=np.int64) // topo.gpus_per_node
     flow = np.arange(lay.src.size, dtype=np.int64)
-    u, v, nbytes = lay.src, lay.dst, lay.bytes
+    u, v, nbytes = holders(lay), lay.dst, lay.bytes
+    peer = np.asarray(topo.peer_array(), dtype=np.int64) if lay.via is None else np.arange(G, dtype=np.int64)
 
     local = u == v
     native = (~local) & (node[u] == node[v])

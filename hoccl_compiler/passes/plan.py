@@ -26,7 +26,8 @@ from ..schema import (
 def run(state: CompileState, options: CompileOptions) -> CompileState:
     lay, sched, ch, co = state.layout, state.schedule, state.chunks, state.costing
     assert lay is not None and sched is not None and ch is not None and co is not None, "plan runs after costing"
-    plan_options = PlanOptions(chunk_bytes=ch.chunk_bytes, max_extra_time=options.max_extra_time)
+    plan_options = PlanOptions(chunk_bytes=ch.chunk_bytes, max_extra_time=options.max_extra_time,
+                               multicast=lay.via is not None)
 
     stage_tr_start = np.searchsorted(ch.tr_stage, np.arange(sched.num_stages + 1))
     stage_ord_start = np.searchsorted(ch.order_stage, np.arange(sched.num_stages + 1))
@@ -62,7 +63,8 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         origin_matrix=state.origin.tolist(),
         hoccl_matrix=state.hoccl.tolist(),
         flows=FlowTable.model_construct(src=lay.src.tolist(), dst=lay.dst.tolist(), bytes=lay.bytes.tolist(),
-                                        src_offset=lay.src_offset.tolist(), dst_offset=lay.dst_offset.tolist()),
+                                        src_offset=lay.src_offset.tolist(), dst_offset=lay.dst_offset.tolist(),
+                                        via=None if lay.via is None else lay.via.tolist()),
         queues=QueueTable.model_construct(gpu=ch.queue_gpu.tolist(), kind=list(ch.queue_kind),
                                           index=ch.queue_index.tolist()),
         stages=stages,

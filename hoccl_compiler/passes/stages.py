@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from .. import cost
+from .. import cost, multicast
 from ..errors import ScheduleError
 from ..ir import DEFAULT_CHUNK_BYTES, LOCAL, NATIVE, RDMA, CompileOptions, CompileState, Schedule
 from ..units import byte_sums
@@ -344,6 +344,8 @@ def run(state: CompileState, options: CompileOptions,
         progress: Callable[[str], None] | None = None) -> CompileState:
     topo, pieces, lay = state.topology, state.pieces, state.layout
     assert pieces is not None and lay is not None, "stages runs after expand"
+    if lay.via is not None:  # multicast: the direct flows are staged; each forwarded one moves with its source
+        return multicast.staged(state, lambda direct: run(direct, options, progress))
     G = topo.num_gpus
     capacity = cost.port_capacity(topo)
     nvl_Bps = topo.nvlink_gbps * 1e9

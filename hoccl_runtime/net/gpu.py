@@ -327,12 +327,14 @@ class GpuNodeExecutor(GatedNodeExecutor):
         plan object (a few recent ones remembered)."""
         from .._trust import verified
         from ..program import check_bounds
+        from .routes import refuse_multicast
 
         seen = self._bounds_checked
         if seen.get(id(plan)) is plan:
             return
         verified(plan)  # the one door (as the host executor's): verify_plan unless this process compiled it
         check_bounds(plan)
+        refuse_multicast(plan)  # before any copy
         seen[id(plan)] = plan
         while len(seen) > 32:
             seen.pop(next(iter(seen)))

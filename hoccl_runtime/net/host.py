@@ -48,8 +48,9 @@ import numpy as np
 from hoccl_compiler.schema import Plan
 
 from .._timer import fine_sleeps, slack_setting
+from .._trust import verified
 from ..errors import HocclTimeoutError, PlanError, TransportError
-from .routes import ChunkSequence, Routes, RunState
+from .routes import ChunkSequence, Routes, RunState, refuse_multicast
 from .transport.base import Connection, Region, Transport
 from .wire import CREDIT, LOCAL, NATIVE, PLAN_HELLO, RUN_DONE
 
@@ -69,9 +70,8 @@ class HostNodeExecutor:
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
                  transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
                  _check_sizes: bool = True):
-        from .._trust import verified
-
         verified(plan)  # the one door: a plan from outside runs only once it passed verify_plan
+        refuse_multicast(plan)
         topo = plan.topology
         if not 0 <= node < topo.nodes:
             raise TransportError(f"node {node}: plan {plan.plan_id} has nodes 0..{topo.nodes - 1}; start one process "
@@ -279,9 +279,8 @@ class HostNodeExecutor:
         self.leave()
 
     def _use_plan(self, plan: Plan) -> None:
-        from .._trust import verified
-
         verified(plan)
+        refuse_multicast(plan)
         self._fits(plan)
         self.plan = plan
 

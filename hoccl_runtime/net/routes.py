@@ -9,10 +9,10 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
-from ..errors import TransportError
+from ..errors import TransportError, UnsupportedPlanError
 from .wire import RDMA
 
-__all__ = ["Routes", "RunState", "ChunkSequence"]
+__all__ = ["Routes", "RunState", "ChunkSequence", "refuse_multicast"]
 
 
 class ChunkSequence:
@@ -25,6 +25,15 @@ class ChunkSequence:
     def __init__(self, parts: list[tuple]):  # per transfer: its six columns (a GPU with none has no sequence)
         self.stage, self.transfer, self.chunk, self.peer, self.peer_pos, self.ring = (
             np.concatenate(c) for c in zip(*parts, strict=True))
+
+
+def refuse_multicast(plan: Plan) -> None:
+    """The network executors run unicast plans only, so far: a multicast plan is refused before anything runs."""
+    if plan.options.multicast:
+        raise UnsupportedPlanError(
+            f"plan {plan.plan_id} is a multicast plan (its {plan.collective.kind}'s forwarded copies read what "
+            "other transfers wrote), which the network executors do not run yet: recompile it with "
+            "hoccl-compile --multicast off (compile_plan(..., CompileOptions(multicast=False)))")
 
 
 class Routes:
@@ -41,6 +50,7 @@ class Routes:
     def __init__(self, plan: Plan, direct_receive: bool, gpus: Sequence[int] | None = None):
         """``gpus``: the GPUs whose sequences to keep (a node's; default all). Every transfer is counted, so
         positions at other GPUs are right too, but arrays are built for these GPUs' transfers only."""
+        refuse_multicast(plan)
         chunk = plan.options.chunk_bytes
         keep = None if gpus is None else set(gpus)
         fl = plan.flows

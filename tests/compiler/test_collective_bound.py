@@ -26,7 +26,7 @@ def test_todays_allgather_and_broadcast_traffic_against_the_collective_bound(kin
     topo = make_topology("paper-h800", nodes=nodes)
     spec = CollectiveSpec(kind=kind, size_bytes=GIB)
     rep = (compile_pattern(topo, spec) if nodes == 16 else
-           compile_plan(topo, spec, CompileOptions(baselines=False))).report
+           compile_plan(topo, spec, CompileOptions(baselines=False, multicast=False))).report
     bound = collective_bound(kind, GIB, topo, rep.lower_bound_s)
     assert rep.lower_bound_s / bound == pytest.approx(inflation, rel=1e-9)
     G, L = topo.num_gpus, topo.gpus_per_node
@@ -37,13 +37,32 @@ def test_todays_allgather_and_broadcast_traffic_against_the_collective_bound(kin
         assert bound == pytest.approx(GIB / nvl)
 
 
+@pytest.mark.parametrize("kind,nodes,ratio", [
+    ("allgather", 1, 1.0), ("allgather", 2, (2 * 7 / 200) / (15 / 250)), ("allgather", 4, (4 * 7 / 200) / (31 / 250)),
+    ("allgather", 16, (16 * 7 / 200) / (127 / 250)), ("broadcast", 1, 1.0), ("broadcast", 2, 250 / 200),
+    ("broadcast", 4, 250 / 200)])
+def test_multicast_traffic_against_the_collective_bound(kind, nodes, ratio):
+    """paper-h800, 1 GiB, multicast (the default): every block crosses the network once per node, (N - 1) S
+    network bytes in all (S: the output), and the plan's traffic bound is the collective's up to what that
+    minimum forces on NVLink: an AllGather GPU receives N (L - 1) blocks over NVLink, a GPU of the root's node all
+    of S. (The collective bound lets a GPU take (G - 1) b over NVLink and NIC together, which only more network
+    bytes than (N - 1) S could use: on this preset's 200 / 50 GB/s, 1.10-1.25, not the 1.05 both at once.)"""
+    topo = make_topology("paper-h800", nodes=nodes)
+    plan = compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=GIB), CompileOptions(baselines=False))
+    assert plan.options.multicast == (nodes > 1 or kind == "broadcast")
+    rep = plan.report
+    assert rep.lower_bound_s / collective_bound(kind, GIB, topo, rep.lower_bound_s) == pytest.approx(ratio, rel=1e-3)
+    rdma = sum(n for st in plan.stages for r, n in zip(st.transfers.role, st.transfers.bytes, strict=True) if r == 3)
+    assert rdma == (nodes - 1) * GIB
+
+
 def test_unicast_collectives_keep_their_traffic_bound_and_the_report_says_which_is_which():
     topo = make_topology("paper-h800", nodes=2)
     a2a = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=64 << 20), CompileOptions(baselines=False))
     s = summary(a2a)
     assert s["lower_bound_s"] == s["traffic_bound_s"] == a2a.report.lower_bound_s and s["ratio"] == a2a.report.ratio
     assert "this plan's traffic" not in format_text(a2a)
-    ag = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=64 << 20))
+    ag = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=64 << 20), CompileOptions(multicast=False))
     s = summary(ag)
     assert s["traffic_bound_s"] == ag.report.lower_bound_s and s["lower_bound_s"] < s["traffic_bound_s"]
     assert s["ratio"] == pytest.approx(ag.report.predicted_time_s / s["lower_bound_s"])
@@ -53,7 +72,9 @@ def test_unicast_collectives_keep_their_traffic_bound_and_the_report_says_which_
     assert f"ratio {s['ratio']:.3f}" in text and "x2.67 of the collective's" in text
     json.dumps(s)  # the CLI's --format json
     pattern = compile_pattern(topo, CollectiveSpec(kind="allgather", size_bytes=64 << 20))
-    assert "x2.67 of the collective's" in format_pattern(pattern)
+    assert "x2.67 of the collective's" in format_pattern(pattern)  # a pattern plan is unicast
+    mc = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=64 << 20))
+    assert mc.options.multicast and "x1.17 of the collective's" in format_text(mc)
 
 
 def test_collective_bound_edges():

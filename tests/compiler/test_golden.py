@@ -24,7 +24,8 @@ def test_golden_plan_is_reproduced(path, tmp_path):
     again = compile_plan(golden.topology, golden.collective,
                          CompileOptions(chunk_bytes=golden.options.chunk_bytes,
                                         max_extra_time=golden.options.max_extra_time,
-                                        baselines=golden.report.baselines is not None))
+                                        baselines=golden.report.baselines is not None,
+                                        multicast=golden.options.multicast))
     fresh = save_plan(again, tmp_path / path.name)
     assert fresh.read_bytes() == path.read_bytes(), \
         f"{path.name} changed; if intended, run `python examples/make_schedules.py` and review the diff"

@@ -87,7 +87,7 @@ def fake_comm(rank: int, world: int, local_copies: str = "sm") -> FakeRank:
 
 def plan_for(world: int, spec: CollectiveSpec, dma_queues: int = 1, chunk_bytes: int = 1 << 40):
     return compile_plan(make_topology("h200x2", nodes=1, gpus_per_node=world, dma_queues=dma_queues), spec,
-                        CompileOptions(chunk_bytes=chunk_bytes, baselines=False))
+                        CompileOptions(chunk_bytes=chunk_bytes, baselines=False, multicast=False))
 
 
 def run_streams(streams: dict[int, list], rng: random.Random, step) -> None:

@@ -145,7 +145,7 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
     topo = make_topology("h200x2", nodes=2)  # symmetric forwarding: u -> ū -> v̄ -> v
     spec = CollectiveSpec(kind=kind, size_bytes=4 * 20_011) if kind != "sendrecv" else \
         CollectiveSpec(kind=kind, pairs=((0, 3, 70_000), (2, 1, 9_999), (1, 2, 5)))
-    opts = CompileOptions(chunk_bytes=4096, baselines=False)
+    opts = CompileOptions(chunk_bytes=4096, baselines=False, multicast=False)
     plans = [compile_plan(topo, spec, opts), compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 777),
                                                           opts)]
 

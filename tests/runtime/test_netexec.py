@@ -46,7 +46,7 @@ def test_two_nodes_of_two_gpus(kind, forwarding):
     topo = make_topology("h200x2", nodes=2, forwarding=forwarding)  # 4 ranks: forwarding copies included
     spec = CollectiveSpec(kind=kind, size_bytes=4 * 10_007) if kind != "sendrecv" else \
         CollectiveSpec(kind=kind, pairs=((0, 3, 20_000), (2, 1, 9_999), (1, 2, 5)))
-    plan = compile_plan(topo, spec, CompileOptions(chunk_bytes=1024, baselines=False))
+    plan = compile_plan(topo, spec, CompileOptions(chunk_bytes=1024, baselines=False, multicast=False))
     run_nodes(plan, slots=2)  # 2 slots: the ring wraps many times, credits must work
 
 
@@ -122,7 +122,7 @@ def _reuse_nodes(plans_per_node, timeout_s=10, before_run=None, after_run=None):
 
 def test_one_executor_runs_many_plans_over_the_same_connections():
     topo = make_topology("h200x2", nodes=2)  # 2 x 2 GPUs, forwarding
-    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False, multicast=False)
     plans = [compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001), opts),
              compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=4 * 5003), opts),
              compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 3, 7000), (3, 0, 11))), opts),
@@ -136,14 +136,14 @@ def test_nodes_in_different_collectives_raise_plan_error():
     from hoccl_runtime.errors import PlanError, TransportError
 
     topo = make_topology("h200x2", nodes=2)
-    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False, multicast=False)
     ag = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001), opts)
     a2a = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=4 * 5003), opts)
     _, errors = _reuse_nodes([[ag], [a2a]], timeout_s=5)
     assert len(errors) == 2 and all(isinstance(e, PlanError) for _, e in errors), errors
     assert all("every node must run the same collectives" in str(e) for _, e in errors)
     other = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 3001),
-                         CompileOptions(chunk_bytes=2048, baselines=False))
+                         CompileOptions(chunk_bytes=2048, baselines=False, multicast=False))
     _, errors = _reuse_nodes([[ag, other], [ag, other]], timeout_s=5)
     assert errors and all(isinstance(e, TransportError) and "chunk size" in str(e) for _, e in errors), errors
 

@@ -91,7 +91,7 @@ def test_execute_runs_a_plan_file_of_several_nodes_one_process_each(tmp_path, ki
     pytest.importorskip("torch")
     spec = CollectiveSpec(kind=kind, size_bytes=6 << 10, root=1 if kind == "broadcast" else None)
     plan = compile_plan(make_topology("h200x2", nodes=nodes, gpus_per_node=gpus), spec,
-                        CompileOptions(chunk_bytes=1 << 10))
+                        CompileOptions(chunk_bytes=1 << 10, multicast=False))
     path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json())
     with socket.socket() as s:

@@ -285,7 +285,7 @@ def _gpu_nodes_over_verbs(monkeypatch, *, dmabuf, mr_refuses_gpu=False, kind="al
 
     pv = fakepv.install(monkeypatch, dmabuf=dmabuf, mr_refuses=Refusing())
     plan = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind=kind, size_bytes=4 * 10_007),
-                        CompileOptions(chunk_bytes=4096, baselines=False))
+                        CompileOptions(chunk_bytes=4096, baselines=False, multicast=False))
     inputs = [np.random.default_rng([r, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
               for r in range(4)]
     outputs = [np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8) for r in range(4)]

@@ -1,0 +1,179 @@
+"""Multicast plans (hoccl_compiler.multicast): each block crosses the network once per node and is passed on
+inside it; the file says where every forwarded copy reads (flows.via) and which chunk it waits for (after); the
+verifier proves delivery from the file alone and refuses every tampering."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hoccl_compiler import CollectiveSpec, PlanError, compile_plan, load_plan, make_topology, replay, save_plan
+from hoccl_compiler.cli import compile_main
+from hoccl_compiler.ir import NATIVE, RDMA, CompileOptions
+from hoccl_compiler.verify import verify_plan
+
+
+def _plan(kind, preset="paper-h800", nodes=2, gpn=None, size=None, chunk=4096, **kw):
+    topo = make_topology(preset, nodes=nodes, gpus_per_node=gpn)
+    G = topo.num_gpus
+    size = size or G * 3 * chunk
+    return compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=size, **kw),
+                        CompileOptions(chunk_bytes=chunk, baselines=False, byte_replay=True))
+
+
+def _transfers(plan):
+    rows = []
+    for st in plan.stages:
+        tr = st.transfers
+        rows += list(zip(tr.flow, tr.role, tr.src, tr.dst, tr.bytes, strict=True))
+    return rows
+
+
+@pytest.mark.parametrize("nodes,gpn,in_place", [(2, 8, False), (3, 4, True), (2, 2, False), (4, 2, True)])
+def test_allgather_blocks_cross_the_network_once_per_node_on_their_rail(nodes, gpn, in_place):
+    plan = _plan("allgather", nodes=nodes, gpn=gpn, in_place=in_place)  # verified, bytes replayed
+    L, G = gpn, nodes * gpn
+    block = plan.ranks.input_bytes[0]
+    assert plan.options.multicast
+    fl = plan.flows
+    rdma = [(s, d, n) for f, r, s, d, n in _transfers(plan) if r == RDMA]
+    assert sum(n for *_, n in rdma) == (nodes - 1) * G * block  # (N - 1) x the output, once per node
+    assert all(s % L == d % L for s, d, _ in rdma)  # every network transfer on its rail
+    for f, (u, v, g) in enumerate(zip(fl.src, fl.dst, fl.via, strict=True)):
+        landing = v // L * L + u % L
+        if u // L == v // L or v == landing:
+            assert g == -1, f
+        else:  # passed on inside the node by the GPU the block landed on
+            assert (fl.src[g], fl.dst[g]) == (u, landing), f
+    for f, r, s, d, _ in _transfers(plan):
+        if fl.via[f] >= 0:
+            assert r == NATIVE and s == fl.dst[fl.via[f]]
+
+
+@pytest.mark.parametrize("nodes,gpn,root", [(1, 8, 0), (1, 4, 3), (2, 4, 5), (3, 4, 0), (3, 1, 1), (2, 8, 9)])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_broadcast_is_a_chain_in_the_roots_node_and_parts_down_the_rails(nodes, gpn, root, in_place):
+    plan = _plan("broadcast", nodes=nodes, gpn=gpn, root=root, in_place=in_place)
+    L, G, S = gpn, nodes * gpn, plan.ranks.output_bytes[0]
+    fl = plan.flows
+    tr = _transfers(plan)
+    assert sum(n for _, r, *_, n in tr if r == RDMA) == (nodes - 1) * S
+    into: dict[int, set[int]] = {}  # NVLink senders into each GPU
+    out_bytes = np.zeros(G, np.int64)
+    for f, r, s, d, n in tr:
+        if r == NATIVE:
+            into.setdefault(d, set()).add(s)
+            out_bytes[s] += n
+    a = root // L
+    for v in range(a * L, a * L + L):  # the root's node: one sender each, its chain predecessor
+        if v != root:
+            assert into[v] == {a * L + (v - 1) % L}, v
+    assert out_bytes.max() <= S  # no GPU sends more than S over NVLink
+    assert all(s % L == d % L for _, r, s, d, _ in tr if r == RDMA)
+    assert [(u, v, n) for u, v, n in zip(fl.src, fl.dst, fl.bytes, strict=True)]  # flows cut into parts are fine
+
+
+def test_a_small_multicast_plan_reads_back_and_compact_files_carry_it(tmp_path):
+    plan = _plan("allgather", nodes=3, gpn=4)
+    full = load_plan(save_plan(plan, tmp_path / "p.json", encoding="full"))
+    compact = load_plan(save_plan(plan, tmp_path / "p.json.gz", encoding="compact"))
+    assert full == plan and compact == plan
+    text = (tmp_path / "p.json").read_text()
+    assert '"via"' in text and '"multicast":true' in text.replace(" ", "")
+
+
+def test_unicast_plans_keep_their_files_without_the_new_fields(tmp_path):
+    topo = make_topology("paper-h800", nodes=2)
+    uni = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=1 << 20), CompileOptions(multicast=False))
+    a2a = compile_plan(topo, CollectiveSpec(kind="alltoall", size_bytes=1 << 20))
+    for plan in (uni, a2a):
+        data = json.loads(save_plan(plan, tmp_path / "u.json").read_text())
+        assert "via" not in data["flows"] and "multicast" not in data["options"] and not plan.options.multicast
+
+
+def _edit(plan, *, flows=None, stage=None, options=None):
+    update = {}
+    if flows:
+        update["flows"] = plan.flows.model_copy(update=flows)
+    if options:
+        update["options"] = plan.options.model_copy(update=options)
+    if stage:
+        s = plan.stages[0]
+        new = s.model_copy(update={k: v for k, v in stage.items() if k == "chunks"} |
+                           ({"transfers": s.transfers.model_copy(update={k: v for k, v in stage.items()
+                                                                         if k != "chunks"})}
+                            if any(k != "chunks" for k in stage) else {}))
+        update["stages"] = [new, *plan.stages[1:]]
+    return plan.model_copy(update=update)
+
+
+def test_the_verifier_refuses_tampered_multicast_plans():
+    plan = _plan("broadcast", nodes=1, gpn=4, root=0)
+    verify_plan(plan, byte_replay=True)
+    via = list(plan.flows.via)
+    fwd = [f for f, g in enumerate(via) if g >= 0]
+    f = fwd[-1]
+    cases = {
+        "not another flow of the same source bytes":
+            {"flows": {"via": [f if i == f else g for i, g in enumerate(via)]}},
+        "cycle": {"flows": {"via": [fwd[0] if i == via[fwd[0]] else g for i, g in enumerate(via)]}},
+        "does not wait": {"stage": {"after": [-1] * len(plan.stages[0].transfers.flow)}},
+        "carry 'via' but": {"options": {"multicast": False}},
+        "needs flows.via": {"flows": {"via": None}},
+    }
+    for why, edit in cases.items():
+        with pytest.raises(PlanError, match=why):
+            verify_plan(_edit(plan, **edit))
+    # a forwarded chunk listed before the chunk it copies: the queues could deadlock
+    st = plan.stages[0]
+    t = st.transfers.flow.index(f)
+    order = [t] + [i for i in st.chunks if i != t] + [t] * (st.chunks.count(t) - 1)
+    with pytest.raises(PlanError, match="comes before the chunk it waits for"):
+        verify_plan(_edit(plan, stage={"chunks": order}))
+
+
+def test_replay_moves_forwarded_chunks_only_after_they_landed():
+    """The byte replay runs chunks in the stage's order: a broadcast chain's output is right, and the same plan with
+    a forwarded transfer's chunks moved to the front (the order the verifier refuses) copies poison."""
+    plan = _plan("broadcast", nodes=1, gpn=4, root=1)
+    rng = np.random.default_rng(3)
+    ins = [rng.integers(0, 256, n, dtype=np.uint8) for n in plan.ranks.input_bytes]
+    outs = replay(plan, ins).outputs
+    assert all(np.array_equal(o, ins[1]) for o in outs)
+    st = plan.stages[0]
+    f = max(range(len(plan.flows.via)), key=lambda i: plan.flows.via[i])
+    t = st.transfers.flow.index(f)
+    bad = _edit(plan, stage={"chunks": [t] * st.chunks.count(t) + [i for i in st.chunks if i != t]})
+    assert not np.array_equal(replay(bad, ins).outputs[plan.flows.dst[f]], ins[1])
+
+
+def test_cli_multicast_switch(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert compile_main(["broadcast", "--nodes", "2", "--size", "8MiB", "-o", str(out), "-q"]) == 0
+    assert load_plan(out).options.multicast
+    assert compile_main(["broadcast", "--nodes", "2", "--size", "8MiB", "-o", str(out), "-q", "--multicast",
+                         "off"]) == 0
+    assert not load_plan(out).options.multicast
+    assert compile_main(["allgather", "--nodes", "2", "--size", "8MiB", "-o", str(out), "--pattern", "on"]) == 0
+    assert "pattern plans are unicast" in capsys.readouterr().out
+
+
+def test_a_compact_file_whose_forwarded_segment_lost_its_source_is_refused(tmp_path):
+    """A compact file keeps only segments; a forwarded flow's segment must have its source flow's segment of the same
+    bytes in its stage (from which its wait is derived), else the file is corrupt."""
+    import gzip
+
+    plan = _plan("allgather", nodes=3, gpn=4)
+    path = save_plan(plan, tmp_path / "p.json.gz", encoding="compact")
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    seg = data["stages"][0]["segments"]
+    f = next(i for i, fl in enumerate(seg["flow"]) if plan.flows.via[fl] >= 0)
+    g = seg["flow"].index(plan.flows.via[seg["flow"][f]])
+    for k in ("flow", "offset", "bytes"):  # drop the source's segment
+        del seg[k][g]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="corrupt|does not|no segment"):
+        load_plan(bad)

@@ -1,0 +1,118 @@
+"""Multicast plans (a forwarded copy reads what another copy wrote) on hoccl_runtime.execute, CUDA faked in host
+memory with every stream on a thread of its own (tests/support/fake_cuda.py), and the runtime paths that do not
+run them yet refusing them by name."""
+
+from __future__ import annotations
+
+import time
+
+import fake_cuda
+import numpy as np
+import pytest
+from fake_cuda import dev
+
+from hoccl_runtime.errors import UnsupportedPlanError
+
+
+def _plan(kind: str, gpus: int, size: int, chunk: int, **kw):
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_compiler.ir import CompileOptions
+
+    topo = make_topology("paper-h800", nodes=1, gpus_per_node=gpus)
+    return compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=size, **kw),
+                        CompileOptions(chunk_bytes=chunk, baselines=False, multicast=True))
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("root", [0, 2])
+def test_a_broadcast_chain_runs_right_with_slow_copies(monkeypatch, root, in_place):
+    """A 4-GPU broadcast is a chain root -> root+1 -> ...: each copy but the first reads the output the copy
+    before it writes. Every copy is made slow, so a copy that did not wait for the one it reads would copy
+    poison."""
+    from hoccl_compiler import replay
+    from hoccl_runtime.executor import Executor
+
+    fake_cuda.install(monkeypatch, async_streams=True)
+    rt = fake_cuda.Runtime
+    plain = rt.memcpyAsync
+
+    def slow(self, dst, src, n, kind, stream):
+        fake_cuda._issue(lambda: time.sleep(0.002), stream)
+        plain(self, dst, src, n, kind, stream)
+
+    monkeypatch.setattr(rt, "memcpyAsync", slow)
+    plan = _plan("broadcast", 4, 40_000, 4096, root=root, in_place=in_place)
+    assert plan.options.multicast and any(v >= 0 for v in plan.flows.via)
+    rng = np.random.default_rng(root)
+    ins = [rng.integers(0, 256, n, dtype=np.uint8) for n in plan.ranks.input_bytes]
+    outs = [np.full(n, 0xA5, np.uint8) for n in plan.ranks.output_bytes]
+    if in_place:
+        outs[root][:] = ins[root]
+    bufs = {r: (None if in_place or not ins[r].size else dev(ins[r], r), dev(outs[r], r)) for r in range(4)}
+    with Executor() as ex:
+        ex.execute(plan, bufs, {r: 10 + r for r in range(4)})
+        ex.synchronize()
+        for r in range(4):  # the callers' streams (a root's own copy rides on its stream)
+            fake_cuda.Runtime().streamSynchronize(10 + r)
+    want = replay(plan, ins).outputs
+    for r in range(4):
+        assert np.array_equal(outs[r], want[r]), r
+        assert np.array_equal(outs[r], ins[root]), r
+
+
+def test_every_forwarded_copy_waits_on_an_event_recorded_after_the_copy_it_reads(monkeypatch):
+    """The launch list itself: each copy that reads another rank's output is preceded on its stream by a wait on
+    an event that was recorded, earlier in the list, right after the copy that wrote those bytes."""
+    from hoccl_runtime.executor import Executor, _rank_buffers
+    from hoccl_runtime.launch import Memcpy, Record, Wait
+
+    fake_cuda.install(monkeypatch)
+    plan = _plan("broadcast", 4, 3 * 8192, 8192, root=1)
+    ins = [np.zeros(n, np.uint8) for n in plan.ranks.input_bytes]
+    outs = [np.zeros(n, np.uint8) for n in plan.ranks.output_bytes]
+    bufs = {r: (dev(ins[r], r) if ins[r].size else None, dev(outs[r], r)) for r in range(4)}
+    out_ranges = {r: (outs[r].ctypes.data, outs[r].ctypes.data + outs[r].nbytes) for r in range(4)}
+    with Executor() as ex:
+        info = ex._info(plan)
+        ranks = [_rank_buffers(plan, info, r, bufs[r]) for r in range(4)]
+        ops = ex._build(plan, info, ranks, tuple(10 + r for r in range(4)), "events")
+    recorded_after: dict[int, Memcpy] = {}
+    last_copy: dict[int, Memcpy] = {}
+    pending_wait: dict[int, int] = {}
+    forwarded = 0
+    for op in ops:
+        if isinstance(op, Memcpy):
+            if any(lo <= op.src < hi for lo, hi in out_ranges.values()):
+                forwarded += 1
+                ev = pending_wait.pop(op.stream, None)
+                assert ev is not None, "a forwarded copy without a wait before it"
+                writer = recorded_after[ev]
+                assert writer.dst == op.src and writer.nbytes >= op.nbytes
+            last_copy[op.stream] = op
+        elif isinstance(op, Record) and op.stream in last_copy and op.event not in (0,):
+            recorded_after[op.event] = last_copy[op.stream]
+        elif isinstance(op, Wait) and op.event in recorded_after:
+            pending_wait[op.stream] = op.event
+    assert forwarded == 2 * 3  # two hops after the first, three chunks each
+
+
+def test_runtime_paths_without_forwarding_refuse_a_multicast_plan_by_name():
+    from hoccl_runtime.program import lower
+
+    plan = _plan("broadcast", 4, 4096, 4096, root=0)
+    with pytest.raises(UnsupportedPlanError, match="multicast plan.*--multicast off"):
+        lower(plan)
+    assert lower(plan, forwarded=True).waits
+
+
+def test_a_forwarded_flow_reading_outside_its_sources_output_is_refused():
+    from hoccl_runtime.errors import PlanError
+    from hoccl_runtime.program import check_bounds
+
+    plan = _plan("broadcast", 4, 4096, 4096, root=0)
+    f = next(i for i, v in enumerate(plan.flows.via) if v >= 0)
+    src = plan.flows.via[f]
+    flows = plan.flows.model_copy(update={"dst_offset": [o + (1 if i == src else 0)
+                                                         for i, o in enumerate(plan.flows.dst_offset)]})
+    with pytest.raises(PlanError, match="forwarded flow"):
+        check_bounds(plan.model_copy(update={"flows": flows}))

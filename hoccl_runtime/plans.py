@@ -36,8 +36,8 @@ from hoccl_compiler.schema import Plan
 from .errors import HocclError
 from .settings import env_flag, env_text
 
-__all__ = ["machine_topology", "compile_call", "call_spec", "CallKey", "load_plan", "verify", "GPU_PRESETS",
-           "PlanCache", "PLAN_CACHE_SIZE", "gpu_links", "measure_link_gbps", "Links"]
+__all__ = ["machine_topology", "compile_call", "chain_depth", "call_spec", "CallKey", "load_plan", "verify",
+           "GPU_PRESETS", "PlanCache", "PLAN_CACHE_SIZE", "gpu_links", "measure_link_gbps", "Links"]
 
 PLAN_CACHE_SIZE = 1024  # plans a communicator keeps: MoE All-to-Allv sizes change every step, each a new plan
 
@@ -317,6 +317,14 @@ def call_spec(key: CallKey) -> Any:
     if kind == "sendrecv":
         return CollectiveSpec(kind="sendrecv", pairs=((key.src, key.dst, key.size),))
     raise HocclError(f"no collective is named {key!r}")
+
+
+def chain_depth(after: Any) -> Any:
+    """Per transfer of a stage, how many transfers precede it along its waits (hoccl_compiler.units.chain_depth):
+    the order a network executor issues a multicast plan's copies in."""
+    from hoccl_compiler.units import chain_depth as depth
+
+    return depth(after)
 
 
 def compile_call(topology: Any, what: CallKey | Any, chunk_bytes: int | None, multicast: bool = False) -> Plan:

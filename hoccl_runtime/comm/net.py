@@ -116,7 +116,7 @@ def _compiled(cache: dict, topology: Any, key: CallKey, chunk_bytes: int) -> Any
     if plan is None:
         from ..plans import compile_call
 
-        plan = cache[key] = compile_call(topology, key, chunk_bytes)
+        plan = cache[key] = compile_call(topology, key, chunk_bytes, multicast=True)  # the proxy compiles the same
     return plan
 
 

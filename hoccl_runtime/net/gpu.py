@@ -4,6 +4,7 @@ the driving thread makes no CUDA call (see the class)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from .._cuda_streams import stream_synchronize
 from .._timer import fine_sleeps
 from ..errors import HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, MemOps, as_int32, reached
-from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
+from ..launch import Device, Memcpy, Memops, Op, Record, Wait, replay, squeeze_devices
 from .host import HostNodeExecutor
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
@@ -85,6 +86,7 @@ class GatedNodeExecutor(HostNodeExecutor):
     (:mod:`hoccl_runtime.net.proxyproc`)."""
 
     direct_receive = False  # TCP lands in host memory: always through the receive ring
+    multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (_Chained)
     _current: PreparedRun | None = None
     _release: Any = None
 
@@ -222,6 +224,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._ends: dict[int, Flag] = {}
         self._last_end: dict[int, tuple[Flag, int]] = {}  # stream -> the end count of the last run prepared on it
         self._counts: dict[object, int] = {}  # the last count of every gate and end flag
+        self._events: dict[tuple, int] = {}  # multicast plans: (GPU, stage, transfer, chunk) -> event (_Chained)
         self._bounds_checked: dict[int, Plan] = {}  # id -> plan: plans whose transfers were checked in bounds
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
                          _check_sizes=False)
@@ -327,14 +330,11 @@ class GpuNodeExecutor(GatedNodeExecutor):
         plan object (a few recent ones remembered)."""
         from .._trust import verified
         from ..program import check_bounds
-        from .routes import refuse_multicast
-
         seen = self._bounds_checked
         if seen.get(id(plan)) is plan:
             return
         verified(plan)  # the one door (as the host executor's): verify_plan unless this process compiled it
         check_bounds(plan)
-        refuse_multicast(plan)  # before any copy
         seen[id(plan)] = plan
         while len(seen) > 32:
             seen.pop(next(iter(seen)))
@@ -381,36 +381,48 @@ class GpuNodeExecutor(GatedNodeExecutor):
             ops.append(Memcpy(dst, src, nbytes, s))
 
         routes = self._routes(plan)
+        via = fl.via if plan.options.multicast else None
         for stage in plan.stages:
             tr = stage.transfers
             sending, receiving = set(), set()
-            for t in range(len(tr.flow)):
+            # a multicast plan: what a forwarded copy reads is written by its ``after`` transfer's copies, each
+            # chunk followed by an event that the reader's stream waits for (issued before it: by path depth)
+            chained = _Chained(self, stage, via) if via is not None else None
+            for t in chained.order if chained is not None else range(len(tr.flow)):
                 f, role, n = tr.flow[t], tr.role[t], tr.bytes[t]
+                holder, g = (fl.dst[via[f]], via[f]) if via is not None and via[f] >= 0 else (fl.src[f], -1)
                 if role in (LOCAL, NATIVE) and tr.src[t] in mine:
-                    src, dst = bound[fl.src[f]], bound[fl.dst[f]]
+                    src, dst = bound[holder], bound[fl.dst[f]]
                     to = dst[1].ptr + fl.dst_offset[f] + tr.offset[t]
-                    frm = src[0].ptr + fl.src_offset[f] + tr.offset[t]
+                    frm = (src[0].ptr + fl.src_offset[f] if g < 0 else src[1].ptr + fl.dst_offset[g]) + tr.offset[t]
+                    s = stream(("d2d",), src[2])
+                    if chained is not None and chained.per_chunk(t):
+                        chained.copies(ops, tr, t, s, lambda start, nb, s=s, to=to, frm=frm:
+                                       copy(to + start - tr.offset[t], frm + start - tr.offset[t], nb, s))
                     # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
                     # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
-                    if n and (to != frm or dst[2] != src[2]):
-                        copy(to, frm, n, stream(("d2d",), src[2]))
+                    elif n and (to != frm or dst[2] != src[2]):
+                        copy(to, frm, n, s)
                     continue
                 if role != RDMA:
                     continue
                 if tr.src[t] in mine:  # ū's send ring: staging copies u -> slot, each once its slot is free (go)
-                    ubar, u = tr.src[t], fl.src[f]
+                    ubar = tr.src[t]
                     self._one_per_ring(sending, ubar, stage, "sends")
-                    ring, data = self._ring_at[("send", ubar)], bound[u][0].ptr + fl.src_offset[f]
-                    self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[u][2]), tr, t,
+                    ring = self._ring_at[("send", ubar)]
+                    data = bound[holder][0].ptr + fl.src_offset[f] if g < 0 else bound[holder][1].ptr + fl.dst_offset[g]
+                    self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[holder][2]), tr, t,
                                 routes.send_base(stage.index, t), memops, copy,
-                                lambda slot, start, ring=ring, data=data: (ring + slot, data + start))
+                                lambda slot, start, ring=ring, data=data: (ring + slot, data + start),
+                                chained and chained.around(ops, t, "send"))
                 if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
                     vbar, v = tr.dst[t], fl.dst[f]
                     self._one_per_ring(receiving, vbar, stage, "receives")
                     ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
                     self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
                                 routes.ring_base(stage.index, t), memops, copy,
-                                lambda slot, start, ring=ring, data=data: (data + start, ring + slot))
+                                lambda slot, start, ring=ring, data=data: (data + start, ring + slot),
+                                chained and chained.around(ops, t, "recv"))
         for s, device in used.items():  # each stream says when it is through with the run
             flag = self._ends.get(s)
             if flag is None:
@@ -422,19 +434,22 @@ class GpuNodeExecutor(GatedNodeExecutor):
         return squeeze_devices(ops)
 
     def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, memops: Any, copy: Any,
-               where: Any) -> None:
+               where: Any, around: Any = None) -> None:
         """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s`` (its first chunk at ring position
         ``base``, :class:`Routes`), each copy (``where(slot offset, chunk start)`` gives its (destination, source))
         after its slot's gate count and writing the done count after: ``memops(s)`` is the stream's batch of
-        memory operations being gathered, ``copy(dst, src, nbytes, s)`` puts it and the copy in the list."""
+        memory operations being gathered, ``copy(dst, src, nbytes, s)`` puts it and the copy in the list.
+        ``around(k, s)`` (a multicast plan): a context that puts chunk k's event wait before its copy and its event
+        record after it."""
         for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
             start, nb = self._chunk_range(tr, t, k)
             j = (base + k) % self.slots
             gate, done = self._gates[(kind, ring, j)]
             c = self._count((kind, ring, j))
             memops(s).wait_geq(gate, c)
-            if nb:
-                copy(*where(j * self.chunk, start), nb, s)
+            with around(k, s) if around else contextlib.nullcontext():
+                if nb:
+                    copy(*where(j * self.chunk, start), nb, s)
             memops(s).write(done, c)
             side.setdefault((ring, j), deque()).append((gate, done, c, nb))
 
@@ -481,4 +496,66 @@ class GpuNodeExecutor(GatedNodeExecutor):
             set_device(device)
             free(ptr)
         self._device_rings.clear()
+        from .._cuda_streams import event_destroy
+
+        for (device, *_), ev in self._events.items():
+            set_device(device)
+            event_destroy(ev)
+        self._events.clear()
         self._keep_alive.clear()
+
+
+class _Chained:
+    """A multicast plan's stage in a node's launch list: the order its transfers are issued in (by path depth, so
+    that every event is recorded in the list before a wait on it) and the events between the copies: transfer t's
+    chunk k, where another transfer reads what it wrote, records event (stage, t, k) on its stream after its copy;
+    a forwarded transfer's chunk k waits for its ``after`` transfer's. Events are the executor's, one per (stage,
+    transfer, chunk), made once and recorded again by every run (a wait takes the record before it in the list)."""
+
+    def __init__(self, ex: GpuNodeExecutor, stage: Any, via: Sequence[int]):
+        from ..plans import chain_depth
+
+        tr = stage.transfers
+        self.ex, self.index, self.tr = ex, stage.index, tr
+        after = np.asarray(tr.after, dtype=np.int64)
+        self.order = [int(t) for t in np.argsort(chain_depth(after), kind="stable")]
+        self.targets = {int(a) for a in after if a >= 0}
+        self.after = after
+        self.forwarded = {t for t in range(len(tr.flow)) if via[tr.flow[t]] >= 0}
+
+    def per_chunk(self, t: int) -> bool:
+        return t in self.targets or t in self.forwarded
+
+    def _event(self, t: int, k: int) -> int:
+        """The event of transfer t's chunk k, on the GPU whose stream writes it (the landing copy's, for a network
+        transfer): any plan's run reuses it, each wait taking the record issued before it."""
+        from .._cuda_streams import event_create
+
+        device = self.ex._dev[self.tr.dst[t] if self.tr.role[t] == RDMA else self.tr.src[t]]
+        key = (device, self.index, t, k)
+        ev = self.ex._events.get(key)
+        if ev is None:
+            set_device(device)
+            ev = self.ex._events[key] = event_create()
+        return ev
+
+    @contextlib.contextmanager
+    def _around(self, ops: list, t: int, k: int, s: int, wait: bool, record: bool):
+        if wait and t in self.forwarded and self.after[t] >= 0:
+            ops.append(Wait(s, self._event(int(self.after[t]), k)))
+        yield
+        if record and t in self.targets:
+            ops.append(Record(self._event(t, k), s))
+
+    def around(self, ops: list, t: int, side: str):
+        """The chunk context of a network transfer's staging copy (``side`` "send": it waits, where it reads a
+        forwarded flow's bytes) or landing copy ("recv": it records, where another copy reads what it landed)."""
+        return lambda k, s: self._around(ops, t, k, s, side == "send", side == "recv")
+
+    def copies(self, ops: list, tr: Any, t: int, s: int, copy: Any) -> None:
+        """A native transfer chunk by chunk, each inside its waits and records."""
+        for k in range(max(1, -(-tr.bytes[t] // self.ex.chunk))):
+            start, nb = self.ex._chunk_range(tr, t, k)
+            with self._around(ops, t, k, s, True, True):
+                if nb:
+                    copy(start, nb)

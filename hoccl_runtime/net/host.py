@@ -61,6 +61,7 @@ class HostNodeExecutor:
     """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
 
     poll_s = 50e-6  # the driving loops' sleep between polls (the proxy process sets HOCCL_NET_POLL_US)
+    multicast = False  # runs forwarded copies (a multicast plan's): the GPU executors, which enqueue them up front
     marks: list | None = None  # (what, time.perf_counter()) of each run's steps, where a trace is asked for
 
     def _mark(self, what: str) -> None:
@@ -71,7 +72,7 @@ class HostNodeExecutor:
                  transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
                  _check_sizes: bool = True):
         verified(plan)  # the one door: a plan from outside runs only once it passed verify_plan
-        refuse_multicast(plan)
+        refuse_multicast(plan, type(self).multicast)
         topo = plan.topology
         if not 0 <= node < topo.nodes:
             raise TransportError(f"node {node}: plan {plan.plan_id} has nodes 0..{topo.nodes - 1}; start one process "
@@ -280,7 +281,7 @@ class HostNodeExecutor:
 
     def _use_plan(self, plan: Plan) -> None:
         verified(plan)
-        refuse_multicast(plan)
+        refuse_multicast(plan, type(self).multicast)
         self._fits(plan)
         self.plan = plan
 

@@ -440,7 +440,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         if plan is None:
             if len(plans) >= 1024:
                 plans.pop(next(iter(plans)))
-            plan = plans[key] = compile_call(topology, key, chunk)
+            plan = plans[key] = compile_call(topology, key, chunk, multicast=True)  # as the caller's process does
         return plan
 
     trace_path = setup.get("trace")  # HOCCL_NET_TRACE: one row per call, written when this process ends

@@ -27,13 +27,14 @@ class ChunkSequence:
             np.concatenate(c) for c in zip(*parts, strict=True))
 
 
-def refuse_multicast(plan: Plan) -> None:
-    """The network executors run unicast plans only, so far: a multicast plan is refused before anything runs."""
-    if plan.options.multicast:
+def refuse_multicast(plan: Plan, runs_it: bool = False) -> None:
+    """A multicast plan is refused before anything runs by an executor that does not run forwarded copies (the
+    host-memory one; ``runs_it``: the GPU one does)."""
+    if plan.options.multicast and not runs_it:
         raise UnsupportedPlanError(
             f"plan {plan.plan_id} is a multicast plan (its {plan.collective.kind}'s forwarded copies read what "
-            "other transfers wrote), which the network executors do not run yet: recompile it with "
-            "hoccl-compile --multicast off (compile_plan(..., CompileOptions(multicast=False)))")
+            "other transfers wrote), which this executor does not run (host buffers): run it with GpuNodeExecutor, "
+            "or recompile it with hoccl-compile --multicast off (compile_plan(..., CompileOptions(multicast=False)))")
 
 
 class Routes:
@@ -50,7 +51,6 @@ class Routes:
     def __init__(self, plan: Plan, direct_receive: bool, gpus: Sequence[int] | None = None):
         """``gpus``: the GPUs whose sequences to keep (a node's; default all). Every transfer is counted, so
         positions at other GPUs are right too, but arrays are built for these GPUs' transfers only."""
-        refuse_multicast(plan)
         chunk = plan.options.chunk_bytes
         keep = None if gpus is None else set(gpus)
         fl = plan.flows

@@ -14,6 +14,19 @@ from fake_cuda import dev
 from hoccl_runtime.errors import UnsupportedPlanError
 
 
+def _slow_copies(monkeypatch, seconds: float) -> None:
+    """Every faked copy waits ``seconds`` on its stream first: a copy that does not wait for the one whose bytes it
+    reads then copies poison."""
+    rt = fake_cuda.Runtime
+    plain = rt.memcpyAsync
+
+    def slow(self, dst, src, n, kind, stream):
+        fake_cuda._issue(lambda: time.sleep(seconds), stream)
+        plain(self, dst, src, n, kind, stream)
+
+    monkeypatch.setattr(rt, "memcpyAsync", slow)
+
+
 def _plan(kind: str, gpus: int, size: int, chunk: int, **kw):
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
     from hoccl_compiler.ir import CompileOptions
@@ -33,14 +46,7 @@ def test_a_broadcast_chain_runs_right_with_slow_copies(monkeypatch, root, in_pla
     from hoccl_runtime.executor import Executor
 
     fake_cuda.install(monkeypatch, async_streams=True)
-    rt = fake_cuda.Runtime
-    plain = rt.memcpyAsync
-
-    def slow(self, dst, src, n, kind, stream):
-        fake_cuda._issue(lambda: time.sleep(0.002), stream)
-        plain(self, dst, src, n, kind, stream)
-
-    monkeypatch.setattr(rt, "memcpyAsync", slow)
+    _slow_copies(monkeypatch, 0.002)
     plan = _plan("broadcast", 4, 40_000, 4096, root=root, in_place=in_place)
     assert plan.options.multicast and any(v >= 0 for v in plan.flows.via)
     rng = np.random.default_rng(root)
@@ -116,3 +122,69 @@ def test_a_forwarded_flow_reading_outside_its_sources_output_is_refused():
                                                          for i, o in enumerate(plan.flows.dst_offset)]})
     with pytest.raises(PlanError, match="forwarded flow"):
         check_bounds(plan.model_copy(update={"flows": flows}))
+
+
+@pytest.mark.parametrize("nodes,L", [(2, 2), (3, 2), (3, 1)])
+def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L):
+    """GpuNodeExecutor, nodes of 2 GPUs (and of 1: a broadcast's chain of nodes alone) over TCP between threads, CUDA faked with a stream per thread and every
+    copy slow: a multicast AllGather (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in
+    the root's node, parts down the rails' chain of nodes, passed on inside each) and one in place, one after the
+    other over the same connections: byte-equal to the replay, outputs poisoned first."""
+    from threaded import failures, in_threads
+
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    fake_cuda.install(monkeypatch, async_streams=True)
+    _slow_copies(monkeypatch, 0.0005)
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    G = topo.num_gpus
+    opts = CompileOptions(chunk_bytes=2048, baselines=False)
+    specs = [CollectiveSpec(kind="allgather", size_bytes=G * 5003),
+             CollectiveSpec(kind="broadcast", size_bytes=9001, root=1),
+             CollectiveSpec(kind="broadcast", size_bytes=8191, root=G - 1, in_place=True)]
+    plans = [compile_plan(topo, s, opts) for s in specs]
+    assert [p.options.multicast for p in plans] == [L > 1, True, True]
+
+    def arrays(plan, run):
+        out = {}
+        for r in range(G):
+            inp = np.random.default_rng([r, run, 5]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+            o = np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)
+            n = plan.ranks.resident_bytes[r]
+            if n:  # in place: the input already in the output
+                o[plan.ranks.resident_offset[r]:][:n] = inp[:n]
+            out[r] = (inp, o)
+        return out
+
+    data = [arrays(p, i) for i, p in enumerate(plans)]
+    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2, secret=b"test-job") for n in range(nodes)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+
+    def node(n):
+        bufs = [{r: (dev(i, r % L), dev(o, r % L)) for r, (i, o) in d.items() if r // L == n} for d in data]
+        ex = GpuNodeExecutor(plans[0], n, bufs[0], transports[n], slots=2, timeout_s=20, reuse=True)
+        ex.connect(addresses)
+        for plan, b in zip(plans, bufs, strict=True):
+            ex.run(plan, b)
+        ex.close()
+
+    errors = failures(in_threads(nodes, node))
+    for t in transports:
+        t.close()
+    assert not errors, errors
+    for plan, d in zip(plans, data, strict=True):
+        want = replay(plan, [d[r][0] for r in range(G)]).outputs
+        for r in range(G):
+            assert np.array_equal(d[r][1], want[r]), (plan.collective.kind, r)
+
+
+def test_the_host_network_executor_refuses_a_multicast_plan_by_name():
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_runtime.net.executor import HostNodeExecutor
+
+    plan = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind="allgather", size_bytes=4096))
+    bufs = {r: (np.zeros(1024, np.uint8), np.zeros(4096, np.uint8)) for r in (0, 1)}
+    with pytest.raises(UnsupportedPlanError, match="multicast plan.*GpuNodeExecutor"):
+        HostNodeExecutor(plan, 0, bufs, transport=None)

@@ -49,3 +49,59 @@ def test_a_broadcast_chain_on_copy_engines(gpus, root, in_place, sync):
                 streams[r].synchronize()
                 got = cp.asnumpy(bufs[r][1])
             assert np.array_equal(got, data), (rep, r, int(np.count_nonzero(got != data)))
+
+
+@pytest.mark.parametrize("nodes,L", [(2, 2), (3, 1)])
+def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L):
+    """GpuNodeExecutor, one thread per node joined by TCP on this machine, every rank's buffers on GPU 0 (2 nodes
+    of 2 ranks sharing it, or 3 nodes of 1): a multicast AllGather and broadcasts (a chain in the root's node and
+    down the nodes), outputs poisoned, byte-equal to the compiler's replay."""
+    import cupy as cp
+    from threaded import failures, in_threads
+
+    from hoccl_compiler import replay
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    G = topo.num_gpus
+    opts = CompileOptions(chunk_bytes=1 << 20, baselines=False)
+    plans = [compile_plan(topo, s, opts) for s in (
+        CollectiveSpec(kind="allgather", size_bytes=G * ((3 << 20) + 5)),
+        CollectiveSpec(kind="broadcast", size_bytes=(5 << 20) + 3, root=1),
+        CollectiveSpec(kind="broadcast", size_bytes=(4 << 20) + 1, root=G - 1, in_place=True))]
+    assert [p.options.multicast for p in plans] == [L > 1, True, True]
+    rng = np.random.default_rng([nodes, L])
+    host = []
+    for plan in plans:
+        ins = [rng.integers(0, 256, n, dtype=np.uint8) for n in plan.ranks.input_bytes]
+        outs = []
+        for r in range(G):
+            o = np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)
+            n = plan.ranks.resident_bytes[r]
+            if n:
+                o[plan.ranks.resident_offset[r]:][:n] = ins[r][:n]
+            outs.append(o)
+        host.append((ins, outs))
+    with cp.cuda.Device(0):
+        dev = [({r: (cp.asarray(i[r]), cp.asarray(o[r])) for r in range(G)}) for i, o in host]
+    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2, secret=b"gpu-test") for n in range(nodes)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+
+    def node(n):
+        cp.cuda.Device(0).use()
+        mine = [{r: b for r, b in d.items() if r // L == n} for d in dev]
+        ex = GpuNodeExecutor(plans[0], n, mine[0], transports[n], timeout_s=60, reuse=True)
+        ex.connect(addresses)
+        for plan, b in zip(plans, mine, strict=True):
+            ex.run(plan, b)
+        ex.close()
+
+    errors = failures(in_threads(nodes, node))
+    for t in transports:
+        t.close()
+    assert not errors, errors
+    cp.cuda.Device(0).synchronize()
+    for plan, (ins, _), d in zip(plans, host, dev, strict=True):
+        want = replay(plan, ins).outputs
+        for r in range(G):
+            assert np.array_equal(cp.asnumpy(d[r][1]), want[r]), (plan.collective.kind, r)

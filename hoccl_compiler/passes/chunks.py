@@ -103,7 +103,7 @@ def forwarded_waits(tr_after: np.ndarray, seg_idx: np.ndarray, seg_after: np.nda
     """The waits of a multicast plan's transfers (each segment's pieces consecutive, in path order; ``seg_after``:
     the segment each one reads from, or -1): a forwarded segment's first piece waits on the last piece of the
     segment it reads from. Returns the waits and each transfer's depth (the transfers before it on its path: the
-    chunk order's key after progress, so that chunk k of a forwarded copy comes after the chunk k it copies)."""
+    chunk order's first key, so that chunk k of a forwarded copy comes after the chunk k it copies)."""
     n_seg = seg_after.size
     per_seg = np.bincount(seg_idx, minlength=n_seg)
     first = np.cumsum(per_seg) - per_seg
@@ -138,8 +138,10 @@ def assign_queues(topo, tr_stage, tr_role, tr_src, tr_bytes) -> np.ndarray:
 
 
 def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth=None) -> np.ndarray:
-    """Every stage's chunk order (stage after stage): the transfer index of each chunk entry, by progress key,
-    then (multicast plans) the depth along the path, then role (chunks feeding the network lead: send_forward,
+    """Every stage's chunk order (stage after stage): the transfer index of each chunk entry, (multicast plans) by
+    the depth along the path first (a queue then moves what it holds before what it waits for: a copy engine that
+    took its forwarded chunks in turn with its own would stall on each until the network brought it), then by
+    progress key, then role (chunks feeding the network lead: send_forward,
     rdma, recv_forward before native and local copies), then the issue rotation, then transfer. Each queue runs the
     entries of its own transfers in it."""
     n_chunks = np.maximum(1, -(-tr_bytes // chunk_bytes))
@@ -154,8 +156,8 @@ def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
     progress = (chunk_k + 0.5) / n_chunks[chunk_tr]
     priority = ROLE_PRIORITY[tr_role][chunk_tr]
     rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
-    keys = (chunk_tr, rotation, priority) + (() if depth is None else (depth[chunk_tr],))
-    order = np.lexsort((*keys, progress, tr_stage[chunk_tr]))
+    keys = (chunk_tr, rotation, priority, progress) + (() if depth is None else (depth[chunk_tr],))
+    order = np.lexsort((*keys, tr_stage[chunk_tr]))
     return chunk_tr[order]
 
 

@@ -134,3 +134,27 @@ def test_compile_cli_writes_either_encoding(tmp_path, capsys):
         assert inspect_main([str(out), "--verify"]) == 0
     capsys.readouterr()
     assert load_plan(tmp_path / "full.json") == load_plan(tmp_path / "compact.json")
+
+
+def test_a_plan_whose_transfers_its_segments_do_not_derive_is_not_written_compact(tmp_path):
+    """The compact writer checks that the file reads back to the plan (its transfers, waits, chunk orders, flows,
+    queues): a hand-edited queue or wait, valid or not, but not what the segments derive, is refused with the way
+    out (a chunk order is kept in the file as it is)."""
+    from hoccl_compiler.ir import CompileOptions
+
+    plan = compile_plan(make_topology("paper-h800", nodes=2, gpus_per_node=4, dma_queues=2),
+                        CollectiveSpec(kind="alltoall", size_bytes=8 * 8192), CompileOptions(chunk_bytes=4096))
+    save_plan(plan, tmp_path / "ok.json", encoding="compact")
+    st = plan.stages[0]
+    tr = st.transfers
+    j = next(j for j, r in enumerate(tr.role) if r == 1)  # a native copy: to the GPU's other DMA queue
+    queue = list(tr.queue)
+    queue[j] += 1 if plan.queues.index[queue[j]] == 0 else -1
+    k = next(k for k, a in enumerate(tr.after) if a >= 0)
+    after = list(tr.after)
+    after[k] = -1
+    for edit in ({"queue": queue}, {"after": after}):
+        bad = plan.model_copy(update={"stages": [st.model_copy(update={"transfers": tr.model_copy(update=edit)}),
+                                                 *plan.stages[1:]]})
+        with pytest.raises(PlanError, match="not the ones the compiler derives|segments must be sorted"):
+            save_plan(bad, tmp_path / "bad.json", encoding="compact")

@@ -329,6 +329,10 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     # pipeline fill and drain along forwarded paths (pieces of one segment are consecutive, after = i - 1)
     pipeline_s = np.zeros(S)
     chained = after >= 0
+    # every path's pieces consecutive (unicast: send_forward -> rdma -> recv_forward, at most 3); else (multicast)
+    # paths branch and run as deep as their chains
+    consecutive = bool(np.array_equal(after[chained], np.flatnonzero(chained) - 1))
+    hops = 3 if consecutive else max(3, int(chain_depth(after).max(initial=0)))
     if chained.any():
         t_q = stage * Q + queue
         first = np.minimum(nbytes, chunk_bytes)
@@ -341,7 +345,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         alone = n_chunks * start_s + nbytes / tr_cap
         rest = np.where(costed, np.maximum(alone - own, q_time[t_q] * (n_chunks - 1) / n_chunks), 0.0)
         own = np.where(costed, own + first_conv, 0.0)
-        if np.array_equal(after[chained], np.flatnonzero(chained) - 1):  # every path's pieces consecutive
+        if consecutive:
             path = np.cumsum(~chained) - 1  # path id per transfer
             in_path = np.bincount(path, minlength=path.max() + 1)
             multi = in_path[path] > 1
@@ -364,7 +368,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     if num_stages == 0:
         empty = np.zeros(0)
         return StageCosts(empty, empty, empty, empty, np.zeros(P), np.zeros(Q))
-    chain = StageChain(Q, hops=max(3, int(chain_depth(after).max(initial=0))))
+    chain = StageChain(Q, hops=hops)
     busy = q_time.reshape(S, Q)
     tr_idx = np.flatnonzero((after >= 0) & costed)
     up_tr = after[tr_idx]

@@ -57,10 +57,9 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L):
     of 2 ranks sharing it, or 3 nodes of 1): a multicast AllGather and broadcasts (a chain in the root's node and
     down the nodes), outputs poisoned, byte-equal to the compiler's replay."""
     import cupy as cp
-    from threaded import failures, in_threads
+    from threaded import node_executors
 
     from hoccl_compiler import replay
-    from hoccl_runtime.net.executor import GpuNodeExecutor
 
     topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
     G = topo.num_gpus
@@ -84,21 +83,8 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L):
         host.append((ins, outs))
     with cp.cuda.Device(0):
         dev = [({r: (cp.asarray(i[r]), cp.asarray(o[r])) for r in range(G)}) for i, o in host]
-    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2, secret=b"gpu-test") for n in range(nodes)]
-    addresses = {n: t.listen() for n, t in enumerate(transports)}
-
-    def node(n):
-        cp.cuda.Device(0).use()
-        mine = [{r: b for r, b in d.items() if r // L == n} for d in dev]
-        ex = GpuNodeExecutor(plans[0], n, mine[0], transports[n], timeout_s=60, reuse=True)
-        ex.connect(addresses)
-        for plan, b in zip(plans, mine, strict=True):
-            ex.run(plan, b)
-        ex.close()
-
-    errors = failures(in_threads(nodes, node))
-    for t in transports:
-        t.close()
+    errors = node_executors(plans, nodes, lambda n: [{r: b for r, b in d.items() if r // L == n} for d in dev],
+                            setup=lambda: cp.cuda.Device(0).use(), secret=b"gpu-test", timeout_s=60)
     assert not errors, errors
     cp.cuda.Device(0).synchronize()
     for plan, (ins, _), d in zip(plans, host, dev, strict=True):

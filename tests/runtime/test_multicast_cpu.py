@@ -126,16 +126,14 @@ def test_a_forwarded_flow_reading_outside_its_sources_output_is_refused():
 
 @pytest.mark.parametrize("nodes,L", [(2, 2), (3, 2), (3, 1)])
 def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L):
-    """GpuNodeExecutor, nodes of 2 GPUs (and of 1: a broadcast's chain of nodes alone) over TCP between threads, CUDA faked with a stream per thread and every
-    copy slow: a multicast AllGather (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in
+    """GpuNodeExecutor, nodes of 2 GPUs (and of 1: a broadcast's chain of nodes alone) over TCP between threads,
+    CUDA faked with a stream per thread and every copy slow: a multicast AllGather (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in
     the root's node, parts down the rails' chain of nodes, passed on inside each) and one in place, one after the
     other over the same connections: byte-equal to the replay, outputs poisoned first."""
-    from threaded import failures, in_threads
+    from threaded import node_executors
 
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
     from hoccl_compiler.ir import CompileOptions
-    from hoccl_runtime.net.executor import GpuNodeExecutor
-
     fake_cuda.install(monkeypatch, async_streams=True)
     _slow_copies(monkeypatch, 0.0005)
     topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
@@ -159,20 +157,8 @@ def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypa
         return out
 
     data = [arrays(p, i) for i, p in enumerate(plans)]
-    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2, secret=b"test-job") for n in range(nodes)]
-    addresses = {n: t.listen() for n, t in enumerate(transports)}
-
-    def node(n):
-        bufs = [{r: (dev(i, r % L), dev(o, r % L)) for r, (i, o) in d.items() if r // L == n} for d in data]
-        ex = GpuNodeExecutor(plans[0], n, bufs[0], transports[n], slots=2, timeout_s=20, reuse=True)
-        ex.connect(addresses)
-        for plan, b in zip(plans, bufs, strict=True):
-            ex.run(plan, b)
-        ex.close()
-
-    errors = failures(in_threads(nodes, node))
-    for t in transports:
-        t.close()
+    errors = node_executors(plans, nodes, lambda n: [{r: (dev(i, r % L), dev(o, r % L)) for r, (i, o) in d.items()
+                                                      if r // L == n} for d in data], slots=2, timeout_s=20)
     assert not errors, errors
     for plan, d in zip(plans, data, strict=True):
         want = replay(plan, [d[r][0] for r in range(G)]).outputs

@@ -27,3 +27,29 @@ def in_threads(count: int, fn: Callable[[int], object], timeout_s: float = 60) -
 
 def failures(results: dict[int, object]) -> list[tuple[int, Exception]]:
     return [(i, r) for i, r in sorted(results.items()) if isinstance(r, Exception)]
+
+
+def node_executors(plans: list, nodes: int, buffers_of: Callable[[int], list], *, setup: Callable | None = None,
+                   secret: bytes = b"test-job", **options) -> list[tuple[int, Exception]]:
+    """Every node of ``plans``' topology a GpuNodeExecutor in a thread of its own, joined by TCP over loopback,
+    running the plans one after another over the same connections (``buffers_of(node)``: per plan, that node's
+    {rank: (input, output)}; ``setup()`` first in each thread); returns the nodes' failures."""
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2, secret=secret) for n in range(nodes)]
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+
+    def node(n: int) -> None:
+        if setup is not None:
+            setup()
+        mine = buffers_of(n)
+        ex = GpuNodeExecutor(plans[0], n, mine[0], transports[n], reuse=True, **options)
+        ex.connect(addresses)
+        for plan, b in zip(plans, mine, strict=True):
+            ex.run(plan, b)
+        ex.close()
+
+    errors = failures(in_threads(nodes, node))
+    for t in transports:
+        t.close()
+    return errors

@@ -14,4 +14,5 @@ for preset in ('paper-h800','dgx-h100'):
       p=compile_plan(t, CollectiveSpec(kind=kind, size_bytes=1<<30), CompileOptions(baselines=False))
       cb=collective_bound(kind, 1<<30, t, p.report.lower_bound_s)
       sim = simulate(p).total_s if n <= 4 else float('nan')
-      print(preset, kind, n, 'traffic/coll %.3f v2/coll %.3f sim/coll %.3f chunk %d KiB' % (p.report.lower_bound_s/cb, p.report.predicted_time_s/cb, sim/cb, p.options.chunk_bytes>>10))
+      print(preset, kind, n, 'traffic/coll %.3f v2/coll %.3f sim/coll %.3f chunk %d KiB'
+            % (p.report.lower_bound_s/cb, p.report.predicted_time_s/cb, sim/cb, p.options.chunk_bytes>>10))

@@ -6,13 +6,16 @@ through NCCL's point-to-point to compare.
     torchrun --nproc_per_node 2 examples/train_pipeline.py --size tiny --share-gpu --check   # 2 ranks, 1 GPU
 
 Each rank runs one stage (embeddings and the first blocks on rank 0, the last blocks and the head on the last
-rank). ``--comm`` takes a list (``hoccl``, ``nccl``): each variant trains its own copy of the model from the same
-seed on the same batches, in interleaved rounds (``--repeats``, ``--steps`` each), so their losses can be compared
-and their times come from the same minutes of the machine. ``--check`` also trains the whole model in one process
-on the same microbatches and compares every loss and every gradient of this rank's stage with it. Ends with a
-table (last rank: tokens/s, the mean and min-max of the rounds' medians; step time; losses against the first
-variant's) and
-``--json``.
+rank). ``--comm`` takes a list (``hoccl``, ``nccl``, ``none``): each variant trains its own copy of the model from
+the same seed on the same batches, in interleaved rounds (``--repeats``, ``--steps`` each), so their losses can be
+compared and their times come from the same minutes of the machine. ``none`` is the limit: every rank runs its
+stage's forwards and backwards on the same microbatch shapes with no communication at all (a fixed activation in,
+a fixed gradient back), so the step times of the others less its step time are their exposed communication and
+waiting (the pipeline's bubble included: ranks that share a GPU fill each other's bubble; on GPUs of their own
+``none`` has no bubble, and the difference is the bubble plus communication). ``--check`` also trains the whole
+model in one process on the same microbatches and compares every loss and every gradient of this rank's stage with
+it. Ends with a table (last rank: tokens/s, the mean and min-max of the rounds' medians; step time; losses against
+the first variant's) and ``--json``.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ class Last(Middle):
         return self.head(self.norm(super().forward(x)))
 
 
-COMMS = ("hoccl", "nccl")
+COMMS = ("hoccl", "nccl", "none")
 
 
 def stage_module(full: GPT, stage: int, stages: int) -> nn.Module:
@@ -131,20 +134,23 @@ class Variant:
 
             self.reference = copy.deepcopy(full)
         self.module = stage_module(full, rank, world)
+        self.opt = torch.optim.SGD(self.module.parameters(), lr=args.lr)
+        self.step_no = 0
+        self.times: list[list[float]] = []  # per round
+        self.losses: list[list[float]] = []
+        self.worst = {"loss": 0.0, "grad": 0.0}
+        if name == "none":
+            self.schedule = self.reference = self.ref_opt = self.ref_stage = None
+            return
         # no example inputs or outputs: the schedule's first step infers the shapes between stages (a metadata
         # exchange over the group; given examples, torch 2.13 on CPU/gloo gave the first stage no gradient from
         # the second step on)
         stage = PipelineStage(self.module, rank, world, device, group=group)
         schedule_cls = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
         self.schedule = schedule_cls(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
-        self.opt = torch.optim.SGD(self.module.parameters(), lr=args.lr)
         self.ref_opt = torch.optim.SGD(self.reference.parameters(), lr=args.lr) if self.reference is not None \
             else None
         self.ref_stage = stage_module(self.reference, rank, world) if self.reference is not None else None
-        self.step_no = 0
-        self.times: list[list[float]] = []  # per round
-        self.losses: list[list[float]] = []
-        self.worst = {"loss": 0.0, "grad": 0.0}
 
     def train(self, steps: int, device: torch.device) -> None:
         args, rank, world = self.args, self.rank, self.world
@@ -156,7 +162,9 @@ class Variant:
             sync(device)
             t0 = time.perf_counter()
             losses: list = []
-            if rank == 0:
+            if self.schedule is None:
+                self._alone(x, y, losses)
+            elif rank == 0:
                 self.schedule.step(x)
             elif rank == world - 1:
                 self.schedule.step(target=y, losses=losses)
@@ -173,6 +181,27 @@ class Variant:
                 print(f"[{self.name} {i + 1}] loss {statistics.mean(self.losses[-1]):.4f}", file=sys.stderr,
                       flush=True)
         self.times.append(times[args.warmup:] if not self.times else times)
+
+    def _alone(self, x: torch.Tensor, y: torch.Tensor, losses: list) -> None:
+        """The ``none`` variant's step: this stage's forward and backward of every microbatch, a fixed activation
+        in (not the first stage) and a fixed gradient back (not the last), in 1F1B's order of work on one stage."""
+        c, rank, world = self.c, self.rank, self.world
+        mbs = self.args.microbatches
+        shape = (x.shape[0] // mbs, c.seq, c.dim)
+        if not hasattr(self, "_fixed"):
+            g = torch.Generator(device=x.device).manual_seed(self.args.seed + 1)
+            self._fixed = (torch.randn(shape, device=x.device, generator=g),
+                           torch.randn(shape, device=x.device, generator=g) * 1e-3)
+        act, grad = self._fixed
+        for xm, ym in zip(x.chunk(mbs), y.chunk(mbs), strict=True):
+            inp = xm if rank == 0 else act.detach().requires_grad_()
+            out = self.module(inp)
+            if rank == world - 1:
+                loss = loss_fn(out, ym) / mbs
+                loss.backward()
+                losses.append(loss.detach() * mbs)
+            else:
+                out.backward(grad)
 
     def _check(self, x, y, losses) -> None:
         args, reference = self.args, self.reference
@@ -232,17 +261,17 @@ def main(argv: list[str] | None = None) -> int:
         dist.all_gather_object(gathered, v.result())
         results[v.name] = gathered
     if rank == world - 1:
-        first = results[args.comm[0]][-1]["losses"]
+        first = results[args.comm[0]][-1]["losses"]  # "none" trains on fixed activations: its losses differ
         print(f"{'comm':<7}{'schedule':<9}{'stages':>7}{'tokens/s':>11}{'(min-max over rounds)':>24}{'step ms':>9}"
               f"  losses == {args.comm[0]}  check vs one process")
         for v in variants:
             r = results[v.name][-1]
             rounds = r["tokens_per_s_rounds"]
             spread = f"{min(rounds):.0f}-{max(rounds):.0f}" if rounds else "-"
-            check = "-" if not args.check else \
+            check = "-" if not args.check or v.name == "none" else \
                 f"loss diff {v.worst['loss']:.2e}, grad rel diff " \
                 f"{max(g['max_grad_rel_diff'] for g in results[v.name]):.2e}"
-            same = "yes" if r["losses"] == first else "no"
+            same = "-" if "none" in (v.name, args.comm[0]) else "yes" if r["losses"] == first else "no"
             print(f"{v.name:<7}{args.schedule:<9}{world:>7}{r['tokens_per_s']:>11.0f}{spread:>24}"
                   f"{r['step_ms']:>9.2f}  {same:<13}  {check}")
         Path(args.json).write_text(json.dumps({"comm": args.comm, "ranks": results[args.comm[0]],

@@ -47,7 +47,7 @@ if [ "$1" != "--compare" ]; then
 fi
 
 # --compare OUTDIR [SIZES]: FSDP2 (NCCL reducing in both variants, then HOCCL reducing) and 1F1B pipelining, HOCCL
-# against NCCL with the no-communication limit beside FSDP, 3 interleaved rounds each (COMPARE_REPEATS); one log and
+# against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS); one log and
 # one JSON per run under OUTDIR, the tables of every run printed last.
 out=${2:?usage: tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]}
 sizes=${3:-small,350m,1.3b}
@@ -68,7 +68,7 @@ for size in ${sizes//,/ }; do
   done
   name=pipeline-$size-$setting
   run_nodes "$here/examples/train_pipeline.py" --size "$size" --batch "$pb" --steps "$ps" --repeats "$reps" \
-    --comm hoccl,nccl --json "$out/$name.json" >"$out/$name.log" 2>&1
+    --comm hoccl,nccl,none --json "$out/$name.json" >"$out/$name.log" 2>&1
   results+=("$name rc=$?")
 done
 for r in "${results[@]}"; do

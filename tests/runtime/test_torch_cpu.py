@@ -504,10 +504,13 @@ def _pipeline_variants_worker(rank, world, store_path, out_path):
     cpu = torch.device("cpu")
     groups = {name: dist.new_group(backend="gloo") for name in ("a", "b")}
     variants = [train_pipeline.Variant(name, groups[name], args, SIZES["tiny"], cpu, rank, world) for name in "ab"]
+    variants.append(train_pipeline.Variant("none", None, args, SIZES["tiny"], cpu, rank, world))
+    before = [q.detach().clone() for q in variants[-1].module.parameters()]
     for _ in range(2):  # interleaved rounds
         for v in variants:
             v.train(2, cpu)
     results = [v.result() for v in variants]
+    results[-1]["moved"] = all(not torch.equal(a, b) for a, b in zip(before, variants[-1].module.parameters()))
     gathered = [None] * world
     dist.all_gather_object(gathered, results)
     if rank == world - 1:
@@ -530,11 +533,15 @@ def test_the_pipeline_example_trains_every_variant_alike_in_rounds(tmp_path):
                        start_method="spawn")
     ranks = json.loads(out.read_text())
     last = ranks[-1]
-    a, b = last
+    a, b, none = last
     assert a["comm"] == "a" and b["comm"] == "b"
     assert len(a["losses"]) == 4 and a["losses"] == b["losses"]  # 2 rounds x 2 steps, the same on both
     assert a["max_loss_diff"] < 1e-5 and max(r[0]["max_grad_rel_diff"] for r in ranks) < 1e-4
     assert len(a["tokens_per_s_rounds"]) == 2 and a["tokens_per_s"] > 0
+    # "none", the limit: every stage trains on its own (fixed activations in, fixed gradients back), no group
+    assert none["comm"] == "none" and len(none["losses"]) == 4 and none["losses"] != a["losses"]
+    assert all(r[-1]["moved"] for r in ranks)  # every parameter of every stage was trained
+    assert len(none["tokens_per_s_rounds"]) == 2 and none["tokens_per_s"] > 0
 
 
 def _bound_default_group_worker(rank, world, store_path, out_path):

@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         groups["nccl"] = dist.new_group(backend="nccl")
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
-    variants = [Variant(v, groups[v], args, c, device, rank, world) for v in args.comm]
+    variants = [Variant(v, groups.get(v), args, c, device, rank, world) for v in args.comm]  # none: no group
     for _ in range(args.repeats):
         for v in variants:
             v.train(args.steps, device)

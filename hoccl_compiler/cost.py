@@ -312,13 +312,20 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     # convergence: chunks of one kind at the same queue position on the same port share it
     conv = np.zeros(e_tr.size)
     if live.any():
-        idx = np.nonzero(live)[0]
+        every = bool(live.all())  # the common case: no gather and scatter through an index
+        idx = slice(None) if every else np.nonzero(live)[0]
         t = e_tr[idx]
-        base = (stage[t] * 4 + cls[t]) * (int(e_pos.max()) + 1) + e_pos[idx]
+        sp = stage[t] * P
+        base = (sp * 4 + cls[t] * P) * (int(e_pos.max()) + 1) + e_pos[idx] * P  # (stage, class, position) * P
         b = e_bytes[idx]
-        conv_in = _shared_delay(base * P + in_port[t], b) / cap_of[stage[t] * P + in_port[t]]
-        conv_out = _shared_delay(base * P + out_port[t], b) / cap_of[stage[t] * P + out_port[t]]
-        conv[idx] = np.maximum(conv_in, conv_out)
+        port = in_port[t]
+        conv_in = _shared_delay(base + port, b) / cap_of[sp + port]
+        port = out_port[t]
+        conv_out = _shared_delay(base + port, b) / cap_of[sp + port]
+        if every:
+            conv = np.maximum(conv_in, conv_out, out=conv_in)
+        else:
+            conv[idx] = np.maximum(conv_in, conv_out)
     tr_cap = cap_of[stage * P + np.maximum(out_port, 0)]  # each transfer's out-port bandwidth in its stage
     e_time = np.where(live, start_s[e_tr] + e_bytes / tr_cap[e_tr] + conv, 0.0)
     Q = max(int(queue.max(initial=-1)) + 1, G * (topo.dma_queues + 3))  # every queue of every GPU

@@ -116,7 +116,9 @@ class Topology(BaseModel):
     def _transport_costs(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        profile = TRANSPORT_COSTS.get(data.get("transport", "tcp"))
+        transport = data.get("transport", "tcp")
+        # a transport that is not a name (a list, a dict: a tampered file) is the field's own error, not a lookup's
+        profile = TRANSPORT_COSTS.get(transport) if isinstance(transport, str) else None
         costs = data.get("costs")
         if profile is None or isinstance(costs, CostParams):
             return data  # an unknown transport is the field's own error; given costs are kept whole

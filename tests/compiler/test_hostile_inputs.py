@@ -242,6 +242,19 @@ def test_plans_with_hostile_values_are_valid_or_refused(data):
         verify_plan(plan_from_json(json.dumps(doc)))
 
 
+@pytest.mark.parametrize("encoding", sorted(_ENCODED))
+@pytest.mark.parametrize("transport", [[], {}, ["tcp"]])
+def test_a_transport_that_is_not_a_name_is_refused_as_bad_input(encoding, transport):
+    """A plan whose topology.transport is a list or a dict is refused with a HocclError naming the field (the fuzz
+    test above found a TypeError: the transport's cost lookup hashed the value before the field was validated)."""
+    from hoccl_compiler import verify_plan
+
+    doc = json.loads(json.dumps(_ENCODED[encoding]))
+    doc["topology"]["transport"] = transport
+    with pytest.raises(HocclError, match="transport"):
+        verify_plan(plan_from_json(json.dumps(doc)))
+
+
 @contextlib.contextmanager
 def _the_real_peer_gets_in(hello_timeout_s: float, within_s: float):
     """A listening transport (handshakes bounded by ``hello_timeout_s``) with an accept waiting: the body opens its

@@ -333,13 +333,17 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
         partial = compile_state(topo, spec, options, stop_after=args.dump_after, progress=progress)
         _write_json(output.with_name(output.name + f".{args.dump_after}.json"), dump_state(partial, args.dump_after))
     state = compile_state(topo, spec, options, progress=progress)
-    assert state.plan is not None
+    plan = state.plan
+    assert plan is not None
     if args.dump_after == "verify":
         _write_json(output.with_name(output.name + ".verify.json"), dump_state(state, "verify"))
-    save_plan(state.plan, output, encoding=args.encoding)
+    # the passes' arrays go before the write: the compact writer's read-back decodes a second compile state, and at
+    # 2048 GPUs both at once were the compile's peak memory
+    del state
+    save_plan(plan, output, encoding=args.encoding)
     progress(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)")
     progress.close()
-    entries = state.plan.num_chunk_entries()
+    entries = plan.num_chunk_entries()
     if args.chunk != "auto" and entries > CHUNK_ENTRIES_WARN and not args.quiet:
         print(f"warning: --chunk {args.chunk} makes {entries:,} chunk entries (a {output.stat().st_size / 1e6:.0f} MB "
               "plan); every chunk costs a copy engine a few microseconds to start and the runtime host work, so "
@@ -347,7 +351,7 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
     if args.quiet:
         print(output)
     else:
-        print(format_text(state.plan, max_stages=8, timelines=0))
+        print(format_text(plan, max_stages=8, timelines=0))
         print(f"\nverified and wrote {output}")
     return 0
 

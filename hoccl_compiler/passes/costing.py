@@ -26,7 +26,7 @@ from ..units import chain_depth
 from .chunks import assign_queues, chunk_order, waits_on_previous
 
 
-THREADED_PIECES = 200_000  # from this many pieces the two baselines are costed in two threads
+THREADED_PIECES = (200_000, 4_000_000)  # the pieces between which the two baselines are costed in two threads
 
 
 def run(state: CompileState, options: CompileOptions) -> CompileState:
@@ -64,9 +64,11 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         at_once_args = (state, ch.chunk_bytes, np.zeros(lay.src.size, np.int64), 0.0)
         rounds_args = (state, ch.chunk_bytes, np.where(costed, round_index, 0), sync,
                        lay.via is None)  # overlap: a forwarded flow's round comes after its source's
-        if pieces.flow.size >= THREADED_PIECES:
+        if THREADED_PIECES[0] <= pieces.flow.size <= THREADED_PIECES[1]:
             # the two costings are independent and mostly numpy, which lets go of the GIL in its sorts and
-            # element-wise loops: on the 2-core VM, a 1024-GPU All-to-All's two took 3.8 s at once against 5.7
+            # element-wise loops: on the 2-core VM, a 1024-GPU All-to-All's two took 3.8 s at once against 5.7.
+            # Both at once also hold both one's temporaries: the compile's peak memory (3.4 GB at 1024 GPUs), so
+            # the largest plans cost them one after the other
             with ThreadPoolExecutor(2, thread_name_prefix="hoccl-baseline") as pool:
                 later = pool.submit(whole_flows_time, *rounds_args)
                 at_once, _ = whole_flows_time(*at_once_args)

@@ -356,13 +356,14 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     with pytest.raises(SystemExit):
         train_pipeline.parse(["--batch", "6", "--microbatches", "4"])
     assert train_pipeline.parse(["--comm", "hoccl,nccl", "--share-gpu"]).share_gpu
-    for argv, text in ((["--comm", "hoccl,gloo"], "choose from hoccl, nccl, each once"),
+    for argv, text in ((["--comm", "hoccl,gloo"], "choose from hoccl, nccl, none, each once"),
                        (["--comm", "hoccl,hoccl"], "each once"),
                        (["--repeats", "0"], "take 1 or more")):
         with pytest.raises(SystemExit):
             train_pipeline.parse(argv)
         assert text in capsys.readouterr().err
     assert train_pipeline.parse(["--comm", "hoccl,nccl", "--repeats", "3"]).comm == ["hoccl", "nccl"]
+    assert train_pipeline.parse(["--comm", "hoccl,nccl,none"]).comm == ["hoccl", "nccl", "none"]
     c = SIZES["tiny"]
     torch.manual_seed(0)
     model = GPT(c)

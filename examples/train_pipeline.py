@@ -184,7 +184,8 @@ class Variant:
 
     def _alone(self, x: torch.Tensor, y: torch.Tensor, losses: list) -> None:
         """The ``none`` variant's step: this stage's forward and backward of every microbatch, a fixed activation
-        in (not the first stage) and a fixed gradient back (not the last), in 1F1B's order of work on one stage."""
+        in (not the first stage) and a fixed gradient back (not the last), each microbatch's forward then its
+        backward (nothing to wait for, so the order is the GPU's work alone)."""
         c, rank, world = self.c, self.rank, self.world
         mbs = self.args.microbatches
         shape = (x.shape[0] // mbs, c.seq, c.dim)

@@ -337,8 +337,7 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
     assert plan is not None
     if args.dump_after == "verify":
         _write_json(output.with_name(output.name + ".verify.json"), dump_state(state, "verify"))
-    # the passes' arrays go before the write: the compact writer's read-back decodes a second compile state, and at
-    # 2048 GPUs both at once were the compile's peak memory
+    # the passes' arrays go before the write, whose read-back check decodes a second compile state of its own
     del state
     save_plan(plan, output, encoding=args.encoding)
     progress(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)")

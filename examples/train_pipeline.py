@@ -139,8 +139,12 @@ class Variant:
         self.times: list[list[float]] = []  # per round
         self.losses: list[list[float]] = []
         self.worst = {"loss": 0.0, "grad": 0.0}
-        if name == "none":
+        if name == "none":  # a fixed activation in and a fixed gradient back, one microbatch's shape
             self.schedule = self.reference = self.ref_opt = self.ref_stage = None
+            g = torch.Generator(device=device).manual_seed(args.seed + 1)
+            shape = (args.batch // args.microbatches, c.seq, c.dim)
+            self._fixed = (torch.randn(shape, device=device, generator=g),
+                           torch.randn(shape, device=device, generator=g) * 1e-3)
             return
         # no example inputs or outputs: the schedule's first step infers the shapes between stages (a metadata
         # exchange over the group; given examples, torch 2.13 on CPU/gloo gave the first stage no gradient from
@@ -186,13 +190,7 @@ class Variant:
         """The ``none`` variant's step: this stage's forward and backward of every microbatch, a fixed activation
         in (not the first stage) and a fixed gradient back (not the last), each microbatch's forward then its
         backward (nothing to wait for, so the order is the GPU's work alone)."""
-        c, rank, world = self.c, self.rank, self.world
-        mbs = self.args.microbatches
-        shape = (x.shape[0] // mbs, c.seq, c.dim)
-        if not hasattr(self, "_fixed"):
-            g = torch.Generator(device=x.device).manual_seed(self.args.seed + 1)
-            self._fixed = (torch.randn(shape, device=x.device, generator=g),
-                           torch.randn(shape, device=x.device, generator=g) * 1e-3)
+        rank, world, mbs = self.rank, self.world, self.args.microbatches
         act, grad = self._fixed
         for xm, ym in zip(x.chunk(mbs), y.chunk(mbs), strict=True):
             inp = xm if rank == 0 else act.detach().requires_grad_()

@@ -310,9 +310,9 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     e_pos[by_q] = _group_start(q_of[by_q])
     live = costed[e_tr]
     # convergence: chunks of one kind at the same queue position on the same port share it
-    conv = np.zeros(e_tr.size)
+    every = bool(live.all())  # the common case: no gather and scatter through an index, no zeros to fill
+    conv = None if every and e_tr.size else np.zeros(e_tr.size)
     if live.any():
-        every = bool(live.all())  # the common case: no gather and scatter through an index
         idx = slice(None) if every else np.nonzero(live)[0]
         t = e_tr[idx]
         sp = stage[t] * P

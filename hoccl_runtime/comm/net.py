@@ -418,11 +418,12 @@ class NetCommunicator(_Calls):
         self._ahead = env_int("HOCCL_NET_AHEAD", 2, 0)  # see CallProxy.wait_pending
         # a call is (prepared run, (START, DONE) of its stream); the proxy takes them in the order they were made
         # (None: a call whose preparation failed, raised in the caller's thread; only its stream is released)
-        self._proxy = CallProxy(lambda call: call[0] is not None and self._executor.run(
-                                    prepared=call[0], release=call[2]),  # DONE once the copies are through
+        # runs begin before their stream reaches them (CallProxy's early): DONE once that and the copies are through
+        self._proxy = CallProxy(lambda call, reached: call[0] is not None and self._executor.run(
+                                    prepared=call[0], release=call[2], stream_reached=reached),
                                 lambda call: call[1][0].read() == 1, lambda call: call[1][0].write(0),
                                 lambda call: call[2](), name=f"hoccl-proxy-{rank}",
-                                skip=lambda call: call[0] is not None and self._executor.release(call[0]))
+                                skip=lambda call: call[0] is not None and self._executor.release(call[0]), early=True)
 
     def _exchange_addresses(self, store: Any, mine: str) -> dict[int, str]:
         from .._store import exchange_addresses

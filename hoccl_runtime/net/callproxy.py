@@ -13,7 +13,11 @@ from typing import Any
 
 from .._timer import fine_sleeps, slack_setting
 
-__all__ = ["CallProxy", "DoneOnce"]
+__all__ = ["CallProxy", "DoneOnce", "Stopping"]
+
+
+class Stopping(Exception):  # noqa: N818 - not an error: the proxy closes while a call waits for its stream
+    """Raised by a call's ``reached()`` when the proxy is closing (the call is then released, not run on)."""
 
 
 class DoneOnce:
@@ -37,12 +41,21 @@ class CallProxy:
 
     ``started(call)`` / ``reset_start(call)`` / ``finish(call)`` are the flag operations and ``run(call)`` does
     the work, so the ordering logic is testable without a GPU. Once a call failed, the later ones are not run but
-    handed to ``skip(call)`` (to release what they hold) and their streams released as well."""
+    handed to ``skip(call)`` (to release what they hold) and their streams released as well.
+
+    ``early=True``: a call runs as soon as it is taken, before its stream reaches it, as ``run(call, reached)``;
+    ``reached()`` says whether the stream has (START seen, and then reset, once) and raises :class:`Stopping` when
+    the proxy closes. The run must not let the stream go (DONE) before ``reached()`` said so; the proxy waits for
+    it before ``finish`` in any case, so START is always reset before DONE (else the stream's next START could be
+    lost). What this buys: a run's set-up (its plan notice, the wait for the other nodes, the gates of its first
+    staging copies) is done while the stream still computes, so a send's first write leaves as soon as its staging
+    copy is through."""
 
     def __init__(self, run: Any, started: Any, reset_start: Any, finish: Any, *, poll_s: float = 50e-6,
-                 name: str = "hoccl-proxy", skip: Any = None):
+                 name: str = "hoccl-proxy", skip: Any = None, early: bool = False):
         self._run, self._started, self._reset, self._finish = run, started, reset_start, finish
         self._skip = skip  # what a call not run (an earlier one failed) needs done instead, if anything
+        self._early = early
         self.poll_s = poll_s
         self._slack_ns = slack_setting()  # read here: a bad value raises in the caller's thread
         self._calls: queue.Queue = queue.Queue()
@@ -70,25 +83,50 @@ class CallProxy:
             call = self._calls.get()
             if call is None:
                 return
-            while not self._started(call):  # the stream has not reached the call yet
-                if self._stop:
-                    self._abandon(call)
-                    return
-                time.sleep(self.poll_s)
-            self._reset(call)
+            reached = self._reached(call)
             try:
-                if self.error is None:
-                    self._run(call)
-                elif self._skip is not None:
-                    self._skip(call)
-            except BaseException as exc:  # noqa: BLE001 - kept, raised by the caller's next call
-                self.error = exc
-            finally:
-                self._finish(call)  # releases the stream even after an error: nothing waits forever
-                with self._lock:
-                    self._pending -= 1
-                    if not self._pending:
-                        self._idle.set()
+                try:
+                    if self._early and self.error is None:
+                        self._run(call, reached)
+                    else:
+                        self._until(reached)
+                        if self.error is None:
+                            self._run(call)
+                        elif self._skip is not None:
+                            self._skip(call)
+                except Stopping:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - kept, raised by the caller's next call
+                    self.error = exc
+                self._until(reached)  # START reset before DONE, whatever the run did
+            except Stopping:
+                self._abandon(call)
+                return
+            self._finish(call)  # releases the stream even after an error: nothing waits forever
+            with self._lock:
+                self._pending -= 1
+                if not self._pending:
+                    self._idle.set()
+
+    def _reached(self, call: Any) -> Any:
+        """``reached()`` of ``call``: whether its stream has reached it (START seen, reset the first time)."""
+        seen = []
+
+        def reached() -> bool:
+            if seen:
+                return True
+            if self._stop:
+                raise Stopping
+            if not self._started(call):
+                return False
+            self._reset(call)
+            seen.append(True)
+            return True
+        return reached
+
+    def _until(self, reached: Any) -> None:
+        while not reached():  # the stream has not reached the call yet
+            time.sleep(self.poll_s)
 
     def wait_idle(self, timeout_s: float) -> bool:
         return self._idle.wait(timeout_s)

@@ -91,28 +91,55 @@ class GatedNodeExecutor(HostNodeExecutor):
     _release: Any = None
 
     def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
-            prepared: PreparedRun | None = None, release: Any = None) -> None:
+            prepared: PreparedRun | None = None, release: Any = None, stream_reached: Any = None) -> None:
         """Drive ``prepared`` (a run whose copies were enqueued, possibly by another thread or process) to
         completion, opening its gates and reading its counters: no CUDA call. ``release()``, where given, is called
         once every copy of the run is through (the staging copies took what this node sends, the landing copies put
         what it receives in place), while its last network writes may still be leaving: the caller lets its stream
-        go on there, as NCCL's send does once the data is in its buffers (an error after that is the next call's)."""
+        go on there, as NCCL's send does once the data is in its buffers (an error after that is the next call's).
+
+        ``stream_reached()``, where given, says whether the caller's stream has reached the call yet: the run was
+        started before (:class:`~hoccl_runtime.net.callproxy.CallProxy`'s ``early``), so that its notices, its wait
+        for the other nodes and the gates of its first staging copies are done while the stream computes (the copies
+        themselves wait for the stream on the GPU). Until it has, no lack of progress counts towards the timeout,
+        and ``release`` waits for it."""
         if prepared is None:
             raise TransportError(f"node {self.node}: this executor only drives prepared runs (their copies enqueued "
                                  "by GpuNodeExecutor.prepare); give prepared=")
-        self._current, self._release = prepared, release
+        self._current, self._release, self._reached_fn = prepared, release, stream_reached
         try:
             self.plan = prepared.plan
             with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
                 self._drive()
+                while not self._stream_reached():  # a run with nothing that waits for its stream (no copies here)
+                    time.sleep(self.poll_s)
                 self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
         except BaseException:
             self._failed = True
             self.release(prepared)
             raise
+        finally:
+            self._reached_fn = None
+
+    _reached_fn: Any = None
+
+    def _stream_reached(self) -> bool:
+        """Whether the caller's stream has reached the run's call (always, where the run was started after it)."""
+        fn = self._reached_fn
+        if fn is None:
+            return True
+        if not fn():
+            return False
+        self._reached_fn = None
+        self._mark("stream")
+        return True
+
+    def _stream_waiting(self) -> bool:
+        return not self._stream_reached()
 
     def _tick(self) -> None:
-        if self._release is not None and all(reached(flag, c) for flag, c in self._current.ends):
+        if self._release is not None and self._stream_reached() and \
+                all(reached(flag, c) for flag, c in self._current.ends):
             release, self._release = self._release, None
             release()
 
@@ -461,12 +488,13 @@ class GpuNodeExecutor(GatedNodeExecutor):
         seen.add(ring)
 
     def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
-            after: Sequence[int] = (), prepared: PreparedRun | None = None, release: Any = None) -> None:
+            after: Sequence[int] = (), prepared: PreparedRun | None = None, release: Any = None,
+            stream_reached: Any = None) -> None:
         """Drive one run to completion: ``prepared`` (from :meth:`prepare`, possibly in another thread), else
         this plan and buffers prepared here first. Makes no CUDA call when given ``prepared``."""
         if prepared is None:
             prepared = self.prepare(plan, buffers, after=after)
-        super().run(prepared=prepared, release=release)
+        super().run(prepared=prepared, release=release, stream_reached=stream_reached)
 
     def close(self) -> None:
         """Wait (up to the timeout) for the copies of every run prepared, then free the rings and flags. Copies

@@ -124,6 +124,10 @@ class HostNodeExecutor:
         self._checked: dict[int, int] = {}   # node -> how many of its plan notices matched this node's runs
         self._deferred: dict[int, list] = {}  # node -> its completions of this run, held until its notice matched
         self._run: RunState | None = None
+        # writes of earlier runs still leaving (a reusable executor's run ends once its writes are posted):
+        # (connection, write id) -> (GPU, send slot), and per GPU the send slots they hold
+        self._carried: dict[tuple[int, int], tuple[int, int]] = {}
+        self._busy: dict[int, set[int]] = {}
 
     # --- setup -------------------------------------------------------------------------------------
     def _ring(self, nbytes: int) -> np.ndarray:
@@ -230,7 +234,7 @@ class HostNodeExecutor:
                 for c in self._poll(node):
                     progressed = True
                     self._on_completion(node, c)
-            if progressed:
+            if progressed or self._stream_waiting():  # no progress is owed before the caller's stream is there
                 deadline = time.monotonic() + self.timeout_s
             else:
                 if time.monotonic() > deadline:
@@ -246,6 +250,11 @@ class HostNodeExecutor:
         """Each turn of the driving loop (the GPU executor lets the caller's stream go here once its copies are
         through)."""
 
+    def _stream_waiting(self) -> bool:
+        """Whether the run was started before its caller's stream reached the call and still waits for it (the GPU
+        executor's early runs); host buffers have no stream."""
+        return False
+
     def _end_run(self) -> None:
         """After a run's last chunk. A reusable executor tells every node that its rings are free (the run-done
         notice, which the next run of every node waits for before it sends) and does not wait for the other nodes:
@@ -253,6 +262,10 @@ class HostNodeExecutor:
         the slowest node; its last run is waited for by :meth:`leave`. A single-run executor ends with the
         barrier."""
         if self.reuse:
+            for key, (ubar, x) in self._inflight.items():  # writes still leaving hold their slots into the next runs
+                self._carried[key] = (ubar, x % self.slots)
+                self._busy.setdefault(ubar, set()).add(x % self.slots)
+            self._inflight = {}
             self._tell_all(RUN_DONE | (self._runs & 0xFFFFFF))
             self._prev_receivers = frozenset(g // self.L for g in self._run.routes.receivers)
             self._runs += 1
@@ -439,8 +452,13 @@ class HostNodeExecutor:
                     self._copy_within(fl.dst[f], b, fl.src[f], a, tr.bytes[t])
 
     def _run_done(self) -> bool:
+        """Whether this node's part of the run is through: every chunk it receives in place (and credited on), every
+        chunk it sends posted. A reusable executor does not wait for its writes to have left (their send slots stay
+        taken into the next runs until they have: :meth:`_end_run`), so the next call, a receive say, starts while
+        the last writes of a send still go out; a single run ends when they left."""
         run = self._run
-        return (run.sends_left == 0 and run.receives_left == 0 and not self._staged and not self._landing)
+        return ((run.posts_left if self.reuse else run.sends_left) == 0 and run.receives_left == 0
+                and not self._staged and not self._landing)
 
     def _send_ready(self) -> bool:
         """Stage every chunk, in each send ring's order, whose send slot is free (the write of the chunk ``S``
@@ -449,7 +467,8 @@ class HostNodeExecutor:
         for ubar, seq in run.out.items():
             x, total = run.next[ubar], len(seq.stage)
             sent, credit = run.sent[ubar], run.credit[ubar]
-            while x < total and (x < S or sent[x - S]):
+            busy = self._busy.get(ubar)  # slots an earlier run's writes still hold (slot x for position x < S)
+            while x < total and (sent[x - S] if x >= S else not (busy and x in busy)):
                 ring = int(seq.ring[x])
                 if ring >= S and not credit[x]:
                     break
@@ -467,6 +486,7 @@ class HostNodeExecutor:
             _, conn, args, imm, ubar, x = self._staged.popleft()
             self._mark("staged")
             self._inflight[(id(conn), conn.write(*args, imm=imm))] = (ubar, x)
+            self._run.posts_left -= 1
             progressed = True
         while self._landing and self._done(self._landing[0][0]):
             _, conn, imm = self._landing.popleft()
@@ -503,11 +523,15 @@ class HostNodeExecutor:
     def _on_completion(self, node: int, c) -> None:
         run = self._run
         if c.kind == "sent":
-            chunk = self._inflight.pop((id(self.conns[node]), c.write_id), None)
+            key = (id(self.conns[node]), c.write_id)
+            chunk = self._inflight.pop(key, None)
             if chunk is not None:  # a data write (credits and notices are not tracked)
                 ubar, x = chunk
                 run.sent[ubar][x] = 1
                 run.sends_left -= 1
+            elif key in self._carried:  # an earlier run's write left: its send slot is free again
+                ubar, slot = self._carried.pop(key)
+                self._busy[ubar].discard(slot)
             return
         imm = c.imm
         local, pos = (imm >> 24) & 0x7F, imm & 0xFFFFFF

@@ -446,18 +446,20 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     trace_path = setup.get("trace")  # HOCCL_NET_TRACE: one row per call, written when this process ends
     rows: list = []
 
-    def run(call: tuple) -> None:
+    def run(call: tuple, reached: Any) -> None:
+        """Drive the call from the moment it is taken, before its stream reaches it (CallProxy's ``early``)."""
         if call[0] is None:
             return
         ex = state["executor"]
         if trace_path:
-            ex.marks = [("start", time.perf_counter())]
-        ex.run(prepared=call[0], release=lambda: give(call))  # DONE once the copies are through
+            ex.marks = [("taken", time.perf_counter())]
+        # DONE once the copies are through (and the stream reached the call)
+        ex.run(prepared=call[0], release=lambda: give(call), stream_reached=reached)
         if trace_path:
             t = dict(ex.marks)
             t["copies"] = time.perf_counter()
-            rows.append((call[3], call[4], t["start"], t["begun"], t["announced"], t["hello"], t.get("staged"),
-                         t.get("received"), t["network"], t["copies"]))
+            rows.append((call[3], call[4], t["taken"], t["begun"], t["announced"], t["hello"], t.get("stream"),
+                         t.get("staged"), t.get("received"), t["network"], t["copies"]))
 
     def give(call: tuple) -> None:
         """The call's DONE and its count, once: at its release (its copies through, its last writes may still leave)
@@ -480,7 +482,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         taken.write(as_int32(taken.read() + 1))
 
     proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
-                      skip=lambda call: call[0] is not None and open_gates(call[0]))
+                      skip=lambda call: call[0] is not None and open_gates(call[0]), early=True)
     try:
         while True:
             try:
@@ -530,17 +532,18 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
 
 def _write_trace(path: str, rank: int, rows: list) -> None:
     """One CSV row per call of this rank (times in us from the first call's arrival): the call, when its message
-    came, when its stream reached it (START seen), when its first staging copies were let go, when its plan notice
-    was written, when the nodes it waits for were through the previous run (every node's notice checked), when its
-    last network write was posted (its staging copy seen done; blank: it sends nothing) and its last chunk came in
-    (blank: it receives nothing), when the network part was through, when its copies had finished (DONE given
-    then)."""
+    came, when the proxy took it (its run began: the previous call was through), when its first staging copies were
+    let go, when its plan notice was written, when the nodes it waits for were through the previous run (every
+    node's notice checked), when its stream reached it (START seen; blank: before the run began), when its last
+    network write was posted (its staging copy seen done; blank: it sends nothing) and its last chunk came in
+    (blank: it receives nothing), when the network part was through (its writes posted, its chunks in and
+    credited on), when its copies had finished (DONE given by then)."""
     import csv
 
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["call", "arrived_us", "start_us", "begun_us", "announced_us", "hello_us", "staged_us",
-                      "received_us", "network_us", "copies_us"])
+        out.writerow(["call", "arrived_us", "taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
+                      "staged_us", "received_us", "network_us", "copies_us"])
         t0 = rows[0][1] if rows else 0.0
         for key, *times in rows:
             out.writerow([str(key)] +

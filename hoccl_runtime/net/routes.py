@@ -115,7 +115,8 @@ class Routes:
 class RunState:
     """The driving thread's state of one run (see :class:`Routes`)."""
 
-    __slots__ = ("routes", "out", "inc", "next", "sent", "credit", "got", "sends_left", "receives_left")
+    __slots__ = ("routes", "out", "inc", "next", "sent", "credit", "got", "sends_left", "posts_left",
+                 "receives_left")
 
     def __init__(self, routes: Routes, ranks: Sequence[int]):
         self.routes = routes
@@ -125,5 +126,6 @@ class RunState:
         self.sent = {g: bytearray(len(s.stage)) for g, s in self.out.items()}
         self.credit = {g: bytearray(len(s.stage)) for g, s in self.out.items()}
         self.got = {g: bytearray(len(s.stage)) for g, s in self.inc.items()}
-        self.sends_left = sum(len(s.stage) for s in self.out.values())
+        self.sends_left = sum(len(s.stage) for s in self.out.values())  # writes whose "sent" has not come
+        self.posts_left = self.sends_left  # writes not yet posted
         self.receives_left = sum(len(s.stage) for s in self.inc.values())

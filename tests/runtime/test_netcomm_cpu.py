@@ -671,9 +671,9 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         with open(tmp_path / f"trace.rank{r}.csv") as f:
             rows = list(csv.DictReader(f))
         assert [row["call"] for row in rows] == ["allgather 6000"] * 3 + ["sendrecv 0->1 3000"], rows
-        for row in rows:
-            times = [float(row[k]) for k in ("start_us", "begun_us", "announced_us", "hello_us", "network_us",
-                                             "copies_us")]
+        for row in rows:  # the run begins when taken, sees its stream arrive after its set-up (the notices)
+            times = [float(row[k]) for k in ("taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
+                                             "network_us", "copies_us")]
             assert times == sorted(times) and float(row["arrived_us"]) >= 0
 
 
@@ -796,3 +796,49 @@ def test_network_chunk_and_lane_settings(monkeypatch):
     monkeypatch.setenv("HOCCL_NET_LANES", "100")
     with pytest.raises(HocclError, match="HOCCL_NET_LANES"):
         net_lanes(None)
+
+
+@pytest.mark.parametrize("proxy", ["process", "thread"])
+def test_a_call_is_set_up_on_the_network_before_its_stream_reaches_it(monkeypatch, proxy, tmp_path):
+    """Early runs: the proxy begins a call as soon as it takes it, so its plan notice goes out and the other node's
+    is checked while the caller's stream still computes (here: held on a flag); the stream is let go only once it
+    reached the call and the copies ran, and the bytes are right."""
+    import csv
+
+    from hoccl_runtime.flags import FlagPool, MemOps
+
+    monkeypatch.setenv("HOCCL_NET_PROXY", proxy)
+    monkeypatch.setenv("HOCCL_NET_TRACE", str(tmp_path / "trace"))  # the process proxy's marks, written at close
+    held = {}
+
+    def body(comm, r):
+        buf = np.full(5000, 0xA5, np.uint8) if r == 1 else np.arange(5000, dtype=np.uint8)
+        comm.send(dev(buf, r), 1, stream=7) if r == 0 else comm.recv(dev(buf, r), 0, stream=7)  # connects
+        comm.synchronize()
+        pool = held[r] = FlagPool(1)
+        gate = pool.allocate()
+        MemOps().wait_eq(gate, 1).enqueue(7)  # the stream computes (is held) until the gate opens
+        if proxy == "thread":
+            comm._executor.marks = []
+        nxt = np.full(5000, 0xA5, np.uint8) if r == 1 else np.arange(5000, dtype=np.uint8)[::-1].copy()
+        comm.send(dev(nxt, r), 1, stream=7) if r == 0 else comm.recv(dev(nxt, r), 0, stream=7)
+        time.sleep(0.3)
+        before = [m for m, _ in comm._executor.marks] if proxy == "thread" else None
+        unfinished = comm._proxy.wait_idle(0.01)
+        gate.write(1)
+        comm.synchronize()
+        return before, unfinished, nxt.tolist()
+
+    results = two_ranks(monkeypatch, body)
+    for r in (0, 1):
+        before, unfinished, got = results[r]
+        assert not unfinished, results  # the call did not finish before its stream got there
+        if proxy == "thread":
+            assert "hello" in before and "stream" not in before, before  # set up, the stream not there yet
+    assert results[1][2] == np.arange(5000, dtype=np.uint8)[::-1].tolist()
+    if proxy == "process":
+        for r in (0, 1):
+            with open(tmp_path / f"trace.rank{r}.csv") as f:
+                row = list(csv.DictReader(f))[-1]
+            # the set-up was through long before the stream came (it was held for 0.3 s)
+            assert float(row["stream_us"]) - float(row["hello_us"]) > 200_000, row

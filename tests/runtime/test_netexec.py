@@ -273,6 +273,54 @@ def test_a_send_does_not_wait_for_a_node_that_received_nothing_in_the_previous_r
     assert early > 0.3, f"node 0 began run 1's writes only {early * 1e3:.0f} ms before node 1 left run 0"
 
 
+def test_a_run_ends_once_its_writes_are_posted_and_their_slots_stay_taken_until_they_left(monkeypatch):
+    """A reusable executor's run is through once its writes are posted (the next call, a receive here, starts while
+    a send's last writes still leave); the send slots those writes read stay taken into the next runs until their
+    "sent" completions come: node 0's "sent" completions are held back, and its third run (another send through the
+    same slots) stages nothing before they are let through. Every run's bytes come out right."""
+    import threading
+    import time
+
+    from hoccl_runtime.net.executor import HostNodeExecutor
+
+    steps, poll, stage_out = _Steps(monkeypatch), HostNodeExecutor._poll, HostNodeExecutor._stage_out
+    held, lock, let_go = [], threading.Lock(), threading.Event()
+
+    def holding_poll(self, node):
+        items = poll(self, node)
+        if self.node != 0:
+            return items
+        with lock:
+            held.extend(c for c in items if c.kind == "sent" and c.nbytes)
+            items = [c for c in items if not (c.kind == "sent" and c.nbytes)]
+            if let_go.is_set():
+                items, held[:] = held + items, []
+        return items
+
+    def staged(self, *args):
+        steps.note(self, "staged")
+        return stage_out(self, *args)
+
+    monkeypatch.setattr(HostNodeExecutor, "_poll", holding_poll)
+    monkeypatch.setattr(HostNodeExecutor, "_stage_out", staged)
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=1024, baselines=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2000),)), opts),  # both slots
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((1, 0, 900),)), opts),
+             compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1500),)), opts)]
+    released = {}
+
+    def after(n, run):
+        if n == 0 and run == 1:  # node 0's first two runs are through with none of its writes known to have left
+            assert held and not let_go.is_set()
+            threading.Timer(0.4, lambda: (released.setdefault("at", time.monotonic()), let_go.set())).start()
+
+    results, errors = _reuse_nodes([plans, plans], timeout_s=15, after_run=after)
+    assert not errors, errors
+    _check_runs(plans, results, range(3))
+    assert steps.at[(0, 2, "staged")] >= released["at"], "run 2 staged into a slot whose write had not left"
+
+
 def test_a_pure_senders_peer_in_another_collective_raises_and_the_sender_hears_of_it():
     """The receiver checks the sender's plan notice before it takes a byte: another collective there is a PlanError;
     the sender, whose run ended when its writes left, fails at its next run: either it waits for a receiver that never

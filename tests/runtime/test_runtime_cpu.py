@@ -545,6 +545,73 @@ def test_network_call_proxy_runs_calls_in_stream_order_and_releases_the_stream_o
     assert time.monotonic() - t0 < 2
 
 
+def test_an_early_call_proxy_runs_a_call_before_its_stream_is_there_but_gives_done_only_after():
+    """CallProxy(early=True), as the network communicators use it: a call's run begins as soon as it is taken
+    (its set-up overlaps the stream's compute) and sees its stream arrive through ``reached()``; START is reset
+    before DONE in every case (a run that returned early, one that failed), and a close while a run waits for its
+    stream abandons it (skip, then DONE) instead of hanging."""
+    import threading
+    import time
+
+    from hoccl_runtime.net.callproxy import CallProxy
+
+    start, events = [0], []
+    lock = threading.Lock()
+
+    def log(what):
+        with lock:
+            events.append(what)
+
+    def run(call, reached):
+        log(("run", call))
+        if call == "quick":
+            return  # e.g. nothing of the call on this node: the proxy still waits for its stream before DONE
+        while not reached():
+            time.sleep(1e-4)
+        log(("reached", call))
+        if call == "bad":
+            raise HocclError("peer 1 died")
+
+    def reset(call):
+        start[0] = 0
+        log(("reset", call))
+
+    proxy = CallProxy(run, lambda call: start[0] == 1, reset, lambda call: log(("done", call)), poll_s=1e-4,
+                      skip=lambda call: log(("skip", call)), early=True)
+
+    def through(call):
+        deadline = time.monotonic() + 5
+        while ("done", call) not in events and time.monotonic() < deadline:
+            time.sleep(1e-3)
+
+    for call in ("a", "quick", "bad"):
+        proxy.submit(call)
+        deadline = time.monotonic() + 5
+        while ("run", call) not in events and time.monotonic() < deadline:
+            time.sleep(1e-3)
+        time.sleep(0.02)
+        assert ("run", call) in events and ("done", call) not in events, events  # running, its stream not there
+        start[0] = 1  # the stream reaches the call
+        through(call)
+        mine = [e for e in events if e[1] == call]
+        assert mine[0] == ("run", call) and mine[-1] == ("done", call), mine
+        assert mine.index(("reset", call)) < mine.index(("done", call)) and start[0] == 0, mine
+    assert isinstance(proxy.error, HocclError)
+    proxy.submit("after")  # an earlier call failed: not run, skipped once its stream is there, then DONE
+    start[0] = 1
+    through("after")
+    assert [e for e in events if e[1] == "after"] == [("reset", "after"), ("skip", "after"), ("done", "after")]
+    proxy.error = None
+    proxy.submit("never")  # its stream never gets there: closing abandons it (skip, DONE) without a hang
+    deadline = time.monotonic() + 5
+    while ("run", "never") not in events and time.monotonic() < deadline:
+        time.sleep(1e-3)
+    t0 = time.monotonic()
+    proxy.close(timeout_s=5)
+    assert time.monotonic() - t0 < 2
+    assert [e for e in events if e[1] == "never"] == [("run", "never"), ("skip", "never"), ("done", "never")]
+
+
 def test_network_communicator_listening_address(monkeypatch):
     from hoccl_runtime.comm.net import _local_address
 

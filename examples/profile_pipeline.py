@@ -1,0 +1,233 @@
+"""Where a pipeline step's host time goes, HOCCL against NCCL: point-to-point host cost and latency, then the
+pipeline example's steps with its communication calls timed. Two torchrun nodes of one rank
+(``scripts/tcp-nodes.sh``, so NCCL runs over its sockets beside HOCCL's TCP network communicator)::
+
+    bash scripts/tcp-nodes.sh examples/profile_pipeline.py --size small --steps 20 --repeats 3
+
+Part 1, per group and size, rank 0 sending to rank 1 through ``dist.batch_isend_irecv`` (what
+torch.distributed.pipelining calls):
+- ``issue us``: host time of one send (or receive) call and its ``wait()``, ``--calls`` back to back, before the
+  GPU is synchronized (the host's cost of a call, as long as nothing blocks it);
+- ``one-way us``: half a round trip (rank 0 sends, rank 1 receives and sends back the same size), each round
+  synchronized on the host: the latency of a dependency through the group.
+
+Part 2, ``examples/train_pipeline.py``'s variants (interleaved rounds), per rank and step: wall ms, the main
+thread's CPU ms (``time.thread_time``: a rank whose CPU time is near its wall time is bound by its host), and the
+host ms spent inside the communication calls (``batch_isend_irecv``) and inside the waits on them. Inputs are the
+example's own random tokens; nothing is checked here but that the losses of HOCCL and NCCL agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_pipeline  # noqa: E402
+from gpt import SIZES, Config  # noqa: E402
+
+
+class Timed:
+    """Host time and count of calls to one function, replaced in its module by a timing wrapper."""
+
+    def __init__(self, module, name: str):
+        self.module, self.name, self.seconds, self.calls = module, name, 0.0, 0
+        self.inner = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return self.inner(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+                self.calls += 1
+
+        setattr(module, name, wrapper)
+
+    def take(self) -> tuple[float, int]:
+        got = (self.seconds, self.calls)
+        self.seconds, self.calls = 0.0, 0
+        return got
+
+
+def breakdown(group, rank: int, device: torch.device, calls: int) -> list[tuple[str, float]]:
+    """Host us per call spent in each layer of a HOCCL send/recv through the group (timing wrappers, not a
+    profiler: their own cost is about a microsecond each)."""
+    from hoccl_runtime.comm import calls as calls_mod
+    from hoccl_runtime.comm import net as net_mod
+    from hoccl_runtime.comm.net import NetCommunicator
+    from hoccl_runtime.net.gpu import GpuNodeExecutor
+    from hoccl_runtime.net.proxyproc import ProcessProxy
+    from hoccl_runtime.torch import _group, _work
+
+    timers = [Timed(dist, "batch_isend_irecv"), Timed(_group.ProcessGroupHoccl, "_defer"),
+              Timed(_work.HocclWork, "__init__"), Timed(_group._Streams, "follow"),
+              Timed(_group.ProcessGroupHoccl, "_flush"), Timed(_group._Streams, "end"),
+              Timed(NetCommunicator, "_call"), Timed(NetCommunicator, "_buffers"),
+              Timed(net_mod, "enqueue_call"), Timed(calls_mod.CallEvents, "record"),
+              Timed(GpuNodeExecutor, "prepare"), Timed(GpuNodeExecutor, "launch_ops"),
+              Timed(ProcessProxy, "submit"), Timed(_work, "wait_on_current_stream")]
+    bufs = [torch.randn((1 << 20) // 4, device=device) for _ in range(calls)]
+    torch.cuda.synchronize(device)
+    for t in timers:
+        t.take()
+    t0 = time.perf_counter()
+    for b in bufs:
+        op = dist.P2POp(dist.isend if rank == 0 else dist.irecv, b, 1 - rank, group)
+        for w in dist.batch_isend_irecv([op]):
+            w.wait()
+    total = time.perf_counter() - t0
+    rows = [("whole call (batch_isend_irecv + wait)", total / calls * 1e6)]
+    rows += [(f"{getattr(t.module, '__name__', t.module)}.{t.name}", t.take()[0] / calls * 1e6) for t in timers]
+    for t in timers:
+        setattr(t.module, t.name, t.inner)
+    torch.cuda.synchronize(device)
+    dist.barrier()
+    return rows
+
+
+def p2p_table(groups: dict, rank: int, device: torch.device, calls: int, rounds: int,
+              profile: str = "") -> list[tuple]:
+    rows = []
+    if profile and "hoccl" in groups:  # cProfile of the HOCCL calls alone, before the timed rounds
+        import cProfile
+        import pstats
+
+        bufs = [torch.randn((1 << 20) // 4, device=device) for _ in range(4 * calls)]
+        torch.cuda.synchronize(device)
+        prof = cProfile.Profile()
+        for i, b in enumerate(bufs):  # the first calls connect and compile: not profiled
+            if i == 8:
+                torch.cuda.synchronize(device)
+                dist.barrier()
+                prof.enable()
+            op = dist.P2POp(dist.isend if rank == 0 else dist.irecv, b, 1 - rank, groups["hoccl"])
+            for w in dist.batch_isend_irecv([op]):
+                w.wait()
+        prof.disable()
+        torch.cuda.synchronize(device)
+        with open(f"{profile}.rank{rank}.txt", "w") as f:
+            stats = pstats.Stats(prof, stream=f)
+            stats.sort_stats("tottime").print_stats(45)
+            stats.sort_stats("cumulative").print_stats(60)
+        dist.barrier()
+    for nbytes in (64 << 10, 1 << 20):
+        for name, group in groups.items():
+            issue, oneway = [], []
+            for _ in range(rounds):
+                bufs = [torch.randn(nbytes // 4, device=device) for _ in range(calls)]
+                torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                for b in bufs:
+                    op = dist.P2POp(dist.isend if rank == 0 else dist.irecv, b, 1 - rank, group)
+                    for w in dist.batch_isend_irecv([op]):
+                        w.wait()
+                issue.append((time.perf_counter() - t0) / calls * 1e6)
+                torch.cuda.synchronize(device)
+                dist.barrier()
+                x = bufs[0]
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    order = (dist.isend, dist.irecv) if rank == 0 else (dist.irecv, dist.isend)
+                    for fn in order:
+                        for w in dist.batch_isend_irecv([dist.P2POp(fn, x, 1 - rank, group)]):
+                            w.wait()
+                    torch.cuda.synchronize(device)
+                oneway.append((time.perf_counter() - t0) / calls / 2 * 1e6)
+                dist.barrier()
+            rows.append((name, nbytes, statistics.median(issue), statistics.median(oneway)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import hoccl_runtime.torch as ht
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="small", choices=sorted(SIZES))
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--calls", type=int, default=32, help="calls per timing of part 1")
+    p.add_argument("--comm", default="hoccl,nccl,none")
+    p.add_argument("--no-p2p", action="store_true", help="skip part 1")
+    p.add_argument("--no-pipeline", action="store_true", help="skip part 2")
+    p.add_argument("--breakdown", action="store_true", help="first, host us per call in each layer of a HOCCL "
+                   "send (rank 0) and receive (rank 1) of 1 MiB")
+    p.add_argument("--cprofile", default="", help="also profile 1 MiB HOCCL calls with cProfile, into "
+                   "CPROFILE.rankN.txt")
+    args = p.parse_args(argv)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != 2:
+        raise SystemExit("profile_pipeline.py runs 2 ranks (scripts/tcp-nodes.sh)")
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    dist.init_process_group("gloo")
+    comms = [c for c in args.comm.split(",") if c]
+    groups = {}
+    if "hoccl" in comms:
+        ht.configure(device=0)
+        groups["hoccl"] = dist.new_group(backend="hoccl")
+    if "nccl" in comms:
+        groups["nccl"] = dist.new_group(backend="nccl")
+    if args.breakdown and "hoccl" in groups:
+        for _ in range(2):  # the first round connects and compiles
+            rows = breakdown(groups["hoccl"], rank, device, args.calls)
+        if rank == 0:
+            for name, us in rows:
+                print(f"layer {name:<52}{us:>9.1f} us", flush=True)
+    if not args.no_p2p:
+        rows = p2p_table(groups, rank, device, args.calls, 5, args.cprofile)
+        if rank == 0:
+            print(f"{'group':<7}{'bytes':>9}{'issue us':>10}{'one-way us':>12}")
+            for name, nbytes, issue, oneway in rows:
+                print(f"{name:<7}{nbytes:>9}{issue:>10.1f}{oneway:>12.1f}", flush=True)
+    if args.no_pipeline:
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
+    base = SIZES[args.size]
+    targs = train_pipeline.parse(["--size", args.size, "--steps", "1", "--comm", ",".join(comms)])
+    c = Config(layers=base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
+    variants = [train_pipeline.Variant(v, groups.get(v), targs, c, device, rank, world) for v in comms]
+    from torch.distributed.pipelining import schedules
+
+    issue = Timed(schedules.dist, "batch_isend_irecv")
+    waits = Timed(schedules, "_wait_batch_p2p")
+    stats: dict[str, list] = {v.name: [] for v in variants}
+    for v in variants:  # warm-up: the first steps set up connections and infer shapes
+        v.train(2, device)
+    for _ in range(args.repeats):
+        for v in variants:
+            for _ in range(args.steps):
+                issue.take(), waits.take()
+                t0, c0 = time.perf_counter(), time.thread_time()
+                v.train(1, device)
+                wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+                (ti, ni), (tw, _) = issue.take(), waits.take()
+                stats[v.name].append((wall, cpu, ti, tw, ni))
+    mine = {name: [statistics.median(col) for col in zip(*rows, strict=True)] for name, rows in stats.items()}
+    gathered = [None] * world
+    dist.all_gather_object(gathered, mine)
+    if rank == world - 1:
+        print(f"{'comm':<7}{'rank':>5}{'step ms':>9}{'CPU ms':>8}{'in calls ms':>13}{'in waits ms':>13}{'calls':>7}")
+        for name in stats:
+            for r, got in enumerate(gathered):
+                wall, cpu, ti, tw, ni = got[name]
+                print(f"{name:<7}{r:>5}{wall * 1e3:>9.2f}{cpu * 1e3:>8.2f}{ti * 1e3:>13.2f}{tw * 1e3:>13.2f}{ni:>7.0f}")
+        losses = {v.name: v.losses for v in variants if v.name != "none"}
+        if len(losses) == 2:
+            a, b = losses.values()
+            print(f"losses equal: {a == b}")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

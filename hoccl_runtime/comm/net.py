@@ -10,11 +10,12 @@ broadcast, scatter, gather, send, recv), each returning at once. What happens:
 * The call's copies are enqueued at once, in the caller's thread, on the executor's copy streams: after an
   event recorded where the call sits in the caller's stream, each staging and landing copy gated by a
   counter flag (:meth:`~hoccl_runtime.net.executor.GpuNodeExecutor.prepare`).
-* A proxy thread of this process takes the calls in order. For each it waits (sleeping, not holding the
-  GIL) until the stream has reached the call (``START == 1``), resets it, drives this node's part of the
-  plan with a reusable :class:`~hoccl_runtime.net.executor.GpuNodeExecutor` (opening the copies' gates as slots
-  free and chunks arrive, the TCP transport, connections and rings set up once) without any CUDA call, then
-  writes ``DONE = 1``, which lets the stream go on. The flags live in pinned host memory that the GPU reads
+* A proxy (a process of its own, or a thread of this one) takes the calls in order and drives this node's part
+  of each with a reusable :class:`~hoccl_runtime.net.executor.GpuNodeExecutor` (opening the copies' gates as slots
+  free and chunks arrive, the TCP transport, connections and rings set up once) without any CUDA call, from the
+  moment it takes the call (the copies wait for the caller's stream on the GPU); once the stream has reached the
+  call (``START == 1``, then reset) and the call's copies are through, it writes ``DONE = 1``, which lets the
+  stream go on. The flags live in pinned host memory that the GPU reads
   and writes. (A proxy that issued copies itself could sit in the driver behind the application's blocking
   CUDA call, e.g. ``tensor.cpu()`` waiting for this very call: seen on the H200.)
 * A call that fails in the proxy (a peer died, another collective on a peer node: ``TransportError`` or

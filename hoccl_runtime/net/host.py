@@ -326,9 +326,13 @@ class HostNodeExecutor:
         return zlib.crc32(self.plan.plan_id.encode()) & 0xFFFFFF
 
     def _announce(self) -> None:
-        """Tell every node which plan this run is (the plan notice)."""
+        """Tell every node which plan this run is (the plan notice). The notices are matched with the runs in the
+        order they arrive, so they are ordered writes: two that leave close together on two lanes could arrive the
+        other way round (seen on the 1x H200 once runs began before their streams reached them: a PlanError after
+        1,200 good runs)."""
         mine = self._mine[self._runs] = self._plan_crc()
-        self._tell_all(PLAN_HELLO | mine)
+        for conn in self.conns.values():
+            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=PLAN_HELLO | mine, ordered=True)
 
     def _wait_for_previous(self) -> None:
         """Wait until every node that received network chunks in the previous run is through it (its receive rings

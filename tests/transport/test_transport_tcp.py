@@ -70,6 +70,28 @@ def test_writes_land_with_their_immediates():
 MiB = 1 << 20
 
 
+def test_ordered_writes_arrive_in_the_order_written_among_unordered_ones():
+    """Ordered writes (the executors' plan notices) keep their order at the receiver whatever the other writes do:
+    200 zero-byte ordered writes, each right after an unordered one (bulk or tiny), on 8 lanes; the unordered ones
+    still go over every lane."""
+    c_tx, c_rx, tx, rx = pair(lanes=8)
+    try:
+        src, dst, local, remote = regions(tx, rx, 4 << 20)
+        rng = np.random.default_rng(5)
+        for i in range(200):
+            n = int(rng.choice([0, 100, 1 << 20, 3 << 20]))
+            c_tx.write(local, 0, n, remote.id, 0, imm=1_000_000 + i)
+            c_tx.write(local, 0, 0, remote.id, 0, imm=i, ordered=True)
+        got = drain(c_rx, "received", 400)
+        assert [c.imm for c in got if c.imm < 1_000_000] == list(range(200))
+        assert sum(1 for n in c_tx.frames_sent if n) >= 4, c_tx.frames_sent  # the bulk is still spread
+    finally:
+        c_tx.close()
+        c_rx.close()
+        tx.close()
+        rx.close()
+
+
 def test_lane_parts_balance_cuts_a_write_over_the_least_loaded_lanes_unless_whole_ends_soon_enough():
     # idle lanes: an 8 MiB write is cut in eight 1 MiB parts, in order, covering the write
     assert lane_parts([0] * 8, 8 * MiB, MiB) == [(lane, lane * MiB, (lane + 1) * MiB) for lane in range(8)]

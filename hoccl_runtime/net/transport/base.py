@@ -59,8 +59,10 @@ class Connection(ABC):
 
     @abstractmethod
     def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,
-              imm: int = 0) -> int:
-        """Queue a write; returns its id. Completion comes through poll()."""
+              imm: int = 0, *, ordered: bool = False) -> int:
+        """Queue a write; returns its id. Completion comes through poll(). The ``ordered`` writes of a connection
+        arrive (their "received" completions come) in the order they were written, whatever their sizes; other
+        writes may overtake each other and the ordered ones (a connection spreads them over its lanes)."""
 
     @abstractmethod
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:

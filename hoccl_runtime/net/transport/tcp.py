@@ -146,7 +146,7 @@ class TcpConnection(Connection):
 
     # --- caller side ------------------------------------------------------------------------------
     def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,
-              imm: int = 0) -> int:
+              imm: int = 0, *, ordered: bool = False) -> int:
         if self._error is not None:
             raise self._error
         if self._closing:
@@ -161,7 +161,12 @@ class TcpConnection(Connection):
             write_id = self._next_write
             self._next_write += 1
             queued = self._queued
-            cuts = lane_parts(queued, nbytes, tr.min_part, tr.split, tr.split_slack)
+            if ordered:  # lane 0 carries every ordered write, whole: one socket, one receiving thread, in order
+                cuts = [(0, 0, nbytes)]
+            else:  # lane 0 last among equals, so that ordered writes seldom wait behind data
+                n = len(queued)
+                cuts = [((lane + 1) % n, lo, hi) for lane, lo, hi in
+                        lane_parts(queued[1:] + queued[:1], nbytes, tr.min_part, tr.split, tr.split_slack)]
             parts = len(cuts)
             self._sent_parts[write_id] = parts
             for lane, lo, hi in cuts:

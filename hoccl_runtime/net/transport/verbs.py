@@ -221,7 +221,7 @@ class VerbsConnection(Connection):
         self.closed = False
 
     def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,
-              imm: int = 0) -> int:
+              imm: int = 0, *, ordered: bool = False) -> int:
         t = self.transport
         t._check_usable(self)
         if not 0 <= remote_region < len(self.remote_regions):
@@ -233,8 +233,11 @@ class VerbsConnection(Connection):
                                  f"{remote_region} ({size} bytes) from offset {offset} of a {local.nbytes}-byte region "
                                  "is out of range; do both ends run the same plan, chunk size and ring_bytes?")
         mr = t._mrs[local.id]
-        lane = self._next % len(self.qps)
-        self._next += 1
+        if ordered:  # one reliable-connection queue pair delivers in order: queue pair 0 takes every ordered write
+            lane = 0
+        else:
+            lane = self._next % len(self.qps)
+            self._next += 1
         deadline = time.monotonic() + t.timeout_s
         while self._outstanding[lane] >= t.max_writes:  # send queue full: collect completions first
             t._drain(wait_s=min(0.01, max(0.0, deadline - time.monotonic())))

@@ -52,6 +52,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "row per call with when it arrived, its stream reached it, its first staging copies let go, "
                         "its plan notice was written, the nodes' plan notices were in, its network part and its copies "
                         "were through (us)"),
+    "HOCCL_NET_EXCHANGE": ("1", "the one-GPU-per-node network communicator of 2 ranks: a batch of one send and one "
+                           "receive (batch_isend_irecv, as 1F1B pipelining fuses them) runs as one call that moves both "
+                           "messages; the other rank must batch its pair the same way (0: one call per message)"),
     "HOCCL_NET_AHEAD": ("2", "network communicators: a call waits (without the GIL) until at most this many earlier "
                         "calls are unfinished, so the application's thread cannot run so far ahead that it blocks in "
                         "CUDA holding the GIL while the proxy thread needs it (0: no bound; with HOCCL_NET_PROXY="

@@ -7,7 +7,7 @@ import contextlib
 import threading
 from typing import Any
 
-__all__ = ["CallEvents", "enqueue_call"]
+__all__ = ["CallEvents", "enqueue_call", "start_done_ops"]
 
 
 class CallEvents:
@@ -61,7 +61,8 @@ class CallEvents:
         self._free.clear()
 
 
-def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any) -> None:
+def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any,
+                 ops: tuple | None = None) -> None:
     """Enqueue one network call on ``stream``: START, then the call's gated copies (``prepare(event)``, after an
     event recorded past START), ``submit(prepared, error)`` to the proxy, then the wait for DONE.
 
@@ -79,10 +80,11 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
     process and, calls being made in one order on every rank, on the others.
 
     A ``prepare`` that raises is submitted as ``(None, error)``: the proxy then only takes the stream's START and
-    gives its DONE (the pair stays in step with the stream), and the error is raised here."""
-    from ..flags import MemOps
+    gives its DONE (the pair stays in step with the stream), and the error is raised here.
 
-    MemOps().write(start, 1).enqueue(stream)
+    ``ops``: the stream's two batches of memory operations, built once (:func:`start_done_ops`), else built here."""
+    start_ops, done_ops = ops if ops is not None else start_done_ops(start, done)
+    start_ops.enqueue(stream)
     event = events.record(stream)
     prepared, error = None, None
     try:
@@ -92,6 +94,14 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
     finally:
         events.give_back(event)  # the waits on it are enqueued (or nothing was)
     submit(prepared, error)
-    MemOps().wait_eq(done, 1).write(done, 0).enqueue(stream)
+    done_ops.enqueue(stream)
     if error is not None:
         raise error
+
+
+def start_done_ops(start: Any, done: Any) -> tuple:
+    """A call's two batches on its stream: ``START = 1``, and ``wait DONE == 1; DONE = 0`` (the same for every call
+    of a stream: a communicator builds them once per stream)."""
+    from ..flags import MemOps
+
+    return MemOps().write(start, 1), MemOps().wait_eq(done, 1).write(done, 0)

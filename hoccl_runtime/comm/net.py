@@ -41,7 +41,7 @@ from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..net.callproxy import CallProxy, DoneOnce
 from ..plans import CallKey, PlanCache
-from .calls import CallEvents, enqueue_call
+from .calls import CallEvents, enqueue_call, start_done_ops
 from .context import NodeContext
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
@@ -406,8 +406,10 @@ class NetCommunicator(_Calls):
         self._arena = None
         self.proxy_kind = env_choice("HOCCL_NET_PROXY", "process", ("process", "thread"))
         self._pairs: dict[int, tuple] = {}  # stream -> its (START, DONE) flags
+        self._pair_ops: dict[int, tuple] = {}  # stream -> its START and DONE memory operations, built once
         self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
+        self._exchange = env_int("HOCCL_NET_EXCHANGE", 1, 0, 1) == 1  # see batch_isend_irecv
         if self.proxy_kind == "process":
             self._start_proxy_process(device, store, lanes, host)
             return
@@ -462,6 +464,28 @@ class NetCommunicator(_Calls):
         self._proxy.send(("addresses", self._addresses))
         self._ahead = env_int("HOCCL_NET_AHEAD", 0, 0)  # the proxy process never waits for this process's GIL
 
+    def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
+        """As :meth:`_Calls.batch_isend_irecv`; on 2 ranks a batch of one send and one receive (what 1F1B pipelining
+        fuses: an activation out, a gradient in) is one call that moves both messages (an All-to-Allv whose input is
+        the sent tensor and whose output the received one), unless HOCCL_NET_EXCHANGE=0. The other rank must batch
+        its pair the same way (torch.distributed.pipelining's schedules do); a rank that issues them as two calls
+        where its peer made one gets a PlanError naming both collectives."""
+        kinds = sorted(op[0] for op in ops) if len(ops) == 2 and all(len(op) == 3 for op in ops) else None
+        if kinds != ["recv", "send"] or self.world != 2 or not self._exchange:
+            super().batch_isend_irecv(ops, stream)
+            return
+        (_, sent, to), (_, got, frm) = sorted(ops, key=lambda op: op[0] != "send")
+        peer = 1 - self.rank
+        if to != peer or frm != peer:
+            raise HocclError(f"batch ops {[(k, p) for k, _, p in ops]}: on 2 ranks the peer is rank {peer}")
+        out_bytes, in_bytes = as_buffer(sent, "send tensor").nbytes, as_buffer(got, "recv tensor").nbytes
+        if not out_bytes or not in_bytes:  # an empty message: the pair as two calls, as without the exchange
+            super().batch_isend_irecv(ops, stream)
+            return
+        rows = [[0, 0], [0, 0]]
+        rows[self.rank][peer], rows[peer][self.rank] = out_bytes, in_bytes
+        self._call(CallKey.alltoallv(tuple(map(tuple, rows))), sent, got, stream)
+
     def _check_stream(self, s: int) -> None:
         """Any stream: each has its own START/DONE pair (calls still run in the order they were made, on every
         rank, as NCCL's do whatever their streams)."""
@@ -469,7 +493,9 @@ class NetCommunicator(_Calls):
             if len(self._pairs) >= MAX_STREAMS:
                 raise HocclError(f"this network communicator's calls came on {MAX_STREAMS} streams already; use "
                                  "fewer streams (each takes a pair of flags), or another communicator")
-            self._pairs[s] = (self._flags.allocate(), self._flags.allocate())
+            start, done = self._flags.allocate(), self._flags.allocate()
+            self._pairs[s] = (start, done)
+            self._pair_ops[s] = start_done_ops(start, done)
 
     def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         if self.closed:
@@ -491,7 +517,8 @@ class NetCommunicator(_Calls):
                 submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
                     else (lambda prepared, _: self._proxy.submit((prepared, pair, DoneOnce(pair[1]))))
                 enqueue_call(s, *pair, self._events,
-                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
+                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit,
+                             self._pair_ops[s])
 
     def _connect(self, plan: Any, buffers: dict, key: CallKey) -> None:
         from ..net.executor import GpuNodeExecutor

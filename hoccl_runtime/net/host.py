@@ -50,7 +50,7 @@ from hoccl_compiler.schema import Plan
 from .._timer import fine_sleeps, slack_setting
 from .._trust import verified
 from ..errors import HocclTimeoutError, PlanError, TransportError
-from .routes import ChunkSequence, Routes, RunState, refuse_multicast
+from .routes import ChunkSequence, LeavingWrites, Routes, RunState, refuse_multicast
 from .transport.base import Connection, Region, Transport
 from .wire import CREDIT, LOCAL, NATIVE, PLAN_HELLO, RUN_DONE
 
@@ -124,10 +124,7 @@ class HostNodeExecutor:
         self._checked: dict[int, int] = {}   # node -> how many of its plan notices matched this node's runs
         self._deferred: dict[int, list] = {}  # node -> its completions of this run, held until its notice matched
         self._run: RunState | None = None
-        # writes of earlier runs still leaving (a reusable executor's run ends once its writes are posted):
-        # (connection, write id) -> (GPU, send slot), and per GPU the send slots they hold
-        self._carried: dict[tuple[int, int], tuple[int, int]] = {}
-        self._busy: dict[int, set[int]] = {}
+        self._leaving = LeavingWrites()  # earlier runs' writes still leaving, and the send slots they hold
 
     # --- setup -------------------------------------------------------------------------------------
     def _ring(self, nbytes: int) -> np.ndarray:
@@ -239,7 +236,7 @@ class HostNodeExecutor:
             else:
                 if time.monotonic() > deadline:
                     raise HocclTimeoutError(f"node {self.node}: plan {self.plan.plan_id} made no progress for "
-                                            f"{self.timeout_s:g} s: {self._waiting_for()} (a peer node stalled or "
+                                            f"{self.timeout_s:g} s: {self._stalled()} (a peer node stalled or "
                                             "died?)")
                 time.sleep(self.poll_s)
         self._mark("network")
@@ -251,8 +248,7 @@ class HostNodeExecutor:
         through)."""
 
     def _stream_waiting(self) -> bool:
-        """Whether the run was started before its caller's stream reached the call and still waits for it (the GPU
-        executor's early runs); host buffers have no stream."""
+        """Whether the run still waits for its caller's stream (the GPU executor's early runs): never, here."""
         return False
 
     def _end_run(self) -> None:
@@ -262,9 +258,7 @@ class HostNodeExecutor:
         the slowest node; its last run is waited for by :meth:`leave`. A single-run executor ends with the
         barrier."""
         if self.reuse:
-            for key, (ubar, x) in self._inflight.items():  # writes still leaving hold their slots into the next runs
-                self._carried[key] = (ubar, x % self.slots)
-                self._busy.setdefault(ubar, set()).add(x % self.slots)
+            self._leaving.keep(self._inflight, self.slots)  # writes still leaving hold their slots into next runs
             self._inflight = {}
             self._tell_all(RUN_DONE | (self._runs & 0xFFFFFF))
             self._prev_receivers = frozenset(g // self.L for g in self._run.routes.receivers)
@@ -457,9 +451,8 @@ class HostNodeExecutor:
 
     def _run_done(self) -> bool:
         """Whether this node's part of the run is through: every chunk it receives in place (and credited on), every
-        chunk it sends posted. A reusable executor does not wait for its writes to have left (their send slots stay
-        taken into the next runs until they have: :meth:`_end_run`), so the next call, a receive say, starts while
-        the last writes of a send still go out; a single run ends when they left."""
+        chunk it sends posted (a single run's: left). A reusable executor's next call, a receive say, starts while a
+        send's last writes still go out; their send slots stay taken until they left (:class:`LeavingWrites`)."""
         run = self._run
         return ((run.posts_left if self.reuse else run.sends_left) == 0 and run.receives_left == 0
                 and not self._staged and not self._landing)
@@ -471,7 +464,7 @@ class HostNodeExecutor:
         for ubar, seq in run.out.items():
             x, total = run.next[ubar], len(seq.stage)
             sent, credit = run.sent[ubar], run.credit[ubar]
-            busy = self._busy.get(ubar)  # slots an earlier run's writes still hold (slot x for position x < S)
+            busy = self._leaving.busy(ubar)  # slots an earlier run's writes still hold (slot x for position x < S)
             while x < total and (sent[x - S] if x >= S else not (busy and x in busy)):
                 ring = int(seq.ring[x])
                 if ring >= S and not credit[x]:
@@ -533,9 +526,8 @@ class HostNodeExecutor:
                 ubar, x = chunk
                 run.sent[ubar][x] = 1
                 run.sends_left -= 1
-            elif key in self._carried:  # an earlier run's write left: its send slot is free again
-                ubar, slot = self._carried.pop(key)
-                self._busy[ubar].discard(slot)
+            else:  # an earlier run's write, perhaps: its send slot is free again
+                self._leaving.left(key)
             return
         imm = c.imm
         local, pos = (imm >> 24) & 0x7F, imm & 0xFFFFFF
@@ -586,28 +578,9 @@ class HostNodeExecutor:
             ubar2, x2 = nxt
             self._landing.append((token, self.conns[self._node_of(ubar2)], CREDIT | ((ubar2 % self.L) << 24) | x2))
 
-    def _waiting_for(self) -> str:
+    def _stalled(self) -> str:
         """What a stalled run waits for, in words (for the timeout's message)."""
-        run = self._run
-        for n in sorted(self._deferred):
-            if self._deferred[n]:
-                return (f"node {n}'s plan notice for this run ({len(self._deferred[n])} of its writes wait for it: "
-                        "does it run the same collectives?)")
-        for ubar, seq in run.out.items():
-            x = run.next[ubar]
-            if x < len(seq.stage):
-                what = "its credit" if seq.ring[x] >= self.slots and not run.credit[ubar][x] else "a free send slot"
-                peer = int(seq.peer[x])
-                return (f"GPU {ubar}'s chunk {x} to GPU {peer} of node {self._node_of(peer)} (stage "
-                        f"{int(seq.stage[x])}) waits for {what}")
-        for vbar, seq in run.inc.items():
-            missing = np.flatnonzero(np.frombuffer(run.got[vbar], np.uint8) == 0)
-            if missing.size:
-                x = int(missing[0])
-                peer = int(seq.peer[x])
-                return (f"GPU {vbar} waits for chunk {x} from node {self._node_of(peer)} (its GPU {peer}, stage "
-                        f"{int(seq.stage[x])}) and {missing.size - 1} more")
-        return f"{run.sends_left} writes to leave, {len(self._staged) + len(self._landing)} copies to finish"
+        return self._run.waiting_for(self._deferred, self._node_of, self.slots, len(self._staged) + len(self._landing))
 
     def _poll(self, node: int) -> list:
         items = self._backlog.pop(node, [])

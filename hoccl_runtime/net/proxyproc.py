@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -222,9 +223,12 @@ class ProcessProxy:
 
     # --- set-up ---------------------------------------------------------------------------------------------------
     def send(self, message: tuple) -> None:
+        """Send ``message`` (plain data: the proxy process reads it with ``Connection.recv``). Pickled here with
+        pickle itself: ``Connection.send``'s ForkingPickler sets a pickler up per message, which a call pays for."""
+        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         try:
             with self._send_lock:
-                self._conn.send(message)
+                self._conn.send_bytes(data)
         except OSError:
             raise self._gone() from None
 

@@ -3,7 +3,7 @@ driving thread (:class:`RunState`); see :mod:`hoccl_runtime.net.host` for the pr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from hoccl_compiler.schema import Plan
 from ..errors import TransportError, UnsupportedPlanError
 from .wire import RDMA
 
-__all__ = ["Routes", "RunState", "ChunkSequence", "refuse_multicast"]
+__all__ = ["Routes", "RunState", "ChunkSequence", "LeavingWrites", "refuse_multicast"]
 
 
 class ChunkSequence:
@@ -129,3 +129,54 @@ class RunState:
         self.sends_left = sum(len(s.stage) for s in self.out.values())  # writes whose "sent" has not come
         self.posts_left = self.sends_left  # writes not yet posted
         self.receives_left = sum(len(s.stage) for s in self.inc.values())
+
+    def waiting_for(self, deferred: dict, node_of: Callable[[int], int], slots: int, copies: int) -> str:
+        """What a stalled run waits for, in words (the timeout's message): a node's plan notice (``deferred``: its
+        writes held for it), a send's credit or free slot, a chunk to come, or writes and ``copies`` to finish."""
+        for n in sorted(deferred):
+            if deferred[n]:
+                return (f"node {n}'s plan notice for this run ({len(deferred[n])} of its writes wait for it: "
+                        "does it run the same collectives?)")
+        for ubar, seq in self.out.items():
+            x = self.next[ubar]
+            if x < len(seq.stage):
+                what = "its credit" if seq.ring[x] >= slots and not self.credit[ubar][x] else "a free send slot"
+                peer = int(seq.peer[x])
+                return (f"GPU {ubar}'s chunk {x} to GPU {peer} of node {node_of(peer)} (stage "
+                        f"{int(seq.stage[x])}) waits for {what}")
+        for vbar, seq in self.inc.items():
+            missing = np.flatnonzero(np.frombuffer(self.got[vbar], np.uint8) == 0)
+            if missing.size:
+                x = int(missing[0])
+                peer = int(seq.peer[x])
+                return (f"GPU {vbar} waits for chunk {x} from node {node_of(peer)} (its GPU {peer}, stage "
+                        f"{int(seq.stage[x])}) and {missing.size - 1} more")
+        return f"{self.sends_left} writes to leave, {copies} copies to finish"
+
+
+class LeavingWrites:
+    """The writes of a reusable executor's earlier runs that are still leaving (a run ends once its writes are
+    posted, not once they left) and the send slots they read, per GPU, taken until their "sent" completions come:
+    the next runs stage nothing into those slots before."""
+
+    __slots__ = ("_writes", "_busy")
+
+    def __init__(self) -> None:
+        self._writes: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (GPU, send slot)
+        self._busy: dict[int, set[int]] = {}
+
+    def keep(self, inflight: dict, slots: int) -> None:
+        """Take over a run's writes still in flight: ``{(connection, write id): (GPU, send position)}``."""
+        for key, (ubar, x) in inflight.items():
+            self._writes[key] = (ubar, x % slots)
+            self._busy.setdefault(ubar, set()).add(x % slots)
+
+    def left(self, key: tuple[int, int]) -> bool:
+        """A "sent" completion: whether it was one of these writes (its slot is free again)."""
+        got = self._writes.pop(key, None)
+        if got is not None:
+            self._busy[got[0]].discard(got[1])
+        return got is not None
+
+    def busy(self, ubar: int) -> set[int] | None:
+        return self._busy.get(ubar)

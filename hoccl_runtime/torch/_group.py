@@ -49,7 +49,7 @@ import torch.distributed as dist
 from ..errors import GPU_NEEDS, BufferError, CollectiveError, HocclError, UnsupportedOpError
 from ..settings import env_choice, env_int
 from ._ops import check_tensor, reduce_blocks, reduction, split_bytes
-from ._work import Completion, HocclWork
+from ._work import Completion, HocclWork, current_raw_stream
 
 __all__ = ["ProcessGroupHoccl", "create_backend", "configure", "require_cuda", "REDUCE_MODES"]
 
@@ -85,13 +85,17 @@ class _Streams:
         self.stream = torch.cuda.Stream(device)
         self.handle = self.stream.cuda_stream  # the raw handle the communicators take
         self._ready = torch.cuda.Event()
+        self._ready.record(self.stream)  # made now (torch makes an event at its first record): its handle is used
         self._held: deque = deque()  # (end event, tensors) of calls that may still run
 
     def follow(self) -> None:
         """The group's stream waits for the work on the caller's current stream so far (one reused event:
-        a stream wait takes the event's state when it is enqueued)."""
-        self._ready.record()  # on the current stream
-        self.stream.wait_event(self._ready)
+        a stream wait takes the event's state when it is enqueued). Raw handles: see ``current_raw_stream``."""
+        from .._cuda_streams import event_record, stream_wait_event
+
+        ready = self._ready.cuda_event
+        event_record(ready, current_raw_stream())
+        stream_wait_event(self.handle, ready)
 
     def torch_ops(self) -> Any:
         """The context in which a call's own torch work (reduction kernels, temporaries) goes on the group's

@@ -842,3 +842,57 @@ def test_a_call_is_set_up_on_the_network_before_its_stream_reaches_it(monkeypatc
                 row = list(csv.DictReader(f))[-1]
             # the set-up was through long before the stream came (it was held for 0.3 s)
             assert float(row["stream_us"]) - float(row["hello_us"]) > 200_000, row
+
+
+@pytest.mark.parametrize("exchange", ["1", "0"])
+def test_a_send_and_receive_batched_on_two_ranks_run_as_one_call(monkeypatch, exchange):
+    """1F1B's fused batch (an activation out, a gradient in; the peer the other way round) is one network call per
+    rank that moves both messages (HOCCL_NET_EXCHANGE=0: two calls); the bytes land right either way, the ops listed
+    in either order, sizes unequal."""
+    monkeypatch.setenv("HOCCL_NET_EXCHANGE", exchange)
+    calls = []
+
+    def body(comm, r):
+        submit = comm._proxy.submit
+        comm._proxy.submit = lambda call: (calls.append((r, call[0])), submit(call))[1]
+        rng = np.random.default_rng(r + 10)
+        out, into = [], []
+        for i in range(3):
+            n_out, n_in = (3000 + i, 5000 - i) if r == 0 else (5000 - i, 3000 + i)
+            mine = rng.integers(0, 256, n_out, dtype=np.uint8)
+            theirs = np.full(n_in, 0xA5, np.uint8)
+            ops = [("send", dev(mine, r), 1 - r), ("recv", dev(theirs, r), 1 - r)]
+            comm.batch_isend_irecv(ops if r == 0 else ops[::-1], stream=7)
+            out.append(mine)
+            into.append(theirs)
+        comm.synchronize()
+        return out, into
+
+    results = two_ranks(monkeypatch, body)
+    for r in (0, 1):
+        for mine, theirs in zip(results[r][0], results[1 - r][1], strict=True):
+            assert np.array_equal(mine, theirs)
+    per_rank = [sum(1 for rank, _ in calls if rank == r) for r in (0, 1)]
+    assert per_rank == ([3, 3] if exchange == "1" else [6, 6]), calls
+    if exchange == "1":
+        assert all(key.kind == "alltoallv" for _, key in calls), calls
+
+
+def test_a_pair_batched_on_one_rank_and_not_on_the_other_is_a_plan_error_not_a_hang(monkeypatch):
+    """The exchange needs both ranks to batch the pair: a rank that issues the two messages as separate calls
+    meets a clear PlanError on both ranks (the plans named), well within the timeout."""
+    from hoccl_runtime.errors import PlanError
+
+    def body(comm, r):
+        a, b = np.full(4000, r, np.uint8), np.full(4000, 0xA5, np.uint8)
+        if r == 0:
+            comm.batch_isend_irecv([("send", dev(a, r), 1), ("recv", dev(b, r), 1)], stream=7)
+        else:
+            comm.recv(dev(b, r), 0, stream=7)
+            comm.send(dev(a, r), 0, stream=7)
+        with pytest.raises(PlanError, match="every node must run the same collectives") as err:
+            comm.synchronize()
+        return str(err.value)
+
+    results = two_ranks(monkeypatch, body)
+    assert all(isinstance(v, str) for v in results.values()), results

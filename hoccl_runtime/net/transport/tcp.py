@@ -161,12 +161,10 @@ class TcpConnection(Connection):
             write_id = self._next_write
             self._next_write += 1
             queued = self._queued
-            if ordered:  # lane 0 carries every ordered write, whole: one socket, one receiving thread, in order
-                cuts = [(0, 0, nbytes)]
-            else:  # lane 0 last among equals, so that ordered writes seldom wait behind data
-                n = len(queued)
-                cuts = [((lane + 1) % n, lo, hi) for lane, lo, hi in
-                        lane_parts(queued[1:] + queued[:1], nbytes, tr.min_part, tr.split, tr.split_slack)]
+            n = len(queued)  # ordered writes: lane 0, whole (one socket and receiving thread: in order); the
+            cuts = [(0, 0, nbytes)] if ordered else [  # others take lane 0 last among equals
+                ((lane + 1) % n, lo, hi) for lane, lo, hi in
+                lane_parts(queued[1:] + queued[:1], nbytes, tr.min_part, tr.split, tr.split_slack)]
             parts = len(cuts)
             self._sent_parts[write_id] = parts
             for lane, lo, hi in cuts:

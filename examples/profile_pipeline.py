@@ -60,20 +60,7 @@ class Timed:
 def breakdown(group, rank: int, device: torch.device, calls: int) -> list[tuple[str, float]]:
     """Host us per call spent in each layer of a HOCCL send/recv through the group (timing wrappers, not a
     profiler: their own cost is about a microsecond each)."""
-    from hoccl_runtime.comm import calls as calls_mod
-    from hoccl_runtime.comm import net as net_mod
-    from hoccl_runtime.comm.net import NetCommunicator
-    from hoccl_runtime.net.gpu import GpuNodeExecutor
-    from hoccl_runtime.net.proxyproc import ProcessProxy
-    from hoccl_runtime.torch import _group, _work
-
-    timers = [Timed(dist, "batch_isend_irecv"), Timed(_group.ProcessGroupHoccl, "_defer"),
-              Timed(_work.HocclWork, "__init__"), Timed(_group._Streams, "follow"),
-              Timed(_group.ProcessGroupHoccl, "_flush"), Timed(_group._Streams, "end"),
-              Timed(NetCommunicator, "_call"), Timed(NetCommunicator, "_buffers"),
-              Timed(net_mod, "enqueue_call"), Timed(calls_mod.CallEvents, "record"),
-              Timed(GpuNodeExecutor, "prepare"), Timed(GpuNodeExecutor, "launch_ops"),
-              Timed(ProcessProxy, "submit"), Timed(_work, "wait_on_current_stream")]
+    timers = layer_timers()
     bufs = [torch.randn((1 << 20) // 4, device=device) for _ in range(calls)]
     torch.cuda.synchronize(device)
     for t in timers:
@@ -84,13 +71,37 @@ def breakdown(group, rank: int, device: torch.device, calls: int) -> list[tuple[
         for w in dist.batch_isend_irecv([op]):
             w.wait()
     total = time.perf_counter() - t0
-    rows = [("whole call (batch_isend_irecv + wait)", total / calls * 1e6)]
-    rows += [(f"{getattr(t.module, '__name__', t.module)}.{t.name}", t.take()[0] / calls * 1e6) for t in timers]
-    for t in timers:
-        setattr(t.module, t.name, t.inner)
+    rows = [("whole call (batch_isend_irecv + wait)", total / calls * 1e6)] + read_timers(timers, calls)
     torch.cuda.synchronize(device)
     dist.barrier()
     return rows
+
+
+def read_timers(timers: list, calls: int) -> list[tuple[str, float]]:
+    """Each timer's host us per call, and the timers taken out again."""
+    rows = [(f"{getattr(t.module, '__name__', t.module)}.{t.name}", t.take()[0] / max(calls, 1) * 1e6) for t in timers]
+    for t in timers:
+        setattr(t.module, t.name, t.inner)
+    return rows
+
+
+def layer_timers() -> list:
+    """Timing wrappers on each layer of a HOCCL call through the group."""
+    from hoccl_runtime.comm import calls as calls_mod
+    from hoccl_runtime.comm import net as net_mod
+    from hoccl_runtime.comm.net import NetCommunicator
+    from hoccl_runtime.net.gpu import GpuNodeExecutor
+    from hoccl_runtime.net.proxyproc import ProcessProxy
+    from hoccl_runtime.torch import _group, _work
+
+    return [Timed(dist, "batch_isend_irecv"), Timed(_group.ProcessGroupHoccl, "_defer"),
+              Timed(_work.HocclWork, "__init__"), Timed(_group._Streams, "follow"),
+              Timed(_group.ProcessGroupHoccl, "_flush"), Timed(_group._Streams, "end"),
+              Timed(NetCommunicator, "_call"), Timed(NetCommunicator, "_buffers"),
+              Timed(net_mod, "enqueue_call"), Timed(calls_mod.CallEvents, "record"),
+              Timed(GpuNodeExecutor, "prepare"), Timed(GpuNodeExecutor, "launch_ops"),
+              Timed(ProcessProxy, "submit"), Timed(_work, "wait_on_current_stream"),
+              Timed(_work.HocclWork, "wait")]
 
 
 def p2p_table(groups: dict, rank: int, device: torch.device, calls: int, rounds: int,
@@ -157,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--comm", default="hoccl,nccl,none")
     p.add_argument("--no-p2p", action="store_true", help="skip part 1")
     p.add_argument("--no-pipeline", action="store_true", help="skip part 2")
+    p.add_argument("--layers", action="store_true", help="in part 2, host us per step in each layer of the HOCCL "
+                   "calls (the last rank's)")
     p.add_argument("--breakdown", action="store_true", help="first, host us per call in each layer of a HOCCL "
                    "send (rank 0) and receive (rank 1) of 1 MiB")
     p.add_argument("--cprofile", default="", help="also profile 1 MiB HOCCL calls with cProfile, into "
@@ -202,8 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     stats: dict[str, list] = {v.name: [] for v in variants}
     for v in variants:  # warm-up: the first steps set up connections and infer shapes
         v.train(2, device)
+    layers: dict[str, list] = {}
     for _ in range(args.repeats):
         for v in variants:
+            timers = layer_timers() if args.layers and v.name == "hoccl" else []
             for _ in range(args.steps):
                 issue.take(), waits.take()
                 t0, c0 = time.perf_counter(), time.thread_time()
@@ -211,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                 wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
                 (ti, ni), (tw, _) = issue.take(), waits.take()
                 stats[v.name].append((wall, cpu, ti, tw, ni))
+            if timers:  # host us per pipeline step in each layer of the HOCCL calls
+                for name, us in read_timers(timers, args.steps):
+                    layers.setdefault(name, []).append(us)
     mine = {name: [statistics.median(col) for col in zip(*rows, strict=True)] for name, rows in stats.items()}
     gathered = [None] * world
     dist.all_gather_object(gathered, mine)
@@ -220,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             for r, got in enumerate(gathered):
                 wall, cpu, ti, tw, ni = got[name]
                 print(f"{name:<7}{r:>5}{wall * 1e3:>9.2f}{cpu * 1e3:>8.2f}{ti * 1e3:>13.2f}{tw * 1e3:>13.2f}{ni:>7.0f}")
+        for name, per_round in layers.items():
+            print(f"step layer {name:<52}{statistics.median(per_round):>9.1f} us a step (rank {rank})")
         losses = {v.name: v.losses for v in variants if v.name != "none"}
         if len(losses) == 2:
             a, b = losses.values()

@@ -153,6 +153,28 @@ def test_verbs_writes_land_and_complete_on_both_sides(monkeypatch):
     b.close()
 
 
+def test_verbs_ordered_writes_take_queue_pair_0(monkeypatch):
+    """Ordered writes (the executors' plan notices) all go on queue pair 0, which delivers in order; the others
+    still go round robin over every queue pair."""
+    a, b, conn_a, box, (_, regs_a, _, _) = verbs_pair(monkeypatch)
+    conn_b = box["b"]
+    posted = []
+    for i, qp in enumerate(conn_a.qps):
+        post = qp.post_send
+        qp.post_send = lambda wr, i=i, post=post: (posted.append(i), post(wr))[1]
+    for k in range(6):
+        conn_a.write(regs_a[0], 0, 100, 1, 0, imm=1000 + k)
+        conn_a.write(regs_a[0], 0, 0, 1, 0, imm=k, ordered=True)
+    got = []
+    deadline = time.monotonic() + 5
+    while len(got) < 12 and time.monotonic() < deadline:
+        got += conn_b.poll(timeout_s=0)
+    assert posted[1::2] == [0] * 6 and sorted(set(posted[0::2])) == [0, 1, 2], posted
+    assert [c.imm for c in got if c.imm < 1000] == list(range(6))
+    a.close()
+    b.close()
+
+
 def test_verbs_poll_waits_on_the_channel_fd(monkeypatch):
     a, b, conn_a, box, (_, regs_a, _, _) = verbs_pair(monkeypatch, qps=1)
     conn_b = box["b"]

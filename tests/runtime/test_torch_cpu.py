@@ -450,7 +450,11 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
 
     from hoccl_runtime.torch import _group
 
+    from hoccl_runtime import _cuda_streams
+
     class Pending:  # an end event the GPU has not reached
+        cuda_event = 0
+
         def record(self, stream=None):
             pass
 
@@ -458,6 +462,9 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
             return False
 
     monkeypatch.setattr(torch.cuda, "Event", Pending)
+    for name in ("event_record", "stream_wait_event"):  # the group's follow() on raw handles: no CUDA here
+        monkeypatch.setattr(_cuda_streams, name, lambda *args: None)
+    monkeypatch.setattr(_group, "current_raw_stream", lambda: 0)
     held_after = {}
 
     def body(g, r):

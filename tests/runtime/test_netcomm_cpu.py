@@ -824,15 +824,15 @@ def test_a_call_is_set_up_on_the_network_before_its_stream_reaches_it(monkeypatc
         comm.send(dev(nxt, r), 1, stream=7) if r == 0 else comm.recv(dev(nxt, r), 0, stream=7)
         time.sleep(0.3)
         before = [m for m, _ in comm._executor.marks] if proxy == "thread" else None
-        unfinished = comm._proxy.wait_idle(0.01)
+        idle = comm._proxy.wait_idle(0.01)
         gate.write(1)
         comm.synchronize()
-        return before, unfinished, nxt.tolist()
+        return before, idle, nxt.tolist()
 
     results = two_ranks(monkeypatch, body)
     for r in (0, 1):
-        before, unfinished, got = results[r]
-        assert not unfinished, results  # the call did not finish before its stream got there
+        before, idle, got = results[r]
+        assert not idle, results  # the call did not finish before its stream got there
         if proxy == "thread":
             assert "hello" in before and "stream" not in before, before  # set up, the stream not there yet
     assert results[1][2] == np.arange(5000, dtype=np.uint8)[::-1].tolist()

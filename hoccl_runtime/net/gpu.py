@@ -114,6 +114,7 @@ class GatedNodeExecutor(HostNodeExecutor):
                 while not self._stream_reached():  # a run with nothing that waits for its stream (no copies here)
                     time.sleep(self.poll_s)
                 self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
+                self._tick()  # release, if the driving loop ended before it saw the copies through
         except BaseException:
             self._failed = True
             self.release(prepared)

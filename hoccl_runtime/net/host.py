@@ -239,6 +239,7 @@ class HostNodeExecutor:
                                             f"{self.timeout_s:g} s: {self._stalled()} (a peer node stalled or "
                                             "died?)")
                 time.sleep(self.poll_s)
+        self._tick()  # the caller's stream goes on before this run's notices (a send's run ends at its last post)
         self._mark("network")
         self._finish_run()
         self._end_run()
@@ -247,8 +248,7 @@ class HostNodeExecutor:
         """Each turn of the driving loop (the GPU executor lets the caller's stream go here once its copies are
         through)."""
 
-    def _stream_waiting(self) -> bool:
-        """Whether the run still waits for its caller's stream (the GPU executor's early runs): never, here."""
+    def _stream_waiting(self) -> bool:  # whether the run still waits for its caller's stream (the GPU's early runs)
         return False
 
     def _end_run(self) -> None:

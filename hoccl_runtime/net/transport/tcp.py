@@ -173,10 +173,10 @@ class TcpConnection(Connection):
                   remote_offset, nbytes) for part, (lane, lo, hi) in enumerate(cuts)]
         if parts == 1 and nbytes <= tr.direct_bytes:
             lane = cuts[0][0]
-            q, lock = self._send_queues[lane], self._lane_locks[lane]
-            if q.empty() and lock.acquire(blocking=False):  # the lane is idle: send it from here
-                try:
-                    ok = q.empty() and self._send_frame(lane, self.lanes[lane], items[0])
+            lock = self._lane_locks[lane]
+            if lock.acquire(blocking=False):  # the lane is idle (nothing of it unsent but this): send it from here
+                try:  # (an empty queue is not enough: its thread may hold a frame it took and has not sent yet)
+                    ok = self._queued[lane] == nbytes + 1 and self._send_frame(lane, self.lanes[lane], items[0])
                 finally:
                     lock.release()
                 if ok:

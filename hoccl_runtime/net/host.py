@@ -325,8 +325,7 @@ class HostNodeExecutor:
         other way round (seen on the 1x H200 once runs began before their streams reached them: a PlanError after
         1,200 good runs)."""
         mine = self._mine[self._runs] = self._plan_crc()
-        for conn in self.conns.values():
-            conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=PLAN_HELLO | mine, ordered=True)
+        self._tell_all(PLAN_HELLO | mine, ordered=True)
 
     def _wait_for_previous(self) -> None:
         """Wait until every node that received network chunks in the previous run is through it (its receive rings
@@ -372,13 +371,13 @@ class HostNodeExecutor:
         """Whether node ``n``'s plan notice for this run came and matched (always, without reuse: no notices)."""
         return not self.reuse or self._checked.get(n, 0) > self._runs
 
-    def _tell_all(self, imm: int) -> None:
+    def _tell_all(self, imm: int, ordered: bool = False) -> None:
         """A notice (a zero-byte write with immediate ``imm``) to every other node."""
         for conn in self.conns.values():
-            self._notify(conn, imm)
+            self._notify(conn, imm, ordered)
 
-    def _notify(self, conn: Connection, imm: int) -> None:
-        conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=imm)
+    def _notify(self, conn: Connection, imm: int, ordered: bool = False) -> None:
+        conn.write(self.send_region[self.ranks[0]], 0, 0, 0, 0, imm=imm, ordered=ordered)
 
     def _wait_for_nodes(self, ready: Any, late: Any, timeout_s: float | None = None) -> None:
         """Poll every node until ``ready(node)`` holds for all, keeping what arrives meanwhile (:meth:`_keep`);

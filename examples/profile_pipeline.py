@@ -57,6 +57,14 @@ class Timed:
         return got
 
 
+def send_each(bufs: list, rank: int, group) -> None:
+    """Rank 0 sends each buffer to rank 1 (which receives it), one ``batch_isend_irecv`` and its wait per buffer."""
+    for b in bufs:
+        op = dist.P2POp(dist.isend if rank == 0 else dist.irecv, b, 1 - rank, group)
+        for w in dist.batch_isend_irecv([op]):
+            w.wait()
+
+
 def breakdown(group, rank: int, device: torch.device, calls: int) -> list[tuple[str, float]]:
     """Host us per call spent in each layer of a HOCCL send/recv through the group (timing wrappers, not a
     profiler: their own cost is about a microsecond each)."""
@@ -66,10 +74,7 @@ def breakdown(group, rank: int, device: torch.device, calls: int) -> list[tuple[
     for t in timers:
         t.take()
     t0 = time.perf_counter()
-    for b in bufs:
-        op = dist.P2POp(dist.isend if rank == 0 else dist.irecv, b, 1 - rank, group)
-        for w in dist.batch_isend_irecv([op]):
-            w.wait()
+    send_each(bufs, rank, group)
     total = time.perf_counter() - t0
     rows = [("whole call (batch_isend_irecv + wait)", total / calls * 1e6)] + read_timers(timers, calls)
     torch.cuda.synchronize(device)
@@ -114,14 +119,11 @@ def p2p_table(groups: dict, rank: int, device: torch.device, calls: int, rounds:
         bufs = [torch.randn((1 << 20) // 4, device=device) for _ in range(4 * calls)]
         torch.cuda.synchronize(device)
         prof = cProfile.Profile()
-        for i, b in enumerate(bufs):  # the first calls connect and compile: not profiled
-            if i == 8:
-                torch.cuda.synchronize(device)
-                dist.barrier()
-                prof.enable()
-            op = dist.P2POp(dist.isend if rank == 0 else dist.irecv, b, 1 - rank, groups["hoccl"])
-            for w in dist.batch_isend_irecv([op]):
-                w.wait()
+        send_each(bufs[:8], rank, groups["hoccl"])  # the first calls connect and compile: not profiled
+        torch.cuda.synchronize(device)
+        dist.barrier()
+        prof.enable()
+        send_each(bufs[8:], rank, groups["hoccl"])
         prof.disable()
         torch.cuda.synchronize(device)
         with open(f"{profile}.rank{rank}.txt", "w") as f:
@@ -136,10 +138,7 @@ def p2p_table(groups: dict, rank: int, device: torch.device, calls: int, rounds:
                 bufs = [torch.randn(nbytes // 4, device=device) for _ in range(calls)]
                 torch.cuda.synchronize(device)
                 t0 = time.perf_counter()
-                for b in bufs:
-                    op = dist.P2POp(dist.isend if rank == 0 else dist.irecv, b, 1 - rank, group)
-                    for w in dist.batch_isend_irecv([op]):
-                        w.wait()
+                send_each(bufs, rank, group)
                 issue.append((time.perf_counter() - t0) / calls * 1e6)
                 torch.cuda.synchronize(device)
                 dist.barrier()

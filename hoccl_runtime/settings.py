@@ -55,6 +55,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_EXCHANGE": ("1", "the one-GPU-per-node network communicator of 2 ranks: a batch of one send and one "
                            "receive (batch_isend_irecv, as 1F1B pipelining fuses them) runs as one call that moves both "
                            "messages; the other rank must batch its pair the same way (0: one call per message)"),
+    "HOCCL_BATCH_ISSUE": ("1", "hoccl process groups: dist.batch_isend_irecv issues the group's batch when it returns, "
+                          "as NCCL's does (0: at the first wait on one of its Works)"),
     "HOCCL_NET_AHEAD": ("2", "network communicators: a call waits (without the GIL) until at most this many earlier "
                         "calls are unfinished, so the application's thread cannot run so far ahead that it blocks in "
                         "CUDA holding the GIL while the proxy thread needs it (0: no bound; with HOCCL_NET_PROXY="

@@ -541,17 +541,20 @@ def _write_trace(path: str, rank: int, rows: list) -> None:
     node's notice checked), when its stream reached it (START seen; blank: before the run began), when its last
     network write was posted (its staging copy seen done; blank: it sends nothing) and its last chunk came in
     (blank: it receives nothing), when the network part was through (its writes posted, its chunks in and
-    credited on), when its copies had finished (DONE given by then)."""
+    credited on), when its copies had finished (DONE given by then). The last column, ``t0_us``, is the first call's
+    arrival on the host's monotonic clock (``time.perf_counter``, one clock for every process of the host): the
+    ranks' rows line up by adding it, so a message's way from one rank's stream to the other's landing can be read
+    off."""
     import csv
 
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["call", "arrived_us", "taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
-                      "staged_us", "received_us", "network_us", "copies_us"])
+                      "staged_us", "received_us", "network_us", "copies_us", "t0_us"])
         t0 = rows[0][1] if rows else 0.0
         for key, *times in rows:
             out.writerow([str(key)] +
-                         ["" if t is None else f"{(t - t0) * 1e6:.1f}" for t in times])
+                         ["" if t is None else f"{(t - t0) * 1e6:.1f}" for t in times] + [f"{t0 * 1e6:.1f}"])
 
 
 def main(argv: list[str] | None = None) -> int:

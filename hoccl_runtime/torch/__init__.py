@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from . import _batch
 from ._fsdp import HocclAllGather, HocclReduceScatter, WindowPool, use_for_fsdp
 from ._group import REDUCE_MODES, ProcessGroupHoccl, configure, create_backend, require_cuda
 from ._ops import Reduction, reduction
@@ -26,3 +27,4 @@ BACKEND = "hoccl"
 
 if BACKEND.upper() not in dist.Backend._plugins:  # importing twice (or after a user's own registration) is fine
     dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cuda"])
+_batch.install()  # dist.batch_isend_irecv issues a hoccl group's batch when it returns (torch/_batch.py)

@@ -667,14 +667,18 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         return True
 
     assert two_ranks(monkeypatch, body) == {0: True, 1: True}
+    bases = []
     for r in (0, 1):
         with open(tmp_path / f"trace.rank{r}.csv") as f:
             rows = list(csv.DictReader(f))
+        bases.append({float(row["t0_us"]) for row in rows})
+        assert len(bases[-1]) == 1, rows  # one base per file
         assert [row["call"] for row in rows] == ["allgather 6000"] * 3 + ["sendrecv 0->1 3000"], rows
         for row in rows:  # the run begins when taken, sees its stream arrive after its set-up (the notices)
             times = [float(row[k]) for k in ("taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
                                              "network_us", "copies_us")]
             assert times == sorted(times) and float(row["arrived_us"]) >= 0
+    assert abs(bases[0].pop() - bases[1].pop()) < 5e6  # one host clock: the ranks' first calls within seconds
 
 
 def test_random_split_mismatches_between_ranks_are_refused_together_or_run_exactly(monkeypatch):

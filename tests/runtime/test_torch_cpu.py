@@ -242,6 +242,68 @@ def test_isend_irecv_deferred_into_one_batch(batch, rendezvous):
             assert torch.equal(t, _data(j, (5 + r,), salt=r))
 
 
+@pytest.mark.parametrize("issue", ["1", "0"])
+def test_batch_isend_irecv_issues_its_batch_when_it_returns(monkeypatch, issue):
+    """``dist.batch_isend_irecv`` (as torch.distributed.pipelining calls it) issues a hoccl group's batch before it
+    returns, as NCCL's does: 1F1B's first stage fires its first activation alone and waits on it only after its
+    next forward. With HOCCL_BATCH_ISSUE=0 the batch waits for its first wait, as before."""
+    monkeypatch.setenv("HOCCL_BATCH_ISSUE", issue)
+
+    from torch.distributed import distributed_c10d as c10d
+
+    def body(g, r):
+        c10d._world.pg_group_ranks[g] = {0: 0, 1: 1}  # as new_group registers a group (P2POp looks peers up there)
+        try:
+            return exchange(g, r)
+        finally:
+            c10d._world.pg_group_ranks.pop(g, None)
+
+    def exchange(g, r):
+        peer, got = 1 - r, _poisoned((6,))
+        order = [dist.P2POp(dist.isend, _data(r, (6,)), group=g, group_peer=peer),
+                 dist.P2POp(dist.irecv, got, group=g, group_peer=peer)]
+        works = dist.batch_isend_irecv(order if r == 0 else order[::-1])  # each rank lists its pair its own way
+        issued = [w._done.event is not None for w in works]
+        for w in works:
+            w.wait()
+        lone = dist.batch_isend_irecv([dist.P2POp(dist.isend, _data(r, (3,), salt=1), group=g, group_peer=peer)])
+        issued_lone = lone[0]._done.event is not None  # a lone send: out before anything waits on it
+        got2 = _poisoned((3,))
+        g.recv([got2], peer, 0).wait()
+        lone[0].wait()
+        return issued, issued_lone, got, got2
+
+    res, _ = run_ranks(2, body)
+    for r, (issued, issued_lone, got, got2) in enumerate(res):
+        assert issued == [issue == "1"] * 2 and issued_lone == (issue == "1")
+        assert torch.equal(got, _data(1 - r, (6,))) and torch.equal(got2, _data(1 - r, (3,), salt=1))
+
+
+def test_batch_isend_irecv_wrapper_leaves_other_groups_alone():
+    """The wrapper is installed once, keeps torch's own function underneath, and issues nothing for ops of a group
+    that is not a hoccl group."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from hoccl_runtime.torch import _batch
+
+    assert dist.batch_isend_irecv is c10d.batch_isend_irecv and dist.batch_isend_irecv._hoccl_issues_batch
+    wrapped = dist.batch_isend_irecv
+    _batch.install()
+    assert dist.batch_isend_irecv is wrapped  # idempotent: not wrapped twice
+
+    class Other:
+        flushed = False
+
+        def _flush_now(self):  # a duck-typed look-alike must not be flushed: only ProcessGroupHoccl is
+            Other.flushed = True
+
+    class Op:
+        group = Other()
+
+    _batch.issue_batches([Op()])
+    assert not Other.flushed
+
+
 def test_a_collective_issues_pending_sends_first():
     def body(g, r):
         peer = 1 - r

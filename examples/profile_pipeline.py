@@ -40,9 +40,12 @@ class Timed:
     def __init__(self, module, name: str):
         self.module, self.name, self.seconds, self.calls = module, name, 0.0, 0
         self.inner = getattr(module, name)
+        self.delay_s = 0.0  # a busy wait before each call (--host-delay-us): host work of that length, GIL held
 
         def wrapper(*args, **kwargs):
             t0 = time.perf_counter()
+            while time.perf_counter() - t0 < self.delay_s:
+                pass
             try:
                 return self.inner(*args, **kwargs)
             finally:
@@ -171,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                    "calls (the last rank's)")
     p.add_argument("--breakdown", action="store_true", help="first, host us per call in each layer of a HOCCL "
                    "send (rank 0) and receive (rank 1) of 1 MiB")
+    p.add_argument("--host-delay-us", type=float, default=0.0, help="in part 2, add this much host work (a busy "
+                   "wait) to each batch_isend_irecv of the --delay-comm variant: how much a call's host cost moves the "
+                   "step")
+    p.add_argument("--delay-comm", default="nccl", help="the variant --host-delay-us slows")
     p.add_argument("--cprofile", default="", help="also profile 1 MiB HOCCL calls with cProfile, into "
                    "CPROFILE.rankN.txt")
     args = p.parse_args(argv)
@@ -211,20 +218,25 @@ def main(argv: list[str] | None = None) -> int:
 
     issue = Timed(schedules.dist, "batch_isend_irecv")
     waits = Timed(schedules, "_wait_batch_p2p")
-    stats: dict[str, list] = {v.name: [] for v in variants}
     for v in variants:  # warm-up: the first steps set up connections and infer shapes
         v.train(2, device)
+    # each round: every variant, then (--host-delay-us) the delayed one again with its calls slowed
+    runs = [(v, v.name, 0.0) for v in variants] + [
+        (v, f"{v.name}+{args.host_delay_us:g}us", args.host_delay_us * 1e-6)
+        for v in variants if args.host_delay_us > 0 and v.name == args.delay_comm]
+    stats: dict[str, list] = {name: [] for _, name, _ in runs}
     layers: dict[str, list] = {}
     for _ in range(args.repeats):
-        for v in variants:
-            timers = layer_timers() if args.layers and v.name == "hoccl" else []
+        for v, name, delay_s in runs:
+            timers = layer_timers() if args.layers and name == "hoccl" else []
+            issue.delay_s = delay_s
             for _ in range(args.steps):
                 issue.take(), waits.take()
                 t0, c0 = time.perf_counter(), time.thread_time()
                 v.train(1, device)
                 wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
                 (ti, ni), (tw, _) = issue.take(), waits.take()
-                stats[v.name].append((wall, cpu, ti, tw, ni))
+                stats[name].append((wall, cpu, ti, tw, ni))
             if timers:  # host us per pipeline step in each layer of the HOCCL calls
                 for name, us in read_timers(timers, args.steps):
                     layers.setdefault(name, []).append(us)
@@ -236,11 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in stats:
             for r, got in enumerate(gathered):
                 wall, cpu, ti, tw, ni = got[name]
-                print(f"{name:<7}{r:>5}{wall * 1e3:>9.2f}{cpu * 1e3:>8.2f}{ti * 1e3:>13.2f}{tw * 1e3:>13.2f}{ni:>7.0f}")
+                print(f"{name:<7} {r:>4}{wall * 1e3:>9.2f}{cpu * 1e3:>8.2f}{ti * 1e3:>13.2f}{tw * 1e3:>13.2f}{ni:>7.0f}")
         for name, per_round in layers.items():
             print(f"step layer {name:<52}{statistics.median(per_round):>9.1f} us a step (rank {rank})")
         losses = {v.name: v.losses for v in variants if v.name != "none"}
-        if len(losses) == 2:
+        if len(losses) == 2 and args.host_delay_us > 0:
+            print("losses not compared: --host-delay-us trains the delayed variant's model further")
+        elif len(losses) == 2:
             a, b = losses.values()
             print(f"losses equal: {a == b}")
     dist.barrier()

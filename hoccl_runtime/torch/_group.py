@@ -22,8 +22,8 @@ What moves how:
   in-place AllGather has none.
 * send/recv are deferred: ``isend``/``irecv`` queue their op and return a Work; the queue is issued as one
   batch (``batch_isend_irecv`` of the communicator: every address before any wait, so ranks that send to each
-  other do not deadlock) when a Work of it is waited on, or before the group's next collective.
-  ``dist.batch_isend_irecv`` and torch.distributed.pipelining's schedules use exactly this pattern.
+  other do not deadlock) when ``dist.batch_isend_irecv`` returns (:mod:`hoccl_runtime.torch._batch`), when a Work
+  of it is waited on, or before the group's next collective. torch.distributed.pipelining's schedules batch so.
 * Reductions (all_reduce, reduce_scatter, reduce): ``reduce="nccl"`` hands them to an NCCL group made from
   the same store (the paper's choice; the default where every rank has its own GPU), ``reduce="hoccl"``
   moves the blocks with HOCCL and adds them with one local kernel on the receiving GPU (the default where

@@ -31,7 +31,7 @@ from .units import chain_depth
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "collective_bound",
            "stage_times_v2",
-           "plan_time_v2", "overlapped_s", "StageChain", "StageCosts", "has_network", "duplex_capacity", "incast_senders", "staging_fill_s", "net_flows",
+           "plan_time_v2", "overlapped_s", "StageChain", "pair_edges", "StageCosts", "has_network", "duplex_capacity", "incast_senders", "staging_fill_s", "net_flows",
            "plan_net_flows", "net_flows_s", "transfers_cost"]
 
 
@@ -179,35 +179,59 @@ class StageCosts:
     port_busy_s: np.ndarray
     queue_busy_s: np.ndarray
     chain: StageChain | None = None
-    # per stage, what StageChain.add takes: each queue's busy time (stages x queues) and the path edges
-    # (stage, upstream queue, downstream queue, upstream first chunk s, downstream last chunk s)
+    # per stage, what StageChain.add takes: each queue's busy time (stages x queues) and the path edges, one per
+    # waiting piece (stage, upstream queue, downstream queue, upstream first chunk s, downstream last chunk s and
+    # whole time s; :func:`pair_edges` makes them one per pair of queues)
     stage_busy_s: np.ndarray | None = None
     edges: tuple[np.ndarray, ...] | None = None
 
 
 class StageChain:
     """Each queue's end as the stages run on without a barrier (both runtimes): a queue starts a stage's work once
-    it is through its previous stage's and, for a piece of a forwarding path, once the queue before it on the path
-    started the stage and moved the path's first chunk; it ends no earlier than its busy time after that, nor than
-    the queue before it ended plus its own last chunk. Fed one stage at a time (:meth:`add`)."""
+    it is through its previous stage's; the work of it that waits on a forwarding path (a piece whose chunks follow
+    the chunks of the piece before it on the path) starts no earlier than that piece's queue started the stage and
+    moved the path's first chunk, and ends no earlier than that plus the waiting pieces' time, nor than the piece's
+    queue ended plus the waiting pieces' last chunks. The queue's other work does not wait (it runs while the path
+    fills): a GPU's copy queue that forwards a block it receives and also copies its own block ends at its busy time
+    where the network delivers in time, as the chunk simulation has it. Fed one stage at a time (:meth:`add`)."""
 
     def __init__(self, queues: int, hops: int = 3):
         self.end = np.zeros(queues)
         self.hops = hops  # the most pieces a path has after its first (send_forward -> rdma -> recv_forward: 2)
 
-    def add(self, busy: np.ndarray, up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+    def add(self, busy: np.ndarray, up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray,
+            whole: np.ndarray) -> None:
         """One stage: ``busy[q]`` each queue's time in it; edges ``up[i] -> down[i]`` (the queues of a path's
-        consecutive pieces) with the upstream piece's first chunk's time and the downstream one's last chunk's."""
-        start = self.end.copy()
+        consecutive pieces), one per pair of queues (:func:`pair_edges`): the upstream pieces' longest first chunk,
+        and the downstream pieces' last chunks and whole times, summed (they run one after another on their
+        queue)."""
+        begin = self.end.copy()
+        ready = begin.copy()  # when the queue's work that waits on a path may start
         for _ in range(self.hops):
-            np.maximum.at(start, down, start[up] + first)
-        end = start + busy[:start.size]
+            np.maximum.at(ready, down, ready[up] + first)
+        end = begin + busy[:begin.size]
         for _ in range(self.hops):
-            np.maximum.at(end, down, end[up] + last)
-        self.end = np.where(busy[:start.size] > 0, end, self.end)
+            np.maximum.at(end, down, np.maximum(ready[up] + first + whole, end[up] + last))
+        self.end = np.where(busy[:begin.size] > 0, end, self.end)
 
     def time_s(self) -> float:
         return float(self.end.max(initial=0.0))
+
+
+def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray, whole: np.ndarray
+               ) -> tuple[np.ndarray, ...]:
+    """A stage's path edges (per waiting piece: upstream queue, downstream queue, the upstream piece's first chunk
+    s, the waiting piece's last chunk s and whole time s) as one edge per pair of queues: the longest first chunk,
+    the waiting pieces' last chunks and whole times summed."""
+    if not up.size:
+        return up, down, first, last, whole
+    width = int(max(up.max(), down.max())) + 1
+    keys, inverse = np.unique(up * width + down, return_inverse=True)
+    f = np.zeros(keys.size)
+    np.maximum.at(f, inverse, first)
+    la = np.bincount(inverse, weights=last, minlength=keys.size)
+    wh = np.bincount(inverse, weights=whole, minlength=keys.size)
+    return keys // width, keys % width, f, la, wh
 
 
 def overlapped_s(port_busy_s: np.ndarray, queue_busy_s: np.ndarray, pipeline_s: np.ndarray,
@@ -383,13 +407,14 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     tr_idx, up_tr = tr_idx[keep], up_tr[keep]
     first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap          # each piece's first chunk
     last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
+    whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
     order_e = np.argsort(stage[tr_idx], kind="stable")
     tr_idx, up_tr = tr_idx[order_e], up_tr[order_e]
-    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx])
+    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx])
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
-        chain.add(busy[st], *(e[lo:hi] for e in edges[1:]))
+        chain.add(busy[st], *pair_edges(*(e[lo:hi] for e in edges[1:])))
     return StageCosts(time_s, ports_s, queues_s, pipeline_s, port_time.sum(axis=0), busy.sum(axis=0), chain, busy,
                       edges)
 

@@ -291,17 +291,19 @@ def _stage_costs(topo: Topology, chunk: int, S: int, distinct: dict, keys: list,
 
 
 def _node_edges(edges: tuple, per_node: int) -> tuple[np.ndarray, ...]:
-    """A stage's path edges (upstream queue, downstream queue, first chunk s, last chunk s) on one node's queues
-    (queue mod ``per_node``), one per pair with the largest times."""
-    up, down, first, last = edges
+    """A stage's path edges (upstream queue, downstream queue, first chunk s, last chunk s, whole s; one per waiting
+    piece) on one node's queues (queue mod ``per_node``): one per pair of queues (:func:`cost.pair_edges`), then one
+    per pair of one node's queues with the largest times (every node's pair alike)."""
+    up, down, first, last, whole = cost.pair_edges(*edges)
     if not up.size:
-        return up, down, first, last
+        return up, down, first, last, whole
     pair = (up % per_node) * per_node + down % per_node
     keys, inverse = np.unique(pair, return_inverse=True)
-    f, la = np.zeros(keys.size), np.zeros(keys.size)
+    f, la, wh = np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size)
     np.maximum.at(f, inverse, first)
     np.maximum.at(la, inverse, last)
-    return keys // per_node, keys % per_node, f, la
+    np.maximum.at(wh, inverse, whole)
+    return keys // per_node, keys % per_node, f, la, wh
 
 
 def _check_memory(G: int, what: str, error: type, fix: str) -> None:

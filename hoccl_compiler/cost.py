@@ -181,7 +181,7 @@ class StageCosts:
     chain: StageChain | None = None
     # per stage, what StageChain.add takes: each queue's busy time (stages x queues) and the path edges, one per
     # waiting piece (stage, upstream queue, downstream queue, upstream first chunk s, downstream last chunk s and
-    # whole time s; :func:`pair_edges` makes them one per pair of queues)
+    # whole time s, upstream piece; :func:`pair_edges` makes them one per pair of queues)
     stage_busy_s: np.ndarray | None = None
     edges: tuple[np.ndarray, ...] | None = None
 
@@ -218,19 +218,28 @@ class StageChain:
         return float(self.end.max(initial=0.0))
 
 
-def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray, whole: np.ndarray
-               ) -> tuple[np.ndarray, ...]:
+def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray, whole: np.ndarray,
+               source: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """A stage's path edges (per waiting piece: upstream queue, downstream queue, the upstream piece's first chunk
-    s, the waiting piece's last chunk s and whole time s) as one edge per pair of queues: the longest first chunk,
-    the waiting pieces' last chunks and whole times summed."""
+    s, the waiting piece's last chunk s and whole time s; ``source``: the upstream piece) as one edge per pair of
+    queues: the longest first chunk and the waiting pieces' whole times summed; their last chunks summed over the
+    pieces that wait on one upstream piece (a block forwarded to several GPUs: all of them follow its last chunk),
+    the most of those sums over the upstream pieces (pieces that wait on different ones, as round a ring, follow
+    each its own)."""
     if not up.size:
         return up, down, first, last, whole
     width = int(max(up.max(), down.max())) + 1
     keys, inverse = np.unique(up * width + down, return_inverse=True)
     f = np.zeros(keys.size)
     np.maximum.at(f, inverse, first)
-    la = np.bincount(inverse, weights=last, minlength=keys.size)
     wh = np.bincount(inverse, weights=whole, minlength=keys.size)
+    if source is None:
+        la = np.bincount(inverse, weights=last, minlength=keys.size)
+    else:
+        groups, at = np.unique(inverse * (int(source.max()) + 1) + source, return_inverse=True)
+        per_source = np.bincount(at, weights=last, minlength=groups.size)
+        la = np.zeros(keys.size)
+        np.maximum.at(la, groups // (int(source.max()) + 1), per_source)
     return keys // width, keys % width, f, la, wh
 
 
@@ -410,7 +419,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
     order_e = np.argsort(stage[tr_idx], kind="stable")
     tr_idx, up_tr = tr_idx[order_e], up_tr[order_e]
-    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx])
+    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx], up_tr)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]

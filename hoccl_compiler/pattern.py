@@ -291,8 +291,8 @@ def _stage_costs(topo: Topology, chunk: int, S: int, distinct: dict, keys: list,
 
 
 def _node_edges(edges: tuple, per_node: int) -> tuple[np.ndarray, ...]:
-    """A stage's path edges (upstream queue, downstream queue, first chunk s, last chunk s, whole s; one per waiting
-    piece) on one node's queues (queue mod ``per_node``): one per pair of queues (:func:`cost.pair_edges`), then one
+    """A stage's path edges (upstream queue, downstream queue, first chunk s, last chunk s, whole s, upstream piece;
+    one per waiting piece) on one node's queues (queue mod ``per_node``): one per pair of queues (:func:`cost.pair_edges`), then one
     per pair of one node's queues with the largest times (every node's pair alike)."""
     up, down, first, last, whole = cost.pair_edges(*edges)
     if not up.size:

@@ -107,7 +107,7 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
         depth = chain_depth(after)
     S = int(st.max()) + 1 if st.size else 0
     queue = assign_queues(topo, st, role, src, nb)
-    entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb, depth)
+    entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb, depth, after)
     sc = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S)
     total, _ = cost.plan_time_v2(topo, sc.time_s, cost.has_network(role), sync_s,
                                  fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb),

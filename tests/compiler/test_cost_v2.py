@@ -334,3 +334,11 @@ def test_stage_chain_delays_only_the_work_that_waits_on_a_path():
                                  np.array([0.5, 0.5, 1.0]), np.array([4.0, 5.0, 6.0]))
     assert (u.tolist(), d.tolist(), f.tolist(), la.tolist(), wh.tolist()) == \
         ([0, 2], [1, 1], [3.0, 2.0], [1.0, 1.0], [9.0, 6.0])
+    # round a ring: the pieces wait on different upstream pieces, each follows its own last chunk (the most of
+    # them); pieces forwarded from one upstream piece follow its last chunk one after another (their sum)
+    ring = pair_edges(np.zeros(3, np.int64), np.ones(3, np.int64), np.ones(3), np.array([0.5, 0.7, 0.6]),
+                      np.full(3, 5.0), source=np.array([10, 11, 12]))
+    fanout = pair_edges(np.zeros(3, np.int64), np.ones(3, np.int64), np.ones(3), np.array([0.5, 0.7, 0.6]),
+                        np.full(3, 5.0), source=np.array([10, 10, 10]))
+    assert ring[3].tolist() == [0.7] and fanout[3].tolist() == [pytest.approx(1.8)]
+    assert ring[4].tolist() == fanout[4].tolist() == [15.0]

@@ -113,6 +113,9 @@ class _PlanState:
     # calls may take the registered-window path: not when some rank's own block is copied by a helper (its input
     # address moves with each call), the same on every rank
     windows: bool = True
+    # where in my input my whole output may sit (a scatter's root given its own block of the input as its output:
+    # _own_output); None: nowhere
+    own_output: int | None = None
 
 
 @dataclass(frozen=True)
@@ -160,10 +163,40 @@ def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
     return shift
 
 
-def _check_in_place(me: int, inp: DeviceBuffer, out: DeviceBuffer, own: int | None, kind: str) -> None:
+def _own_output(prog: Program, me: int, output_bytes: int) -> int | None:
+    """Where in its input rank ``me``'s whole output may already sit (a scatter's root whose output is its own block
+    of the input, as a broadcast made of a scatter and an AllGather gives it): the offset in the input from which
+    the rank's local copies fill all of its output by one shift, when no other rank's copy writes into its output
+    or reads that part of its input; else None. In place, those local copies are dropped (nothing to move)."""
+    local = sorted((c.dst_offset, c.nbytes, c.src_offset - c.dst_offset) for c in own_copies(prog, me))
+    if not output_bytes or not local or len({shift for _, _, shift in local}) != 1:
+        return None
+    at = 0
+    for dst, n, _ in local:
+        if dst != at:
+            return None
+        at += n
+    shift = local[0][2]
+    if at != output_bytes:
+        return None
+    for cs in prog.copies.values():
+        for c in cs:
+            if c.src_rank == c.dst_rank == me:
+                continue
+            reads = c.src_rank == me and c.src_offset < shift + output_bytes and shift < c.src_offset + c.nbytes
+            if c.dst_rank == me or reads:
+                return None
+    return shift
+
+
+def _check_in_place(me: int, inp: DeviceBuffer, out: DeviceBuffer, own: int | None, kind: str,
+                    own_output: int | None = None) -> None:
     """An input that overlaps its output must be exactly the output's own block: where an out-of-place plan
-    may run in place (:func:`_own_block`), or where an in-place plan keeps it (its resident block)."""
+    may run in place (:func:`_own_block`), or where an in-place plan keeps it (its resident block); or the output
+    exactly the input's own block (:func:`_own_output`: a scatter's root)."""
     if own is not None and inp.ptr - out.ptr == own:
+        return
+    if own_output is not None and out.ptr - inp.ptr == own_output:
         return
     where = (f"in place, pass the output's bytes [{own}, {own + inp.nbytes}) as the input (for allgather: "
              "output[rank * n:(rank + 1) * n]), or separate buffers" if own is not None else

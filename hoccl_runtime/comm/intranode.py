@@ -37,6 +37,7 @@ from ._base import (
     MAX_QUEUES,
     _check_in_place,
     _own_block,
+    _own_output,
     _PlanState,
     _SharedHost,
 )
@@ -118,6 +119,9 @@ class Communicator:
         eager_bytes = env_int("HOCCL_EAGER_BYTES", 0 if local_copies == "peer" else 4 << 20, 0)
         # collectives on the eager path too (opt-in: HOCCL_EAGER_COLLECTIVES=1; see the module docstring)
         self.eager_collectives = env_flag("HOCCL_EAGER_COLLECTIVES", False)
+        # a broadcast of at least this many bytes (a multiple of the world, 3 ranks or more) is a scatter and an
+        # in-place AllGather: the root sends 2 (G - 1) / G of it, not G - 1 times it (0: always one plan)
+        self.broadcast_split_bytes = env_int("HOCCL_BROADCAST_SPLIT_BYTES", 4 << 20, 0)
         launcher_settings = dict(
             # from the graph_after-th call with the same buffers on, launch the call as a CUDA graph (0: never)
             graph_after=env_int("HOCCL_GRAPH_AFTER", 2, 0),
@@ -181,7 +185,22 @@ class Communicator:
 
     def broadcast(self, tensor: Any, root: int, stream: Any = None, *, rate_gbps: float | None = None,
                   duration_s: float | None = None) -> None:
+        """``tensor`` of ``root`` into every rank's ``tensor``. From ``broadcast_split_bytes`` on
+        (HOCCL_BROADCAST_SPLIT_BYTES, 4 MiB), where the size is a multiple of the world and the world 3 or more, and
+        unpaced: a scatter of the tensor's blocks from the root into each rank's own block, then an in-place
+        AllGather of the blocks (van de Geijn's broadcast). The root's copy engines then move 2 (G - 1) / G of the
+        tensor instead of G - 1 times it, and no GPU sends more than that; the ranks' own blocks stay where they are
+        (no same-GPU copy). A chain through the GPUs (the compiler's multicast plan, which ``hoccl_runtime.execute``
+        runs) would send each byte once per GPU, but its copies wait on copies of other processes chunk by chunk,
+        which this communicator's calls do not do."""
         buf = as_buffer(tensor, "tensor")
+        part, rest = divmod(buf.nbytes, self.world)
+        if (self.world > 2 and not rest and 0 < self.broadcast_split_bytes <= buf.nbytes and rate_gbps is None
+                and duration_s is None and self.rate_gbps is None and 0 <= root < self.world):
+            mine = buf.slice(self.rank * part, part)
+            self.scatter(mine, buf if self.rank == root else None, root, stream)
+            self.all_gather_into_tensor(buf, mine, stream)
+            return
         self._run(CallKey.broadcast(buf.nbytes, root), None, buf, stream, rate_gbps, duration_s)
 
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
@@ -480,7 +499,7 @@ class Communicator:
         check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
         if inp is not None and out is not None and inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes \
                 and input is not None:
-            _check_in_place(me, inp, out, state.own_block, plan.collective.kind)
+            _check_in_place(me, inp, out, state.own_block, plan.collective.kind, state.own_output)
         return state, inp, out
 
     def synchronize(self, timeout_s: float | None = None) -> None:
@@ -573,5 +592,6 @@ def plan_state(plan: Plan, rank: int, world: int, local_copies: str, eager_bytes
     state = _PlanState(plan, uid, prog, digest, tuple(sorted(partners)),
                        (int(res_off[me]), int(res_bytes[me])), eager, paced,
                        int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
-                       bounce, helper, helped, helped_copies, windows)
+                       bounce, helper, helped, helped_copies, windows,
+                       _own_output(prog, me, int(plan.ranks.output_bytes[me])))
     return state

@@ -668,3 +668,66 @@ def test_cupys_own_cuda_errors_leave_as_cuda_error():
     assert isinstance(got, CudaError) and "rank 0: allgather: a CUDA call failed: cudaErrorInvalidValue" in str(got)
     other = ValueError("x")
     assert _cuda.cuda_error(other, "y") is other
+
+
+@pytest.mark.parametrize("world", [3, 8])
+def test_a_large_broadcast_is_a_scatter_and_an_in_place_all_gather(monkeypatch, world):
+    """From HOCCL_BROADCAST_SPLIT_BYTES on (a multiple of the world, 3 ranks or more) a broadcast is a scatter of the
+    root's blocks and an in-place AllGather: every rank gets the root's bytes, the root's copies move 2 (G - 1) / G
+    of them instead of G - 1 times them, no rank copies its own block; a size that is not a multiple of the world,
+    or under the threshold, is one broadcast plan as before."""
+    monkeypatch.setenv("HOCCL_BROADCAST_SPLIT_BYTES", "96")
+    fake_cuda.install(monkeypatch)
+    moved: dict[int, int] = {}  # bytes of the copies each rank (thread) issued
+    copy = fake_cuda.Runtime.memcpyAsync
+
+    def counted(self, dst, src, n, kind, stream):
+        process = getattr(fake_cuda._current, "process", -1)
+        moved[process] = moved.get(process, 0) + n
+        return copy(self, dst, src, n, kind, stream)
+
+    monkeypatch.setattr(fake_cuda.Runtime, "memcpyAsync", counted)
+    root, n_split, n_odd = 1, 96 * world, 96 * world + 1
+
+    def body(comm, r):
+        out = {}
+        for n in (n_split, n_odd, 24):  # split; not a multiple of the world; under the threshold
+            t = data(root, n, n) if r == root else np.full(n, 0xA5, np.uint8)
+            before = dict(moved)
+            comm.broadcast(dev(t, r), root, stream=7)
+            comm.synchronize()
+            out[n] = (np.array_equal(t, data(root, n, n)), moved.get(r, 0) - before.get(r, 0))
+        return out, sorted(key[0] for key in comm._plans)
+
+    results = ranks(monkeypatch, world, body)
+    for r in range(world):
+        got, kinds = results[r]
+        assert all(ok for ok, _ in got.values()), (r, got)
+        assert kinds == ["allgather", "broadcast", "broadcast", "scatter"], kinds
+    part = n_split // world
+    assert results[root][0][n_split][1] == 2 * (world - 1) * part  # the root's copies: its blocks out, twice
+    assert results[root][0][n_odd][1] == (world - 1) * n_odd         # one plan: the whole to every other rank
+
+
+def test_a_scatter_root_may_give_its_own_block_of_the_input_as_its_output(monkeypatch):
+    """The in-place form of scatter (what the broadcast above uses): the root's output exactly its own block of the
+    input moves nothing there; an output elsewhere inside the input is still refused, naming both buffers."""
+    world, n, root = 3, 40, 1
+
+    def body(comm, r):
+        src = data(root, 9, n * world) if r == root else None
+        buf = src.copy() if r == root else None
+        out = buf[root * n:(root + 1) * n] if r == root else np.full(n, 0xA5, np.uint8)
+        comm.scatter(dev(out, r), dev(buf, r) if r == root else None, root=root, stream=7)
+        comm.synchronize()
+        wrong = None
+        if r == root:
+            try:
+                comm.scatter(dev(buf[:n], r), dev(buf, r), root=root, stream=7)
+            except HocclError as exc:  # refused before any rank moved: the others are not waiting for it
+                wrong = str(exc)
+        return np.array_equal(out, data(root, 9, n * world)[r * n:(r + 1) * n]), wrong
+
+    got = ranks(monkeypatch, world, body)
+    assert got[root][0] and "overlaps the output" in got[root][1] and "scatter has no in-place form" in got[root][1]
+    assert all(got[r] == (True, None) for r in range(world) if r != root)

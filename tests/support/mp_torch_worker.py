@@ -102,6 +102,10 @@ def check_rooted(g, me, w):
         t = data(me, (4099,), torch.bfloat16, salt=40)
         dist.broadcast(t, group_src=root, group=g)
         same(t, data(root, (4099,), torch.bfloat16, salt=40), f"broadcast root {root}")
+        # 2 w MiB: on 3 ranks or more within a node a scatter and an in-place AllGather (HOCCL_BROADCAST_SPLIT_BYTES)
+        big = data(me, (w << 19,), salt=43) if me == root else poisoned((w << 19,))
+        dist.broadcast(big, group_src=root, group=g)
+        same(big, data(root, (w << 19,), salt=43), f"broadcast of {w * 2} MiB root {root}")
         out = poisoned((513,), torch.int64)
         ins = [data(j, (513,), torch.int64, salt=41) for j in range(w)] if me == root else None
         dist.scatter(out, ins, group_src=root, group=g)

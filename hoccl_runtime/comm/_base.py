@@ -138,22 +138,28 @@ def _slot_flag_index(world: int, a: int, b: int, j: int) -> int:
     return 2 * world * world + (a * world + b) * EAGER_SLOTS + j
 
 
+def _one_shift(pieces: list[tuple[int, int, int]], total: int) -> int | None:
+    """The one shift of ``pieces`` (start, bytes, shift) that tile [0, ``total``) by a single shift; else None."""
+    local = sorted(pieces)
+    if not total or not local or len({shift for _, _, shift in local}) != 1:
+        return None
+    at = 0
+    for start, n, _ in local:
+        if start != at:
+            return None
+        at += n
+    return local[0][2] if at == total else None
+
+
 def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
     """Where in its output rank ``me``'s whole input may already sit, so that the call runs in place (NCCL's
     and torch's in-place AllGather: input = output[rank * n:(rank + 1) * n]): the offset by which the
     rank's local copies move its input, when they move all of it by one offset and no other rank's copy
     writes into that block; else None. In place, those local copies have nothing to do and are dropped:
     a same-GPU copy is a kernel of the CUDA driver on SMs (examples/sm_free_copies.py)."""
-    local = sorted((c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in own_copies(prog, me))
-    if not input_bytes or not local or len({shift for _, _, shift in local}) != 1:
-        return None
-    at = 0
-    for src, n, _ in local:  # one block: the copies tile [0, input_bytes) of the input
-        if src != at:
-            return None
-        at += n
-    shift = local[0][2]
-    if at != input_bytes:
+    shift = _one_shift([(c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in own_copies(prog, me)],
+                       input_bytes)
+    if shift is None:
         return None
     for cs in prog.copies.values():
         for c in cs:
@@ -168,16 +174,9 @@ def _own_output(prog: Program, me: int, output_bytes: int) -> int | None:
     of the input, as a broadcast made of a scatter and an AllGather gives it): the offset in the input from which
     the rank's local copies fill all of its output by one shift, when no other rank's copy writes into its output
     or reads that part of its input; else None. In place, those local copies are dropped (nothing to move)."""
-    local = sorted((c.dst_offset, c.nbytes, c.src_offset - c.dst_offset) for c in own_copies(prog, me))
-    if not output_bytes or not local or len({shift for _, _, shift in local}) != 1:
-        return None
-    at = 0
-    for dst, n, _ in local:
-        if dst != at:
-            return None
-        at += n
-    shift = local[0][2]
-    if at != output_bytes:
+    shift = _one_shift([(c.dst_offset, c.nbytes, c.src_offset - c.dst_offset) for c in own_copies(prog, me)],
+                       output_bytes)
+    if shift is None:
         return None
     for cs in prog.copies.values():
         for c in cs:

@@ -18,10 +18,10 @@ __all__ = ["SETTINGS", "env_int", "env_float", "env_flag", "env_choice", "env_te
 SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_EAGER_BYTES": ("4194304", "send/recv of up to this many bytes take the eager path (0: off; the default is 0 "
                           "with HOCCL_LOCAL_COPIES=peer: the eager receive copies within its GPU)"),
+    "HOCCL_EAGER_COLLECTIVES": ("0", "1: small collectives take the eager path too"),
     "HOCCL_BROADCAST_SPLIT_BYTES": ("4194304", "the one-node communicator: a broadcast of at least this many bytes "
                                     "(a multiple of the world, 3 ranks or more, unpaced) is a scatter and an in-place "
                                     "AllGather (0: always one plan)"),
-    "HOCCL_EAGER_COLLECTIVES": ("0", "1: small collectives take the eager path too"),
     "HOCCL_GRAPH_AFTER": ("2", "from this call on with the same buffers, a call is one CUDA graph launch (0: never)"),
     "HOCCL_GRAPH_TAIL_DIRECT": ("0", "1: a call's graph ends at its copies, its last handshake launched after it"),
     "HOCCL_DMA_QUEUES": ("1", "copy streams per GPU that intra-node plans spread peers over (1-4)"),

@@ -203,8 +203,8 @@ class StageChain:
             whole: np.ndarray) -> None:
         """One stage: ``busy[q]`` each queue's time in it; edges ``up[i] -> down[i]`` (the queues of a path's
         consecutive pieces), one per pair of queues (:func:`pair_edges`): the upstream pieces' longest first chunk,
-        and the downstream pieces' last chunks and whole times, summed (they run one after another on their
-        queue)."""
+        the downstream pieces' whole times summed (they run one after another on their queue), and their last
+        chunks as :func:`pair_edges` adds them up."""
         begin = self.end.copy()
         ready = begin.copy()  # when the queue's work that waits on a path may start
         for _ in range(self.hops):

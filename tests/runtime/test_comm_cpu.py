@@ -670,8 +670,8 @@ def test_cupys_own_cuda_errors_leave_as_cuda_error():
     assert _cuda.cuda_error(other, "y") is other
 
 
-@pytest.mark.parametrize("world", [3, 8])
-def test_a_large_broadcast_is_a_scatter_and_an_in_place_all_gather(monkeypatch, world):
+@pytest.mark.parametrize("world,local_copies", [(3, "sm"), (8, "sm"), (4, "peer")])
+def test_a_large_broadcast_is_a_scatter_and_an_in_place_all_gather(monkeypatch, world, local_copies):
     """From HOCCL_BROADCAST_SPLIT_BYTES on (a multiple of the world, 3 ranks or more) a broadcast is a scatter of the
     root's blocks and an in-place AllGather: every rank gets the root's bytes, the root's copies move 2 (G - 1) / G
     of them instead of G - 1 times them, no rank copies its own block; a size that is not a multiple of the world,
@@ -699,7 +699,7 @@ def test_a_large_broadcast_is_a_scatter_and_an_in_place_all_gather(monkeypatch, 
             out[n] = (np.array_equal(t, data(root, n, n)), moved.get(r, 0) - before.get(r, 0))
         return out, sorted(key[0] for key in comm._plans)
 
-    results = ranks(monkeypatch, world, body)
+    results = ranks(monkeypatch, world, body, local_copies=local_copies)
     for r in range(world):
         got, kinds = results[r]
         assert all(ok for ok, _ in got.values()), (r, got)

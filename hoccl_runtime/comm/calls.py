@@ -61,8 +61,7 @@ class CallEvents:
         self._free.clear()
 
 
-def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any,
-                 ops: tuple | None = None) -> None:
+def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any) -> None:
     """Enqueue one network call on ``stream``: START, then the call's gated copies (``prepare(event)``, after an
     event recorded past START), ``submit(prepared, error)`` to the proxy, then the wait for DONE.
 
@@ -80,10 +79,8 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
     process and, calls being made in one order on every rank, on the others.
 
     A ``prepare`` that raises is submitted as ``(None, error)``: the proxy then only takes the stream's START and
-    gives its DONE (the pair stays in step with the stream), and the error is raised here.
-
-    ``ops``: the stream's two batches of memory operations, built once (:func:`start_done_ops`), else built here."""
-    start_ops, done_ops = ops if ops is not None else start_done_ops(start, done)
+    gives its DONE (the pair stays in step with the stream), and the error is raised here."""
+    start_ops, done_ops = start_done_ops(start, done)
     start_ops.enqueue(stream)
     event = events.record(stream)
     prepared, error = None, None
@@ -99,9 +96,20 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
         raise error
 
 
-def start_done_ops(start: Any, done: Any) -> tuple:
-    """A call's two batches on its stream: ``START = 1``, and ``wait DONE == 1; DONE = 0`` (the same for every call
-    of a stream: a communicator builds them once per stream)."""
-    from ..flags import MemOps
+_START_DONE: dict[tuple[int, int], tuple] = {}  # (START, DONE) addresses -> their two batches, packed once
+_START_DONE_LIMIT = 256  # pairs kept (a communicator has one per stream, MAX_STREAMS at most)
 
-    return MemOps().write(start, 1), MemOps().wait_eq(done, 1).write(done, 0)
+
+def start_done_ops(start: Any, done: Any) -> tuple:
+    """A call's two batches on its stream: ``START = 1``, and ``wait DONE == 1; DONE = 0``. The same for every call
+    of a pair of flags, so built and packed once per pair (by address: a batch holds addresses and values only),
+    for every communicator that enqueues calls."""
+    key = (start.address, done.address)
+    ops = _START_DONE.get(key)
+    if ops is None:
+        from ..flags import MemOps
+
+        if len(_START_DONE) >= _START_DONE_LIMIT:
+            _START_DONE.pop(next(iter(_START_DONE)))
+        ops = _START_DONE[key] = (MemOps().write(start, 1), MemOps().wait_eq(done, 1).write(done, 0))
+    return ops

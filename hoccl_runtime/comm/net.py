@@ -41,7 +41,7 @@ from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..net.callproxy import CallProxy, DoneOnce
 from ..plans import CallKey, PlanCache
-from .calls import CallEvents, enqueue_call, start_done_ops
+from .calls import CallEvents, enqueue_call
 from .context import NodeContext
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
@@ -406,7 +406,6 @@ class NetCommunicator(_Calls):
         self._arena = None
         self.proxy_kind = env_choice("HOCCL_NET_PROXY", "process", ("process", "thread"))
         self._pairs: dict[int, tuple] = {}  # stream -> its (START, DONE) flags
-        self._pair_ops: dict[int, tuple] = {}  # stream -> its START and DONE memory operations, built once
         self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
         self._exchange = env_int("HOCCL_NET_EXCHANGE", 1, 0, 1) == 1  # see batch_isend_irecv
@@ -493,9 +492,7 @@ class NetCommunicator(_Calls):
             if len(self._pairs) >= MAX_STREAMS:
                 raise HocclError(f"this network communicator's calls came on {MAX_STREAMS} streams already; use "
                                  "fewer streams (each takes a pair of flags), or another communicator")
-            start, done = self._flags.allocate(), self._flags.allocate()
-            self._pairs[s] = (start, done)
-            self._pair_ops[s] = start_done_ops(start, done)
+            self._pairs[s] = (self._flags.allocate(), self._flags.allocate())
 
     def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         if self.closed:
@@ -517,8 +514,7 @@ class NetCommunicator(_Calls):
                 submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
                     else (lambda prepared, _: self._proxy.submit((prepared, pair, DoneOnce(pair[1]))))
                 enqueue_call(s, *pair, self._events,
-                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit,
-                             self._pair_ops[s])
+                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
 
     def _connect(self, plan: Any, buffers: dict, key: CallKey) -> None:
         from ..net.executor import GpuNodeExecutor

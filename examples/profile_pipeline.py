@@ -71,11 +71,13 @@ def send_each(bufs: list, rank: int, group) -> None:
             w.wait()
 
 
-def breakdown(group, rank: int, device: torch.device, calls: int) -> list[tuple[str, float]]:
+def breakdown(group, rank: int, device: torch.device, calls: int, reuse: bool = False) -> list[tuple[str, float]]:
     """Host us per call spent in each layer of a HOCCL send/recv through the group (timing wrappers, not a
-    profiler: their own cost is about a microsecond each)."""
+    profiler: their own cost is about a microsecond each); ``reuse``: every call on one tensor, as a training
+    step's activations come back at the same addresses, else a new tensor each call."""
     timers = layer_timers()
-    bufs = [torch.randn((1 << 20) // 4, device=device) for _ in range(calls)]
+    bufs = [torch.randn((1 << 20) // 4, device=device)] * calls if reuse else \
+        [torch.randn((1 << 20) // 4, device=device) for _ in range(calls)]
     torch.cuda.synchronize(device)
     for t in timers:
         t.take()
@@ -175,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pipeline", action="store_true", help="skip part 2")
     p.add_argument("--layers", action="store_true", help="in part 2, host us per step in each layer of the HOCCL "
                    "calls (the last rank's)")
+    p.add_argument("--reuse", action="store_true", help="--breakdown: every call on one tensor (default: a new "
+                   "tensor each call)")
     p.add_argument("--breakdown", action="store_true", help="first, host us per call in each layer of a HOCCL "
                    "send (rank 0) and receive (rank 1) of 1 MiB")
     p.add_argument("--host-delay-us", type=float, default=0.0, help="in part 2, add this much host work (a busy "
@@ -199,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         groups["nccl"] = dist.new_group(backend="nccl")
     if args.breakdown and "hoccl" in groups:
         for _ in range(2):  # the first round connects and compiles
-            rows = breakdown(groups["hoccl"], rank, device, args.calls)
+            rows = breakdown(groups["hoccl"], rank, device, args.calls, args.reuse)
         if rank == 0:
             for name, us in rows:
                 print(f"layer {name:<52}{us:>9.1f} us", flush=True)
@@ -252,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             for r, got in enumerate(gathered):
                 wall, cpu, ti, tw, ni = got[name]
                 print(f"{name:<7} {r:>4}{wall * 1e3:>9.2f}{cpu * 1e3:>8.2f}{ti * 1e3:>13.2f}{tw * 1e3:>13.2f}{ni:>7.0f}")
+        ex = getattr(getattr(groups.get("hoccl"), "comm", None), "_executor", None)
+        kept = getattr(ex, "_templates", None)
+        if kept is not None:  # hoccl_runtime/net/template.py: runs issued from a kept launch list
+            print(f"hoccl launch lists (rank {rank}): {kept.reissued} runs reissued, {kept.built} built")
         for name, per_round in layers.items():
             print(f"step layer {name:<52}{statistics.median(per_round):>9.1f} us a step (rank {rank})")
         losses = {v.name: v.losses for v in variants if v.name != "none"}

@@ -220,6 +220,11 @@ class LaunchCache:
             self._lists.move_to_end(key)
         return launch
 
+    def set(self, key: tuple, entry: Any) -> None:
+        """Put ``entry`` under ``key`` (replacing what was there, without ``drop``), the most recently used."""
+        self._lists[key] = entry
+        self._lists.move_to_end(key)
+
     def clear(self) -> None:
         entries = list(self._lists.values())
         self._lists.clear()

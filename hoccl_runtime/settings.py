@@ -51,6 +51,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
+    "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
+                               "new counts, for the next run of the same plan on the same buffers (0: built anew "
+                               "every run)"),
     "HOCCL_NET_TRACE": ("", "the network proxy process: a path prefix; each rank writes PREFIX.rankN.csv at close, a "
                         "row per call with when it arrived, was taken, its first staging copies let go, its plan "
                         "notice was written, the nodes' plan notices were in, its stream reached it, its last write "

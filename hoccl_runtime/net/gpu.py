@@ -254,6 +254,11 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._counts: dict[object, int] = {}  # the last count of every gate and end flag
         self._events: dict[tuple, int] = {}  # multicast plans: (GPU, stage, transfer, chunk) -> event (_Chained)
         self._bounds_checked: dict[int, Plan] = {}  # id -> plan: plans whose transfers were checked in bounds
+        from ..settings import env_int
+        from .template import Templates
+
+        # runs' launch lists kept and issued again with new counts (net/template.py)
+        self._templates = Templates() if env_int("HOCCL_NET_LAUNCH_CACHE", 1, 0, 1) else None
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
                          _check_sizes=False)
 
@@ -346,11 +351,22 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._checked_bounds(plan)
         bound = self._check_buffers(plan, self._given if buffers is None else buffers)
         run = PreparedRun(plan)
+        kept = self._templates
+        key = kept.key(plan, after, bound) if kept is not None else None
         try:
-            self._enqueue(run, bound, after)
+            if kept is not None and kept.issue(key, run, self._counts, self._last_end,
+                                               lambda: cuda_errors(lambda: f"node {self.node}: enqueuing the copies of "
+                                                                   f"plan {plan.plan_id}")):
+                return run
+            before = kept.before(self._counts) if kept is not None else None
+            ops = self._enqueue(run, bound, after)
         except BaseException:
             self.release(run)  # what was enqueued before the error must not wait forever
             raise
+        if before is not None:
+            counter_of = {flag.address: gate for gate, pair in self._gates.items() for flag in pair}
+            counter_of.update({flag.address: ("end", s) for s, flag in self._ends.items()})
+            kept.keep(key, run, ops, before, counter_of, self._counts)
         return run
 
     def _checked_bounds(self, plan: Plan) -> None:
@@ -367,11 +383,13 @@ class GpuNodeExecutor(GatedNodeExecutor):
         while len(seen) > 32:
             seen.pop(next(iter(seen)))
 
-    def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> None:
-        """Issue the run's launch list (:meth:`launch_ops`) once: CUDA's own errors leave as a CudaError."""
+    def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> list[Op]:
+        """Issue the run's launch list (:meth:`launch_ops`) once, and return it: CUDA's own errors leave as a
+        CudaError."""
         ops = self.launch_ops(run, bound, after)
         with cuda_errors(lambda: f"node {self.node}: enqueuing the copies of plan {run.plan.plan_id}"):
             replay(ops)
+        return ops
 
     def launch_ops(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> list[Op]:
         """The CUDA work of one run as a launch list (:mod:`hoccl_runtime.launch`, as the one-node paths build

@@ -255,17 +255,20 @@ memops: list[str] = []  # every batch of stream memory operations: "captured" in
 
 
 class FastDriver:
-    """cuStreamBatchMemOp, run at once: writes land, waits block (up to 20 s) until their value shows."""
+    """cuStreamBatchMemOp, run at once: writes land, waits block (up to 20 s) until their value shows. The
+    parameters are read when the batch is enqueued (or captured), as the driver reads them: the caller may
+    rewrite its block afterwards (hoccl_runtime.net.template does)."""
 
     def batch_memop(self, stream, count, params):
         address = params if isinstance(params, int) else ctypes.addressof(params)
         memops.append("captured" if getattr(_current, "capture", None) is not None else "direct")
         _trace("memops", stream, count)
-        _issue(lambda keep=params: self._run(address, count), stream)  # the block lives as long as a graph
+        block = ctypes.string_at(address, 48 * count)
+        _issue(lambda: self._run(block, count), stream)
 
-    def _run(self, address, count):
+    def _run(self, block, count):
         for i in range(count):
-            op, flag, value, how, _ = _MEMOP.unpack(ctypes.string_at(address + 48 * i, 48))
+            op, flag, value, how, _ = _MEMOP.unpack_from(block, 48 * i)
             cell = ctypes.c_int32.from_address(flag)
             if op == _cuda.WRITE_VALUE_32:
                 cell.value = value  # a 32-bit counter: c_int32 keeps its low 32 bits

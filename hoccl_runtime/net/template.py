@@ -1,0 +1,151 @@
+"""A network run's launch list kept for the next runs of the same plan on the same buffers (HOCCL_NET_LAUNCH_CACHE).
+
+:meth:`~hoccl_runtime.net.gpu.GpuNodeExecutor.launch_ops` builds a run's CUDA work: per copy stream the waits for
+the call's event, each copy between its gate wait and its done write, the stream's end write. What changes from one
+run of a plan to the next on the same buffers is only the counts those waits and writes carry: each gate, done and
+end flag is a counter, and a run takes the next values of each. Building the list anew (and packing its memory
+operations) was 40-65 us of a 1 MiB send's 200 us on the H200 host.
+
+So a :class:`RunTemplate` keeps the list of one run, compiled (:func:`~hoccl_runtime.launch.compile_launch`: its
+memory-operation batches packed once), and where each count sits in those packed batches. The next run of the same
+key moves every count on by what its counter moved since (a run uses the counters ``c + 1 .. c + m`` after ``c``;
+the next one after ``c'`` uses the same offsets from ``c'``, cyclically over 1..2**32 - 1 as
+:meth:`~hoccl_runtime.net.gpu.GpuNodeExecutor._count`), writes them into the batches in place (the driver reads a
+batch's parameters when it is enqueued, so a batch may be rewritten once its enqueue returned) and issues the list.
+The key holds everything else the list depends on: the plan (by identity), the buffers' addresses and sizes, and the
+events the copies wait for.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..launch import LaunchCache
+
+from .._cuda import MEMOP_BYTES
+from ..flags import Flag
+
+__all__ = ["RunTemplate", "Templates", "CYCLE"]
+
+CYCLE = 0xFFFFFFFF  # counter values run 1 .. CYCLE, then 1 again (never 0: the flags start at 0)
+_VALUE = struct.Struct("<Q")  # a packed memory operation's value (hoccl_runtime._cuda.pack_memops: bytes 16..23)
+_VALUE_AT = 16
+
+
+def _moved(value: int, by: int) -> int:
+    return (value - 1 + by) % CYCLE + 1
+
+
+class RunTemplate:
+    """One run's compiled launch list and where its counts sit (see the module docstring). Made by :meth:`make`
+    after the run was built and issued; :meth:`issue` makes and issues the next run."""
+
+    __slots__ = ("plan", "launch", "slots", "sends", "recvs", "ends", "before", "after")
+
+    def __init__(self) -> None:
+        self.plan: Any = None
+        self.launch: Callable[[], None] | None = None
+        self.slots: list[tuple[Any, int, Any, int]] = []  # (packed batch, byte offset, counter, value at build)
+        self.sends: list[tuple] = []  # ((ring, slot), gate, done, counter, value, bytes), in run order
+        self.recvs: list[tuple] = []
+        self.ends: list[tuple[Flag, Any, int]] = []  # (end flag, counter, value)
+        self.before: dict = {}  # counter -> its value before the built run
+        self.after: dict = {}   # counter -> its value after it
+
+    @classmethod
+    def make(cls, run: Any, ops: list, counter_of: dict[int, Any], before: dict, counts: dict,
+             compile_launch: Callable) -> RunTemplate | None:
+        """The template of ``run`` (a PreparedRun whose ``ops`` were just issued), or None where its batches are not
+        packed blocks (no ctypes driver path). ``counter_of``: flag address -> its counter's key; ``before`` /
+        ``counts``: the counters before and after the run was built."""
+        from ..launch import Memops
+
+        t = cls()
+        t.plan, t.launch = run.plan, compile_launch(ops)
+        for op in ops:
+            if type(op) is not Memops:
+                continue
+            fast, block = op.batch._params or (None, None)
+            if fast is None:
+                return None
+            for i, (_, address, value) in enumerate(op.batch.ops):
+                key = counter_of.get(address)
+                if key is not None:
+                    t.slots.append((block, i * MEMOP_BYTES + _VALUE_AT, key, value))
+        for side, mine in ((run.send, t.sends), (run.recv, t.recvs)):
+            for where, uses in side.items():
+                mine.extend((where, g, d, counter_of[g.address], c, nb) for g, d, c, nb in uses)
+        t.ends = [(f, counter_of[f.address], c) for f, c in run.ends]
+        used = {key for *_, key, _ in t.slots}
+        t.before = {key: before.get(key, 0) for key in used}
+        t.after = {key: counts[key] for key in used}
+        return t
+
+    def issue(self, run: Any, counts: dict) -> None:
+        """Fill ``run`` (a fresh PreparedRun of the same plan) with this run's gates, counts moved on from
+        ``counts`` (the executor's counters, advanced here), and issue the launch list."""
+        by = {key: counts.get(key, 0) - was for key, was in self.before.items()}
+        for block, at, key, value in self.slots:
+            _VALUE.pack_into(block, at, _moved(value, by[key]))
+        for side, mine in ((run.send, self.sends), (run.recv, self.recvs)):
+            for where, g, d, key, c, nb in mine:
+                uses = side.get(where)
+                if uses is None:
+                    uses = side[where] = deque()
+                uses.append((g, d, _moved(c, by[key]), nb))
+        run.ends = [(f, _moved(c, by[key])) for f, key, c in self.ends]
+        for key, value in self.after.items():
+            counts[key] = _moved(value, by[key])
+        self.launch()
+
+
+_SEEN = object()  # a key run once: its template is made at its second run
+
+
+class Templates:
+    """An executor's kept launch lists, by (plan, events, buffers); a key's template is made at its second run, so
+    buffers seen once (a new tensor every call) cost only the key. ``reissued`` / ``built``: runs issued from a kept
+    list / built anew."""
+
+    def __init__(self, limit: int = 64):
+        self._cache = LaunchCache(limit)
+        self.reissued = self.built = 0
+
+    @staticmethod
+    def key(plan: Any, after: Any, bound: dict) -> tuple:
+        """``bound``: {rank: (input, output, GPU)} as the executor checked them."""
+        return (id(plan), tuple(after), *((b[0].ptr, b[0].nbytes, b[1].ptr, b[1].nbytes) for b in bound.values()))
+
+    def issue(self, key: tuple, run: Any, counts: dict, last_end: dict, errors: Callable) -> bool:
+        """Issue ``run`` from the key's kept list if there is one (True); ``last_end``: stream -> its last end count,
+        updated; ``errors()``: the context that words CUDA's errors."""
+        template = self._cache.hit(key)
+        if template is None or template is _SEEN or template.plan is not run.plan:
+            self.built += 1
+            self._keep = template is not None  # the key's second run (or its plan object changed): keep this one
+            if template is None:
+                self._cache.set(key, _SEEN)
+            return False
+        with errors():
+            template.issue(run, counts)
+        for (flag, c), (_, counter, _) in zip(run.ends, template.ends, strict=True):
+            last_end[counter[1]] = (flag, c)
+        self.reissued += 1
+        return True
+
+    _keep = False
+
+    def before(self, counts: dict) -> dict | None:
+        """The counters before a run built anew (after :meth:`issue` said False), where its list is to be kept."""
+        return dict(counts) if self._keep else None
+
+    def keep(self, key: tuple, run: Any, ops: list, before: dict, counter_of: dict, counts: dict) -> None:
+        """Keep the list of ``run`` (just built and issued) for the key's next runs."""
+        from ..launch import compile_launch
+
+        template = RunTemplate.make(run, ops, counter_of, before, counts, compile_launch)
+        if template is not None:
+            self._cache.set(key, template)

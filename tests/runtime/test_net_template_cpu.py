@@ -1,0 +1,60 @@
+"""A network run's launch list issued again with new counts (hoccl_runtime.net.template): on a CPU with CUDA faked in
+host memory, two ranks through the real TCP transport and proxy process, calls on the same buffers with fresh data
+every time and other plans between them on the same ring slots; the counts' wrap on its own."""
+
+from __future__ import annotations
+
+import fake_cuda
+import numpy as np
+from fake_cuda import dev
+
+from hoccl_runtime.net import template
+from hoccl_runtime.net.template import CYCLE, _moved
+
+
+def test_counts_move_on_cyclically_and_never_reach_zero():
+    assert _moved(5, 3) == 8
+    assert _moved(CYCLE, 1) == 1 and _moved(CYCLE - 1, 2) == 1
+    assert _moved(1, -1) == CYCLE
+    assert all(_moved(v, by) != 0 for v in (1, 2, CYCLE - 1, CYCLE) for by in (-3, -1, 0, 1, 2, CYCLE - 1))
+
+
+def test_calls_on_the_same_buffers_reissue_their_launch_list_and_move_the_right_bytes(monkeypatch):
+    issued = []
+    real = template.RunTemplate.issue
+    monkeypatch.setattr(template.RunTemplate, "issue", lambda self, *a: (issued.append(1), real(self, *a))[1])
+    fake_cuda.install(monkeypatch, async_streams=True)
+    from hoccl_runtime.comm.net import NetCommunicator
+
+    store = fake_cuda.Store()
+    n = 150_000  # three 64 KiB chunks through 4-slot rings: slot uses wrap within and across calls
+
+    def body(comm, r):
+        rng = np.random.default_rng(10 + r)
+        inp, out = np.zeros(n, np.uint8), np.zeros(2 * n, np.uint8)
+        p2p = np.zeros(n + 1000, np.uint8)
+        rounds = []
+        for k in range(8):
+            inp[:] = rng.integers(0, 256, n, dtype=np.uint8)
+            out[:] = 0xA5
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            if r == 0:  # another plan between (other sizes, the same ring slots)
+                p2p[:] = rng.integers(0, 256, p2p.size, dtype=np.uint8)
+                comm.send(dev(p2p, r), 1, stream=7)
+            else:
+                p2p[:] = 0xA5
+                comm.recv(dev(p2p, r), 0, stream=7)
+            comm.synchronize()
+            rounds.append((inp.copy(), out.copy(), p2p.copy()))
+        return rounds
+
+    results = fake_cuda.run_ranks(2, lambda r: NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=64 << 10,
+                                                               lanes=2), body)
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results
+    for k in range(8):
+        (i0, o0, p0), (i1, o1, p1) = results[0][k], results[1][k]
+        want = np.concatenate([i0, i1])
+        assert np.array_equal(o0, want) and np.array_equal(o1, want), k
+        assert np.array_equal(p0, p1), k
+    assert len(issued) >= 2 * 2 * 6, len(issued)  # both ranks, both calls, from the third round (kept at the second)

@@ -221,9 +221,14 @@ class LaunchCache:
         return launch
 
     def set(self, key: tuple, entry: Any) -> None:
-        """Put ``entry`` under ``key`` (replacing what was there, without ``drop``), the most recently used."""
+        """Put ``entry`` under ``key`` (replacing what was there, without ``drop``), the most recently used; the least
+        recently used leaves beyond ``limit``."""
         self._lists[key] = entry
         self._lists.move_to_end(key)
+        if len(self._lists) > self.limit:
+            _, old = self._lists.popitem(last=False)
+            if self.drop is not None:
+                self.drop(old)
 
     def clear(self) -> None:
         entries = list(self._lists.values())

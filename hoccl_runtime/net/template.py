@@ -23,10 +23,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..launch import LaunchCache
-
 from .._cuda import MEMOP_BYTES
 from ..flags import Flag
+from ..launch import LaunchCache
 
 __all__ = ["RunTemplate", "Templates", "CYCLE"]
 

@@ -58,3 +58,19 @@ def test_calls_on_the_same_buffers_reissue_their_launch_list_and_move_the_right_
         assert np.array_equal(o0, want) and np.array_equal(o1, want), k
         assert np.array_equal(p0, p1), k
     assert len(issued) >= 2 * 2 * 6, len(issued)  # both ranks, both calls, from the third round (kept at the second)
+
+
+def test_keys_seen_once_stay_bounded():
+    """A new tensor every call (FSDP's fresh buffers): each key is recorded, and the oldest leave past the limit."""
+    from hoccl_runtime.net.template import Templates
+
+    kept = Templates(limit=4)
+
+    class Run:
+        plan = object()
+
+    for k in range(100):
+        assert not kept.issue((k,), Run(), {}, {}, None)
+        assert kept.before({}) is None  # a key's first run keeps nothing
+    assert len(kept._cache) == 4 and kept.built == 100 and kept.reissued == 0
+    assert not kept.issue((99,), Run(), {}, {}, None) and kept.before({"c": 1}) == {"c": 1}  # its second run: kept

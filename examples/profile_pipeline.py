@@ -13,7 +13,8 @@ torch.distributed.pipelining calls):
 
 Part 2, ``examples/train_pipeline.py``'s variants (interleaved rounds), per rank and step: wall ms, the main
 thread's CPU ms (``time.thread_time``: a rank whose CPU time is near its wall time is bound by its host), and the
-host ms spent inside the communication calls (``batch_isend_irecv``) and inside the waits on them. Inputs are the
+host ms spent inside the communication calls (``batch_isend_irecv``) and inside the waits on them, and in Python's
+garbage collector (all of it, and the part inside the calls; ``--gc-off`` disables it for the timed steps). Inputs are the
 example's own random tokens; nothing is checked here but that the losses of HOCCL and NCCL agree.
 ``--host-delay-us N`` runs one variant (``--delay-comm``, NCCL by default) a second time in each round, each of its
 ``batch_isend_irecv`` calls after N us of busy host work: the row ``nccl+Nus`` against ``nccl`` shows how much a
@@ -23,6 +24,7 @@ call's host cost moves the step (on 2026-12-04 300 us a call moved pipeline smal
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -45,13 +47,17 @@ class Timed:
         self.inner = getattr(module, name)
         self.delay_s = 0.0  # a busy wait before each call (--host-delay-us): host work of that length, GIL held
 
+        self.depth = 0  # calls of it under way (GcClock counts the collections that run inside them)
+
         def wrapper(*args, **kwargs):
             t0 = time.perf_counter()
+            self.depth += 1
             while time.perf_counter() - t0 < self.delay_s:
                 pass
             try:
                 return self.inner(*args, **kwargs)
             finally:
+                self.depth -= 1
                 self.seconds += time.perf_counter() - t0
                 self.calls += 1
 
@@ -60,6 +66,29 @@ class Timed:
     def take(self) -> tuple[float, int]:
         got = (self.seconds, self.calls)
         self.seconds, self.calls = 0.0, 0
+        return got
+
+
+class GcClock:
+    """Host time in Python's garbage collector (gc.callbacks), all of it and the part inside ``within``'s calls."""
+
+    def __init__(self, within: Timed):
+        import gc
+
+        self.within, self.seconds, self.inside, self._t0, self._in = within, 0.0, 0.0, 0.0, False
+        gc.callbacks.append(self._phase)
+
+    def _phase(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0, self._in = time.perf_counter(), self.within.depth > 0
+        else:
+            dt = time.perf_counter() - self._t0
+            self.seconds += dt
+            self.inside += dt if self._in else 0.0
+
+    def take(self) -> tuple[float, float]:
+        got = (self.seconds, self.inside)
+        self.seconds = self.inside = 0.0
         return got
 
 
@@ -175,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--comm", default="hoccl,nccl,none")
     p.add_argument("--no-p2p", action="store_true", help="skip part 1")
     p.add_argument("--no-pipeline", action="store_true", help="skip part 2")
+    p.add_argument("--gc-off", action="store_true", help="in part 2, Python's garbage collector disabled during the "
+                   "timed steps (collected before each variant's steps)")
     p.add_argument("--layers", action="store_true", help="in part 2, host us per step in each layer of the HOCCL "
                    "calls (the last rank's)")
     p.add_argument("--reuse", action="store_true", help="--breakdown: every call on one tensor (default: a new "
@@ -225,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
     issue = Timed(schedules.dist, "batch_isend_irecv")
     waits = Timed(schedules, "_wait_batch_p2p")
+    collector = GcClock(issue)
     for v in variants:  # warm-up: the first steps set up connections and infer shapes
         v.train(2, device)
     # each round: every variant, then (--host-delay-us) the delayed one again with its calls slowed
@@ -237,25 +269,31 @@ def main(argv: list[str] | None = None) -> int:
         for v, name, delay_s in runs:
             timers = layer_timers() if args.layers and name == "hoccl" else []
             issue.delay_s = delay_s
+            if args.gc_off:  # the collector's passes out of the timed steps (both variants alike)
+                gc.collect()
+                gc.disable()
             for _ in range(args.steps):
-                issue.take(), waits.take()
+                issue.take(), waits.take(), collector.take()
                 t0, c0 = time.perf_counter(), time.thread_time()
                 v.train(1, device)
                 wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
-                (ti, ni), (tw, _) = issue.take(), waits.take()
-                stats[name].append((wall, cpu, ti, tw, ni))
+                (ti, ni), (tw, _), (gs, gi) = issue.take(), waits.take(), collector.take()
+                stats[name].append((wall, cpu, ti, tw, ni, gs, gi))
+            gc.enable()
             if timers:  # host us per pipeline step in each layer of the HOCCL calls
-                for name, us in read_timers(timers, args.steps):
-                    layers.setdefault(name, []).append(us)
+                for layer, us in read_timers(timers, args.steps):
+                    layers.setdefault(layer, []).append(us)
     mine = {name: [statistics.median(col) for col in zip(*rows, strict=True)] for name, rows in stats.items()}
     gathered = [None] * world
     dist.all_gather_object(gathered, mine)
     if rank == world - 1:
-        print(f"{'comm':<7}{'rank':>5}{'step ms':>9}{'CPU ms':>8}{'in calls ms':>13}{'in waits ms':>13}{'calls':>7}")
+        print(f"{'comm':<7}{'rank':>5}{'step ms':>9}{'CPU ms':>8}{'in calls ms':>13}{'in waits ms':>13}{'calls':>7}"
+              f"{'GC ms':>7}{'GC in calls ms':>16}")
         for name in stats:
             for r, got in enumerate(gathered):
-                wall, cpu, ti, tw, ni = got[name]
-                print(f"{name:<7} {r:>4}{wall * 1e3:>9.2f}{cpu * 1e3:>8.2f}{ti * 1e3:>13.2f}{tw * 1e3:>13.2f}{ni:>7.0f}")
+                wall, cpu, ti, tw, ni, gs, gi = got[name]
+                print(f"{name:<7} {r:>4}{wall * 1e3:>9.2f}{cpu * 1e3:>8.2f}{ti * 1e3:>13.2f}{tw * 1e3:>13.2f}{ni:>7.0f}"
+                      f"{gs * 1e3:>7.2f}{gi * 1e3:>16.2f}")
         ex = getattr(getattr(groups.get("hoccl"), "comm", None), "_executor", None)
         kept = getattr(ex, "_templates", None)
         if kept is not None:  # hoccl_runtime/net/template.py: runs issued from a kept launch list

@@ -57,11 +57,10 @@ class PreparedRun:
     that the run opens, in the order it opens them, per staging slot, and the counters the copy streams write
     when they are through."""
 
-    __slots__ = ("plan", "send", "recv", "ends", "shape")
+    __slots__ = ("plan", "send", "recv", "ends")
 
     def __init__(self, plan: Plan):
         self.plan = plan
-        self.shape: Any = None  # a run issued from a kept list: (its RunTemplate, the counters' moves) (net/template.py)
         self.send: dict[tuple[int, int], deque] = {}  # (ū, slot) -> (go flag, staged flag, count, bytes) per use
         self.recv: dict[tuple[int, int], deque] = {}  # (v̄, slot) -> (arrived flag, landed flag, count, bytes)
         self.ends: list[tuple[Flag, int]] = []        # per copy stream: its end flag and the count it writes last

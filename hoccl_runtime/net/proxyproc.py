@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -43,12 +43,9 @@ from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, as_int32
 from .callproxy import CallProxy, DoneOnce
 from .gpu import GatedNodeExecutor, PreparedRun, open_gates
-from .template import form, rebuild
 from .transport.base import Region, Transport
 
-__all__ = ["SharedArena", "ProcessProxy", "LocalRegions", "arena_bytes", "main", "FORMS"]
-
-FORMS = 256  # kept launch lists' forms the proxy process holds (the training side names the last FORMS // 2)
+__all__ = ["SharedArena", "ProcessProxy", "LocalRegions", "arena_bytes", "main"]
 
 ALIGN = 256
 
@@ -201,7 +198,6 @@ class ProcessProxy:
         self._taken, self._done, self._failed = (self._counters.allocate() for _ in range(3))
         self._submitted = 0
         self._pending: deque = deque()  # (number, prepared, (START, DONE)) of calls perhaps not finished yet
-        self._forms: OrderedDict = OrderedDict()  # kept launch lists whose form the proxy process has (net/template.py)
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._closing = False
@@ -291,16 +287,8 @@ class ProcessProxy:
             self._submitted += 1
             self._pending.append((self._submitted, prepared, pair))
         arena = self._arena
-        shape = None if prepared is None else prepared.shape
-        if shape is not None and shape[0].id in self._forms:  # a kept list's run: the counters' moves say it all
-            message = ("tcall", key, shape[0].id, shape[1], arena.word(pair[0]), arena.word(pair[1]))
-        else:
-            message = ("call", key, None if prepared is None else encode(prepared, arena), arena.word(pair[0]),
-                       arena.word(pair[1]), None if shape is None else (shape[0].id, form(shape[0], arena.word)))
-            if shape is not None:
-                self._forms[shape[0].id] = None
-                if len(self._forms) > FORMS // 2:  # the proxy process keeps FORMS: every one named here is there
-                    self._forms.popitem(last=False)
+        message = ("call", key, None if prepared is None else encode(prepared, arena), arena.word(pair[0]),
+                   arena.word(pair[1]))
         try:
             self.send(message)
         except HocclError as exc:  # the proxy process is gone: this call's copies must not wait for it
@@ -449,7 +437,6 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     conn.send(("address", transport.listen()))
     plans: dict = {}
     state: dict = {}
-    forms: OrderedDict = OrderedDict()  # kept launch lists' forms by id (net/template.py)
     reported = []
 
     def plan_of(key: Any) -> Any:  # a CallKey
@@ -522,21 +509,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     ex.connect(state["addresses"])
                 except BaseException as exc:  # noqa: BLE001 - every call after this is skipped, the error reported
                     proxy.error = exc
-            elif what == "tcall":  # a kept list's run: its form (sent with an earlier call) and the counters' moves
-                _, key, tid, moves, start_word, done_word = message
-                try:
-                    plan = plan_of(key)
-                except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, its gates still opened
-                    proxy.error, plan = proxy.error or exc, None
-                prepared = rebuild(PreparedRun(plan), forms[tid], moves, lambda w: Flag(words, w))
-                proxy.submit((prepared, Flag(words, start_word), DoneOnce(Flag(words, done_word)), key,
-                              time.perf_counter()))
             elif what == "call":
-                _, key, encoded, start_word, done_word, kept = message
-                if kept is not None:
-                    forms[kept[0]] = kept[1]
-                    if len(forms) > FORMS:
-                        forms.popitem(last=False)
+                _, key, encoded, start_word, done_word = message
                 prepared = None
                 if encoded is not None:
                     try:

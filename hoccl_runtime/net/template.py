@@ -18,7 +18,6 @@ events the copies wait for.
 
 from __future__ import annotations
 
-import itertools
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -28,14 +27,11 @@ from .._cuda import MEMOP_BYTES
 from ..flags import Flag
 from ..launch import LaunchCache
 
-__all__ = ["RunTemplate", "Templates", "CYCLE", "form", "rebuild"]
+__all__ = ["RunTemplate", "Templates", "CYCLE"]
 
 CYCLE = 0xFFFFFFFF  # counter values run 1 .. CYCLE, then 1 again (never 0: the flags start at 0)
 _VALUE = struct.Struct("<Q")  # a packed memory operation's value (hoccl_runtime._cuda.pack_memops: bytes 16..23)
 _VALUE_AT = 16
-
-
-_IDS = itertools.count(1)
 
 
 def _moved(value: int, by: int) -> int:
@@ -46,10 +42,9 @@ class RunTemplate:
     """One run's compiled launch list and where its counts sit (see the module docstring). Made by :meth:`make`
     after the run was built and issued; :meth:`issue` makes and issues the next run."""
 
-    __slots__ = ("plan", "launch", "slots", "sends", "recvs", "ends", "before", "after", "id")
+    __slots__ = ("plan", "launch", "slots", "sends", "recvs", "ends", "before", "after")
 
     def __init__(self) -> None:
-        self.id = next(_IDS)  # names it to the proxy process (:func:`form`)
         self.plan: Any = None
         self.launch: Callable[[], None] | None = None
         self.slots: list[tuple[Any, int, Any, int]] = []  # (packed batch, byte offset, counter, value at build)
@@ -103,34 +98,7 @@ class RunTemplate:
         run.ends = [(f, _moved(c, by[key])) for f, key, c in self.ends]
         for key, value in self.after.items():
             counts[key] = _moved(value, by[key])
-        run.shape = (self, tuple(by.values()))  # the moves in the order of ``before``'s counters (:func:`form`)
         self.launch()
-
-
-def form(template: RunTemplate, word: Callable[[Flag], int]) -> tuple:
-    """What the proxy process keeps of ``template`` to rebuild its runs from their counters' moves alone
-    (:func:`rebuild`): per (ring, slot) the gates' words, counter index, count and bytes, and the end flags'; ``word``
-    gives a flag's word in the shared arena."""
-    index = {key: i for i, key in enumerate(template.before)}
-
-    def side(uses: list) -> dict:
-        out: dict = {}
-        for where, g, d, key, c, nb in uses:
-            out.setdefault(where, []).append((word(g), word(d), index[key], c, nb))
-        return out
-
-    return side(template.sends), side(template.recvs), [(word(f), index[key], c) for f, key, c in template.ends]
-
-
-def rebuild(run: Any, kept: tuple, moves: tuple, flag: Callable[[int], Flag]) -> Any:
-    """Fill ``run`` (a fresh PreparedRun) from a :func:`form` and the counters' ``moves``; ``flag`` makes a flag of
-    a word."""
-    sends, recvs, ends = kept
-    for mine, theirs in ((run.send, sends), (run.recv, recvs)):
-        for where, uses in theirs.items():
-            mine[where] = deque((flag(g), flag(d), _moved(c, moves[i]), nb) for g, d, i, c, nb in uses)
-    run.ends = [(flag(w), _moved(c, moves[i])) for w, i, c in ends]
-    return run
 
 
 _SEEN = object()  # a key run once: its template is made at its second run

@@ -1,9 +1,11 @@
 """Session 32: a probe, not a test (pytest does not collect it here). Two ranks of the network communicator on faked CUDA
 (tests/support) run 8 AllGathers; before the fifth, every ring counter of each rank's executor and its flags are set
 to JUMP, after a synchronize. With the proxy as a process (the default) the runs hang in 4 of 8 tries once the counts
-pass 2**31 (JUMP=2147483700), never below (1000, 1e8, 2147483000: 0 of 8) nor with HOCCL_NET_PROXY=thread. Not
-explained yet: the jump itself races with the proxy process's tail of the previous run (synchronize returns at a
-run's release there), or a count's sign goes wrong somewhere on the process path.
+pass 2**31 (JUMP=2147483700), never below (1000, 1e8, 2147483000: 0 of 8) nor with HOCCL_NET_PROXY=thread.
+Explained: synchronize returns at a run's release with the proxy process, whose driver may still be finishing that run
+(reading its done flags); a flag moved 2**31 or more past a count makes that count read as not reached (the cyclic
+comparison), so the tail waits forever. A jump the runtime never makes. tests/runtime/test_net_template_cpu.py
+crosses the wrap in hops of 2**30 instead (8 of 8 passed, and 4 of 4 with the thread proxy).
     PYTHONPATH=.:tests/support JUMP=2147483700 python3 -m pytest -q -p no:cacheprovider docs/results/2026-12-04-s32/wrap_probe.py
 """
 import os

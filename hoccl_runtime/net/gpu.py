@@ -366,7 +366,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
         if before is not None:
             counter_of = {flag.address: gate for gate, pair in self._gates.items() for flag in pair}
             counter_of.update({flag.address: ("end", s) for s, flag in self._ends.items()})
-            kept.keep(key, run, ops, before, counter_of, self._counts)
+            with contextlib.suppress(Exception):  # the run is issued: a list that cannot be kept is built anew
+                kept.keep(key, run, ops, before, counter_of, self._counts)
         return run
 
     def _checked_bounds(self, plan: Plan) -> None:

@@ -46,7 +46,6 @@ class Timed:
         self.module, self.name, self.seconds, self.calls = module, name, 0.0, 0
         self.inner = getattr(module, name)
         self.delay_s = 0.0  # a busy wait before each call (--host-delay-us): host work of that length, GIL held
-
         self.depth = 0  # calls of it under way (GcClock counts the collections that run inside them)
 
         def wrapper(*args, **kwargs):
@@ -73,8 +72,6 @@ class GcClock:
     """Host time in Python's garbage collector (gc.callbacks), all of it and the part inside ``within``'s calls."""
 
     def __init__(self, within: Timed):
-        import gc
-
         self.within, self.seconds, self.inside, self._t0, self._in = within, 0.0, 0.0, 0.0, False
         gc.callbacks.append(self._phase)
 

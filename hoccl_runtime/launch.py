@@ -209,15 +209,10 @@ class LaunchCache:
         return launch
 
     def get(self, key: tuple, build: Callable[[], Any]) -> Any:
-        launch = self._lists.get(key)
+        launch = self.hit(key)
         if launch is None:
-            launch = self._lists[key] = build()
-            if len(self._lists) > self.limit:
-                _, old = self._lists.popitem(last=False)
-                if self.drop is not None:
-                    self.drop(old)
-        else:
-            self._lists.move_to_end(key)
+            launch = build()
+            self.set(key, launch)
         return launch
 
     def set(self, key: tuple, entry: Any) -> None:

@@ -354,11 +354,11 @@ class GpuNodeExecutor(GatedNodeExecutor):
         kept = self._templates
         key = kept.key(plan, after, bound) if kept is not None else None
         try:
-            if kept is not None and kept.issue(key, run, self._counts, self._last_end,
-                                               lambda: cuda_errors(lambda: f"node {self.node}: enqueuing the copies of "
-                                                                   f"plan {plan.plan_id}")):
+            issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: cuda_errors(
+                lambda: f"node {self.node}: enqueuing the copies of plan {plan.plan_id}")) if kept is not None else \
+                (False, None)
+            if issued:
                 return run
-            before = kept.before(self._counts) if kept is not None else None
             ops = self._enqueue(run, bound, after)
         except BaseException:
             self.release(run)  # what was enqueued before the error must not wait forever

@@ -25,7 +25,7 @@ from typing import Any
 
 from .._cuda import MEMOP_BYTES
 from ..flags import Flag
-from ..launch import LaunchCache
+from ..launch import LaunchCache, Memops, compile_launch
 
 __all__ = ["RunTemplate", "Templates", "CYCLE"]
 
@@ -55,13 +55,10 @@ class RunTemplate:
         self.after: dict = {}   # counter -> its value after it
 
     @classmethod
-    def make(cls, run: Any, ops: list, counter_of: dict[int, Any], before: dict, counts: dict,
-             compile_launch: Callable) -> RunTemplate | None:
+    def make(cls, run: Any, ops: list, counter_of: dict[int, Any], before: dict, counts: dict) -> RunTemplate | None:
         """The template of ``run`` (a PreparedRun whose ``ops`` were just issued), or None where its batches are not
         packed blocks (no ctypes driver path). ``counter_of``: flag address -> its counter's key; ``before`` /
         ``counts``: the counters before and after the run was built."""
-        from ..launch import Memops
-
         t = cls()
         t.plan, t.launch = run.plan, compile_launch(ops)
         for op in ops:
@@ -118,33 +115,27 @@ class Templates:
         """``bound``: {rank: (input, output, GPU)} as the executor checked them."""
         return (id(plan), tuple(after), *((b[0].ptr, b[0].nbytes, b[1].ptr, b[1].nbytes) for b in bound.values()))
 
-    def issue(self, key: tuple, run: Any, counts: dict, last_end: dict, errors: Callable) -> bool:
-        """Issue ``run`` from the key's kept list if there is one (True); ``last_end``: stream -> its last end count,
-        updated; ``errors()``: the context that words CUDA's errors."""
+    def issue(self, key: tuple, run: Any, counts: dict, last_end: dict, errors: Callable) -> tuple[bool, dict | None]:
+        """Issue ``run`` from the key's kept list if there is one: (True, None). Else (False, the counters before the
+        run, which the caller builds and then :meth:`keep` s) at the key's second run (or where its plan object
+        changed), (False, None) at its first. ``last_end``: stream -> its last end count, updated; ``errors()``: the
+        context that words CUDA's errors."""
         template = self._cache.hit(key)
         if template is None or template is _SEEN or template.plan is not run.plan:
             self.built += 1
-            self._keep = template is not None  # the key's second run (or its plan object changed): keep this one
             if template is None:
                 self._cache.set(key, _SEEN)
-            return False
+                return False, None
+            return False, dict(counts)
         with errors():
             template.issue(run, counts)
         for (flag, c), (_, counter, _) in zip(run.ends, template.ends, strict=True):
             last_end[counter[1]] = (flag, c)
         self.reissued += 1
-        return True
-
-    _keep = False
-
-    def before(self, counts: dict) -> dict | None:
-        """The counters before a run built anew (after :meth:`issue` said False), where its list is to be kept."""
-        return dict(counts) if self._keep else None
+        return True, None
 
     def keep(self, key: tuple, run: Any, ops: list, before: dict, counter_of: dict, counts: dict) -> None:
         """Keep the list of ``run`` (just built and issued) for the key's next runs."""
-        from ..launch import compile_launch
-
-        template = RunTemplate.make(run, ops, counter_of, before, counts, compile_launch)
+        template = RunTemplate.make(run, ops, counter_of, before, counts)
         if template is not None:
             self._cache.set(key, template)

@@ -70,10 +70,9 @@ def test_keys_seen_once_stay_bounded():
         plan = object()
 
     for k in range(100):
-        assert not kept.issue((k,), Run(), {}, {}, None)
-        assert kept.before({}) is None  # a key's first run keeps nothing
+        assert kept.issue((k,), Run(), {}, {}, None) == (False, None)  # a key's first run keeps nothing
     assert len(kept._cache) == 4 and kept.built == 100 and kept.reissued == 0
-    assert not kept.issue((99,), Run(), {}, {}, None) and kept.before({"c": 1}) == {"c": 1}  # its second run: kept
+    assert kept.issue((99,), Run(), {"c": 1}, {}, None) == (False, {"c": 1})  # its second run: kept
 
 
 def test_runs_cross_the_counters_wrap(monkeypatch):

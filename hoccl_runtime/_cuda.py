@@ -188,11 +188,14 @@ class on_device:  # noqa: N801 - used like a function, as torch.cuda.device
     def __enter__(self) -> Any:
         rt = cupy_runtime()
         self.prev = rt.getDevice()
-        rt.setDevice(self.device)
+        if self.prev != self.device:  # the usual case on a network call's path: already there, two calls fewer
+            rt.setDevice(self.device)
         return rt
 
     def __exit__(self, *exc: object) -> None:
-        cupy_runtime().setDevice(self.prev)
+        rt = cupy_runtime()
+        if self.prev != self.device or rt.getDevice() != self.prev:  # (getDevice: a thread-local read, no switch)
+            rt.setDevice(self.prev)
 
 
 def enable_peer_access(src: int, dst: int) -> None:

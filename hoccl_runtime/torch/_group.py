@@ -20,10 +20,9 @@ What moves how:
   All-to-Allv are batches of pairwise transfers straight into the caller's tensors (no staging copy). A rank's
   own block of an out-of-place call is a same-GPU copy, which the CUDA driver runs on SMs (see the README);
   in-place AllGather has none.
-* send/recv are deferred: ``isend``/``irecv`` queue their op and return a Work; the queue is issued as one
-  batch (``batch_isend_irecv`` of the communicator: every address before any wait, so ranks that send to each
-  other do not deadlock) when ``dist.batch_isend_irecv`` returns (:mod:`hoccl_runtime.torch._batch`), when a Work
-  of it is waited on, or before the group's next collective. torch.distributed.pipelining's schedules batch so.
+* send/recv: ``dist.batch_isend_irecv`` issues its ops as one call (the communicator's ``batch_isend_irecv``: every
+  address before any wait, so ranks that send to each other do not deadlock; :mod:`hoccl_runtime.torch._batch`).
+  A lone ``isend``/``irecv`` is deferred into the next batch, issued at its Work's wait or the next collective.
 * Reductions (all_reduce, reduce_scatter, reduce): ``reduce="nccl"`` hands them to an NCCL group made from
   the same store (the paper's choice; the default where every rank has its own GPU), ``reduce="hoccl"``
   moves the blocks with HOCCL and adds them with one local kernel on the receiving GPU (the default where
@@ -398,11 +397,24 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         raise UnsupportedOpError("recv from any source: HOCCL pairs every transfer before it runs; name the "
                                  "sender (dist.recv(tensor, src=...))")
 
-    def _defer(self, kind: str, t: Any, peer: int) -> HocclWork:
+    def _checked_p2p(self, kind: str, t: Any, peer: int) -> None:
         self._check(t, f"{kind} tensor")
         if not 0 <= peer < self.size() or peer == self.rank():
             raise CollectiveError(f"{kind} with rank {peer}: give another rank of this group, 0..{self.size() - 1} "
                                   f"(this is rank {self.rank()})")
+
+    def _batch_now(self, ops: list) -> list[HocclWork]:
+        """Sends and receives [(kind, tensor, peer)] as one call issued now, after any deferred ones: a Work per op,
+        all ending with the call (:func:`~hoccl_runtime.torch._batch.issue_whole`)."""
+        for op in ops:
+            self._checked_p2p(*op)
+        sends, recvs = [(p, t) for k, t, p in ops if k == "send"], [(p, t) for k, t, p in ops if k == "recv"]
+        done = self._issue(lambda stream: _exchange(self.comm, self.rank(), sends, recvs, stream),
+                           [t for _, t, _ in ops])._done
+        return [HocclWork(done, [t] if k == "recv" else []) for k, t, _ in ops]
+
+    def _defer(self, kind: str, t: Any, peer: int) -> HocclWork:
+        self._checked_p2p(kind, t, peer)
         with self._lock:
             done = Completion(None, [t], issue=self._flush_now)
             self._streams.follow()  # the group's stream will run the batch after the caller's work so far
@@ -431,8 +443,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             op.done.event, op.done.issue = event, None
 
     def _start_coalescing(self, device: Any = None) -> None:
-        """torch's coalescing manager (batch_isend_irecv on some versions): sends and receives are deferred
-        anyway; the batch is issued at ``_end_coalescing``."""
+        """torch's coalescing manager: sends and receives are deferred anyway, issued at ``_end_coalescing``."""
 
     def _end_coalescing(self, device: Any = None) -> HocclWork:
         with self._lock:

@@ -279,6 +279,59 @@ def test_batch_isend_irecv_issues_its_batch_when_it_returns(monkeypatch, issue):
         assert torch.equal(got, _data(1 - r, (6,))) and torch.equal(got2, _data(1 - r, (3,), salt=1))
 
 
+def test_batch_isend_irecv_of_one_hoccl_group_is_one_call():
+    """A batch of plain tensors through one hoccl group goes to the group as one call: its stream follows the
+    caller's once per batch (not once per op), the communicator gets every op in one batch, and each op's Work ends
+    with it. A batch torch must handle itself (complex tensors: torch views them as real) goes op by op as before,
+    with the same bytes."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from torch_fakes import _AtOnce
+
+    class Counting(_AtOnce):
+        def __init__(self):
+            self.follows = 0
+
+        def follow(self):
+            self.follows += 1
+
+    def body(g, r):
+        c10d._world.pg_group_ranks[g] = {0: 0, 1: 1}
+        g._streams = Counting()
+        batches = []
+        real = g.comm.batch_isend_irecv
+        g.comm.batch_isend_irecv = lambda ops, stream=None: (batches.append([op[0] for op in ops]), real(ops))
+        try:
+            peer = 1 - r
+            got = [_poisoned((5,)), _poisoned((7,))]
+            ops = [dist.P2POp(dist.isend, _data(r, (5,)), group=g, group_peer=peer),
+                   dist.P2POp(dist.isend, _data(r, (7,), salt=2), group=g, group_peer=peer),
+                   dist.P2POp(dist.irecv, got[0], group=g, group_peer=peer),
+                   dist.P2POp(dist.irecv, got[1], group=g, group_peer=peer)]
+            works = dist.batch_isend_irecv(ops)
+            whole = (g._streams.follows, [sorted(b) for b in batches])
+            results = [w.result() for w in works]
+            for w in works:
+                w.wait()
+            g._streams.follows, batches[:] = 0, []
+            cgot = torch.full((3,), complex("nan"), dtype=torch.complex64)
+            cops = [dist.P2POp(dist.isend, torch.arange(3).to(torch.complex64) * (1 + r * 1j), group=g,
+                               group_peer=peer), dist.P2POp(dist.irecv, cgot, group=g, group_peer=peer)]
+            for w in dist.batch_isend_irecv(cops):
+                w.wait()
+            return whole, results, got, (g._streams.follows, len(batches)), cgot
+        finally:
+            c10d._world.pg_group_ranks.pop(g, None)
+
+    res, _ = run_ranks(2, body)
+    for r, (whole, results, got, by_op, cgot) in enumerate(res):
+        assert whole == (1, [["recv", "recv", "send", "send"]])  # one hand-off, one call for the four ops
+        assert results[:2] == [[], []] and results[2][0] is got[0] and results[3][0] is got[1]
+        assert torch.equal(got[0], _data(1 - r, (5,))) and torch.equal(got[1], _data(1 - r, (7,), salt=2))
+        assert by_op == (2, 1)  # torch's way: a hand-off per op, issued as one batch when the wrapper returns
+        assert torch.equal(cgot, torch.arange(3).to(torch.complex64) * (1 + (1 - r) * 1j))
+
+
 def test_batch_isend_irecv_wrapper_leaves_other_groups_alone():
     """The wrapper is installed once, keeps torch's own function underneath, and issues nothing for ops of a group
     that is not a hoccl group."""

@@ -11,9 +11,8 @@ How: the driving half of the GPU executor needs no CUDA (:class:`~hoccl_runtime.
 opens gates and reads counters in host memory the GPU reaches). So the staging rings and every flag live in one
 :class:`SharedArena` (a memfd the training process registers with CUDA and the proxy process maps), the training
 process enqueues each call's gated copies as before (:meth:`~hoccl_runtime.net.gpu.GpuNodeExecutor.prepare`, no
-transport), and sends the proxy process a few words per call through a queue in shared memory (:mod:`.callring`,
-no system call): the call's key (the process compiles the same plan from it), the gates' flag words and counts,
-and its stream's START/DONE words. The proxy
+transport), and sends the proxy process a few words per call over a socket pair: the call's key (the process
+compiles the same plan from it), the gates' flag words and counts, and its stream's START/DONE words. The proxy
 process owns the TCP transport, runs the calls in order with a :class:`~hoccl_runtime.comm.net.CallProxy`, and
 reports the first error. It counts the calls it took and those it gave DONE in the arena (a call's DONE comes once
 its copies are through, its last writes possibly still leaving); the training process reads them to wait
@@ -43,14 +42,12 @@ import numpy as np
 from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, as_int32
 from .callproxy import CallProxy, DoneOnce
-from .callring import CallRing, ring_bytes
 from .gpu import GatedNodeExecutor, PreparedRun, open_gates
 from .transport.base import Region, Transport
 
 __all__ = ["SharedArena", "ProcessProxy", "LocalRegions", "arena_bytes", "main"]
 
 ALIGN = 256
-CALL_RING_BYTES = 4 << 20  # the calls' messages in flight to the proxy process (a few hundred bytes each)
 
 
 def arena_bytes(gpus: int, slots: int, chunk_bytes: int) -> int:
@@ -205,21 +202,16 @@ class ProcessProxy:
         self._error: BaseException | None = None
         self._closing = False
         self._draining = False
-        self._exited = False
-        self._calls = SharedArena(ring_bytes(CALL_RING_BYTES))  # every message to the proxy process (callring.py)
-        self._ring = CallRing(self._calls.view)
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports, the proxy does
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "hoccl_runtime.net.proxyproc", str(theirs.fileno()), str(arena.fd),
-                 str(arena.word(self._taken)), str(arena.word(self._done)), str(arena.word(self._failed)),
-                 str(self._calls.fd)], pass_fds=(theirs.fileno(), arena.fd, self._calls.fd), env=env,
-                stdin=subprocess.DEVNULL)
+                 str(arena.word(self._taken)), str(arena.word(self._done)), str(arena.word(self._failed))],
+                pass_fds=(theirs.fileno(), arena.fd), env=env, stdin=subprocess.DEVNULL)
         except OSError as exc:
             ours.close()
-            self._calls.close()
             raise HocclError(f"cannot start the network proxy process ({exc.strerror or exc}); set "
                              "HOCCL_NET_PROXY=thread to drive the network from a thread of this process") from None
         finally:
@@ -230,28 +222,27 @@ class ProcessProxy:
         self._watcher.start()
 
     # --- set-up ---------------------------------------------------------------------------------------------------
-    def send(self, message: tuple, timeout_s: float | None = None) -> None:
-        """Send ``message`` (plain data, pickled) through the call ring (:mod:`~hoccl_runtime.net.callring`): no
-        system call. Raises if the proxy process is gone."""
+    def send(self, message: tuple) -> None:
+        """Send ``message`` (plain data: the proxy process reads it with ``Connection.recv``). Pickled here with
+        pickle itself: ``Connection.send``'s ForkingPickler sets a pickler up per message, which a call pays for."""
         data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-        with self._send_lock:
-            self._ring.put(data, timeout_s=self.timeout_s if timeout_s is None else timeout_s, alive=self._alive)
-        self._alive()
-
-    def _alive(self) -> None:
-        if self._exited:  # the watcher saw the process end (the calls it left are released there)
-            raise self._gone()
+        try:
+            with self._send_lock:
+                self._conn.send_bytes(data)
+        except OSError:
+            raise self._gone() from None
 
     def send_arena(self, message: tuple, arena: SharedArena) -> None:
-        """Send ``message``, and ``arena``'s memfd over the socket pair (SCM_RIGHTS): the proxy process maps it."""
+        """Send ``message`` and then ``arena``'s memfd (SCM_RIGHTS over the socket pair): the proxy process maps
+        it."""
         from multiprocessing.reduction import send_handle
 
         try:
             with self._send_lock:
-                send_handle(self._conn, arena.fd, self._proc.pid)  # there before the message that takes it
+                self._conn.send(message)
+                send_handle(self._conn, arena.fd, self._proc.pid)
         except OSError:
             raise self._gone() from None
-        self.send(message)
 
     def request(self, message: tuple, timeout_s: float) -> Any:
         """Send ``message`` and return the proxy process's answer to it (or raise the error it reports)."""
@@ -349,7 +340,6 @@ class ProcessProxy:
 
     def _watch(self) -> None:
         rc = self._proc.wait()
-        self._exited = True
         if self._closing:
             return
         if self._error is None:
@@ -401,7 +391,7 @@ class ProcessProxy:
         exits (killed after ``timeout_s``)."""
         if self._proc.poll() is None:
             with contextlib.suppress(Exception):
-                self.send(("close",), timeout_s=1.0)
+                self.send(("close",))
             try:
                 self._proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -410,7 +400,6 @@ class ProcessProxy:
         self._closing = True
         with contextlib.suppress(OSError):
             self._conn.close()
-        self._calls.close()
 
 
 # --- the proxy process ----------------------------------------------------------------------------------------------
@@ -434,37 +423,17 @@ class _ArenaExecutor(GatedNodeExecutor):
         return ring, self.transport.register(ring)
 
 
-def _messages(ring: CallRing, poll_s: list) -> Any:
-    """The training process's messages, in order (:mod:`~hoccl_runtime.net.callring`), looking every ``poll_s[0]``
-    (every millisecond after a second without one); ends when the training process is gone."""
-    parent, idle_since, looked = os.getppid(), time.monotonic(), 0
-    while True:
-        data = ring.take()
-        if data is not None:
-            idle_since = None
-            yield pickle.loads(data)
-            continue
-        now = time.monotonic()
-        idle_since = idle_since or now
-        looked += 1
-        if looked % 128 == 0 and os.getppid() != parent:
-            return  # the training process is gone: nothing more will come
-        time.sleep(poll_s[0] if now - idle_since < 1.0 else 1e-3)
-
-
-def _serve(conn: Connection, ring: CallRing, arena: SharedArena, taken: Flag, done: Flag, failed: Flag) -> None:
+def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed: Flag) -> None:
     from ..plans import compile_call, topology_of
     from .transport.tcp import TcpTransport
 
     words = arena.words()
-    poll = [1e-4]  # until the set-up says
-    messages = _messages(ring, poll)
-    setup = next(messages)[1]
+    setup = conn.recv()[1]
     transport = TcpTransport(host=setup["host"], lanes=setup["lanes"], session=setup["session"], name=setup["name"],
                              secret=setup["secret"])
     topology = topology_of(setup["topology"])
     chunk, timeout_s, rank = setup["chunk_bytes"], setup["timeout_s"], setup["rank"]
-    poll_s = poll[0] = setup["poll_us"] * 1e-6  # this process has a core to itself: it may look often
+    poll_s = setup["poll_us"] * 1e-6  # this process has a core to itself: it may look often
     conn.send(("address", transport.listen()))
     plans: dict = {}
     state: dict = {}
@@ -519,7 +488,11 @@ def _serve(conn: Connection, ring: CallRing, arena: SharedArena, taken: Flag, do
     proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
                       skip=lambda call: call[0] is not None and open_gates(call[0]), early=True)
     try:
-        for message in messages:  # until the training process is gone
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return  # the training process is gone
             what = message[0]
             if what == "addresses":
                 state["addresses"] = message[1]
@@ -585,16 +558,15 @@ def _write_trace(path: str, rank: int, rows: list) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The proxy process: ``python -m hoccl_runtime.net.proxyproc SOCKET_FD ARENA_FD TAKEN DONE FAILED RING_FD``
-    (TAKEN, DONE, FAILED: words of the arena; RING_FD: the call ring's memory)."""
+    """The proxy process: ``python -m hoccl_runtime.net.proxyproc SOCKET_FD ARENA_FD TAKEN DONE FAILED`` (the last
+    three: words of the arena)."""
     args = sys.argv[1:] if argv is None else argv
     conn = Connection(int(args[0]))
     arena = SharedArena(fd=int(args[1]))
     words = arena.words()
     failed = Flag(words, int(args[4]))
     try:
-        _serve(conn, CallRing(SharedArena(fd=int(args[5])).view), arena, Flag(words, int(args[2])),
-               Flag(words, int(args[3])), failed)
+        _serve(conn, arena, Flag(words, int(args[2])), Flag(words, int(args[3])), failed)
     except BaseException as exc:  # noqa: BLE001 - told to the training process, which raises it
         with contextlib.suppress(Exception):
             conn.send(("error", type(exc).__name__, str(exc)))

@@ -28,7 +28,7 @@ names = "user nice system idle iowait irq softirq steal".split()
 print("cpu %: " + "  ".join(f"{n} {100 * v / tot:.1f}" for n, v in zip(names, d)))
 PY
   # the busiest threads over the run: mean %CPU of each (command, thread name) over the samples where it showed
-  awk '/^ *[0-9]+ /{key=$NF; cpu[key]+=$9; n[key]++} END{for(k in cpu) printf "%7.1f %5d %s\n", cpu[k]/70, n[k], k}' \
+  awk '/^ *[0-9]+ /{key=$1" "$NF; cpu[key]+=$9; n[key]++} END{for(k in cpu) printf "%7.1f %5d %s\n", cpu[k]/70, n[k], k}' \
     $OUT/top-$v.txt | sort -rn | head -14
 done
 cd $OUT && tar czf logs.tgz *.log top-*.txt cpu.txt && rm -f *.log top-*.txt

@@ -10,11 +10,10 @@ not possible.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from .errors import BufferError, CudaError, HocclError
@@ -93,16 +92,25 @@ def cuda_error(exc: BaseException, what: str) -> BaseException:
     return CudaError(f"{what}: a CUDA call failed: {exc}")
 
 
-@contextlib.contextmanager
-def cuda_errors(what: Callable[[], str]) -> Iterator[None]:
-    """Inside: CuPy's and cuda-bindings' own CUDA errors leave as a :class:`CudaError` naming ``what()`` (worked
-    out only then: the calls this wraps are hot; :func:`cuda_error`); every other exception leaves unchanged."""
-    try:
-        yield
-    except Exception as exc:
-        err = cuda_error(exc, what())
+class cuda_errors:  # noqa: N801 - used like a function; a class, not a generator: it sits on every network call
+    """``with cuda_errors(what):`` inside, CuPy's and cuda-bindings' own CUDA errors leave as a :class:`CudaError`
+    naming ``what()`` (worked out only then: the calls this wraps are hot; :func:`cuda_error`); every other exception
+    leaves unchanged."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: Callable[[], str]) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        err = cuda_error(exc, self.what())
         if err is exc:
-            raise
+            return False
         raise err from exc
 
 

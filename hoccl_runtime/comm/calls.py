@@ -7,6 +7,8 @@ import contextlib
 import threading
 from typing import Any
 
+from .._cuda_streams import event_create, event_destroy, event_record  # no CUDA at import (looked up when called)
+
 __all__ = ["CallEvents", "enqueue_call", "start_done_ops"]
 
 
@@ -29,8 +31,6 @@ class CallEvents:
         self._lock = threading.Lock()
 
     def record(self, stream: int) -> int:
-        from .._cuda_streams import event_create, event_record
-
         with self._lock:
             event = self._free.pop() if self._free else None
         if event is None:
@@ -52,8 +52,6 @@ class CallEvents:
             self._free.append(event)
 
     def close(self) -> None:
-        from .._cuda_streams import event_destroy
-
         for event in self._made:
             with contextlib.suppress(Exception):  # closing anyway
                 event_destroy(event)

@@ -36,7 +36,7 @@ import contextlib
 import threading
 from typing import Any
 
-from .._cuda import on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
+from .._cuda import cuda_errors, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..net.callproxy import CallProxy, DoneOnce
@@ -477,13 +477,14 @@ class NetCommunicator(_Calls):
         peer = 1 - self.rank
         if to != peer or frm != peer:
             raise HocclError(f"batch ops {[(k, p) for k, _, p in ops]}: on 2 ranks the peer is rank {peer}")
-        out_bytes, in_bytes = as_buffer(sent, "send tensor").nbytes, as_buffer(got, "recv tensor").nbytes
+        sent_buf, got_buf = as_buffer(sent, "send tensor"), as_buffer(got, "recv tensor")
+        out_bytes, in_bytes = sent_buf.nbytes, got_buf.nbytes
         if not out_bytes or not in_bytes:  # an empty message: the pair as two calls, as without the exchange
             super().batch_isend_irecv(ops, stream)
             return
         rows = [[0, 0], [0, 0]]
         rows[self.rank][peer], rows[peer][self.rank] = out_bytes, in_bytes
-        self._call(CallKey.alltoallv(tuple(map(tuple, rows))), sent, got, stream)
+        self._call(CallKey("alltoallv", matrix=(tuple(rows[0]), tuple(rows[1]))), sent_buf, got_buf, stream)
 
     def _check_stream(self, s: int) -> None:
         """Any stream: each has its own START/DONE pair (calls still run in the order they were made, on every
@@ -497,13 +498,10 @@ class NetCommunicator(_Calls):
     def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         if self.closed:
             raise HocclError("this communicator is closed; create a new one")
-        self._raise()
         plan = self._plan(key)
         r = self.rank
         inp, out, s = self._buffers(plan, input, output, stream)
-        self._bound_ahead(self._proxy)
-        from .._cuda import cuda_errors
-
+        self._bound_ahead(self._proxy)  # and an earlier call's error raised here
         with self._lock, cuda_errors(lambda: f"rank {r}: {key}"):  # CuPy's own CUDA errors name the call
             if self._executor is None:
                 self._connect(plan, {r: (inp, out)}, key)

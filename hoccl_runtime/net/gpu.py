@@ -14,12 +14,13 @@ import numpy as np
 
 from hoccl_compiler.schema import Plan
 
-from .._cuda import cuda_errors, set_device  # no CUDA at import (the driving half runs without it)
+from .._cuda import cuda_errors, enable_peer_access, set_device  # no CUDA at import (the driving half runs without it)
 from .._cuda_memory import free, malloc
 from .._cuda_streams import stream_synchronize
 from .._timer import fine_sleeps
 from ..errors import HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, MemOps, as_int32, reached
+from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Record, Wait, replay, squeeze_devices
 from .host import HostNodeExecutor
 from .transport.base import Region, Transport
@@ -264,9 +265,6 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
     def _check_buffers(self, plan: Plan, buffers: Mapping[int, tuple]) -> dict:
         """{rank: (input, output, GPU)} of a run's buffers: sizes, one GPU per rank, peer access between them."""
-        from .._cuda import enable_peer_access
-        from ..interop import as_buffer
-
         bound = {}
         for r in self.ranks:
             if r not in buffers:
@@ -373,11 +371,12 @@ class GpuNodeExecutor(GatedNodeExecutor):
     def _checked_bounds(self, plan: Plan) -> None:
         """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
         plan object (a few recent ones remembered)."""
-        from .._trust import verified
-        from ..program import check_bounds
         seen = self._bounds_checked
         if seen.get(id(plan)) is plan:
             return
+        from .._trust import verified
+        from ..program import check_bounds
+
         verified(plan)  # the one door (as the host executor's): verify_plan unless this process compiled it
         check_bounds(plan)
         seen[id(plan)] = plan

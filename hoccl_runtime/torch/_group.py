@@ -45,6 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .._cuda_streams import event_record, stream_wait_event
 from ..errors import GPU_NEEDS, BufferError, CollectiveError, HocclError, UnsupportedOpError
 from ..settings import env_choice, env_int
 from ._ops import check_tensor, reduce_blocks, reduction, split_bytes
@@ -90,8 +91,6 @@ class _Streams:
     def follow(self) -> None:
         """The group's stream waits for the work on the caller's current stream so far (one reused event:
         a stream wait takes the event's state when it is enqueued). Raw handles: see ``current_raw_stream``."""
-        from .._cuda_streams import event_record, stream_wait_event
-
         ready = self._ready.cuda_event
         event_record(ready, current_raw_stream())
         stream_wait_event(self.handle, ready)

@@ -88,7 +88,7 @@ def check_tensor(t: Any, what: str) -> None:
 
     if not isinstance(t, torch.Tensor):
         raise BufferError(f"{what} is a {type(t).__name__}, not a torch tensor")
-    if t.device.type != "cuda":
+    if not t.is_cuda:  # (an attribute: no device object made)
         raise BufferError(f"{what} is on {t.device} ({tuple(t.shape)}, {t.dtype}); the hoccl backend moves GPU "
                           "memory: pass x.cuda(), or use a gloo group for CPU tensors")
     if not t.is_contiguous():

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .._cuda_streams import stream_wait_event
+
 __all__ = ["HocclWork", "Completion", "wait_on_current_stream"]
 
 
@@ -34,8 +36,6 @@ def current_raw_stream() -> int:
 def wait_on_current_stream(event: Any) -> None:
     """The caller's current CUDA stream waits for ``event`` (a recorded torch.cuda.Event), on the GPU; the host goes
     on."""
-    from .._cuda_streams import stream_wait_event
-
     stream_wait_event(current_raw_stream(), event.cuda_event)
 
 

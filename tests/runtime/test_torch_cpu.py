@@ -285,7 +285,6 @@ def test_batch_isend_irecv_of_one_hoccl_group_is_one_call():
     with it. A batch torch must handle itself (complex tensors: torch views them as real) goes op by op as before,
     with the same bytes."""
     from torch.distributed import distributed_c10d as c10d
-
     from torch_fakes import _AtOnce
 
     class Counting(_AtOnce):
@@ -565,8 +564,6 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
 
     from hoccl_runtime.torch import _group
 
-    from hoccl_runtime import _cuda_streams
-
     class Pending:  # an end event the GPU has not reached
         cuda_event = 0
 
@@ -578,7 +575,7 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", Pending)
     for name in ("event_record", "stream_wait_event"):  # the group's follow() on raw handles: no CUDA here
-        monkeypatch.setattr(_cuda_streams, name, lambda *args: None)
+        monkeypatch.setattr(_group, name, lambda *args: None)
     monkeypatch.setattr(_group, "current_raw_stream", lambda: 0)
     held_after = {}
 

@@ -43,7 +43,9 @@ def install() -> None:
     def batch_isend_irecv(p2p_op_list: list) -> list:
         if not env_flag("HOCCL_BATCH_ISSUE", True):
             return original(p2p_op_list)
-        c10d._check_p2p_op_list(p2p_op_list)  # torch's own checks and errors, whichever way the batch goes
+        check = getattr(c10d, "_check_p2p_op_list", None)  # torch's own checks and errors, whichever way it goes
+        if check is not None:
+            check(p2p_op_list)
         group = whole_batch_group(p2p_op_list)
         if group is not None:
             return issue_whole(group, p2p_op_list)
@@ -70,7 +72,6 @@ def whole_batch_group(p2p_op_list: list) -> Any:
     """The hoccl group that can issue ``p2p_op_list`` as one call, or None (torch issues it op by op): every op an
     ``isend``/``irecv`` of one ``ProcessGroupHoccl`` (torch checked they share a group), with its peer's group rank,
     and every tensor a plain one (a tensor subclass, or a complex one, goes through torch's handling)."""
-
     if not p2p_op_list:
         return None
     group: Any = p2p_op_list[0].group
@@ -78,9 +79,10 @@ def whole_batch_group(p2p_op_list: list) -> Any:
         group = c10d._get_default_group()
     if not isinstance(group, ProcessGroupHoccl):
         return None
+    first = p2p_op_list[0].group
     for op in p2p_op_list:
         t = op.tensor
-        if op.op not in (c10d.isend, c10d.irecv) or getattr(op, "group_peer", None) is None \
+        if op.group is not first or op.op not in (c10d.isend, c10d.irecv) or getattr(op, "group_peer", None) is None \
                 or has_torch_function((t,)) or t.is_complex():
             return None
     return group

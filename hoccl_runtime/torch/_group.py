@@ -48,7 +48,7 @@ import torch.distributed as dist
 from .._cuda_streams import event_record, stream_wait_event
 from ..errors import GPU_NEEDS, BufferError, CollectiveError, HocclError, UnsupportedOpError
 from ..settings import env_choice, env_int
-from ._ops import check_tensor, reduce_blocks, reduction, split_bytes
+from ._ops import check_tensor, exchange, reduce_blocks, reduction, split_bytes
 from ._work import Completion, HocclWork, current_raw_stream
 
 __all__ = ["ProcessGroupHoccl", "create_backend", "configure", "require_cuda", "REDUCE_MODES"]
@@ -359,7 +359,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         else one All-to-Allv of the sends packed by destination into a temporary, unpacked by source after
         (same-GPU copies: the network path's cost is the network's)."""
         if self._zero_copy:
-            _exchange(self.comm, self.rank(), sends, recvs, stream)
+            exchange(self.comm, self.rank(), sends, recvs, stream)
             return
         w = self.size()
         in_bytes, out_bytes = [0] * w, [0] * w
@@ -403,13 +403,15 @@ class ProcessGroupHoccl(dist.ProcessGroup):
                                   f"(this is rank {self.rank()})")
 
     def _batch_now(self, ops: list) -> list[HocclWork]:
-        """Sends and receives [(kind, tensor, peer)] as one call issued now, after any deferred ones: a Work per op,
-        all ending with the call (:func:`~hoccl_runtime.torch._batch.issue_whole`)."""
+        """Sends and receives [(kind, tensor, peer)] issued now in one batch with any deferred ones (every rank makes
+        the same calls as before): a Work per op, all ending with the batch (torch/_batch.py)."""
         for op in ops:
             self._checked_p2p(*op)
-        sends, recvs = [(p, t) for k, t, p in ops if k == "send"], [(p, t) for k, t, p in ops if k == "recv"]
-        done = self._issue(lambda stream: _exchange(self.comm, self.rank(), sends, recvs, stream),
-                           [t for _, t, _ in ops])._done
+        with self._lock:
+            if self._closed:
+                raise HocclError("this hoccl process group is shut down; create a new one")
+            event, held = self._flush(ops)
+        done = Completion(event, held)  # wait() ends the stream's hold
         return [HocclWork(done, [t] if k == "recv" else []) for k, t, _ in ops]
 
     def _defer(self, kind: str, t: Any, peer: int) -> HocclWork:
@@ -424,22 +426,27 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         with self._lock:
             self._flush()
 
-    def _flush(self) -> None:
-        """Issue the deferred sends and receives as one batch (caller holds the lock)."""
-        if not self._pending:
-            return
+    def _flush(self, more: Sequence = ()) -> tuple:
+        """Issue the deferred sends and receives, and ``more`` [(kind, tensor, peer)] after the caller's work so far,
+        as one batch (caller holds the lock); (its end event, the tensors the stream holds), or (None, [])."""
         ops, self._pending = self._pending, []
-        sends = [(op.peer, op.tensor) for op in ops if op.kind == "send"]
-        recvs = [(op.peer, op.tensor) for op in ops if op.kind == "recv"]
+        every = [(op.kind, op.tensor, op.peer) for op in ops] + list(more)
+        if not every:
+            return None, []
+        if more:
+            self._streams.follow()  # (each deferred op's follow was made when it was deferred)
         try:
-            _exchange(self.comm, self.rank(), sends, recvs, self._streams.handle)
-            event = self._streams.end([op.tensor for op in ops])
+            exchange(self.comm, self.rank(), [(p, t) for k, t, p in every if k == "send"],
+                      [(p, t) for k, t, p in every if k == "recv"], self._streams.handle)
+            held = [t for _, t, _ in every]  # the stream's hold, shared with the Works of ``more``
+            event = self._streams.end(held)
         except Exception as exc:
             for op in ops:
                 op.done.error = exc
             raise
         for op in ops:
             op.done.event, op.done.issue = event, None
+        return event, held
 
     def _start_coalescing(self, device: Any = None) -> None:
         """torch's coalescing manager: sends and receives are deferred anyway, issued at ``_end_coalescing``."""
@@ -559,33 +566,6 @@ def _opts(opts: Any, kind: Any) -> Any:
 def _reduction_of(opts: Any) -> Any:
     """The Reduction a call's options ask for (SUM where torch passes none)."""
     return reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-
-
-def _exchange(comm: Any, me: int, sends: list, recvs: list, stream: Any) -> None:
-    """Sends [(peer, tensor)] and receives [(peer, tensor)] as one batch on ``stream`` (the communicator's
-    ``batch_isend_irecv``: on one node every address before any wait, in rounds of at most 4 ops per peer;
-    across nodes one call after another in the (src, dst) order every rank uses), so no two ranks wait on each
-    other."""
-    ops = [("send", t, p) for p, t in sends if t.numel()] + [("recv", t, p) for p, t in recvs if t.numel()]
-    if not ops:
-        return
-    if getattr(comm, "pairs_alone", False):
-        per_peer: dict[int, list] = {}
-        for op in ops:
-            per_peer.setdefault(op[2], []).append(op)
-        # the communicator takes at most 4 ops per peer in a batch: cut longer lists into rounds, alike on both ends
-        # (each end sorts a peer's ops by (src, dst, bytes) the same way)
-        rounds: list[list] = []
-        for peer_ops in per_peer.values():
-            peer_ops.sort(key=lambda op: ((me, op[2]) if op[0] == "send" else (op[2], me), op[1].nbytes))
-            for i in range(0, len(peer_ops), 4):
-                while len(rounds) <= i // 4:
-                    rounds.append([])
-                rounds[i // 4].extend(peer_ops[i:i + 4])
-        for batch in rounds:
-            comm.batch_isend_irecv(batch, stream=stream)
-        return
-    comm.batch_isend_irecv(ops, stream=stream)  # across nodes: one after the other in the (src, dst) order
 
 
 # --- creation through torch ---------------------------------------------------------------------------------

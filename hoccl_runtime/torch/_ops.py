@@ -1,4 +1,5 @@
-"""The pure parts of the torch integration: reduce ops, split sizes, local reductions (no GPU, no process group).
+"""The pure parts of the torch integration: reduce ops, split sizes, local reductions, and how a batch of sends and
+receives goes to a communicator (:func:`exchange`; no GPU, no process group).
 
 Everything here takes and returns plain values or torch tensors on any device, so the CPU tests run it as it
 runs on the GPU.
@@ -12,7 +13,7 @@ from typing import Any
 
 from ..errors import BufferError, CollectiveError, UnsupportedOpError
 
-__all__ = ["Reduction", "reduction", "split_bytes", "reduce_blocks", "check_tensor", "row_bytes"]
+__all__ = ["Reduction", "reduction", "split_bytes", "reduce_blocks", "check_tensor", "row_bytes", "exchange"]
 
 # what HOCCL's own reductions do; the rest are refused with the way out
 _SUPPORTED = ("SUM", "AVG", "PREMUL_SUM", "MIN", "MAX")
@@ -124,3 +125,30 @@ def split_bytes(splits: Sequence[int] | None, t: Any, world: int, what: str) -> 
         raise CollectiveError(f"{what}_split_sizes {splits} add up to {sum(splits)} but {what} has {rows} rows "
                               f"(shape {tuple(t.shape)}): they must add up to its first dimension")
     return tuple(s * per_row for s in splits)
+
+
+def exchange(comm: Any, me: int, sends: list, recvs: list, stream: Any) -> None:
+    """Sends [(peer, tensor)] and receives [(peer, tensor)] as one batch on ``stream`` (the communicator's
+    ``batch_isend_irecv``: on one node every address before any wait, in rounds of at most 4 ops per peer;
+    across nodes one call after another in the (src, dst) order every rank uses), so no two ranks wait on each
+    other."""
+    ops = [("send", t, p) for p, t in sends if t.numel()] + [("recv", t, p) for p, t in recvs if t.numel()]
+    if not ops:
+        return
+    if getattr(comm, "pairs_alone", False):
+        per_peer: dict[int, list] = {}
+        for op in ops:
+            per_peer.setdefault(op[2], []).append(op)
+        # the communicator takes at most 4 ops per peer in a batch: cut longer lists into rounds, alike on both ends
+        # (each end sorts a peer's ops by (src, dst, bytes) the same way)
+        rounds: list[list] = []
+        for peer_ops in per_peer.values():
+            peer_ops.sort(key=lambda op: ((me, op[2]) if op[0] == "send" else (op[2], me), op[1].nbytes))
+            for i in range(0, len(peer_ops), 4):
+                while len(rounds) <= i // 4:
+                    rounds.append([])
+                rounds[i // 4].extend(peer_ops[i:i + 4])
+        for batch in rounds:
+            comm.batch_isend_irecv(batch, stream=stream)
+        return
+    comm.batch_isend_irecv(ops, stream=stream)  # across nodes: one after the other in the (src, dst) order

@@ -318,12 +318,32 @@ def test_batch_isend_irecv_of_one_hoccl_group_is_one_call():
                                group_peer=peer), dist.P2POp(dist.irecv, cgot, group=g, group_peer=peer)]
             for w in dist.batch_isend_irecv(cops):
                 w.wait()
-            return whole, results, got, (g._streams.follows, len(batches)), cgot
+            by_op = (g._streams.follows, len(batches))
+            # a lone isend still deferred goes out in the next batch with its ops, as before: one call
+            batches[:] = []
+            late = _poisoned((2,))
+            if r == 0:
+                lone = g.send([_data(r, (3,), salt=4)], peer, 0)
+                works = [lone, *dist.batch_isend_irecv([dist.P2POp(dist.irecv, late, group=g, group_peer=peer)])]
+            else:
+                early = _poisoned((3,))
+                works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, early, group=g, group_peer=peer),
+                                                dist.P2POp(dist.isend, _data(r, (2,), salt=4), group=g,
+                                                           group_peer=peer)])
+            for w in works:
+                w.wait()
+            merged = [sorted(b) for b in batches]
+            return whole, results, got, by_op, cgot, merged, late, None if r == 0 else early
         finally:
             c10d._world.pg_group_ranks.pop(g, None)
 
     res, _ = run_ranks(2, body)
-    for r, (whole, results, got, by_op, cgot) in enumerate(res):
+    for r, (whole, results, got, by_op, cgot, merged, late, early) in enumerate(res):
+        assert merged == [["recv", "send"]], merged
+        if r == 0:
+            assert torch.equal(late, _data(1, (2,), salt=4))
+        else:
+            assert torch.equal(early, _data(0, (3,), salt=4))
         assert whole == (1, [["recv", "recv", "send", "send"]])  # one hand-off, one call for the four ops
         assert results[:2] == [[], []] and results[2][0] is got[0] and results[3][0] is got[1]
         assert torch.equal(got[0], _data(1 - r, (5,))) and torch.equal(got[1], _data(1 - r, (7,), salt=2))

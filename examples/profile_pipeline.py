@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             print("losses not compared: --host-delay-us trains the delayed variant's model further")
         elif len(losses) == 2:
             a, b = losses.values()
-            print(f"losses equal: {a == b}")
+            apart = max((abs(x - y) for x, y in zip(a, b, strict=False)), default=0.0)
+            print(f"losses equal: {a == b}" + ("" if a == b else f" (at most {apart:.2g} apart over {len(a)} steps)"))
     dist.barrier()
     dist.destroy_process_group()
     return 0

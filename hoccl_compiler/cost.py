@@ -180,8 +180,8 @@ class StageCosts:
     queue_busy_s: np.ndarray
     chain: StageChain | None = None
     # per stage, what StageChain.add takes: each queue's busy time (stages x queues) and the path edges, one per
-    # waiting piece (stage, upstream queue, downstream queue, upstream first chunk s, downstream largest chunk s
-    # and whole time s, upstream piece; :func:`pair_edges` makes them one per pair of queues)
+    # waiting piece (stage, upstream queue, downstream queue, upstream first chunk s, downstream last chunk s and
+    # whole time s, upstream piece; :func:`pair_edges` makes them one per pair of queues)
     stage_busy_s: np.ndarray | None = None
     edges: tuple[np.ndarray, ...] | None = None
 
@@ -191,7 +191,7 @@ class StageChain:
     it is through its previous stage's; the work of it that waits on a forwarding path (a piece whose chunks follow
     the chunks of the piece before it on the path) starts no earlier than that piece's queue started the stage and
     moved the path's first chunk, and ends no earlier than that plus the waiting pieces' time, nor than the piece's
-    queue ended plus the waiting pieces' largest chunks. The queue's other work does not wait (it runs while the path
+    queue ended plus the waiting pieces' last chunks. The queue's other work does not wait (it runs while the path
     fills): a GPU's copy queue that forwards a block it receives and also copies its own block ends at its busy time
     where the network delivers in time, as the chunk simulation has it. Fed one stage at a time (:meth:`add`)."""
 
@@ -203,7 +203,7 @@ class StageChain:
             whole: np.ndarray) -> None:
         """One stage: ``busy[q]`` each queue's time in it; edges ``up[i] -> down[i]`` (the queues of a path's
         consecutive pieces), one per pair of queues (:func:`pair_edges`): the upstream pieces' longest first chunk,
-        the downstream pieces' whole times summed (they run one after another on their queue), and their largest
+        the downstream pieces' whole times summed (they run one after another on their queue), and their last
         chunks as :func:`pair_edges` adds them up."""
         begin = self.end.copy()
         ready = begin.copy()  # when the queue's work that waits on a path may start
@@ -221,8 +221,8 @@ class StageChain:
 def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray, whole: np.ndarray,
                source: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """A stage's path edges (per waiting piece: upstream queue, downstream queue, the upstream piece's first chunk
-    s, the waiting piece's largest chunk s and whole time s; ``source``: the upstream piece) as one edge per pair of
-    queues: the longest first chunk and the waiting pieces' whole times summed; their largest chunks summed over the
+    s, the waiting piece's last chunk s and whole time s; ``source``: the upstream piece) as one edge per pair of
+    queues: the longest first chunk and the waiting pieces' whole times summed; their last chunks summed over the
     pieces that wait on one upstream piece (a block forwarded to several GPUs: all of them follow its last chunk),
     the most of those sums over the upstream pieces (pieces that wait on different ones, as round a ring, follow
     each its own)."""
@@ -414,14 +414,12 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     up_tr = after[tr_idx]
     keep = costed[up_tr]
     tr_idx, up_tr = tr_idx[keep], up_tr[keep]
-    # each piece's first chunk (its largest) and all of it. A waiting piece ends no earlier than its upstream piece
-    # plus its largest chunk, not its last: chunk k follows chunk k upstream, so where the last chunk is short (a
-    # part of 7.45 chunks) the full one before it decides (for chunks of one size the two are the same)
-    first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap
-    whole_t = n_chunks * start_s + nbytes / tr_cap
+    first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap          # each piece's first chunk
+    last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
+    whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
     order_e = np.argsort(stage[tr_idx], kind="stable")
     tr_idx, up_tr = tr_idx[order_e], up_tr[order_e]
-    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], first_t[tr_idx], whole_t[tr_idx], up_tr)
+    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx], up_tr)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]

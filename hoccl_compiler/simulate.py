@@ -48,7 +48,7 @@ from .errors import PlanError
 from .ir import RDMA
 from .schema import Plan
 
-__all__ = ["simulate", "Simulation"]
+__all__ = ["simulate", "Simulation", "ready_first_order"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,74 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
     return Simulation(total, tuple(stage_times), n_chunks, whole)
 
 
+def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, queue, after,
+                      order: np.ndarray) -> np.ndarray:
+    """``order`` (a chunk order over these transfers, stage after stage) list-scheduled, stage by stage: each queue,
+    once free, starts the first of its chunks in ``order`` whose dependency has landed (or waits for the first to
+    land), a chunk taking its start cost and its bytes at its path's port speed (no sharing between queues: the
+    event loop of :func:`simulate` without its max-min rates, so that it is fast enough for the compiler). The
+    chunks in the order they start: an order in which no queue holds a chunk that is not there yet while one behind
+    it is (:func:`hoccl_compiler.passes.chunks.ready_first`)."""
+    import heapq
+
+    n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
+    out_port, in_port = piece_ports(role, src, dst, topo.num_gpus)
+    cap = port_capacity(topo)
+    rate = np.where(out_port >= 0, np.minimum(cap[np.maximum(out_port, 0)], cap[np.maximum(in_port, 0)]), np.inf)
+    start_s = np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
+    dependents: dict[int, list[int]] = {}  # transfer -> the queues of the transfers that wait on it
+    for t in np.flatnonzero(after >= 0).tolist():
+        dependents.setdefault(int(after[t]), []).append(int(queue[t]))
+    o_stage = stage[order]
+    bounds = np.searchsorted(o_stage, np.arange(int(o_stage.max(initial=-1)) + 2))
+    out: list[int] = []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        items: dict[int, list] = {}  # queue -> its chunks (transfer, k, seconds), in ``order``
+        seen: dict[int, int] = {}
+        for t in order[lo:hi].tolist():
+            k = seen.get(t, 0)
+            seen[t] = k + 1
+            b = max(0, min(chunk_bytes, int(nbytes[t]) - k * chunk_bytes))
+            items.setdefault(int(queue[t]), []).append((t, k, float(start_s[t]) + b / float(rate[t])))
+        landed: dict[tuple[int, int], float] = {}
+        wake = [(0.0, q) for q in items]  # (time, queue): when a queue looks for its next chunk
+        heapq.heapify(wake)
+        free = dict.fromkeys(items, 0.0)
+        while wake:
+            now, q = heapq.heappop(wake)
+            mine = items[q]
+            if not mine or now < free[q]:
+                continue
+            pick, soonest = None, np.inf
+            for i, (t, k, _) in enumerate(mine):
+                a = int(after[t])
+                if a < 0 or k >= n_chunks[a]:
+                    pick = i
+                    break
+                at = landed.get((a, k))
+                if at is not None and at <= now:
+                    pick = i
+                    break
+                if at is not None:
+                    soonest = min(soonest, at)
+            if pick is None:  # nothing there yet: look again when the first known chunk lands, or a dependency starts
+                if soonest < np.inf:
+                    heapq.heappush(wake, (soonest, q))
+                continue
+            t, k, took = mine.pop(pick)
+            out.append(t)
+            end = now + took
+            landed[(t, k)] = end
+            free[q] = end
+            heapq.heappush(wake, (end, q))
+            for d in dependents.get(t, ()):
+                heapq.heappush(wake, (end, d))
+        if any(items.values()):
+            raise PlanError("the chunk order's queues wait for each other (a dependency that never starts); "
+                            "please report this")
+    return np.asarray(out, dtype=np.int64)
+
+
 def _fill(plan: Plan, chunk: int) -> float:
     return max((staging_fill_s(plan.topology, chunk, np.asarray(st.transfers.role), np.asarray(st.transfers.bytes))
                 for st in plan.stages), default=0.0)
@@ -123,8 +191,16 @@ class _Run:
         self.capacity = port_capacity(topo)
         self.plan_id, self.max_events, self.events = plan_id, max_events, 0
 
-    def run(self, entries: list, what: str) -> float:
-        """The time ``entries`` (queue, transfer, k, bytes; each queue's in order) take from 0."""
+    def _ready(self, item: tuple, done: set) -> bool:
+        t, k, _ = item
+        after = self.after_of[t]
+        return after < 0 or k >= self.n_of[after] or (after, k) in done
+
+    def run(self, entries: list, what: str, started: list | None = None) -> float:
+        """The time ``entries`` (queue, transfer, k, bytes; each queue's in order) take from 0. With ``started`` (a
+        list, filled with (transfer, k) in the order the chunks start) a free queue starts the first of its chunks
+        whose dependency landed, not only the next one: the ready-first order a plan's chunk order can take from it
+        (:func:`hoccl_compiler.passes.chunks.ready_first`)."""
         queues: dict[int, list[tuple[int, int, int]]] = {}
         for q, t, k, nbytes in entries:
             queues.setdefault(q, []).append((t, k, nbytes))
@@ -134,14 +210,20 @@ class _Run:
         local, out_port, in_port = self.local, self.out_port, self.in_port
         now = 0.0
         while True:
-            # start what can start: a free queue whose next chunk's dependency landed
+            # start what can start: a free queue whose next chunk's dependency landed (with ``started``: any of its
+            # chunks, the first in its order whose dependency landed)
             for q, items in queues.items():
                 if q in active or head[q] >= len(items):
                     continue
-                t, k, nbytes = items[head[q]]
-                after = self.after_of[t]
-                if after >= 0 and k < self.n_of[after] and (after, k) not in done:
+                pick = next((i for i in range(head[q], len(items) if started is not None else head[q] + 1)
+                             if self._ready(items[i], done)), None)
+                if pick is None:
                     continue
+                if pick != head[q]:  # taken out of turn: the ones it passed keep their order
+                    items.insert(head[q], items.pop(pick))
+                t, k, nbytes = items[head[q]]
+                if started is not None:
+                    started.append((t, k))
                 active[q] = [t, k, float(nbytes), now + float(self.start_of[t])]
                 head[q] += 1
             if not active:

@@ -82,7 +82,8 @@ def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | Non
     if order_of is not None:
         ordered_tr, costs = order_of(tr_stage), None
     elif ordered_tr is None:
-        ordered_tr = chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after)
+        ordered_tr = ready_first(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
+                                 chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after))
     return ChunkSchedule(
         chunk_bytes=chunk,
         tr_stage=tr_stage, tr_flow=sched.seg_flow[seg_idx], tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
@@ -175,6 +176,27 @@ def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
     return chunk_tr[order]
 
 
+READY_FIRST_MAX_ENTRIES = 20_000  # chunk entries up to which a deep multicast plan's order is list-scheduled
+
+
+def ready_first(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, after, depth,
+                order: np.ndarray) -> np.ndarray:
+    """A multicast plan's chunk order, where its paths run more than two hops deep (a Broadcast's chains): every
+    stage's chunks in the order they start when each free queue takes the first of its chunks, in ``order``
+    (:func:`chunk_order`), whose dependency has landed: the chunk simulation's event loop
+    (:mod:`hoccl_compiler.simulate`), list-scheduled. The runtimes run each queue's chunks strictly in the plan's
+    order, and :func:`chunk_order`'s fixed shifts per hop guess when a chunk arrives: a guess too early holds the
+    queue while chunks that are there wait behind it. The simulation put 2x8 Broadcasts of 7 of 23 sizes
+    1.10-1.53x above v2 so (docs/benchmarks.md); in the order they can start, none waits on a queue for a chunk
+    behind it. Plans of more than ``READY_FIRST_MAX_ENTRIES`` chunks (the loop is Python), and shallower ones, keep
+    ``order``."""
+    if depth is None or int(depth.max(initial=0)) <= 2 or order.size > READY_FIRST_MAX_ENTRIES:
+        return order
+    from ..simulate import ready_first_order
+
+    return ready_first_order(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, after, order)
+
+
 def forward_lag(tr_role, after, depth, n_chunks) -> np.ndarray:
     """Per transfer of a multicast plan, how far back its chunks go in the chunk order (:func:`chunk_order`): the sum
     over the hops of its path of ``DEPTH_SHIFT / n_chunks`` (a hop after an NVLink copy) or ``NETWORK_SHIFT`` (after
@@ -207,7 +229,8 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
     flows = cost.net_flows(topo, tr_role, tr_src, tr_dst)
 
     def time_of(c: int) -> float:  # the plan's v2 time as the runtime runs it: stages overlapping, the fill
-        order = chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after)
+        order = ready_first(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
+                            chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after))
         costed = cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, order,
                                      num_stages)
         total = cost.plan_time_v2(topo, costed.time_s, network, flows=flows,

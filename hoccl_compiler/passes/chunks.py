@@ -186,8 +186,8 @@ def ready_first(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
     (:func:`chunk_order`), whose dependency has landed: the chunk simulation's event loop
     (:mod:`hoccl_compiler.simulate`), list-scheduled. The runtimes run each queue's chunks strictly in the plan's
     order, and :func:`chunk_order`'s fixed shifts per hop guess when a chunk arrives: a guess too early holds the
-    queue while chunks that are there wait behind it. The simulation put 2x8 Broadcasts of 7 of 23 sizes
-    1.10-1.53x above v2 so (docs/benchmarks.md); in the order they can start, none waits on a queue for a chunk
+    queue while chunks that are there wait behind it. The simulation put 2x8 Broadcasts of 8 of 23 sizes
+    1.10-1.59x above v2 so (docs/benchmarks.md); in the order they can start, none waits on a queue for a chunk
     behind it. Plans of more than ``READY_FIRST_MAX_ENTRIES`` chunks (the loop is Python), and shallower ones, keep
     ``order``."""
     if depth is None or int(depth.max(initial=0)) <= 2 or order.size > READY_FIRST_MAX_ENTRIES:

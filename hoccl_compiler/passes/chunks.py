@@ -183,8 +183,8 @@ def ready_first(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
                 order: np.ndarray) -> np.ndarray:
     """A multicast plan's chunk order, where its paths run more than two hops deep (a Broadcast's chains): every
     stage's chunks in the order they start when each free queue takes the first of its chunks, in ``order``
-    (:func:`chunk_order`), whose dependency has landed: the chunk simulation's event loop
-    (:mod:`hoccl_compiler.simulate`), list-scheduled. The runtimes run each queue's chunks strictly in the plan's
+    (:func:`chunk_order`), whose dependency has landed (:func:`hoccl_compiler.simulate.ready_first_order`, a list
+    schedule without the simulation's port sharing). The runtimes run each queue's chunks strictly in the plan's
     order, and :func:`chunk_order`'s fixed shifts per hop guess when a chunk arrives: a guess too early holds the
     queue while chunks that are there wait behind it. The simulation put 2x8 Broadcasts of 8 of 23 sizes
     1.10-1.59x above v2 so (docs/benchmarks.md); in the order they can start, none waits on a queue for a chunk

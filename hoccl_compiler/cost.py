@@ -30,7 +30,7 @@ from .topology import Topology
 from .units import chain_depth
 
 __all__ = ["port_capacity", "piece_ports", "port_loads", "loads_time", "lower_bound", "collective_bound",
-           "stage_times_v2",
+           "stage_times_v2", "chunk_start_s",
            "plan_time_v2", "overlapped_s", "StageChain", "pair_edges", "StageCosts", "has_network", "duplex_capacity", "incast_senders", "staging_fill_s", "net_flows",
            "plan_net_flows", "net_flows_s", "transfers_cost"]
 
@@ -303,6 +303,11 @@ def _shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     return out
 
 
+def chunk_start_s(topo: Topology, role: np.ndarray) -> np.ndarray:
+    """Each transfer's start cost per chunk (s): the NIC's for a network transfer, a copy engine's for the rest."""
+    return np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
+
+
 def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np.ndarray, src: np.ndarray,
                    dst: np.ndarray, nbytes: np.ndarray, queue: np.ndarray, after: np.ndarray, order: np.ndarray,
                    num_stages: int) -> StageCosts:
@@ -327,7 +332,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     ports_s = port_time.max(axis=1)
     cap_of = cap_sp.ravel()  # cap_of[stage * P + port]
     cls = QUEUE_CLASS[role]
-    start_s = np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
+    start_s = chunk_start_s(topo, role)
     n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
 
     # chunk entries: transfer, chunk index k (its occurrence), bytes, position in its queue

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost import (
+    chunk_start_s,
     duplex_capacity,
     has_network,
     incast_senders,
@@ -121,7 +122,7 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
     out_port, in_port = piece_ports(role, src, dst, topo.num_gpus)
     cap = port_capacity(topo)
     rate = np.where(out_port >= 0, np.minimum(cap[np.maximum(out_port, 0)], cap[np.maximum(in_port, 0)]), np.inf)
-    start_s = np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
+    start_s = chunk_start_s(topo, role)
     dependents: dict[int, list[int]] = {}  # transfer -> the queues of the transfers that wait on it
     for t in np.flatnonzero(after >= 0).tolist():
         dependents.setdefault(int(after[t]), []).append(int(queue[t]))

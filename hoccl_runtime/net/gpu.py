@@ -352,9 +352,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
         kept = self._templates
         key = kept.key(plan, after, bound) if kept is not None else None
         try:
-            issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: cuda_errors(
-                lambda: f"node {self.node}: enqueuing the copies of plan {plan.plan_id}")) if kept is not None else \
-                (False, None)
+            issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan)) \
+                if kept is not None else (False, None)
             if issued:
                 return run
             ops = self._enqueue(run, bound, after)
@@ -387,9 +386,13 @@ class GpuNodeExecutor(GatedNodeExecutor):
         """Issue the run's launch list (:meth:`launch_ops`) once, and return it: CUDA's own errors leave as a
         CudaError."""
         ops = self.launch_ops(run, bound, after)
-        with cuda_errors(lambda: f"node {self.node}: enqueuing the copies of plan {run.plan.plan_id}"):
+        with self._enqueuing(run.plan):
             replay(ops)
         return ops
+
+    def _enqueuing(self, plan: Plan) -> cuda_errors:
+        """The context a run's copies are enqueued in (built or from a kept list): CUDA's own errors name the plan."""
+        return cuda_errors(lambda: f"node {self.node}: enqueuing the copies of plan {plan.plan_id}")
 
     def launch_ops(self, run: PreparedRun, bound: dict, after: Sequence[int]) -> list[Op]:
         """The CUDA work of one run as a launch list (:mod:`hoccl_runtime.launch`, as the one-node paths build

@@ -62,7 +62,7 @@ def issue_batches(p2p_op_list: list) -> None:
     """Issue the deferred batch of every hoccl group among ``p2p_op_list``'s ops (a group without one: nothing)."""
     seen: set[int] = set()
     for op in p2p_op_list:
-        group: Any = op.group if op.group is not None else dist.distributed_c10d._get_default_group()
+        group: Any = op.group if op.group is not None else c10d._get_default_group()
         if isinstance(group, ProcessGroupHoccl) and id(group) not in seen:
             seen.add(id(group))
             group._flush_now()
@@ -74,12 +74,10 @@ def whole_batch_group(p2p_op_list: list) -> Any:
     and every tensor a plain one (a tensor subclass, or a complex one, goes through torch's handling)."""
     if not p2p_op_list:
         return None
-    group: Any = p2p_op_list[0].group
-    if group is None:
-        group = c10d._get_default_group()
+    first = p2p_op_list[0].group
+    group: Any = first if first is not None else c10d._get_default_group()
     if not isinstance(group, ProcessGroupHoccl):
         return None
-    first = p2p_op_list[0].group
     for op in p2p_op_list:
         t = op.tensor
         if op.group is not first or op.op not in (c10d.isend, c10d.irecv) or getattr(op, "group_peer", None) is None \

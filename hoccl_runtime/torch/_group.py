@@ -189,8 +189,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         """Run ``run(stream)`` on the group's stream after the caller's current work; a Work for its end.
         ``torch_ops``: ``run`` launches torch work of its own (kernels, temporaries), to go on that stream too."""
         with self._lock:
-            if self._closed:
-                raise HocclError("this hoccl process group is shut down; create a new one")
+            self._check_open()
             self._flush()
             self._streams.follow()
             # a call of zero bytes here moves nothing and needs no plan, where ranks pair up (one node); across
@@ -204,6 +203,10 @@ class ProcessGroupHoccl(dist.ProcessGroup):
             held = list(tensors)  # one list for the stream's hold and the Work's: wait() empties both
             event = self._streams.end(held)
         return HocclWork(Completion(event, held, host_wait=host_wait), list(outputs))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HocclError("this hoccl process group is shut down; create a new one")
 
     def _check(self, t: Any, what: str) -> None:
         check_tensor(t, what)
@@ -408,8 +411,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         for op in ops:
             self._checked_p2p(*op)
         with self._lock:
-            if self._closed:
-                raise HocclError("this hoccl process group is shut down; create a new one")
+            self._check_open()
             event, held = self._flush(ops)
         done = Completion(event, held)  # wait() ends the stream's hold
         return [HocclWork(done, [t] if k == "recv" else []) for k, t, _ in ops]

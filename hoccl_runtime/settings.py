@@ -44,7 +44,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_PROXY": ("process", "the one-GPU-per-node network communicator's proxy: process (a process of its own, "
                         "with the TCP transport, driving the calls through shared memory: it never waits for the "
                         "training loop's GIL) or thread (a thread of the training process)"),
-    "HOCCL_NET_CHUNK_BYTES": ("8388608", "network communicators: the chunk size of their plans (bytes, 4096 .. 1 GiB) "
+    "HOCCL_NET_CHUNK_BYTES": ("2097152", "network communicators: the chunk size of their plans (bytes, 4096 .. 1 GiB) "
                               "where chunk_bytes= is not given: each chunk is staged, sent and landed in turn, so "
                               "smaller chunks overlap these steps within smaller calls"),
     "HOCCL_NET_LANES": ("8", "network communicators: TCP connections per peer (1-64) where lanes= is not given; each "

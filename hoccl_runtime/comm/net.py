@@ -22,9 +22,10 @@ broadcast, scatter, gather, send, recv), each returning at once. What happens:
   ``PlanError``) still releases the stream (the data is then wrong), and the error is raised by the
   next call, ``synchronize()`` or ``close()``.
 
-Chunks: 8 MiB (``chunk_bytes=``); connections: 8 lanes (``lanes=``, HOCCL_NET_LANES); staging: a pinned ring of 256 MiB
-per direction and executor (``ring_bytes=``: 32 chunks in flight; with 4 the GPU path ran at 0.64-0.74 of
-the transport's own rate on the 2x H200 host, see docs/benchmarks.md); the listening address:
+Chunks: 2 MiB (``chunk_bytes=``, HOCCL_NET_CHUNK_BYTES); connections: 8 lanes (``lanes=``, HOCCL_NET_LANES); staging: a
+pinned ring of up to 256 MiB per direction and executor (``ring_bytes=``: at most 64 chunks in flight, 128 MiB of
+2 MiB chunks; with 4 chunks of 8 MiB the GPU path ran at 0.64-0.74 of the transport's own rate on the 2x H200 host,
+see docs/benchmarks.md); the listening address:
 ``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback.
 Addresses are exchanged through the store; every run starts with a plan notice, so ranks in
 different collectives raise ``PlanError``.
@@ -62,13 +63,15 @@ def job_secret(store: Any, rank: int) -> bytes:
 
 
 def net_chunk_bytes(given: int | None) -> int:
-    """The chunk size of a network communicator: ``given``, else HOCCL_NET_CHUNK_BYTES (8 MiB)."""
+    """The chunk size of a network communicator: ``given``, else HOCCL_NET_CHUNK_BYTES (2 MiB: on the 1x H200's TCP
+    nodes, AllGathers of 1-12 MiB a rank took 5-17% less time than with 8 MiB chunks under MPS, and FSDP small and
+    350m stepped 2-7% faster, docs/benchmarks.md)."""
     from ..settings import env_int
 
     if given is None:
-        return env_int("HOCCL_NET_CHUNK_BYTES", 8 << 20, 4096, 1 << 30)
+        return env_int("HOCCL_NET_CHUNK_BYTES", 2 << 20, 4096, 1 << 30)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
-        raise HocclError(f"chunk_bytes={given!r}: give a positive number of bytes (default 8 MiB)")
+        raise HocclError(f"chunk_bytes={given!r}: give a positive number of bytes (default 2 MiB)")
     return given
 
 

@@ -790,10 +790,10 @@ def test_network_chunk_and_lane_settings(monkeypatch):
 
     monkeypatch.delenv("HOCCL_NET_CHUNK_BYTES", raising=False)
     monkeypatch.delenv("HOCCL_NET_LANES", raising=False)
-    assert (net_chunk_bytes(None), net_lanes(None)) == (8 << 20, 8)
-    monkeypatch.setenv("HOCCL_NET_CHUNK_BYTES", str(2 << 20))
+    assert (net_chunk_bytes(None), net_lanes(None)) == (2 << 20, 8)
+    monkeypatch.setenv("HOCCL_NET_CHUNK_BYTES", str(8 << 20))
     monkeypatch.setenv("HOCCL_NET_LANES", "16")
-    assert (net_chunk_bytes(None), net_lanes(None), net_lanes(4)) == (2 << 20, 16, 4)
+    assert (net_chunk_bytes(None), net_lanes(None), net_lanes(4)) == (8 << 20, 16, 4)
     for bad in (0, 65, True, 2.0):
         with pytest.raises(HocclError, match="lanes="):
             net_lanes(bad)

@@ -27,7 +27,7 @@ def main() -> int:
     side = torch.cuda.Stream()  # the calls' stream, with compute on the default stream beside it
     failures = []
     t0 = time.monotonic()
-    for n in (4099, 20 << 20):  # one chunk, and three of the communicator's 8 MiB
+    for n in (4099, 20 << 20):  # one chunk, and ten of the communicator's 2 MiB
         g = torch.Generator(device="cuda").manual_seed(rank * 1000 + n)
         inp = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda", generator=g)
         out = torch.full((n * world,), 0xA5, dtype=torch.uint8, device="cuda")

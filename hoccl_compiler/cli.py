@@ -321,13 +321,8 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
         save_plan(pattern, output)
         progress(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB)")
         progress.close()  # the status line goes before the result is printed
-        from .multicast import applies
-
-        unicast = "" if args.multicast == "off" or not applies(kind, topo.nodes, topo.gpus_per_node) else \
-            " (pattern plans are unicast: every block crosses the network once per destination GPU; add " \
-            "--pattern off for a multicast plan)"
         print(output if args.quiet else f"{format_pattern(pattern)}\n\nverified and wrote {output} (a pattern "
-              f"plan){unicast}")
+              "plan)")
         return 0
     if args.dump_after and args.dump_after != "verify":
         partial = compile_state(topo, spec, options, stop_after=args.dump_after, progress=progress)

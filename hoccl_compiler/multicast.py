@@ -33,7 +33,7 @@ import numpy as np
 
 from .collective import CollectiveSpec, Layout
 
-__all__ = ["MULTICAST_KINDS", "applies", "route", "roots_of", "source_segments", "staged"]
+__all__ = ["MULTICAST_KINDS", "applies", "route", "roots_of", "source_segments", "staged", "forwarded_schedule"]
 
 MULTICAST_KINDS = ("allgather", "broadcast")
 
@@ -124,9 +124,6 @@ def staged(state, stage_direct):
     Schedule's ``seg_after``). Where direct flows share a GPU pair (a broadcast's parts), which the decomposition
     cannot tell apart, every flow moves whole in one stage (its network transfers, one per GPU and direction,
     allow it)."""
-    from .ir import Schedule
-    from .passes.stages import segments_of, stage_times_of_segments
-
     lay, pieces, G = state.layout, state.pieces, state.topology.num_gpus
     via = lay.via
     direct = np.flatnonzero(via < 0)
@@ -148,6 +145,19 @@ def staged(state, stage_direct):
         num_stages = int(bool(direct.size))
         report = {"rdma_stages": num_stages if (lay.src // state.topology.gpus_per_node !=
                                                 lay.dst // state.topology.gpus_per_node).any() else 0}
+    return dataclasses.replace(state, schedule=forwarded_schedule(state, rec_stage, rec_flow, rec_bytes, num_stages,
+                                                                  report))
+
+
+def forwarded_schedule(state, rec_stage, rec_flow, rec_bytes, num_stages: int, report: dict):
+    """The Schedule of a multicast plan from its direct flows' records (stage, flow, bytes moved there; a pattern
+    plan's shifts give them too, :func:`hoccl_compiler.pattern.expand`): every forwarded flow moves in the stages of
+    the direct flow it descends from, range for range, each of its segments waiting on its source's."""
+    from .ir import Schedule
+    from .passes.stages import segments_of, stage_times_of_segments
+
+    lay = state.layout
+    via = lay.via
     # every forwarded flow gets the records of the direct flow it descends from
     by_flow = np.argsort(rec_flow, kind="stable")
     rec_stage, rec_flow, rec_bytes = rec_stage[by_flow], rec_flow[by_flow], rec_bytes[by_flow]
@@ -168,9 +178,8 @@ def staged(state, stage_direct):
         raise ScheduleError("internal: a forwarded flow's segment has no matching segment of its source; please "
                             "report this")
     stage_time_s = stage_times_of_segments(state, seg_stage, seg_flow, seg_bytes, num_stages)
-    schedule = Schedule(num_stages=num_stages, seg_stage=seg_stage, seg_flow=seg_flow, seg_offset=seg_offset,
-                        seg_bytes=seg_bytes, stage_time_s=stage_time_s, report=report, seg_after=seg_after)
-    return dataclasses.replace(state, schedule=schedule)
+    return Schedule(num_stages=num_stages, seg_stage=seg_stage, seg_flow=seg_flow, seg_offset=seg_offset,
+                    seg_bytes=seg_bytes, stage_time_s=stage_time_s, report=report, seg_after=seg_after)
 
 
 def source_segments(seg_stage, seg_flow, seg_offset, seg_bytes, via, num_stages: int) -> np.ndarray | None:

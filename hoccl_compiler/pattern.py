@@ -96,6 +96,15 @@ def pattern_applies(topology: Topology, collective: CollectiveSpec) -> str | Non
     return None
 
 
+def _multicast(topology: Topology, collective: CollectiveSpec, asked: bool) -> bool:
+    """Whether a pattern plan of ``collective`` is routed for multicast (an AllGather across nodes of several GPUs,
+    where the options ask for it, as the explicit compiler routes it: :mod:`hoccl_compiler.multicast`)."""
+    from . import multicast
+
+    return asked and collective.kind == "allgather" and multicast.applies("allgather", topology.nodes,
+                                                                          topology.gpus_per_node)
+
+
 def _flow_index(u: np.ndarray, v: np.ndarray, G: int, in_place: bool) -> np.ndarray:
     """The layout's flow number of u -> v (flows sorted by (src, dst); in place: no u -> u)."""
     if not in_place:
@@ -103,14 +112,19 @@ def _flow_index(u: np.ndarray, v: np.ndarray, G: int, in_place: bool) -> np.ndar
     return u * (G - 1) + np.where(v < u, v, v - 1)
 
 
-def _place(topo: Topology, c: int):
-    """The stages pass on scalars: (RDMA shifts, native entries, number of stages, port-model stage times)."""
+def _place(topo: Topology, c: int, multicast: bool = False):
+    """The stages pass on scalars: (RDMA shifts, native entries, number of stages, port-model stage times).
+    ``multicast``: an AllGather's direct flows only (each GPU's block to the same local index of every other node,
+    no forwarding piece, and to its own node's GPUs); the blocks forwarded inside a node move with the shift that
+    brings them (:func:`_stage_transfers`), as the explicit stages pass stages a multicast plan's direct flows
+    alone."""
     from .passes.stages import MIN_NATIVE_PIECE, spread_over_slack
 
     N, L = topo.nodes, topo.gpus_per_node
     peers = np.asarray(topo.peer_array()) if topo.forwarding != "none" else np.arange(topo.num_gpus)
-    forwards = bool((peers != np.arange(topo.num_gpus)).any())
-    shifts = [(k, j) for k in range(1, N) for j in range(L)] if c > 0 else []
+    forwards = bool((peers != np.arange(topo.num_gpus)).any()) and not multicast
+    shifts = ([(k, 0) for k in range(1, N)] if multicast else [(k, j) for k in range(1, N) for j in range(L)]) \
+        if c > 0 else []
     S = len(shifts)
     nvl_Bps = topo.nvlink_gbps * 1e9
     capacity = np.array([topo.nvlink_gbps * 1e9, topo.nic_gbps * 1e9])
@@ -141,20 +155,36 @@ def _place(topo: Topology, c: int):
                 into = S - 1
         native += [(into, l_shift, w) for l_shift, w in leftover]
         num_stages = max(num_stages, into + 1)
-    native.sort(key=lambda e: (e[0], e[1]))
-    return shifts, native, num_stages
+    merged: dict[tuple[int, int], int] = {}  # a shift's rest merged into a stage that has some of it already: one entry
+    for st, l_shift, amount in native:
+        merged[(st, l_shift)] = merged.get((st, l_shift), 0) + amount
+    return shifts, [(st, l_shift, amount) for (st, l_shift), amount in sorted(merged.items())], num_stages
 
 
 def _stage_transfers(topo: Topology, c: int, in_place: bool, shift: tuple[int, int] | None,
-                     natives: list[tuple[int, int]], offsets: dict[int, int], local: bool):
+                     natives: list[tuple[int, int]], offsets: dict[int, int], local: bool, multicast: bool = False):
     """One stage's transfers as the chunks pass has them (sorted by flow, pieces in path order): flow, role, src,
-    dst, offset, bytes, after."""
+    dst, offset, bytes, after. ``multicast`` (an AllGather, shifts (k, 0)): GPU x sends its block to GPU y of the
+    node k on, with no forwarding piece, and y passes the block it receives from the node k before (x's mirror) on
+    to its node's other GPUs, each copy waiting on that network transfer."""
     G, L = topo.num_gpus, topo.gpus_per_node
     g = np.arange(G, dtype=np.int64)
     node, loc = g // L, g % L
     peer = np.asarray(topo.peer_array(), dtype=np.int64)
     rows = []  # (flow, role order key, role, src, dst, offset, bytes)
-    if shift is not None:
+    passed_on: list[tuple[np.ndarray, np.ndarray]] = []  # multicast: (forwarded flow, the flow it reads from)
+    if shift is not None and multicast:
+        k = shift[0]
+        y = ((node + k) % topo.nodes) * L + loc
+        zeros, cc = np.zeros(G, np.int64), np.full(G, c, np.int64)
+        rows.append((_flow_index(g, y, G, in_place), 3, g, y, zeros, cc))  # rdma x -> y, the direct flow
+        x = ((node - k) % topo.nodes) * L + loc  # where GPU g's block of this stage comes from
+        for l_shift in range(1, L):
+            dst = node * L + (loc + l_shift) % L
+            f = _flow_index(x, dst, G, in_place)
+            rows.append((f, NATIVE, g, dst, zeros, cc))  # g passes x's block on to dst
+            passed_on.append((f, _flow_index(x, g, G, in_place)))
+    elif shift is not None:
         k, j = shift
         y = ((node + k) % topo.nodes) * L + (loc + j) % L
         u, v = peer[g], peer[y]
@@ -179,7 +209,11 @@ def _stage_transfers(topo: Topology, c: int, in_place: bool, shift: tuple[int, i
                                      for i in range(6))
     order = np.lexsort((role, flow))
     flow, role, src, dst, off, nb = (a[order] for a in (flow, role, src, dst, off, nb))
-    return flow, role, src, dst, off, nb, waits_on_previous(flow)
+    after = waits_on_previous(flow)
+    if passed_on:  # every flow is one transfer here: a forwarded copy waits on the network transfer it reads
+        fwd, source = (np.concatenate(a) for a in zip(*passed_on, strict=True))
+        after[np.searchsorted(flow, fwd)] = np.searchsorted(flow, source)
+    return flow, role, src, dst, off, nb, after
 
 
 def compile_pattern(topology: Topology, collective: CollectiveSpec, options: CompileOptions | None = None
@@ -195,7 +229,8 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
     _check_memory(G, "compile", ScheduleError, "compile it on a machine with more memory, or for fewer GPUs")
     c = collective.size_bytes // G
     in_place = collective.in_place
-    shifts, native, S = _place(topology, c)
+    mc = _multicast(topology, collective, options.multicast)
+    shifts, native, S = _place(topology, c, mc)
     # every stage's transfers, one per distinct content (the shifts are alike by symmetry)
     by_stage: dict[int, list[tuple[int, int]]] = {}
     for st, l_shift, amount in native:
@@ -209,7 +244,7 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
         key = (s < len(shifts), tuple(entries), tuple(sorted(offsets.items())) if entries else (), local)
         if key not in distinct:
             flow, role, src, dst, off, nb, after = _stage_transfers(
-                topology, c, in_place, shifts[s] if s < len(shifts) else None, entries, offsets, local)
+                topology, c, in_place, shifts[s] if s < len(shifts) else None, entries, offsets, local, mc)
             stage = np.zeros(flow.size, np.int64)
             distinct[key] = (stage, role, src, dst, nb, after, assign_queues(topology, stage, role, src, nb))
         keys.append(key)
@@ -222,7 +257,7 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
 
     def costs_of(chunk: int) -> tuple:
         if chunk not in costed:
-            costed[chunk] = _stage_costs(topology, chunk, S, distinct, keys, uses)
+            costed[chunk] = _stage_costs(topology, chunk, S, distinct, keys, uses, mc)
         return costed[chunk]
 
     network = len(shifts) > 0
@@ -243,17 +278,19 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
             lambda k: sum(n * int(np.maximum(1, -(-distinct[key][4] // k)).sum()) for key, n in uses.items()))
     times, ports, pipes, port_busy, queue_busy, chain_s = costs_of(chunk)
     predicted, parts = plan_time(chunk)
-    # the port model's bound: every GPU's ports carry the same totals
-    nic = float((topology.nodes - 1) * topology.gpus_per_node * c)
+    # the port model's bound: every GPU's ports carry the same totals (multicast: a block per other node over the NIC;
+    # over NVLink its own block and each block it passes on, to the node's L - 1 other GPUs)
+    L = topology.gpus_per_node
+    nic = float((topology.nodes - 1) * (1 if mc else L) * c)
     peers = np.asarray(topology.peer_array())
-    forwards = bool((peers != np.arange(G)).any())
-    nvl = float((2 * nic if forwards else 0.0) + (topology.gpus_per_node - 1) * c)
+    forwards = bool((peers != np.arange(G)).any()) and not mc
+    nvl = float(topology.nodes * (L - 1) * c) if mc else float((2 * nic if forwards else 0.0) + (L - 1) * c)
     per = {"nvlink": nvl / (topology.nvlink_gbps * 1e9), "rdma": nic / (topology.nic_gbps * 1e9)}
     bound = max(per.values())
     report = Report(predicted_time_s=predicted, lower_bound_s=bound, lower_bound_by_domain_s=per,
                     ratio=predicted / bound if bound > 0 else 1.0, rdma_stages=len(shifts), cost_model="v2",
                     breakdown_s={"ports": float(ports.sum()), **parts})
-    plan_options = PlanOptions(chunk_bytes=chunk, max_extra_time=options.max_extra_time)
+    plan_options = PlanOptions(chunk_bytes=chunk, max_extra_time=options.max_extra_time, multicast=mc)
     return PatternPlan(schema_version=SCHEMA_VERSION, encoding=ENCODING,
                        plan_id=_pattern_id(topology, collective, plan_options),
                        generator=f"hoccl-compiler {__version__}", topology=topology, collective=collective,
@@ -261,18 +298,20 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
                        stage_time_s=times.tolist(), report=report)
 
 
-def _stage_costs(topo: Topology, chunk: int, S: int, distinct: dict, keys: list, uses: dict) -> tuple:
+def _stage_costs(topo: Topology, chunk: int, S: int, distinct: dict, keys: list, uses: dict,
+                 multicast: bool = False) -> tuple:
     """v2 of a pattern plan's stages with chunks of ``chunk``: each distinct stage content costed once. The stages
     overlap (no barrier, cost.overlapped_s): each port's and queue's busy time over all stages, and the queues' chain
     from stage to stage. A pattern plan is the same on every node (its shifts move every node alike), so one node's
     queues stand for all: queue q is q mod ``per_node``, each stage's path edges reduced to those. Returns the stage
     times, port and pipeline times, the busy time of every port and queue, and the chain's time."""
     from .passes.chunks import chunk_order
+    from .units import chain_depth
 
     per_node = topo.gpus_per_node * (topo.dma_queues + 3)
     seen: dict[tuple, tuple] = {}
     for key, (stage, role, src, dst, nb, after, queue) in distinct.items():
-        order = chunk_order(topo, chunk, stage, role, src, dst, nb)
+        order = chunk_order(topo, chunk, stage, role, src, dst, nb, *((chain_depth(after), after) if multicast else ()))
         sc = cost.stage_times_v2(topo, chunk, stage, role, src, dst, nb, queue, after, order, 1)
         qb = sc.queue_busy_s
         node_busy = np.pad(qb, (0, -qb.size % per_node)).reshape(-1, per_node).max(axis=0)
@@ -329,13 +368,18 @@ def verify_pattern(pp: PatternPlan) -> None:
     c = pp.collective.size_bytes // G
     if pp.cell_bytes != c:
         raise PlanError(f"pattern plan {pp.plan_id}: cell_bytes {pp.cell_bytes} but the collective's flows are {c} B")
-    want = {(k, j) for k in range(1, topo.nodes) for j in range(topo.gpus_per_node)} if c else set()
+    mc = pp.options.multicast
+    if mc and not _multicast(topo, pp.collective, True):
+        raise PlanError(f"pattern plan {pp.plan_id}: multicast, but its collective ({pp.collective.kind} on "
+                        f"{topo.nodes} x {topo.gpus_per_node} GPUs) is not routed for multicast; recompile it")
+    locals_ = range(1) if mc else range(topo.gpus_per_node)  # multicast: each block on its own rail
+    want = {(k, j) for k in range(1, topo.nodes) for j in locals_} if c else set()
     got = list(pp.rdma_shifts)
     if len(got) != len(set(got)) or set(got) != want:
         missing, extra = sorted(want - set(got))[:3], sorted(set(got) - want)[:3]
         raise PlanError(f"pattern plan {pp.plan_id}: the RDMA shifts must be every (node shift 1..{topo.nodes - 1}, "
-                        f"local shift 0..{topo.gpus_per_node - 1}) once; missing {missing}, extra or repeated "
-                        f"{extra or 'none'}")
+                        f"local shift {'0' if mc else f'0..{topo.gpus_per_node - 1}'}) once"
+                        f"{' (multicast)' if mc else ''}; missing {missing}, extra or repeated {extra or 'none'}")
     if not len(got) <= pp.num_stages <= len(got) + 1 or len(pp.stage_time_s) != pp.num_stages:
         raise PlanError(f"pattern plan {pp.plan_id}: {pp.num_stages} stages for {len(got)} RDMA shifts and "
                         f"{len(pp.stage_time_s)} stage times")
@@ -359,9 +403,8 @@ def verify_pattern(pp: PatternPlan) -> None:
 def expand(pp: PatternPlan):
     """The explicit :class:`~hoccl_compiler.schema.Plan` of a pattern plan (through the compiler's traffic, expand,
     chunks, costing and plan passes), for a plan of at most ``EXPAND_LIMIT`` GPUs."""
-    from .passes import chunks, costing, traffic
     from .passes import expand as expand_pass
-    from .passes import plan as plan_pass
+    from .passes import traffic
     from .passes.stages import role_cells, segments_of, stage_times_of_segments
 
     G = pp.topology.num_gpus
@@ -369,21 +412,23 @@ def expand(pp: PatternPlan):
         raise PlanError(f"pattern plan {pp.plan_id} has {G} GPUs: too many to expand into a full plan (at most "
                         f"{EXPAND_LIMIT}); hoccl-inspect reads and verifies it as it is")
     verify_pattern(pp)
+    mc = pp.options.multicast
     opts = CompileOptions(chunk_bytes=pp.options.chunk_bytes, max_extra_time=pp.options.max_extra_time,
-                          baselines=False, multicast=False)  # a pattern plan is unicast
+                          baselines=False, multicast=mc)
     state = CompileState(topology=pp.topology, collective=pp.collective, options=opts)
     state = expand_pass.run(traffic.run(state, opts), opts)
     lay, pieces = state.layout, state.pieces
-    _, cell_flow = role_cells(pieces, RDMA, G)
+    in_place = pp.collective.in_place
     L, g = pp.topology.gpus_per_node, np.arange(G, dtype=np.int64)
     node, loc = g // L, g % L
+    # the network flows (multicast: each GPU's block straight to the same local index of the node k on)
+    cell_flow = None if mc else role_cells(pieces, RDMA, G)[1]
     rs, rf, rb = [], [], []
     for s, (k, j) in enumerate(pp.rdma_shifts):
         y = ((node + k) % pp.topology.nodes) * L + (loc + j) % L
         rs.append(np.full(G, s, np.int64))
-        rf.append(cell_flow[g, y])
+        rf.append(_flow_index(g, y, G, in_place) if mc else cell_flow[g, y])
         rb.append(np.full(G, pp.cell_bytes, np.int64))
-    in_place = pp.collective.in_place
     for st, l_shift, amount in pp.native:
         rs.append(np.full(G, st, np.int64))
         rf.append(_flow_index(g, node * L + (loc + l_shift) % L, G, in_place))
@@ -392,13 +437,27 @@ def expand(pp: PatternPlan):
         rs.append(np.zeros(G, np.int64))
         rf.append(_flow_index(g, g, G, False))
         rb.append(np.full(G, pp.cell_bytes, np.int64))
+    if mc:  # the blocks passed on inside the nodes move with the network flows they read (the stages pass's way)
+        from .multicast import forwarded_schedule
+
+        empty = np.zeros(0, np.int64)
+        sched = forwarded_schedule(state, *(np.concatenate(r) if r else empty for r in (rs, rf, rb)), pp.num_stages,
+                                   {"rdma_stages": len(pp.rdma_shifts)})
+        return _through_the_passes(dataclasses.replace(state, schedule=sched), opts)
     seg_stage, seg_flow, seg_offset, seg_bytes = segments_of(rs, rf, rb, pp.num_stages, lay.bytes)
     order = np.lexsort((seg_flow, seg_stage))
     times = stage_times_of_segments(state, seg_stage, seg_flow, seg_bytes, pp.num_stages)
     sched = Schedule(num_stages=pp.num_stages, seg_stage=seg_stage[order], seg_flow=seg_flow[order],
                      seg_offset=seg_offset[order], seg_bytes=seg_bytes[order], stage_time_s=times,
                      report={"rdma_stages": len(pp.rdma_shifts)})
-    state = dataclasses.replace(state, schedule=sched)
+    return _through_the_passes(dataclasses.replace(state, schedule=sched), opts)
+
+
+def _through_the_passes(state: CompileState, opts: CompileOptions):
+    """The plan of a stage schedule: the compiler's chunks, costing and plan passes."""
+    from .passes import chunks, costing
+    from .passes import plan as plan_pass
+
     for p in (chunks, costing, plan_pass):
         state = p.run(state, opts)
     return state.plan
@@ -432,6 +491,9 @@ def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
         "",
         f"{'stage':>6} {'time':>12}  RDMA shift (node, local)   native (local shift: bytes)",
     ]
+    if pp.options.multicast:
+        lines.insert(-2, "multicast    each GPU's block crosses the network once per node, on its rail (shift (k, 0)); "
+                         "the GPU it reaches passes it on to its node's other GPUs in the same stage")
     native: dict[int, list[str]] = {}
     for st, l_shift, amount in pp.native:
         native.setdefault(st, []).append(f"+{l_shift}: {format_bytes(amount)}")

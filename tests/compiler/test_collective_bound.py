@@ -25,8 +25,8 @@ def test_todays_allgather_and_broadcast_traffic_against_the_collective_bound(kin
     S / (L NIC)); on one node NVLink alone."""
     topo = make_topology("paper-h800", nodes=nodes)
     spec = CollectiveSpec(kind=kind, size_bytes=GIB)
-    rep = (compile_pattern(topo, spec) if nodes == 16 else
-           compile_plan(topo, spec, CompileOptions(baselines=False, multicast=False))).report
+    unicast = CompileOptions(baselines=False, multicast=False)
+    rep = (compile_pattern(topo, spec, unicast) if nodes == 16 else compile_plan(topo, spec, unicast)).report
     bound = collective_bound(kind, GIB, topo, rep.lower_bound_s)
     assert rep.lower_bound_s / bound == pytest.approx(inflation, rel=1e-9)
     G, L = topo.num_gpus, topo.gpus_per_node
@@ -71,8 +71,11 @@ def test_unicast_collectives_keep_their_traffic_bound_and_the_report_says_which_
     text = format_text(ag)
     assert f"ratio {s['ratio']:.3f}" in text and "x2.67 of the collective's" in text
     json.dumps(s)  # the CLI's --format json
-    pattern = compile_pattern(topo, CollectiveSpec(kind="allgather", size_bytes=64 << 20))
-    assert "x2.67 of the collective's" in format_pattern(pattern)  # a pattern plan is unicast
+    spec = CollectiveSpec(kind="allgather", size_bytes=64 << 20)
+    unicast = compile_pattern(topo, spec, CompileOptions(multicast=False))
+    assert "x2.67 of the collective's" in format_pattern(unicast)
+    multicast = format_pattern(compile_pattern(topo, spec))  # an AllGather's pattern is multicast by default
+    assert "x1.17 of the collective's" in multicast and "multicast, each block across the network once" in multicast
     mc = compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=64 << 20))
     assert mc.options.multicast and "x1.17 of the collective's" in format_text(mc)
 

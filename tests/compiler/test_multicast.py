@@ -157,7 +157,12 @@ def test_cli_multicast_switch(tmp_path, capsys):
                          "off"]) == 0
     assert not load_plan(out).options.multicast
     assert compile_main(["allgather", "--nodes", "2", "--size", "8MiB", "-o", str(out), "--pattern", "on"]) == 0
-    assert "pattern plans are unicast" in capsys.readouterr().out
+    assert "multicast    each GPU's block crosses the network once per node" in capsys.readouterr().out
+    assert load_plan(out).options.multicast  # the pattern plan's expansion: a multicast plan too
+    assert compile_main(["allgather", "--nodes", "2", "--size", "8MiB", "-o", str(out), "--pattern", "on",
+                         "--multicast", "off"]) == 0
+    assert "multicast  " not in capsys.readouterr().out
+    assert not load_plan(out).options.multicast
 
 
 def test_a_compact_file_whose_forwarded_segment_lost_its_source_is_refused(tmp_path):

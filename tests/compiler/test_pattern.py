@@ -9,7 +9,7 @@ import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, load_plan, make_topology, save_plan, verify_plan
 from hoccl_compiler.errors import PlanError
-from hoccl_compiler.ir import DEFAULT_CHUNK_BYTES, CompileOptions
+from hoccl_compiler.ir import DEFAULT_CHUNK_BYTES, RDMA, CompileOptions
 from hoccl_compiler.pattern import EXPAND_LIMIT, compile_pattern, expand, pattern_applies, verify_pattern
 
 MiB = 1 << 20
@@ -73,12 +73,79 @@ def test_16k_gpus_compile_and_verify_as_a_pattern(tmp_path):
         load_plan(path)
 
 
-def test_a_small_pattern_file_loads_as_a_full_plan(tmp_path):
+@pytest.mark.parametrize("multicast", [True, False])
+def test_a_small_pattern_file_loads_as_a_full_plan(tmp_path, multicast):
     topo, spec = make_topology("paper-h800", nodes=2, gpus_per_node=4), CollectiveSpec(kind="allgather",
                                                                                        size_bytes=8 * MiB)
-    path = save_plan(compile_pattern(topo, spec, CompileOptions(chunk_bytes=MiB)), tmp_path / "p.json")
-    unicast = CompileOptions(chunk_bytes=MiB, baselines=False, multicast=False)
-    assert load_plan(path) == compile_plan(topo, spec, unicast)
+    options = CompileOptions(chunk_bytes=MiB, baselines=False, multicast=multicast)
+    path = save_plan(compile_pattern(topo, spec, options), tmp_path / "p.json")
+    assert load_plan(path) == compile_plan(topo, spec, options)  # 2 nodes: one pairing of them, so the same plan
+
+
+MC_CASES = [  # preset, nodes, GPUs per node, bytes (the output), in place
+    ("paper-h800", 2, 8, 16 * 64 * MiB, False),
+    ("paper-h800", 4, 8, 32 * 8 * MiB, False),
+    ("paper-h800", 3, 4, 12 * MiB, False),
+    ("paper-h800", 3, 4, 12 * MiB, True),
+    ("paper-h800", 5, 2, 10 * 8 * MiB, False),
+    ("dgx-h100", 4, 4, 16 * 4 * MiB, True),
+]
+
+
+@pytest.mark.parametrize("case", MC_CASES, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}{'-inplace' if c[4] else ''}")
+def test_a_multicast_allgather_pattern_is_the_explicit_plans_costs_on_shifts(case):
+    """A multicast AllGather as a pattern (the default where multicast applies): every stage a node shift (k, 0), one
+    network transfer per GPU each way, the block passed on inside the node it reaches. Its expansion verifies and
+    delivers every byte (the replay), crosses the network once per node ((N - 1) x S over RDMA), and costs what
+    the explicit compiler's plan costs, stage by stage: that plan pairs the nodes of a stage by a matching of its
+    own (not always a shift), with the same loads on every port and queue."""
+    preset, nodes, gpn, size, in_place = case
+    topo = make_topology(preset, nodes=nodes, gpus_per_node=gpn)
+    spec = CollectiveSpec(kind="allgather", size_bytes=size, in_place=in_place)
+    options = CompileOptions(chunk_bytes=None, baselines=False)
+    explicit = compile_plan(topo, spec, options)
+    pattern = compile_pattern(topo, spec, options)
+    verify_pattern(pattern)
+    assert pattern.options.multicast and pattern.rdma_shifts == [(k, 0) for k in range(1, nodes)]
+    plan = expand(pattern)
+    verify_plan(plan, byte_replay=True)
+    assert plan.options == explicit.options and plan.options.multicast
+    rdma = sum(b for st in plan.stages for r, b in zip(st.transfers.role, st.transfers.bytes, strict=True) if r == RDMA)
+    assert rdma == (nodes - 1) * size
+    assert pattern.stage_time_s == pytest.approx([s.time_s for s in explicit.stages], rel=1e-12)
+    assert [s.time_s for s in plan.stages] == pytest.approx(pattern.stage_time_s, rel=1e-12)
+    for rep in (pattern.report, plan.report):
+        assert rep.predicted_time_s == pytest.approx(explicit.report.predicted_time_s, rel=1e-12)
+        assert rep.lower_bound_s == pytest.approx(explicit.report.lower_bound_s, rel=1e-12)
+    if nodes == 2:
+        assert plan == explicit
+
+
+def test_a_4096_gpu_allgather_pattern_is_multicast_by_default():
+    """Above the explicit compiler's range each block still crosses the network once per node: N - 1 stages of one
+    network transfer per GPU (the unicast pattern: (N - 1) L), its traffic about 1.1x the collective bound on
+    paper-h800 (what NVLink must carry then; unicast about 5x)."""
+    from hoccl_compiler.report import bounds
+
+    topo, spec = make_topology("paper-h800", nodes=512), CollectiveSpec(kind="allgather", size_bytes=1 << 30)
+    ratios = {}
+    for multicast in (True, False):
+        pattern = compile_pattern(topo, spec, CompileOptions(multicast=multicast))
+        verify_pattern(pattern)
+        b = bounds(pattern)
+        ratios[multicast] = b["traffic_bound_s"] / b["lower_bound_s"]
+        assert pattern.options.multicast == multicast
+        assert pattern.num_stages == (511 if multicast else 511 * 8)
+    assert ratios[True] < 1.10 < 4.9 < ratios[False]
+
+
+def test_a_multicast_pattern_with_other_shifts_is_refused():
+    pattern = compile_pattern(make_topology("paper-h800", nodes=3, gpus_per_node=4),
+                              CollectiveSpec(kind="allgather", size_bytes=12 * MiB), CompileOptions(chunk_bytes=MiB))
+    assert pattern.options.multicast
+    for shifts in ([(1, 1), (2, 0)], [(1, 0)], [(1, 0), (1, 0)], [(k, j) for k in (1, 2) for j in range(4)]):
+        with pytest.raises(PlanError, match=r"local shift 0\) once \(multicast\)"):
+            verify_pattern(pattern.model_copy(update={"rdma_shifts": shifts}))
 
 
 def _pattern():

@@ -12,13 +12,22 @@ at G GPUs: at 16,384 GPUs 268 million, beyond any machine's memory. A pattern pl
   GPU (node(g), (local(g) + l) mod L), each flow's entries taking consecutive ranges in stage order;
 * the own blocks (out-of-place) in stage 0, and per stage its predicted time.
 
+A multicast AllGather (``options.multicast``, where :mod:`hoccl_compiler.multicast` routes the explicit plan) has
+the shifts (k, 0) only: every GPU x sends its own block, whole and with no forwarding piece, to y = GPU ((node(x) +
+k) mod N, local(x)), and y passes the block it receives on to its node's L - 1 other GPUs in the same stage, each
+copy waiting on that network transfer; ``native`` holds each GPU's own block to its node's GPUs. Each block crosses
+the network once per node. The explicit compiler pairs a stage's nodes by the matchings its decomposition finds,
+not always shifts, with the same load on every port and queue: the expansion is a plan whose every stage costs
+what the explicit plan's does (the same plan on 2 nodes, where there is one pairing).
+
 This is what the stages pass computes for these inputs, scalar instead of per GPU (every GPU's ports carry the
 same load in a stage, so one slack per stage stands for all): :func:`expand` turns a pattern plan back into the
 explicit :class:`~hoccl_compiler.schema.Plan` through the compiler's own later passes, and the tests check that it
-is the plan :func:`~hoccl_compiler.pipeline.compile_plan` makes. :func:`verify_pattern` checks a pattern from the
-file alone, in O(stages): the shifts are every (k, j) once, every native shift adds up to a flow, the stage
-indices are in range, the id is the inputs'. Stage times come from the cost model v2 on one representative stage
-per distinct stage content (the stages are alike but for where native traffic rides).
+is the plan :func:`~hoccl_compiler.pipeline.compile_plan` makes (multicast: as above). :func:`verify_pattern` checks a
+pattern from the file alone, in O(stages): the shifts are every (k, j) once (multicast: every (k, 0)), every native
+shift adds up to a flow, the stage indices are in range, the id is the inputs'. Stage times come from the cost model
+v2 on one representative stage per distinct stage content (the stages are alike but for where native traffic
+rides).
 
 ``hoccl-compile --pattern`` writes one; ``hoccl-inspect`` reads, checks and summarises it; ``load_plan`` expands
 one of at most ``EXPAND_LIMIT`` GPUs into a full plan (the runtimes take full plans).
@@ -113,7 +122,7 @@ def _flow_index(u: np.ndarray, v: np.ndarray, G: int, in_place: bool) -> np.ndar
 
 
 def _place(topo: Topology, c: int, multicast: bool = False):
-    """The stages pass on scalars: (RDMA shifts, native entries, number of stages, port-model stage times).
+    """The stages pass on scalars: (RDMA shifts, native entries, number of stages).
     ``multicast``: an AllGather's direct flows only (each GPU's block to the same local index of every other node,
     no forwarding piece, and to its own node's GPUs); the blocks forwarded inside a node move with the shift that
     brings them (:func:`_stage_transfers`), as the explicit stages pass stages a multicast plan's direct flows
@@ -177,7 +186,7 @@ def _stage_transfers(topo: Topology, c: int, in_place: bool, shift: tuple[int, i
         k = shift[0]
         y = ((node + k) % topo.nodes) * L + loc
         zeros, cc = np.zeros(G, np.int64), np.full(G, c, np.int64)
-        rows.append((_flow_index(g, y, G, in_place), 3, g, y, zeros, cc))  # rdma x -> y, the direct flow
+        rows.append((_flow_index(g, y, G, in_place), RDMA, g, y, zeros, cc))  # rdma x -> y, the direct flow
         x = ((node - k) % topo.nodes) * L + loc  # where GPU g's block of this stage comes from
         for l_shift in range(1, L):
             dst = node * L + (loc + l_shift) % L
@@ -331,8 +340,9 @@ def _stage_costs(topo: Topology, chunk: int, S: int, distinct: dict, keys: list,
 
 def _node_edges(edges: tuple, per_node: int) -> tuple[np.ndarray, ...]:
     """A stage's path edges (upstream queue, downstream queue, first chunk s, last chunk s, whole s, upstream piece;
-    one per waiting piece) on one node's queues (queue mod ``per_node``): one per pair of queues (:func:`cost.pair_edges`), then one
-    per pair of one node's queues with the largest times (every node's pair alike)."""
+    one per waiting piece) on one node's queues (queue mod ``per_node``): one per pair of queues
+    (:func:`cost.pair_edges`), then one per pair of one node's queues with the largest times (every node's pair
+    alike)."""
     up, down, first, last, whole = cost.pair_edges(*edges)
     if not up.size:
         return up, down, first, last, whole

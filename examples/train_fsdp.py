@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
+from variants import check, settings, split  # noqa: E402
 
 VARIANTS = ("hoccl", "nccl", "nccl-ce", "none")
 
@@ -58,7 +59,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="steps per variant and round")
     p.add_argument("--warmup", type=int, default=2, help="steps of each variant left out of the figures")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the variants")
-    p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(VARIANTS)}")
+    p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(VARIANTS)}; "
+                   "hoccl+NAME=VALUE[+NAME=VALUE]: a hoccl group made with those HOCCL_* settings "
+                   "(examples/variants.py)")
     p.add_argument("--reduce", default=None, choices=("nccl", "hoccl"),
                    help="who reduces gradients (default: nccl, or hoccl with --share-gpu)")
     p.add_argument("--share-gpu", action="store_true", help="every rank on GPU 0 (correctness only)")
@@ -74,9 +77,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", default="train_fsdp.json", help="where rank 0 writes every figure")
     args = p.parse_args(argv)
     args.comm = [c.strip() for c in args.comm.split(",") if c.strip()]
-    for c in args.comm:
-        if c not in VARIANTS:
-            p.error(f"--comm {c!r}: choose from {', '.join(VARIANTS)}")
+    why = check(args.comm, VARIANTS)
+    if why:
+        p.error(why)
     if args.reduce is None:
         args.reduce = "hoccl" if args.share_gpu else "nccl"
     if args.steps <= args.warmup and args.repeats == 1:
@@ -142,16 +145,18 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
 
     torch.manual_seed(args.seed)
     model = GPT(c).to(device)
-    if variant == "none":  # this rank's own replica: no sharding, no communication
+    kind, env = split(variant, VARIANTS)  # (hoccl, its settings) for hoccl+NAME=VALUE
+    if kind == "none":  # this rank's own replica: no sharding, no communication
         return model, torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True), Slack(model)
-    if variant == "hoccl":
+    if kind == "hoccl":
         import hoccl_runtime.torch as ht
 
-        if "hoccl" not in groups:
+        if variant not in groups:  # a group per variant: its settings are read when it is made
             ht.configure(reduce=args.reduce, device=device.index)
-            groups["hoccl"] = dist.new_group(backend="hoccl", timeout=_timeout(args))
-        mesh_group = groups["hoccl"] if args.share_gpu else dist.group.WORLD
-    elif variant == "nccl-ce":
+            with settings(env):
+                groups[variant] = dist.new_group(backend="hoccl", timeout=_timeout(args))
+        mesh_group = groups[variant] if args.share_gpu else dist.group.WORLD
+    elif kind == "nccl-ce":
         if "nccl-ce" not in groups:
             from torch.distributed.distributed_c10d import ProcessGroupNCCL
 
@@ -170,11 +175,11 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
     for block in model.layers:
         fully_shard(block, **kw)
     fully_shard(model, **kw)
-    if variant == "hoccl":
+    if kind == "hoccl":
         import hoccl_runtime.torch as ht
 
-        ht.use_for_fsdp(model, groups["hoccl"], reduce=args.reduce)
-    elif variant == "nccl-ce":
+        ht.use_for_fsdp(model, groups[variant], reduce=args.reduce)
+    elif kind == "nccl-ce":
         from torch.distributed.fsdp import FSDPModule
 
         mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
@@ -188,7 +193,7 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
             gather = SymmMemAllGather(mesh_group)
             for m in mods:
                 m.set_custom_all_gather(gather)
-    if variant == "nccl" and args.reduce == "hoccl":
+    if kind == "nccl" and args.reduce == "hoccl":
         import hoccl_runtime.torch as ht
 
         if "hoccl" not in groups:
@@ -310,13 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         print(settings_line(args))
         print(f"model {args.size}: {c.params / 1e6:.1f} M parameters, {c.layers} layers, seq {c.seq}, batch "
               f"{args.batch} per rank, {'fp32' if args.fp32 else 'bf16 params / fp32 reduce'}, reduce by {args.reduce}")
-        head = f"{'comm':<9}{'tokens/s':>11}{'spread':>8}{'TFLOP/s':>9}{'step ms':>9}{'fwd ms':>8}{'bwd ms':>8}" \
+        w = max(9, max(len(v) for v in args.comm) + 1)
+        head = f"{'comm':<{w}}{'tokens/s':>11}{'spread':>8}{'TFLOP/s':>9}{'step ms':>9}{'fwd ms':>8}{'bwd ms':>8}" \
                f"{'slack ms':>10}{'loss':>9}  losses == {first}"
         print(head)
         for v in args.comm:
             s = summary[v]
             slack = f"{s['slack_ms_median']:.2f}" if s["slack_ms_median"] is not None else "-"
-            print(f"{v:<9}{s['tokens_per_s']:>11.0f}{s['round_spread']:>8.1%}{s['tflops']:>9.1f}{s['step_ms']:>9.2f}"
+            print(f"{v:<{w}}{s['tokens_per_s']:>11.0f}{s['round_spread']:>8.1%}{s['tflops']:>9.1f}{s['step_ms']:>9.2f}"
                   f"{s['forward_ms']:>8.2f}"
                   f"{s['backward_ms']:>8.2f}{slack:>10}{s['final_loss']:>9.4f}  {'yes' if equal[v] else 'NO'}")
         print(f"peak memory on rank 0: {peak:.2f} GiB (all variants' models and optimizers together)")

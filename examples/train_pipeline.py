@@ -34,6 +34,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
+from variants import check as check_variants  # noqa: E402
+from variants import settings, split  # noqa: E402
 
 
 class First(nn.Module):
@@ -93,7 +95,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6, help="steps per variant and round")
     p.add_argument("--warmup", type=int, default=2, help="steps of each variant's first round left out of the times")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the variants")
-    p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(COMMS)}")
+    p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(COMMS)}; "
+                   "hoccl+NAME=VALUE[+NAME=VALUE]: a hoccl group made with those HOCCL_* settings "
+                   "(examples/variants.py)")
     p.add_argument("--share-gpu", action="store_true", help="every rank on GPU 0 (correctness only; NCCL runs "
                    "there only with a NCCL_HOSTID per rank, as scripts/tcp-nodes.sh gives)")
     p.add_argument("--check", action="store_true", help="compare losses and gradients with a one-process reference")
@@ -106,9 +110,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.batch % args.microbatches:
         p.error(f"--batch {args.batch} is not a multiple of --microbatches {args.microbatches}")
     args.comm = [c for c in args.comm.split(",") if c]
-    bad = [c for c in args.comm if c not in COMMS]
-    if bad or not args.comm or len(set(args.comm)) != len(args.comm):
-        p.error(f"--comm {','.join(args.comm)}: choose from {', '.join(COMMS)}, each once")
+    why = check_variants(args.comm, COMMS)
+    if why:
+        p.error(why)
     if args.repeats < 1 or args.steps < 1:
         p.error("--repeats and --steps take 1 or more")
     return args
@@ -243,11 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.set_device(device)
     dist.init_process_group("gloo")  # the CPU side (barriers); stages exchange through the variant's group
     groups = {}
-    if "hoccl" in args.comm:
-        ht.configure(device=device.index, reduce="hoccl" if args.share_gpu else None)
-        groups["hoccl"] = dist.new_group(backend="hoccl")
-    if "nccl" in args.comm:
-        groups["nccl"] = dist.new_group(backend="nccl")
+    for v in args.comm:
+        kind, env = split(v, COMMS)
+        if kind == "hoccl":  # a group per variant: its settings are read when it is made
+            ht.configure(device=device.index, reduce="hoccl" if args.share_gpu else None)
+            with settings(env):
+                groups[v] = dist.new_group(backend="hoccl")
+        elif kind == "nccl":
+            groups[v] = dist.new_group(backend="nccl")
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
     variants = [Variant(v, groups.get(v), args, c, device, rank, world) for v in args.comm]  # none: no group
@@ -261,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         results[v.name] = gathered
     if rank == world - 1:
         first = results[args.comm[0]][-1]["losses"]  # "none" trains on fixed activations: its losses differ
-        print(f"{'comm':<7}{'schedule':<9}{'stages':>7}{'tokens/s':>11}{'(min-max over rounds)':>24}{'step ms':>9}"
+        w = max(7, max(len(v) for v in args.comm) + 1)
+        print(f"{'comm':<{w}}{'schedule':<9}{'stages':>7}{'tokens/s':>11}{'(min-max over rounds)':>24}{'step ms':>9}"
               f"  losses == {args.comm[0]}  check vs one process")
         for v in variants:
             r = results[v.name][-1]
@@ -271,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"loss diff {v.worst['loss']:.2e}, grad rel diff " \
                 f"{max(g['max_grad_rel_diff'] for g in results[v.name]):.2e}"
             same = "-" if "none" in (v.name, args.comm[0]) else "yes" if r["losses"] == first else "no"
-            print(f"{v.name:<7}{args.schedule:<9}{world:>7}{r['tokens_per_s']:>11.0f}{spread:>24}"
+            print(f"{v.name:<{w}}{args.schedule:<9}{world:>7}{r['tokens_per_s']:>11.0f}{spread:>24}"
                   f"{r['step_ms']:>9.2f}  {same:<13}  {check}")
         Path(args.json).write_text(json.dumps({"comm": args.comm, "ranks": results[args.comm[0]],
                                                "by_comm": results}, indent=1))

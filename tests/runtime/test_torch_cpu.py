@@ -4,6 +4,7 @@ The communicator is faked (tests/support/torch_fakes.py); the GPU run is tests/g
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -497,6 +498,26 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
             train_pipeline.parse(argv)
         assert text in capsys.readouterr().err
     assert train_pipeline.parse(["--comm", "hoccl,nccl", "--repeats", "3"]).comm == ["hoccl", "nccl"]
+    # a hoccl group with settings of its own beside the plain one, in the same run (examples/variants.py)
+    both = "hoccl,hoccl+HOCCL_NET_CHUNK_BYTES=8388608+HOCCL_NET_LANES=4,nccl"
+    assert train_fsdp.parse(["--comm", both]).comm == both.split(",")
+    assert train_pipeline.parse(["--comm", both]).comm == both.split(",")
+    for bad, text in (("hoccl+CHUNK=1", "give HOCCL settings as NAME=VALUE"),
+                      ("nccl+HOCCL_NET_LANES=4", "after hoccl+"), ("hoccl+HOCCL_NET_LANES", "NAME=VALUE"),
+                      ("hoccl,hoccl", "name each once")):
+        for example in (train_fsdp, train_pipeline):
+            with pytest.raises(SystemExit):
+                example.parse(["--comm", bad])
+            assert text in capsys.readouterr().err
+    from variants import settings, split
+
+    assert split("hoccl+HOCCL_NET_LANES=4", ("hoccl",)) == ("hoccl", {"HOCCL_NET_LANES": "4"})
+    os.environ.pop("HOCCL_NET_LANES", None)
+    with settings({"HOCCL_NET_LANES": "4"}):
+        from hoccl_runtime.comm.net import net_lanes
+
+        assert net_lanes(None) == 4  # what a group made here reads
+    assert "HOCCL_NET_LANES" not in os.environ
     assert train_pipeline.parse(["--comm", "hoccl,nccl,none"]).comm == ["hoccl", "nccl", "none"]
     c = SIZES["tiny"]
     torch.manual_seed(0)

@@ -1,0 +1,64 @@
+"""The training examples' communication variants with HOCCL settings of their own, to compare settings in one run.
+
+``--comm hoccl,hoccl+HOCCL_NET_CHUNK_BYTES=8388608,nccl``: every ``hoccl+NAME=VALUE[+NAME=VALUE...]`` variant gets a
+hoccl group of its own, made while those ``HOCCL_*`` settings are in the environment (a group's communicator and
+its proxy process read them when the group is made), and trains its own model in the same interleaved rounds as
+the others. Single invocations of one setting each could not separate settings on the 1x H200: NCCL's own step moved
+by 30-50% between invocations there (docs/benchmarks.md, session 34), while the ratio within a run is what counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+
+__all__ = ["split", "settings", "check"]
+
+
+def split(variant: str, bases: Sequence[str]) -> tuple[str, dict[str, str]]:
+    """(base, settings) of ``variant``: ``hoccl+HOCCL_NET_LANES=4`` is ("hoccl", {"HOCCL_NET_LANES": "4"}). Raises
+    ValueError naming what is wrong (an unknown base, a setting that is not a HOCCL_* one, settings on a non-hoccl
+    variant)."""
+    from hoccl_runtime.settings import SETTINGS
+
+    base, *pairs = variant.split("+")
+    if base not in bases:
+        raise ValueError(f"--comm {variant!r}: choose from {', '.join(bases)}, each once")
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if base != "hoccl" or not sep or name not in SETTINGS:
+            raise ValueError(f"--comm {variant!r}: after hoccl+ give HOCCL settings as NAME=VALUE (docs/settings.md), "
+                             "e.g. hoccl+HOCCL_NET_CHUNK_BYTES=8388608")
+        env[name] = value
+    return base, env
+
+
+def check(variants: Sequence[str], bases: Sequence[str]) -> str | None:
+    """Why ``variants`` (``--comm``'s list) cannot run, or None: each a known base, with valid settings, once."""
+    if not variants:
+        return f"--comm: give one or more of {', '.join(bases)}"
+    for v in variants:
+        try:
+            split(v, bases)
+        except ValueError as exc:
+            return str(exc)
+    if len(set(variants)) != len(variants):
+        return f"--comm {','.join(variants)}: name each once"
+    return None
+
+
+@contextlib.contextmanager
+def settings(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in os.environ for the block (a variant's group is made in it), the earlier values back after."""
+    before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

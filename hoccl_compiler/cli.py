@@ -419,11 +419,16 @@ def _inspect(argv: Sequence[str] | None) -> int:
             raise _UsageError(f"--simulate and --plot need the plan's chunks: a pattern plan of at most "
                               f"{EXPAND_LIMIT} GPUs (this one has {plan.num_ranks:,})")
         if not (args.simulate or args.plot):
-            if args.format == "json":
+            if args.format == "json":  # the bounds as an explicit plan's summary gives them (the collective's first)
+                from .report import bounds
+
+                b = bounds(plan)
                 print(json.dumps({"plan_id": plan.plan_id, "pattern": True, "gpus": plan.num_ranks,
-                                  "stages": plan.num_stages, "predicted_time_s": plan.report.predicted_time_s,
-                                  "lower_bound_s": plan.report.lower_bound_s, "ratio": plan.report.ratio,
-                                  "verified": bool(args.verify)}, indent=2, sort_keys=True))
+                                  "stages": plan.num_stages, "multicast": plan.options.multicast,
+                                  "predicted_time_s": b["predicted_time_s"], "lower_bound_s": b["lower_bound_s"],
+                                  "ratio": b["ratio"], "traffic_bound_s": b["traffic_bound_s"],
+                                  "traffic_ratio": b["traffic_ratio"], "verified": bool(args.verify)},
+                                 indent=2, sort_keys=True))
             else:
                 print(format_pattern(plan, max_stages=args.stages))
                 if args.verify:

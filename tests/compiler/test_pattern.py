@@ -204,6 +204,13 @@ def test_the_clis_write_and_read_pattern_plans(tmp_path, capsys):
     assert "verify: OK (the pattern" in capsys.readouterr().out
     assert inspect_main([str(big), "--simulate"]) == 2
     assert "need the plan's chunks" in capsys.readouterr().err
+    ag = tmp_path / "ag.json.gz"  # 2048 GPUs: a multicast pattern; its JSON bounds as an explicit plan's summary
+    assert compile_main(["allgather", "--nodes", "256", "--size", "1GiB", "-o", str(ag), "-q"]) == 0
+    capsys.readouterr()
+    assert inspect_main([str(ag), "--format", "json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["multicast"] and s["lower_bound_s"] < s["traffic_bound_s"] < 1.1 * s["lower_bound_s"]
+    assert s["ratio"] == pytest.approx(s["predicted_time_s"] / s["lower_bound_s"])
     small = tmp_path / "small.json"
     assert compile_main(["allgather", "--nodes", "2", "--size", "64MiB", "--pattern", "on", "-o", str(small),
                          "-q"]) == 0

@@ -106,12 +106,13 @@ def pattern_applies(topology: Topology, collective: CollectiveSpec) -> str | Non
 
 
 def _multicast(topology: Topology, collective: CollectiveSpec, asked: bool) -> bool:
-    """Whether a pattern plan of ``collective`` is routed for multicast (an AllGather across nodes of several GPUs,
-    where the options ask for it, as the explicit compiler routes it: :mod:`hoccl_compiler.multicast`)."""
+    """Whether a pattern plan of ``collective`` is routed for multicast (an AllGather of some bytes across nodes of
+    several GPUs, where the options ask for it, as the explicit compiler routes it: :mod:`hoccl_compiler.multicast`;
+    one of 0 bytes has no flow to route)."""
     from . import multicast
 
-    return asked and collective.kind == "allgather" and multicast.applies("allgather", topology.nodes,
-                                                                          topology.gpus_per_node)
+    return asked and collective.kind == "allgather" and bool(collective.size_bytes) and \
+        multicast.applies("allgather", topology.nodes, topology.gpus_per_node)
 
 
 def _flow_index(u: np.ndarray, v: np.ndarray, G: int, in_place: bool) -> np.ndarray:

@@ -154,6 +154,16 @@ def test_a_4096_gpu_allgather_pattern_is_multicast_by_default():
     assert ratios[True] < 1.10 < 4.9 < ratios[False]
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_0_byte_allgather_pattern_expands_as_the_explicit_one(in_place):
+    """0 bytes: no flow to route, so no multicast (as compile_plan has it), and the expansion is its plan."""
+    topo = make_topology("paper-h800", nodes=2, gpus_per_node=4)
+    spec, options = CollectiveSpec(kind="allgather", size_bytes=0, in_place=in_place), CompileOptions(baselines=False)
+    pattern = compile_pattern(topo, spec, options)
+    assert not pattern.options.multicast and pattern.num_stages == 0
+    assert expand(pattern) == compile_plan(topo, spec, options)
+
+
 def test_a_multicast_pattern_with_other_shifts_is_refused():
     pattern = compile_pattern(make_topology("paper-h800", nodes=3, gpus_per_node=4),
                               CollectiveSpec(kind="allgather", size_bytes=12 * MiB), CompileOptions(chunk_bytes=MiB))

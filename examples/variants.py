@@ -3,8 +3,9 @@
 ``--comm hoccl,hoccl+HOCCL_NET_CHUNK_BYTES=8388608,nccl``: every ``hoccl+NAME=VALUE[+NAME=VALUE...]`` variant gets a
 hoccl group of its own, made while those ``HOCCL_*`` settings are in the environment (a group's communicator and
 its proxy process read them when the group is made), and trains its own model in the same interleaved rounds as
-the others. Single invocations of one setting each could not separate settings on the 1x H200: NCCL's own step moved
-by 30-50% between invocations there (docs/benchmarks.md, session 34), while the ratio within a run is what counts.
+the others. Single invocations of one setting each could not separate settings on the 1x H200: NCCL's own 1 MiB
+AllGather ran 0.72-1.10 ms across invocations there (docs/benchmarks.md, 2026-12-04), while the ratio within a run is
+what counts.
 """
 
 from __future__ import annotations

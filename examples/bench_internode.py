@@ -31,6 +31,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from variants import settings  # noqa: E402  (a run's HOCCL_* settings, restored after)
 
 from hoccl_bench.nodeprocs import run_node_processes  # noqa: E402
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay  # noqa: E402
@@ -139,18 +142,9 @@ def time_curves(kinds, gpus_per_node, lanes, chunk, sizes=(2 << 20, 8 << 20, 32 
 
 def run_nodes(plan, lanes=8, slots=4, reps=0, host=False, variant="", env=None):
     """Every node's process; ``env``: settings the node processes' transports read (set for this run only)."""
-    env = env or {}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with settings(env or {}):
         return run_node_processes(node_body, plan.topology.nodes,
                                   (plan.model_dump_json(), lanes, slots, reps, host, variant), timeout_s=300)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def check(plan) -> bool:

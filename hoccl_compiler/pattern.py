@@ -290,11 +290,13 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
     predicted, parts = plan_time(chunk)
     # the port model's bound: every GPU's ports carry the same totals (multicast: a block per other node over the NIC;
     # over NVLink its own block and each block it passes on, to the node's L - 1 other GPUs)
-    L = topology.gpus_per_node
-    nic = float((topology.nodes - 1) * (1 if mc else L) * c)
-    peers = np.asarray(topology.peer_array())
-    forwards = bool((peers != np.arange(G)).any()) and not mc
-    nvl = float(topology.nodes * (L - 1) * c) if mc else float((2 * nic if forwards else 0.0) + (L - 1) * c)
+    N, L = topology.nodes, topology.gpus_per_node
+    if mc:
+        nic, nvl = float((N - 1) * c), float(N * (L - 1) * c)
+    else:
+        nic = float((N - 1) * L * c)
+        forwards = bool((np.asarray(topology.peer_array()) != np.arange(G)).any())
+        nvl = float((2 * nic if forwards else 0.0) + (L - 1) * c)
     per = {"nvlink": nvl / (topology.nvlink_gbps * 1e9), "rdma": nic / (topology.nic_gbps * 1e9)}
     bound = max(per.values())
     report = Report(predicted_time_s=predicted, lower_bound_s=bound, lower_bound_by_domain_s=per,

@@ -31,8 +31,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "
                             "(may exceed it)"),
     "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across lanes (bytes)"),
-    "HOCCL_TCP_DIRECT_BYTES": ("262144", "TCP: a write of at most this many bytes into a lane with nothing queued is "
-                               "sent by the calling thread, not handed to the lane's thread (0: always handed)"),
+    "HOCCL_TCP_DIRECT_BYTES": ("262144", "TCP: a write (or the first part of a write cut over lanes) of at most this "
+                               "many bytes into a lane with nothing queued is sent by the calling thread, not handed "
+                               "to the lane's thread (0: always handed)"),
     "HOCCL_TCP_SPLIT": ("balance", "TCP: how writes are shared by lanes: balance (cut over the least-loaded lanes "
                         "unless whole on one ends soon enough) or idle (the idle lanes share it)"),
     "HOCCL_TCP_SPLIT_SLACK": ("1.0", "TCP, split=balance: a write goes whole to one lane if that ends within 1 + "
@@ -51,6 +52,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
+    "HOCCL_NET_SWITCH_US": ("0", "the network proxy process: its Python thread switch interval in microseconds "
+                            "(sys.setswitchinterval): how long a lane thread back from the kernel may wait for the "
+                            "interpreter while the driving loop holds it (0: Python's, 5000)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),

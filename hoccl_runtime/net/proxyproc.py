@@ -434,6 +434,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     topology = topology_of(setup["topology"])
     chunk, timeout_s, rank = setup["chunk_bytes"], setup["timeout_s"], setup["rank"]
     poll_s = setup["poll_us"] * 1e-6  # this process has a core to itself: it may look often
+    if setup.get("switch_us"):  # HOCCL_NET_SWITCH_US: lane threads back from the kernel take the interpreter sooner
+        sys.setswitchinterval(setup["switch_us"] * 1e-6)
     conn.send(("address", transport.listen()))
     plans: dict = {}
     state: dict = {}
@@ -449,6 +451,18 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
 
     trace_path = setup.get("trace")  # HOCCL_NET_TRACE: one row per call, written when this process ends
     rows: list = []
+    collections: list = []  # (generation, start, seconds) of this process's garbage collections, when tracing
+    if trace_path:
+        import gc
+
+        def clock(phase: str, info: dict) -> None:
+            if phase == "start":
+                collections.append((info["generation"], time.perf_counter(), None))
+            elif collections:
+                gen, start, _ = collections[-1]
+                collections[-1] = (gen, start, time.perf_counter() - start)
+
+        gc.callbacks.append(clock)
 
     def run(call: tuple, reached: Any) -> None:
         """Drive the call from the moment it is taken, before its stream reaches it (CallProxy's ``early``)."""
@@ -462,8 +476,12 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         if trace_path:
             t = dict(ex.marks)
             t["copies"] = time.perf_counter()
+            turns = [(what, w) for what, w in ex.marks if what in ("turn", "sleep", "network")]
+            steps = [(a[0], b[1] - a[1]) for a, b in zip(turns, turns[1:])]
+            gap = (max((d for what, d in steps if what == "sleep"), default=0.0),  # the longest sleep of its loop
+                   max((d for what, d in steps if what == "turn"), default=0.0))   # and its longest turn's work
             rows.append((call[3], call[4], t["taken"], t["begun"], t["announced"], t["hello"], t.get("stream"),
-                         t.get("staged"), t.get("received"), t["network"], t["copies"]))
+                         t.get("staged"), t.get("received"), t["network"], t["copies"], gap))
 
     def give(call: tuple) -> None:
         """The call's DONE and its count, once: at its release (its copies through, its last writes may still leave)
@@ -525,7 +543,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     finally:
         proxy.close()
         if trace_path:
-            _write_trace(trace_path, rank, rows)
+            _write_trace(trace_path, rank, rows, collections)
         ex = state.get("executor")
         if ex is not None:
             with contextlib.suppress(Exception):
@@ -534,7 +552,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             transport.close()
 
 
-def _write_trace(path: str, rank: int, rows: list) -> None:
+def _write_trace(path: str, rank: int, rows: list, collections: list = ()) -> None:
     """One CSV row per call of this rank (times in us from the first call's arrival): the call, when its message
     came, when the proxy took it (its run began: the previous call was through), when its first staging copies were
     let go, when its plan notice was written, when the nodes it waits for were through the previous run (every
@@ -544,17 +562,24 @@ def _write_trace(path: str, rank: int, rows: list) -> None:
     credited on), when its copies had finished (DONE given by then). The last column, ``t0_us``, is the first call's
     arrival on the host's monotonic clock (``time.perf_counter``, one clock for every process of the host): the
     ranks' rows line up by adding it, so a message's way from one rank's stream to the other's landing can be read
-    off."""
+    off. Then ``sleep_us`` and ``turn_us``: the longest of the driving loop's poll sleeps in the call's run, and its
+    longest turn between two sleeps (stalls of this process). PREFIX.rankN.gc.csv: this process's garbage collections (generation, start as above, us)."""
     import csv
 
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["call", "arrived_us", "taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
-                      "staged_us", "received_us", "network_us", "copies_us", "t0_us"])
+                      "staged_us", "received_us", "network_us", "copies_us", "t0_us", "sleep_us", "turn_us"])
         t0 = rows[0][1] if rows else 0.0
-        for key, *times in rows:
-            out.writerow([str(key)] +
-                         ["" if t is None else f"{(t - t0) * 1e6:.1f}" for t in times] + [f"{t0 * 1e6:.1f}"])
+        for key, *times, gap in rows:
+            out.writerow([str(key)] + ["" if t is None else f"{(t - t0) * 1e6:.1f}" for t in times] +
+                         [f"{t0 * 1e6:.1f}", f"{gap[0] * 1e6:.1f}", f"{gap[1] * 1e6:.1f}"])
+    with contextlib.suppress(OSError), open(f"{path}.rank{rank}.gc.csv", "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["generation", "start_us", "us"])
+        t0 = rows[0][1] if rows else 0.0
+        for gen, start, took in collections:
+            out.writerow([gen, f"{(start - t0) * 1e6:.1f}", "" if took is None else f"{took * 1e6:.1f}"])
 
 
 def main(argv: list[str] | None = None) -> int:

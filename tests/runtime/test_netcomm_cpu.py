@@ -678,6 +678,12 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
             times = [float(row[k]) for k in ("taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
                                              "network_us", "copies_us")]
             assert times == sorted(times) and float(row["arrived_us"]) >= 0
+            # the driving loop's longest poll sleep and longest turn: each within the run
+            span = times[-1] - times[0]
+            assert 0 <= float(row["sleep_us"]) <= span and 0 <= float(row["turn_us"]) <= span, row
+        with open(tmp_path / f"trace.rank{r}.gc.csv") as f:  # the proxy process's garbage collections (maybe none)
+            gcs = list(csv.DictReader(f))
+        assert all(g["generation"] in ("0", "1", "2") and float(g["us"]) >= 0 for g in gcs), gcs
     assert abs(bases[0].pop() - bases[1].pop()) < 5e6  # one host clock: the ranks' first calls within seconds
 
 

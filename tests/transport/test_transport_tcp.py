@@ -649,6 +649,40 @@ def test_small_writes_into_idle_lanes_leave_from_the_callers_thread(monkeypatch,
         rx.close()
 
 
+def test_the_first_part_of_a_cut_write_leaves_from_the_callers_thread(monkeypatch):
+    """A write cut over idle lanes into parts of at most HOCCL_TCP_DIRECT_BYTES: the caller sends its first part
+    itself, after handing the others to their lanes' threads, so the parts travel at once; every byte lands once, in
+    place, and the write completes once (one "sent", one "received")."""
+    import threading
+
+    monkeypatch.setenv("HOCCL_TCP_DIRECT_BYTES", str(64 << 10))
+    c_tx, c_rx, tx, rx = pair(lanes=4, min_part=64 << 10)
+    senders: list = []
+    send_frame = c_tx._send_frame
+
+    def spy(lane, sock, item):
+        senders.append((item[1], threading.current_thread().name))  # (part, thread)
+        return send_frame(lane, sock, item)
+
+    c_tx._send_frame = spy
+    try:
+        src, dst, local, remote = regions(tx, rx, 1 << 20)
+        w = c_tx.write(local, 0, 256 << 10, remote.id, 0, imm=5)
+        assert [c.write_id for c in drain(c_tx, "sent", 1)] == [w]
+        got = drain(c_rx, "received", 1)
+        assert [(c.imm, c.nbytes) for c in got] == [(5, 256 << 10)], got
+        assert np.array_equal(dst[:256 << 10], src[:256 << 10])
+        assert sorted(p for p, _ in senders) == [0, 1, 2, 3], senders
+        by = dict(senders)
+        assert by[0] == threading.current_thread().name, senders  # the caller's
+        assert all(name.startswith("hoccl-tcp-send") for p, name in senders if p), senders
+    finally:
+        c_tx.close()
+        c_rx.close()
+        tx.close()
+        rx.close()
+
+
 def test_a_reset_connection_is_reported_as_the_peer_closing_it():
     """A peer whose socket resets (closed with data unread, or its process killed: RST, not FIN) is "the peer
     closed the connection", as a clean close is, not a bare "Connection reset by peer"."""

@@ -464,30 +464,15 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
 
         gc.callbacks.append(clock)
 
-    def prepared(call: tuple) -> Any:
-        """The call's PreparedRun, decoded here, in the driving thread, when the call is taken (or skipped): the
-        thread that reads the socket pair then holds the interpreter only to take the message, not while the call
-        before it is driven (run 3 of 2026-12-04-s35: the driving loop's 10 us poll sleeps lasted a median longest 121
-        us per call, its threads waiting for one another's turns). None: the call moves nothing here."""
-        key, encoded = call[0]
-        if encoded is None:
-            return None
-        try:
-            return decode(plan_of(key), encoded, words)
-        except BaseException:
-            open_gates(decode(None, encoded, words))  # its copies must not wait for gates nobody will open
-            raise
-
     def run(call: tuple, reached: Any) -> None:
         """Drive the call from the moment it is taken, before its stream reaches it (CallProxy's ``early``)."""
-        run_ = prepared(call)  # a failure here fails the call: reported, later calls skipped (their gates opened)
-        if run_ is None:
+        if call[0] is None:
             return
         ex = state["executor"]
         if trace_path:
             ex.marks = [("taken", time.perf_counter())]
         # DONE once the copies are through (and the stream reached the call)
-        ex.run(prepared=run_, release=lambda: give(call), stream_reached=reached)
+        ex.run(prepared=call[0], release=lambda: give(call), stream_reached=reached)
         if trace_path:
             t = dict(ex.marks)
             t["copies"] = time.perf_counter()
@@ -518,14 +503,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         call[1].write(0)
         taken.write(as_int32(taken.read() + 1))
 
-    def skip(call: tuple) -> None:
-        """A call not run (an earlier one failed, or closing): its gates opened, so its copies do not wait."""
-        encoded = call[0][1]
-        if encoded is not None:
-            open_gates(decode(None, encoded, words))
-
     proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
-                      skip=skip, early=True)
+                      skip=lambda call: call[0] is not None and open_gates(call[0]), early=True)
     try:
         while True:
             try:
@@ -549,8 +528,15 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                 except BaseException as exc:  # noqa: BLE001 - every call after this is skipped, the error reported
                     proxy.error = exc
             elif what == "call":
-                _, key, encoded, start_word, done_word = message  # decoded when the driving thread takes it
-                proxy.submit(((key, encoded), Flag(words, start_word), DoneOnce(Flag(words, done_word)), key,
+                _, key, encoded, start_word, done_word = message
+                prepared = None
+                if encoded is not None:
+                    try:
+                        prepared = decode(plan_of(key), encoded, words)
+                    except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
+                        proxy.error = proxy.error or exc
+                        prepared = decode(None, encoded, words)  # its gates still opened (skip), its DONE given
+                proxy.submit((prepared, Flag(words, start_word), DoneOnce(Flag(words, done_word)), key,
                               time.perf_counter()))
             elif what == "close":
                 return

@@ -52,16 +52,15 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
-    "HOCCL_NET_SWITCH_US": ("0", "the network proxy process: its Python thread switch interval in microseconds "
-                            "(sys.setswitchinterval): how long a lane thread back from the kernel may wait for the "
-                            "interpreter while the driving loop holds it (0: Python's, 5000)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),
     "HOCCL_NET_TRACE": ("", "the network proxy process: a path prefix; each rank writes PREFIX.rankN.csv at close, a "
                         "row per call with when it arrived, was taken, its first staging copies let go, its plan "
                         "notice was written, the nodes' plan notices were in, its stream reached it, its last write "
-                        "was posted, its last chunk came in, its network part and its copies were through (us)"),
+                        "was posted, its last chunk came in, its network part and its copies were through, and its driving loop's "
+                        "longest poll sleep and longest turn (us); and PREFIX.rankN.gc.csv, the proxy's garbage "
+                        "collections"),
     "HOCCL_NET_EXCHANGE": ("1", "the one-GPU-per-node network communicator of 2 ranks: a batch of one send and one "
                            "receive (batch_isend_irecv, as 1F1B pipelining fuses them) runs as one call that moves both "
                            "messages; the other rank must batch its pair the same way (0: one call per message)"),

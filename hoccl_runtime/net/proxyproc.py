@@ -434,8 +434,6 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     topology = topology_of(setup["topology"])
     chunk, timeout_s, rank = setup["chunk_bytes"], setup["timeout_s"], setup["rank"]
     poll_s = setup["poll_us"] * 1e-6  # this process has a core to itself: it may look often
-    if setup.get("switch_us"):  # HOCCL_NET_SWITCH_US: lane threads back from the kernel take the interpreter sooner
-        sys.setswitchinterval(setup["switch_us"] * 1e-6)
     conn.send(("address", transport.listen()))
     plans: dict = {}
     state: dict = {}

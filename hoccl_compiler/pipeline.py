@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,19 @@ Progress = Callable[[str], None]
 def _verify(state: CompileState, options: CompileOptions) -> CompileState:
     assert state.plan is not None, "verify runs after plan"
     verify_plan(state.plan, byte_replay=options.byte_replay)
+    _BUILT[id(state.plan)] = state.plan
     return state
+
+
+# plans this process built with the pass table and verified (by identity; gone with the plan): the compact writer
+# takes their transfers as the ones its reader derives from their segments, since the reader runs these same passes
+# (tests/compiler/test_compact.py checks the read-back on every kind of plan), and checks any other plan's
+_BUILT: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def built_here(plan: Any) -> bool:
+    """Whether ``plan`` is an object :func:`compile_state`'s pass table built and verified in this process."""
+    return _BUILT.get(id(plan)) is plan
 
 
 def _stages(state: CompileState, options: CompileOptions, progress: Progress | None = None) -> CompileState:

@@ -16,8 +16,8 @@ the plan pass): the result is the same :class:`~hoccl_compiler.schema.Plan` as t
 must come out as the file says (a file whose inputs were edited is refused). Writing it refuses a plan whose
 transfers are not what those passes derive from its segments (a hand-edited plan): such a plan needs the full
 encoding. A plan the pass table built in this process (:func:`~hoccl_compiler.pipeline.built_here`) is not derived
-again for that check: its transfers come from those same passes. Verification (``hoccl-inspect --verify``, the runtime's check of a plan from outside) runs on the
-derived plan, as on a full one.
+again for that check: its transfers come from those same passes. Verification (``hoccl-inspect --verify``, the
+runtime's check of a plan from outside) runs on the derived plan, as on a full one.
 """
 
 from __future__ import annotations

@@ -475,7 +475,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             t = dict(ex.marks)
             t["copies"] = time.perf_counter()
             turns = [(what, w) for what, w in ex.marks if what in ("turn", "sleep", "network")]
-            steps = [(a[0], b[1] - a[1]) for a, b in zip(turns, turns[1:])]
+            steps = [(a[0], b[1] - a[1]) for a, b in zip(turns, turns[1:], strict=False)]
             gap = (max((d for what, d in steps if what == "sleep"), default=0.0),  # the longest sleep of its loop
                    max((d for what, d in steps if what == "turn"), default=0.0))   # and its longest turn's work
             rows.append((call[3], call[4], t["taken"], t["begun"], t["announced"], t["hello"], t.get("stream"),
@@ -561,7 +561,8 @@ def _write_trace(path: str, rank: int, rows: list, collections: list = ()) -> No
     arrival on the host's monotonic clock (``time.perf_counter``, one clock for every process of the host): the
     ranks' rows line up by adding it, so a message's way from one rank's stream to the other's landing can be read
     off. Then ``sleep_us`` and ``turn_us``: the longest of the driving loop's poll sleeps in the call's run, and its
-    longest turn between two sleeps (stalls of this process). PREFIX.rankN.gc.csv: this process's garbage collections (generation, start as above, us)."""
+    longest turn between two sleeps (stalls of this process). PREFIX.rankN.gc.csv: this process's garbage
+    collections (generation, start as above, us)."""
     import csv
 
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:

@@ -225,7 +225,7 @@ class HostNodeExecutor:
         deadline = time.monotonic() + self.timeout_s
         while not self._run_done():
             if self.marks is not None:
-                self._mark("turn")  # the trace's longest gap between turns (a stall of this process)
+                self._mark("turn")  # the trace: each turn's work and each poll sleep, timed (stalls of this process)
             self._tick()
             progressed = self._send_ready()
             progressed |= self._post_ready()

@@ -224,11 +224,9 @@ class HostNodeExecutor:
         self._mark("hello")
         deadline = time.monotonic() + self.timeout_s
         while not self._run_done():
-            if self.marks is not None:
-                self._mark("turn")  # the trace: each turn's work and each poll sleep, timed (stalls of this process)
+            self._mark("turn")  # the trace: each turn's work and each poll sleep, timed (stalls of this process)
             self._tick()
-            progressed = self._send_ready()
-            progressed |= self._post_ready()
+            progressed = self._send_ready() | self._post_ready()
             for node in self.conns:
                 for c in self._poll(node):
                     progressed = True
@@ -240,8 +238,7 @@ class HostNodeExecutor:
                     raise HocclTimeoutError(f"node {self.node}: plan {self.plan.plan_id} made no progress for "
                                             f"{self.timeout_s:g} s: {self._stalled()} (a peer node stalled or "
                                             "died?)")
-                if self.marks is not None:
-                    self._mark("sleep")
+                self._mark("sleep")
                 time.sleep(self.poll_s)
         self._tick()  # the caller's stream goes on before this run's notices (a send's run ends at its last post)
         self._mark("network")

@@ -445,7 +445,17 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             if len(plans) >= 1024:
                 plans.pop(next(iter(plans)))
             plan = plans[key] = compile_call(topology, key, chunk, multicast=True)  # as the caller's process does
+            settle()
         return plan
+
+    def settle() -> None:
+        """What this process holds for good so far (its modules, the executor, the plans) leaves the garbage
+        collector's generations (``gc.freeze``): a full collection then scans only what came since, instead of every
+        object of the process while a call waits (on the 1x H200, 2026-12-04: 15.5-30.9 ms, once per run of 453-600
+        calls, in the middle of training). Frozen objects are still freed when nothing refers to them."""
+        import gc
+
+        gc.freeze()
 
     trace_path = setup.get("trace")  # HOCCL_NET_TRACE: one row per call, written when this process ends
     rows: list = []
@@ -523,6 +533,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     ex.poll_s = poll_s
                     state["executor"] = ex
                     ex.connect(state["addresses"])
+                    settle()
                 except BaseException as exc:  # noqa: BLE001 - every call after this is skipped, the error reported
                     proxy.error = exc
             elif what == "call":

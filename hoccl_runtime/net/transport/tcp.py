@@ -172,21 +172,18 @@ class TcpConnection(Connection):
         items = [(write_id, part, parts, local, offset + lo, hi - lo, remote_region, remote_offset + lo, imm,
                   remote_offset, nbytes) for part, (lane, lo, hi) in enumerate(cuts)]
         lane, lo, hi = cuts[0]
-        if hi - lo > tr.direct_bytes:
-            for (lane, _, _), item in zip(cuts, items, strict=True):
-                self._send_queues[lane].put(item)
-            return write_id
-        for (other, _, _), item in zip(cuts[1:], items[1:], strict=True):  # the other parts leave from their lanes'
-            self._send_queues[other].put(item)                              # threads while this one sends the first
-        lock = self._lane_locks[lane]
-        if lock.acquire(blocking=False):  # the lane is idle (nothing of it unsent but this): send it from here
-            try:  # (an empty queue is not enough: its thread may hold a frame it took and has not sent yet)
+        direct = hi - lo <= tr.direct_bytes  # the first part may leave from here, after the others were handed over
+        for (other, _, _), item in zip(cuts[direct:], items[direct:], strict=True):
+            self._send_queues[other].put(item)
+        if direct and self._lane_locks[lane].acquire(blocking=False):  # the lane is idle (nothing unsent but this):
+            try:  # send it from here (an empty queue is not enough: its thread may hold a frame it has not sent yet)
                 ok = self._queued[lane] == hi - lo + 1 and self._send_frame(lane, self.lanes[lane], items[0])
             finally:
-                lock.release()
-            if ok:
-                return write_id
-        self._send_queues[lane].put(items[0])
+                self._lane_locks[lane].release()
+        else:
+            ok = not direct  # not direct: it was handed over with the others
+        if not ok:
+            self._send_queues[lane].put(items[0])
         return write_id
 
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:

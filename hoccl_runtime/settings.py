@@ -38,6 +38,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "unless whole on one ends soon enough) or idle (the idle lanes share it)"),
     "HOCCL_TCP_SPLIT_SLACK": ("1.0", "TCP, split=balance: a write goes whole to one lane if that ends within 1 + "
                               "this times the cut write's end"),
+    "HOCCL_TCP_RECEIVE": ("thread", "TCP: who receives a lane's frames: thread (one blocking thread per lane) or poll "
+                          "(the thread that polls the connection, the network proxy's driving loop, reads what each "
+                          "lane has without waiting: no receiving threads; every write then goes through its lane's "
+                          "thread, HOCCL_TCP_DIRECT_BYTES=0)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "

@@ -24,7 +24,10 @@ def two_ranks(monkeypatch, body):
                                                             lanes=2), body)
 
 
-def test_collectives_through_the_proxy_in_order(monkeypatch):
+@pytest.mark.parametrize("receive", ["thread", "poll"])
+def test_collectives_through_the_proxy_in_order(monkeypatch, receive):
+    monkeypatch.setenv("HOCCL_TCP_RECEIVE", receive)  # poll: the proxy process's driving loop reads the lanes
+
     def body(comm, r):
         rng = np.random.default_rng(r)
         got = {}

@@ -50,6 +50,17 @@ def test_two_nodes_of_two_gpus(kind, forwarding):
     run_nodes(plan, slots=2)  # 2 slots: the ring wraps many times, credits must work
 
 
+@pytest.mark.parametrize("kind", ["alltoall", "allgather"])
+def test_two_nodes_with_polled_receives(monkeypatch, kind):
+    """HOCCL_TCP_RECEIVE=poll: the driving loops read the lanes themselves (no receiving threads); the rings wrap,
+    credits and notices flow, and every byte lands as the replay has it."""
+    monkeypatch.setenv("HOCCL_TCP_RECEIVE", "poll")  # the node processes take it from the environment
+    topo = make_topology("h200x2", nodes=2)
+    plan = compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=4 * 30_011),
+                        CompileOptions(chunk_bytes=1024, baselines=False, multicast=False))
+    run_nodes(plan, slots=2)
+
+
 def test_three_nodes_one_gpu_each_skewed():
     topo = make_topology("h200x2", nodes=3, gpus_per_node=1)
     mat = ((0, 5000, 70), (3000, 11, 0), (1, 2, 0))

@@ -706,3 +706,68 @@ def test_a_reset_connection_is_reported_as_the_peer_closing_it():
                 time.sleep(0.01)
     finally:
         rx.close()
+
+
+def test_polled_receives_land_every_write_with_no_receiving_thread():
+    """receive="poll": no lane has a receiving thread; whoever polls reads what the lanes have. Writes cut over the
+    lanes, whole, tiny, empty and ordered all land once, in place, with their immediates and byte counts, while
+    the sender's threads push them (the receiver polls; nothing is direct from the sender's caller then)."""
+    c_tx, c_rx, tx, rx = pair(lanes=4, receive="poll")
+    try:
+        assert rx.receive == "poll" and tx.direct_bytes == 0
+        assert not c_rx._threads[1] and all(t.name.startswith("hoccl-tcp-send") for t in c_rx._threads[0])
+        src, dst, local, remote = regions(tx, rx, 24 << 20)
+        end = 24 << 20
+        writes = [(0, 16 << 20, 11, False), (16 << 20, (8 << 20) - 10, 22, False), (end - 10, 3, 33, False),
+                  (end - 7, 0, 44, True), (end - 7, 7, 55, True)]
+        ids = {c_tx.write(local, off, n, remote.id, off, imm=imm, ordered=o) for off, n, imm, o in writes}
+        received = drain(c_rx, "received", len(writes))  # the receiver's polls make room for the senders' threads
+        assert {c.write_id for c in drain(c_tx, "sent", len(writes))} == ids
+        assert sorted((c.imm, c.offset, c.nbytes) for c in received) == sorted((imm, off, n) for off, n, imm, _
+                                                                               in writes)
+        assert np.array_equal(src[:end - 7], dst[:end - 7]) and np.array_equal(src[-7:], dst[-7:])
+        assert c_rx.poll(timeout_s=0) == []
+    finally:
+        c_tx.close()
+        c_rx.close()
+        tx.close()
+        rx.close()
+
+
+@pytest.mark.parametrize("how", ["corrupt", "mid-frame", "closed"])
+def test_polled_receives_report_a_bad_or_closed_peer(how):
+    """receive="poll": a corrupt header, a peer gone in the middle of a frame, and a peer that closed are the same
+    TransportErrors as with receiving threads, raised by poll (no hang: poll waits at most its timeout)."""
+    rx = TcpTransport(lanes=1, session="s", receive="poll")
+    address = rx.listen()
+    rx.register(np.zeros(64, dtype=np.uint8))
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
+    t.start()
+    host, port = address.split(":")
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    try:
+        assert raw_handshake(raw, b"s") == 1
+        t.join(10)
+        head = HEADER.pack(MAGIC, VERSION, 0, 0, 0, 0, 1, 0, 0, 4, 0, 0, 4)
+        crc = zlib.crc32(head) ^ (1 if how == "corrupt" else 0)
+        raw.sendall(head + struct.pack("<I", crc) + (b"ab" if how == "mid-frame" else b""))
+        if how != "corrupt":
+            raw.close()
+        want = {"corrupt": "corrupt frame header", "mid-frame": "closed the connection mid-write",
+                "closed": "the peer closed the connection"}[how]
+        start = time.monotonic()
+        with pytest.raises(TransportError, match=want):
+            while time.monotonic() - start < 10:
+                box["conn"].poll(timeout_s=1)
+    finally:
+        raw.close()
+        rx.close()
+
+
+def test_a_bad_receive_setting_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HOCCL_TCP_RECEIVE", "threads")
+    with pytest.raises(TransportError, match="HOCCL_TCP_RECEIVE.*thread, poll"):
+        TcpTransport()
+    with pytest.raises(TransportError, match="receive='x': choose one of thread, poll"):
+        TcpTransport(receive="x")

@@ -18,7 +18,8 @@ least-loaded lane. Each part is sent as a frame::
 
 Per-lane sequence numbers and the header's CRC-32 detect a short, reordered or corrupt stream. One
 sender and one receiver thread per lane block in the kernel (the GIL is free while they wait); the
-caller's ``poll`` waits on a queue. A peer that dies shows up as EOF or a reset, reported by
+caller's ``poll`` waits on a queue. With ``receive="poll"`` (``HOCCL_TCP_RECEIVE``) no thread receives: ``poll``
+reads what each lane has without waiting (:mod:`.frames`). A peer that dies shows up as EOF or a reset, reported by
 ``poll`` as :class:`TransportError` naming the peer.
 
 Connection setup, per lane, a challenge-response over both sides' nonces with the job's secret (``secret=``,
@@ -65,49 +66,24 @@ import numpy as np
 from ...errors import HocclError, HocclTimeoutError, TransportError
 from ...settings import env_choice, env_float, env_int
 from .base import Completion, Connection, Region, Transport, open_listener
+from .frames import HEADER, MAGIC, VERSION, LaneReader, check_header, recv_exact, recv_struct, tune
 from .lanes import SPLIT_SLACK, SPLITS, lane_parts
 
-__all__ = ["TcpTransport", "TcpConnection", "HEADER", "lane_parts"]
+__all__ = ["TcpTransport", "TcpConnection", "HEADER", "lane_parts", "RECEIVES"]
 
-MAGIC = b"HOCL"
-VERSION = 3  # 3: the codes cover both ends' addresses and ports
-HEADER = struct.Struct("<4sHHQQHHIQQIQQ")        # + crc32 appended as "<I"
 HELLO = struct.Struct("<4sHHH8s32s16s16s")        # magic, version, lane, lanes, connection id, session, name, nonce
 CHALLENGE = struct.Struct("<B16s32s")             # status, the acceptor's nonce, its code
 HELLO_TIMEOUT_S = 5.0                             # how long the acceptor waits for one connection's handshake
 MAX_HELLOS = 128                                  # handshakes an acceptor reads at once (more sockets: closed)
 MIN_PART = 1 << 20                                # default: do not split writes into parts smaller than this
 DIRECT_BYTES = 256 << 10                          # default: writes up to this size leave from the caller's thread
+RECEIVES = ("thread", "poll")                     # who receives a lane's frames (frames.py)
 
 
 def _ends(connector: tuple, acceptor: tuple) -> bytes:
     """Both ends of one TCP connection, (address, port) of the connector then the acceptor, as bytes for the
     handshake's codes: a relay that forwards a real handshake between two connections of its own changes them."""
     return f"{connector[0]}|{connector[1]}|{acceptor[0]}|{acceptor[1]}".encode()
-
-
-def _recv_exact(sock: socket.socket, view: memoryview, deadline: float | None = None) -> bool:
-    """Fill ``view`` from ``sock``; False on a clean EOF before the first byte, raise on a short stream. With
-    ``deadline`` (monotonic; the handshake's) each read waits only for what is left of it, so a peer that sends a
-    byte at a time is cut off at the deadline, not once per byte."""
-    got = 0
-    while got < len(view):
-        if deadline is None:
-            # MSG_WAITALL: one system call (and one GIL hand-back) per frame part instead of one per socket
-            # buffer's worth; it returns early only on EOF, an error or a signal, which the loop handles
-            n = sock.recv_into(view[got:], 0, socket.MSG_WAITALL)
-        else:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TransportError(f"handshake not done within {HELLO_TIMEOUT_S:g} s ({got} of {len(view)} bytes)")
-            sock.settimeout(left)
-            n = sock.recv_into(view[got:])
-        if n == 0:
-            if got == 0:
-                return False
-            raise TransportError(f"stream ended after {got} of {len(view)} bytes (peer closed mid-frame)")
-        got += n
-    return True
 
 
 class TcpConnection(Connection):
@@ -131,12 +107,15 @@ class TcpConnection(Connection):
         # or by the caller itself for a small write into a lane with nothing queued (no thread hand-off)
         self._lane_locks = [threading.Lock() for _ in sockets]
         self._seq = [0] * len(sockets)
-        self._threads = []
+        regions, polled = transport._regions, transport.receive == "poll"  # poll: read by poll()'s caller, no thread
+        self._readers = [LaneReader(sock, lane, regions, self._arrived) for lane, sock in enumerate(sockets)] \
+            if polled else []
+        self._threads: list[list[threading.Thread]] = [[], []]  # senders, receivers
         for lane, sock in enumerate(sockets):
-            for target, name in ((self._send_loop, "send"), (self._recv_loop, "recv")):
+            for k, (target, name) in enumerate(((self._send_loop, "send"), (self._recv_loop, "recv"))[:2 - polled]):
                 t = threading.Thread(target=target, args=(lane, sock), name=f"hoccl-tcp-{name}-{lane}", daemon=True)
                 t.start()
-                self._threads.append(t)
+                self._threads[k].append(t)
 
     @property
     def who(self) -> str:
@@ -188,10 +167,12 @@ class TcpConnection(Connection):
 
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:
         out: list[Completion] = []
+        polled = bool(self._readers) and self._read_lanes(timeout_s)  # the waiting was done there
         if self._error is not None and self._completions.empty():
             raise self._error
         try:
-            item = self._completions.get(timeout=timeout_s) if timeout_s > 0 else self._completions.get_nowait()
+            item = self._completions.get(timeout=timeout_s) if timeout_s > 0 and not polled else \
+                self._completions.get_nowait()
         except queue.Empty:
             if self._error is not None:
                 raise self._error from None
@@ -219,13 +200,13 @@ class TcpConnection(Connection):
         for q in self._send_queues:
             q.put(None)  # after the queued writes: each sender thread finishes those first
         deadline = time.monotonic() + drain_timeout_s
-        for t in self._threads[0::2]:  # the sender threads
+        for t in self._threads[0]:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         for sock in self.lanes:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
-        for t in self._threads[1::2]:
+        for t in self._threads[1]:
             t.join(timeout=5)
 
     # --- lane threads -------------------------------------------------------------------------------
@@ -280,16 +261,10 @@ class TcpConnection(Connection):
         regions = self.transport._regions
         while True:
             try:
-                if not _recv_exact(sock, view):
-                    # A clean end between frames: fail once every lane has ended, so that the writes
-                    # that completed on other lanes are reported first (a peer that finished and
-                    # closed is not an error until something more is expected of it).
-                    with self._lock:
-                        self._ended += 1
-                        all_ended = self._ended == len(self.lanes)
-                    if all_ended:
-                        self._fail(lane, "the peer closed the connection (process gone?)")
+                if not recv_exact(sock, view):
+                    self._lane_ended(lane)
                     return
+                frame = check_header(head, lane, expected, regions)
             except TransportError as exc:
                 self._fail(lane, str(exc))
                 return
@@ -299,40 +274,63 @@ class TcpConnection(Connection):
             except OSError as exc:
                 self._fail(lane, f"receive: {exc.strerror or exc}")
                 return
-            (crc,) = struct.unpack_from("<I", head, HEADER.size)
-            if zlib.crc32(view[:HEADER.size]) != crc:
-                self._fail(lane, "corrupt frame header (CRC mismatch)")
-                return
-            magic, version, lane_in, seq, write_id, part, parts, region, off, n, imm, base, total = \
-                HEADER.unpack_from(head)
-            if magic != MAGIC or version != VERSION or lane_in != lane:
-                self._fail(lane, f"not a HOCCL frame (magic {magic!r}, version {version}, lane {lane_in})")
-                return
-            if seq != expected:
-                self._fail(lane, f"frame {seq} arrived where {expected} was due (lost or reordered data)")
-                return
             expected += 1
-            target = regions.get(region)
-            if target is None or off + n > target.nbytes:
-                size = "no such region" if target is None else f"{target.nbytes} bytes"
-                self._fail(lane, f"a write into region {region} bytes {off}..{off + n} is outside what this side "
-                                 f"registered ({size}); do both ends run the same plan, chunk size and ring_bytes?")
-                return
             try:
-                if n and not _recv_exact(sock, memoryview(target.view)[off:off + n]):
+                if frame[5] and not recv_exact(sock, frame[9]):
                     self._fail(lane, "the peer closed the connection mid-write")
                     return
             except (TransportError, OSError) as exc:
                 self._fail(lane, f"payload: {exc}")
                 return
-            with self._lock:
-                got = self._recv_parts.get(write_id, 0) + 1
-                if got == parts:
-                    self._recv_parts.pop(write_id, None)
-                else:
-                    self._recv_parts[write_id] = got
+            self._arrived(frame)
+
+    def _lane_ended(self, lane: int) -> None:
+        """A clean end between frames: fail once every lane has ended, so that the writes that completed on other
+        lanes are reported first (a peer that finished and closed is not an error until something more is expected
+        of it)."""
+        with self._lock:
+            self._ended += 1
+            all_ended = self._ended == len(self.lanes)
+        if all_ended:
+            self._fail(lane, "the peer closed the connection (process gone?)")
+
+    def _arrived(self, frame: tuple) -> None:
+        """One whole frame (:func:`~.frames.check_header`'s tuple) is in place: its write's "received" completion
+        once every part of it is."""
+        write_id, _, parts, region, _, _, imm, base, total, _ = frame
+        with self._lock:
+            got = self._recv_parts.get(write_id, 0) + 1
             if got == parts:
-                self._completions.put(Completion("received", write_id, imm, region, base, total))
+                self._recv_parts.pop(write_id, None)
+            else:
+                self._recv_parts[write_id] = got
+        if got == parts:
+            self._completions.put(Completion("received", write_id, imm, region, base, total))
+
+    def _read_lanes(self, timeout_s: float) -> bool:
+        """receive="poll": read what every lane has, and until a completion is ready (or an error), for up to
+        ``timeout_s`` (waiting in ``select`` meanwhile); True. A lane that fails fails the connection, as its thread
+        would."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for r in self._readers:
+                if r.ended or r.sock.fileno() < 0:
+                    continue
+                try:
+                    if r.read() is None:
+                        r.ended = True
+                        self._lane_ended(r.lane)
+                except TransportError as exc:
+                    self._fail(r.lane, str(exc))
+                except (ConnectionResetError, BrokenPipeError):
+                    self._fail(r.lane, "the peer closed the connection (reset: process gone?)")
+                except OSError as exc:
+                    self._fail(r.lane, f"receive: {exc.strerror or exc}")
+            left = deadline - time.monotonic()
+            live = [r.sock for r in self._readers if not r.ended and r.sock.fileno() >= 0]
+            if left <= 0 or not live or not self._completions.empty() or self._error is not None:
+                return True
+            select.select(live, [], [], left)
 
 
 class TcpTransport(Transport):
@@ -342,7 +340,8 @@ class TcpTransport(Transport):
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = "",
                  name: str = "", min_part: int | None = None, socket_buffer: int | None = None,
-                 secret: bytes | None = None, split: str | None = None, split_slack: float | None = None):
+                 secret: bytes | None = None, split: str | None = None, split_slack: float | None = None,
+                 receive: str | None = None):
         if lanes < 1 or lanes > 64:
             raise TransportError(f"lanes={lanes}: use 1..64 connections per peer")
         # a write is cut into parts of at least min_part bytes (HOCCL_TCP_MIN_PART) by the rule ``split``
@@ -358,6 +357,14 @@ class TcpTransport(Transport):
                 env_float("HOCCL_TCP_SPLIT_SLACK", SPLIT_SLACK)
         except HocclError as exc:
             raise TransportError(str(exc)) from None
+        try:  # who receives (HOCCL_TCP_RECEIVE): a thread per lane, or whoever polls the connection (frames.py)
+            self.receive = receive if receive is not None else env_choice("HOCCL_TCP_RECEIVE", "thread", RECEIVES)
+        except HocclError as exc:
+            raise TransportError(str(exc)) from None
+        if self.receive not in RECEIVES:
+            raise TransportError(f"receive={self.receive!r}: choose one of {', '.join(RECEIVES)}")
+        if self.receive == "poll":  # the poller is this side's only reader: it must never block in a send (two
+            self.direct_bytes = 0   # pollers each sending into the other's full buffers would wait for good)
         if self.split not in SPLITS:
             raise TransportError(f"split={self.split!r}: choose one of {', '.join(SPLITS)}")
         if not self.split_slack >= 0:
@@ -418,13 +425,13 @@ class TcpTransport(Transport):
                     raise TransportError(f"cannot connect to {address}: {exc.strerror or exc} (is the peer "
                                          "listening there?)") from None
                 sockets.append(sock)
-                _tune(sock, self.socket_buffer)
+                tune(sock, self.socket_buffer)
                 hello = HELLO.pack(MAGIC, VERSION, lane, self.lanes, conn_id, self.session, self.name,
                                    os.urandom(16))
                 sock.sendall(hello)
                 sock.settimeout(max(0.01, deadline - time.monotonic()))
                 try:
-                    reply = _recv_struct(sock, CHALLENGE, first_byte_only_on_refusal=True)
+                    reply = recv_struct(sock, CHALLENGE, first_byte_only_on_refusal=True)
                     if reply is None or reply[0] != 1:
                         raise TransportError(f"{address} refused the connection: session mismatch (another plan or "
                                              "communicator on the two sides), or another lane count or protocol "
@@ -437,7 +444,7 @@ class TcpTransport(Transport):
                                              "between the two ends (each end must see the other's address as it is)")
                     sock.sendall(self._code(b"connector", hello, nonce_a, ends))
                     final = bytearray(1)
-                    if not _recv_exact(sock, memoryview(final)) or final[0] != 1:
+                    if not recv_exact(sock, memoryview(final)) or final[0] != 1:
                         raise TransportError(f"{address} refused this side's authentication: the two sides hold "
                                              "different secrets (different jobs?)")
                 except TimeoutError:
@@ -491,7 +498,7 @@ class TcpTransport(Transport):
                 with contextlib.suppress(OSError):
                     sock.close()
                 continue
-            _tune(sock, self.socket_buffer)
+            tune(sock, self.socket_buffer)
             with self._hello_lock:
                 self._hellos_running += 1
             threading.Thread(target=self._hello_worker, args=(sock, addr, time.monotonic() + HELLO_TIMEOUT_S),
@@ -539,7 +546,7 @@ class TcpTransport(Transport):
         """The acceptor's side of one lane's handshake, done by ``deadline`` (monotonic) or failed: (lane, lanes,
         connection id, name), or why it failed."""
         raw = bytearray(HELLO.size)
-        if not _recv_exact(sock, memoryview(raw), deadline):
+        if not recv_exact(sock, memoryview(raw), deadline):
             return "closed before its hello"
         hello = bytes(raw)
         magic, version, lane, lanes, conn_id, session, name, _ = HELLO.unpack(hello)
@@ -557,7 +564,7 @@ class TcpTransport(Transport):
         ends = _ends(sock.getpeername(), sock.getsockname())  # (connector, acceptor) as seen here
         sock.sendall(CHALLENGE.pack(1, nonce_a, self._code(b"acceptor", hello, nonce_a, ends)))
         code = bytearray(32)
-        if not _recv_exact(sock, memoryview(code), deadline) or \
+        if not recv_exact(sock, memoryview(code), deadline) or \
                 not hmac.compare_digest(bytes(code), self._code(b"connector", hello, nonce_a, ends)):
             with contextlib.suppress(OSError):
                 sock.sendall(b"\0")
@@ -583,19 +590,6 @@ class TcpTransport(Transport):
         self._take_hellos()  # handshakes done meanwhile: their sockets closed (later ones close at their deadline)
 
 
-def _recv_struct(sock: socket.socket, layout: struct.Struct, first_byte_only_on_refusal: bool = False) -> tuple | None:
-    """One ``layout`` from ``sock``; None on EOF. A refusal may be a lone 0 byte then EOF (older peers)."""
-    buf = bytearray(layout.size)
-    view = memoryview(buf)
-    if not _recv_exact(sock, view[:1]):
-        return None
-    if first_byte_only_on_refusal and buf[0] != 1:
-        return (buf[0], b"", b"")
-    if not _recv_exact(sock, view[1:]):
-        return None
-    return layout.unpack(buf)
-
-
 def _setting(value: int | None, env: str, default: int, least: int, most: int | None = None) -> int:
     """An argument if given, else the environment's setting (``env``), else ``default``; within least..most."""
     if value is None:
@@ -610,11 +604,3 @@ def _setting(value: int | None, env: str, default: int, least: int, most: int | 
         raise TransportError(f"{name}={value}: give {least}..{most}" if most is not None else
                              f"{name}={value}: give at least {least}")
     return value
-
-
-def _tune(sock: socket.socket, buffer: int) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if buffer > 0:  # a fixed size turns the kernel's autotuning off (and is capped at net.core.[rw]mem_max)
-        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, opt, buffer)

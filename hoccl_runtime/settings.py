@@ -59,7 +59,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),
-    "HOCCL_NET_TRACE": ("", "the network proxy process: a path prefix; each rank writes PREFIX.rankN.csv at close, a "
+    "HOCCL_NET_TRACE": ("", "the network proxy process: a path prefix; each rank writes PREFIX.rankN.csv at close "
+                        "(PREFIX.gK.rankN.csv for its K-th network group after the first), a "
                         "row per call with when it arrived, was taken, its first staging copies let go, its plan "
                         "notice was written, the nodes' plan notices were in, its stream reached it, its last write "
                         "was posted, its last chunk came in, its network part and its copies were through, and its "

@@ -34,6 +34,7 @@ different collectives raise ``PlanError``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from typing import Any
 
@@ -443,7 +444,7 @@ class NetCommunicator(_Calls):
 
         from ..net.gpu import flag_count, ring_slots
         from ..net.proxyproc import LocalRegions, ProcessProxy, SharedArena
-        from ..settings import env_int, env_text
+        from ..settings import env_int
 
         # every flag now (a page: the streams' START/DONE, the executor's gates, the proxy's counters); the rings
         # (2 x ring_bytes, pinned) at the first call, as the thread's executor makes them: a group that never
@@ -460,7 +461,7 @@ class NetCommunicator(_Calls):
             "rank": self.rank, "host": host or _local_address(), "lanes": lanes, "session": f"hoccl-net-{self.world}",
             "name": f"node{self.rank}", "secret": self._secret, "topology": self.topology.model_dump(),
             "chunk_bytes": self.chunk_bytes, "timeout_s": self.timeout_s,
-            "poll_us": env_int("HOCCL_NET_POLL_US", 10, 1, 10_000), "trace": env_text("HOCCL_NET_TRACE")}),
+            "poll_us": env_int("HOCCL_NET_POLL_US", 10, 1, 10_000), "trace": _trace_prefix(self.rank)}),
             self.timeout_s)
         self._addresses = self._exchange_addresses(store, address)
         self._proxy.send(("addresses", self._addresses))
@@ -570,3 +571,19 @@ class NetCommunicator(_Calls):
         for arena in (self._rings if self._arena is not None else None, self._arena):
             if arena is not None:
                 arena.close()
+
+
+_TRACED: dict[tuple, itertools.count] = {}  # (prefix, rank) -> the proxy processes started with that trace
+
+
+def _trace_prefix(rank: int) -> str | None:
+    """HOCCL_NET_TRACE for rank ``rank``'s next proxy process: PREFIX for its first, PREFIX.gN for the N-th after it
+    (the groups of one run, e.g. a training example's settings variants, each get files of their own)."""
+    from ..settings import env_text
+
+    prefix = env_text("HOCCL_NET_TRACE")
+    if not prefix:
+        return None
+    n = next(_TRACED.setdefault((prefix, rank), itertools.count()))
+    return prefix if n == 0 else f"{prefix}.g{n}"
+

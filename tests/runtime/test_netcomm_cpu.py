@@ -690,6 +690,40 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
     assert abs(bases[0].pop() - bases[1].pop()) < 5e6  # one host clock: the ranks' first calls within seconds
 
 
+def test_each_network_group_of_a_rank_traces_to_files_of_its_own(monkeypatch, tmp_path):
+    """HOCCL_NET_TRACE with two network groups per rank (a training example's settings variants): the first writes
+    PREFIX.rankN.csv, the second PREFIX.g1.rankN.csv, each with its own calls."""
+    import csv
+
+    from hoccl_runtime.comm.net import NetCommunicator
+
+    monkeypatch.setenv("HOCCL_NET_TRACE", str(tmp_path / "trace"))
+    fake_cuda.install(monkeypatch, async_streams=True)
+    stores = fake_cuda.Store(), fake_cuda.Store()
+
+    class Two:
+        def __init__(self, r):
+            self.groups = [NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=64 << 10, lanes=1)
+                           for store in stores]
+
+        def close(self):
+            for g in self.groups:
+                g.close()
+
+    def body(two, r):
+        for g, n in zip(two.groups, (3000, 5000), strict=True):
+            inp, out = np.full(n, r, np.uint8), np.zeros(2 * n, np.uint8)
+            g.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            g.synchronize()
+        return True
+
+    assert fake_cuda.run_ranks(2, Two, body) == {0: True, 1: True}
+    for r in (0, 1):
+        for name, call in ((f"trace.rank{r}.csv", "allgather 6000"), (f"trace.g1.rank{r}.csv", "allgather 10000")):
+            with open(tmp_path / name) as f:
+                assert [row["call"] for row in csv.DictReader(f)] == [call], name
+
+
 def test_random_split_mismatches_between_ranks_are_refused_together_or_run_exactly(monkeypatch):
     """Split mismatches fuzzed: 24 All-to-Allv calls with random splits (seeded, the same sequence on both ranks),
     half of them spoiled on one rank (a size that does not add up, or output splits that are not the column of the

@@ -320,12 +320,12 @@ class TcpConnection(Connection):
                     if r.read() is None:
                         r.ended = True
                         self._lane_ended(r.lane)
-                except TransportError as exc:
-                    self._fail(r.lane, str(exc))
-                except (ConnectionResetError, BrokenPipeError):
-                    self._fail(r.lane, "the peer closed the connection (reset: process gone?)")
-                except OSError as exc:
-                    self._fail(r.lane, f"receive: {exc.strerror or exc}")
+                except (TransportError, OSError) as exc:  # a failed lane is read no more
+                    r.ended = True
+                    self._fail(r.lane, str(exc) if isinstance(exc, TransportError) else
+                               "the peer closed the connection (reset: process gone?)"
+                               if isinstance(exc, (ConnectionResetError, BrokenPipeError)) else
+                               f"receive: {exc.strerror or exc}")
             left = deadline - time.monotonic()
             live = [r.sock for r in self._readers if not r.ended and r.sock.fileno() >= 0]
             if left <= 0 or not live or not self._completions.empty() or self._error is not None:

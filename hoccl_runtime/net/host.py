@@ -204,12 +204,10 @@ class HostNodeExecutor:
     def _drive(self) -> None:
         """The run's network protocol: the plan notice (and the wait for the nodes that received in the previous
         run to be through it), then every stage's chunks, each GPU's rings handing their slots from one stage's flow
-        to the next (no barrier).
-
-        The staging copies of the first chunks start before this run's plan notice is written and before the wait
-        for the other nodes' notices: they fill only this node's own send rings, free since its previous run is
-        through (its writes left), and no write leaves before the wait. So a send's copy out of the GPU overlaps the
-        notices (on the 1x H200's TCP nodes the notice's write took 30-48 us of a 1 MiB send, the copy 70-76 us)."""
+        to the next (no barrier). The staging copies of the first chunks start before the plan notice is written and
+        go on during the wait (as the previous run's writes leave, :meth:`_keep`): they fill only this node's own
+        send rings, and no write leaves before the wait. So a send's copy out of the GPU overlaps the notices (on the
+        1x H200's TCP nodes the notice's write took 30-48 us of a 1 MiB send, the copy 70-76 us)."""
         self._begin_run()
         for n, early in self._ahead.items():  # data that came for this run while the previous one received none
             self._backlog.setdefault(n, []).extend(early)
@@ -331,10 +329,9 @@ class HostNodeExecutor:
     def _wait_for_previous(self) -> None:
         """Wait until every node that received network chunks in the previous run is through it (its receive rings
         are free), not until it reached this one, and check the plan notices that came meanwhile. A node that
-        received none (the sender of a pipeline's last send) is not waited for: its rings hold nothing of that run
-        (nor of earlier ones: the run after each run it received in waited for it), and what this run writes it
-        while it is still in the previous run it keeps for the next (:meth:`_on_completion`), since every node runs
-        the same plans and so knows it receives nothing there."""
+        received none (a pipeline's last sender) is not waited for: its rings hold nothing of that run (nor of earlier
+        ones), and what this run writes it while still in the previous run it keeps for the next
+        (:meth:`_on_completion`): every node runs the same plans, so it knows it receives nothing there."""
         if self._runs:
             prev, cur = (self._runs - 1) & 0xFFFFFF, self._runs & 0xFFFFFF
             self._wait_for_nodes(lambda n: n not in self._prev_receivers or (n, prev) in self._early_done,
@@ -410,9 +407,12 @@ class HostNodeExecutor:
         return False
 
     def _keep(self, n: int, c) -> None:
-        """A completion that arrived outside the run that wants it: plan notices are recorded, the rest waits
-        in the backlog for the next run."""
+        """A completion outside the run that wants it: plan notices are recorded, an earlier run's write that left
+        frees its send slot (and what waited for it is staged), the rest waits in the backlog for the next run."""
         if c.kind == "received" and self._notice(n, c.imm):
+            return
+        if c.kind == "sent" and self._leaving.left((id(self.conns[n]), c.write_id)):
+            self._send_ready()
             return
         if c.kind == "received" or c.nbytes:
             self._backlog.setdefault(n, []).append(c)

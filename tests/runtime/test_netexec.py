@@ -221,11 +221,15 @@ class _Steps:
             self.at.setdefault((ex.node, ex._runs, what), time.monotonic())
 
 
-def test_a_senders_staging_copies_start_before_the_other_nodes_notices_are_in(monkeypatch):
+@pytest.mark.parametrize("receive", ["thread", "poll"])
+def test_a_senders_staging_copies_start_before_the_other_nodes_notices_are_in(monkeypatch, receive):
     """The copy out of the sender's buffer into its send ring does not wait for the other node to be through the
     previous run (only the network writes do): node 1 ends run 0 late, and node 0 has staged run 1's first chunk
-    while it still waits for that."""
+    while it still waits for that. With HOCCL_TCP_RECEIVE=poll every write goes through a lane's thread, so run 0's
+    writes are known to have left only while run 1 already waits: their slots are freed and staged into there."""
     import time
+
+    monkeypatch.setenv("HOCCL_TCP_RECEIVE", receive)
 
     from hoccl_runtime.net.executor import HostNodeExecutor
 
@@ -295,7 +299,15 @@ def test_a_run_ends_once_its_writes_are_posted_and_their_slots_stay_taken_until_
     from hoccl_runtime.net.executor import HostNodeExecutor
 
     steps, poll, stage_out = _Steps(monkeypatch), HostNodeExecutor._poll, HostNodeExecutor._stage_out
+    keep = HostNodeExecutor._keep
     held, lock, let_go = [], threading.Lock(), threading.Event()
+
+    def holding_keep(self, n, c):  # a "sent" that comes while a run waits for the other node: held back too
+        with lock:
+            if self.node == 0 and c.kind == "sent" and c.nbytes and not let_go.is_set():
+                held.append(c)
+                return None
+        return keep(self, n, c)
 
     def holding_poll(self, node):
         items = poll(self, node)
@@ -313,6 +325,7 @@ def test_a_run_ends_once_its_writes_are_posted_and_their_slots_stay_taken_until_
         return stage_out(self, *args)
 
     monkeypatch.setattr(HostNodeExecutor, "_poll", holding_poll)
+    monkeypatch.setattr(HostNodeExecutor, "_keep", holding_keep)
     monkeypatch.setattr(HostNodeExecutor, "_stage_out", staged)
     topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
     opts = CompileOptions(chunk_bytes=1024, baselines=False)

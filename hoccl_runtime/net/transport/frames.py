@@ -66,11 +66,13 @@ class LaneReader:
         self.frame: tuple | None = None  # the frame whose payload is coming in
         self.ended = False  # the peer closed the lane between frames
 
-    def read(self) -> bool | None:
-        """Take what the socket has; True if anything came, None on a clean end between frames (the peer closed).
-        Raises :class:`TransportError` on a short or bad frame, and OSError from the socket."""
+    def read(self, budget: int = 4 << 20) -> bool | None:
+        """Take what the socket has, up to about ``budget`` bytes (so that a lane that keeps streaming does not hold
+        the polling thread: the rest waits for its next call); True if anything came, None on a clean end between
+        frames (the peer closed). Raises :class:`TransportError` on a short or bad frame, and OSError from the
+        socket."""
         moved = False
-        while True:
+        while budget > 0:
             frame = self.frame
             into = self.view[self.got:] if frame is None else frame[9][self.got:]
             if len(into):
@@ -92,6 +94,7 @@ class LaneReader:
                                          "mid-frame)")
                 moved = True
                 self.got += n
+                budget -= n
                 if self.got < (len(self.head) if frame is None else frame[5]):
                     continue
             if frame is None:  # a whole header: its payload comes next (none: the frame is whole)
@@ -103,6 +106,7 @@ class LaneReader:
             whole, self.frame, self.got = self.frame, None, 0
             self.done(whole)
             moved = True
+        return moved
 
 
 def recv_exact(sock: socket.socket, view: memoryview, deadline: float | None = None) -> bool:

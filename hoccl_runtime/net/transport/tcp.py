@@ -265,14 +265,8 @@ class TcpConnection(Connection):
                     self._lane_ended(lane)
                     return
                 frame = check_header(head, lane, expected, regions)
-            except TransportError as exc:
-                self._fail(lane, str(exc))
-                return
-            except (ConnectionResetError, BrokenPipeError):  # the peer's socket closed with data unread on it
-                self._fail(lane, "the peer closed the connection (reset: process gone?)")
-                return
-            except OSError as exc:
-                self._fail(lane, f"receive: {exc.strerror or exc}")
+            except (TransportError, OSError) as exc:
+                self._fail(lane, _receive_failure(exc))
                 return
             expected += 1
             try:
@@ -322,15 +316,21 @@ class TcpConnection(Connection):
                         self._lane_ended(r.lane)
                 except (TransportError, OSError) as exc:  # a failed lane is read no more
                     r.ended = True
-                    self._fail(r.lane, str(exc) if isinstance(exc, TransportError) else
-                               "the peer closed the connection (reset: process gone?)"
-                               if isinstance(exc, (ConnectionResetError, BrokenPipeError)) else
-                               f"receive: {exc.strerror or exc}")
+                    self._fail(r.lane, _receive_failure(exc))
             left = deadline - time.monotonic()
             live = [r.sock for r in self._readers if not r.ended and r.sock.fileno() >= 0]
             if left <= 0 or not live or not self._completions.empty() or self._error is not None:
                 return True
             select.select(live, [], [], left)
+
+
+def _receive_failure(exc: BaseException) -> str:
+    """Why a lane's receiving failed, in words (its thread's or its poller's)."""
+    if isinstance(exc, TransportError):
+        return str(exc)
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):  # the peer's socket closed with data unread on it
+        return "the peer closed the connection (reset: process gone?)"
+    return f"receive: {getattr(exc, 'strerror', None) or exc}"
 
 
 class TcpTransport(Transport):

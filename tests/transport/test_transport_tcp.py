@@ -259,21 +259,25 @@ def test_peer_killed_mid_transfer_is_reported():
             child.kill()
 
 
-def test_corrupt_frame_is_detected():
-    rx = TcpTransport(lanes=1, session="s")
-    address = rx.listen()
+def raw_peer(**settings):
+    """(receiving transport, a hand-made peer's socket that passed the handshake, the accepted connection): a
+    one-lane transport with 64 bytes registered, session "s"."""
+    rx = TcpTransport(lanes=1, session="s", **settings)
+    host, port = rx.listen().rsplit(":", 1)
     rx.register(np.zeros(64, dtype=np.uint8))
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
-    t.start()
-    host, port = address.split(":")
+    t, box = _accepting(rx)
     raw = socket.create_connection((host, int(port)), timeout=10)
     assert raw_handshake(raw, b"s") == 1
     t.join(10)
+    return rx, raw, box["conn"]
+
+
+def test_corrupt_frame_is_detected():
+    rx, raw, conn = raw_peer()
     head = HEADER.pack(MAGIC, VERSION, 0, 0, 0, 0, 1, 0, 0, 4, 0, 0, 4)
     raw.sendall(head + struct.pack("<I", zlib.crc32(head) ^ 1))  # a bit flipped
     with pytest.raises(TransportError, match="corrupt frame header"):
-        box["conn"].poll(timeout_s=10)
+        conn.poll(timeout_s=10)
     raw.close()
     rx.close()
 
@@ -689,14 +693,8 @@ def test_a_reset_connection_is_reported_as_the_peer_closing_it():
     import socket
     import struct
 
-    rx = TcpTransport(lanes=1, session="s")
-    host, port = rx.listen().rsplit(":", 1)
-    t, box = _accepting(rx)
-    raw = socket.create_connection((host, int(port)), timeout=10)
+    rx, raw, conn = raw_peer()
     try:
-        assert raw_handshake(raw, b"s") == 1
-        t.join(10)
-        conn = box["conn"]
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
         raw.close()
         with pytest.raises(TransportError, match=r"peer closed the connection \(reset"):
@@ -738,17 +736,8 @@ def test_polled_receives_land_every_write_with_no_receiving_thread():
 def test_polled_receives_report_a_bad_or_closed_peer(how):
     """receive="poll": a corrupt header, a peer gone in the middle of a frame, and a peer that closed are the same
     TransportErrors as with receiving threads, raised by poll (no hang: poll waits at most its timeout)."""
-    rx = TcpTransport(lanes=1, session="s", receive="poll")
-    address = rx.listen()
-    rx.register(np.zeros(64, dtype=np.uint8))
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
-    t.start()
-    host, port = address.split(":")
-    raw = socket.create_connection((host, int(port)), timeout=10)
+    rx, raw, conn = raw_peer(receive="poll")
     try:
-        assert raw_handshake(raw, b"s") == 1
-        t.join(10)
         head = HEADER.pack(MAGIC, VERSION, 0, 0, 0, 0, 1, 0, 0, 4, 0, 0, 4)
         crc = zlib.crc32(head) ^ (1 if how == "corrupt" else 0)
         raw.sendall(head + struct.pack("<I", crc) + (b"ab" if how == "mid-frame" else b""))
@@ -759,7 +748,7 @@ def test_polled_receives_report_a_bad_or_closed_peer(how):
         start = time.monotonic()
         with pytest.raises(TransportError, match=want):
             while time.monotonic() - start < 10:
-                box["conn"].poll(timeout_s=1)
+                conn.poll(timeout_s=1)
     finally:
         raw.close()
         rx.close()

@@ -687,6 +687,14 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         with open(tmp_path / f"trace.rank{r}.gc.csv") as f:  # the proxy process's garbage collections (maybe none)
             gcs = list(csv.DictReader(f))
         assert all(g["generation"] in ("0", "1", "2") and float(g["us"]) >= 0 for g in gcs), gcs
+        with open(tmp_path / f"trace.rank{r}.frames.csv") as f:  # the TCP writes posted and frames sent and landed
+            frames = list(csv.DictReader(f))
+        kinds = {k: [x for x in frames if x["what"] == k] for k in ("post", "send", "recv")}
+        assert sum(int(x["bytes"]) for x in kinds["send"]) == sum(int(x["bytes"]) for x in kinds["post"]) > 0
+        # each AllGather moves the rank's 3000 bytes to the other; the send moves 3000 more from rank 0 to rank 1
+        assert sum(int(x["bytes"]) for x in kinds["recv"]) == 3 * 3000 + 3000 * r, frames
+        assert all(float(x["start_us"]) <= float(x["end_us"]) for x in kinds["send"] + kinds["recv"]), frames
+        assert {x["t0_us"] for x in frames} == {rows[0]["t0_us"]}
     assert abs(bases[0].pop() - bases[1].pop()) < 5e6  # one host clock: the ranks' first calls within seconds
 
 

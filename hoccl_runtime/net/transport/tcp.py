@@ -150,6 +150,8 @@ class TcpConnection(Connection):
                 queued[lane] += hi - lo + 1  # + 1: a zero-byte write still occupies its lane
         items = [(write_id, part, parts, local, offset + lo, hi - lo, remote_region, remote_offset + lo, imm,
                   remote_offset, nbytes) for part, (lane, lo, hi) in enumerate(cuts)]
+        if tr.trace is not None:
+            tr.trace.append(("post", cuts[0][0], write_id, parts, nbytes, *(time.perf_counter(),) * 2))
         lane, lo, hi = cuts[0]
         direct = hi - lo <= tr.direct_bytes  # the first part may leave from here, after the others were handed over
         for (other, _, _), item in zip(cuts[direct:], items[direct:], strict=True):
@@ -231,10 +233,13 @@ class TcpConnection(Connection):
         write_id, part, parts, local, off, n, rregion, roff, imm, rbase, total = item
         head = HEADER.pack(MAGIC, VERSION, lane, self._seq[lane], write_id, part, parts, rregion, roff, n, imm, rbase,
                            total)
+        trace, start = self.transport.trace, time.perf_counter()
         try:
             sock.sendall(head + struct.pack("<I", zlib.crc32(head)))
             if n:
                 sock.sendall(memoryview(local.view)[off:off + n])
+            if trace is not None:
+                trace.append(("send", lane, write_id, part, n, start, time.perf_counter()))
         except (ConnectionResetError, BrokenPipeError):
             self._fail(lane, "the peer closed the connection (reset while sending: process gone?)")
             return False
@@ -269,6 +274,7 @@ class TcpConnection(Connection):
                 self._fail(lane, _receive_failure(exc))
                 return
             expected += 1
+            start = time.perf_counter()
             try:
                 if frame[5] and not recv_exact(sock, frame[9]):
                     self._fail(lane, "the peer closed the connection mid-write")
@@ -276,6 +282,8 @@ class TcpConnection(Connection):
             except (TransportError, OSError) as exc:
                 self._fail(lane, f"payload: {exc}")
                 return
+            if self.transport.trace is not None:
+                self.transport.trace.append(("recv", lane, frame[0], frame[1], frame[5], start, time.perf_counter()))
             self._arrived(frame)
 
     def _lane_ended(self, lane: int) -> None:
@@ -337,6 +345,9 @@ class TcpTransport(Transport):
     """TCP over ``lanes`` sockets per connection. ``session`` must match on both sides (e.g. a plan id)."""
 
     name = "tcp"
+    # a list to trace writes and frames into (HOCCL_NET_TRACE; receive="thread"), time.perf_counter: ("post", first
+    # lane, write, parts, bytes, t, t), ("send", lane, write, part, bytes, start, end), ("recv", ..., header, payload)
+    trace: list | None = None
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = "",
                  name: str = "", min_part: int | None = None, socket_buffer: int | None = None,

@@ -31,7 +31,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_PACE_FEEDBACK": ("0", "1: paced calls scale their sleeps so back-to-back calls reach their rate "
                             "(may exceed it)"),
     "HOCCL_TCP_MIN_PART": ("1048576", "TCP: the smallest part a write is cut into across lanes (bytes)"),
-    "HOCCL_TCP_DIRECT_BYTES": ("262144", "TCP: a write (or the first part of a write cut over lanes) of at most this "
+    "HOCCL_TCP_DIRECT_BYTES": ("1048576", "TCP: a write (or the first part of a write cut over lanes) of at most this "
                                "many bytes into a lane with nothing queued is sent by the calling thread, not handed "
                                "to the lane's thread (0: always handed)"),
     "HOCCL_TCP_SPLIT": ("balance", "TCP: how writes are shared by lanes: balance (cut over the least-loaded lanes "

@@ -624,7 +624,7 @@ def test_a_relay_cannot_carry_the_handshake():
         relay.close()
 
 
-@pytest.mark.parametrize("direct", [262144, 0])
+@pytest.mark.parametrize("direct", [262144, 1 << 20, 0])
 def test_small_writes_into_idle_lanes_leave_from_the_callers_thread(monkeypatch, direct):
     """A small write into a lane with nothing queued is sent by the caller (its "sent" completion is there when
     write() returns: no hand-off to the lane's thread); with HOCCL_TCP_DIRECT_BYTES=0 every write is handed over.

@@ -76,7 +76,7 @@ CHALLENGE = struct.Struct("<B16s32s")             # status, the acceptor's nonce
 HELLO_TIMEOUT_S = 5.0                             # how long the acceptor waits for one connection's handshake
 MAX_HELLOS = 128                                  # handshakes an acceptor reads at once (more sockets: closed)
 MIN_PART = 1 << 20                                # default: do not split writes into parts smaller than this
-DIRECT_BYTES = 256 << 10                          # default: writes up to this size leave from the caller's thread
+DIRECT_BYTES = 1 << 20                            # default: writes up to this size leave from the caller's thread
 RECEIVES = ("thread", "poll")                     # who receives a lane's frames (frames.py)
 
 

@@ -56,9 +56,6 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
-    "HOCCL_NET_POST_PAUSE": ("0", "the network proxy process: 1 sleeps one poll interval right after a turn of its "
-                             "driving loop that posted network writes, so that the lanes' threads take the writes "
-                             "at once (the loop otherwise holds the interpreter through its next turns)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),

@@ -168,15 +168,6 @@ class GatedNodeExecutor(HostNodeExecutor):
         gate.write(as_int32(c))
         return done, c
 
-    post_pause = False  # HOCCL_NET_POST_PAUSE: sleep a poll interval after posting writes (the lanes take them)
-
-    def _post_ready(self) -> bool:
-        left = self._run.posts_left
-        progressed = super()._post_ready()
-        if self.post_pause and self._run.posts_left != left:
-            time.sleep(self.poll_s)  # hands the interpreter to the lane threads the writes went to
-        return progressed
-
     def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
         """Enqueued by prepare (no gate: only after the callers' events)."""
 

@@ -533,7 +533,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     ring_arena = state["rings"] = SharedArena(fd=recv_handle(conn))
                     ex = _ArenaExecutor(plan_of(key), rank, ring_arena, rings, transport, slots=slots,
                                         timeout_s=timeout_s)
-                    ex.poll_s, ex.post_pause = poll_s, bool(setup.get("post_pause"))
+                    ex.poll_s = poll_s
                     state["executor"] = ex
                     ex.connect(state["addresses"])
                     settle()

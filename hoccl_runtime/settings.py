@@ -56,10 +56,6 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
-    "HOCCL_NET_RELEASE": ("gpu", "the network communicator's proxy process: who lets a call's stream go on once "
-                          "the call's copies are through: gpu (the stream waits for the counters its copy streams "
-                          "write, no hop through the proxy) or proxy (the proxy sees the copies through and writes "
-                          "the stream's DONE flag: the rule up to 2026-12-04)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),

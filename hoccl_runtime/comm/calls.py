@@ -59,8 +59,7 @@ class CallEvents:
         self._free.clear()
 
 
-def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any, *,
-                 seq: int | None = None) -> None:
+def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare: Any, submit: Any) -> None:
     """Enqueue one network call on ``stream``: START, then the call's gated copies (``prepare(event)``, after an
     event recorded past START), ``submit(prepared, error)`` to the proxy, then the wait for DONE.
 
@@ -78,20 +77,8 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
     process and, calls being made in one order on every rank, on the others.
 
     A ``prepare`` that raises is submitted as ``(None, error)``: the proxy then only takes the stream's START and
-    gives its DONE (the pair stays in step with the stream), and the error is raised here.
-
-    ``seq`` (the call's number on this stream, from 1): the GPU lets the stream go, not the proxy. START becomes a
-    counter the stream sets to ``seq`` (the proxy's "stream reached" is START >= seq, nothing to reset), and the
-    stream waits for the counters the call's copy streams write after their last copy of it (``prepared.ends``)
-    instead of DONE: once its copies are through the stream goes on, without waiting for the proxy to see them
-    through and write DONE. Should the proxy fail or die, it (or the watcher) opens the copies' gates, so the
-    counters come anyway."""
-    if seq is None:
-        start_ops, done_ops = start_done_ops(start, done)
-    else:
-        from ..flags import MemOps, as_int32
-
-        start_ops, done_ops = MemOps().write(start, as_int32(seq)), MemOps()
+    gives its DONE (the pair stays in step with the stream), and the error is raised here."""
+    start_ops, done_ops = start_done_ops(start, done)
     start_ops.enqueue(stream)
     event = events.record(stream)
     prepared, error = None, None
@@ -102,9 +89,6 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
     finally:
         events.give_back(event)  # the waits on it are enqueued (or nothing was)
     submit(prepared, error)
-    if seq is not None and prepared is not None:
-        for flag, count in prepared.ends:
-            done_ops.wait_geq(flag, as_int32(count))
     done_ops.enqueue(stream)
     if error is not None:
         raise error

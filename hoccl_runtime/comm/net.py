@@ -410,10 +410,6 @@ class NetCommunicator(_Calls):
         self._arena = None
         self.proxy_kind = env_choice("HOCCL_NET_PROXY", "process", ("process", "thread"))
         self._pairs: dict[int, tuple] = {}  # stream -> its (START, DONE) flags
-        # the proxy process's calls: who lets the caller's stream go, the GPU (the copies' end counters: START a
-        # counter, the call's number on its stream, in _seqs) or the proxy (DONE); see enqueue_call
-        self._release = env_choice("HOCCL_NET_RELEASE", "gpu", ("gpu", "proxy"))
-        self._seqs: dict[int, int] = {}
         self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
         self._exchange = env_int("HOCCL_NET_EXCHANGE", 1, 0, 1) == 1  # see batch_isend_irecv
@@ -516,16 +512,11 @@ class NetCommunicator(_Calls):
             with on_device(self.device):
                 # every copy of the call is enqueued here, in the caller's thread, after an event where the call sits
                 # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
-                pair, seq = self._pairs[s], None
-                if self._arena is None:
-                    submit = lambda prepared, _: self._proxy.submit((prepared, pair, DoneOnce(pair[1])))  # noqa: E731
-                else:
-                    if self._release == "gpu":
-                        seq = self._seqs[s] = (self._seqs.get(s, 0) + 1) & 0xFFFFFFFF
-                    submit = lambda prepared, _: self._proxy.submit((key, prepared, pair, seq))  # noqa: E731
+                pair = self._pairs[s]
+                submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
+                    else (lambda prepared, _: self._proxy.submit((prepared, pair, DoneOnce(pair[1]))))
                 enqueue_call(s, *pair, self._events,
-                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit,
-                             seq=seq)
+                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
 
     def _connect(self, plan: Any, buffers: dict, key: CallKey) -> None:
         from ..net.executor import GpuNodeExecutor

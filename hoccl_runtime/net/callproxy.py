@@ -23,8 +23,7 @@ class Stopping(Exception):  # noqa: N818 - not an error: the proxy closes while 
 class DoneOnce:
     """A call's DONE, written once: early, by the executor's ``release`` (its copies are through while its last writes
     still leave), or else by the proxy's finish. A second write would let the stream's next wait pass before its call
-    ran (DONE is a flag the stream waits for and resets, not a counter). ``flag`` None: a call whose stream the GPU
-    lets go (:func:`~hoccl_runtime.comm.calls.enqueue_call`'s ``seq``), nothing to write."""
+    ran (DONE is a flag the stream waits for and resets, not a counter)."""
 
     __slots__ = ("flag", "written")
 
@@ -34,8 +33,7 @@ class DoneOnce:
     def __call__(self) -> None:
         if not self.written:
             self.written = True
-            if self.flag is not None:
-                self.flag.write(1)
+            self.flag.write(1)
 
 
 class CallProxy:

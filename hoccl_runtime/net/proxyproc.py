@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import HocclError, HocclTimeoutError, TransportError
-from ..flags import Flag, FlagPool, as_int32, reached
+from ..flags import Flag, FlagPool, as_int32
 from .callproxy import CallProxy, DoneOnce
 from .gpu import GatedNodeExecutor, PreparedRun, open_gates
 from .trace import write_trace
@@ -280,17 +280,16 @@ class ProcessProxy:
 
     # --- calls ----------------------------------------------------------------------------------------------------
     def submit(self, call: tuple) -> None:
-        """``call``: (key, prepared run or None, (START, DONE) of its stream, its number on that stream where the GPU
-        lets the stream go, else None: see :func:`~hoccl_runtime.comm.calls.enqueue_call`). Raises if the proxy
-        process is gone (its copies' gates opened first), before the caller's stream would wait for the call."""
-        key, prepared, pair, seq = call
+        """``call``: (key, prepared run or None, (START, DONE) of its stream). Raises if the proxy process is gone
+        (its copies' gates opened first), before the caller's stream would wait for the call."""
+        key, prepared, pair = call
         self._trim()  # what the proxy process finished is let go here: a training loop may never synchronize
         with self._lock:
             self._submitted += 1
-            self._pending.append((self._submitted, prepared, pair, seq))
+            self._pending.append((self._submitted, prepared, pair))
         arena = self._arena
         message = ("call", key, None if prepared is None else encode(prepared, arena), arena.word(pair[0]),
-                   arena.word(pair[1]), seq)
+                   arena.word(pair[1]))
         try:
             self.send(message)
         except HocclError as exc:  # the proxy process is gone: this call's copies must not wait for it
@@ -374,19 +373,18 @@ class ProcessProxy:
             if item is None:  # nothing left for now; calls submitted later are drained as they come
                 self._draining = False
                 return
-            number, prepared, (start, done_flag), seq = item
-            if number > taken and seq is None:  # not taken yet: wait until its stream reaches it (seq: its copies
+            number, prepared, (start, done_flag) = item
+            if number > taken:  # not taken yet: wait until its stream reaches it
                 deadline = time.monotonic() + self.timeout_s
                 while start.read() != 1:
                     if time.monotonic() > deadline:
                         self._draining = False
                         return  # the stream never got here; close() frees what is left
                     time.sleep(1e-3)
-                start.write(0)                  # let the stream go through their end counters once the gates open)
+                start.write(0)
             if prepared is not None:
                 open_gates(prepared)
-            if seq is None:
-                done_flag.write(1)
+            done_flag.write(1)
             self._done.write(as_int32(number))
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -512,15 +510,11 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             failed.write(1)
         give(call)
 
-    def started(call: tuple) -> bool:  # START set (DONE released), or the counter at the call's number (GPU released)
-        return call[1].read() == 1 if call[5] is None else reached(call[1], call[5])
-
     def reset(call: tuple) -> None:
-        if call[5] is None:
-            call[1].write(0)
+        call[1].write(0)
         taken.write(as_int32(taken.read() + 1))
 
-    proxy = CallProxy(run, started, reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
+    proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
                       skip=lambda call: call[0] is not None and open_gates(call[0]), early=True)
     try:
         while True:
@@ -546,7 +540,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                 except BaseException as exc:  # noqa: BLE001 - every call after this is skipped, the error reported
                     proxy.error = exc
             elif what == "call":
-                _, key, encoded, start_word, done_word, seq = message
+                _, key, encoded, start_word, done_word = message
                 prepared = None
                 if encoded is not None:
                     try:
@@ -554,9 +548,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
                         proxy.error = proxy.error or exc
                         prepared = decode(None, encoded, words)  # its gates still opened (skip), its DONE given
-                proxy.submit((prepared, Flag(words, start_word), DoneOnce(None if seq is not None else
-                                                                         Flag(words, done_word)), key,
-                              time.perf_counter(), seq))
+                proxy.submit((prepared, Flag(words, start_word), DoneOnce(Flag(words, done_word)), key,
+                              time.perf_counter()))
             elif what == "close":
                 return
     finally:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import fake_cuda
@@ -951,3 +952,48 @@ def test_a_pair_batched_on_one_rank_and_not_on_the_other_is_a_plan_error_not_a_h
 
     results = two_ranks(monkeypatch, body)
     assert all(isinstance(v, str) for v in results.values()), results
+
+
+def test_the_stream_goes_on_once_the_calls_copies_are_through(monkeypatch):
+    """The caller's stream goes on only once a call's copies are through (the proxy's DONE; START and DONE are reset
+    by the proxy and the stream after each call). Every copy is slowed on its fake stream, and what the stream sees
+    right after each receive is snapshotted in stream order: a stream let go before the landing copies were through
+    would see the previous message or poison."""
+    fake_cuda.install(monkeypatch, async_streams=True)
+    plain = fake_cuda.Runtime.memcpyAsync
+
+    def slow(self, dst, src, n, kind, stream):
+        fake_cuda._issue(lambda: time.sleep(0.01), stream)
+        plain(self, dst, src, n, kind, stream)
+
+    monkeypatch.setattr(fake_cuda.Runtime, "memcpyAsync", slow)
+    n, calls = 150_000, 4  # 3 chunks of 64 KiB a message
+
+    def body(comm, r):
+        rng = np.random.default_rng(7)
+        sent = [rng.integers(0, 256, n, dtype=np.uint8) for _ in range(calls)]
+        buf, seen = np.full(n, 0xA5, np.uint8), []
+        for i in range(calls):
+            if r == 0:
+                comm.send(dev(sent[i].copy(), r), 1, stream=7)
+            else:
+                comm.recv(dev(buf, r), 0, stream=7)
+                fake_cuda._issue(lambda: seen.append(buf.copy()), 7)  # what the stream sees next
+        comm.synchronize()
+        drained = threading.Event()
+        fake_cuda._issue(drained.set, 7)  # the stream itself past its last call (its DONE wait and reset)
+        assert drained.wait(10)
+        start, done = (f.read() for f in next(iter(comm._pairs.values())))
+        return [bool(np.array_equal(a, b)) for a, b in zip(seen, sent, strict=True)] if r == 1 else [], start, done
+
+    from hoccl_runtime.comm.net import NetCommunicator
+
+    store = fake_cuda.Store()
+    results = fake_cuda.run_ranks(2, lambda r: NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=64 << 10,
+                                                               lanes=2), body)
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results
+    assert results[1][0] == [True] * calls, results[1][0]
+    for r in (0, 1):  # both flags reset after each call
+        _, start, done = results[r]
+        assert (start, done) == (0, 0), (r, start, done)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 36, run 6 on the 1x H200 (code 5eac20d; reverted after this run): the GPU lets a network call's stream go
-# (HOCCL_NET_RELEASE=gpu, that commit's default: the stream waits for its copy streams' end counters) against the proxy's DONE (=proxy, the rule until now: run 3's
-# traces put 87-110 us p50 between the receiver's loop seeing a message in and its release). One invocation each,
+# (HOCCL_NET_RELEASE=gpu, that commit's default: the stream waits for its copy streams' end counters) against the
+# proxy's DONE (=proxy, the rule until now: run 3's traces put 87-110 us p50 between the receiver's loop seeing a
+# message in and its release). One invocation each,
 # traced; then the training-over-TCP GPU tests on this code.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

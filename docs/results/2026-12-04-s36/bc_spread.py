@@ -4,7 +4,7 @@ root, every other node a ring one way round). 1 GiB on dgx-h100 and paper-h800 (
 multicast table): traffic over the collective bound, v2's device side over it, the chunk simulation's, and the
 deepest path of a part (hops).
     PYTHONPATH=. python3 docs/results/2026-12-04-s36/bc_spread.py [NODES ...]
-Runs on commit "broadcast spread both ways (experiment)" only: the switches it sets were reverted after it.
+Runs on commit 6e3454d only: the switches it sets were reverted after it.
 Output: bc_spread.txt."""
 import sys
 import time

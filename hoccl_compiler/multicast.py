@@ -89,52 +89,20 @@ def _broadcast(spec: CollectiveSpec, topo, lay: Layout) -> Layout:
     flow_of = {(int(d), int(p)): f for f, (d, p) in enumerate(zip(dst, part, strict=True))}
     via = np.full(dst.size, -1, np.int64)
     node_chain = [(a + k) % N for k in range(N)]  # the order the parts run through the nodes
-    spread = _spread if N > 1 and BROADCAST_SPREAD == "scatter" else _chained
     for f, (v, p) in enumerate(zip(dst.tolist(), part.tolist(), strict=True)):
         if p < 0:
             continue
         b, q = divmod(v, L)
-        if b != a and q == p % L:  # the GPU on the part's rail: from the same rail of the node before in the chain
+        if b == a:  # the root's node: a chain from the root through the node, every part down it
+            prev = b * L + (q - 1) % L
+        elif q == p % L:  # the GPU on the part's rail: from the same rail of the node before in the chain
             prev = node_chain[node_chain.index(b) - 1] * L + q
-        else:
-            prev = b * L + spread(b == a, i, p % L, q, L)
+        else:  # round its node's ring from the GPU on the part's rail: each GPU takes from its predecessor only
+            prev = b * L + (q - 1) % L
         via[f] = -1 if prev == root else flow_of[(prev, p)]
     n = dst.size
     return dataclasses.replace(lay, src=np.full(n, root, np.int64), dst=dst, bytes=nbytes, src_offset=offset,
                                dst_offset=offset, via=via)
-
-
-BROADCAST_SPREAD = "scatter"
-BROADCAST_ROOT = "chain"
-
-
-def _chained(root_node: bool, i: int, p: int, q: int, L: int) -> int:
-    """Where GPU ``q`` of a node takes part ``p`` from, the chains: down the root's node from the root (``i``), round
-    every other node's ring from the part's rail."""
-    return (q - 1) % L
-
-
-def _spread(root_node: bool, i: int, p: int, q: int, L: int) -> int:
-    """Where GPU ``q`` of a node takes part ``p`` from, spread both ways from where the part is, so that no part's path
-    inside a node is more than about L / 2 hops deep. In the root's node the root scatters: part p goes straight to
-    the GPU of rail p (which sends it on across the network at once), and from there along the node's other GPUs
-    as a line with the root left out (so the root sends about S, not once per direction); the root's own rail's
-    part goes from the root to both its neighbours. In every other node the part spreads round the ring both ways
-    from the GPU on its rail (where it came in). Every GPU takes each part once: its in-port moves S."""
-    if not root_node:
-        return (q - 1) % L if (q - p) % L <= L // 2 else (q + 1) % L
-    if BROADCAST_ROOT == "chain":
-        return (q - 1) % L
-    k = (q - i - 1) % L  # q's place on the line i+1, ..., i-1 (the root left out), 0 .. L-2
-    if p == i:  # the root's own part: from the root to both ends of the line, inwards
-        e_lo, e_hi = 0, L - 2
-        if k in (e_lo, e_hi):
-            return i
-        return (q - 1) % L if k <= (L - 2) // 2 else (q + 1) % L
-    e = (p - i - 1) % L  # the part's entry on the line: the GPU of its rail
-    if k == e:
-        return i  # the scatter
-    return (q - 1) % L if k > e else (q + 1) % L
 
 
 def roots_of(via: np.ndarray) -> np.ndarray:

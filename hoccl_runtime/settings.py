@@ -66,7 +66,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "was posted, its last chunk came in, its network part and its copies were through, and its "
                         "driving loop's longest poll sleep and longest turn (us); PREFIX.rankN.gc.csv, the "
                         "proxy's garbage collections; and PREFIX.rankN.frames.csv, its TCP writes' posts and its "
-                        "frames' sends and landings (receiving threads only)"),
+                        "frames' sends and landings (receiving threads only); python -m hoccl_runtime.net.trace "
+                        "PREFIX summarizes them"),
     "HOCCL_NET_EXCHANGE": ("1", "the one-GPU-per-node network communicator of 2 ranks: a batch of one send and one "
                            "receive (batch_isend_irecv, as 1F1B pipelining fuses them) runs as one call that moves both "
                            "messages; the other rank must batch its pair the same way (0: one call per message)"),

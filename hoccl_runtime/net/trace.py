@@ -1,12 +1,23 @@
 """The network proxy's trace (``HOCCL_NET_TRACE``): its calls' steps, its garbage collections and its TCP frames, as
-CSV files a run's analysis reads (``docs/results/2026-12-04-s35/stalls.py``)."""
+CSV files (:func:`write_trace`), and a summary of them (:func:`summarize`)::
+
+    python -m hoccl_runtime.net.trace PREFIX [PREFIX ...]     # e.g. /tmp/t, or /tmp/t.g1 for a second group
+"""
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import glob
+import re
+import sys
+from collections import defaultdict
 from collections.abc import Sequence
 
-__all__ = ["write_trace"]
+__all__ = ["write_trace", "summarize", "main"]
+
+STEPS = ("arrived", "taken", "begun", "announced", "hello", "stream", "staged", "received", "network", "copies")
+SIZES = ((4096, "<= 4 KiB"), (256 << 10, "<= 256 KiB"), (1 << 20, "<= 1 MiB"), (4 << 20, "<= 4 MiB"))
 
 
 def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), frames: Sequence = ()) -> None:
@@ -24,8 +35,6 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
     collections (generation, start as above, us). PREFIX.rankN.frames.csv: every TCP frame its lanes sent and
     received (:attr:`TcpTransport.trace`: a send's start and end, a receive's header in and payload in, on the same
     clock as above)."""
-    import csv
-
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["call", "arrived_us", "taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
@@ -47,3 +56,122 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
         for what, lane, write, part, n, start, end in frames:
             out.writerow([what, lane, write, part, n, f"{(start - t0) * 1e6:.1f}", f"{(end - t0) * 1e6:.1f}",
                           f"{t0 * 1e6:.1f}"])
+
+
+def _quantile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[int(q * (len(values) - 1))] if values else float("nan")
+
+
+def _spread(values: list[float]) -> str:
+    return f"p50 {_quantile(values, .5):.0f} p90 {_quantile(values, .9):.0f}"
+
+
+def _read(path: str) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _size_class(n: int) -> str:
+    return next((name for most, name in SIZES if n <= most), "> 4 MiB")
+
+
+def summarize(prefix: str) -> str:
+    """What :func:`write_trace` wrote under ``prefix``, in words (us): per rank, for its most frequent calls, the
+    median time from each step to the next; its driving loop's longest poll sleep and turn per call; its garbage
+    collections. Where the trace has the frames of exactly two ranks (one connection between them), a write's time
+    split up, by size: the hand-off (posted -> its lane began sending it), the send (the lane's ``sendall``), the
+    wire (the send returned -> the peer's receiving thread had the payload; negative: before), the landing (the
+    peer's header in -> payload in) and the whole write (posted -> its last part in at the peer)."""
+    files = sorted(glob.glob(glob.escape(prefix) + ".rank*.csv"))
+    ranks = sorted(int(m.group(1)) for f in files if (m := re.fullmatch(r".*\.rank(\d+)\.csv", f)))
+    if not ranks:
+        raise FileNotFoundError(f"no trace under {prefix!r}: expected {prefix}.rank0.csv, ... (written at close by the "
+                                "proxy processes of a run with HOCCL_NET_TRACE={prefix})")
+    out = [f"trace {prefix}: ranks {', '.join(map(str, ranks))}"]
+    for rank in ranks:
+        rows = _read(f"{prefix}.rank{rank}.csv")
+        out.append(f"rank {rank}: {len(rows)} calls")
+        by_call: dict[str, list[dict]] = defaultdict(list)
+        for row in rows:
+            by_call[row["call"]].append(row)
+        for call, some in sorted(by_call.items(), key=lambda kv: -len(kv[1]))[:4]:
+            steps = []
+            for a, b in zip(STEPS, STEPS[1:], strict=False):
+                d = [float(r[f"{b}_us"]) - float(r[f"{a}_us"]) for r in some if r[f"{a}_us"] and r[f"{b}_us"]]
+                if d:
+                    steps.append(f"{b} +{_quantile(d, .5):.0f}")
+            out.append(f"  {call} x{len(some)}: " + ", ".join(steps))
+        for col, what in (("sleep_us", "longest poll sleep"), ("turn_us", "longest turn")):
+            v = [float(r[col]) for r in rows if r.get(col)]
+            out.append(f"  the loop's {what} per call: {_spread(v)} max {max(v, default=0):.0f}")
+        with contextlib.suppress(OSError):
+            gcs = _read(f"{prefix}.rank{rank}.gc.csv")
+            for gen in ("0", "1", "2"):
+                t = [float(g["us"]) for g in gcs if g["generation"] == gen and g["us"]]
+                if t:
+                    out.append(f"  gc generation {gen}: {len(t)}, {sum(t) / 1e3:.1f} ms in all, longest "
+                               f"{max(t) / 1e3:.2f} ms")
+    if len(ranks) == 2:
+        out += _frames(prefix, ranks)
+    return "\n".join(out)
+
+
+def _frames(prefix: str, ranks: list[int]) -> list[str]:
+    try:
+        tables = [_read(f"{prefix}.rank{r}.frames.csv") for r in ranks]
+    except OSError:
+        return []
+    kinds = []
+    for rows in tables:
+        k: dict[str, dict] = defaultdict(dict)
+        for r in rows:
+            t0 = float(r["t0_us"])
+            key = int(r["write"]) if r["what"] == "post" else (int(r["write"]), int(r["part"]))
+            k[r["what"]][key] = (int(r["bytes"]), float(r["start_us"]) + t0, float(r["end_us"]) + t0)
+        kinds.append(k)
+    stats: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for a, b in ((0, 1), (1, 0)):
+        sends, lands, posts = kinds[a]["send"], kinds[b]["recv"], kinds[a]["post"]
+        last: dict[int, float] = {}
+        for key, (n, s0, s1) in sends.items():
+            if key not in lands:
+                continue
+            _, r0, r1 = lands[key]
+            last[key[0]] = max(last.get(key[0], r1), r1)
+            if n:
+                part = stats["part " + _size_class(n)]
+                if key[0] in posts:
+                    part["hand-off"].append(s0 - posts[key[0]][1])
+                part["send"].append(s1 - s0)
+                part["wire"].append(r1 - s1)
+                part["landing"].append(r1 - r0)
+        for write, t in last.items():
+            if write in posts and posts[write][0]:
+                stats["write " + _size_class(posts[write][0])]["whole"].append(t - posts[write][1])
+    if not stats:
+        return []
+    out = ["TCP frames between the two ranks (us):"]
+    for what in sorted(stats):
+        cols = stats[what]
+        out.append(f"  {what} x{len(next(iter(cols.values())))}: " +
+                   "; ".join(f"{k} {_spread(v)}" for k, v in cols.items()))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if args else 2
+    for prefix in args:
+        try:
+            print(summarize(prefix))
+        except (OSError, KeyError, ValueError) as exc:
+            print(f"hoccl trace: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

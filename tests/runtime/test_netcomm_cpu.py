@@ -697,6 +697,21 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         assert all(float(x["start_us"]) <= float(x["end_us"]) for x in kinds["send"] + kinds["recv"]), frames
         assert {x["t0_us"] for x in frames} == {rows[0]["t0_us"]}
     assert abs(bases[0].pop() - bases[1].pop()) < 5e6  # one host clock: the ranks' first calls within seconds
+    from hoccl_runtime.net.trace import summarize
+
+    text = summarize(str(tmp_path / "trace"))  # python -m hoccl_runtime.net.trace PREFIX
+    assert "ranks 0, 1" in text and text.count("allgather 6000 x3:") == 2 and "sendrecv 0->1 3000 x1:" in text, text
+    # every payload was sent and landed: the frames paired across the ranks, by size (3000 bytes: <= 4 KiB)
+    assert "part <= 4 KiB x7: hand-off" in text and "write <= 4 KiB x7: whole p50" in text, text
+
+
+def test_the_trace_summary_names_a_missing_trace(tmp_path, capsys):
+    from hoccl_runtime.net.trace import main
+
+    assert main([str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "no trace under" in err and "none.rank0.csv" in err and "HOCCL_NET_TRACE" in err, err
+    assert main([]) == 2 and "python -m hoccl_runtime.net.trace PREFIX" in capsys.readouterr().out
 
 
 def test_each_network_group_of_a_rank_traces_to_files_of_its_own(monkeypatch, tmp_path):

@@ -73,7 +73,8 @@ def quality(gpu_counts: list[int], device_only: bool = False) -> list[dict]:
             rows.append(dict(gpus=G, workload=name, stages=len(plan.stages), ratio=rep.ratio,
                              ports=rep.breakdown_s["ports"] / rep.lower_bound_s, chunk=plan.options.chunk_bytes,
                              at_once=rep.baselines.everything_at_once_s / rep.lower_bound_s,
-                             naive=rep.baselines.naive_rounds_s / rep.lower_bound_s, seconds=seconds,
+                             naive=float("nan") if rep.baselines.naive_rounds_s is None else
+                             rep.baselines.naive_rounds_s / rep.lower_bound_s, seconds=seconds,
                              predicted_ms=rep.predicted_time_s * 1e3))
             print(f"  {G:5d} GPUs  {name:24s} ports {rows[-1]['ports']:.4f} v2 {rep.ratio:.3f}  ({seconds:.1f} s)",
                   file=sys.stderr, flush=True)

@@ -92,7 +92,8 @@ def summary(plan: Plan) -> dict[str, Any]:
             "everything_at_once_s": b.everything_at_once_s,
             "everything_at_once_ratio": b.everything_at_once_s / out["lower_bound_s"] if out["lower_bound_s"] else 1.0,
             "naive_rounds_s": b.naive_rounds_s,
-            "naive_rounds_ratio": b.naive_rounds_s / out["lower_bound_s"] if out["lower_bound_s"] else 1.0,
+            "naive_rounds_ratio": None if b.naive_rounds_s is None else
+            b.naive_rounds_s / out["lower_bound_s"] if out["lower_bound_s"] else 1.0,
             "naive_rounds": b.naive_rounds,
         }
     return out
@@ -175,9 +176,10 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
             [f"             (to avoid them: {', or '.join(ways)})"] if ways else [])
     if "baselines" in s:
         bl = s["baselines"]
+        naive = "not costed (too many rounds for the GPUs)" if bl["naive_rounds_s"] is None else \
+            f"{_us(bl['naive_rounds_s'])} (x{bl['naive_rounds_ratio']:.3f})"
         lines.append(f"simpler      everything at once (one stage) {_us(bl['everything_at_once_s'])} "
-                     f"(x{bl['everything_at_once_ratio']:.3f} of bound);  naive rounds ({bl['naive_rounds']}) "
-                     f"{_us(bl['naive_rounds_s'])} (x{bl['naive_rounds_ratio']:.3f})")
+                     f"(x{bl['everything_at_once_ratio']:.3f} of bound);  naive rounds ({bl['naive_rounds']}) {naive}")
     rows = stage_rows(plan)
     lines.append("")
     lines.append(f"{'stage':>6} {'start':>12} {'time':>12} {'transfers':>9} {'rdma':>5} {'RDMA bytes':>12} "

@@ -171,7 +171,7 @@ class PlanOptions(_Model):
 
 class Baselines(_Model):
     everything_at_once_s: float
-    naive_rounds_s: float
+    naive_rounds_s: float | None  # None: not costed (its rounds times the GPUs past NAIVE_ROUNDS_CELLS)
     naive_rounds: Int64
 
 

@@ -5,7 +5,8 @@ the plan's, and the two simpler schedules it is compared with, costed the same w
   (the best a single stage can do), no barrier.
 * *Naive rounds*: round k moves every flow u -> (u + k) mod G whole (one flow per GPU each way, blind to
   domains), the rounds one after the other, each round after a synchronisation: the network barrier
-  (``stage_sync_us``) where the plan has network transfers, a rendezvous (``call_us``) within one node.
+  (``stage_sync_us``) where the plan has network transfers, a rendezvous (``call_us``) within one node. Not costed
+  (None, the rounds still counted) where the rounds times the GPUs pass ``NAIVE_ROUNDS_CELLS``.
 
 All three pay the network transfers' host cost of their busiest GPU or node (``cost.net_flows_s``; each flow whole
 is one transfer).
@@ -27,6 +28,10 @@ from .chunks import assign_queues, chunk_order, waits_on_previous
 
 
 THREADED_PIECES = (200_000, 4_000_000)  # the pieces between which the two baselines are costed in two threads
+# the naive rounds are costed only where their rounds times the GPUs stay within this: the costing holds per-stage
+# port arrays, so its memory grows with both (a 4096-GPU Broadcast's 7,000-odd rounds took 4.5 GB on top of the
+# compile's 1.2 GB, a 16,384-GPU one's ran a 24 GiB machine out of memory; 2026-12-04)
+NAIVE_ROUNDS_CELLS = 16_000_000
 
 
 def run(state: CompileState, options: CompileOptions) -> CompileState:
@@ -64,7 +69,10 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         at_once_args = (state, ch.chunk_bytes, np.zeros(lay.src.size, np.int64), 0.0)
         rounds_args = (state, ch.chunk_bytes, np.where(costed, round_index, 0), sync,
                        lay.via is None)  # overlap: a forwarded flow's round comes after its source's
-        if THREADED_PIECES[0] <= pieces.flow.size <= THREADED_PIECES[1]:
+        if rounds_of.size * topo.num_gpus > NAIVE_ROUNDS_CELLS:
+            at_once, _ = whole_flows_time(*at_once_args)
+            rounds = None  # not costed: the count says why
+        elif THREADED_PIECES[0] <= pieces.flow.size <= THREADED_PIECES[1]:
             # the two costings are independent and mostly numpy, which lets go of the GIL in its sorts and
             # element-wise loops: on the 2-core VM, a 1024-GPU All-to-All's two took 3.8 s at once against 5.7.
             # Both at once also keep both sets of temporaries alive, and the costing pass is the compile's peak

@@ -367,3 +367,29 @@ def test_the_baselines_costed_in_two_threads_are_the_serial_ones(kind, monkeypat
     monkeypatch.setattr(costing, "THREADED_PIECES", (0, 10**12))  # always
     threaded = compile_plan(topo, spec).report.baselines
     assert threaded == serial and serial.everything_at_once_s > 0 and serial.naive_rounds_s > 0
+
+
+def test_naive_rounds_past_the_cells_limit_are_counted_not_costed(monkeypatch, tmp_path):
+    """A plan whose naive rounds times its GPUs pass passes.costing.NAIVE_ROUNDS_CELLS (a 16,384-GPU Broadcast's
+    ran a 24 GiB machine out of memory) carries the rounds' count and no time for them: the report says so, and the
+    plan saves, loads and verifies as any other."""
+    from hoccl_compiler import compile_plan
+    from hoccl_compiler.codec import load_plan, save_plan
+    from hoccl_compiler.passes import costing
+    from hoccl_compiler.report import format_text
+    from hoccl_compiler.verify import verify_plan
+
+    topo, spec = make_topology("paper-h800", nodes=2, gpus_per_node=8), CollectiveSpec(kind="broadcast",
+                                                                                       size_bytes=1 << 24)
+    full = compile_plan(topo, spec).report.baselines
+    assert full.naive_rounds_s > 0 and full.naive_rounds > 1
+    monkeypatch.setattr(costing, "NAIVE_ROUNDS_CELLS", full.naive_rounds * 16 - 1)  # just past it
+    plan = compile_plan(topo, spec)
+    b = plan.report.baselines
+    assert b.naive_rounds_s is None and b.naive_rounds == full.naive_rounds
+    assert b.everything_at_once_s == full.everything_at_once_s  # the other baseline as before
+    assert f"naive rounds ({b.naive_rounds}) not costed" in format_text(plan)
+    save_plan(plan, tmp_path / "p.json")
+    again = load_plan(tmp_path / "p.json")
+    assert again.report.baselines.naive_rounds_s is None
+    verify_plan(again)

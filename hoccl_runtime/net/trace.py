@@ -32,9 +32,11 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
     ranks' rows line up by adding it, so a message's way from one rank's stream to the other's landing can be read
     off. Then ``sleep_us`` and ``turn_us``: the longest of the driving loop's poll sleeps in the call's run, and its
     longest turn between two sleeps (stalls of this process). PREFIX.rankN.gc.csv: this process's garbage
-    collections (generation, start as above, us). PREFIX.rankN.frames.csv: every TCP frame its lanes sent and
-    received (:attr:`TcpTransport.trace`: a send's start and end, a receive's header in and payload in, on the same
-    clock as above)."""
+    collections (generation, start as above, us). PREFIX.rankN.frames.csv: every TCP write it posted and every frame
+    its lanes sent and received (:attr:`TcpTransport.trace`, on the same clock as above): ``post`` rows (the write's
+    first lane, its id, its parts in the ``part`` column, its bytes, when it was posted twice), ``send`` rows (lane,
+    write, part, bytes, the ``sendall`` of its header and payload: start and end) and ``recv`` rows (the sender's
+    write id and part, the header in and the payload in)."""
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["call", "arrived_us", "taken_us", "begun_us", "announced_us", "hello_us", "stream_us",

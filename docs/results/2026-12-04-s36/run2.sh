@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (HOCCL_NET_POST_PAUSE existed from commit d8015dd until it was removed after run 3.)
 # Session 36, run 2 on the 1x H200: run 1's frames put 88-130 us (p50) between a write's post by the proxy's driving
 # loop and its lane thread's send, and 85-167 us between the send's end and the receiving thread's return: the
 # threads wait for the interpreter, which the loop holds through its next turns. Variants of one invocation, traced:

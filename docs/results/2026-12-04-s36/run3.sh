@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (HOCCL_NET_POST_PAUSE existed from commit d8015dd until it was removed after run 3.)
 # Session 36, run 3 on the 1x H200: the default HOCCL_TCP_DIRECT_BYTES raised to 1 MiB (run 2: whole 1 MiB writes
 # sent by the driving loop cut a pipeline message's post->landing from 504 to 346 us p50 under MPS, 685 to 377
 # time-sliced), against the old 256 KiB in the same invocation, and HOCCL_NET_POST_PAUSE=1 once more; NCCL beside.

@@ -13,6 +13,7 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["write_trace", "summarize", "main"]
 
@@ -69,9 +70,20 @@ def _spread(values: list[float]) -> str:
     return f"p50 {_quantile(values, .5):.0f} p90 {_quantile(values, .9):.0f}"
 
 
-def _read(path: str) -> list[dict]:
+CALL_COLUMNS = ("call", *(f"{s}_us" for s in STEPS), "t0_us", "sleep_us", "turn_us")
+GC_COLUMNS = ("generation", "start_us", "us")
+FRAME_COLUMNS = ("what", "lane", "write", "part", "bytes", "start_us", "end_us", "t0_us")
+
+
+def _read(path: str, columns: Sequence[str]) -> list[dict]:
+    """The rows of one trace file, refused with its name where it lacks a column the summary reads."""
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{path} is not a HOCCL_NET_TRACE file of this version: it lacks the column(s) "
+                             f"{', '.join(missing)}; trace the run again with this HOCCL")
+        return list(reader)
 
 
 def _size_class(n: int) -> str:
@@ -89,39 +101,53 @@ def summarize(prefix: str) -> str:
     ranks = sorted(int(m.group(1)) for f in files if (m := re.fullmatch(r".*\.rank(\d+)\.csv", f)))
     if not ranks:
         raise FileNotFoundError(f"no trace under {prefix!r}: expected {prefix}.rank0.csv, ... (written at close by the "
-                                "proxy processes of a run with HOCCL_NET_TRACE={prefix})")
+                                f"proxy processes of a run with HOCCL_NET_TRACE={prefix})")
     out = [f"trace {prefix}: ranks {', '.join(map(str, ranks))}"]
     for rank in ranks:
-        rows = _read(f"{prefix}.rank{rank}.csv")
-        out.append(f"rank {rank}: {len(rows)} calls")
-        by_call: dict[str, list[dict]] = defaultdict(list)
-        for row in rows:
-            by_call[row["call"]].append(row)
-        for call, some in sorted(by_call.items(), key=lambda kv: -len(kv[1]))[:4]:
-            steps = []
-            for a, b in zip(STEPS, STEPS[1:], strict=False):
-                d = [float(r[f"{b}_us"]) - float(r[f"{a}_us"]) for r in some if r[f"{a}_us"] and r[f"{b}_us"]]
-                if d:
-                    steps.append(f"{b} +{_quantile(d, .5):.0f}")
-            out.append(f"  {call} x{len(some)}: " + ", ".join(steps))
-        for col, what in (("sleep_us", "longest poll sleep"), ("turn_us", "longest turn")):
-            v = [float(r[col]) for r in rows if r.get(col)]
-            out.append(f"  the loop's {what} per call: {_spread(v)} max {max(v, default=0):.0f}")
-        with contextlib.suppress(OSError):
-            gcs = _read(f"{prefix}.rank{rank}.gc.csv")
-            for gen in ("0", "1", "2"):
-                t = [float(g["us"]) for g in gcs if g["generation"] == gen and g["us"]]
-                if t:
-                    out.append(f"  gc generation {gen}: {len(t)}, {sum(t) / 1e3:.1f} ms in all, longest "
-                               f"{max(t) / 1e3:.2f} ms")
+        _named(f"{prefix}.rank{rank}", _rank, prefix, rank, out)
     if len(ranks) == 2:
-        out += _frames(prefix, ranks)
+        out += _named(f"{prefix} (frames)", _frames, prefix, ranks)
     return "\n".join(out)
+
+
+def _named(where: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, a value that is not a number (or a field that is missing) named with the trace it is in."""
+    try:
+        return fn(*args)
+    except (ValueError, KeyError) as exc:
+        if where.split(" ")[0] in str(exc):
+            raise
+        raise ValueError(f"{where}: {exc!s} (not a HOCCL_NET_TRACE file of this version?)") from None
+
+
+def _rank(prefix: str, rank: int, out: list[str]) -> None:
+    rows = _read(f"{prefix}.rank{rank}.csv", CALL_COLUMNS)
+    out.append(f"rank {rank}: {len(rows)} calls")
+    by_call: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_call[row["call"]].append(row)
+    for call, some in sorted(by_call.items(), key=lambda kv: -len(kv[1]))[:4]:
+        steps = []
+        for a, b in zip(STEPS, STEPS[1:], strict=False):
+            d = [float(r[f"{b}_us"]) - float(r[f"{a}_us"]) for r in some if r[f"{a}_us"] and r[f"{b}_us"]]
+            if d:
+                steps.append(f"{b} +{_quantile(d, .5):.0f}")
+        out.append(f"  {call} x{len(some)}: " + ", ".join(steps))
+    for col, what in (("sleep_us", "longest poll sleep"), ("turn_us", "longest turn")):
+        v = [float(r[col]) for r in rows if r.get(col)]
+        out.append(f"  the loop's {what} per call: {_spread(v)} max {max(v, default=0):.0f}")
+    with contextlib.suppress(OSError):
+        gcs = _read(f"{prefix}.rank{rank}.gc.csv", GC_COLUMNS)
+        for gen in ("0", "1", "2"):
+            t = [float(g["us"]) for g in gcs if g["generation"] == gen and g["us"]]
+            if t:
+                out.append(f"  gc generation {gen}: {len(t)}, {sum(t) / 1e3:.1f} ms in all, longest "
+                           f"{max(t) / 1e3:.2f} ms")
 
 
 def _frames(prefix: str, ranks: list[int]) -> list[str]:
     try:
-        tables = [_read(f"{prefix}.rank{r}.frames.csv") for r in ranks]
+        tables = [_read(f"{prefix}.rank{r}.frames.csv", FRAME_COLUMNS) for r in ranks]
     except OSError:
         return []
     kinds = []

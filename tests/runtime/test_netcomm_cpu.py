@@ -712,6 +712,18 @@ def test_the_trace_summary_names_a_missing_trace(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no trace under" in err and "none.rank0.csv" in err and "HOCCL_NET_TRACE" in err, err
     assert main([]) == 2 and "python -m hoccl_runtime.net.trace PREFIX" in capsys.readouterr().out
+    from hoccl_runtime.net.trace import CALL_COLUMNS
+
+    (tmp_path / "cut.rank0.csv").write_text("call,arrived_us\nx,1\n")  # not a trace of this version
+    assert main([str(tmp_path / "cut")]) == 2
+    err = capsys.readouterr().err
+    assert "cut.rank0.csv is not a HOCCL_NET_TRACE file" in err and "taken_us" in err, err
+    row = ["allgather 8"] + ["1.0"] * (len(CALL_COLUMNS) - 1)
+    row[2] = "soon"  # a time that is not a number
+    (tmp_path / "bad.rank0.csv").write_text(",".join(CALL_COLUMNS) + "\n" + ",".join(row) + "\n")
+    assert main([str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.rank0" in err and "soon" in err and "Traceback" not in err, err
 
 
 def test_each_network_group_of_a_rank_traces_to_files_of_its_own(monkeypatch, tmp_path):

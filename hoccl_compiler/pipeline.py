@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .codec import collector_paused
 from .collective import CollectiveSpec
 from .errors import ScheduleError
 from .ir import CompileOptions, CompileState
@@ -77,6 +78,12 @@ def compile_state(
         raise ValueError(f"unknown pass {stop_after!r}; passes are {', '.join(PASS_NAMES)}")
     check_compile_memory(topology, collective)
     state = CompileState(topology=topology, collective=collective, options=options)
+    with collector_paused():  # the plan pass builds lists of millions of ints (see collector_paused)
+        return _run_passes(state, options, stop_after, progress)
+
+
+def _run_passes(state: CompileState, options: CompileOptions, stop_after: str | None,
+                progress: Progress | None) -> CompileState:
     for name, fn in PASSES:
         start = time.perf_counter()
         state = fn(state, options, progress) if fn is _stages else fn(state, options)

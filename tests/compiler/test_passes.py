@@ -393,3 +393,41 @@ def test_naive_rounds_past_the_cells_limit_are_counted_not_costed(monkeypatch, t
     again = load_plan(tmp_path / "p.json")
     assert again.report.baselines.naive_rounds_s is None
     verify_plan(again)
+
+
+def test_compiles_and_plan_files_pause_the_garbage_collector_and_give_it_back(tmp_path):
+    """compile_plan, save_plan and load_plan run with Python's cyclic collector off (the plan's lists of millions of
+    ints are otherwise walked by every full collection) and leave it as they found it, on or off, error or not."""
+    import gc
+
+    from hoccl_compiler import compile_plan
+    from hoccl_compiler.codec import collector_paused, load_plan, save_plan
+    from hoccl_compiler.errors import PlanError
+
+    seen = []
+    topo, spec = make_topology("paper-h800", nodes=2, gpus_per_node=2), CollectiveSpec(kind="alltoall",
+                                                                                       size_bytes=1 << 20)
+    gc.callbacks.append(lambda phase, info: seen.append(phase))
+    try:
+        for was in (True, False):
+            (gc.enable if was else gc.disable)()
+            plan = compile_plan(topo, spec)
+            path = save_plan(plan, tmp_path / "p.json")
+            assert load_plan(path).plan_id == plan.plan_id and gc.isenabled() == was
+            (tmp_path / "bad.json").write_text("{")
+            with pytest.raises(PlanError):
+                load_plan(tmp_path / "bad.json")
+            assert gc.isenabled() == was
+        gc.enable()
+        during = []  # the collector's state as each pass ends (the progress callback runs there)
+        compile_plan(topo, spec, progress=lambda message: during.append(gc.isenabled()))
+        assert len(during) >= 7 and not any(during) and gc.isenabled(), during
+        with collector_paused():
+            seen.clear()
+            assert not gc.isenabled()
+            [[] for _ in range(50_000)]  # containers enough for several collections were it on
+            assert not seen
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.pop()
+        gc.enable()

@@ -64,6 +64,7 @@ PASSES: tuple[tuple[str, Callable[..., CompileState]], ...] = (
 PASS_NAMES = tuple(name for name, _ in PASSES)
 
 
+@collector_paused()  # the plan pass builds lists of millions of ints
 def compile_state(
     topology: Topology,
     collective: CollectiveSpec,
@@ -78,12 +79,6 @@ def compile_state(
         raise ValueError(f"unknown pass {stop_after!r}; passes are {', '.join(PASS_NAMES)}")
     check_compile_memory(topology, collective)
     state = CompileState(topology=topology, collective=collective, options=options)
-    with collector_paused():  # the plan pass builds lists of millions of ints (see collector_paused)
-        return _run_passes(state, options, stop_after, progress)
-
-
-def _run_passes(state: CompileState, options: CompileOptions, stop_after: str | None,
-                progress: Progress | None) -> CompileState:
     for name, fn in PASSES:
         start = time.perf_counter()
         state = fn(state, options, progress) if fn is _stages else fn(state, options)

@@ -38,24 +38,22 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
     first lane, its id, its parts in the ``part`` column, its bytes, when it was posted twice), ``send`` rows (lane,
     write, part, bytes, the ``sendall`` of its header and payload: start and end) and ``recv`` rows (the sender's
     write id and part, the header in and the payload in)."""
+    t0 = rows[0][1] if rows else 0.0
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["call", "arrived_us", "taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
                       "staged_us", "received_us", "network_us", "copies_us", "t0_us", "sleep_us", "turn_us"])
-        t0 = rows[0][1] if rows else 0.0
         for key, *times, gap in rows:
             out.writerow([str(key)] + ["" if t is None else f"{(t - t0) * 1e6:.1f}" for t in times] +
                          [f"{t0 * 1e6:.1f}", f"{gap[0] * 1e6:.1f}", f"{gap[1] * 1e6:.1f}"])
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.gc.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["generation", "start_us", "us"])
-        t0 = rows[0][1] if rows else 0.0
         for gen, start, took in collections:
             out.writerow([gen, f"{(start - t0) * 1e6:.1f}", "" if took is None else f"{took * 1e6:.1f}"])
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.frames.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["what", "lane", "write", "part", "bytes", "start_us", "end_us", "t0_us"])
-        t0 = rows[0][1] if rows else 0.0
         for what, lane, write, part, n, start, end in frames:
             out.writerow([what, lane, write, part, n, f"{(start - t0) * 1e6:.1f}", f"{(end - t0) * 1e6:.1f}",
                           f"{t0 * 1e6:.1f}"])

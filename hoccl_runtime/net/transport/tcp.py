@@ -233,7 +233,8 @@ class TcpConnection(Connection):
         write_id, part, parts, local, off, n, rregion, roff, imm, rbase, total = item
         head = HEADER.pack(MAGIC, VERSION, lane, self._seq[lane], write_id, part, parts, rregion, roff, n, imm, rbase,
                            total)
-        trace, start = self.transport.trace, time.perf_counter()
+        trace = self.transport.trace
+        start = time.perf_counter() if trace is not None else 0.0
         try:
             sock.sendall(head + struct.pack("<I", zlib.crc32(head)))
             if n:
@@ -274,7 +275,8 @@ class TcpConnection(Connection):
                 self._fail(lane, _receive_failure(exc))
                 return
             expected += 1
-            start = time.perf_counter()
+            trace = self.transport.trace
+            start = time.perf_counter() if trace is not None else 0.0
             try:
                 if frame[5] and not recv_exact(sock, frame[9]):
                     self._fail(lane, "the peer closed the connection mid-write")
@@ -282,8 +284,8 @@ class TcpConnection(Connection):
             except (TransportError, OSError) as exc:
                 self._fail(lane, f"payload: {exc}")
                 return
-            if self.transport.trace is not None:
-                self.transport.trace.append(("recv", lane, frame[0], frame[1], frame[5], start, time.perf_counter()))
+            if trace is not None:
+                trace.append(("recv", lane, frame[0], frame[1], frame[5], start, time.perf_counter()))
             self._arrived(frame)
 
     def _lane_ended(self, lane: int) -> None:

@@ -26,7 +26,9 @@ and their speed says nothing about HOCCL). NCCL runs ranks that share a GPU only
 CPU slack (the HOCCL paper's Figure 10) is, per transformer block's forward, the time its first kernel starts on
 the GPU minus the time the CPU finished launching the block: positive while the CPU runs ahead of the GPU.
 Forward and backward times are measured on the compute stream, so they include any wait for communication that
-was not hidden (the paper's Figure 12). Ends with a table (rank 0) and ``--json`` (default train_fsdp.json).
+was not hidden (the paper's Figure 12). ``--gc-every N``: Python's collector off, a collection after every N steps
+(torchtitan's way, examples/gc_steps.py); the report says how long the collections took either way. Ends with a
+table (rank 0) and ``--json`` (default train_fsdp.json).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gc_steps import Collector  # noqa: E402
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
 from variants import check, settings, split  # noqa: E402
 
@@ -74,6 +77,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="deterministic kernels: variants that move the same bytes give identical losses")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds the process groups (and HOCCL's calls) wait for a peer before raising")
+    p.add_argument("--gc-every", type=int, default=0, metavar="N",
+                   help="Python's collector off, a gen-1 collection after every N steps between steps (torchtitan's "
+                   "gc_freq; examples/gc_steps.py); 0: the collector as Python runs it")
     p.add_argument("--json", default="train_fsdp.json", help="where rank 0 writes every figure")
     args = p.parse_args(argv)
     args.comm = [c.strip() for c in args.comm.split(",") if c.strip()]
@@ -84,6 +90,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.reduce = "hoccl" if args.share_gpu else "nccl"
     if args.steps <= args.warmup and args.repeats == 1:
         p.error(f"--steps {args.steps} with --warmup {args.warmup}: nothing left to measure")
+    if args.gc_every < 0:
+        p.error(f"--gc-every {args.gc_every}: give 0 (Python's own collector) or a number of steps >= 1")
     return args
 
 
@@ -295,17 +303,19 @@ def main(argv: list[str] | None = None) -> int:
     runs = {v: build(v, args, c, device, groups) for v in args.comm}
     records: dict[str, list[dict]] = {v: [] for v in args.comm}
     total, done = len(args.comm) * args.repeats * args.steps, 0
-    for _ in range(args.repeats):
-        for v in args.comm:
-            model, opt, slack = runs[v]
-            for _ in range(args.steps):
-                i = len(records[v])
-                rec = step(model, opt, slack, c, args, i, rank, device, autocast=v == "none" and not args.fp32)
-                rec["measured"] = i >= args.warmup
-                records[v].append(rec)
-                done += 1
-                if rank == 0:
-                    progress(done, total, f"{v} step {i} loss {rec['loss']:.4f}")
+    with Collector(args.gc_every) as collector:
+        for _ in range(args.repeats):
+            for v in args.comm:
+                model, opt, slack = runs[v]
+                for _ in range(args.steps):
+                    i = len(records[v])
+                    rec = step(model, opt, slack, c, args, i, rank, device, autocast=v == "none" and not args.fp32)
+                    collector.step_done()
+                    rec["measured"] = i >= args.warmup
+                    records[v].append(rec)
+                    done += 1
+                    if rank == 0:
+                        progress(done, total, f"{v} step {i} loss {rec['loss']:.4f}")
     peak = torch.cuda.max_memory_allocated(device) / 2**30
     summary = {v: summarize(records[v], c, args, world) for v in args.comm}
     losses = {v: [r["loss"] for r in records[v]] for v in args.comm}
@@ -326,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{s['forward_ms']:>8.2f}"
                   f"{s['backward_ms']:>8.2f}{slack:>10}{s['final_loss']:>9.4f}  {'yes' if equal[v] else 'NO'}")
         print(f"peak memory on rank 0: {peak:.2f} GiB (all variants' models and optimizers together)")
+        print(f"rank 0: {collector.line()}")
         Path(args.json).write_text(json.dumps({"settings": settings_line(args), "args": vars(args),
+                                               "gc": collector.summary(),
                                                "params": c.params, "summary": summary, "records": records,
                                                "losses_equal": equal, "peak_gib_rank0": peak}, indent=1))
     dist.barrier()

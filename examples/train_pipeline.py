@@ -15,7 +15,8 @@ waiting (the pipeline's bubble included: ranks that share a GPU fill each other'
 ``none`` has no bubble, and the difference is the bubble plus communication). ``--check`` also trains the whole
 model in one process on the same microbatches and compares every loss and every gradient of this rank's stage with
 it. Ends with a table (last rank: tokens/s, the mean and min-max of the rounds' medians; step time; losses against
-the first variant's) and ``--json``.
+the first variant's) and ``--json``. ``--gc-every N``: Python's collector off, a collection after every N steps
+(torchtitan's way, examples/gc_steps.py); the report says how long the collections took either way.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gc_steps import Collector  # noqa: E402
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
 from variants import check as check_variants  # noqa: E402
 from variants import settings, split  # noqa: E402
@@ -105,6 +107,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels: variants that move the same bytes give identical losses")
+    p.add_argument("--gc-every", type=int, default=0, metavar="N",
+                   help="Python's collector off, a gen-1 collection after every N steps between steps (torchtitan's "
+                   "gc_freq; examples/gc_steps.py); 0: the collector as Python runs it")
     p.add_argument("--json", default="train_pipeline.json")
     args = p.parse_args(argv)
     if args.batch % args.microbatches:
@@ -115,6 +120,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(why)
     if args.repeats < 1 or args.steps < 1:
         p.error("--repeats and --steps take 1 or more")
+    if args.gc_every < 0:
+        p.error(f"--gc-every {args.gc_every}: give 0 (Python's own collector) or a number of steps >= 1")
     return args
 
 
@@ -160,7 +167,7 @@ class Variant:
             else None
         self.ref_stage = stage_module(self.reference, rank, world) if self.reference is not None else None
 
-    def train(self, steps: int, device: torch.device) -> None:
+    def train(self, steps: int, device: torch.device, collector: Collector | None = None) -> None:
         args, rank, world = self.args, self.rank, self.world
         times = []
         for _ in range(steps):
@@ -180,6 +187,8 @@ class Variant:
                 self.schedule.step()
             sync(device)
             times.append(time.perf_counter() - t0)
+            if collector is not None:
+                collector.step_done()
             if self.reference is not None:
                 self._check(x, y, losses)
             self.opt.step()
@@ -258,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
     variants = [Variant(v, groups.get(v), args, c, device, rank, world) for v in args.comm]  # none: no group
-    for _ in range(args.repeats):
-        for v in variants:
-            v.train(args.steps, device)
+    with Collector(args.gc_every) as collector:
+        for _ in range(args.repeats):
+            for v in variants:
+                v.train(args.steps, device, collector)
     results = {}
     for v in variants:
         gathered = [None] * world
@@ -281,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             same = "-" if "none" in (v.name, args.comm[0]) else "yes" if r["losses"] == first else "no"
             print(f"{v.name:<{w}}{args.schedule:<9}{world:>7}{r['tokens_per_s']:>11.0f}{spread:>24}"
                   f"{r['step_ms']:>9.2f}  {same:<13}  {check}")
+        print(f"rank {rank}: {collector.line()}")
         Path(args.json).write_text(json.dumps({"comm": args.comm, "ranks": results[args.comm[0]],
-                                               "by_comm": results}, indent=1))
+                                               "by_comm": results, "gc": collector.summary()}, indent=1))
     dist.barrier()
     dist.destroy_process_group()
     return 0

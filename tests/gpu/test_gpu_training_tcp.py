@@ -39,11 +39,14 @@ def test_network_calls_where_every_stream_shares_one_queue():
     MPS is None, reason="nvidia-cuda-mps-control is not installed"))], ids=["time-sliced", "mps"])
 def test_fsdp_with_nccl_reducing_over_tcp_nodes(tmp_path, mps):
     """FSDP2 with HOCCL's AllGather and NCCL's reduce-scatter (and plain NCCL) over two TCP nodes on one GPU: every
-    step runs, and with one reducer the two variants' losses agree exactly (an AllGather is a copy)."""
+    step runs, and with one reducer the two variants' losses agree exactly (an AllGather is a copy). Python's
+    collector runs torchtitan's way (``--gc-every 3``): off, a collection after every third step."""
     _nodes(tmp_path, str(ROOT / "examples" / "train_fsdp.py"), "--size", "tiny", "--steps", "4", "--repeats", "2",
-           "--comm", "hoccl,nccl,none", "--reduce", "nccl", "--fp32", "--json", "fsdp.json", mps=mps)
+           "--comm", "hoccl,nccl,none", "--reduce", "nccl", "--fp32", "--gc-every", "3", "--json", "fsdp.json",
+           mps=mps)
     got = json.loads((tmp_path / "fsdp.json").read_text())
     assert got["losses_equal"]["nccl"] is True, got["losses_equal"]
+    assert got["gc"]["steps"] == 24 and got["gc"]["between_steps"]["count"] == 8, got["gc"]
     assert len(got["records"]["hoccl"]) == 8 and got["summary"]["none"]["tokens_per_s"] > 0
 
 
@@ -55,3 +58,4 @@ def test_pipeline_against_nccl_over_tcp_nodes(tmp_path, mps):
     got = json.loads((tmp_path / "pipe.json").read_text())
     hoccl, nccl = got["by_comm"]["hoccl"][-1], got["by_comm"]["nccl"][-1]
     assert hoccl["losses"] == nccl["losses"] and len(hoccl["losses"]) == 6
+    assert got["gc"]["gc_every"] == 0 and got["gc"]["steps"] == 12, got["gc"]

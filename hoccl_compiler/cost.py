@@ -214,6 +214,48 @@ class StageChain:
             np.maximum.at(end, down, np.maximum(ready[up] + first + whole, end[up] + last))
         self.end = np.where(busy[:begin.size] > 0, end, self.end)
 
+    def add_pieces(self, busy: np.ndarray, piece: np.ndarray, queue: np.ndarray, up: np.ndarray, depth: np.ndarray,
+                   first: np.ndarray, last: np.ndarray, whole: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]
+                   ) -> None:
+        """One stage, as :meth:`add` but piece by piece along the paths: ``piece`` (global indices of the stage's
+        waiting pieces, by ``depth`` along their paths, rising), ``up`` the piece each waits on; ``queue``,
+        ``first``, ``last`` and ``whole`` per global piece; ``scratch``: two arrays of the pieces' size, reused
+        from stage to stage.
+
+        A waiting piece is released once the piece it follows has moved its first chunk (a piece that waits on
+        nothing: when its queue starts the stage), and ends no earlier than its release plus its time, nor than
+        that piece's end plus the last chunks of the pieces of its queue that follow the same piece (a block
+        forwarded to several GPUs: they follow its last chunk one after another); a piece that waits on nothing
+        ends with its queue's busy time. A queue ends no earlier than its start plus its busy time, than any of
+        its pieces, nor than any release plus the waiting pieces released then or later (a queue's makespan with
+        release times). Where a queue forwards pieces that come in at different times (a node of two trees of a
+        Broadcast takes one half of the parts early and the other late), :meth:`add`'s one release and one end per
+        queue (its latest upstream's) would hold back all of its waiting work, and add up the last chunks round a
+        node's ring once per hop of the deepest path."""
+        begin = self.end.copy()
+        end = begin + busy[:begin.size]
+        if piece.size:
+            release, finish = scratch
+            q_up = queue[up]
+            release[up], finish[up] = begin[q_up], end[q_up]  # pieces that wait on nothing: their queue's
+            q = queue[piece]
+            _, group = np.unique(q * queue.size + up, return_inverse=True)
+            tail = np.bincount(group, weights=last[piece])[group]  # the last chunks that follow one piece
+            for d in np.unique(depth):
+                sel = depth == d
+                at, u = piece[sel], up[sel]
+                release[at] = np.maximum(begin[q[sel]], release[u] + first[u])
+                finish[at] = np.maximum(release[at] + whole[at], finish[u] + tail[sel])
+            np.maximum.at(end, q, finish[piece])
+            r, w = release[piece], whole[piece]
+            order = np.lexsort((-r, q))  # per queue, the latest release first
+            q, r, w = q[order], r[order], w[order]
+            starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+            csum = np.cumsum(w)
+            before = np.repeat(np.r_[0.0, csum[starts[1:] - 1]], np.diff(np.r_[starts, q.size]))
+            np.maximum.at(end, q, r + csum - before)  # released at r or later: all of it after r
+        self.end = np.where(busy[:begin.size] > 0, end, self.end)
+
     def time_s(self) -> float:
         return float(self.end.max(initial=0.0))
 
@@ -422,13 +464,16 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap          # each piece's first chunk
     last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
     whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
-    order_e = np.argsort(stage[tr_idx], kind="stable")
-    tr_idx, up_tr = tr_idx[order_e], up_tr[order_e]
+    tr_depth = chain_depth(np.where(costed, after, -1))[tr_idx]
+    order_e = np.lexsort((tr_depth, stage[tr_idx]))  # by stage, then along the paths
+    tr_idx, up_tr, tr_depth = tr_idx[order_e], up_tr[order_e], tr_depth[order_e]
     edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx], up_tr)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
+    scratch = (np.zeros(queue.size), np.zeros(queue.size))
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
-        chain.add(busy[st], *pair_edges(*(e[lo:hi] for e in edges[1:])))
+        chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], first_t, last_t, whole_t,
+                         scratch)
     return StageCosts(time_s, ports_s, queues_s, pipeline_s, port_time.sum(axis=0), busy.sum(axis=0), chain, busy,
                       edges)
 

@@ -23,6 +23,8 @@ rail (the same local index on both nodes).
   2026-12-04 the entry GPU passed its part to every other GPU of its node itself, and those copies met in the
   in-ports out of step (the chunk simulation: a 2x8 Broadcast of 1 GiB 10.3 ms, 4x8 10.9). Round the ring, with
   the chunk order by when a chunk can be there (:func:`hoccl_compiler.passes.chunks.chunk_order`): 7.3 and 7.5 ms.
+  From 3 nodes on the parts run down two trees of nodes instead (:func:`node_trees`), about log2(N) network hops
+  deep rather than N - 1, each GPU still making one network send and one receive.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import numpy as np
 
 from .collective import CollectiveSpec, Layout
 
-__all__ = ["MULTICAST_KINDS", "applies", "route", "roots_of", "source_segments", "staged", "forwarded_schedule"]
+__all__ = ["MULTICAST_KINDS", "applies", "route", "roots_of", "source_segments", "staged", "forwarded_schedule",
+           "use_trees", "node_chain", "node_trees"]
 
 MULTICAST_KINDS = ("allgather", "broadcast")
 
@@ -88,21 +91,106 @@ def _broadcast(spec: CollectiveSpec, topo, lay: Layout) -> Layout:
     offset = np.where(part >= 0, bounds[np.maximum(part, 0)], 0)
     flow_of = {(int(d), int(p)): f for f, (d, p) in enumerate(zip(dst, part, strict=True))}
     via = np.full(dst.size, -1, np.int64)
-    node_chain = [(a + k) % N for k in range(N)]  # the order the parts run through the nodes
+    parent, rail = (node_trees if use_trees(N, L) else node_chain)(N, L, a, i)
     for f, (v, p) in enumerate(zip(dst.tolist(), part.tolist(), strict=True)):
         if p < 0:
             continue
         b, q = divmod(v, L)
         if b == a:  # the root's node: a chain from the root through the node, every part down it
             prev = b * L + (q - 1) % L
-        elif q == p % L:  # the GPU on the part's rail: from the same rail of the node before in the chain
-            prev = node_chain[node_chain.index(b) - 1] * L + q
-        else:  # round its node's ring from the GPU on the part's rail: each GPU takes from its predecessor only
+        elif q == rail[b, p]:  # the GPU the part enters by: from the same rail of the part's parent node
+            prev = parent[b, p] * L + q
+        else:  # round its node's ring from the GPU it entered by: each GPU takes from its predecessor only
             prev = b * L + (q - 1) % L
         via[f] = -1 if prev == root else flow_of[(prev, p)]
     n = dst.size
     return dataclasses.replace(lay, src=np.full(n, root, np.int64), dst=dst, bytes=nbytes, src_offset=offset,
                                dst_offset=offset, via=via)
+
+
+def use_trees(nodes: int, gpus_per_node: int) -> bool:
+    """Whether a Broadcast's parts run down two trees of nodes (:func:`node_trees`) rather than one chain
+    (:func:`node_chain`): from ``TREE_NODES`` nodes on, where the node has an even number of GPUs (a tree's inner
+    node sends half the parts to each of two children, one rail each)."""
+    return nodes >= TREE_NODES and gpus_per_node >= 2 and gpus_per_node % 2 == 0
+
+
+TREE_NODES = 3
+
+
+def node_chain(N: int, L: int, a: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per node and part, the node the part comes from and the rail it enters by (-1 on the root's node ``a``):
+    every part down the chain of nodes a, a+1, ..., a+N-1, part p on rail p. ``i``: the root's GPU in its node."""
+    parent = np.full((N, L), -1, np.int64)
+    rail = np.full((N, L), -1, np.int64)
+    order = [(a + k) % N for k in range(N)]
+    for prev, b in zip(order, order[1:], strict=False):
+        parent[b] = prev
+        rail[b] = np.arange(L)
+    return parent, rail
+
+
+def node_trees(N: int, L: int, a: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`node_chain`'s tables for two trees of nodes (NCCL's double binary tree, here on rails).
+
+    The other nodes, in the order a+1, ..., a+N-1, make a binary heap (tree A: position j's children are 2j+1 and
+    2j+2) and, reversed, a second one (tree B). The first half of the parts runs down tree A, the second down tree
+    B, each from the root's node to its tree's top. A node with children in one tree has none in the other (the
+    heaps' inner positions are the first half of each order), so it sends its L/2 parts of that tree to each of at
+    most two children, and every node takes all L parts, half from each parent: L streams at most out of a node and
+    L into it, one per rail, so every GPU makes one network send and one receive.
+
+    Rails: a node takes one tree's parts on the even rails and the other tree's on the odd ones (part k of its half
+    on rail 2k or 2k+1). It passes a part on to one child from the GPU the part came in by and to the other from the
+    next GPU of its ring, one NVLink hop on, so the part's rail keeps or changes its parity. Which child changes it
+    is chosen so that every node's two halves come in on rails of different parity: a 2-colouring of the nodes in
+    which siblings differ in both trees, always found for these two heaps (checked for up to 3,000 nodes); where
+    it were not, the chain is used. Depth: about log2(N) network hops and one NVLink hop per level, against the
+    chain's N - 1 network hops."""
+    others = [(a + k) % N for k in range(1, N)]
+    M = len(others)
+    half = L // 2
+    orders = (others, others[::-1])  # tree A's heap order, tree B's
+    # parity of the rails each node takes tree A's half on (tree B's: the other): siblings differ in both trees,
+    # and tree B's top takes its half from the root's node on the rails tree A's top does not use
+    links: dict[int, list[tuple[int, int]]] = {b: [] for b in others}  # (other node, 1: must differ, 0: equal)
+    for order in orders:
+        for j in range(M):
+            if 2 * j + 2 < M:
+                x, y = order[2 * j + 1], order[2 * j + 2]
+                links[x].append((y, 1))
+                links[y].append((x, 1))
+    if M > 1:
+        links[orders[0][0]].append((orders[1][0], 0))
+        links[orders[1][0]].append((orders[0][0], 0))
+    parity: dict[int, int] = {}
+    for start in others:
+        if start in parity:
+            continue
+        parity[start] = 0
+        todo = [start]
+        while todo:
+            x = todo.pop()
+            for y, differ in links[x]:
+                want = parity[x] ^ differ
+                if y not in parity:
+                    parity[y] = want
+                    todo.append(y)
+                elif parity[y] != want:
+                    return node_chain(N, L, a, i)
+    parent = np.full((N, L), -1, np.int64)
+    rail = np.full((N, L), -1, np.int64)
+    for t, order in enumerate(orders):
+        parts = np.arange(half) + t * half
+        own = np.array([parity[b] ^ t for b in order], np.int64)  # this tree's rail parity per heap position
+        for j, b in enumerate(order):
+            if j == 0:  # from the root's node, part k on rail 2k + parity
+                parent[b, parts], rail[b, parts] = a, 2 * np.arange(half) + own[0]
+            else:
+                up = (j - 1) // 2
+                parent[b, parts] = order[up]
+                rail[b, parts] = (rail[order[up], parts] + (own[j] != own[up])) % L
+    return parent, rail
 
 
 def roots_of(via: np.ndarray) -> np.ndarray:

@@ -42,6 +42,10 @@ CASES = [  # (preset, nodes, gpus per node, dma queues, collective, bytes, chunk
     # parts of 7.45 chunks: in the order of passes/chunks.chunk_order alone the simulated queues stalled on chunks
     # not there yet (v2 8% low); list-scheduled ready first (passes/chunks.ready_first), within 5%
     ("dgx-h100", 2, 8, 1, "broadcast", 10**9, 16 << 20),
+    # Broadcasts down two trees of nodes (multicast.node_trees): a node takes one half of the parts early and the
+    # other late; with one release per queue v2 was 6-15% above the simulation (StageChain.add_pieces)
+    ("paper-h800", 6, 4, 1, "broadcast", 256 << 20, None),
+    ("dgx-h100", 5, 8, 1, "broadcast", 512 << 20, None),
 ]
 
 
@@ -345,3 +349,31 @@ def test_stage_chain_delays_only_the_work_that_waits_on_a_path():
                         np.full(3, 5.0), source=np.array([10, 10, 10]))
     assert ring[3].tolist() == [0.7] and fanout[3].tolist() == [pytest.approx(1.8)]
     assert ring[4].tolist() == fanout[4].tolist() == [15.0]
+
+
+def test_a_queue_s_waiting_pieces_start_each_when_their_own_path_reaches_it():
+    """StageChain.add_pieces: queue 2 forwards a piece that comes in early (from queue 0) and one that comes in late
+    (from queue 1, which is busy until 30 first): it ends with the late one's release plus its own time, not both
+    pieces' time after the late release (one release per queue, StageChain.add, would have it end at 47); pieces
+    that follow one piece run their last chunks one after another after it."""
+    queue = np.array([0, 1, 2, 2])
+    up = np.array([0, 1])  # pieces 2 and 3 wait on pieces 0 and 1
+    first = np.array([1.0, 30.0, 1.0, 1.0])
+    last = np.array([1.0, 1.0, 0.5, 0.5])
+    whole = np.array([10.0, 31.0, 10.0, 10.0])
+
+    def end_of(ups: np.ndarray, busy: list[float]) -> np.ndarray:
+        chain = StageChain(3)
+        chain.add_pieces(np.array(busy), np.array([2, 3]), queue, ups, np.array([1, 1]), first, last, whole,
+                         (np.zeros(4), np.zeros(4)))
+        return chain.end
+
+    end = end_of(up, [10.0, 31.0, 20.0])
+    assert end[2] == 30.0 + 10.0  # the late piece released at 30 (queue 1's first chunk), then its 10
+    assert end[2] < 30.0 + 20.0 - 3.0  # well before both pieces after the late release
+    # both follow piece 1 (a block forwarded twice from one GPU): after its end, two last chunks
+    fan = end_of(np.array([1, 1]), [10.0, 31.0, 20.0])
+    assert fan[2] == max(30.0 + 20.0, 31.0 + 1.0)
+    slow = end_of(np.array([1, 1]), [10.0, 80.0, 20.0])  # piece 1's queue busier than its first chunk says
+    assert slow[2] == 80.0 + 1.0
+

@@ -75,6 +75,56 @@ def test_broadcast_is_a_chain_in_the_roots_node_and_parts_down_the_rails(nodes, 
     assert [(u, v, n) for u, v, n in zip(fl.src, fl.dst, fl.bytes, strict=True)]  # flows cut into parts are fine
 
 
+@pytest.mark.parametrize("N", [2, 3, 4, 5, 9, 16, 33, 100, 2048])
+@pytest.mark.parametrize("L", [2, 8])
+def test_two_trees_of_nodes_keep_one_stream_a_rail_and_are_shallow(N, L):
+    """multicast.node_trees: every node but the root's takes every part once, each on a rail of its own, and sends
+    on each rail at most once (one network send and one receive per GPU); a part reaches every node in about
+    log2(N) network hops, and a node passes a part on from the GPU it came in by or the next one of its ring."""
+    from hoccl_compiler.multicast import node_chain, node_trees
+
+    a, i = N // 3, L - 1
+    parent, rail = node_trees(N, L, a, i)
+    others = [b for b in range(N) if b != a]
+    assert (parent[a] == -1).all() and (rail[a] == -1).all()
+    for b in others:
+        assert sorted(rail[b].tolist()) == list(range(L)), b  # each part in once, one rail each
+    sent: dict[int, list[int]] = {}
+    for b in others:
+        for p in range(L):
+            sent.setdefault(int(parent[b, p]), []).append(int(rail[b, p]))
+    assert all(len(r) == len(set(r)) <= L for r in sent.values())  # one stream out per rail
+    for b in others:
+        for p in range(L):
+            x, hops = b, 0
+            while x != a:
+                up = int(parent[x, p])
+                if up != a:  # sent from the GPU it came in by, or the next one round the ring
+                    assert (rail[x, p] - rail[up, p]) % L in (0, 1), (b, p)
+                x, hops = up, hops + 1
+            assert hops <= int(np.log2(N)) + 1, (b, p, hops)
+    chain_parent, chain_rail = node_chain(N, L, a, i)
+    assert (chain_rail[others] == np.arange(L)).all()
+    assert sorted(chain_parent[others, 0].tolist()) == sorted((a + k) % N for k in range(N - 1))
+
+
+def test_a_broadcast_across_many_nodes_runs_down_trees():
+    """From 3 nodes on, a Broadcast's parts run down two trees of nodes: at 64 nodes a part's deepest path has 6
+    network hops where the chain had 63, and the plan is verified and byte-replayed like the others."""
+    plan = _plan("broadcast", nodes=64, gpn=2, root=3)
+    fl = plan.flows
+    sender = [fl.dst[g] if g >= 0 else 3 for g in fl.via]  # the GPU each flow reads from (the root: GPU 3)
+    hops = []
+    for f in range(len(fl.via)):
+        n, g = 0, f
+        while g >= 0:
+            n += sender[g] // 2 != fl.dst[g] // 2  # a network hop
+            g = fl.via[g]
+        hops.append(n)
+    assert max(hops) == 6
+    assert sum(n for _, r, *_, n in _transfers(plan) if r == RDMA) == 63 * plan.ranks.output_bytes[0]
+
+
 def test_a_small_multicast_plan_reads_back_and_compact_files_carry_it(tmp_path):
     plan = _plan("allgather", nodes=3, gpn=4)
     full = load_plan(save_plan(plan, tmp_path / "p.json", encoding="full"))

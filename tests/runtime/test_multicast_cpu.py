@@ -124,10 +124,11 @@ def test_a_forwarded_flow_reading_outside_its_sources_output_is_refused():
         check_bounds(plan.model_copy(update={"flows": flows}))
 
 
-@pytest.mark.parametrize("nodes,L", [(2, 2), (3, 2), (3, 1), (2, 4)])
+@pytest.mark.parametrize("nodes,L", [(2, 2), (3, 2), (3, 1), (2, 4), (5, 2)])
 def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L):
     """GpuNodeExecutor, nodes of 2 and 4 GPUs (and of 1: a broadcast's chain of nodes alone; of 4: the parts round
-    each further node's ring) over TCP between threads,
+    each further node's ring; 5 nodes of 2: a broadcast down two trees of nodes, a node sending a part on from two
+    GPUs) over TCP between threads,
     CUDA faked with a stream per thread and every copy slow: a multicast AllGather (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in
     the root's node, parts down the rails' chain of nodes, passed on inside each) and one in place, one after the
     other over the same connections: byte-equal to the replay, outputs poisoned first."""

@@ -215,12 +215,13 @@ class StageChain:
         self.end = np.where(busy[:begin.size] > 0, end, self.end)
 
     def add_pieces(self, busy: np.ndarray, piece: np.ndarray, queue: np.ndarray, up: np.ndarray, depth: np.ndarray,
-                   first: np.ndarray, last: np.ndarray, whole: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]
+                   first: np.ndarray, tail: np.ndarray, whole: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]
                    ) -> None:
         """One stage, as :meth:`add` but piece by piece along the paths: ``piece`` (global indices of the stage's
-        waiting pieces, by ``depth`` along their paths, rising), ``up`` the piece each waits on; ``queue``,
-        ``first``, ``last`` and ``whole`` per global piece; ``scratch``: two arrays of the pieces' size, reused
-        from stage to stage.
+        waiting pieces, by ``depth`` along their paths, rising), ``up`` the piece each waits on and ``tail`` the
+        last chunks of the pieces of its queue that follow that piece (its own and theirs, summed); ``queue``,
+        ``first`` and ``whole`` per global piece; ``scratch``: two arrays of the pieces' size, reused from stage to
+        stage.
 
         A waiting piece is released once the piece it follows has moved its first chunk (a piece that waits on
         nothing: when its queue starts the stage), and ends no earlier than its release plus its time, nor than
@@ -239,8 +240,6 @@ class StageChain:
             q_up = queue[up]
             release[up], finish[up] = begin[q_up], end[q_up]  # pieces that wait on nothing: their queue's
             q = queue[piece]
-            _, group = np.unique(q * queue.size + up, return_inverse=True)
-            tail = np.bincount(group, weights=last[piece])[group]  # the last chunks that follow one piece
             for d in np.unique(depth):
                 sel = depth == d
                 at, u = piece[sel], up[sel]
@@ -464,16 +463,22 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap          # each piece's first chunk
     last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
     whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
-    tr_depth = chain_depth(np.where(costed, after, -1))[tr_idx]
+    # each waiting piece's depth along its path (unicast: its place in its run of consecutive pieces) and the last
+    # chunks of its queue's pieces that follow the same piece as it (unicast: its own, each piece has one follower)
+    tr_depth = (_group_start(np.cumsum(~chained)) if consecutive else chain_depth(after))[tr_idx]
+    tail_t = last_t[tr_idx]
+    if np.bincount(up_tr, minlength=1).max(initial=0) > 1:
+        _, group = np.unique(queue[tr_idx] * queue.size + up_tr, return_inverse=True)
+        tail_t = np.bincount(group, weights=tail_t)[group]
     order_e = np.lexsort((tr_depth, stage[tr_idx]))  # by stage, then along the paths
-    tr_idx, up_tr, tr_depth = tr_idx[order_e], up_tr[order_e], tr_depth[order_e]
+    tr_idx, up_tr, tr_depth, tail_t = tr_idx[order_e], up_tr[order_e], tr_depth[order_e], tail_t[order_e]
     edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx], up_tr)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     scratch = (np.zeros(queue.size), np.zeros(queue.size))
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
-        chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], first_t, last_t, whole_t,
-                         scratch)
+        chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], first_t, tail_t[lo:hi],
+                         whole_t, scratch)
     return StageCosts(time_s, ports_s, queues_s, pipeline_s, port_time.sum(axis=0), busy.sum(axis=0), chain, busy,
                       edges)
 

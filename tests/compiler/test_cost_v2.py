@@ -359,12 +359,12 @@ def test_a_queue_s_waiting_pieces_start_each_when_their_own_path_reaches_it():
     queue = np.array([0, 1, 2, 2])
     up = np.array([0, 1])  # pieces 2 and 3 wait on pieces 0 and 1
     first = np.array([1.0, 30.0, 1.0, 1.0])
-    last = np.array([1.0, 1.0, 0.5, 0.5])
     whole = np.array([10.0, 31.0, 10.0, 10.0])
 
     def end_of(ups: np.ndarray, busy: list[float]) -> np.ndarray:
         chain = StageChain(3)
-        chain.add_pieces(np.array(busy), np.array([2, 3]), queue, ups, np.array([1, 1]), first, last, whole,
+        tail = np.full(2, 0.5 * (3 - np.unique(ups).size))  # last chunks of 0.5: one, or two after one piece
+        chain.add_pieces(np.array(busy), np.array([2, 3]), queue, ups, np.array([1, 1]), first, tail, whole,
                          (np.zeros(4), np.zeros(4)))
         return chain.end
 

@@ -140,8 +140,8 @@ def node_trees(N: int, L: int, a: int, i: int) -> tuple[np.ndarray, np.ndarray]:
     most two children, and every node takes all L parts, half from each parent: L streams at most out of a node and
     L into it, one per rail, so every GPU makes one network send and one receive.
 
-    Rails: a node takes one tree's parts on the even rails and the other tree's on the odd ones (part k of its half
-    on rail 2k or 2k+1). It passes a part on to one child from the GPU the part came in by and to the other from the
+    Rails: a node takes one tree's parts on the even rails and the other tree's on the odd ones (the root's node
+    sends part k of a half on rail 2k or 2k + 1). It passes a part on to one child from the GPU the part came in by and to the other from the
     next GPU of its ring, one NVLink hop on, so the part's rail keeps or changes its parity. Which child changes it
     is chosen so that every node's two halves come in on rails of different parity: a 2-colouring of the nodes in
     which siblings differ in both trees, always found for these two heaps (checked for up to 3,000 nodes); where

@@ -418,7 +418,8 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     # every path's pieces consecutive (unicast: send_forward -> rdma -> recv_forward, at most 3); else (multicast)
     # paths branch and run as deep as their chains
     consecutive = bool(np.array_equal(after[chained], np.flatnonzero(chained) - 1))
-    hops = 3 if consecutive else max(3, int(chain_depth(after).max(initial=0)))
+    path = np.cumsum(~chained) - 1  # consecutive: the path id per transfer
+    depth = _group_start(path) if consecutive else chain_depth(after)  # each transfer's place along its path
     if chained.any():
         t_q = stage * Q + queue
         first = np.minimum(nbytes, chunk_bytes)
@@ -432,7 +433,6 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         rest = np.where(costed, np.maximum(alone - own, q_time[t_q] * (n_chunks - 1) / n_chunks), 0.0)
         own = np.where(costed, own + first_conv, 0.0)
         if consecutive:
-            path = np.cumsum(~chained) - 1  # path id per transfer
             in_path = np.bincount(path, minlength=path.max() + 1)
             multi = in_path[path] > 1
             p_sum = np.bincount(path[multi], weights=own[multi], minlength=path.max() + 1)
@@ -444,7 +444,6 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
             np.maximum.at(pipeline_s, p_stage, p_time)
         else:  # multicast: paths branch (a forwarded copy reads another flow's output): every path from a root
             fill, top = own.copy(), rest.copy()
-            depth = chain_depth(after)
             for d in range(1, int(depth.max()) + 1):
                 at = np.flatnonzero(depth == d)
                 fill[at] = fill[after[at]] + own[at]
@@ -454,7 +453,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     if num_stages == 0:
         empty = np.zeros(0)
         return StageCosts(empty, empty, empty, empty, np.zeros(P), np.zeros(Q))
-    chain = StageChain(Q, hops=hops)
+    chain = StageChain(Q)
     busy = q_time.reshape(S, Q)
     tr_idx = np.flatnonzero((after >= 0) & costed)
     up_tr = after[tr_idx]
@@ -463,9 +462,9 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap          # each piece's first chunk
     last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
     whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
-    # each waiting piece's depth along its path (unicast: its place in its run of consecutive pieces) and the last
-    # chunks of its queue's pieces that follow the same piece as it (unicast: its own, each piece has one follower)
-    tr_depth = (_group_start(np.cumsum(~chained)) if consecutive else chain_depth(after))[tr_idx]
+    # each waiting piece's depth along its path and the last chunks of its queue's pieces that follow the same piece
+    # as it (unicast: its own, each piece has one follower)
+    tr_depth = depth[tr_idx]
     tail_t = last_t[tr_idx]
     if np.bincount(up_tr, minlength=1).max(initial=0) > 1:
         _, group = np.unique(queue[tr_idx] * queue.size + up_tr, return_inverse=True)

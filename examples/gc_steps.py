@@ -10,10 +10,29 @@ training processes). The setting is process-wide, so every variant of an invocat
 
 from __future__ import annotations
 
+import argparse
 import gc
 import time
 
-__all__ = ["Collector"]
+__all__ = ["Collector", "add_option"]
+
+
+def _refusal(every: int) -> str | None:
+    return None if every >= 0 else f"--gc-every {every}: give 0 (Python's own collector) or a number of steps >= 1"
+
+
+def _steps(text: str) -> int:
+    every = int(text)
+    if _refusal(every):
+        raise argparse.ArgumentTypeError(_refusal(every))
+    return every
+
+
+def add_option(parser: argparse.ArgumentParser) -> None:
+    """The training examples' ``--gc-every N`` (``args.gc_every``), a negative N refused naming it."""
+    parser.add_argument("--gc-every", type=_steps, default=0, metavar="N",
+                        help="Python's collector off, a gen-1 collection after every N steps between steps "
+                        "(torchtitan's gc_freq; examples/gc_steps.py); 0: the collector as Python runs it")
 
 
 class Collector:
@@ -21,8 +40,8 @@ class Collector:
     steps. Use as a context manager: on exit the collector is as it was found."""
 
     def __init__(self, every: int = 0):
-        if every < 0:
-            raise ValueError(f"--gc-every {every}: give 0 (Python's own collector) or a number of steps >= 1")
+        if _refusal(every):
+            raise ValueError(_refusal(every))
         self.every = every
         self.steps = 0
         self.auto_ms: list[float] = []  # the collections Python ran by itself

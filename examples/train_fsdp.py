@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gc_steps import Collector  # noqa: E402
+from gc_steps import Collector, add_option  # noqa: E402
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
 from variants import check, settings, split  # noqa: E402
 
@@ -77,9 +77,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="deterministic kernels: variants that move the same bytes give identical losses")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds the process groups (and HOCCL's calls) wait for a peer before raising")
-    p.add_argument("--gc-every", type=int, default=0, metavar="N",
-                   help="Python's collector off, a gen-1 collection after every N steps between steps (torchtitan's "
-                   "gc_freq; examples/gc_steps.py); 0: the collector as Python runs it")
+    add_option(p)
     p.add_argument("--json", default="train_fsdp.json", help="where rank 0 writes every figure")
     args = p.parse_args(argv)
     args.comm = [c.strip() for c in args.comm.split(",") if c.strip()]
@@ -90,8 +88,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.reduce = "hoccl" if args.share_gpu else "nccl"
     if args.steps <= args.warmup and args.repeats == 1:
         p.error(f"--steps {args.steps} with --warmup {args.warmup}: nothing left to measure")
-    if args.gc_every < 0:
-        p.error(f"--gc-every {args.gc_every}: give 0 (Python's own collector) or a number of steps >= 1")
     return args
 
 

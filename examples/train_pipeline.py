@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gc_steps import Collector  # noqa: E402
+from gc_steps import Collector, add_option  # noqa: E402
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
 from variants import check as check_variants  # noqa: E402
 from variants import settings, split  # noqa: E402
@@ -107,9 +107,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels: variants that move the same bytes give identical losses")
-    p.add_argument("--gc-every", type=int, default=0, metavar="N",
-                   help="Python's collector off, a gen-1 collection after every N steps between steps (torchtitan's "
-                   "gc_freq; examples/gc_steps.py); 0: the collector as Python runs it")
+    add_option(p)
     p.add_argument("--json", default="train_pipeline.json")
     args = p.parse_args(argv)
     if args.batch % args.microbatches:
@@ -120,8 +118,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(why)
     if args.repeats < 1 or args.steps < 1:
         p.error("--repeats and --steps take 1 or more")
-    if args.gc_every < 0:
-        p.error(f"--gc-every {args.gc_every}: give 0 (Python's own collector) or a number of steps >= 1")
     return args
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from gc_steps import Collector  # noqa: E402
+from gc_steps import Collector, add_option  # noqa: E402
 
 
 class _Cycle:
@@ -59,3 +59,14 @@ def test_a_collector_found_off_stays_off_and_a_negative_count_is_refused():
         gc.enable()
     with pytest.raises(ValueError, match="--gc-every -1"):
         Collector(-1)
+
+
+def test_the_examples_option_takes_a_step_count_and_refuses_a_negative_one(capsys):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_option(p)
+    assert p.parse_args([]).gc_every == 0 and p.parse_args(["--gc-every", "50"]).gc_every == 50
+    with pytest.raises(SystemExit):
+        p.parse_args(["--gc-every", "-1"])
+    assert "--gc-every -1: give 0 (Python's own collector) or a number of steps >= 1" in capsys.readouterr().err

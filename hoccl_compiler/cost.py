@@ -181,7 +181,8 @@ class StageCosts:
     chain: StageChain | None = None
     # per stage, what StageChain.add takes: each queue's busy time (stages x queues) and the path edges, one per
     # waiting piece (stage, upstream queue, downstream queue, upstream first chunk s, downstream last chunk s and
-    # whole time s, upstream piece; :func:`pair_edges` makes them one per pair of queues)
+    # whole time s, upstream piece, how early the upstream piece is through; :func:`pair_edges` makes them one per
+    # pair of queues)
     stage_busy_s: np.ndarray | None = None
     edges: tuple[np.ndarray, ...] | None = None
 
@@ -215,19 +216,21 @@ class StageChain:
         self.end = np.where(busy[:begin.size] > 0, end, self.end)
 
     def add_pieces(self, busy: np.ndarray, piece: np.ndarray, queue: np.ndarray, up: np.ndarray, depth: np.ndarray,
-                   first: np.ndarray, tail: np.ndarray, whole: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]
-                   ) -> None:
+                   first: np.ndarray, tail: np.ndarray, whole: np.ndarray, scratch: tuple[np.ndarray, np.ndarray],
+                   done: np.ndarray | None = None) -> None:
         """One stage, as :meth:`add` but piece by piece along the paths: ``piece`` (global indices of the stage's
         waiting pieces, by ``depth`` along their paths, rising), ``up`` the piece each waits on and ``tail`` the
         last chunks of the pieces of its queue that follow that piece (its own and theirs, summed); ``queue``,
         ``first`` and ``whole`` per global piece; ``scratch``: two arrays of the pieces' size, reused from stage to
-        stage.
+        stage; ``done`` per global piece, its queue's time in the stage through its last chunk in the chunk order
+        (None: the queue's whole busy time).
 
         A waiting piece is released once the piece it follows has moved its first chunk (a piece that waits on
         nothing: when its queue starts the stage), and ends no earlier than its release plus its time, nor than
         that piece's end plus the last chunks of the pieces of its queue that follow the same piece (a block
         forwarded to several GPUs: they follow its last chunk one after another); a piece that waits on nothing
-        ends with its queue's busy time. A queue ends no earlier than its start plus its busy time, than any of
+        ends with its turn in its queue (``done``: a queue that takes the parts other nodes wait for before one they
+        do not is through with those early). A queue ends no earlier than its start plus its busy time, than any of
         its pieces, nor than any release plus the waiting pieces released then or later (a queue's makespan with
         release times). Where a queue forwards pieces that come in at different times (a node of two trees of a
         Broadcast takes one half of the parts early and the other late), :meth:`add`'s one release and one end per
@@ -238,7 +241,8 @@ class StageChain:
         if piece.size:
             release, finish = scratch
             q_up = queue[up]
-            release[up], finish[up] = begin[q_up], end[q_up]  # pieces that wait on nothing: their queue's
+            release[up] = begin[q_up]  # pieces that wait on nothing: their queue's start, and their turn's end
+            finish[up] = end[q_up] if done is None else begin[q_up] + done[up]
             q = queue[piece]
             for d in np.unique(depth):
                 sel = depth == d
@@ -260,13 +264,14 @@ class StageChain:
 
 
 def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray, whole: np.ndarray,
-               source: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+               source: np.ndarray | None = None, early: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """A stage's path edges (per waiting piece: upstream queue, downstream queue, the upstream piece's first chunk
     s, the waiting piece's last chunk s and whole time s; ``source``: the upstream piece) as one edge per pair of
     queues: the longest first chunk and the waiting pieces' whole times summed; their last chunks summed over the
     pieces that wait on one upstream piece (a block forwarded to several GPUs: all of them follow its last chunk),
     the most of those sums over the upstream pieces (pieces that wait on different ones, as round a ring, follow
-    each its own)."""
+    each its own), less how long before its queue's end the upstream piece is through (``early``, per edge: its
+    turn in the chunk order, :class:`StageChain`'s ``done``)."""
     if not up.size:
         return up, down, first, last, whole
     width = int(max(up.max(), down.max())) + 1
@@ -279,7 +284,11 @@ def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.nda
     else:
         groups, at = np.unique(inverse * (int(source.max()) + 1) + source, return_inverse=True)
         per_source = np.bincount(at, weights=last, minlength=groups.size)
-        la = np.zeros(keys.size)
+        if early is not None:
+            lead = np.zeros(groups.size)
+            np.maximum.at(lead, at, early)
+            per_source -= lead
+        la = np.full(keys.size, -np.inf)
         np.maximum.at(la, groups // (int(source.max()) + 1), per_source)
     return keys // width, keys % width, f, la, wh
 
@@ -386,7 +395,8 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     q_of = stage[e_tr] * (int(queue.max(initial=0)) + 1) + e_q
     by_q = np.argsort(q_of, kind="stable")  # by (stage, queue), chunk order within
     e_pos = np.zeros(e_tr.size, np.int64)
-    e_pos[by_q] = _group_start(q_of[by_q])
+    head = _run_start_of(_firsts(q_of[by_q]))  # in by_q's order: where each entry's queue's run starts
+    e_pos[by_q] = np.arange(e_tr.size) - head
     live = costed[e_tr]
     # convergence: chunks of one kind at the same queue position on the same port share it
     every = bool(live.all())  # the common case: no gather and scatter through an index, no zeros to fill
@@ -411,6 +421,19 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     q_key = stage[e_tr] * Q + e_q
     q_time = np.bincount(q_key, weights=e_time, minlength=S * Q)
     queues_s = q_time.reshape(S, Q).max(axis=1) if Q else np.zeros(S)
+    # each transfer's turn: its queue's time in the stage through its last chunk, in the chunk order (a queue that
+    # takes one piece's chunks before another's is through with it early)
+    done = np.zeros(nbytes.size)
+    opened = np.zeros(nbytes.size)  # and through its first
+    if e_tr.size:
+        et = e_time[by_q]
+        through = np.cumsum(et)
+        through += et[head] - through[head]
+        tr_q, k_q = e_tr[by_q], e_k[by_q]
+        last = k_q == n_chunks[tr_q] - 1
+        done[tr_q[last]] = through[last]
+        k_q = k_q == 0
+        opened[tr_q[k_q]] = through[k_q]
 
     # pipeline fill and drain along forwarded paths (pieces of one segment are consecutive, after = i - 1)
     pipeline_s = np.zeros(S)
@@ -421,7 +444,6 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     path = np.cumsum(~chained) - 1  # consecutive: the path id per transfer
     depth = _group_start(path) if consecutive else chain_depth(after)  # each transfer's place along its path
     if chained.any():
-        t_q = stage * Q + queue
         first = np.minimum(nbytes, chunk_bytes)
         first_conv = np.zeros(nbytes.size)  # the convergence delay of each transfer's first chunk (the fill's)
         first_entry = e_k == 0
@@ -430,7 +452,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         # after its first chunk, a piece is busy for the rest of its own chunks, or (its queue carries other
         # transfers too) until its last chunk's turn in the queue's interleaving
         alone = n_chunks * start_s + nbytes / tr_cap
-        rest = np.where(costed, np.maximum(alone - own, q_time[t_q] * (n_chunks - 1) / n_chunks), 0.0)
+        rest = np.where(costed, np.maximum(alone - own, done - opened), 0.0)
         own = np.where(costed, own + first_conv, 0.0)
         if consecutive:
             in_path = np.bincount(path, minlength=path.max() + 1)
@@ -471,13 +493,16 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         tail_t = np.bincount(group, weights=tail_t)[group]
     order_e = np.lexsort((tr_depth, stage[tr_idx]))  # by stage, then along the paths
     tr_idx, up_tr, tr_depth, tail_t = tr_idx[order_e], up_tr[order_e], tr_depth[order_e], tail_t[order_e]
-    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx], up_tr)
+    # how long before its queue's end a piece that waits on nothing is through (:meth:`StageChain.add_pieces`)
+    early = np.where(after[up_tr] < 0, busy.ravel()[stage[up_tr] * Q + queue[up_tr]] - done[up_tr], 0.0)
+    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx], up_tr,
+             early)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     scratch = (np.zeros(queue.size), np.zeros(queue.size))
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
         chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], first_t, tail_t[lo:hi],
-                         whole_t, scratch)
+                         whole_t, scratch, done)
     return StageCosts(time_s, ports_s, queues_s, pipeline_s, port_time.sum(axis=0), busy.sum(axis=0), chain, busy,
                       edges)
 

@@ -48,8 +48,9 @@ from .cost import (
 from .errors import PlanError
 from .ir import RDMA
 from .schema import Plan
+from .units import chain_depth
 
-__all__ = ["simulate", "Simulation", "ready_first_order"]
+__all__ = ["simulate", "Simulation", "ready_first_order", "critical_path_s"]
 
 
 @dataclass(frozen=True)
@@ -111,14 +112,22 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
 def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, queue, after,
                       order: np.ndarray) -> np.ndarray:
     """``order`` (a chunk order over these transfers, stage after stage) list-scheduled, stage by stage: each queue,
-    once free, starts the first of its chunks in ``order`` whose dependency has landed (or waits for the first to
-    land), a chunk taking its start cost and its bytes at its path's port speed (the simulation's rules without its
-    max-min sharing of the ports, so that it is fast enough for the compiler). The chunks in the order they start: an
-    order in which no queue holds a chunk that is not there yet while one behind it is
-    (:func:`hoccl_compiler.passes.chunks.ready_first`). Each queue keeps its chunks in two heaps, those whose
-    dependency has started by when it lands and those that have landed by position: O(n log n), 0.33 s for a
-    65,536-entry 8x8 Broadcast order on the CPU VM, where a scan of each queue's list per look took 1.23 s (the same
-    orders on 60 cases, 2026-12-04)."""
+    once free, starts, of its chunks whose dependency has landed, the one with the longest way still ahead of it
+    (:func:`critical_path_s`; ties: the first in ``order``), or waits for the first to land, a chunk taking its start
+    cost and its bytes at its path's port speed (the simulation's rules without its max-min sharing of the ports, so
+    that it is fast enough for the compiler). The chunks in the order they start: an order in which no queue holds a
+    chunk that is not there yet while one behind it is (:func:`hoccl_compiler.passes.chunks.ready_first`).
+
+    The longest way first: a Broadcast's root node passes every part down its chain of GPUs, and each part leaves
+    the node from its own GPU of the chain. Taken as they come (by position in ``order``, until 2026-12-04) the parts
+    ended together, and the last chunk of the part that leaves the node last still had its network hop and the
+    other node's ring ahead; longest first, the root sends its own rail's part (whose network hop reads the root's
+    input) at the end, and every part's early chunks before its late ones, so that every NIC is fed: the chunk
+    simulation 5-11% less for 1 GiB on 2-8 nodes of dgx-h100 and paper-h800 (docs/results/2026-12-04-s38/).
+
+    Each queue keeps its chunks in two heaps, those whose dependency has started by when it lands and those that
+    have landed by priority: O(n log n), 0.33 s for a 65,536-entry 8x8 Broadcast order on the CPU VM, where a scan of
+    each queue's list per look took 1.23 s (the same orders on 60 cases, 2026-12-04)."""
     import heapq
 
     n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
@@ -126,15 +135,21 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
     cap = port_capacity(topo)
     rate = np.where(out_port >= 0, np.minimum(cap[np.maximum(out_port, 0)], cap[np.maximum(in_port, 0)]), np.inf)
     start_s = chunk_start_s(topo, role)
+    base = np.cumsum(n_chunks) - n_chunks  # transfer t's chunk k is entry base[t] + k of the per-chunk arrays
+    e_tr = np.repeat(np.arange(n_chunks.size), n_chunks)
+    e_k = np.arange(e_tr.size) - base[e_tr]
+    took_e = start_s[e_tr] + np.clip(nbytes[e_tr] - e_k * chunk_bytes, 0, chunk_bytes) / rate[e_tr]
+    ahead = (-critical_path_s(n_chunks, took_e, after)).tolist()
+    took_e = took_e.tolist()
     o_stage = stage[order]
     bounds = np.searchsorted(o_stage, np.arange(int(o_stage.max(initial=-1)) + 2))
     out: list[int] = []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         # per queue, its chunks by position in ``order``: those whose dependency has started (so when it lands is
-        # known) wait in ``known`` by that time, and move to ``ready`` (by position) once it has come; a queue takes
+        # known) wait in ``known`` by that time, and move to ``ready`` (by priority) once it has come; a queue takes
         # the first of its ready chunks. A chunk whose dependency has not started is known when it starts.
-        known: dict[int, list] = {}   # queue -> heap of (lands, position, transfer, k, seconds)
-        ready: dict[int, list] = {}   # queue -> heap of (position, transfer, k, seconds)
+        known: dict[int, list] = {}   # queue -> heap of (lands, -way ahead, position, transfer, k, seconds)
+        ready: dict[int, list] = {}   # queue -> heap of (-way ahead, position, transfer, k, seconds)
         waiting: dict[tuple[int, int], list] = {}  # (dependency transfer, k) -> its dependents' entries
         left: dict[int, int] = {}     # queue -> its chunks not taken yet
         seen: dict[int, int] = {}
@@ -142,8 +157,8 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
             k = seen.get(t, 0)
             seen[t] = k + 1
             q = int(queue[t])
-            b = max(0, min(chunk_bytes, int(nbytes[t]) - k * chunk_bytes))
-            entry = (pos, t, k, float(start_s[t]) + b / float(rate[t]))
+            e = int(base[t]) + min(k, int(n_chunks[t]) - 1)
+            entry = (ahead[e], pos, t, k, took_e[e])
             left[q] = left.get(q, 0) + 1
             known.setdefault(q, [])
             ready.setdefault(q, [])
@@ -168,7 +183,7 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
                 if kq:
                     heapq.heappush(wake, (kq[0][0], q))
                 continue
-            _, t, k, took = heapq.heappop(rq)
+            _, _, t, k, took = heapq.heappop(rq)
             left[q] -= 1
             out.append(t)
             end = now + took
@@ -181,6 +196,41 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
             raise PlanError("the chunk order's queues wait for each other (a dependency that never starts); "
                             "please report this")
     return np.asarray(out, dtype=np.int64)
+
+
+def critical_path_s(n_chunks: np.ndarray, took: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Per chunk (transfer t's chunk k at ``sum(n_chunks[:t]) + k``; ``took``: each chunk's seconds): the longest way
+    from its start to the end of what must follow it, its own later chunks and, recursively, chunk k of every
+    transfer that waits on t (``after``): ``r[t, k] = took[t, k] + max(r[t, k + 1], r[c, k] for after[c] = t)``.
+    Other work on the same queues is left out: it is what the list schedule orders by these. Vectorized level by
+    level of the waits, deepest first; within a transfer ``r[k] = T[k] + max over j >= k of (child[j] - T[j + 1])``
+    with ``T`` its chunks' suffix sums, a segmented running maximum."""
+    n_chunks = np.asarray(n_chunks, np.int64)
+    base = np.cumsum(n_chunks) - n_chunks
+    rank = np.zeros(took.size)
+    child = np.zeros(took.size)  # per chunk: the longest way of a waiting transfer's same chunk
+    depth = chain_depth(after)
+    for d in range(int(depth.max(initial=0)), -1, -1):
+        ts = np.flatnonzero(depth == d)
+        n = n_chunks[ts]
+        e = np.repeat(base[ts] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))  # the level's chunks, by transfer
+        g = np.repeat(np.arange(ts.size), n)
+        cs = np.cumsum(took[e])
+        last = np.cumsum(n) - 1
+        v = child[e] - (cs[last][g] - cs)  # child[j] - T[j + 1]
+        span = float(np.abs(v).max(initial=0.0)) * 4 + 1.0
+        lift = (ts.size - 1 - g) * span  # a running maximum from the back, group by group
+        best = np.maximum.accumulate((v + lift)[::-1])[::-1] - lift
+        rank[e] = cs[last][g] - cs + took[e] + best
+        up = after[ts]
+        waits = up >= 0
+        if waits.any():  # hand each chunk's way to the same chunk of the transfer it waits on
+            wt, wn = ts[waits], n[waits]
+            k = np.arange(int(wn.sum())) - np.repeat(np.cumsum(wn) - wn, wn)
+            parent = np.repeat(up[waits], wn)
+            ok = k < n_chunks[parent]
+            np.maximum.at(child, (base[parent] + k)[ok], rank[np.repeat(base[wt], wn) + k][ok])
+    return rank
 
 
 def _fill(plan: Plan, chunk: int) -> float:

@@ -450,7 +450,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         first_conv[e_tr[first_entry]] = conv[first_entry]
         own = start_s + first / tr_cap
         # after its first chunk, a piece is busy for the rest of its own chunks, or (its queue carries other
-        # transfers too) until its last chunk's turn in the queue's interleaving
+        # transfers too) from its first chunk's turn to its last's in the chunk order
         alone = n_chunks * start_s + nbytes / tr_cap
         rest = np.where(costed, np.maximum(alone - own, done - opened), 0.0)
         own = np.where(costed, own + first_conv, 0.0)

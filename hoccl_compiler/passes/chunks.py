@@ -177,8 +177,11 @@ def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
 
 
 # chunk entries up to which a deep multicast plan's order is list-scheduled (20,000 until 2026-12-04, when an 8x8
-# Broadcast of 22,524 entries in the shifted order simulated 1.23x v2's time; 100,000 take about 0.5 s)
-READY_FIRST_MAX_ENTRIES = 100_000
+# Broadcast of 22,524 entries in the shifted order simulated 1.23x v2's time; 100,000 until session 38, when longest
+# way first put a 64x8 / 128x8 Broadcast of 1 GiB at 1.465x the bound in 4 MiB chunks, 131,072 / 262,144 entries,
+# against the shifted order's 1.528 / 1.642; the list schedule takes about 1.1 s per 131,072 entries on the CPU VM,
+# the 128x8 compile 3.9 s against 1.9)
+READY_FIRST_MAX_ENTRIES = 300_000
 
 
 def ready_first(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, after, depth,

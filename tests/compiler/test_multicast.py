@@ -253,7 +253,7 @@ def test_a_broadcast_across_nodes_does_not_stall_on_its_chunk_order(mib):
 def test_an_8x8_broadcast_of_more_than_20000_chunk_entries_does_not_stall_either():
     """8x8 paper-h800, 1392 MiB in 4 MiB chunks: 22,524 chunk entries, above the 20,000 up to which the order was
     list-scheduled until 2026-12-04: in the shifted order the simulation ran 1.23x v2's time (a queue holding a chunk
-    not there yet); list-scheduled, within 5% (the list schedule is O(n log n) now, and takes up to 100,000 entries)."""
+    not there yet); list-scheduled, within 5% (the list schedule is O(n log n) now, and takes up to 300,000 entries)."""
     from hoccl_compiler.simulate import simulate
 
     plan = compile_plan(make_topology("paper-h800", nodes=8), CollectiveSpec(kind="broadcast", size_bytes=1392 << 20,

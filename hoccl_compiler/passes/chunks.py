@@ -81,9 +81,15 @@ def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | Non
                                                 sched.num_stages, depth)
     if order_of is not None:
         ordered_tr, costs = order_of(tr_stage), None
-    elif ordered_tr is None:
+    elif ordered_tr is None:  # one chunk size: its order alone is list-scheduled, up to the larger limit
         ordered_tr = ready_first(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
-                                 chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after))
+                                 chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after),
+                                 READY_FIRST_ONE_ENTRIES)
+    elif ordered_tr.size > READY_FIRST_MAX_ENTRIES:  # chosen among sizes past the limit: list-schedule the one chosen
+        again = ready_first(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
+                            ordered_tr, READY_FIRST_ONE_ENTRIES)
+        if again is not ordered_tr:
+            ordered_tr, costs = again, None  # the costing pass costs the new order
     return ChunkSchedule(
         chunk_bytes=chunk,
         tr_stage=tr_stage, tr_flow=sched.seg_flow[seg_idx], tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
@@ -177,15 +183,18 @@ def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
 
 
 # chunk entries up to which a deep multicast plan's order is list-scheduled (20,000 until 2026-12-04, when an 8x8
-# Broadcast of 22,524 entries in the shifted order simulated 1.23x v2's time; 100,000 until session 38, when longest
-# way first put a 64x8 / 128x8 Broadcast of 1 GiB at 1.465x the bound in 4 MiB chunks, 131,072 / 262,144 entries,
-# against the shifted order's 1.528 / 1.642; the list schedule takes about 1.1 s per 131,072 entries on the CPU VM,
-# the 128x8 compile 3.9 s against 1.9)
+# Broadcast of 22,524 entries in the shifted order simulated 1.23x v2's time; then 100,000, until longest way first
+# put a 64x8 / 128x8 Broadcast of 1 GiB at 1.465x the bound in 4 MiB chunks, 131,072 / 262,144 entries, against the
+# shifted order's 1.528 / 1.642; the list schedule takes about 1.1 s per 131,072 entries on the CPU VM, the 128x8
+# compile 3.9 s against 1.9)
 READY_FIRST_MAX_ENTRIES = 300_000
+# and up to which the order of the one chunk size a plan takes is (the size given, or the one the chooser took among
+# orders past the limit above): about 8.5 s per million entries on the CPU VM
+READY_FIRST_ONE_ENTRIES = 2_000_000
 
 
 def ready_first(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, after, depth,
-                order: np.ndarray) -> np.ndarray:
+                order: np.ndarray, limit: int = READY_FIRST_MAX_ENTRIES) -> np.ndarray:
     """A multicast plan's chunk order, where its paths run more than two hops deep (a Broadcast's chains): every
     stage's chunks in the order they start when each free queue takes the first of its chunks, in ``order``
     (:func:`chunk_order`), whose dependency has landed (:func:`hoccl_compiler.simulate.ready_first_order`, a list
@@ -193,9 +202,8 @@ def ready_first(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
     order, and :func:`chunk_order`'s fixed shifts per hop guess when a chunk arrives: a guess too early holds the
     queue while chunks that are there wait behind it. The simulation put 2x8 Broadcasts of 8 of 23 sizes
     1.10-1.59x above v2 so (docs/benchmarks.md); in the order they can start, none waits on a queue for a chunk
-    behind it. Plans of more than ``READY_FIRST_MAX_ENTRIES`` chunks (the loop is Python), and shallower ones, keep
-    ``order``."""
-    if depth is None or int(depth.max(initial=0)) <= 2 or order.size > READY_FIRST_MAX_ENTRIES:
+    behind it. Plans of more than ``limit`` chunks (the loop is Python), and shallower ones, keep ``order``."""
+    if depth is None or int(depth.max(initial=0)) <= 2 or order.size > limit:
         return order
     from ..simulate import ready_first_order
 

@@ -348,3 +348,26 @@ def test_a_broadcast_root_sends_its_own_rail_s_part_down_its_chain_last():
     assert 0 not in on_root[:-per_part]
     sim = simulate(plan).total_s
     assert 0.98 <= plan.report.predicted_time_s / sim <= 1.02, (plan.report.predicted_time_s, sim)
+
+
+def test_past_the_list_schedule_s_limit_the_chosen_chunk_size_s_order_alone_is_list_scheduled(monkeypatch):
+    """Where every candidate chunk size's order is past READY_FIRST_MAX_ENTRIES (here: all of them), the chooser
+    compares them in the shifted order, and the order of the size it takes is list-scheduled once
+    (READY_FIRST_ONE_ENTRIES) and costed again: the same plan as with no limit at that size, its v2 the
+    simulation's."""
+    from hoccl_compiler.passes import chunks
+    from hoccl_compiler.simulate import simulate
+
+    topo = make_topology("dgx-h100", nodes=2)
+    spec = CollectiveSpec(kind="broadcast", size_bytes=256 << 20, root=0, in_place=True)
+    monkeypatch.setattr(chunks, "READY_FIRST_MAX_ENTRIES", 0)
+    chosen = compile_plan(topo, spec, CompileOptions(baselines=False))
+    monkeypatch.setattr(chunks, "READY_FIRST_MAX_ENTRIES", 10**9)
+    given = compile_plan(topo, spec, CompileOptions(baselines=False, chunk_bytes=chosen.options.chunk_bytes))
+    assert [st.chunks for st in chosen.stages] == [st.chunks for st in given.stages]
+    assert chosen.report.predicted_time_s == pytest.approx(given.report.predicted_time_s, rel=1e-9)
+    sim = simulate(chosen).total_s
+    assert 0.98 <= chosen.report.predicted_time_s / sim <= 1.02, (chosen.report.predicted_time_s, sim)
+    monkeypatch.setattr(chunks, "READY_FIRST_ONE_ENTRIES", 0)  # and past both limits: the shifted order stays
+    shifted = compile_plan(topo, spec, CompileOptions(baselines=False, chunk_bytes=chosen.options.chunk_bytes))
+    assert [st.chunks for st in shifted.stages] != [st.chunks for st in given.stages]

@@ -48,7 +48,8 @@ fi
 
 # --compare OUTDIR [SIZES]: FSDP2 (NCCL reducing in both variants, then HOCCL reducing) and 1F1B pipelining, HOCCL
 # against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS); one log and
-# one JSON per run under OUTDIR, the tables of every run printed last.
+# one JSON per run under OUTDIR, the tables of every run printed last. COMPARE_ARGS: more arguments for every run (both
+# examples take them), e.g. COMPARE_ARGS="--gc-every 50", a process-wide setting that needs an invocation of its own.
 out=${2:?usage: tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]}
 sizes=${3:-small,350m,1.3b}
 mkdir -p "$out"
@@ -63,12 +64,12 @@ for size in ${sizes//,/ }; do
   for red in nccl hoccl; do
     name=fsdp-$size-reduce-$red-$setting
     run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
-      --comm hoccl,nccl,none --reduce "$red" --json "$out/$name.json" >"$out/$name.log" 2>&1
+      --comm hoccl,nccl,none --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS:-} >"$out/$name.log" 2>&1
     results+=("$name rc=$?")
   done
   name=pipeline-$size-$setting
   run_nodes "$here/examples/train_pipeline.py" --size "$size" --batch "$pb" --steps "$ps" --repeats "$reps" \
-    --comm hoccl,nccl,none --json "$out/$name.json" >"$out/$name.log" 2>&1
+    --comm hoccl,nccl,none --json "$out/$name.json" ${COMPARE_ARGS:-} >"$out/$name.log" 2>&1
   results+=("$name rc=$?")
 done
 for r in "${results[@]}"; do

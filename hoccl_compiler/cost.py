@@ -425,15 +425,15 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     # takes one piece's chunks before another's is through with it early)
     done = np.zeros(nbytes.size)
     opened = np.zeros(nbytes.size)  # and through its first
-    if e_tr.size:
-        et = e_time[by_q]
-        through = np.cumsum(et)
-        through += et[head] - through[head]
-        tr_q, k_q = e_tr[by_q], e_k[by_q]
-        last = k_q == n_chunks[tr_q] - 1
-        done[tr_q[last]] = through[last]
-        k_q = k_q == 0
-        opened[tr_q[k_q]] = through[k_q]
+    if e_tr.size:  # one array of the entries' size (the running sum, in by_q's order) beside two masks
+        through = e_time[by_q]
+        np.cumsum(through, out=through)
+        through -= through[head] - e_time[by_q[head]]  # from each queue's first entry on
+        last = (e_k == n_chunks[e_tr] - 1)[by_q]  # each transfer's last entry, and its first
+        done[e_tr[by_q[last]]] = through[last]
+        last = (e_k == 0)[by_q]
+        opened[e_tr[by_q[last]]] = through[last]
+        del through, last
 
     # pipeline fill and drain along forwarded paths (pieces of one segment are consecutive, after = i - 1)
     pipeline_s = np.zeros(S)

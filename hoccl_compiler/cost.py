@@ -429,11 +429,11 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         through = e_time[by_q]
         np.cumsum(through, out=through)
         through -= through[head] - e_time[by_q[head]]  # from each queue's first entry on
-        last = (e_k == n_chunks[e_tr] - 1)[by_q]  # each transfer's last entry, and its first
-        done[e_tr[by_q[last]]] = through[last]
-        last = (e_k == 0)[by_q]
-        opened[e_tr[by_q[last]]] = through[last]
-        del through, last
+        at_last = (e_k == n_chunks[e_tr] - 1)[by_q]  # each transfer's last entry, and its first
+        done[e_tr[by_q[at_last]]] = through[at_last]
+        at_first = (e_k == 0)[by_q]
+        opened[e_tr[by_q[at_first]]] = through[at_first]
+        del through, at_last, at_first
 
     # pipeline fill and drain along forwarded paths (pieces of one segment are consecutive, after = i - 1)
     pipeline_s = np.zeros(S)

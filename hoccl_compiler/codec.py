@@ -33,10 +33,11 @@ __all__ = ["save_plan", "load_plan", "plan_from_json", "max_plan_bytes", "decode
 @contextlib.contextmanager
 def collector_paused():
     """Python's cyclic garbage collector off for the block (reference counting goes on), back on after where it was
-    on; a decorator too. A plan's lists hold tens of millions of ints: each full collection while they are built
-    walks every one of them (on the CPU VM, 2026-12-04, interleaved fresh processes: a 1024-GPU All-to-All loaded in
-    2.13-2.63 s with it paused against 2.37-3.89 s, and its CLI compile took 11.2-12.5 s against 11.9-13.6 s). The
-    plans' structures hold no cycles to collect."""
+    on; a decorator too. A plan file's JSON decodes into lists of up to tens of millions of ints (its tables hold
+    them as :class:`~hoccl_compiler.schema.IntColumn` buffers after): each full collection while they are built walks
+    every one of them (on the CPU VM, 2026-12-04, interleaved fresh processes, when the tables were lists too: a
+    1024-GPU All-to-All loaded in 2.13-2.63 s with it paused against 2.37-3.89 s, and its CLI compile took 11.2-12.5 s
+    against 11.9-13.6 s). The plans' structures hold no cycles to collect."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -64,7 +64,7 @@ PASSES: tuple[tuple[str, Callable[..., CompileState]], ...] = (
 PASS_NAMES = tuple(name for name, _ in PASSES)
 
 
-@collector_paused()  # the plan pass builds lists of millions of ints
+@collector_paused()  # a compact file's read-back runs the passes beside the lists of ints its JSON decoded
 def compile_state(
     topology: Topology,
     collective: CollectiveSpec,

@@ -2,7 +2,8 @@
 
 Pydantic models (frozen, ``extra="forbid"``) with a ``schema_version``; the JSON Schema generated
 from them is checked in as ``plan.schema.json``. Large tables are stored by column (one list per
-field) so that a plan of a million flows stays a few tens of megabytes and loads fast. A tool that
+field in the file, one :class:`IntColumn` in memory) so that a plan of a million flows stays a few tens of megabytes
+and loads fast. A tool that
 never imports hoccl can read, verify and draw a plan: docs/plan-format.md describes every field.
 
 The types and their validation only: this module imports nothing of the compiler's passes or encodings (a test
@@ -11,12 +12,14 @@ holds it so). Reading and writing files, in every encoding, is :mod:`hoccl_compi
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 from enum import IntEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+import numpy as np
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, model_serializer, model_validator
 
 from .collective import CollectiveSpec
 from .errors import PlanError
@@ -25,7 +28,7 @@ from .topology import Topology
 __all__ = [
     "SCHEMA_VERSION", "Plan", "Stage", "TransferTable", "QueueTable", "FlowTable", "RankBuffers",
     "PlanOptions", "Report", "Baselines", "RoleInfo", "Role", "PLAN_ROLES", "plan_id_for", "plan_id_of_json",
-    "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT",
+    "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT", "IntColumn",
 ]
 
 SCHEMA_VERSION = 2  # 2: ranks carry the resident offsets of in-place collectives
@@ -36,6 +39,56 @@ PRETTY_LIMIT = 100_000  # plans with at most this many chunk entries are written
 # only in an edited or corrupt file, is refused as the schema's error instead of overflowing in a reader.
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
+class IntColumn(array.array):
+    """A column of a plan table: signed 64-bit integers in one buffer (``array.array('q')``), not a list of Python
+    ints. A 1024-GPU All-to-All's tables hold about 33 M integers: as lists, some 1 GB of int objects, built one by
+    one (``tolist``) and turned back into arrays one by one (``np.asarray``) by every reader. This column indexes and
+    iterates as a list does (Python ints out), compares equal to a list or tuple of the same ints, and NumPy reads it
+    without a copy (``np.asarray(column)`` is a view of its buffer). The file holds it as a JSON list, as before.
+
+    Build one from an array with :meth:`of`; a plan table validated from JSON gets its lists turned into columns."""
+
+    __slots__ = ()
+
+    def __new__(cls, data=()):
+        return super().__new__(cls, "q", data)
+
+    @classmethod
+    def of(cls, values) -> IntColumn:
+        """The column of ``values`` (a NumPy array or any sequence of ints), copied once into its buffer."""
+        col = cls()
+        col.frombytes(np.ascontiguousarray(values, dtype=np.int64).view(np.uint8))  # its buffer, copied once
+        return col
+
+    def __eq__(self, other):
+        if isinstance(other, array.array):
+            return array.array.__eq__(self, other)
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and self.tolist() == list(other)
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None  # mutable, as a list
+
+    def __repr__(self) -> str:
+        return f"IntColumn({self.tolist()!r})" if len(self) <= 20 else f"IntColumn(<{len(self)} ints>)"
+
+    def __reduce__(self):
+        return type(self), (array.array("q", self),)
+
+
+def _as_list(value):
+    return value.tolist() if isinstance(value, array.array) else value
+
+
+# a table's integer column: validated as a list of Int64 (the schema is unchanged), held as an IntColumn, written as
+# a list
+IntList = Annotated[list[Int64], AfterValidator(IntColumn), PlainSerializer(_as_list, return_type=list[int])]
 
 
 class _Model(BaseModel):
@@ -88,12 +141,12 @@ class FlowTable(_Columns):
     as flow g from the output of ``dst[g]`` (at ``dst_offset[g]``), chunk k after flow g's chunk k has landed
     there; -1: from src's input. Plans without multicast leave ``via`` out."""
 
-    src: list[Int64]
-    dst: list[Int64]
-    bytes: list[Int64]
-    src_offset: list[Int64]
-    dst_offset: list[Int64]
-    via: list[Int64] | None = None
+    src: IntList
+    dst: IntList
+    bytes: IntList
+    src_offset: IntList
+    dst_offset: IntList
+    via: IntList | None = None
 
     @model_serializer(mode="wrap")
     def _leave_out_unicast(self, handler):
@@ -109,10 +162,10 @@ class RankBuffers(_Model):
     collective (``resident_offset``, ``resident_bytes``; 0 bytes where none), which a runtime needs to take an
     in-place call's input as a slice of its output."""
 
-    input_bytes: list[Int64]
-    output_bytes: list[Int64]
-    resident_offset: list[Int64]
-    resident_bytes: list[Int64]
+    input_bytes: IntList
+    output_bytes: IntList
+    resident_offset: IntList
+    resident_bytes: IntList
 
 
 class QueueTable(_Columns):
@@ -120,9 +173,9 @@ class QueueTable(_Columns):
     NVLink: native, send_forward), "dma_local" (its local copies), "dma_recv" (forwarding what the
     GPU's NIC received: recv_forward) and "nic" (network writes)."""
 
-    gpu: list[Int64]
+    gpu: IntList
     kind: list[Literal["dma", "dma_local", "dma_recv", "nic"]]
-    index: list[Int64]
+    index: IntList
 
 
 
@@ -131,14 +184,14 @@ class TransferTable(_Columns):
     src[i] to GPU dst[i] in the role role[i] (an index into Plan.roles), on queue queue[i]. Chunk k of
     transfer i starts after chunk k of transfer after[i] (an index in this stage) has landed; -1: no wait."""
 
-    flow: list[Int64]
-    role: list[Int64]
-    src: list[Int64]
-    dst: list[Int64]
-    offset: list[Int64]
-    bytes: list[Int64]
-    queue: list[Int64]
-    after: list[Int64]
+    flow: IntList
+    role: IntList
+    src: IntList
+    dst: IntList
+    offset: IntList
+    bytes: IntList
+    queue: IntList
+    after: IntList
 
 
 
@@ -150,7 +203,7 @@ class Stage(_Model):
     index: int = Field(ge=0, le=INT64_MAX)
     time_s: float = Field(ge=0, description="predicted duration in the cost model")
     transfers: TransferTable
-    chunks: list[Int64]
+    chunks: IntList
 
 
 class PlanOptions(_Model):
@@ -199,8 +252,8 @@ class Plan(_Model):
     options: PlanOptions
     roles: tuple[RoleInfo, ...]
     ranks: RankBuffers
-    origin_matrix: list[list[Int64]]
-    hoccl_matrix: list[list[Int64]]
+    origin_matrix: list[IntList]
+    hoccl_matrix: list[IntList]
     flows: FlowTable
     queues: QueueTable
     stages: list[Stage]

@@ -318,7 +318,8 @@ def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
     sizes = np.diff(base)
     e_stage = np.repeat(np.arange(len(plan.stages), dtype=np.int64),
                         [len(stage.chunks) for stage in plan.stages])
-    e_local = np.fromiter((i for stage in plan.stages for i in stage.chunks), dtype=np.int64, count=e_stage.size)
+    e_local = np.concatenate([np.asarray(stage.chunks, dtype=np.int64) for stage in plan.stages]) \
+        if plan.stages else np.zeros(0, np.int64)
     bad = (e_local < 0) | (e_local >= sizes[e_stage])
     if bad.any():
         s = int(e_stage[bad][0])

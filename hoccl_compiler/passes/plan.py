@@ -12,6 +12,7 @@ from ..schema import (
     PLAN_ROLES,
     SCHEMA_VERSION,
     FlowTable,
+    IntColumn,
     Plan,
     PlanOptions,
     QueueTable,
@@ -21,6 +22,8 @@ from ..schema import (
     TransferTable,
     plan_id_for,
 )
+
+col = IntColumn.of
 
 
 def run(state: CompileState, options: CompileOptions) -> CompileState:
@@ -34,18 +37,18 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     # The tables (stages, flows, queues, ranks) are built without pydantic's per-element validation
     # (model_construct): every column is an array of this pass, of one length per table by construction, and the
     # plan is verified after this pass (pipeline: verify_plan, or the compact read-back); at 1024 GPUs validating
-    # them cost about 2.5 s of a compile.
+    # them cost about 2.5 s of a compile. Every integer column is an IntColumn (one buffer, no int objects).
     stages = []
     for s in range(sched.num_stages):
         lo, hi = stage_tr_start[s], stage_tr_start[s + 1]
         after = ch.tr_after[lo:hi]
         transfers = TransferTable.model_construct(
-            flow=ch.tr_flow[lo:hi].tolist(), role=ch.tr_role[lo:hi].tolist(), src=ch.tr_src[lo:hi].tolist(),
-            dst=ch.tr_dst[lo:hi].tolist(), offset=ch.tr_offset[lo:hi].tolist(), bytes=ch.tr_bytes[lo:hi].tolist(),
-            queue=ch.tr_queue[lo:hi].tolist(), after=np.where(after >= 0, after - lo, -1).tolist(),
+            flow=col(ch.tr_flow[lo:hi]), role=col(ch.tr_role[lo:hi]), src=col(ch.tr_src[lo:hi]),
+            dst=col(ch.tr_dst[lo:hi]), offset=col(ch.tr_offset[lo:hi]), bytes=col(ch.tr_bytes[lo:hi]),
+            queue=col(ch.tr_queue[lo:hi]), after=col(np.where(after >= 0, after - lo, -1)),
         )
         olo, ohi = stage_ord_start[s], stage_ord_start[s + 1]
-        chunk_order = (ch.order_transfer[olo:ohi] - lo).tolist()
+        chunk_order = col(ch.order_transfer[olo:ohi] - lo)
         stages.append(Stage.model_construct(index=s, time_s=float(co.stage_time_s[s]), transfers=transfers,
                                             chunks=chunk_order))
 
@@ -58,15 +61,14 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         collective=state.collective,
         options=plan_options,
         roles=PLAN_ROLES,
-        ranks=RankBuffers.model_construct(input_bytes=lay.input_bytes.tolist(), output_bytes=lay.output_bytes.tolist(),
-                                          resident_offset=res_off.tolist(), resident_bytes=res_bytes.tolist()),
-        origin_matrix=state.origin.tolist(),
-        hoccl_matrix=state.hoccl.tolist(),
-        flows=FlowTable.model_construct(src=lay.src.tolist(), dst=lay.dst.tolist(), bytes=lay.bytes.tolist(),
-                                        src_offset=lay.src_offset.tolist(), dst_offset=lay.dst_offset.tolist(),
-                                        via=None if lay.via is None else lay.via.tolist()),
-        queues=QueueTable.model_construct(gpu=ch.queue_gpu.tolist(), kind=list(ch.queue_kind),
-                                          index=ch.queue_index.tolist()),
+        ranks=RankBuffers.model_construct(input_bytes=col(lay.input_bytes), output_bytes=col(lay.output_bytes),
+                                          resident_offset=col(res_off), resident_bytes=col(res_bytes)),
+        origin_matrix=[col(row) for row in state.origin],
+        hoccl_matrix=[col(row) for row in state.hoccl],
+        flows=FlowTable.model_construct(src=col(lay.src), dst=col(lay.dst), bytes=col(lay.bytes),
+                                        src_offset=col(lay.src_offset), dst_offset=col(lay.dst_offset),
+                                        via=None if lay.via is None else col(lay.via)),
+        queues=QueueTable.model_construct(gpu=col(ch.queue_gpu), kind=list(ch.queue_kind), index=col(ch.queue_index)),
         stages=stages,
         report=Report(**co.report),
     )

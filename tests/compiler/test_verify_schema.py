@@ -166,3 +166,36 @@ def test_runtime_reads_only_the_plan_schema():
             "print([m for m in sys.modules if m.split('.')[0] in ('cupy', 'torch', 'cuda', 'pyverbs')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_plan_tables_hold_int_columns_numpy_reads_without_a_copy(plan, tmp_path):
+    """A plan's integer columns are IntColumns (one int64 buffer, no int objects), whether the compiler built the plan
+    or it was read back from a full or a compact file; NumPy views them without copying, and they read, compare and
+    pickle as lists of ints do."""
+    import pickle
+
+    import numpy as np
+
+    from hoccl_compiler.schema import IntColumn
+
+    full, compact = tmp_path / "full.json", tmp_path / "compact.json"
+    save_plan(plan, full, encoding="full")
+    save_plan(plan, compact, encoding="compact")
+    for p in (plan, load_plan(full), load_plan(compact)):
+        tr = p.stages[0].transfers
+        for col in (tr.flow, tr.after, p.stages[0].chunks, p.flows.src, p.ranks.output_bytes, p.queues.gpu,
+                    p.origin_matrix[0]):
+            assert type(col) is IntColumn
+        view = np.asarray(tr.offset)
+        assert view.dtype == np.int64 and np.shares_memory(view, tr.offset)
+        assert p == plan
+    col = plan.stages[0].transfers.bytes
+    as_list = list(col)
+    assert all(type(x) is int for x in as_list) and col == as_list and col == tuple(as_list)
+    assert col != [*as_list, 1] and col != [*as_list[:-1], as_list[-1] + 1] and col != "not ints"
+    assert not col == [*as_list[:-1], as_list[-1] + 1]  # noqa: SIM201 (__eq__ itself, not __ne__)
+    assert pickle.loads(pickle.dumps(col)) == col and type(pickle.loads(pickle.dumps(col))) is IntColumn
+    assert json.loads(plan.model_dump_json())["stages"][0]["transfers"]["bytes"] == as_list
+    assert IntColumn.of(np.array([3, -1])) == [3, -1] and repr(IntColumn.of([3, -1])) == "IntColumn([3, -1])"
+    with pytest.raises(TypeError):
+        hash(col)

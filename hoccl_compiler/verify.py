@@ -106,10 +106,7 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
                   np.concatenate([flows["bytes"], res_bytes[has_res]]), lay.output_bytes, "output", "writes")
     _check_tiling(plan, flows["src"], flows["src_offset"], flows["bytes"], lay.input_bytes, "input", "reads",
                   allow_gaps=True)
-    origin = np.zeros((G, G), dtype=np.int64)
-    np.add.at(origin, (flows["src"], flows["dst"]), flows["bytes"])
-    if np.asarray(plan.origin_matrix, dtype=np.int64).shape != (G, G) or \
-            not np.array_equal(np.asarray(plan.origin_matrix, dtype=np.int64), origin):
+    if _matrix_mismatch(plan.origin_matrix, G, flows["src"], flows["dst"], flows["bytes"]) is not None:
         raise PlanError(f"plan {plan.plan_id}: origin_matrix is not the sum of the flows")
 
     # 2. T = expand(C); stages add up to T --------------------------------------------------------------
@@ -118,14 +115,11 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     node = np.arange(G) // topo.gpus_per_node
     u, v, nb = np.where(via >= 0, flows["dst"][np.maximum(via, 0)], flows["src"]), flows["dst"], flows["bytes"]
     inter = node[u] != node[v]
-    expected_T = np.zeros((G, G), dtype=np.int64)
-    np.add.at(expected_T, (np.where(inter, peer[u], u), np.where(inter, peer[v], v)), nb)
     sf = inter & (peer[u] != u)
     rf = inter & (peer[v] != v)
-    np.add.at(expected_T, (u[sf], peer[u][sf]), nb[sf])
-    np.add.at(expected_T, (peer[v][rf], v[rf]), nb[rf])
-    hoccl = np.asarray(plan.hoccl_matrix, dtype=np.int64)
-    if hoccl.shape != (G, G) or not np.array_equal(hoccl, expected_T):
+    if _matrix_mismatch(plan.hoccl_matrix, G, np.concatenate([np.where(inter, peer[u], u), u[sf], peer[v][rf]]),
+                        np.concatenate([np.where(inter, peer[v], v), peer[u][sf], v[rf]]),
+                        np.concatenate([nb, nb[sf], nb[rf]])) is not None:
         raise PlanError(f"plan {plan.plan_id}: hoccl_matrix is not the origin matrix expanded with forwarding")
 
     t = _transfers(plan)
@@ -142,12 +136,11 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     stage_size = np.bincount(t["stage"], minlength=len(plan.stages))[t["stage"]]
     _fail_first((t["after"] < -1) | (t["after"] >= stage_size), plan, t, "waits on a transfer outside its stage")
 
-    T_from_stages = np.zeros((G, G), dtype=np.int64)
-    np.add.at(T_from_stages, (t["src"], t["dst"]), t["bytes"])
-    if not np.array_equal(T_from_stages, hoccl):
-        a, b = map(int, np.argwhere(T_from_stages != hoccl)[0])
-        raise PlanError(f"plan {plan.plan_id}: the stages move {T_from_stages[a, b]} bytes GPU {a} -> GPU {b} but "
-                        f"T holds {hoccl[a, b]}: the stages do not add up to T")
+    differ = _matrix_mismatch(plan.hoccl_matrix, G, t["src"], t["dst"], t["bytes"])
+    if differ is not None:
+        a, b, held, moved = differ
+        raise PlanError(f"plan {plan.plan_id}: the stages move {moved} bytes GPU {a} -> GPU {b} but "
+                        f"T holds {held}: the stages do not add up to T")
 
     # 3. roles, queues, waits, coverage ----------------------------------------------------------------
     fu, fv = u[t["flow"]], v[t["flow"]]
@@ -271,6 +264,36 @@ def _checked_via(plan: Plan, flows: dict[str, np.ndarray]) -> np.ndarray:
         f = int(np.nonzero(jump >= 0)[0][0])
         raise PlanError(f"plan {plan.plan_id}: flow {f}'s via chain runs in a cycle; the plan is corrupt: recompile it")
     return via
+
+
+# GPUs up to which the verifier compares a plan's G x G matrices whole (128 MiB of int64 each at 4096); above, row by
+# row against the sums it computes per nonzero cell (a 16,384-GPU Broadcast's dense copies took 6 x 2 GiB)
+DENSE_MATRIX_GPUS = 4096
+
+
+def _matrix_mismatch(rows, G: int, i: np.ndarray, j: np.ndarray, w: np.ndarray) -> tuple[int, int, int, int] | None:
+    """The first cell (row, column, the matrix's value, the sum) where the G x G matrix ``rows`` (a sequence of G
+    rows of G ints, as a plan holds it) is not the sum of ``w`` at (``i``, ``j``); None where it is everywhere."""
+    key = np.asarray(i, np.int64) * G + np.asarray(j, np.int64)
+    cells, inverse = np.unique(key, return_inverse=True)
+    sums = byte_sums(inverse, w, cells.size)
+    if G <= DENSE_MATRIX_GPUS:
+        want = np.zeros(G * G, np.int64)
+        want[cells] = sums
+        got = np.asarray(rows, dtype=np.int64).reshape(G * G)
+        bad = np.flatnonzero(got != want)
+        return None if not bad.size else (*divmod(int(bad[0]), G), int(got[bad[0]]), int(want[bad[0]]))
+    bounds = np.searchsorted(cells, np.arange(G + 1, dtype=np.int64) * G)
+    want = np.zeros(G, np.int64)
+    for r in range(G):
+        lo, hi = bounds[r], bounds[r + 1]
+        want[cells[lo:hi] - r * G] = sums[lo:hi]
+        got = np.asarray(rows[r], dtype=np.int64)
+        if not np.array_equal(got, want):
+            c = int(np.flatnonzero(got != want)[0])
+            return r, c, int(got[c]), int(want[c])
+        want[cells[lo:hi] - r * G] = 0
+    return None
 
 
 def _check_tiling(plan: Plan, rank, offset, nbytes, size, what: str, verb: str, allow_gaps: bool = False) -> None:

@@ -199,3 +199,24 @@ def test_plan_tables_hold_int_columns_numpy_reads_without_a_copy(plan, tmp_path)
     assert IntColumn.of(np.array([3, -1])) == [3, -1] and repr(IntColumn.of([3, -1])) == "IntColumn([3, -1])"
     with pytest.raises(TypeError):
         hash(col)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_matrix_checks_whole_and_row_by_row_agree(plan, monkeypatch, dense):
+    """The verifier compares a plan's G x G matrices whole up to DENSE_MATRIX_GPUS, row by row above (no G x G copy):
+    both forms pass a good plan and name the same first wrong cell."""
+    import numpy as np
+
+    from hoccl_compiler import verify
+
+    monkeypatch.setattr(verify, "DENSE_MATRIX_GPUS", 1 << 20 if dense else 0)
+    verify_plan(plan, byte_replay=False)
+    rows = [[0, 5, 0], [0, 0, 0], [7, 0, 2]]
+    i, j, w = np.array([0, 2, 2, 0, 2]), np.array([1, 0, 0, 1, 2]), np.array([2, 3, 4, 3, 2])
+    assert verify._matrix_mismatch(rows, 3, i, j, w) is None
+    assert verify._matrix_mismatch([[0, 5, 0], [0, 0, 1], [7, 0, 2]], 3, i, j, w) == (1, 2, 1, 0)
+    assert verify._matrix_mismatch(rows, 3, i, j, np.array([2, 3, 4, 3, 3])) == (2, 2, 2, 3)
+    with pytest.raises(PlanError, match="origin_matrix is not the sum"):
+        verify_plan(mutate(plan, lambda d: d["origin_matrix"][1].__setitem__(0, 1)), byte_replay=False)
+    with pytest.raises(PlanError, match="expanded"):
+        verify_plan(mutate(plan, lambda d: d["hoccl_matrix"][2].__setitem__(3, 9)), byte_replay=False)

@@ -9,6 +9,8 @@
 #   bash scripts/tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]     # the whole HOCCL/NCCL comparison (docs/training.md)
 # --mps: the two processes under MPS (a user-space daemon, started here and stopped at the end; it changes no GPU
 # setting): their kernels share the SMs at once instead of time-slicing. TCP_NODES_TIMEOUT bounds each run (s).
+# TCP_NODES_PIN=1: each node's processes (torchrun, its rank, HOCCL's proxy process) on half of this host's CPUs
+# (taskset; node 0 the first half), as two hosts would have CPUs of their own; both HOCCL and NCCL runs alike.
 set -u
 mps=0
 if [ "${1:-}" = "--mps" ]; then mps=1; shift; fi
@@ -26,11 +28,21 @@ if [ "$mps" = 1 ]; then
   trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
 fi
 
+pin=()
+if [ "${TCP_NODES_PIN:-0}" = 1 ]; then
+  command -v taskset >/dev/null || { echo "tcp-nodes: TCP_NODES_PIN=1 needs taskset (util-linux)"; exit 2; }
+  # the CPUs this process may use, in order, cut in two halves (comma lists for taskset -c)
+  read -r -a pin <<<"$(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
+print(",".join(map(str, c[:h])), ",".join(map(str, c[h:])))')"
+  [ "${#pin[@]}" = 2 ] || { echo "tcp-nodes: TCP_NODES_PIN=1 needs 2 CPUs or more, this process may use $(nproc)"; exit 2; }
+fi
+
 port=${MASTER_PORT:-29533}
 run_nodes() {  # SCRIPT ARGS...: both nodes, bounded; the exit status of the first that failed
   local pids=() rc=0 n
   for n in 0 1; do
     CUDA_VISIBLE_DEVICES=$((n % gpus)) NCCL_HOSTID="hoccl-node$n" timeout -k 15 "${TCP_NODES_TIMEOUT:-900}" \
+      ${pin[$n]:+taskset -c "${pin[$n]}"} \
       torchrun --nnodes 2 --node-rank "$n" --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$port" "$@" &
     pids+=($!)
   done

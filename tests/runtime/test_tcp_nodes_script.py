@@ -5,24 +5,32 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _compare(tmp_path: Path, **env: str) -> list[list[str]]:
+def _compare(tmp_path: Path, prefix: tuple[str, ...] = (), rc: int = 0, **env: str) -> list[list[str]]:
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     calls = tmp_path / "calls.txt"
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stub (UUID: GPU-0)'\n")
-    (bin_dir / "torchrun").write_text(f'#!/bin/sh\necho "$NCCL_HOSTID $*" >> {shlex.quote(str(calls))}\n')
+    # the stub records its host id and arguments, and with STUB_AFFINITY its CPUs last
+    (bin_dir / "torchrun").write_text(
+        '#!/bin/sh\ncpus=""\n[ -n "$STUB_AFFINITY" ] && cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)\n'
+        f'echo "$NCCL_HOSTID $* $cpus" >> {shlex.quote(str(calls))}\n')
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MASTER_PORT": "29999", **env}
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "tcp-nodes.sh"), "--compare", str(tmp_path / "out"),
+    out = subprocess.run([*prefix, "bash", str(ROOT / "scripts" / "tcp-nodes.sh"), "--compare", str(tmp_path / "out"),
                           "small"], env=run_env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == rc, out.stdout + out.stderr
+    if rc:
+        return [[out.stdout + out.stderr]]
     return [line.split() for line in calls.read_text().splitlines()]
 
 
@@ -43,3 +51,34 @@ def test_compare_args_reach_every_run(tmp_path):
     assert len(calls) == 6
     for c in calls:
         assert c[c.index("--gc-every") + 1] == "50", c
+
+
+def test_pin_puts_each_node_on_its_half_of_the_cpus(tmp_path):
+    """TCP_NODES_PIN=1 runs each node under taskset on half of the CPUs (node 0 the first half); unset, no pinning."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    half = len(cpus) // 2
+    calls = _compare(tmp_path, TCP_NODES_PIN="1", STUB_AFFINITY="1")
+    assert len(calls) == 6
+    want = {"hoccl-node0": set(cpus[:half]), "hoccl-node1": set(cpus[half:])}
+    for c in calls:
+        assert _cpu_set(c[-1]) == want[c[0]], c
+    unpinned = _compare(tmp_path / "plain", STUB_AFFINITY="1")
+    assert all(_cpu_set(c[-1]) == set(cpus) for c in unpinned)
+
+
+def _cpu_set(text: str) -> set[int]:
+    """The CPUs of a Cpus_allowed_list ("0-3,8")."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset is not installed")
+def test_pin_on_one_cpu_is_refused_with_the_reason(tmp_path):
+    one = str(min(os.sched_getaffinity(0)))
+    [[text]] = _compare(tmp_path, prefix=("taskset", "-c", one), rc=2, TCP_NODES_PIN="1")
+    assert "TCP_NODES_PIN=1 needs 2 CPUs or more, this process may use 1" in text

@@ -136,11 +136,28 @@ def pattern_scale(nodes: int, kind: str) -> dict:
     return json.loads(out.stdout)
 
 
+LOAD_CHILD = PEAK + r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from hoccl_compiler import load_plan
+start = time.perf_counter()
+plan = load_plan(sys.argv[2])
+print(json.dumps(dict(load_s=time.perf_counter() - start, peak_mb=peak_mb())))
+"""
+
+
 def scale(nodes: int, baselines: bool) -> dict:
+    """Compile and write the uniform All-to-All on ``nodes`` x 8 GPUs in a fresh process, then load its compact
+    ``.json.gz`` in another (``load_s`` in that process, ``load_wall_s`` the process's wall time, imports included)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run([sys.executable, "-c", SCALE_CHILD, str(ROOT), str(nodes), os.path.join(tmp, "p.json"),
                               "1" if baselines else "0"], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+        start = time.perf_counter()
+        loaded = subprocess.run([sys.executable, "-c", LOAD_CHILD, str(ROOT), os.path.join(tmp, "p.json.gz")],
+                                capture_output=True, text=True, check=True)
+        wall = time.perf_counter() - start
+    load = json.loads(loaded.stdout)
+    return {**json.loads(out.stdout), "load_s": load["load_s"], "load_wall_s": wall, "load_peak_mb": load["peak_mb"]}
 
 
 def single_node_ms(repeats: int = 20) -> float:
@@ -271,7 +288,8 @@ def main(argv=None) -> int:
         print(f"\n1024 GPUs (128 x 8) uniform alltoall 1 GiB: compile {s['compile_s']:.1f} s, compile + write "
               f"{s['compile_write_s']:.1f} s, peak RSS {s['peak_mb']:.0f} MiB, {s['stages']} stages, ratio "
               f"{s['ratio']:.4f}, compact plan {s['json_mb']:.1f} MB (.json) / {s['gz_mb']:.1f} MB (.json.gz); full "
-              f"encoding {s['full_gz_mb']:.1f} MB (.json.gz)")
+              f"encoding {s['full_gz_mb']:.1f} MB (.json.gz); load_plan of the .json.gz {s['load_s']:.2f} s "
+              f"({s['load_wall_s']:.2f} s for the process, peak RSS {s['load_peak_mb']:.0f} MiB)")
         print("\npattern plans (hoccl_compiler.pattern), uniform collectives of 1 GiB per rank, compile + verify + "
               "write (.json.gz) in a fresh process:\n")
         print("| GPUs | collective | stages | seconds | peak RSS MiB | file KB | port model / bound | v2 / bound | "

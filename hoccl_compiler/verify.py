@@ -275,14 +275,13 @@ def _matrix_mismatch(rows, G: int, i: np.ndarray, j: np.ndarray, w: np.ndarray) 
     """The first cell (row, column, the matrix's value, the sum) where the G x G matrix ``rows`` (a sequence of G
     rows of G ints, as a plan holds it) is not the sum of ``w`` at (``i``, ``j``); None where it is everywhere."""
     key = np.asarray(i, np.int64) * G + np.asarray(j, np.int64)
-    cells, inverse = np.unique(key, return_inverse=True)
-    sums = byte_sums(inverse, w, cells.size)
     if G <= DENSE_MATRIX_GPUS:
-        want = np.zeros(G * G, np.int64)
-        want[cells] = sums
+        want = byte_sums(key, w, G * G)
         got = np.asarray(rows, dtype=np.int64).reshape(G * G)
         bad = np.flatnonzero(got != want)
         return None if not bad.size else (*divmod(int(bad[0]), G), int(got[bad[0]]), int(want[bad[0]]))
+    cells, inverse = np.unique(key, return_inverse=True)
+    sums = byte_sums(inverse, w, cells.size)
     bounds = np.searchsorted(cells, np.arange(G + 1, dtype=np.int64) * G)
     want = np.zeros(G, np.int64)
     for r in range(G):

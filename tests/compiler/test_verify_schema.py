@@ -197,6 +197,11 @@ def test_plan_tables_hold_int_columns_numpy_reads_without_a_copy(plan, tmp_path)
     assert pickle.loads(pickle.dumps(col)) == col and type(pickle.loads(pickle.dumps(col))) is IntColumn
     assert json.loads(plan.model_dump_json())["stages"][0]["transfers"]["bytes"] == as_list
     assert IntColumn.of(np.array([3, -1])) == [3, -1] and repr(IntColumn.of([3, -1])) == "IntColumn([3, -1])"
+    import copy
+
+    for other in (col[1:3], copy.copy(col), copy.deepcopy(col), plan.model_copy(deep=True).stages[0].transfers.bytes):
+        assert type(other) is IntColumn
+    assert col[1:3] == as_list[1:3] and col[-1] == as_list[-1] and type(col[0]) is int
     with pytest.raises(TypeError):
         hash(col)
 

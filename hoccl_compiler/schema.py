@@ -3,8 +3,8 @@
 Pydantic models (frozen, ``extra="forbid"``) with a ``schema_version``; the JSON Schema generated
 from them is checked in as ``plan.schema.json``. Large tables are stored by column (one list per
 field in the file, one :class:`IntColumn` in memory) so that a plan of a million flows stays a few tens of megabytes
-and loads fast. A tool that
-never imports hoccl can read, verify and draw a plan: docs/plan-format.md describes every field.
+and loads fast. A tool that never imports hoccl can read, verify and draw a plan: docs/plan-format.md describes every
+field.
 
 The types and their validation only: this module imports nothing of the compiler's passes or encodings (a test
 holds it so). Reading and writing files, in every encoding, is :mod:`hoccl_compiler.codec`'s.
@@ -50,7 +50,7 @@ class IntColumn(array.array):
     one (``tolist``) and turned back into arrays one by one (``np.asarray``) by every reader. This column indexes and
     iterates as a list does (Python ints out; a slice, a copy or a deep copy is a column), compares equal to a list or
     tuple of the same ints, and NumPy reads it without a copy (``np.asarray(column)`` is a view of its buffer). The
-    file holds it as a JSON list, as before. Indexing goes through Python (about 0.1 us an index, 4x a list's): a loop
+    file holds it as a JSON list, as before. Indexing goes through Python (about 0.12 us an index, 8x a list's): a loop
     over millions of entries reads ``np.asarray(column)`` or ``column.tolist()`` instead.
 
     Build one from an array with :meth:`of`; a plan table validated from JSON gets its lists turned into columns."""

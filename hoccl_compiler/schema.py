@@ -62,9 +62,10 @@ class IntColumn(array.array):
 
     @classmethod
     def of(cls, values) -> IntColumn:
-        """The column of ``values`` (a NumPy array or any sequence of ints), copied once into its buffer."""
+        """The column of ``values`` (a NumPy array or any sequence of ints), copied once into its buffer (read through
+        a byte view: ``tobytes`` would copy it twice)."""
         col = cls()
-        col.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+        col.frombytes(memoryview(np.ascontiguousarray(values, dtype=np.int64)).cast("B"))
         return col
 
     def __getitem__(self, index):  # a slice is a column too (array.array's own would be a plain array)

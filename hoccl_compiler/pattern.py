@@ -256,7 +256,8 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
             flow, role, src, dst, off, nb, after = _stage_transfers(
                 topology, c, in_place, shifts[s] if s < len(shifts) else None, entries, offsets, local, mc)
             stage = np.zeros(flow.size, np.int64)
-            distinct[key] = (stage, role, src, dst, nb, after, assign_queues(topology, stage, role, src, nb))
+            queue = assign_queues(topology, stage, role, src, dst, nb, after)
+            distinct[key] = (stage, role, src, dst, nb, after, queue)
         keys.append(key)
         for l_shift, amount in entries:
             offsets[l_shift] = offsets.get(l_shift, 0) + amount

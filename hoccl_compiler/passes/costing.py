@@ -114,7 +114,7 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
         after[first[fwd[same]]] = last[via[fwd[same]]]
         depth = chain_depth(after)
     S = int(st.max()) + 1 if st.size else 0
-    queue = assign_queues(topo, st, role, src, nb)
+    queue = assign_queues(topo, st, role, src, dst, nb, after)
     entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb, depth, after)
     sc = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S)
     total, _ = cost.plan_time_v2(topo, sc.time_s, cost.has_network(role), sync_s,

@@ -124,11 +124,12 @@ def test_a_forwarded_flow_reading_outside_its_sources_output_is_refused():
         check_bounds(plan.model_copy(update={"flows": flows}))
 
 
-@pytest.mark.parametrize("nodes,L", [(2, 2), (3, 2), (3, 1), (2, 4), (5, 2)])
-def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L):
+@pytest.mark.parametrize("nodes,L,queues", [(2, 2, 1), (3, 2, 1), (3, 1, 1), (2, 4, 1), (5, 2, 1), (2, 4, 2)])
+def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L, queues):
     """GpuNodeExecutor, nodes of 2 and 4 GPUs (and of 1: a broadcast's chain of nodes alone; of 4: the parts round
     each further node's ring; 5 nodes of 2: a broadcast down two trees of nodes, a node sending a part on from two
-    GPUs) over TCP between threads,
+    GPUs; 2 nodes of 4 GPUs with two DMA queues a GPU: an AllGather's own block on one and what it forwards on the
+    other) over TCP between threads,
     CUDA faked with a stream per thread and every copy slow: a multicast AllGather (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in
     the root's node, parts down the rails' chain of nodes, passed on inside each) and one in place, one after the
     other over the same connections: byte-equal to the replay, outputs poisoned first."""
@@ -138,7 +139,7 @@ def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypa
     from hoccl_compiler.ir import CompileOptions
     fake_cuda.install(monkeypatch, async_streams=True)
     _slow_copies(monkeypatch, 0.0005)
-    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L, dma_queues=queues)
     G = topo.num_gpus
     opts = CompileOptions(chunk_bytes=2048, baselines=False)
     specs = [CollectiveSpec(kind="allgather", size_bytes=G * 5003),
@@ -146,6 +147,10 @@ def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypa
              CollectiveSpec(kind="broadcast", size_bytes=8191, root=G - 1, in_place=True)]
     plans = [compile_plan(topo, s, opts) for s in specs]
     assert [p.options.multicast for p in plans] == [L > 1, True, True]
+    if queues > 1:  # both queues of a GPU carry the AllGather's copies
+        q = plans[0].queues
+        used = {t for st in plans[0].stages for t in st.transfers.queue if q.kind[t] == "dma"}
+        assert {q.index[t] for t in used} == set(range(queues))
 
     def arrays(plan, run):
         out = {}

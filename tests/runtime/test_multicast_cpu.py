@@ -129,10 +129,10 @@ def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypa
     """GpuNodeExecutor, nodes of 2 and 4 GPUs (and of 1: a broadcast's chain of nodes alone; of 4: the parts round
     each further node's ring; 5 nodes of 2: a broadcast down two trees of nodes, a node sending a part on from two
     GPUs; 2 nodes of 4 GPUs with two DMA queues a GPU: an AllGather's own block on one and what it forwards on the
-    other) over TCP between threads,
-    CUDA faked with a stream per thread and every copy slow: a multicast AllGather (a block lands on its rail's GPU,
-    which copies it on), a broadcast (a chain in the root's node, parts down the rails' chain of nodes, passed on inside each) and one in place, one after the
-    other over the same connections: byte-equal to the replay, outputs poisoned first."""
+    other) over TCP between threads, CUDA faked with a stream per thread and every copy slow: a multicast AllGather
+    (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in the root's node, parts down the
+    rails' chain of nodes, passed on inside each) and one in place, one after the other over the same connections:
+    byte-equal to the replay, outputs poisoned first."""
     from threaded import node_executors
 
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay

@@ -217,7 +217,7 @@ class StageChain:
 
     def add_pieces(self, busy: np.ndarray, piece: np.ndarray, queue: np.ndarray, up: np.ndarray, depth: np.ndarray,
                    first: np.ndarray, tail: np.ndarray, whole: np.ndarray, scratch: tuple[np.ndarray, np.ndarray],
-                   done: np.ndarray | None = None) -> None:
+                   done: np.ndarray | None = None, ports: tuple[np.ndarray, ...] | None = None) -> None:
         """One stage, as :meth:`add` but piece by piece along the paths: ``piece`` (global indices of the stage's
         waiting pieces, by ``depth`` along their paths, rising), ``up`` the piece each waits on and ``tail`` the
         last chunks of the pieces of its queue that follow that piece (its own and theirs, summed); ``queue``,
@@ -235,7 +235,13 @@ class StageChain:
         release times). Where a queue forwards pieces that come in at different times (a node of two trees of a
         Broadcast takes one half of the parts early and the other late), :meth:`add`'s one release and one end per
         queue (its latest upstream's) would hold back all of its waiting work, and add up the last chunks round a
-        node's ring once per hop of the deepest path."""
+        node's ring once per hop of the deepest path.
+
+        ``ports``: (out port, in port, bytes, out-port and in-port bandwidth) per global piece, or None. Where
+        waiting pieces released at one moment on one port sit on several queues, those queues share the port
+        (:func:`_released_together`): a block forwarded whole to several GPUs (one chunk each) and dealt over
+        several DMA queues ends no sooner than the port moves all of it, not at the port's full bandwidth on every
+        queue. Pieces of one queue run one after another anyway (the makespan above)."""
         begin = self.end.copy()
         end = begin + busy[:begin.size]
         if piece.size:
@@ -244,12 +250,16 @@ class StageChain:
             release[up] = begin[q_up]  # pieces that wait on nothing: their queue's start, and their turn's end
             finish[up] = end[q_up] if done is None else begin[q_up] + done[up]
             q = queue[piece]
-            for d in np.unique(depth):
-                sel = depth == d
+            levels = [(depth == d) for d in np.unique(depth)]
+            for sel in levels:
                 at, u = piece[sel], up[sel]
                 release[at] = np.maximum(begin[q[sel]], release[u] + first[u])
+            for sel in levels:
+                at, u = piece[sel], up[sel]
                 finish[at] = np.maximum(release[at] + whole[at], finish[u] + tail[sel])
             np.maximum.at(end, q, finish[piece])
+            if ports is not None:
+                np.maximum.at(end, *_released_together(release[piece], piece, queue, whole, *ports))
             r, w = release[piece], whole[piece]
             order = np.lexsort((-r, q))  # per queue, the latest release first
             q, r, w = q[order], r[order], w[order]
@@ -261,6 +271,42 @@ class StageChain:
 
     def time_s(self) -> float:
         return float(self.end.max(initial=0.0))
+
+
+def _released_together(release: np.ndarray, piece: np.ndarray, queue: np.ndarray, whole: np.ndarray,
+                       out_port: np.ndarray, in_port: np.ndarray, nbytes: np.ndarray, out_cap: np.ndarray,
+                       in_cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where waiting pieces (global indices ``piece``, released at ``release``) released at one moment (to the
+    nanosecond) on one port sit on several queues, the queues share the port max-min fairly, as the chunk
+    simulation has it: each queue's share of them (its pieces one after another: their whole times, and L bytes)
+    ends no sooner than the moment plus its whole times plus min(L, L') / bandwidth for every other queue's share
+    L'. Returns (queue, that end) per such share, over the out-ports and the in-ports; local copies (port -1)
+    share nothing."""
+    at = np.round(release * 1e9).astype(np.int64)
+    _, moment = np.unique(at, return_inverse=True)
+    q = queue[piece]
+    b = nbytes[piece].astype(np.float64)
+    queues, ends = [], []
+    for port, cap in ((out_port, out_cap), (in_port, in_cap)):
+        p = port[piece]
+        use = np.flatnonzero(p >= 0)
+        if not use.size:
+            continue
+        pm = moment[use].astype(np.int64) * (int(p.max()) + 1) + p[use]  # (moment, port)
+        keys, share = np.unique(pm * (int(q.max()) + 1) + q[use], return_inverse=True)  # (moment, port, queue)
+        load = np.bincount(share, weights=b[use], minlength=keys.size)
+        own = np.bincount(share, weights=whole[piece[use]], minlength=keys.size)
+        first = np.zeros(keys.size, np.int64)
+        first[share] = use  # a piece of each share, for its moment and port's bandwidth
+        group = keys // (int(q.max()) + 1)
+        if np.unique(group).size == keys.size:
+            continue  # no moment and port with more than one queue
+        delay = _shared_delay(group, load) / cap[piece[first]]
+        queues.append(q[first])
+        ends.append(release[first] + own + delay)
+    if not queues:
+        return np.zeros(0, np.int64), np.zeros(0)
+    return np.concatenate(queues), np.concatenate(ends)
 
 
 def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray, whole: np.ndarray,
@@ -499,10 +545,11 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
              early)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     scratch = (np.zeros(queue.size), np.zeros(queue.size))
+    share = (out_port, in_port, nbytes, tr_cap, cap_of[stage * P + np.maximum(in_port, 0)])
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
         chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], first_t, tail_t[lo:hi],
-                         whole_t, scratch, done)
+                         whole_t, scratch, done, share)
     return StageCosts(time_s, ports_s, queues_s, pipeline_s, port_time.sum(axis=0), busy.sum(axis=0), chain, busy,
                       edges)
 

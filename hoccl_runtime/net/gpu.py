@@ -21,7 +21,8 @@ from .._timer import fine_sleeps
 from ..errors import HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, MemOps, as_int32, reached
 from ..interop import as_buffer
-from ..launch import Device, Memcpy, Memops, Op, Record, Wait, replay, squeeze_devices
+from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
+from .chained import Chained
 from .host import HostNodeExecutor
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
@@ -87,7 +88,7 @@ class GatedNodeExecutor(HostNodeExecutor):
     (:mod:`hoccl_runtime.net.proxyproc`)."""
 
     direct_receive = False  # TCP lands in host memory: always through the receive ring
-    multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (_Chained)
+    multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (net/chained.py)
     _current: PreparedRun | None = None
     _release: Any = None
 
@@ -253,7 +254,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._ends: dict[int, Flag] = {}
         self._last_end: dict[int, tuple[Flag, int]] = {}  # stream -> the end count of the last run prepared on it
         self._counts: dict[object, int] = {}  # the last count of every gate and end flag
-        self._events: dict[tuple, int] = {}  # multicast plans: (GPU, stage, transfer, chunk) -> event (_Chained)
+        self._events: dict[tuple, int] = {}  # multicast plans: (GPU, stage, transfer, chunk) -> event (net/chained.py)
         self._bounds_checked: dict[int, Plan] = {}  # id -> plan: plans whose transfers were checked in bounds
         from ..settings import env_int
         from .template import Templates
@@ -436,7 +437,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
             sending, receiving = set(), set()
             # a multicast plan: what a forwarded copy reads is written by its ``after`` transfer's copies, each
             # chunk followed by an event that the reader's stream waits for (issued before it: by path depth)
-            chained = _Chained(self, stage, via) if via is not None else None
+            chained = Chained(self, stage, via) if via is not None else None
             for t in chained.order if chained is not None else range(len(tr.flow)):
                 f, role, n = tr.flow[t], tr.role[t], tr.bytes[t]
                 holder, g = (fl.dst[via[f]], via[f]) if via is not None and via[f] >= 0 else (fl.src[f], -1)
@@ -553,59 +554,3 @@ class GpuNodeExecutor(GatedNodeExecutor):
             event_destroy(ev)
         self._events.clear()
         self._keep_alive.clear()
-
-
-class _Chained:
-    """A multicast plan's stage in a node's launch list: the order its transfers are issued in (by path depth, so
-    that every event is recorded in the list before a wait on it) and the events between the copies: transfer t's
-    chunk k, where another transfer reads what it wrote, records event (stage, t, k) on its stream after its copy;
-    a forwarded transfer's chunk k waits for its ``after`` transfer's. Events are the executor's, one per (stage,
-    transfer, chunk), made once and recorded again by every run (a wait takes the record before it in the list)."""
-
-    def __init__(self, ex: GpuNodeExecutor, stage: Any, via: Sequence[int]):
-        from ..plans import chain_depth
-
-        tr = stage.transfers
-        self.ex, self.index, self.tr = ex, stage.index, tr
-        after = np.asarray(tr.after, dtype=np.int64)
-        self.order = [int(t) for t in np.argsort(chain_depth(after), kind="stable")]
-        self.targets = {int(a) for a in after if a >= 0}
-        self.after = after
-        self.forwarded = {t for t in range(len(tr.flow)) if via[tr.flow[t]] >= 0}
-
-    def per_chunk(self, t: int) -> bool:
-        return t in self.targets or t in self.forwarded
-
-    def _event(self, t: int, k: int) -> int:
-        """The event of transfer t's chunk k, on the GPU whose stream writes it (the landing copy's, for a network
-        transfer): any plan's run reuses it, each wait taking the record issued before it."""
-        from .._cuda_streams import event_create
-
-        device = self.ex._dev[self.tr.dst[t] if self.tr.role[t] == RDMA else self.tr.src[t]]
-        key = (device, self.index, t, k)
-        ev = self.ex._events.get(key)
-        if ev is None:
-            set_device(device)
-            ev = self.ex._events[key] = event_create()
-        return ev
-
-    @contextlib.contextmanager
-    def _around(self, ops: list, t: int, k: int, s: int, wait: bool, record: bool):
-        if wait and t in self.forwarded and self.after[t] >= 0:
-            ops.append(Wait(s, self._event(int(self.after[t]), k)))
-        yield
-        if record and t in self.targets:
-            ops.append(Record(self._event(t, k), s))
-
-    def around(self, ops: list, t: int, side: str):
-        """The chunk context of a network transfer's staging copy (``side`` "send": it waits, where it reads a
-        forwarded flow's bytes) or landing copy ("recv": it records, where another copy reads what it landed)."""
-        return lambda k, s: self._around(ops, t, k, s, side == "send", side == "recv")
-
-    def copies(self, ops: list, tr: Any, t: int, s: int, copy: Any) -> None:
-        """A native transfer chunk by chunk, each inside its waits and records."""
-        for k in range(max(1, -(-tr.bytes[t] // self.ex.chunk))):
-            start, nb = self.ex._chunk_range(tr, t, k)
-            with self._around(ops, t, k, s, True, True):
-                if nb:
-                    copy(start, nb)

@@ -9,7 +9,7 @@ from typing import Any
 
 from .._cuda_streams import event_create, event_destroy, event_record  # no CUDA at import (looked up when called)
 
-__all__ = ["CallEvents", "enqueue_call", "start_done_ops"]
+__all__ = ["CallEvents", "enqueue_call", "enqueue_on_stream", "start_done_ops"]
 
 
 class CallEvents:
@@ -91,6 +91,26 @@ def enqueue_call(stream: int, start: Any, done: Any, events: CallEvents, prepare
     submit(prepared, error)
     done_ops.enqueue(stream)
     if error is not None:
+        raise error
+
+
+def enqueue_on_stream(stream: int, start: Any, done: Any, prepare: Any, submit: Any) -> None:
+    """As :func:`enqueue_call`, for a call whose copies all go on ``stream`` itself
+    (:meth:`~hoccl_runtime.net.gpu.GpuNodeExecutor.one_stream`, HOCCL_NET_ONE_STREAM=1): START, then
+    ``prepare(finish)``, which enqueues the copies with ``finish`` (the DONE wait) in their last batch, then
+    ``submit``. No event: the copies follow START in the stream's own order, and nothing of the call waits on
+    another stream, so no hardware queue it shares can hold START behind it. A ``prepare`` that raises enqueued no
+    DONE wait (that batch is the list's last operation): it is enqueued here, as :func:`enqueue_call` does."""
+    start_ops, done_ops = start_done_ops(start, done)
+    start_ops.enqueue(stream)
+    prepared, error = None, None
+    try:
+        prepared = prepare(done_ops)
+    except BaseException as exc:  # noqa: BLE001 - raised below, once the stream's DONE wait is in place
+        error = exc
+    submit(prepared, error)
+    if error is not None:
+        done_ops.enqueue(stream)
         raise error
 
 

@@ -43,7 +43,7 @@ from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
 from ..net.callproxy import CallProxy, DoneOnce
 from ..plans import CallKey, PlanCache
-from .calls import CallEvents, enqueue_call
+from .calls import CallEvents, enqueue_call, enqueue_on_stream
 from .context import NodeContext
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
@@ -413,6 +413,7 @@ class NetCommunicator(_Calls):
         self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
         self._exchange = env_int("HOCCL_NET_EXCHANGE", 1, 0, 1) == 1  # see batch_isend_irecv
+        self._one_stream = env_int("HOCCL_NET_ONE_STREAM", 0, 0, 1) == 1  # see enqueue_on_stream
         if self.proxy_kind == "process":
             self._start_proxy_process(device, store, lanes, host)
             return
@@ -515,8 +516,12 @@ class NetCommunicator(_Calls):
                 pair = self._pairs[s]
                 submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
                     else (lambda prepared, _: self._proxy.submit((prepared, pair, DoneOnce(pair[1]))))
-                enqueue_call(s, *pair, self._events,
-                             lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
+                if self._one_stream and self._executor.one_stream(plan):  # HOCCL_NET_ONE_STREAM=1
+                    enqueue_on_stream(s, *pair, lambda finish: self._executor.prepare(
+                        plan, {r: (inp, out)}, stream=s, finish=finish), submit)
+                else:
+                    enqueue_call(s, *pair, self._events,
+                                 lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
 
     def _connect(self, plan: Any, buffers: dict, key: CallKey) -> None:
         from ..net.executor import GpuNodeExecutor

@@ -1,0 +1,213 @@
+"""HOCCL_NET_ONE_STREAM=1: a network call's copies on its caller's stream itself (GpuNodeExecutor.one_stream), on a
+CPU with CUDA faked in host memory, two ranks through the real TCP transport and proxy process: the bytes, the driver
+calls a call makes, the order of its staging and landing copies, the fall-back to copy streams, and a failing
+prepare that leaves the stream's START/DONE pair in step."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import fake_cuda
+import numpy as np
+import pytest
+from fake_cuda import dev
+
+CHUNK = 64 << 10
+
+
+def _run(monkeypatch, body, one_stream: str = "1", ring_bytes: int | None = None, copy=None) -> dict:
+    monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
+    fake_cuda.install(monkeypatch, async_streams=True)
+    monkeypatch.setattr(fake_cuda, "trace", [])
+    if copy is not None:
+        monkeypatch.setattr(fake_cuda.Runtime, "memcpyAsync", copy)
+    from hoccl_runtime.comm.net import NetCommunicator
+
+    store = fake_cuda.Store()
+    extra = {} if ring_bytes is None else {"ring_bytes": ring_bytes}
+    results = fake_cuda.run_ranks(2, lambda r: NetCommunicator(r, 2, r, store, timeout_s=20, chunk_bytes=CHUNK,
+                                                               lanes=2, **extra), body)
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results
+    assert fake_cuda._streams.errors == []
+    return results
+
+
+def _traced(call) -> list:
+    """The fake CUDA calls this thread made inside ``call()``: (what, stream or event, ...)."""
+    me = threading.current_thread().name
+    with fake_cuda._lock:
+        start = len(fake_cuda.trace)
+    call()
+    with fake_cuda._lock:
+        return [t[:3] for t in fake_cuda.trace[start:] if t[3] == me]
+
+
+def _exchanges(comm, r: int, sizes) -> tuple[list, list]:
+    """1F1B's pair (an activation out, a gradient in) as one batch per size, fresh random bytes, poisoned receive
+    buffers: (what each rank sent, what it received, each call's CUDA calls)."""
+    rng = np.random.default_rng(10 + r)
+    out, calls = [], []
+    for n in sizes:
+        sent, got = rng.integers(0, 256, n, dtype=np.uint8), np.full(n, 0xA5, np.uint8)
+        calls.append(_traced(lambda sent=sent, got=got: comm.batch_isend_irecv(
+            [("send", dev(sent, r), 1 - r), ("recv", dev(got, r), 1 - r)], stream=7)))
+        out.append((sent, got, int(got.ctypes.data)))
+    comm.synchronize()
+    return out, calls
+
+
+@pytest.mark.parametrize("one_stream", ["1", "0"])
+def test_an_exchange_on_the_callers_stream_moves_the_bytes_in_fewer_driver_calls(monkeypatch, one_stream):
+    """With HOCCL_NET_ONE_STREAM=1 a 1F1B exchange of one chunk each way is START, the staging copy's gate, the
+    copy, its done count with the landing's gate, the landing copy, and its done count with the stream's end and the
+    DONE wait: 6 driver calls, all on the caller's stream, no event. With 0 (the default): 11, on three streams
+    after an event. A message of several chunks lands only after all of its staging copies were enqueued (one
+    stream: the landings would otherwise hold the sends back). The bytes are the same either way."""
+    sizes = (1, 3001, 4 * CHUNK - 5)
+
+    def body(comm, r):
+        return _exchanges(comm, r, sizes)
+
+    results = _run(monkeypatch, body, one_stream)
+    for r in (0, 1):
+        for (sent, _, _), (_, got, _) in zip(results[r][0], results[1 - r][0], strict=True):
+            assert np.array_equal(sent, got)
+    for r in (0, 1):
+        (_, _, landing_at), *_ = results[r][0]
+        small = [what for what, *_ in results[r][1][0]]
+        if one_stream == "1":
+            assert small == ["memops", "memops", "copy", "memops", "copy", "memops"], small
+            for trace in results[r][1]:
+                assert {s for what, s, _ in trace if what in ("copy", "memops")} == {7}, trace
+                assert not any(what in ("record", "wait") for what, *_ in trace), trace
+            big, (_, _, big_at) = results[r][1][2], results[r][0][2]
+            landing = [what == "copy" and big_at <= dst < big_at + sizes[2] for what, _, dst in big]
+            copies = [i for i, (what, *_) in enumerate(big) if what == "copy"]
+            assert len(copies) == 8 and not any(landing[i] for i in copies[:4]) and all(landing[i] for i in copies[4:])
+        else:
+            assert len(small) == 11 and small.count("record") == 1 and small.count("wait") == 2, small
+            assert len({s for what, s, _ in results[r][1][0] if what == "copy"} - {7}) == 2
+
+
+def test_a_call_the_rings_cannot_hold_at_once_keeps_its_copy_streams(monkeypatch):
+    """A message of more chunks than a ring has slots (4 slots here) would, on one stream, wait for slots that only
+    the far side's landings free, queued behind its own: such a call keeps the copy streams (and its event), and
+    still moves its bytes; a small one on the same communicator goes on the caller's stream."""
+    sizes = (6 * CHUNK + 11, 100)
+
+    def body(comm, r):
+        return _exchanges(comm, r, sizes)
+
+    results = _run(monkeypatch, body, ring_bytes=4 * CHUNK)
+    for r in (0, 1):
+        for (sent, _, _), (_, got, _) in zip(results[r][0], results[1 - r][0], strict=True):
+            assert np.array_equal(sent, got)
+        big, small = results[r][1]
+        assert any(what == "record" for what, *_ in big) and {s for what, s, _ in big if what == "copy"} - {7}
+        assert [what for what, *_ in small] == ["memops", "memops", "copy", "memops", "copy", "memops"]
+
+
+def test_allgather_send_and_recv_on_the_callers_stream_with_reissued_launch_lists(monkeypatch):
+    """AllGather (its own block copied within the GPU first), send and receive, each repeated on the same buffers
+    with fresh bytes (the third and later runs reissue the list kept at the second, DONE wait included) and poisoned
+    outputs; the stream's START and DONE are back at 0 after the last call."""
+    from hoccl_runtime.net import template
+
+    issued = []
+    real = template.RunTemplate.issue
+    monkeypatch.setattr(template.RunTemplate, "issue", lambda self, *a: (issued.append(1), real(self, *a))[1])
+    n = 3 * CHUNK + 7
+
+    def body(comm, r):
+        rng = np.random.default_rng(r)
+        inp, out = np.zeros(n, np.uint8), np.zeros(2 * n, np.uint8)
+        buf = np.zeros(n, np.uint8)
+        good = []
+        for _ in range(4):
+            inp[:] = rng.integers(0, 256, n, dtype=np.uint8)
+            out[:] = 0xA5
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            comm.synchronize()
+            good.append((inp.copy(), out.copy()))
+            msg = np.random.default_rng(99).integers(0, 256, n, dtype=np.uint8)
+            buf[:] = msg if r == 0 else 0xA5
+            comm.send(dev(buf, r), 1, stream=7) if r == 0 else comm.recv(dev(buf, r), 0, stream=7)
+            comm.synchronize()
+            good.append(bool(np.array_equal(buf, msg)))
+        drained = threading.Event()
+        fake_cuda._issue(drained.set, 7)
+        assert drained.wait(10)
+        start, done = (f.read() for f in next(iter(comm._pairs.values())))
+        return good, (start, done)
+
+    results = _run(monkeypatch, body)
+    for i in range(0, 8, 2):
+        (i0, o0), (i1, o1) = results[0][0][i], results[1][0][i]
+        assert np.array_equal(o0, np.concatenate([i0, i1])) and np.array_equal(o1, o0)
+        assert results[1][0][i + 1] is True
+    assert all(results[r][1] == (0, 0) for r in (0, 1))
+    assert len(issued) == 2 * 2 * 2  # both ranks, runs 3 and 4 of the AllGather and of the send or receive
+
+
+def test_a_prepare_that_fails_on_one_stream_keeps_the_pair_in_step(monkeypatch):
+    """A CUDA error while a one-stream call's copies are enqueued is the caller's CudaError naming the call; the
+    DONE wait the failed list never reached is enqueued anyway, so the next call runs and moves the right bytes."""
+    from hoccl_runtime.errors import CudaError
+
+    class CUDARuntimeError(RuntimeError):  # CuPy's class name, as cuda_error recognises it
+        pass
+
+    def body(comm, r):
+        inp, out = np.full(64, r, np.uint8), np.zeros(128, np.uint8)
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        real = comm._executor.prepare
+        seen = []
+
+        def failing(*a, **k):
+            seen.append(k.get("stream"))
+            raise CUDARuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
+
+        comm._executor.prepare = failing
+        with pytest.raises(CudaError, match=rf"rank {r}: allgather 128: a CUDA call failed: cudaErrorIllegalAddress"):
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm._executor.prepare = real
+        out[:] = 0xA5
+        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        return seen == [7] and out.tolist() == [0] * 64 + [1] * 64
+
+    assert _run(monkeypatch, body) == {0: True, 1: True}
+
+
+def test_the_stream_goes_on_once_its_landings_are_through(monkeypatch):
+    """Every copy slowed on its fake stream: what the caller's stream sees right after each receive (snapshotted in
+    stream order) is the message, never the previous one or poison."""
+    plain = fake_cuda.Runtime.memcpyAsync
+
+    def slow(self, dst, src, n, kind, stream):
+        fake_cuda._issue(lambda: time.sleep(0.01), stream)
+        plain(self, dst, src, n, kind, stream)
+
+    n, calls = 150_000, 4
+
+    def body(comm, r):
+        rng = np.random.default_rng(7)
+        sent = [rng.integers(0, 256, n, dtype=np.uint8) for _ in range(calls)]
+        buf, seen = np.full(n, 0xA5, np.uint8), []
+        for i in range(calls):
+            if r == 0:
+                comm.send(dev(sent[i].copy(), r), 1, stream=7)
+            else:
+                comm.recv(dev(buf, r), 0, stream=7)
+                fake_cuda._issue(lambda: seen.append(buf.copy()), 7)
+        comm.synchronize()
+        drained = threading.Event()
+        fake_cuda._issue(drained.set, 7)  # the stream itself past its last call
+        assert drained.wait(10)
+        return [bool(np.array_equal(a, b)) for a, b in zip(seen, sent, strict=True)] if r == 1 else []
+
+    results = _run(monkeypatch, body, copy=slow)
+    assert results[1] == [True] * calls, results[1]

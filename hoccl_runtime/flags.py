@@ -22,12 +22,15 @@
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import Any
 
 import numpy as np
 
 from . import _cuda  # no CUDA at import (its names are looked up when called: tests fake them)
 from .errors import HocclError
+
+_VALUE = struct.Struct("<Q")  # a packed memory operation's value (hoccl_runtime._cuda.pack_memops: bytes 16..23)
 
 __all__ = ["FlagPool", "Flag", "MemOps", "handshake", "as_int32", "reached"]
 
@@ -147,6 +150,19 @@ class MemOps:
     def extend(self, other: MemOps) -> MemOps:
         self.ops.extend(other.ops)
         self._params = None
+        return self
+
+    def set_value(self, i: int, value: int) -> MemOps:
+        """Give operation ``i`` another value, in the packed block where there is one (the driver reads a batch's
+        parameters when it is enqueued, so a batch may be rewritten once its enqueue returned): a counter's write
+        enqueued again with its next count costs no rebuild."""
+        kind, address, _ = self.ops[i]
+        self.ops[i] = (kind, address, value)
+        params = self._params
+        if params is not None and params[0] is not None:
+            _VALUE.pack_into(params[1], i * _cuda.MEMOP_BYTES + 16, value & 0xFFFFFFFF)
+        else:
+            self._params = None
         return self
 
     def _build(self) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 from .._cuda_streams import event_create, event_destroy, event_record  # no CUDA at import (looked up when called)
 
-__all__ = ["CallEvents", "enqueue_call", "enqueue_on_stream", "start_done_ops"]
+__all__ = ["CallEvents", "enqueue_call", "enqueue_on_stream", "enqueue_counted", "counted_start", "start_done_ops"]
 
 
 class CallEvents:
@@ -111,6 +111,34 @@ def enqueue_on_stream(stream: int, start: Any, done: Any, prepare: Any, submit: 
     submit(prepared, error)
     if error is not None:
         done_ops.enqueue(stream)
+        raise error
+
+
+def counted_start(counter: Any) -> list:
+    """A stream's counted START (HOCCL_NET_ONE_STREAM=2): [its counter flag, the batch that writes it, the last
+    count], for :func:`enqueue_counted`."""
+    from ..flags import MemOps
+
+    return [counter, MemOps().write(counter, 0), 0]
+
+
+def enqueue_counted(stream: int, counted: list, prepare: Any, submit: Any) -> None:
+    """A call on ``stream`` alone that the stream does not wait for (HOCCL_NET_ONE_STREAM=2): START moved on to the
+    stream's next count (``counted``: :func:`counted_start`), then ``prepare()`` (the copies, staging then landing,
+    after which the stream goes on in its own order), then ``submit(prepared, count)``, and no DONE. The proxy sees
+    START as a counter (:class:`~hoccl_runtime.net.callproxy.StartFlag`), so the next call setting it before the
+    proxy looked at this one loses nothing. A ``prepare`` that raises is submitted as (None, count): the proxy then
+    only takes its START; the error is raised here."""
+    counter, batch, n = counted
+    n = counted[2] = n % 0xFFFFFFFF + 1  # 1, 2, ... modulo 2**32, never 0 (the flag starts at 0)
+    batch.set_value(0, n).enqueue(stream)
+    prepared, error = None, None
+    try:
+        prepared = prepare()
+    except BaseException as exc:  # noqa: BLE001 - raised below, once the proxy has the call
+        error = exc
+    submit(prepared, n)
+    if error is not None:
         raise error
 
 

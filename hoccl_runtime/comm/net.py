@@ -41,9 +41,9 @@ from typing import Any
 from .._cuda import cuda_errors, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
 from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
-from ..net.callproxy import CallProxy, DoneOnce
+from ..net.callproxy import CallProxy, DoneOnce, StartFlag
 from ..plans import CallKey, PlanCache
-from .calls import CallEvents, enqueue_call, enqueue_on_stream
+from .calls import CallEvents, counted_start, enqueue_call, enqueue_counted, enqueue_on_stream
 from .context import NodeContext
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
@@ -413,12 +413,13 @@ class NetCommunicator(_Calls):
         self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
         self._exchange = env_int("HOCCL_NET_EXCHANGE", 1, 0, 1) == 1  # see batch_isend_irecv
-        self._one_stream = env_int("HOCCL_NET_ONE_STREAM", 0, 0, 1) == 1  # see enqueue_on_stream
+        self._one_stream = env_int("HOCCL_NET_ONE_STREAM", 0, 0, 2)  # see enqueue_on_stream; 2: no DONE wait
+        self._counted: dict[int, list] = {}  # stream -> [its START counter flag, the batch that moves it on, count]
         if self.proxy_kind == "process":
             self._start_proxy_process(device, store, lanes, host)
             return
         with cupy.cuda.Device(device):
-            self._flags = FlagPool(2 * MAX_STREAMS)
+            self._flags = FlagPool(3 * MAX_STREAMS)
         self.transport = TcpTransport(host=host or _local_address(), lanes=lanes, session=f"hoccl-net-{world}",
                                       name=f"node{rank}", secret=self._secret)
         self._addresses = self._exchange_addresses(store, self.transport.listen())
@@ -428,7 +429,7 @@ class NetCommunicator(_Calls):
         # runs begin before their stream reaches them (CallProxy's early): DONE once that and the copies are through
         self._proxy = CallProxy(lambda call, reached: call[0] is not None and self._executor.run(
                                     prepared=call[0], release=call[2], stream_reached=reached),
-                                lambda call: call[1][0].read() == 1, lambda call: call[1][0].write(0),
+                                lambda call: call[1].seen(), lambda call: call[1].reset(),
                                 lambda call: call[2](), name=f"hoccl-proxy-{rank}",
                                 skip=lambda call: call[0] is not None and self._executor.release(call[0]), early=True)
 
@@ -451,11 +452,11 @@ class NetCommunicator(_Calls):
         # (2 x ring_bytes, pinned) at the first call, as the thread's executor makes them: a group that never
         # communicates pins no ring
         slots = ring_slots(self.chunk_bytes, self.ring_bytes)
-        self._arena = SharedArena(4 * (flag_count(1, slots) + 2 * MAX_STREAMS + 3) + 4096)
+        self._arena = SharedArena(4 * (flag_count(1, slots) + 3 * MAX_STREAMS + 3) + 4096)
         with cupy.cuda.Device(device):
             self._arena.register_with_cuda()
         self._rings = None
-        self._flags = self._arena.flag_pool(2 * MAX_STREAMS)
+        self._flags = self._arena.flag_pool(3 * MAX_STREAMS)
         self.transport = LocalRegions()
         self._proxy = ProcessProxy(self._arena, name=f"rank {self.rank}", timeout_s=self.timeout_s)
         address = self._proxy.request(("setup", {
@@ -499,6 +500,7 @@ class NetCommunicator(_Calls):
                 raise HocclError(f"this network communicator's calls came on {MAX_STREAMS} streams already; use "
                                  "fewer streams (each takes a pair of flags), or another communicator")
             self._pairs[s] = (self._flags.allocate(), self._flags.allocate())
+            self._counted[s] = counted_start(self._flags.allocate())
 
     def _call(self, key: CallKey, input: Any, output: Any, stream: Any) -> None:
         if self.closed:
@@ -512,16 +514,28 @@ class NetCommunicator(_Calls):
                 self._connect(plan, {r: (inp, out)}, key)
             with on_device(self.device):
                 # every copy of the call is enqueued here, in the caller's thread, after an event where the call sits
-                # in its stream; the proxy only opens their gates (no CUDA call there, see GpuNodeExecutor)
+                # in its stream (or on that stream itself: HOCCL_NET_ONE_STREAM); the proxy only opens their gates (no
+                # CUDA call there, see GpuNodeExecutor)
+                mode = self._one_stream if self._one_stream and self._executor.one_stream(plan) else 0
+                if mode == 2:  # START a counter, the copies on the stream, no DONE wait
+                    enqueue_counted(s, self._counted[s], lambda: self._executor.prepare(
+                        plan, {r: (inp, out)}, stream=s), self._submitter(key, (self._counted[s][0], None)))
+                    return
                 pair = self._pairs[s]
-                submit = (lambda prepared, _: self._proxy.submit((key, prepared, pair))) if self._arena is not None \
-                    else (lambda prepared, _: self._proxy.submit((prepared, pair, DoneOnce(pair[1]))))
-                if self._one_stream and self._executor.one_stream(plan):  # HOCCL_NET_ONE_STREAM=1
+                if mode == 1:  # START, the copies on the stream, the DONE wait in their last batch
                     enqueue_on_stream(s, *pair, lambda finish: self._executor.prepare(
-                        plan, {r: (inp, out)}, stream=s, finish=finish), submit)
+                        plan, {r: (inp, out)}, stream=s, finish=finish), self._submitter(key, pair))
                 else:
-                    enqueue_call(s, *pair, self._events,
-                                 lambda event: self._executor.prepare(plan, {r: (inp, out)}, after=(event,)), submit)
+                    enqueue_call(s, *pair, self._events, lambda event: self._executor.prepare(
+                        plan, {r: (inp, out)}, after=(event,)), self._submitter(key, pair))
+
+    def _submitter(self, key: CallKey, pair: tuple) -> Any:
+        """``submit(prepared, count)`` of a call to the proxy: (START, DONE) of its stream, DONE None where the stream
+        waits for none (then ``count`` is START's, a counter: callproxy.StartFlag)."""
+        if self._arena is not None:  # the proxy process
+            return lambda prepared, count: self._proxy.submit((key, prepared, pair, count if pair[1] is None else None))
+        return lambda prepared, count: self._proxy.submit(
+            (prepared, StartFlag(pair[0], count if pair[1] is None else None), DoneOnce(pair[1])))
 
     def _connect(self, plan: Any, buffers: dict, key: CallKey) -> None:
         from ..net.executor import GpuNodeExecutor

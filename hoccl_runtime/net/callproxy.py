@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from .._timer import fine_sleeps, slack_setting
+from ..flags import reached
 
-__all__ = ["CallProxy", "DoneOnce", "Stopping"]
+__all__ = ["CallProxy", "DoneOnce", "StartFlag", "Stopping"]
 
 
 class Stopping(Exception):  # noqa: N818 - not an error: the proxy closes while a call waits for its stream
@@ -23,7 +24,8 @@ class Stopping(Exception):  # noqa: N818 - not an error: the proxy closes while 
 class DoneOnce:
     """A call's DONE, written once: early, by the executor's ``release`` (its copies are through while its last writes
     still leave), or else by the proxy's finish. A second write would let the stream's next wait pass before its call
-    ran (DONE is a flag the stream waits for and resets, not a counter)."""
+    ran (DONE is a flag the stream waits for and resets, not a counter). ``flag`` None: a call whose stream waits for
+    no DONE (:class:`StartFlag` with a count); ``written`` still says the call was released."""
 
     __slots__ = ("flag", "written")
 
@@ -33,7 +35,27 @@ class DoneOnce:
     def __call__(self) -> None:
         if not self.written:
             self.written = True
-            self.flag.write(1)
+            if self.flag is not None:
+                self.flag.write(1)
+
+
+class StartFlag:
+    """A call's START as its proxy sees it. ``count`` None: a flag the stream sets to 1 and the proxy resets to 0 once
+    seen (the stream then waits for DONE, so its next START cannot come before the reset). A count: a counter the
+    stream moves on to ``count`` (HOCCL_NET_ONE_STREAM=2, whose streams wait for no DONE: the next call may set its
+    START before the proxy looked at this one's, which a counter keeps and a flag would lose)."""
+
+    __slots__ = ("flag", "count")
+
+    def __init__(self, flag: Any, count: int | None = None):
+        self.flag, self.count = flag, count
+
+    def seen(self) -> bool:
+        return self.flag.read() == 1 if self.count is None else reached(self.flag, self.count)
+
+    def reset(self) -> None:
+        if self.count is None:
+            self.flag.write(0)
 
 
 class CallProxy:

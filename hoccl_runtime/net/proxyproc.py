@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, as_int32
-from .callproxy import CallProxy, DoneOnce
+from .callproxy import CallProxy, DoneOnce, StartFlag
 from .gpu import GatedNodeExecutor, PreparedRun, open_gates
 from .trace import write_trace
 from .transport.base import Region, Transport
@@ -281,16 +281,18 @@ class ProcessProxy:
 
     # --- calls ----------------------------------------------------------------------------------------------------
     def submit(self, call: tuple) -> None:
-        """``call``: (key, prepared run or None, (START, DONE) of its stream). Raises if the proxy process is gone
-        (its copies' gates opened first), before the caller's stream would wait for the call."""
-        key, prepared, pair = call
+        """``call``: (key, prepared run or None, (START, DONE) of its stream, START's count or None). A count: START
+        is a counter the stream moves on to it and DONE is None, the stream waiting for none (callproxy.StartFlag).
+        Raises if the proxy process is gone (its copies' gates opened first), before the caller's stream would wait
+        for the call."""
+        key, prepared, pair, count = call
         self._trim()  # what the proxy process finished is let go here: a training loop may never synchronize
         with self._lock:
             self._submitted += 1
-            self._pending.append((self._submitted, prepared, pair))
+            self._pending.append((self._submitted, prepared, pair, count))
         arena = self._arena
         message = ("call", key, None if prepared is None else encode(prepared, arena), arena.word(pair[0]),
-                   arena.word(pair[1]))
+                   None if pair[1] is None else arena.word(pair[1]), count)
         try:
             self.send(message)
         except HocclError as exc:  # the proxy process is gone: this call's copies must not wait for it
@@ -374,18 +376,20 @@ class ProcessProxy:
             if item is None:  # nothing left for now; calls submitted later are drained as they come
                 self._draining = False
                 return
-            number, prepared, (start, done_flag) = item
+            number, prepared, (start, done_flag), count = item
+            mark = StartFlag(start, count)
             if number > taken:  # not taken yet: wait until its stream reaches it
                 deadline = time.monotonic() + self.timeout_s
-                while start.read() != 1:
+                while not mark.seen():
                     if time.monotonic() > deadline:
                         self._draining = False
                         return  # the stream never got here; close() frees what is left
                     time.sleep(1e-3)
-                start.write(0)
+                mark.reset()
             if prepared is not None:
                 open_gates(prepared)
-            done_flag.write(1)
+            if done_flag is not None:
+                done_flag.write(1)
             self._done.write(as_int32(number))
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -508,10 +512,10 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
         give(call)
 
     def reset(call: tuple) -> None:
-        call[1].write(0)
+        call[1].reset()
         taken.write(as_int32(taken.read() + 1))
 
-    proxy = CallProxy(run, lambda call: call[1].read() == 1, reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
+    proxy = CallProxy(run, lambda call: call[1].seen(), reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
                       skip=lambda call: call[0] is not None and open_gates(call[0]), early=True)
     try:
         while True:
@@ -537,7 +541,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                 except BaseException as exc:  # noqa: BLE001 - every call after this is skipped, the error reported
                     proxy.error = exc
             elif what == "call":
-                _, key, encoded, start_word, done_word = message
+                _, key, encoded, start_word, done_word, count = message
                 prepared = None
                 if encoded is not None:
                     try:
@@ -545,7 +549,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
                         proxy.error = proxy.error or exc
                         prepared = decode(None, encoded, words)  # its gates still opened (skip), its DONE given
-                proxy.submit((prepared, Flag(words, start_word), DoneOnce(Flag(words, done_word)), key,
+                done_flag = None if done_word is None else Flag(words, done_word)  # None: the stream waits for none
+                proxy.submit((prepared, StartFlag(Flag(words, start_word), count), DoneOnce(done_flag), key,
                               time.perf_counter()))
             elif what == "close":
                 return

@@ -27,9 +27,9 @@ def _nodes(tmp_path: Path, *args: str, mps: bool = False, timeout: int = 400) ->
     return text
 
 
-@pytest.mark.parametrize("one_stream", ["0", "1"])
+@pytest.mark.parametrize("one_stream", ["0", "1", "2"])
 def test_network_calls_where_every_stream_shares_one_queue(one_stream):
-    """Also with a call's copies on its caller's stream itself (HOCCL_NET_ONE_STREAM=1)."""
+    """Also with a call's copies on its caller's stream itself (HOCCL_NET_ONE_STREAM=1, and 2: no DONE wait)."""
     env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "MASTER_PORT": str(29900 + (os.getpid() % 90)),
            "HOCCL_NET_ONE_STREAM": one_stream}
     out = subprocess.run(["torchrun", "--nproc_per_node", "2", str(ROOT / "tests" / "support" / "mp_net_queues.py")],
@@ -57,7 +57,7 @@ def test_fsdp_with_nccl_reducing_over_tcp_nodes(tmp_path, mps):
 @pytest.mark.parametrize("mps", [False, pytest.param(True, marks=pytest.mark.skipif(
     MPS is None, reason="nvidia-cuda-mps-control is not installed"))], ids=["time-sliced", "mps"])
 def test_pipeline_against_nccl_over_tcp_nodes(tmp_path, mps):
-    one = "hoccl+HOCCL_NET_ONE_STREAM=1"  # a call's copies on its caller's stream
+    one = "hoccl+HOCCL_NET_ONE_STREAM=2"  # a call's copies on its caller's stream, no DONE wait
     _nodes(tmp_path, str(ROOT / "examples" / "train_pipeline.py"), "--size", "tiny", "--steps", "3", "--repeats",
            "2", "--comm", f"hoccl,{one},nccl", "--json", "pipe.json", mps=mps)
     got = json.loads((tmp_path / "pipe.json").read_text())

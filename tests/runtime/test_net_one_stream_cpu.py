@@ -1,7 +1,8 @@
-"""HOCCL_NET_ONE_STREAM=1: a network call's copies on its caller's stream itself (GpuNodeExecutor.one_stream), on a
-CPU with CUDA faked in host memory, two ranks through the real TCP transport and proxy process: the bytes, the driver
-calls a call makes, the order of its staging and landing copies, the fall-back to copy streams, and a failing
-prepare that leaves the stream's START/DONE pair in step."""
+"""HOCCL_NET_ONE_STREAM=1 and 2: a network call's copies on its caller's stream itself (GpuNodeExecutor.one_stream),
+with the DONE wait in their last batch (1) or with START a counter and no DONE wait (2), on a CPU with CUDA faked in
+host memory, two ranks through the real TCP transport and proxy process: the bytes, the driver calls a call makes,
+the order of its staging and landing copies, the fall-back to copy streams, and a failing prepare that leaves the
+stream's flags in step."""
 
 from __future__ import annotations
 
@@ -58,13 +59,17 @@ def _exchanges(comm, r: int, sizes) -> tuple[list, list]:
     return out, calls
 
 
-@pytest.mark.parametrize("one_stream", ["1", "0"])
+MODES = ["1", "2"]
+
+
+@pytest.mark.parametrize("one_stream", ["1", "2", "0"])
 def test_an_exchange_on_the_callers_stream_moves_the_bytes_in_fewer_driver_calls(monkeypatch, one_stream):
     """With HOCCL_NET_ONE_STREAM=1 a 1F1B exchange of one chunk each way is START, the staging copy's gate, the
     copy, its done count with the landing's gate, the landing copy, and its done count with the stream's end and the
-    DONE wait: 6 driver calls, all on the caller's stream, no event. With 0 (the default): 11, on three streams
-    after an event. A message of several chunks lands only after all of its staging copies were enqueued (one
-    stream: the landings would otherwise hold the sends back). The bytes are the same either way."""
+    DONE wait: 6 driver calls, all on the caller's stream, no event (2: the same, START a count and no DONE wait in
+    the last batch). With 0 (the default): 11, on three streams after an event. A message of several chunks lands
+    only after all of its staging copies were enqueued (one stream: the landings would otherwise hold the sends
+    back). The bytes are the same either way."""
     sizes = (1, 3001, 4 * CHUNK - 5)
 
     def body(comm, r):
@@ -77,8 +82,10 @@ def test_an_exchange_on_the_callers_stream_moves_the_bytes_in_fewer_driver_calls
     for r in (0, 1):
         (_, _, landing_at), *_ = results[r][0]
         small = [what for what, *_ in results[r][1][0]]
-        if one_stream == "1":
+        if one_stream != "0":
             assert small == ["memops", "memops", "copy", "memops", "copy", "memops"], small
+            last = results[r][1][0][-1]  # landed and end; DONE's wait and reset too (1)
+            assert last[0] == "memops" and last[2] == (4 if one_stream == "1" else 2), last
             for trace in results[r][1]:
                 assert {s for what, s, _ in trace if what in ("copy", "memops")} == {7}, trace
                 assert not any(what in ("record", "wait") for what, *_ in trace), trace
@@ -91,7 +98,8 @@ def test_an_exchange_on_the_callers_stream_moves_the_bytes_in_fewer_driver_calls
             assert len({s for what, s, _ in results[r][1][0] if what == "copy"} - {7}) == 2
 
 
-def test_a_call_the_rings_cannot_hold_at_once_keeps_its_copy_streams(monkeypatch):
+@pytest.mark.parametrize("one_stream", MODES)
+def test_a_call_the_rings_cannot_hold_at_once_keeps_its_copy_streams(monkeypatch, one_stream):
     """A message of more chunks than a ring has slots (4 slots here) would, on one stream, wait for slots that only
     the far side's landings free, queued behind its own: such a call keeps the copy streams (and its event), and
     still moves its bytes; a small one on the same communicator goes on the caller's stream."""
@@ -100,7 +108,7 @@ def test_a_call_the_rings_cannot_hold_at_once_keeps_its_copy_streams(monkeypatch
     def body(comm, r):
         return _exchanges(comm, r, sizes)
 
-    results = _run(monkeypatch, body, ring_bytes=4 * CHUNK)
+    results = _run(monkeypatch, body, one_stream, ring_bytes=4 * CHUNK)
     for r in (0, 1):
         for (sent, _, _), (_, got, _) in zip(results[r][0], results[1 - r][0], strict=True):
             assert np.array_equal(sent, got)
@@ -109,10 +117,12 @@ def test_a_call_the_rings_cannot_hold_at_once_keeps_its_copy_streams(monkeypatch
         assert [what for what, *_ in small] == ["memops", "memops", "copy", "memops", "copy", "memops"]
 
 
-def test_allgather_send_and_recv_on_the_callers_stream_with_reissued_launch_lists(monkeypatch):
+@pytest.mark.parametrize("one_stream", MODES)
+def test_allgather_send_and_recv_on_the_callers_stream_with_reissued_launch_lists(monkeypatch, one_stream):
     """AllGather (its own block copied within the GPU first), send and receive, each repeated on the same buffers
     with fresh bytes (the third and later runs reissue the list kept at the second, DONE wait included) and poisoned
-    outputs; the stream's START and DONE are back at 0 after the last call."""
+    outputs; the stream's START and DONE are back at 0 after the last call (2: its START counter at the calls'
+    number, START and DONE never used)."""
     from hoccl_runtime.net import template
 
     issued = []
@@ -140,20 +150,22 @@ def test_allgather_send_and_recv_on_the_callers_stream_with_reissued_launch_list
         fake_cuda._issue(drained.set, 7)
         assert drained.wait(10)
         start, done = (f.read() for f in next(iter(comm._pairs.values())))
-        return good, (start, done)
+        return good, (start, done, next(iter(comm._counted.values()))[0].read())
 
-    results = _run(monkeypatch, body)
+    results = _run(monkeypatch, body, one_stream)
     for i in range(0, 8, 2):
         (i0, o0), (i1, o1) = results[0][0][i], results[1][0][i]
         assert np.array_equal(o0, np.concatenate([i0, i1])) and np.array_equal(o1, o0)
         assert results[1][0][i + 1] is True
-    assert all(results[r][1] == (0, 0) for r in (0, 1))
+    assert all(results[r][1] == (0, 0, 0 if one_stream == "1" else 8) for r in (0, 1)), results
     assert len(issued) == 2 * 2 * 2  # both ranks, runs 3 and 4 of the AllGather and of the send or receive
 
 
-def test_a_prepare_that_fails_on_one_stream_keeps_the_pair_in_step(monkeypatch):
+@pytest.mark.parametrize("one_stream", MODES)
+def test_a_prepare_that_fails_on_one_stream_keeps_the_pair_in_step(monkeypatch, one_stream):
     """A CUDA error while a one-stream call's copies are enqueued is the caller's CudaError naming the call; the
-    DONE wait the failed list never reached is enqueued anyway, so the next call runs and moves the right bytes."""
+    DONE wait the failed list never reached is enqueued anyway (2: the proxy takes the call's START count and
+    releases nothing), so the next call runs and moves the right bytes."""
     from hoccl_runtime.errors import CudaError
 
     class CUDARuntimeError(RuntimeError):  # CuPy's class name, as cuda_error recognises it
@@ -179,10 +191,11 @@ def test_a_prepare_that_fails_on_one_stream_keeps_the_pair_in_step(monkeypatch):
         comm.synchronize()
         return seen == [7] and out.tolist() == [0] * 64 + [1] * 64
 
-    assert _run(monkeypatch, body) == {0: True, 1: True}
+    assert _run(monkeypatch, body, one_stream) == {0: True, 1: True}
 
 
-def test_the_stream_goes_on_once_its_landings_are_through(monkeypatch):
+@pytest.mark.parametrize("one_stream", MODES)
+def test_the_stream_goes_on_once_its_landings_are_through(monkeypatch, one_stream):
     """Every copy slowed on its fake stream: what the caller's stream sees right after each receive (snapshotted in
     stream order) is the message, never the previous one or poison."""
     plain = fake_cuda.Runtime.memcpyAsync
@@ -209,5 +222,35 @@ def test_the_stream_goes_on_once_its_landings_are_through(monkeypatch):
         assert drained.wait(10)
         return [bool(np.array_equal(a, b)) for a, b in zip(seen, sent, strict=True)] if r == 1 else []
 
-    results = _run(monkeypatch, body, copy=slow)
+    results = _run(monkeypatch, body, one_stream, copy=slow)
     assert results[1] == [True] * calls, results[1]
+
+
+def test_a_counted_start_is_seen_across_the_counters_wrap_and_never_reset():
+    """callproxy.StartFlag: a flag START is seen at 1 and reset to 0; a counted one is seen once the counter reached
+    its count (cyclically, as the GPU's GEQ wait: a later call's count also passes an earlier call) and is left as it
+    is, so a next call's START written before the proxy looked is not lost. DoneOnce without a flag writes nothing."""
+    from hoccl_runtime.flags import FlagPool, as_int32
+    from hoccl_runtime.net.callproxy import DoneOnce, StartFlag
+
+    pool = FlagPool(2, device=False)
+    flag, counter = pool.allocate(), pool.allocate()
+    plain = StartFlag(flag)
+    assert not plain.seen()
+    flag.write(1)
+    assert plain.seen()
+    plain.reset()
+    assert flag.read() == 0
+    for count in (0xFFFFFFFE, 0xFFFFFFFF, 1, 2):  # across the wrap (counts skip 0)
+        mark = StartFlag(counter, count)
+        counter.write(as_int32(count - 1 if count > 1 else 0xFFFFFFFF))
+        assert not mark.seen(), count
+        counter.write(as_int32(count))
+        assert mark.seen()
+        mark.reset()
+        assert counter.read() == as_int32(count)  # left as it is
+        counter.write(as_int32(count % 0xFFFFFFFF + 1))  # the next call's START, before the proxy looked
+        assert mark.seen()
+    done = DoneOnce(None)
+    done()
+    assert done.written and flag.read() == 0

@@ -362,7 +362,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
         bound = self._check_buffers(plan, self._given if buffers is None else buffers)
         run = PreparedRun(plan)
         kept = self._templates
-        key = kept.key(plan, after if stream is None else (("on", stream),), bound) if kept is not None else None
+        on = after if stream is None else (("on", stream, finish is None),)  # a list on the stream: no event
+        key = kept.key(plan, on, bound) if kept is not None else None
         try:
             issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan)) \
                 if kept is not None else (False, None)

@@ -254,3 +254,32 @@ def test_a_counted_start_is_seen_across_the_counters_wrap_and_never_reset():
     done = DoneOnce(None)
     done()
     assert done.written and flag.read() == 0
+
+
+def test_the_watchers_drain_takes_counted_and_flag_starts():
+    """ProcessProxy._drain (the proxy process is gone): the calls it had not taken are released in order once their
+    streams reach them: a flag START is reset and its DONE written, a counted START (HOCCL_NET_ONE_STREAM=2) is seen
+    at its count and left as it is, with no DONE to write; the count of finished calls moves on past both. A call
+    whose stream never reaches it stops the drain at its timeout."""
+    import collections
+
+    from hoccl_runtime.flags import FlagPool
+    from hoccl_runtime.net.proxyproc import ProcessProxy
+
+    pool = FlagPool(6, device=False)
+    start, done, counter, taken, finished, _ = (pool.allocate() for _ in range(6))
+    px = ProcessProxy.__new__(ProcessProxy)
+    px._lock, px._draining, px._closing, px.timeout_s = threading.Lock(), False, False, 0.2
+    px._taken, px._done, px._submitted = taken, finished, 3
+    px._pending = collections.deque([(1, None, (start, done), None), (2, None, (counter, None), 5),
+                                     (3, None, (counter, None), 6)])
+    start.write(1)    # call 1's stream is there
+    counter.write(5)  # call 2's too; call 3's (count 6) never comes
+    t0 = time.monotonic()
+    px._drain()
+    assert 0.2 <= time.monotonic() - t0 < 5
+    assert (start.read(), done.read(), counter.read(), finished.read()) == (0, 1, 5, 2)
+    assert [item[0] for item in px._pending] == [3] and not px._draining
+    counter.write(6)  # its stream comes after all: a later drain releases it
+    px._drain()
+    assert finished.read() == 3 and not px._pending

@@ -314,13 +314,15 @@ def drop(comm) -> None:
         comm.transport.close()
 
 
-@pytest.mark.parametrize("proxy", ["process", "thread"])
-def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch, proxy):
+@pytest.mark.parametrize("proxy,one_stream", [("process", "0"), ("thread", "0"), ("process", "2"), ("thread", "2")])
+def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch, proxy, one_stream):
     """After one good call rank 1's connection drops (its proxy process dies, or its transport closes); rank 0's
-    next call must end with TransportError from synchronize() within the timeout, its stream released (no hang)."""
+    next call must end with TransportError from synchronize() within the timeout, its stream released (no hang);
+    also with the calls on their streams, START a counter and no DONE wait (HOCCL_NET_ONE_STREAM=2)."""
     import time
 
     monkeypatch.setenv("HOCCL_NET_PROXY", proxy)
+    monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
 
     import threading
 
@@ -341,22 +343,30 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
         comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)  # returns: the stream was released
         with pytest.raises((TransportError, HocclTimeoutError)) as err:
             comm.synchronize()
-        return time.monotonic() - t0, str(err.value)
+        drained = threading.Event()
+        fake_cuda._issue(drained.set, 7)  # the stream's work after the call runs
+        return time.monotonic() - t0, str(err.value), drained.wait(10)
 
     results = two_ranks(monkeypatch, body)
     assert results[1] == "dropped", results
-    waited, message = results[0]
-    assert waited < 15 and ("closed" in message or "did not" in message), results
+    waited, message, drained = results[0]
+    assert waited < 15 and ("closed" in message or "did not" in message) and drained, results
 
 
-def test_the_proxy_runs_in_a_process_of_its_own_and_its_death_fails_calls_without_a_hang(monkeypatch):
+@pytest.mark.parametrize("one_stream", ["0", "2"])
+def test_the_proxy_runs_in_a_process_of_its_own_and_its_death_fails_calls_without_a_hang(monkeypatch, one_stream):
     """The default proxy is a process (it never waits for the training loop's GIL) that drives the calls through
     shared memory. Killed between calls, the calls issued after still return, their streams are released (the
-    stream work after them runs), and the error names the proxy process; on the peer, the calls fail too."""
+    stream work after them runs), and the error names the proxy process; on the peer, the calls fail too. Also with
+    the calls on their streams, START a counter and no DONE wait (HOCCL_NET_ONE_STREAM=2: the watcher's drain takes
+    counted STARTs)."""
     import os
+    import threading
     import time
 
     from hoccl_runtime.errors import HocclTimeoutError, TransportError
+
+    monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
 
     def body(comm, r):
         assert comm.proxy_kind == "process" and comm._proxy._proc.pid != os.getpid()
@@ -378,13 +388,15 @@ def test_the_proxy_runs_in_a_process_of_its_own_and_its_death_fails_calls_withou
                 errors.append(str(exc))
         with pytest.raises((TransportError, HocclTimeoutError)) as err:
             comm.synchronize()
-        return good, time.monotonic() - t0, str(err.value)
+        drained = threading.Event()
+        fake_cuda._issue(drained.set, 7)  # the stream's work after the calls runs
+        return good, time.monotonic() - t0, str(err.value), drained.wait(10)
 
     results = two_ranks(monkeypatch, body)
     for r in (0, 1):
         assert not isinstance(results[r], Exception), results
-        good, waited, message = results[r]
-        assert good and waited < 15, results
+        good, waited, message, drained = results[r]
+        assert good and waited < 15 and drained, results
     assert "proxy process" in results[0][2] and "exited" in results[0][2], results[0]
     assert fake_cuda._streams.errors == []
 

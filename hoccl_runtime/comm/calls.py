@@ -123,20 +123,22 @@ def counted_start(counter: Any) -> list:
 
 
 def enqueue_counted(stream: int, counted: list, prepare: Any, submit: Any) -> None:
-    """A call on ``stream`` alone that the stream does not wait for (HOCCL_NET_ONE_STREAM=2): START moved on to the
-    stream's next count (``counted``: :func:`counted_start`), then ``prepare()`` (the copies, staging then landing,
-    after which the stream goes on in its own order), then ``submit(prepared, count)``, and no DONE. The proxy sees
-    START as a counter (:class:`~hoccl_runtime.net.callproxy.StartFlag`), so the next call setting it before the
-    proxy looked at this one loses nothing. A ``prepare`` that raises is submitted as (None, count): the proxy then
-    only takes its START; the error is raised here."""
+    """A call on ``stream`` alone that the stream does not wait for (HOCCL_NET_ONE_STREAM=2): ``prepare((START,
+    count))`` enqueues the copies (staging then landing, after which the stream goes on in its own order) with
+    START moved on to the stream's next count first in their first batch (``counted``: :func:`counted_start`), then
+    ``submit(prepared, count)``, and no DONE: a 1F1B exchange is 5 driver calls. The proxy sees START as a counter
+    (:class:`~hoccl_runtime.net.callproxy.StartFlag`), so the next call setting it before the proxy looked at this
+    one loses nothing. A ``prepare`` that raises is submitted as (None, count), START written here on its own (the
+    same count twice, where the failed list had written it, is the same): the proxy then only takes its START; the
+    error is raised here."""
     counter, batch, n = counted
     n = counted[2] = n % 0xFFFFFFFF + 1  # 1, 2, ... modulo 2**32, never 0 (the flag starts at 0)
-    batch.set_value(0, n).enqueue(stream)
     prepared, error = None, None
     try:
-        prepared = prepare()
+        prepared = prepare((counter, n))
     except BaseException as exc:  # noqa: BLE001 - raised below, once the proxy has the call
         error = exc
+        batch.set_value(0, n).enqueue(stream)
     submit(prepared, n)
     if error is not None:
         raise error

@@ -24,6 +24,7 @@ from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
 from .chained import Chained
 from .host import HostNodeExecutor
+from .template import START
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
 
@@ -339,7 +340,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
     # --- the copies, enqueued up front ------------------------------------------------------------------------
     def prepare(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
-                after: Sequence[int] = (), stream: int | None = None, finish: MemOps | None = None) -> PreparedRun:
+                after: Sequence[int] = (), stream: int | None = None, finish: MemOps | None = None,
+                start: tuple[Flag, int] | None = None) -> PreparedRun:
         """Enqueue every copy of one run of ``plan`` on ``buffers`` (default: the executor's) and return what
         :meth:`run` needs to drive it. Runs are driven in the order they were prepared; preparing may go ahead
         of driving (the network communicators prepare at call time, their proxy drives). ``after``: CUDA events
@@ -349,12 +351,15 @@ class GpuNodeExecutor(GatedNodeExecutor):
         that stream, in order after what it holds already (no event, no copy stream), the staging copies before the
         landing ones, and ``finish`` (memory operations, e.g. the caller's DONE wait) joins the batch that writes
         the run's end count (HOCCL_NET_ONE_STREAM, comm/calls.py): a 1F1B exchange's copies are 5 driver calls on
-        its stream instead of 8 on two copy streams (and the event they wait for)."""
+        its stream instead of 8 on two copy streams (and the event they wait for). ``start`` (flag, count): the
+        caller's START counter, written first in the run's first batch (HOCCL_NET_ONE_STREAM=2)."""
         plan = self.plan if plan is None else plan
         if plan is not self.plan or buffers is not None:
             self._only_with_reuse()
         self._fits(plan)
         self._checked_bounds(plan)
+        if start is not None and stream is None:
+            raise TransportError("prepare(start=...): a START count goes on the caller's stream; give stream= too")
         if stream is not None and not self.one_stream(plan):
             raise TransportError(f"plan {plan.plan_id}: its copies cannot all go on the caller's stream (more than "
                                  "one stage, multicast, or a transfer of more chunks than a ring has slots); "
@@ -362,20 +367,22 @@ class GpuNodeExecutor(GatedNodeExecutor):
         bound = self._check_buffers(plan, self._given if buffers is None else buffers)
         run = PreparedRun(plan)
         kept = self._templates
-        on = after if stream is None else (("on", stream, finish is None),)  # a list on the stream: no event
+        on = after if stream is None else (("on", stream, finish is None, start is None),)  # no event
         key = kept.key(plan, on, bound) if kept is not None else None
         try:
-            issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan)) \
-                if kept is not None else (False, None)
+            issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan),
+                                        start) if kept is not None else (False, None)
             if issued:
                 return run
-            ops = self._enqueue(run, bound, after, stream, finish)
+            ops = self._enqueue(run, bound, after, stream, finish, start)
         except BaseException:
             self.release(run)  # what was enqueued before the error must not wait forever
             raise
         if before is not None:
             counter_of = {flag.address: gate for gate, pair in self._gates.items() for flag in pair}
             counter_of.update({flag.address: ("end", s) for s, flag in self._ends.items()})
+            if start is not None:
+                counter_of[start[0].address] = START  # the caller's count, given anew every run
             with contextlib.suppress(Exception):  # the run is issued: a list that cannot be kept is built anew
                 kept.keep(key, run, ops, before, counter_of, self._counts)
         return run
@@ -412,10 +419,10 @@ class GpuNodeExecutor(GatedNodeExecutor):
         return fits[1]
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int], on: int | None = None,
-                 finish: MemOps | None = None) -> list[Op]:
+                 finish: MemOps | None = None, start: tuple[Flag, int] | None = None) -> list[Op]:
         """Issue the run's launch list (:meth:`launch_ops`) once, and return it: CUDA's own errors leave as a
         CudaError."""
-        ops = self.launch_ops(run, bound, after, on, finish)
+        ops = self.launch_ops(run, bound, after, on, finish, start)
         with self._enqueuing(run.plan):
             replay(ops)
         return ops
@@ -425,19 +432,21 @@ class GpuNodeExecutor(GatedNodeExecutor):
         return cuda_errors(lambda: f"node {self.node}: enqueuing the copies of plan {plan.plan_id}")
 
     def launch_ops(self, run: PreparedRun, bound: dict, after: Sequence[int], on: int | None = None,
-                   finish: MemOps | None = None) -> list[Op]:
+                   finish: MemOps | None = None, start: tuple[Flag, int] | None = None) -> list[Op]:
         """The CUDA work of one run as a launch list (:mod:`hoccl_runtime.launch`, as the one-node paths build
         theirs), ``run``'s gates filled in as it is built: per copy stream, the waits for the ``after`` events, then
         the copies within the node, the staging copies (each after its slot's ``go`` count, writing ``staged``) and
         the landing copies (after ``arrived``, writing ``landed``), and last the stream's end count. The memory
         operations between two copies of a stream go in one batch (a chunk's done count and the next chunk's gate
         wait, in that order: a batch runs in order). The gate counts grow with every run, so a list is built per
-        run, not cached. ``on`` / ``finish``: see :meth:`prepare`'s ``stream``."""
+        run, not cached. ``on`` / ``finish`` / ``start``: see :meth:`prepare`'s ``stream``."""
         plan, mine = run.plan, set(self.ranks)
         fl = plan.flows
         ops: list[Op] = []
         used: dict[int, int] = {}  # stream -> its GPU
         pending: dict[int, MemOps] = {}  # stream -> its memory operations since its last copy, not yet in ops
+        if start is not None:  # the caller's START count, first on its stream
+            pending[on] = MemOps().write(*start)
 
         def stream(key: tuple, device: int) -> int:
             s = self._stream(key, device) if on is None else on
@@ -513,6 +522,9 @@ class GpuNodeExecutor(GatedNodeExecutor):
             for land in landings:  # one stream: the landings after every staging copy (see one_stream)
                 land()
             landings.clear()
+        if start is not None and on not in used:  # no copy on it: START still goes first, with the end count
+            used[on] = next(iter(bound.values()))[2]
+            ops.append(Device(used[on]))
         for s, device in used.items():  # each stream says when it is through with the run
             flag = self._ends.get(s)
             if flag is None:

@@ -27,11 +27,14 @@ from .._cuda import MEMOP_BYTES
 from ..flags import Flag
 from ..launch import LaunchCache, Memops, compile_launch
 
-__all__ = ["RunTemplate", "Templates", "CYCLE"]
+__all__ = ["RunTemplate", "Templates", "CYCLE", "START"]
 
 CYCLE = 0xFFFFFFFF  # counter values run 1 .. CYCLE, then 1 again (never 0: the flags start at 0)
 _VALUE = struct.Struct("<Q")  # a packed memory operation's value (hoccl_runtime._cuda.pack_memops: bytes 16..23)
 _VALUE_AT = 16
+
+
+START = ("start",)  # counter_of's key of the caller's START counter: its count is given anew by every run
 
 
 def _moved(value: int, by: int) -> int:
@@ -75,17 +78,18 @@ class RunTemplate:
             for where, uses in side.items():
                 mine.extend((where, g, d, counter_of[g.address], c, nb) for g, d, c, nb in uses)
         t.ends = [(f, counter_of[f.address], c) for f, c in run.ends]
-        used = {key for *_, key, _ in t.slots}
+        used = {key for *_, key, _ in t.slots} - {START}
         t.before = {key: before.get(key, 0) for key in used}
         t.after = {key: counts[key] for key in used}
         return t
 
-    def issue(self, run: Any, counts: dict) -> None:
+    def issue(self, run: Any, counts: dict, start: tuple | None = None) -> None:
         """Fill ``run`` (a fresh PreparedRun of the same plan) with this run's gates, counts moved on from
-        ``counts`` (the executor's counters, advanced here), and issue the launch list."""
+        ``counts`` (the executor's counters, advanced here), and issue the launch list. ``start``: (flag, count) of
+        the caller's START, written with the count given (a list kept with one)."""
         by = {key: counts.get(key, 0) - was for key, was in self.before.items()}
         for block, at, key, value in self.slots:
-            _VALUE.pack_into(block, at, _moved(value, by[key]))
+            _VALUE.pack_into(block, at, start[1] if key is START else _moved(value, by[key]))
         for side, mine in ((run.send, self.sends), (run.recv, self.recvs)):
             for where, g, d, key, c, nb in mine:
                 uses = side.get(where)
@@ -115,11 +119,12 @@ class Templates:
         """``bound``: {rank: (input, output, GPU)} as the executor checked them."""
         return (id(plan), tuple(after), *((b[0].ptr, b[0].nbytes, b[1].ptr, b[1].nbytes) for b in bound.values()))
 
-    def issue(self, key: tuple, run: Any, counts: dict, last_end: dict, errors: Callable) -> tuple[bool, dict | None]:
+    def issue(self, key: tuple, run: Any, counts: dict, last_end: dict, errors: Callable,
+              start: tuple | None = None) -> tuple[bool, dict | None]:
         """Issue ``run`` from the key's kept list if there is one: (True, None). Else (False, the counters before the
         run, which the caller builds and then :meth:`keep` s) at the key's second run (or where its plan object
         changed), (False, None) at its first. ``last_end``: stream -> its last end count, updated; ``errors()``: the
-        context that words CUDA's errors."""
+        context that words CUDA's errors; ``start``: the caller's START (flag, count) where the key's list has one."""
         template = self._cache.hit(key)
         if template is None or template is _SEEN or template.plan is not run.plan:
             self.built += 1
@@ -128,7 +133,7 @@ class Templates:
                 return False, None
             return False, dict(counts)
         with errors():
-            template.issue(run, counts)
+            template.issue(run, counts, start)
         for (flag, c), (_, counter, _) in zip(run.ends, template.ends, strict=True):
             last_end[counter[1]] = (flag, c)
         self.reissued += 1

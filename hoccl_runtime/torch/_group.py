@@ -37,7 +37,6 @@ import contextlib
 import os
 import socket
 import threading
-from collections import deque
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -45,11 +44,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .._cuda_streams import event_record, stream_wait_event
 from ..errors import GPU_NEEDS, BufferError, CollectiveError, HocclError, UnsupportedOpError
 from ..settings import env_choice, env_int
 from ._ops import check_tensor, exchange, reduce_blocks, reduction, split_bytes
-from ._work import Completion, HocclWork, current_raw_stream
+from ._streams import _Streams
+from ._work import Completion, HocclWork
 
 __all__ = ["ProcessGroupHoccl", "create_backend", "configure", "require_cuda", "REDUCE_MODES"]
 
@@ -70,45 +69,6 @@ def configure(*, reduce: str | None = None, device: int | None = None, gpus_per_
         raise HocclError(f"gpus_per_node={gpus_per_node!r}: give a positive number of ranks per node")
     _options.update({k: v for k, v in (("reduce", reduce), ("device", device), ("gpus_per_node", gpus_per_node))
                      if v is not None})
-
-
-class _Streams:
-    """The group's CUDA stream and the events that order it with the caller's (the only CUDA of this module;
-    the CPU tests give a ProcessGroupHoccl one that runs everything at once). Tensors of a call are held here
-    until its end event has completed or its Work was waited for, whichever comes first, so memory freed early by
-    the caller is not reused under the copies (what NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` does, without
-    ``record_stream``'s cost per tensor). Letting go at ``wait()`` makes the moment a tensor can be freed a point
-    of the program, the same on every rank, not one of GPU timing (FSDP's window blocks come back then)."""
-
-    def __init__(self, device: int):
-        self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.handle = self.stream.cuda_stream  # the raw handle the communicators take
-        self._ready = torch.cuda.Event()
-        self._ready.record(self.stream)  # made now (torch makes an event at its first record): its handle is used
-        self._held: deque = deque()  # (end event, tensors) of calls that may still run
-
-    def follow(self) -> None:
-        """The group's stream waits for the work on the caller's current stream so far (one reused event:
-        a stream wait takes the event's state when it is enqueued). Raw handles: see ``current_raw_stream``."""
-        ready = self._ready.cuda_event
-        event_record(ready, current_raw_stream())
-        stream_wait_event(self.handle, ready)
-
-    def torch_ops(self) -> Any:
-        """The context in which a call's own torch work (reduction kernels, temporaries) goes on the group's
-        stream."""
-        return torch.cuda.stream(self.stream)
-
-    def end(self, tensors: Sequence[Any]) -> Any:
-        event = torch.cuda.Event()
-        event.record(self.stream)
-        held = self._held
-        while held and held[0][0].query():
-            held.popleft()
-        if tensors:
-            held.append((event, tensors))
-        return event
 
 
 class _P2P:

@@ -603,7 +603,7 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
     import types
     import weakref
 
-    from hoccl_runtime.torch import _group
+    from hoccl_runtime.torch import _group, _streams
 
     class Pending:  # an end event the GPU has not reached
         cuda_event = 0
@@ -616,8 +616,8 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", Pending)
     for name in ("event_record", "stream_wait_event"):  # the group's follow() on raw handles: no CUDA here
-        monkeypatch.setattr(_group, name, lambda *args: None)
-    monkeypatch.setattr(_group, "current_raw_stream", lambda: 0)
+        monkeypatch.setattr(_streams, name, lambda *args: None)
+    monkeypatch.setattr(_streams, "current_raw_stream", lambda: 0)
     held_after = {}
 
     def body(g, r):
@@ -639,6 +639,7 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
         s = _group._Streams.__new__(_group._Streams)  # the real hold, no CUDA stream
         s.device, s.stream, s.handle, s._held = 0, types.SimpleNamespace(wait_event=lambda e: None), None, \
             collections.deque()
+        s._ends, s.made = collections.deque(), 0
         s._ready = Pending()
         return s
 
@@ -846,3 +847,54 @@ def test_train_fsdp_reports_each_rounds_tokens_and_their_spread():
     per, spread = train_fsdp.round_spread(records, 4, tokens=1000)
     assert per == [1000.0, 800.0] and spread == pytest.approx(0.25)
     assert train_fsdp.round_spread(records[:4], 4, 1000) == ([1000.0], 0.0)  # one round: no spread
+
+
+def test_a_calls_end_event_is_reused_once_reached_and_unreferenced(monkeypatch):
+    """_Streams.end records each call's end on an event it reuses, as torch's ProcessGroupNCCL caches its events: the
+    oldest end event once the GPU reached it and nothing but the group refers to it. One a Work (or anything) still
+    holds is never recorded again (a later wait on it must not wait for a later call); one not reached yet neither."""
+    import collections
+    import gc
+
+    from hoccl_runtime.torch import _streams
+
+    class FakeEvent:  # reached once the test says so; records counted
+        def __init__(self):
+            self.reached, self.records = False, 0
+
+        def record(self, stream=None):
+            self.records += 1
+            self.reached = False
+
+        def query(self):
+            return self.reached
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    s = _streams._Streams.__new__(_streams._Streams)  # no CUDA stream: end() only records on it
+    s.stream, s._held, s._ends, s.made = None, collections.deque(), collections.deque(), 0
+    gc.disable()  # reference counts alone decide here
+    try:
+        first = s.end([])
+        assert s.made == 1
+        second = s.end([])  # the first not reached: a new one
+        assert s.made == 2 and second is not first
+        first.reached = True
+        kept = first  # a Work of the first call still holds its event
+        third = s.end([])
+        assert s.made == 3 and third is not first and first.records == 1
+        del kept, first
+        second.reached = True
+        ident, second_records = id(second), second.records
+        del second
+        fourth = s.end(["tensor"])  # the second: reached, and only the group has it
+        assert s.made == 3 and id(fourth) == ident and fourth.records == second_records + 1
+        assert list(s._held) == [(fourth, ["tensor"])]
+        third.reached = fourth.reached = True
+        del third, fourth
+        for _ in range(10):  # a steady loop whose Works are dropped: no event made, two in turn
+            e = s.end(["t"])
+            e.reached = True
+            del e
+        assert s.made == 3 and len(s._ends) == 2
+    finally:
+        gc.enable()

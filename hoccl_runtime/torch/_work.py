@@ -33,22 +33,30 @@ def current_raw_stream() -> int:
     return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
 
 
-def wait_on_current_stream(event: Any) -> None:
+def wait_on_current_stream(event: Any, done: Any = None) -> None:
     """The caller's current CUDA stream waits for ``event`` (a recorded torch.cuda.Event), on the GPU; the host goes
-    on."""
-    stream_wait_event(current_raw_stream(), event.cuda_event)
+    on. ``done``: the Completion the event ends, which remembers the last stream made to wait for it: the Works of
+    one batch (a 1F1B send and receive) share one, and a second wait on the same stream is a driver call for nothing
+    (the stream's later work is after its first wait already)."""
+    stream = current_raw_stream()
+    if done is not None:
+        if done.waited == stream:
+            return
+        done.waited = stream
+    stream_wait_event(stream, event.cuda_event)
 
 
 class Completion:
     """What a Work waits for: the end event of one call (or batch), set once it is issued, and the tensors
     it keeps alive until then. ``issue`` issues a deferred batch (and sets ``event``)."""
 
-    __slots__ = ("event", "issue", "tensors", "error", "host_wait")
+    __slots__ = ("event", "issue", "tensors", "error", "host_wait", "waited")
 
     def __init__(self, event: Any = None, tensors: list | None = None, issue: Callable[[], None] | None = None,
                  host_wait: bool = False):
         self.event, self.tensors, self.issue, self.error = event, tensors or [], issue, None
         self.host_wait = host_wait  # barrier: wait() blocks the host too, as torch's barrier does
+        self.waited: int | None = None  # the raw stream last made to wait for it (a batch's Works share one)
 
     def let_go(self) -> None:
         """The call's stream hold ends (the caller's stream now waits for it): empty the list in place, which the
@@ -77,7 +85,7 @@ class HocclWork(dist.Work):
             if self._done.host_wait:
                 event.synchronize()
             else:
-                wait_on_current_stream(event)
+                wait_on_current_stream(event, self._done)
             self._done.let_go()  # later work of the caller's stream is after the call: its tensors may be freed
         return True
 

@@ -28,7 +28,7 @@ POISON = -7
 
 @pytest.fixture(autouse=True)
 def _no_cuda_waits(monkeypatch):
-    monkeypatch.setattr(_work, "wait_on_current_stream", lambda event: None)
+    monkeypatch.setattr(_work, "wait_on_current_stream", lambda event, done=None: None)
 
 
 def _data(rank: int, shape, dtype=torch.float32, salt: int = 0):
@@ -787,6 +787,24 @@ def test_nccl_errors_where_ranks_share_a_gpu_say_how_to_run_it():
     assert nccl.reduce([torch.ones(2)], None) == "work" and nccl.timeout == 5
 
 
+def test_the_works_of_one_batch_make_a_stream_wait_once(monkeypatch):
+    """A batch's Works (a 1F1B send and receive) share one Completion: the first wait() makes the current stream
+    wait for its end event, a second one on the same stream enqueues nothing more, one on another stream does."""
+    monkeypatch.undo()  # the real wait_on_current_stream, its CUDA calls recorded
+    calls, current = [], [11]
+    monkeypatch.setattr(_work, "current_raw_stream", lambda: current[0])
+    monkeypatch.setattr(_work, "stream_wait_event", lambda stream, event: calls.append((stream, event)))
+    event = type("E", (), {"cuda_event": 99})()
+    done = _work.Completion(event, [])
+    send, recv = _work.HocclWork(done), _work.HocclWork(done, [torch.ones(1)])
+    send.wait()
+    recv.wait()
+    assert calls == [(11, 99)]
+    current[0] = 12
+    recv.wait()
+    assert calls == [(11, 99), (12, 99)]
+
+
 def test_get_future_follows_the_call_without_blocking_the_host(monkeypatch):
     """Work.get_future(): the current stream waits for the call's end event (GPU side) and the future is completed
     with the outputs at once; the host never synchronizes (it did: get_future blocked until the call ended)."""
@@ -799,7 +817,7 @@ def test_get_future_follows_the_call_without_blocking_the_host(monkeypatch):
         def query(self):
             return False
 
-    monkeypatch.setattr(_work, "wait_on_current_stream", waited.append)
+    monkeypatch.setattr(_work, "wait_on_current_stream", lambda event, done=None: waited.append(event))
     out = torch.ones(3)
     event = Event()
     fut = _work.HocclWork(_work.Completion(event, [out]), [out]).get_future()

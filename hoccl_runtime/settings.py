@@ -79,7 +79,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                              "landings are through, not once the proxy has seen them); 0: on copy streams of their own "
                              "after an event. Not yet run on a GPU"),
     "HOCCL_BATCH_ISSUE": ("1", "hoccl process groups: dist.batch_isend_irecv issues the group's batch when it returns, "
-                          "as NCCL's does (0: at the first wait on one of its Works)"),
+                          "as NCCL's does, and torch pipelining's batches of sends only or receives only (which newer "
+                          "torch issues op by op) go out at once (0: at the first wait on one of their Works)"),
     "HOCCL_NET_AHEAD": ("2", "network communicators: a call waits (without the GIL) until at most this many earlier "
                         "calls are unfinished, so the application's thread cannot run so far ahead that it blocks in "
                         "CUDA holding the GIL while the proxy thread needs it (0: no bound; with HOCCL_NET_PROXY="

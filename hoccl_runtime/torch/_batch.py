@@ -29,6 +29,7 @@ from torch.overrides import has_torch_function
 
 from ..settings import env_flag
 from ._group import ProcessGroupHoccl
+from ._lone import install_pipelining
 
 __all__ = ["install"]
 
@@ -56,6 +57,7 @@ def install() -> None:
     batch_isend_irecv._hoccl_issues_batch = True  # type: ignore[attr-defined]
     c10d.batch_isend_irecv = batch_isend_irecv
     dist.batch_isend_irecv = batch_isend_irecv
+    install_pipelining()
 
 
 def issue_batches(p2p_op_list: list) -> None:

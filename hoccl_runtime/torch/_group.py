@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from ..errors import GPU_NEEDS, BufferError, CollectiveError, HocclError, UnsupportedOpError
 from ..settings import env_choice, env_int
+from ._lone import ISSUE_NOW, install_pipelining
 from ._ops import check_tensor, exchange, reduce_blocks, reduction, split_bytes
 from ._streams import _Streams
 from ._work import Completion, HocclWork
@@ -103,6 +104,7 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         self.shares_gpu = shares_gpu
         self._nccl = nccl
         self._streams = streams if streams is not None else _Streams(comm.device)
+        install_pipelining()  # where the application imported torch's pipelining (torch/_lone.py)
         self._lock = threading.RLock()
         self._pending: list[_P2P] = []
         self._barrier_buf: Any = None
@@ -377,6 +379,9 @@ class ProcessGroupHoccl(dist.ProcessGroup):
         return [HocclWork(done, [t] if k == "recv" else []) for k, t, _ in ops]
 
     def _defer(self, kind: str, t: Any, peer: int) -> HocclWork:
+        if getattr(ISSUE_NOW, "on", False):  # a batch of one kind of op from torch's pipelining (torch/_lone.py)
+            return self._batch_now([(kind, t, peer)])[0]
+        install_pipelining()  # pipelining imported since: its next one-kind batches are issued at once
         self._checked_p2p(kind, t, peer)
         with self._lock:
             done = Completion(None, [t], issue=self._flush_now)

@@ -280,6 +280,45 @@ def test_batch_isend_irecv_issues_its_batch_when_it_returns(monkeypatch, issue):
         assert torch.equal(got, _data(1 - r, (6,))) and torch.equal(got2, _data(1 - r, (3,), salt=1))
 
 
+@pytest.mark.parametrize("issue", ["1", "0"])
+def test_pipelinings_one_kind_batches_are_issued_at_once(monkeypatch, issue):
+    """torch's pipelining batches (``schedules._batch_p2p``): newer torch issues a batch of sends only, or of
+    receives only, op by op through ``dist.isend``/``irecv`` (torch 2.13), older through ``batch_isend_irecv``;
+    either way a hoccl group issues the ops before ``_batch_p2p`` returns (a lone send deferred would leave a
+    forward late), the peers' calls pair up and the bytes arrive. With HOCCL_BATCH_ISSUE=0 they wait for a wait."""
+    import sys
+
+    from torch.distributed import distributed_c10d as c10d
+    from torch.distributed.pipelining import schedules
+
+    from hoccl_runtime.torch import _lone
+
+    monkeypatch.setenv("HOCCL_BATCH_ISSUE", issue)
+    assert "torch.distributed.pipelining.schedules" in sys.modules
+    if not hasattr(schedules, "_batch_p2p"):
+        pytest.skip("this torch's pipelining has no _batch_p2p")
+
+    def body(g, r):
+        c10d._world.pg_group_ranks[g] = {0: 0, 1: 1}
+        try:
+            _lone.install_pipelining()  # as a group made after pipelining was imported does
+            peer, got = 1 - r, _poisoned((4,))
+            sent = _data(r, (4,), salt=3)
+            first = schedules._batch_p2p([dist.P2POp(dist.isend if r == 0 else dist.irecv, sent if r == 0 else got,
+                                                     group=g, group_peer=peer)])
+            issued = [w._done.event is not None for w in first]
+            for w in first:
+                w.wait()
+            return issued, got, schedules._batch_p2p._hoccl_issues_now
+        finally:
+            c10d._world.pg_group_ranks.pop(g, None)
+
+    res, _ = run_ranks(2, body)
+    for r, (issued, _, wrapped) in enumerate(res):
+        assert wrapped and issued == [issue == "1"], (r, issued)
+    assert torch.equal(res[1][1], _data(0, (4,), salt=3))
+
+
 def test_batch_isend_irecv_of_one_hoccl_group_is_one_call():
     """A batch of plain tensors through one hoccl group goes to the group as one call: its stream follows the
     caller's once per batch (not once per op), the communicator gets every op in one batch, and each op's Work ends

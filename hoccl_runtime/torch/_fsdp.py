@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import HocclError
+from ._streams import EventPool
 from ._work import Completion, HocclWork
 
 __all__ = ["use_for_fsdp", "HocclAllGather", "HocclReduceScatter", "WindowPool"]
@@ -180,6 +181,7 @@ class HocclAllGather:
         self.group, self.comm, self.pool = group, group.comm, pool
         self.direct = bool(getattr(self.comm, "any_stream", False))
         self._warned = False
+        self._events = EventPool()  # the direct path's end events, reused (torch/_streams.py)
 
     def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         numel = 1
@@ -211,8 +213,7 @@ class HocclAllGather:
         self.comm.all_gather_into_tensor(output_tensor, input_tensor, stream=stream)
         if not async_op:
             return None
-        event = torch.cuda.Event()
-        event.record()
+        event = self._events.record()  # on FSDP's all-gather stream, the current one (reused events)
         return HocclWork(Completion(event, [output_tensor, input_tensor]), [output_tensor])
 
 

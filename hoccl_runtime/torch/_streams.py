@@ -13,7 +13,7 @@ import torch
 from .._cuda_streams import event_record, stream_wait_event
 from ._work import current_raw_stream
 
-__all__ = ["_Streams"]
+__all__ = ["_Streams", "EventPool"]
 
 
 
@@ -27,19 +27,41 @@ def _unshared() -> int:
 _UNSHARED = _unshared()
 
 
+class EventPool:
+    """CUDA events recorded one after another, each reused once reached and referred to by nothing but the pool
+    (``sys.getrefcount``), as torch's ProcessGroupNCCL caches its events (``TORCH_NCCL_CUDA_EVENT_CACHE``): a steady
+    loop whose Works are dropped makes a few events, not a ``torch.cuda.Event`` a call with its ``cudaEventCreate``
+    at the first record and ``cudaEventDestroy`` when collected. One still referred to is never recorded again: a
+    Work that waits on it later must wait for its own call, not a later one (which may need work queued after that
+    wait: a pipeline's next receive)."""
+
+    def __init__(self) -> None:
+        self._ends: deque = deque()  # the events in the order recorded: the oldest is reused once done and unshared
+        self.made = 0  # events made (diagnostics)
+
+    def record(self, stream: Any = None) -> Any:
+        """An event recorded on ``stream`` (a torch stream; None: the current one)."""
+        ends, event = self._ends, None
+        if ends and ends[0].query():  # the oldest reached: reused where nothing else refers to it
+            oldest = ends.popleft()
+            if sys.getrefcount(oldest) <= _UNSHARED:
+                event = oldest
+            del oldest
+        if event is None:
+            event = torch.cuda.Event()
+            self.made += 1
+        event.record(stream)
+        ends.append(event)
+        return event
+
+
 class _Streams:
     """The group's CUDA stream and the events that order it with the caller's. Tensors of a call are held here
     until its end event has completed or its Work was waited for, whichever comes first, so memory freed early by
     the caller is not reused under the copies (what NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` does, without
     ``record_stream``'s cost per tensor). Letting go at ``wait()`` makes the moment a tensor can be freed a point
-    of the program, the same on every rank, not one of GPU timing (FSDP's window blocks come back then).
-
-    A call's end event is made once and recorded again by later calls, as torch's ProcessGroupNCCL caches its
-    events (``TORCH_NCCL_CUDA_EVENT_CACHE``): an event whose record has completed and that no Work, hold or caller
-    refers to any more (only this group does) is the next call's, instead of a new ``torch.cuda.Event`` whose
-    ``cudaEventCreate`` at its first record and ``cudaEventDestroy`` when collected cost the training thread two
-    driver calls a call. One still referred to is never recorded again: a Work that waits on it later must wait
-    for its own call, not a later one (which may need work queued after that wait: a pipeline's next receive)."""
+    of the program, the same on every rank, not one of GPU timing (FSDP's window blocks come back then). The calls'
+    end events come from an :class:`EventPool`."""
 
     def __init__(self, device: int):
         self.device = device
@@ -48,8 +70,7 @@ class _Streams:
         self._ready = torch.cuda.Event()
         self._ready.record(self.stream)  # made now (torch makes an event at its first record): its handle is used
         self._held: deque = deque()  # (end event, tensors) of calls that may still run
-        self._ends: deque = deque()  # end events in the order recorded: the oldest is reused once done and unshared
-        self.made = 0  # end events made (diagnostics: a steady loop makes a few, then reuses them)
+        self.events = EventPool()  # the calls' end events
 
     def follow(self) -> None:
         """The group's stream waits for the work on the caller's current stream so far (one reused event:
@@ -69,17 +90,7 @@ class _Streams:
         held = self._held
         while held and held[0][0].query():
             held.popleft()
-        ends, event = self._ends, None
-        if ends and ends[0].query():  # the oldest end reached: reused where nothing else refers to it
-            oldest = ends.popleft()
-            if sys.getrefcount(oldest) <= _UNSHARED:
-                event = oldest
-            del oldest
-        if event is None:
-            event = torch.cuda.Event()
-            self.made += 1
-        event.record(self.stream)
-        ends.append(event)
+        event = self.events.record(self.stream)
         if tensors:
             held.append((event, tensors))
         return event

@@ -678,7 +678,7 @@ def test_a_call_holds_its_tensors_until_waited_for(monkeypatch):
         s = _group._Streams.__new__(_group._Streams)  # the real hold, no CUDA stream
         s.device, s.stream, s.handle, s._held = 0, types.SimpleNamespace(wait_event=lambda e: None), None, \
             collections.deque()
-        s._ends, s.made = collections.deque(), 0
+        s.events = _streams.EventPool()
         s._ready = Pending()
         return s
 
@@ -928,23 +928,23 @@ def test_a_calls_end_event_is_reused_once_reached_and_unreferenced(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     s = _streams._Streams.__new__(_streams._Streams)  # no CUDA stream: end() only records on it
-    s.stream, s._held, s._ends, s.made = None, collections.deque(), collections.deque(), 0
+    s.stream, s._held, s.events = None, collections.deque(), _streams.EventPool()
     gc.disable()  # reference counts alone decide here
     try:
         first = s.end([])
-        assert s.made == 1
+        assert s.events.made == 1
         second = s.end([])  # the first not reached: a new one
-        assert s.made == 2 and second is not first
+        assert s.events.made == 2 and second is not first
         first.reached = True
         kept = first  # a Work of the first call still holds its event
         third = s.end([])
-        assert s.made == 3 and third is not first and first.records == 1
+        assert s.events.made == 3 and third is not first and first.records == 1
         del kept, first
         second.reached = True
         ident, second_records = id(second), second.records
         del second
         fourth = s.end(["tensor"])  # the second: reached, and only the group has it
-        assert s.made == 3 and id(fourth) == ident and fourth.records == second_records + 1
+        assert s.events.made == 3 and id(fourth) == ident and fourth.records == second_records + 1
         assert list(s._held) == [(fourth, ["tensor"])]
         third.reached = fourth.reached = True
         del third, fourth
@@ -952,6 +952,6 @@ def test_a_calls_end_event_is_reused_once_reached_and_unreferenced(monkeypatch):
             e = s.end(["t"])
             e.reached = True
             del e
-        assert s.made == 3 and len(s._ends) == 2
+        assert s.events.made == 3 and len(s.events._ends) == 2
     finally:
         gc.enable()

@@ -122,25 +122,34 @@ def counted_start(counter: Any) -> list:
     return [counter, MemOps().write(counter, 0), 0]
 
 
-def enqueue_counted(stream: int, counted: list, prepare: Any, submit: Any) -> None:
+def enqueue_counted(stream: int, counted: list, prepare: Any, submit: Any, launch: Any) -> None:
     """A call on ``stream`` alone that the stream does not wait for (HOCCL_NET_ONE_STREAM=2): ``prepare((START,
     count))`` enqueues the copies (staging then landing, after which the stream goes on in its own order) with
     START moved on to the stream's next count first in their first batch (``counted``: :func:`counted_start`), then
     ``submit(prepared, count)``, and no DONE: a 1F1B exchange is 5 driver calls. The proxy sees START as a counter
     (:class:`~hoccl_runtime.net.callproxy.StartFlag`), so the next call setting it before the proxy looked at this
-    one loses nothing. A ``prepare`` that raises is submitted as (None, count), START written here on its own (the
-    same count twice, where the failed list had written it, is the same): the proxy then only takes its START; the
-    error is raised here."""
+    one loses nothing. A run from a kept launch list is told to the proxy before it is launched
+    (``prepare(start, deferred)`` fills it in and leaves its launch in ``deferred``; ``launch(prepared, deferred)``
+    issues it), so the proxy opens its first gates while the driver calls are made. A ``prepare`` that raises is
+    submitted as (None, count); a launch that raises leaves its run to the proxy, which fails it at its timeout
+    (:meth:`~hoccl_runtime.net.gpu.GpuNodeExecutor.launch_deferred`). Either way START is written here on its own
+    (the same count twice, where the failed list had written it, is the same), the proxy takes it, and the error is
+    raised here."""
     counter, batch, n = counted
     n = counted[2] = n % 0xFFFFFFFF + 1  # 1, 2, ... modulo 2**32, never 0 (the flag starts at 0)
-    prepared, error = None, None
+    prepared, error, deferred = None, None, []
     try:
-        prepared = prepare((counter, n))
+        prepared = prepare((counter, n), deferred)
     except BaseException as exc:  # noqa: BLE001 - raised below, once the proxy has the call
         error = exc
-        batch.set_value(0, n).enqueue(stream)
     submit(prepared, n)
+    if error is None and deferred:
+        try:
+            launch(prepared, deferred)
+        except BaseException as exc:  # noqa: BLE001 - the proxy fails the run at its timeout, on both nodes
+            error = exc
     if error is not None:
+        batch.set_value(0, n).enqueue(stream)
         raise error
 
 

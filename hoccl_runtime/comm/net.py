@@ -519,8 +519,9 @@ class NetCommunicator(_Calls):
                 mode = self._one_stream if self._one_stream and self._executor.one_stream(plan) else 0
                 if mode == 2:  # START a counter, the copies on the stream, no DONE wait
                     counted = self._counted[s]
-                    enqueue_counted(s, counted, lambda start: self._executor.prepare(
-                        plan, {r: (inp, out)}, stream=s, start=start), self._submitter(key, (counted[0], None)))
+                    enqueue_counted(s, counted, lambda start, deferred: self._executor.prepare(
+                        plan, {r: (inp, out)}, stream=s, start=start, deferred=deferred),
+                        self._submitter(key, (counted[0], None)), self._executor.launch_deferred)
                     return
                 pair = self._pairs[s]
                 if mode == 1:  # START, the copies on the stream, the DONE wait in their last batch

@@ -17,13 +17,12 @@ from hoccl_compiler.schema import Plan
 from .._cuda import cuda_errors, enable_peer_access, set_device  # no CUDA at import (the driving half runs without it)
 from .._cuda_memory import free, malloc
 from .._cuda_streams import stream_synchronize
-from .._timer import fine_sleeps
-from ..errors import HocclTimeoutError, TransportError
-from ..flags import Flag, FlagPool, MemOps, as_int32, reached
+from ..errors import TransportError
+from ..flags import Flag, FlagPool, MemOps, reached
 from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
 from .chained import Chained
-from .host import HostNodeExecutor
+from .gated import MAX_SLOTS, RING_BYTES, GatedNodeExecutor, PreparedRun, flag_count, open_gates, ring_slots
 from .template import START
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
@@ -33,159 +32,14 @@ __all__ = ["GpuNodeExecutor", "GatedNodeExecutor", "open_gates", "PreparedRun", 
 
 
 
-# Staging ring per GPU and direction when the caller does not give ``slots``: measured on the 2x H200 host
-# (1 GiB over TCP, 8 lanes, docs/benchmarks.md) 4 slots of 8 MiB ran at 0.64-0.74 of the transport alone
-# under the same protocol, 32 slots of 8 MiB at 0.84-0.95: the ring must hold enough chunks to keep every
-# lane busy while the copies and credits of earlier chunks complete. The same number of slots on every
-# node (the sender picks the remote slot).
-RING_BYTES = 256 << 20
-MAX_SLOTS = 64
-
-
-def flag_count(gpus: int, slots: int) -> int:
-    """Flags a :class:`GpuNodeExecutor` of ``gpus`` GPUs with ``slots`` ring slots allocates: go / staged and
-    arrived / landed per GPU and slot, an end flag per copy stream."""
-    return 4 * gpus * slots + 2 * gpus * gpus + gpus + 8
-
-
-def ring_slots(chunk_bytes: int, ring_bytes: int = RING_BYTES) -> int:
-    """Slots of a staging ring of about ``ring_bytes`` for chunks of ``chunk_bytes`` (4 to MAX_SLOTS)."""
-    if ring_bytes < 1:
-        raise TransportError(f"ring_bytes={ring_bytes}: give the staging ring size in bytes (default {RING_BYTES})")
-    return max(4, min(MAX_SLOTS, ring_bytes // max(1, chunk_bytes)))
-
-
-class PreparedRun:
-    """One run of a plan whose every GPU copy is already enqueued (:meth:`GpuNodeExecutor.prepare`): the gates
-    that the run opens, in the order it opens them, per staging slot, and the counters the copy streams write
-    when they are through."""
-
-    __slots__ = ("plan", "send", "recv", "ends")
-
-    def __init__(self, plan: Plan):
-        self.plan = plan
-        self.send: dict[tuple[int, int], deque] = {}  # (ū, slot) -> (go flag, staged flag, count, bytes) per use
-        self.recv: dict[tuple[int, int], deque] = {}  # (v̄, slot) -> (arrived flag, landed flag, count, bytes)
-        self.ends: list[tuple[Flag, int]] = []        # per copy stream: its end flag and the count it writes last
-
-
-def open_gates(prepared: PreparedRun) -> None:
-    """Open every gate of a run that will not be driven to its end (it failed, or an earlier one did), so that its
-    copy streams finish (moving stale bytes) instead of waiting forever."""
-    for gates in (*prepared.send.values(), *prepared.recv.values()):
-        if gates:
-            gate, _, c, _ = gates[-1]  # counters only grow: the last opens every earlier wait too
-            if not reached(gate, c):
-                gate.write(as_int32(c))
-            gates.clear()
-
-
-class GatedNodeExecutor(HostNodeExecutor):
-    """The driving half of :class:`GpuNodeExecutor`, free of CUDA: it runs the network protocol of a run whose
-    copies were enqueued already (:class:`PreparedRun`), opening their gates (counter flags in host memory the
-    GPU waits on) as slots free and chunks arrive, and reading the counters the copy streams write. The rings and
-    flags are host memory the GPU reaches (pinned, or shared memory registered with CUDA by the process that
-    enqueues the copies), so this half runs in that process's proxy thread or in a process of its own
-    (:mod:`hoccl_runtime.net.proxyproc`)."""
-
-    direct_receive = False  # TCP lands in host memory: always through the receive ring
-    multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (net/chained.py)
-    _current: PreparedRun | None = None
-    _release: Any = None
-
-    def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
-            prepared: PreparedRun | None = None, release: Any = None, stream_reached: Any = None) -> None:
-        """Drive ``prepared`` (a run whose copies were enqueued, possibly by another thread or process) to
-        completion, opening its gates and reading its counters: no CUDA call. ``release()``, where given, is called
-        once every copy of the run is through (the staging copies took what this node sends, the landing copies put
-        what it receives in place), while its last network writes may still be leaving: the caller lets its stream
-        go on there, as NCCL's send does once the data is in its buffers (an error after that is the next call's).
-
-        ``stream_reached()``, where given, says whether the caller's stream has reached the call yet: the run was
-        started before (:class:`~hoccl_runtime.net.callproxy.CallProxy`'s ``early``), so that its notices, its wait
-        for the other nodes and the gates of its first staging copies are done while the stream computes (the copies
-        themselves wait for the stream on the GPU). Until it has, no lack of progress counts towards the timeout,
-        and ``release`` waits for it."""
-        if prepared is None:
-            raise TransportError(f"node {self.node}: this executor only drives prepared runs (their copies enqueued "
-                                 "by GpuNodeExecutor.prepare); give prepared=")
-        self._current, self._release, self._reached_fn = prepared, release, stream_reached
-        try:
-            self.plan = prepared.plan
-            with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
-                self._drive()
-                while not self._stream_reached():  # a run with nothing that waits for its stream (no copies here)
-                    time.sleep(self.poll_s)
-                self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
-                self._tick()  # release, if the driving loop ended before it saw the copies through
-        except BaseException:
-            self._failed = True
-            self.release(prepared)
-            raise
-        finally:
-            self._reached_fn = None
-
-    _reached_fn: Any = None
-
-    def _stream_reached(self) -> bool:
-        """Whether the caller's stream has reached the run's call (always, where the run was started after it)."""
-        fn = self._reached_fn
-        if fn is None:
-            return True
-        if not fn():
-            return False
-        self._reached_fn = None
-        self._mark("stream")
-        return True
-
-    def _stream_waiting(self) -> bool:
-        return not self._stream_reached()
-
-    def _tick(self) -> None:
-        if self._release is not None and self._stream_reached() and \
-                all(reached(flag, c) for flag, c in self._current.ends):
-            release, self._release = self._release, None
-            release()
-
-    def release(self, prepared: PreparedRun) -> None:
-        """Open every gate of a run that will not be driven to its end (:func:`open_gates`)."""
-        open_gates(prepared)
-
-    def _wait(self, ready: Any, what: str) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while not ready():
-            if time.monotonic() > deadline:
-                raise HocclTimeoutError(f"node {self.node}: the GPU did not finish {what} within {self.timeout_s:g} s "
-                                        "(a copy that never ran: is the GPU hung?)")
-            time.sleep(min(20e-6, self.poll_s))
-
-    def _gate(self, side: dict, key: tuple, n: int) -> tuple:
-        gates = side.get(key)
-        if not gates:
-            raise TransportError(f"node {self.node}: the run asked for a copy of slot {key} that was not prepared "
-                                 "(prepare and run must see the same plan)")
-        gate, done, c, nb = gates.popleft()
-        if nb != n:
-            raise TransportError(f"node {self.node}: slot {key} was prepared for {nb} bytes, the run moves {n}")
-        gate.write(as_int32(c))
-        return done, c
-
-    def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:
-        """Enqueued by prepare (no gate: only after the callers' events)."""
-
-    def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
-        return self._gate(self._current.send, (ubar, slot // self.chunk), n)
-
-    def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
-        return self._gate(self._current.recv, (vbar, slot // self.chunk), n)
-
-    def _done(self, token: object) -> bool:
-        flag, c = token
-        return reached(flag, c)  # the copy's stream wrote it: no driver call
-
-    def _finish_run(self) -> None:
-        """Nothing: a run's copies end when their staged and landed counters were seen (the base class waits for
-        them), and :meth:`run` waits for every stream's end counter."""
+def _per_plan(cache: dict, plan: Plan, compute: Any) -> Any:
+    """``compute(plan)``, kept per plan object (the 32 most recent; keyed by id, the plan kept with it)."""
+    hit = cache.get(id(plan))
+    if hit is None or hit[0] is not plan:
+        hit = cache[id(plan)] = (plan, compute(plan))
+        while len(cache) > 32:
+            cache.pop(next(iter(cache)))
+    return hit[1]
 
 
 class GpuNodeExecutor(GatedNodeExecutor):
@@ -256,7 +110,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._last_end: dict[int, tuple[Flag, int]] = {}  # stream -> the end count of the last run prepared on it
         self._counts: dict[object, int] = {}  # the last count of every gate and end flag
         self._events: dict[tuple, int] = {}  # multicast plans: (GPU, stage, transfer, chunk) -> event (net/chained.py)
-        self._bounds_checked: dict[int, Plan] = {}  # id -> plan: plans whose transfers were checked in bounds
+        self._bounds_checked: dict[int, tuple] = {}  # id -> (plan, None): plans whose transfers were checked in bounds
         self._one_stream: dict[int, tuple[Plan, bool]] = {}  # id -> (plan, whether it may run on one stream)
         from ..settings import env_int
         from .template import Templates
@@ -341,18 +195,18 @@ class GpuNodeExecutor(GatedNodeExecutor):
     # --- the copies, enqueued up front ------------------------------------------------------------------------
     def prepare(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
                 after: Sequence[int] = (), stream: int | None = None, finish: MemOps | None = None,
-                start: tuple[Flag, int] | None = None) -> PreparedRun:
+                start: tuple[Flag, int] | None = None, deferred: list | None = None) -> PreparedRun:
         """Enqueue every copy of one run of ``plan`` on ``buffers`` (default: the executor's) and return what
         :meth:`run` needs to drive it. Runs are driven in the order they were prepared; preparing may go ahead
         of driving (the network communicators prepare at call time, their proxy drives). ``after``: CUDA events
         (raw handles) that every copy of the run waits for on the GPU.
 
-        ``stream`` (a raw handle; only where :meth:`one_stream` says the plan may): every copy of the run goes on
-        that stream, in order after what it holds already (no event, no copy stream), the staging copies before the
-        landing ones, and ``finish`` (memory operations, e.g. the caller's DONE wait) joins the batch that writes
-        the run's end count (HOCCL_NET_ONE_STREAM, comm/calls.py): a 1F1B exchange's copies are 5 driver calls on
-        its stream instead of 8 on two copy streams (and the event they wait for). ``start`` (flag, count): the
-        caller's START counter, written first in the run's first batch (HOCCL_NET_ONE_STREAM=2)."""
+        ``stream`` (a raw handle, where :meth:`one_stream` allows): every copy goes on that stream after what it
+        holds (no event, no copy stream), staging copies before landing ones, ``finish`` (e.g. the caller's DONE
+        wait) in the batch that writes the end count, and ``start`` (flag, count: the caller's START counter) first
+        in the first batch (HOCCL_NET_ONE_STREAM, comm/calls.py): a 1F1B exchange's copies are 5 driver calls, not
+        8 on two copy streams. ``deferred`` (a list): a run from a kept list is filled in and its launch appended
+        there, for :meth:`launch_deferred` once the caller has told the proxy (a run built anew launches here)."""
         plan = self.plan if plan is None else plan
         if plan is not self.plan or buffers is not None:
             self._only_with_reuse()
@@ -371,7 +225,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         key = kept.key(plan, on, bound) if kept is not None else None
         try:
             issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan),
-                                        start) if kept is not None else (False, None)
+                                        start, deferred) if kept is not None else (False, None)
             if issued:
                 return run
             ops = self._enqueue(run, bound, after, stream, finish, start)
@@ -390,17 +244,29 @@ class GpuNodeExecutor(GatedNodeExecutor):
     def _checked_bounds(self, plan: Plan) -> None:
         """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
         plan object (a few recent ones remembered)."""
-        seen = self._bounds_checked
-        if seen.get(id(plan)) is plan:
-            return
         from .._trust import verified
         from ..program import check_bounds
 
-        verified(plan)  # the one door (as the host executor's): verify_plan unless this process compiled it
-        check_bounds(plan)
-        seen[id(plan)] = plan
-        while len(seen) > 32:
-            seen.pop(next(iter(seen)))
+        def check(p: Plan) -> None:
+            verified(p)  # the one door (as the host executor's): verify_plan unless this process compiled it
+            check_bounds(p)
+        _per_plan(self._bounds_checked, plan, check)
+
+    def launch_deferred(self, run: PreparedRun, deferred: list) -> None:
+        """Issue what :meth:`prepare` left in ``deferred`` for ``run`` (CUDA's errors word the plan). A launch that
+        fails leaves the run's gates shut: its driver, told of it already, then finds its copies never coming and
+        fails the communicator at its timeout on this node and the other (an error on both, not wrong bytes on the
+        other node that open gates would have sent it), and opens every gate then, so no stream waits for ever. Its
+        streams' last end counts go back to the runs before (which were launched), for :meth:`close` to wait on."""
+        try:
+            with self._enqueuing(run.plan):
+                for launch in deferred:
+                    launch()
+        except BaseException:
+            stream_of = {id(flag): s for s, flag in self._ends.items()}
+            for flag, c in run.ends:
+                self._last_end[stream_of[id(flag)]] = (flag, (c - 2) % 0xFFFFFFFF + 1)  # the count before c
+            raise
 
     def one_stream(self, plan: Plan) -> bool:
         """Whether a run of ``plan`` may go on its caller's stream alone (:meth:`prepare`'s ``stream``): one stage,
@@ -408,15 +274,11 @@ class GpuNodeExecutor(GatedNodeExecutor):
         for a slot that earlier runs hold, never for one this run's own landings (queued behind it on the one
         stream) would free on the far side; and the staging copies go first, so neither side's landings hold its
         sends back."""
-        fits = self._one_stream.get(id(plan))
-        if fits is None or fits[0] is not plan:
-            tr = plan.stages[0].transfers if len(plan.stages) == 1 else None
-            ok = tr is not None and not (plan.options.multicast and any(v >= 0 for v in plan.flows.via)) and all(
+        def fits(p: Plan) -> bool:
+            tr = p.stages[0].transfers if len(p.stages) == 1 else None
+            return tr is not None and not (p.options.multicast and any(v >= 0 for v in p.flows.via)) and all(
                 -(-n // self.chunk) <= self.slots for n, role in zip(tr.bytes, tr.role, strict=True) if role == RDMA)
-            if len(self._one_stream) > 64:
-                self._one_stream.clear()
-            fits = self._one_stream[id(plan)] = (plan, ok)
-        return fits[1]
+        return _per_plan(self._one_stream, plan, fits)
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int], on: int | None = None,
                  finish: MemOps | None = None, start: tuple[Flag, int] | None = None) -> list[Op]:
@@ -519,12 +381,10 @@ class GpuNodeExecutor(GatedNodeExecutor):
                         land()
                     else:
                         landings.append(land)
-            for land in landings:  # one stream: the landings after every staging copy (see one_stream)
-                land()
-            landings.clear()
+            while landings:  # one stream: the landings after every staging copy (see one_stream)
+                landings.pop(0)()
         if start is not None and on not in used:  # no copy on it: START still goes first, with the end count
             used[on] = next(iter(bound.values()))[2]
-            ops.append(Device(used[on]))
         for s, device in used.items():  # each stream says when it is through with the run
             flag = self._ends.get(s)
             if flag is None:

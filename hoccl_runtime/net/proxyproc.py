@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, as_int32
 from .callproxy import CallProxy, DoneOnce, StartFlag
-from .gpu import GatedNodeExecutor, PreparedRun, open_gates
+from .gated import GatedNodeExecutor, PreparedRun, open_gates
 from .trace import write_trace
 from .transport.base import Region, Transport
 

@@ -83,10 +83,11 @@ class RunTemplate:
         t.after = {key: counts[key] for key in used}
         return t
 
-    def issue(self, run: Any, counts: dict, start: tuple | None = None) -> None:
+    def issue(self, run: Any, counts: dict, start: tuple | None = None, deferred: list | None = None) -> None:
         """Fill ``run`` (a fresh PreparedRun of the same plan) with this run's gates, counts moved on from
         ``counts`` (the executor's counters, advanced here), and issue the launch list. ``start``: (flag, count) of
-        the caller's START, written with the count given (a list kept with one)."""
+        the caller's START, written with the count given (a list kept with one). ``deferred``: the launch is appended
+        there instead, for the caller to issue (once it has told the proxy: GpuNodeExecutor.prepare)."""
         by = {key: counts.get(key, 0) - was for key, was in self.before.items()}
         for block, at, key, value in self.slots:
             _VALUE.pack_into(block, at, start[1] if key is START else _moved(value, by[key]))
@@ -99,7 +100,10 @@ class RunTemplate:
         run.ends = [(f, _moved(c, by[key])) for f, key, c in self.ends]
         for key, value in self.after.items():
             counts[key] = _moved(value, by[key])
-        self.launch()
+        if deferred is None:
+            self.launch()
+        else:
+            deferred.append(self.launch)
 
 
 _SEEN = object()  # a key run once: its template is made at its second run
@@ -120,11 +124,12 @@ class Templates:
         return (id(plan), tuple(after), *((b[0].ptr, b[0].nbytes, b[1].ptr, b[1].nbytes) for b in bound.values()))
 
     def issue(self, key: tuple, run: Any, counts: dict, last_end: dict, errors: Callable,
-              start: tuple | None = None) -> tuple[bool, dict | None]:
+              start: tuple | None = None, deferred: list | None = None) -> tuple[bool, dict | None]:
         """Issue ``run`` from the key's kept list if there is one: (True, None). Else (False, the counters before the
         run, which the caller builds and then :meth:`keep` s) at the key's second run (or where its plan object
         changed), (False, None) at its first. ``last_end``: stream -> its last end count, updated; ``errors()``: the
-        context that words CUDA's errors; ``start``: the caller's START (flag, count) where the key's list has one."""
+        context that words CUDA's errors; ``start``: the caller's START (flag, count) where the key's list has one;
+        ``deferred``: see :meth:`RunTemplate.issue`."""
         template = self._cache.hit(key)
         if template is None or template is _SEEN or template.plan is not run.plan:
             self.built += 1
@@ -133,7 +138,7 @@ class Templates:
                 return False, None
             return False, dict(counts)
         with errors():
-            template.issue(run, counts, start)
+            template.issue(run, counts, start, deferred)
         for (flag, c), (_, counter, _) in zip(run.ends, template.ends, strict=True):
             last_end[counter[1]] = (flag, c)
         self.reissued += 1

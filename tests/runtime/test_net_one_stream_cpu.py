@@ -288,3 +288,57 @@ def test_the_watchers_drain_takes_counted_and_flag_starts():
     counter.write(6)  # its stream comes after all: a later drain releases it
     px._drain()
     assert finished.read() == 3 and not px._pending
+
+
+def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ranks_without_a_hang(monkeypatch):
+    """HOCCL_NET_ONE_STREAM=2 tells the proxy of a run from a kept launch list before launching it. A launch that
+    fails then (a CUDA error) is the caller's CudaError; its run's gates stay shut, so its proxy fails the call at
+    the communicator's timeout and the other rank's call fails too: an error on both ranks, not wrong bytes sent to
+    the other one, and no stream or proxy left waiting."""
+    from hoccl_runtime.errors import CudaError, HocclError
+    from hoccl_runtime.net import template
+
+    class CUDARuntimeError(RuntimeError):  # CuPy's class name, as cuda_error recognises it
+        pass
+
+    real = template.RunTemplate.issue
+    fail = threading.local()  # .now: this rank's next launch from a kept list fails
+
+    def issue(self, run, counts, start=None, deferred=None):
+        real(self, run, counts, start, deferred)
+        if deferred and getattr(fail, "now", False):
+            fail.now = False
+            deferred[:] = [lambda: (_ for _ in ()).throw(CUDARuntimeError("cudaErrorLaunchFailure: unspecified"))]
+
+    monkeypatch.setattr(template.RunTemplate, "issue", issue)
+    monkeypatch.setenv("HOCCL_NET_ONE_STREAM", "2")
+    fake_cuda.install(monkeypatch, async_streams=True)
+    from hoccl_runtime.comm.net import NetCommunicator
+
+    def body(comm, r):
+        inp, out = np.full(4096, r + 1, np.uint8), np.zeros(8192, np.uint8)
+        for _ in range(3):  # the third run comes from the kept list
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            comm.synchronize()
+        good = out.tolist() == [1] * 4096 + [2] * 4096
+        fail.now = r == 0
+        out[:] = 0xA5
+        t0 = time.monotonic()
+        raised = None
+        try:
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            comm.synchronize()
+        except HocclError as exc:
+            raised = exc
+        drained = threading.Event()
+        fake_cuda._issue(drained.set, 7)
+        return good, type(raised).__name__, str(raised), time.monotonic() - t0, drained.wait(10)
+
+    store = fake_cuda.Store()
+    results = fake_cuda.run_ranks(2, lambda r: NetCommunicator(r, 2, r, store, timeout_s=3, chunk_bytes=CHUNK,
+                                                               lanes=2), body, timeout_s=60)
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results
+        good, kind, message, waited, drained = results[r]
+        assert good and kind != "NoneType" and waited < 20 and drained, (r, results[r])
+    assert results[0][1] == CudaError.__name__ and "cudaErrorLaunchFailure" in results[0][2], results[0]

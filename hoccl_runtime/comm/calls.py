@@ -142,7 +142,13 @@ def enqueue_counted(stream: int, counted: list, prepare: Any, submit: Any, launc
         prepared = prepare((counter, n), deferred)
     except BaseException as exc:  # noqa: BLE001 - raised below, once the proxy has the call
         error = exc
-    submit(prepared, n)
+    try:
+        submit(prepared, n)
+    except BaseException:
+        if deferred:  # no proxy to tell (it is gone, and opened the run's gates): the copies run through, their end
+            with contextlib.suppress(Exception):  # counts written, so that nothing waits for them at close
+                launch(prepared, deferred)
+        raise
     if error is None and deferred:
         try:
             launch(prepared, deferred)

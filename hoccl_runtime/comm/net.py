@@ -498,7 +498,8 @@ class NetCommunicator(_Calls):
         if s not in self._pairs:
             if len(self._pairs) >= MAX_STREAMS:
                 raise HocclError(f"this network communicator's calls came on {MAX_STREAMS} streams already; use "
-                                 "fewer streams (each takes a pair of flags), or another communicator")
+                                 "fewer streams (each takes three flags: START, DONE and a START counter), or another "
+                                 "communicator")
             self._pairs[s] = (self._flags.allocate(), self._flags.allocate())
             self._counted[s] = counted_start(self._flags.allocate())
 
@@ -532,8 +533,9 @@ class NetCommunicator(_Calls):
                         plan, {r: (inp, out)}, after=(event,)), self._submitter(key, pair))
 
     def _submitter(self, key: CallKey, pair: tuple) -> Any:
-        """``submit(prepared, count)`` of a call to the proxy: (START, DONE) of its stream, DONE None where the stream
-        waits for none (then ``count`` is START's, a counter: callproxy.StartFlag)."""
+        """``submit(prepared, x)`` of a call to the proxy with (START, DONE) of its stream. DONE None: the stream
+        waits for none and ``x`` is START's count, a counter (callproxy.StartFlag, enqueue_counted); else ``x`` is
+        ignored (enqueue_call and enqueue_on_stream pass their error there)."""
         if self._arena is not None:  # the proxy process
             return lambda prepared, count: self._proxy.submit((key, prepared, pair, count if pair[1] is None else None))
         return lambda prepared, count: self._proxy.submit(

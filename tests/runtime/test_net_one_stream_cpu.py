@@ -342,3 +342,55 @@ def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ra
         good, kind, message, waited, drained = results[r]
         assert good and kind != "NoneType" and waited < 20 and drained, (r, results[r])
     assert results[0][1] == CudaError.__name__ and "cudaErrorLaunchFailure" in results[0][2], results[0]
+
+
+@pytest.mark.parametrize("fails", ["none", "prepare", "submit", "launch"])
+def test_enqueue_counted_tells_launches_and_keeps_start_in_step(monkeypatch, fails):
+    """comm.calls.enqueue_counted with stand-ins: the count moves on every call (1, 2, ...); a deferred launch comes
+    after the proxy was told; START is written on its own where the list may not have written it (a failed prepare
+    or launch); a proxy that cannot be told (gone) still gets the deferred launch run (its gates are open), so its
+    end counts are written; every failure is raised."""
+    from hoccl_runtime.comm import calls
+
+    events, written = [], []
+
+    class Batch:  # the START batch: records its writes
+        def set_value(self, i, value):
+            self.value = value
+            return self
+
+        def enqueue(self, stream):
+            written.append((stream, self.value))
+
+    counted = ["counter", Batch(), 0]
+
+    def prepare(start, deferred):
+        events.append(("prepare", start))
+        if fails == "prepare":
+            raise RuntimeError("prepare failed")
+        deferred.append("launch me")
+        return "run"
+
+    def submit(prepared, n):
+        events.append(("submit", prepared, n))
+        if fails == "submit":
+            raise RuntimeError("the proxy is gone")
+
+    def launch(prepared, deferred):
+        events.append(("launch", prepared, list(deferred)))
+        if fails == "launch":
+            raise RuntimeError("launch failed")
+
+    for n in (1, 2):
+        events.clear()
+        if fails == "none":
+            calls.enqueue_counted(7, counted, prepare, submit, launch)
+        else:
+            with pytest.raises(RuntimeError, match="failed|gone"):
+                calls.enqueue_counted(7, counted, prepare, submit, launch)
+        assert events[0] == ("prepare", ("counter", n))
+        if fails == "prepare":
+            assert events[1:] == [("submit", None, n)]
+        else:
+            assert events[1:] == [("submit", "run", n), ("launch", "run", ["launch me"])]
+    assert written == ([] if fails in ("none", "submit") else [(7, 1), (7, 2)])

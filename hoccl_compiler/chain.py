@@ -105,11 +105,11 @@ class StageChain:
         queue (its latest upstream's) would hold back all of its waiting work, and add up the last chunks round a
         node's ring once per hop of the deepest path.
 
-        ``ports``: (out port, in port, bytes, out-port and in-port bandwidth) per global piece, or None. Where
-        waiting pieces released at one moment on one port sit on several queues, those queues share the port
-        (:func:`_released_together`): a block forwarded whole to several GPUs (one chunk each) and dealt over
-        several DMA queues ends no sooner than the port moves all of it, not at the port's full bandwidth on every
-        queue. Pieces of one queue run one after another anyway (the makespan above)."""
+        ``ports``: (out port, bytes, out-port bandwidth) per global piece (port -1 where it shares with no other
+        queue), or None. Where waiting pieces released at one moment on one port sit on several queues, those
+        queues share the port (:func:`_released_together`): a block forwarded whole to several GPUs (one chunk each)
+        and dealt over several DMA queues ends no sooner than the port moves all of it, not at the port's full
+        bandwidth on every queue. Pieces of one queue run one after another anyway (the makespan above)."""
         begin = self.end.copy()
         end = begin + busy[:begin.size]
         if piece.size:
@@ -142,39 +142,29 @@ class StageChain:
 
 
 def _released_together(release: np.ndarray, piece: np.ndarray, queue: np.ndarray, whole: np.ndarray,
-                       out_port: np.ndarray, in_port: np.ndarray, nbytes: np.ndarray, out_cap: np.ndarray,
-                       in_cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                       out_port: np.ndarray, nbytes: np.ndarray, out_cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where waiting pieces (global indices ``piece``, released at ``release``) released at one moment (to the
-    nanosecond) on one port sit on several queues, the queues share the port max-min fairly, as the chunk
-    simulation has it: each queue's share of them (its pieces one after another: their whole times, and L bytes)
-    ends no sooner than the moment plus its whole times plus min(L, L') / bandwidth for every other queue's share
-    L'. Returns (queue, that end) per such share, over the out-ports and the in-ports; local copies (port -1)
-    share nothing."""
-    at = np.round(release * 1e9).astype(np.int64)
-    _, moment = np.unique(at, return_inverse=True)
-    q = queue[piece]
-    b = nbytes[piece].astype(np.float64)
-    queues, ends = [], []
-    for port, cap in ((out_port, out_cap), (in_port, in_cap)):
-        p = port[piece]
-        use = np.flatnonzero(p >= 0)
-        if not use.size:
-            continue
-        pm = moment[use].astype(np.int64) * (int(p.max()) + 1) + p[use]  # (moment, port)
-        keys, share = np.unique(pm * (int(q.max()) + 1) + q[use], return_inverse=True)  # (moment, port, queue)
-        load = np.bincount(share, weights=b[use], minlength=keys.size)
-        own = np.bincount(share, weights=whole[piece[use]], minlength=keys.size)
-        first = np.zeros(keys.size, np.int64)
-        first[share] = use  # a piece of each share, for its moment and port's bandwidth
-        group = keys // (int(q.max()) + 1)
-        if np.unique(group).size == keys.size:
-            continue  # no moment and port with more than one queue
-        delay = shared_delay(group, load) / cap[piece[first]]
-        queues.append(q[first])
-        ends.append(release[first] + own + delay)
-    if not queues:
+    nanosecond) on one out-port sit on several queues (a GPU's DMA queues), the queues share the port max-min fairly,
+    as the chunk simulation has it: each queue's share of them (its pieces one after another: their whole times,
+    and L bytes) ends no sooner than the moment plus its whole times plus min(L, L') / bandwidth for every other
+    queue's share L'. Returns (queue, that end) per such share; pieces of port -1 share nothing."""
+    p = out_port[piece]
+    use = np.flatnonzero(p >= 0)
+    if not use.size:
         return np.zeros(0, np.int64), np.zeros(0)
-    return np.concatenate(queues), np.concatenate(ends)
+    _, moment = np.unique(np.round(release[use] * 1e9).astype(np.int64), return_inverse=True)
+    q = queue[piece[use]]
+    width = int(q.max()) + 1
+    keys, share = np.unique((moment.astype(np.int64) * (int(p.max()) + 1) + p[use]) * width + q,
+                            return_inverse=True)  # (moment, port, queue)
+    group = keys // width  # (moment, port)
+    if np.unique(group).size == keys.size:
+        return np.zeros(0, np.int64), np.zeros(0)  # no moment and port with more than one queue
+    load = np.bincount(share, weights=nbytes[piece[use]].astype(np.float64), minlength=keys.size)
+    own = np.bincount(share, weights=whole[piece[use]], minlength=keys.size)
+    first = np.zeros(keys.size, np.int64)
+    first[share] = use  # a piece of each share (its place in ``piece``), for its moment and its port's bandwidth
+    return keys % width, release[first] + own + shared_delay(group, load) / out_cap[piece[first]]
 
 
 def pair_edges(up: np.ndarray, down: np.ndarray, first: np.ndarray, last: np.ndarray, whole: np.ndarray,

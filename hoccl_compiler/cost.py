@@ -338,7 +338,8 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
              early)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     scratch = (np.zeros(queue.size), np.zeros(queue.size))
-    share = (out_port, in_port, nbytes, tr_cap, cap_of[stage * P + np.maximum(in_port, 0)])
+    # a GPU's DMA queues share its NVLink out-port (StageChain.add_pieces' ports): one queue shares with none
+    share = (np.where(cls == 0, out_port, -1), nbytes, tr_cap) if topo.dma_queues > 1 else None
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
         chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], first_t, tail_t[lo:hi],

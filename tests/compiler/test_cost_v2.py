@@ -403,7 +403,7 @@ def test_queues_that_take_pieces_released_together_share_their_port():
     first = np.array([4.0, 2.0, 2.0, 1.0])
     whole = np.array([4.0, 2.0, 2.0, 1.0])
     nbytes = np.array([4, 2, 2, 1])
-    out_port, in_port = np.array([9, 0, 0, 0]), np.array([5, 1, 2, 3])
+    out_port = np.array([9, 0, 0, 0])
     cap = np.ones(4)
 
     def ends(ports) -> list[float]:
@@ -413,14 +413,14 @@ def test_queues_that_take_pieces_released_together_share_their_port():
                          None, ports)
         return chain.end.tolist()
 
-    assert ends((out_port, in_port, nbytes, cap, cap)) == [4.0, 9.0, 6.0]
+    assert ends((out_port, nbytes, cap)) == [4.0, 9.0, 6.0]
     assert ends(None) == [4.0, 8.0, 5.0]
     # on one queue they run one after another anyway: nothing shared
     queue[3] = 1
     chain = StageChain(3)
     chain.add_pieces(np.array([4.0, 5.0, 0.0]), np.array([1, 2, 3]), queue, np.zeros(3, np.int64),
                      np.ones(3, np.int64), first, np.array([5.0, 5.0, 5.0]), whole, (np.zeros(4), np.zeros(4)), None,
-                     (out_port, in_port, nbytes, cap, cap))
+                     (out_port, nbytes, cap))
     assert chain.end.tolist() == [4.0, 9.0, 0.0]
 
 

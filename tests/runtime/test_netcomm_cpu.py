@@ -993,11 +993,14 @@ def test_a_pair_batched_on_one_rank_and_not_on_the_other_is_a_plan_error_not_a_h
     assert all(isinstance(v, str) for v in results.values()), results
 
 
-def test_the_stream_goes_on_once_the_calls_copies_are_through(monkeypatch):
+@pytest.mark.parametrize("one_stream", ["0", "1", "2"])
+def test_the_stream_goes_on_once_the_calls_copies_are_through(monkeypatch, one_stream):
     """The caller's stream goes on only once a call's copies are through (the proxy's DONE; START and DONE are reset
     by the proxy and the stream after each call). Every copy is slowed on its fake stream, and what the stream sees
     right after each receive is snapshotted in stream order: a stream let go before the landing copies were through
-    would see the previous message or poison."""
+    would see the previous message or poison. Also with the copies on the caller's stream (HOCCL_NET_ONE_STREAM=1,
+    and 2: no DONE wait, the stream going on after its own landings; its START and DONE pair unused, so at 0)."""
+    monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
     fake_cuda.install(monkeypatch, async_streams=True)
     plain = fake_cuda.Runtime.memcpyAsync
 

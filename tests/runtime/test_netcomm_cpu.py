@@ -324,8 +324,6 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
     monkeypatch.setenv("HOCCL_NET_PROXY", proxy)
     monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
 
-    import threading
-
     from hoccl_runtime.errors import HocclTimeoutError, TransportError
 
     both_done = threading.Barrier(2)  # the ranks are threads: rank 1 drops only once rank 0's first call is through
@@ -343,9 +341,8 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
         comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)  # returns: the stream was released
         with pytest.raises((TransportError, HocclTimeoutError)) as err:
             comm.synchronize()
-        drained = threading.Event()
-        fake_cuda._issue(drained.set, 7)  # the stream's work after the call runs
-        return time.monotonic() - t0, str(err.value), drained.wait(10)
+        waited = time.monotonic() - t0
+        return waited, str(err.value), fake_cuda.drained(7)  # the stream's work after the call runs
 
     results = two_ranks(monkeypatch, body)
     assert results[1] == "dropped", results
@@ -361,7 +358,6 @@ def test_the_proxy_runs_in_a_process_of_its_own_and_its_death_fails_calls_withou
     the calls on their streams, START a counter and no DONE wait (HOCCL_NET_ONE_STREAM=2: the watcher's drain takes
     counted STARTs)."""
     import os
-    import threading
     import time
 
     from hoccl_runtime.errors import HocclTimeoutError, TransportError
@@ -388,9 +384,8 @@ def test_the_proxy_runs_in_a_process_of_its_own_and_its_death_fails_calls_withou
                 errors.append(str(exc))
         with pytest.raises((TransportError, HocclTimeoutError)) as err:
             comm.synchronize()
-        drained = threading.Event()
-        fake_cuda._issue(drained.set, 7)  # the stream's work after the calls runs
-        return good, time.monotonic() - t0, str(err.value), drained.wait(10)
+        waited = time.monotonic() - t0
+        return good, waited, str(err.value), fake_cuda.drained(7)  # the stream's work after the calls runs
 
     results = two_ranks(monkeypatch, body)
     for r in (0, 1):
@@ -498,8 +493,6 @@ def test_one_call_set_for_every_communicator(monkeypatch):
 
 def _traced_prepares(monkeypatch) -> list:
     """Record every GpuNodeExecutor.prepare: (after events, trace start, trace end, thread name)."""
-    import threading
-
     from hoccl_runtime.net import executor as netexec
 
     prepares: list = []
@@ -1022,9 +1015,7 @@ def test_the_stream_goes_on_once_the_calls_copies_are_through(monkeypatch, one_s
                 comm.recv(dev(buf, r), 0, stream=7)
                 fake_cuda._issue(lambda: seen.append(buf.copy()), 7)  # what the stream sees next
         comm.synchronize()
-        drained = threading.Event()
-        fake_cuda._issue(drained.set, 7)  # the stream itself past its last call (its DONE wait and reset)
-        assert drained.wait(10)
+        assert fake_cuda.drained(7)  # the stream itself past its last call (its DONE wait and reset)
         start, done = (f.read() for f in next(iter(comm._pairs.values())))
         return [bool(np.array_equal(a, b)) for a, b in zip(seen, sent, strict=True)] if r == 1 else [], start, done
 

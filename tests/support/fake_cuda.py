@@ -395,6 +395,14 @@ class Store:
             return self._data[key]
 
 
+def drained(stream: int, timeout_s: float = 10) -> bool:
+    """Whether the fake ``stream`` (async streams) gets past everything enqueued on it so far within ``timeout_s``:
+    a marker is enqueued after it and waited for."""
+    reached = threading.Event()
+    _issue(reached.set, stream)
+    return reached.wait(timeout_s)
+
+
 def run_ranks(world: int, make, body, timeout_s: float = 120) -> dict:
     """Ranks as threads: ``make(rank)`` builds the communicator, ``body(comm, rank)`` uses it, and the
     communicator is closed after; returns {rank: body's result, or the exception it raised}."""

@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from .._cuda_streams import event_create, event_destroy, event_record  # no CUDA at import (looked up when called)
+from ..net.template import moved
 
 __all__ = ["CallEvents", "enqueue_call", "enqueue_on_stream", "enqueue_counted", "counted_start", "start_done_ops"]
 
@@ -136,7 +137,7 @@ def enqueue_counted(stream: int, counted: list, prepare: Any, submit: Any, launc
     (the same count twice, where the failed list had written it, is the same), the proxy takes it, and the error is
     raised here."""
     counter, batch, n = counted
-    n = counted[2] = n % 0xFFFFFFFF + 1  # 1, 2, ... modulo 2**32, never 0 (the flag starts at 0)
+    n = counted[2] = moved(n, 1)  # 1, 2, ... modulo 2**32, never 0 (the flag starts at 0)
     prepared, error, deferred = None, None, []
     try:
         prepared = prepare((counter, n), deferred)

@@ -23,7 +23,7 @@ from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
 from .chained import Chained
 from .gated import MAX_SLOTS, RING_BYTES, GatedNodeExecutor, PreparedRun, flag_count, open_gates, ring_slots
-from .template import START
+from .template import START, moved
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
 
@@ -188,7 +188,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
     def _count(self, key: object) -> int:
         """The next value of a counter (1, 2, ... modulo 2**32, never 0: the flags start at 0)."""
-        n = self._counts.get(key, 0) % 0xFFFFFFFF + 1
+        n = moved(self._counts.get(key, 0), 1)
         self._counts[key] = n
         return n
 
@@ -265,7 +265,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         except BaseException:
             stream_of = {id(flag): s for s, flag in self._ends.items()}
             for flag, c in run.ends:
-                self._last_end[stream_of[id(flag)]] = (flag, (c - 2) % 0xFFFFFFFF + 1)  # the count before c
+                self._last_end[stream_of[id(flag)]] = (flag, moved(c, -1))  # the count before c
             raise
 
     def one_stream(self, plan: Plan) -> bool:

@@ -27,7 +27,7 @@ from .._cuda import MEMOP_BYTES
 from ..flags import Flag
 from ..launch import LaunchCache, Memops, compile_launch
 
-__all__ = ["RunTemplate", "Templates", "CYCLE", "START"]
+__all__ = ["RunTemplate", "Templates", "CYCLE", "START", "moved"]
 
 CYCLE = 0xFFFFFFFF  # counter values run 1 .. CYCLE, then 1 again (never 0: the flags start at 0)
 _VALUE = struct.Struct("<Q")  # a packed memory operation's value (hoccl_runtime._cuda.pack_memops: bytes 16..23)
@@ -37,7 +37,8 @@ _VALUE_AT = 16
 START = ("start",)  # counter_of's key of the caller's START counter: its count is given anew by every run
 
 
-def _moved(value: int, by: int) -> int:
+def moved(value: int, by: int) -> int:
+    """A counter value moved on by ``by`` (or back, by less than 0) cyclically over 1 .. CYCLE."""
     return (value - 1 + by) % CYCLE + 1
 
 
@@ -90,16 +91,16 @@ class RunTemplate:
         there instead, for the caller to issue (once it has told the proxy: GpuNodeExecutor.prepare)."""
         by = {key: counts.get(key, 0) - was for key, was in self.before.items()}
         for block, at, key, value in self.slots:
-            _VALUE.pack_into(block, at, start[1] if key is START else _moved(value, by[key]))
+            _VALUE.pack_into(block, at, start[1] if key is START else moved(value, by[key]))
         for side, mine in ((run.send, self.sends), (run.recv, self.recvs)):
             for where, g, d, key, c, nb in mine:
                 uses = side.get(where)
                 if uses is None:
                     uses = side[where] = deque()
-                uses.append((g, d, _moved(c, by[key]), nb))
-        run.ends = [(f, _moved(c, by[key])) for f, key, c in self.ends]
+                uses.append((g, d, moved(c, by[key]), nb))
+        run.ends = [(f, moved(c, by[key])) for f, key, c in self.ends]
         for key, value in self.after.items():
-            counts[key] = _moved(value, by[key])
+            counts[key] = moved(value, by[key])
         if deferred is None:
             self.launch()
         else:

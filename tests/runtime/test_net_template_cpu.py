@@ -9,14 +9,14 @@ import numpy as np
 from fake_cuda import dev
 
 from hoccl_runtime.net import template
-from hoccl_runtime.net.template import CYCLE, _moved
+from hoccl_runtime.net.template import CYCLE, moved
 
 
 def test_counts_move_on_cyclically_and_never_reach_zero():
-    assert _moved(5, 3) == 8
-    assert _moved(CYCLE, 1) == 1 and _moved(CYCLE - 1, 2) == 1
-    assert _moved(1, -1) == CYCLE
-    assert all(_moved(v, by) != 0 for v in (1, 2, CYCLE - 1, CYCLE) for by in (-3, -1, 0, 1, 2, CYCLE - 1))
+    assert moved(5, 3) == 8
+    assert moved(CYCLE, 1) == 1 and moved(CYCLE - 1, 2) == 1
+    assert moved(1, -1) == CYCLE
+    assert all(moved(v, by) != 0 for v in (1, 2, CYCLE - 1, CYCLE) for by in (-3, -1, 0, 1, 2, CYCLE - 1))
 
 
 def test_calls_on_the_same_buffers_reissue_their_launch_list_and_move_the_right_bytes(monkeypatch):

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Session 43, run 2 on one GPU: 350m, both settings, CPUs pinned: FSDP (NCCL reducing) and 1F1B pipelining, HOCCL as
-# it is and with HOCCL_NET_ONE_STREAM=${ONE:-2} against NCCL and no communication, one invocation per run.
+# Session 43, run 2 on the 1x H200, CPUs pinned: pipeline small again in both settings (HOCCL as it is, with
+# HOCCL_NET_ONE_STREAM=2, NCCL), then 350m in both settings (FSDP NCCL-reducing and 1F1B pipelining, the same variants
+# and no communication), then the network runtime's GPU tests that run 1's 270 s did not reach.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-V="hoccl,hoccl+HOCCL_NET_ONE_STREAM=${ONE:-2},nccl,none"
+run() {  # NAME TIMEOUT SCRIPT ARGS...
+  local name=$1 to=$2 t0; shift 2; t0=$(date +%s); flag=""; [[ $name == *mps ]] && flag="--mps"
+  TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=$to bash scripts/tcp-nodes.sh $flag "$@" --json $OUT/$name.json > $OUT/$name.log 2>&1
+  echo "=== $name rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)" $OUT/$name.log | tail -n 6
+}
+V="hoccl,hoccl+HOCCL_NET_ONE_STREAM=2,nccl"
 for mode in sliced mps; do
-  flag=""; [ $mode = mps ] && flag="--mps"
-  t0=$(date +%s)
-  TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=130 bash scripts/tcp-nodes.sh $flag examples/train_pipeline.py --size 350m \
-    --batch 8 --steps 8 --repeats 3 --comm "$V" --json $OUT/pipe350-$mode.json > $OUT/pipe350-$mode.log 2>&1
-  echo "=== pipeline 350m $mode, pinned rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)" $OUT/pipe350-$mode.log | tail -n 6
-  t0=$(date +%s)
-  TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=130 bash scripts/tcp-nodes.sh $flag examples/train_fsdp.py --size 350m --batch 2 \
-    --steps 8 --repeats 3 --reduce nccl --comm "$V" --json $OUT/fsdp350-$mode.json > $OUT/fsdp350-$mode.log 2>&1
-  echo "=== fsdp 350m $mode, pinned rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)" $OUT/fsdp350-$mode.log | tail -n 7
+  run pipe-small-$mode 60 examples/train_pipeline.py --size small --batch 8 --steps 20 --repeats 3 --comm "$V"
 done
+for mode in sliced mps; do
+  run pipe-350m-$mode 100 examples/train_pipeline.py --size 350m --batch 8 --steps 8 --repeats 3 --comm "$V,none"
+  run fsdp-350m-$mode 100 examples/train_fsdp.py --size 350m --batch 2 --steps 8 --repeats 3 --reduce nccl --comm "$V,none"
+done
+t0=$(date +%s)
+timeout 100 python3 -m pytest -q --durations=5 tests/gpu/test_gpu_internode.py > $OUT/gputests.log 2>&1
+echo "=== internode gpu tests rc=$? $(( $(date +%s) - t0 )) s"; tail -8 $OUT/gputests.log
 cd $OUT && tar czf logs-run2.tgz *.log *.json 2>/dev/null; rm -f *.log *.json

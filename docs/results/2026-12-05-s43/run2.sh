@@ -14,10 +14,10 @@ for mode in sliced mps; do
   run pipe-small-$mode 60 examples/train_pipeline.py --size small --batch 8 --steps 20 --repeats 3 --comm "$V"
 done
 for mode in sliced mps; do
-  run pipe-350m-$mode 100 examples/train_pipeline.py --size 350m --batch 8 --steps 8 --repeats 3 --comm "$V,none"
-  run fsdp-350m-$mode 100 examples/train_fsdp.py --size 350m --batch 2 --steps 8 --repeats 3 --reduce nccl --comm "$V,none"
+  run pipe-350m-$mode 80 examples/train_pipeline.py --size 350m --batch 8 --steps 8 --repeats 3 --comm "$V,none"
+  run fsdp-350m-$mode 80 examples/train_fsdp.py --size 350m --batch 2 --steps 8 --repeats 3 --reduce nccl --comm "$V,none"
 done
 t0=$(date +%s)
-timeout 100 python3 -m pytest -q --durations=5 tests/gpu/test_gpu_internode.py > $OUT/gputests.log 2>&1
+timeout 60 python3 -m pytest -q --durations=5 tests/gpu/test_gpu_internode.py > $OUT/gputests.log 2>&1
 echo "=== internode gpu tests rc=$? $(( $(date +%s) - t0 )) s"; tail -8 $OUT/gputests.log
 cd $OUT && tar czf logs-run2.tgz *.log *.json 2>/dev/null; rm -f *.log *.json

@@ -71,14 +71,15 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_EXCHANGE": ("1", "the one-GPU-per-node network communicator of 2 ranks: a batch of one send and one "
                            "receive (batch_isend_irecv, as 1F1B pipelining fuses them) runs as one call that moves both "
                            "messages; the other rank must batch its pair the same way (0: one call per message)"),
-    "HOCCL_NET_ONE_STREAM": ("0", "the one-GPU-per-node network communicator: 1 puts a call's staging and landing "
+    "HOCCL_NET_ONE_STREAM": ("2", "the one-GPU-per-node network communicator: 1 puts a call's staging and landing "
                              "copies on the caller's stream itself, after START and with the DONE wait in their last "
                              "batch, where its plan has one stage and no transfer of more chunks than a ring has "
                              "slots (a 1F1B exchange: 6 driver calls instead of 11); 2: the same with START a "
                              "counter in the first batch and no DONE wait (5 driver calls; the stream goes on once its "
                              "own landings are through, not once the proxy has seen them; a run from a kept launch "
                              "list is told to the proxy before its launch); 0: on copy streams of their own after an "
-                             "event. Not yet run on a GPU"),
+                             "event (the default, 2: pipeline small 1.05x / 0.99x NCCL on the 1x H200 against 0's "
+                             "0.96x / 0.96x, FSDP small the same within its spread: docs/results/2026-12-05-s43)"),
     "HOCCL_BATCH_ISSUE": ("1", "hoccl process groups: dist.batch_isend_irecv issues the group's batch when it returns, "
                           "as NCCL's does, and torch pipelining's batches of sends only or receives only (which newer "
                           "torch issues op by op) go out at once (0: at the first wait on one of their Works)"),

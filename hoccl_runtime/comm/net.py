@@ -413,7 +413,7 @@ class NetCommunicator(_Calls):
         self._events = CallEvents(device)
         self._secret = job_secret(store, rank)
         self._exchange = env_int("HOCCL_NET_EXCHANGE", 1, 0, 1) == 1  # see batch_isend_irecv
-        self._one_stream = env_int("HOCCL_NET_ONE_STREAM", 0, 0, 2)  # see enqueue_on_stream; 2: no DONE wait
+        self._one_stream = env_int("HOCCL_NET_ONE_STREAM", 2, 0, 2)  # see enqueue_on_stream; 2: no DONE wait
         self._counted: dict[int, list] = {}  # stream -> [its START counter flag, the batch that moves it on, count]
         if self.proxy_kind == "process":
             self._start_proxy_process(device, store, lanes, host)

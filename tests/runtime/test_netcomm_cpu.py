@@ -498,10 +498,10 @@ def _traced_prepares(monkeypatch) -> list:
     prepares: list = []
     real = netexec.GpuNodeExecutor.prepare
 
-    def prepare(self, plan=None, buffers=None, *, after=()):
+    def prepare(self, plan=None, buffers=None, *, after=(), **kw):
         with fake_cuda._lock:
             start = len(fake_cuda.trace)
-        got = real(self, plan, buffers, after=after)
+        got = real(self, plan, buffers, after=after, **kw)
         with fake_cuda._lock:
             prepares.append((tuple(after), start, len(fake_cuda.trace), threading.current_thread().name))
         return got
@@ -533,11 +533,14 @@ def _cuda_calls_of(prefix: str) -> list:
     return [t for t in fake_cuda.trace if t[3].startswith(prefix)]
 
 
-def test_the_network_proxy_makes_no_cuda_call(monkeypatch):
+@pytest.mark.parametrize("one_stream", ["0", "2"])
+def test_the_network_proxy_makes_no_cuda_call(monkeypatch, one_stream):
     """Every copy of a network call is enqueued in the caller's thread, gated by counters, after an event where
-    the call sits in the caller's stream; the proxy thread only opens the gates. On the H200 the proxy issuing its
-    own copies deadlocked behind the application's blocking tensor.cpu() (which waited for that very call): a
-    proxy that makes no CUDA call cannot be held up by one."""
+    the call sits in the caller's stream (HOCCL_NET_ONE_STREAM=0; 2, the default: on that stream itself where the
+    call fits the rings); the proxy thread only opens the gates. On the H200 the proxy issuing its own copies
+    deadlocked behind the application's blocking tensor.cpu() (which waited for that very call): a proxy that makes
+    no CUDA call cannot be held up by one."""
+    monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
     prepares = _traced_prepares(monkeypatch)
 
     def body(comm, r):
@@ -554,7 +557,11 @@ def test_the_network_proxy_makes_no_cuda_call(monkeypatch):
 
     results = two_ranks(monkeypatch, body)
     assert results == {0: True, 1: True}, results
-    _check_copies_wait_for_the_callers(prepares, calls=2 * 3)
+    assert len(prepares) == 2 * 3, prepares
+    if one_stream == "0":
+        _check_copies_wait_for_the_callers(prepares, calls=2 * 3)
+    else:  # every call fits the rings, so each went on the caller's stream, after no event
+        assert all(after == () for after, *_ in prepares), prepares
     assert not any(thread.startswith("hoccl-proxy") for *_, thread in prepares)
     assert _cuda_calls_of("hoccl-proxy") == []
     assert fake_cuda._streams.errors == []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 43, run 2 on the 1x H200, CPUs pinned: pipeline small again in both settings (HOCCL as it is, with
-# HOCCL_NET_ONE_STREAM=2, NCCL), then 350m in both settings (FSDP NCCL-reducing and 1F1B pipelining, the same variants
-# and no communication), then the network runtime's GPU tests that run 1's 270 s did not reach.
+# HOCCL_NET_ONE_STREAM=2 the default since run 1; with =0; NCCL), then 350m in both settings (FSDP NCCL-reducing and
+# 1F1B pipelining, the same variants and no communication), then the network runtime's GPU tests run 1 did not reach.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 run() {  # NAME TIMEOUT SCRIPT ARGS...
@@ -9,7 +9,7 @@ run() {  # NAME TIMEOUT SCRIPT ARGS...
   TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=$to bash scripts/tcp-nodes.sh $flag "$@" --json $OUT/$name.json > $OUT/$name.log 2>&1
   echo "=== $name rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)" $OUT/$name.log | tail -n 6
 }
-V="hoccl,hoccl+HOCCL_NET_ONE_STREAM=2,nccl"
+V="hoccl,hoccl+HOCCL_NET_ONE_STREAM=0,nccl"
 for mode in sliced mps; do
   run pipe-small-$mode 60 examples/train_pipeline.py --size small --batch 8 --steps 20 --repeats 3 --comm "$V"
 done

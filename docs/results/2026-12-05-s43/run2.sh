@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 43, run 2 on the 1x H200, CPUs pinned: pipeline small again in both settings (HOCCL as it is, with
 # HOCCL_NET_ONE_STREAM=2 the default since run 1; with =0; NCCL), then 350m in both settings (FSDP NCCL-reducing and
-# 1F1B pipelining, the same variants and no communication), then the network runtime's GPU tests run 1 did not reach.
+# 1F1B pipelining, the same variants and no communication).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 run() {  # NAME TIMEOUT SCRIPT ARGS...
@@ -14,10 +14,7 @@ for mode in sliced mps; do
   run pipe-small-$mode 60 examples/train_pipeline.py --size small --batch 8 --steps 20 --repeats 3 --comm "$V"
 done
 for mode in sliced mps; do
-  run pipe-350m-$mode 80 examples/train_pipeline.py --size 350m --batch 8 --steps 8 --repeats 3 --comm "$V,none"
-  run fsdp-350m-$mode 80 examples/train_fsdp.py --size 350m --batch 2 --steps 8 --repeats 3 --reduce nccl --comm "$V,none"
+  run pipe-350m-$mode 70 examples/train_pipeline.py --size 350m --batch 8 --steps 8 --repeats 3 --comm "$V,none"
+  run fsdp-350m-$mode 70 examples/train_fsdp.py --size 350m --batch 2 --steps 8 --repeats 3 --reduce nccl --comm "$V,none"
 done
-t0=$(date +%s)
-timeout 60 python3 -m pytest -q --durations=5 tests/gpu/test_gpu_internode.py > $OUT/gputests.log 2>&1
-echo "=== internode gpu tests rc=$? $(( $(date +%s) - t0 )) s"; tail -8 $OUT/gputests.log
 cd $OUT && tar czf logs-run2.tgz *.log *.json 2>/dev/null; rm -f *.log *.json

@@ -57,7 +57,7 @@ def test_fsdp_with_nccl_reducing_over_tcp_nodes(tmp_path, mps):
 @pytest.mark.parametrize("mps", [False, pytest.param(True, marks=pytest.mark.skipif(
     MPS is None, reason="nvidia-cuda-mps-control is not installed"))], ids=["time-sliced", "mps"])
 def test_pipeline_against_nccl_over_tcp_nodes(tmp_path, mps):
-    one = "hoccl+HOCCL_NET_ONE_STREAM=2"  # a call's copies on its caller's stream, no DONE wait
+    one = "hoccl+HOCCL_NET_ONE_STREAM=0"  # a call's copies on copy streams of their own (the default is 2)
     _nodes(tmp_path, str(ROOT / "examples" / "train_pipeline.py"), "--size", "tiny", "--steps", "3", "--repeats",
            "2", "--comm", f"hoccl,{one},nccl", "--json", "pipe.json", mps=mps)
     got = json.loads((tmp_path / "pipe.json").read_text())

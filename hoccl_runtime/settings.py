@@ -78,8 +78,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                              "counter in the first batch and no DONE wait (5 driver calls; the stream goes on once its "
                              "own landings are through, not once the proxy has seen them; a run from a kept launch "
                              "list is told to the proxy before its launch); 0: on copy streams of their own after an "
-                             "event (the default, 2: pipeline small 1.05x / 0.99x NCCL on the 1x H200 against 0's "
-                             "0.96x / 0.96x, FSDP small the same within its spread: docs/results/2026-12-05-s43)"),
+                             "event. The default is 2: pipeline small ran 1.05x / 0.99x NCCL on the 1x H200 against "
+                             "0's 0.96x / 0.96x, FSDP small the same within its spread (docs/results/2026-12-05-s43)"),
     "HOCCL_BATCH_ISSUE": ("1", "hoccl process groups: dist.batch_isend_irecv issues the group's batch when it returns, "
                           "as NCCL's does, and torch pipelining's batches of sends only or receives only (which newer "
                           "torch issues op by op) go out at once (0: at the first wait on one of their Works)"),

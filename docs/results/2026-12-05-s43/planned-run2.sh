@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# PLANNED, NOT YET RUN: no GPU start succeeded after run 1 in session 43; kept for a later session.
+# PLANNED, NOT YET RUN: no GPU start succeeded after run 1 in session 43; kept for a later session. Its pipeline 350m
+# part ran in session 44's run 1 (--compare 350m); its pipeline small part has not run.
 # Run 2 on the 1x H200, CPUs pinned: pipeline small again in both settings (HOCCL as it is, with
 # HOCCL_NET_ONE_STREAM=2 the default since run 1; with =0; NCCL), then 1F1B pipelining at 350m in both settings (HOCCL as
 # it is, NCCL and no communication). FSDP 350m left out to fit the device time left.

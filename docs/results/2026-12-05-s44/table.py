@@ -7,7 +7,8 @@ import sys
 
 
 def rows(path):
-    d = json.load(open(path))
+    with open(path) as fh:
+        d = json.load(fh)
     if "summary" in d:  # train_fsdp.py
         s = d["summary"]
         for name, v in s.items():
@@ -27,4 +28,5 @@ for folder in sys.argv[1:]:
         for name, tok, spread, step, slack in got:
             ratio = f"{tok / nccl:.3f}" if nccl and name != "nccl" else "-"
             slack = "-" if slack is None else f"{slack:.2f}"
-            print(f"| {os.path.basename(path)[:-5]} | {name} | {tok:,.0f} | {spread * 100:.1f}% | {step:.1f} | {slack} | {ratio} |")
+            run = os.path.basename(path)[:-5]
+            print(f"| {run} | {name} | {tok:,.0f} | {spread * 100:.1f}% | {step:.1f} | {slack} | {ratio} |")

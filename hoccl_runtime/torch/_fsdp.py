@@ -239,14 +239,17 @@ class HocclReduceScatter:
 
 
 def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int | None = None,
-                 reduce: str | None = None) -> Any:
+                 reduce: str | None = None, reduce_group: Any = None) -> Any:
     """Give every FSDP2 module of ``model`` HOCCL's AllGather (in place, on copy engines, window memory) and,
     where the group reduces with HOCCL, its reduce-scatter. Collective: every rank calls it alike.
 
     ``group``: a hoccl process group over FSDP's shard ranks (default: the default group if it is hoccl's,
     else ``dist.new_group(backend="hoccl")`` over the world). ``window_bytes``: the registered window that
     ``allocate()`` carves (default: 4x the largest module's all-gather output; 0: no window).
-    ``reduce``: "hoccl" or "nccl" (default: the group's). Returns the group."""
+    ``reduce``: "hoccl" or "nccl" (default: the group's). ``reduce_group``: with ``reduce="hoccl"``, another hoccl
+    group of the same ranks for the reduce-scatters (default: ``group``). A group runs its calls one after another,
+    so on one group a reduce-scatter and the next AllGather wait for each other, as NCCL's do on one communicator;
+    on two groups (two communicators, two proxies) they can move at once. Returns the group."""
     from ._group import ProcessGroupHoccl
 
     mods = _fsdp_modules(model)
@@ -265,16 +268,34 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     reduce = group.reduce_mode if reduce is None else reduce
     if reduce not in ("hoccl", "nccl"):
         raise HocclError(f"reduce={reduce!r}: give 'hoccl' or 'nccl'")
+    _check_reduce_group(reduce_group, group, reduce)
     size = 4 * largest if window_bytes is None else int(window_bytes)
     pool = WindowPool(group.comm, size, group.comm.device) if size > 0 else None
     gather = HocclAllGather(group, pool)
-    scatter = HocclReduceScatter(group) if reduce == "hoccl" else None
+    scatter = HocclReduceScatter(reduce_group or group) if reduce == "hoccl" else None
     for m in mods:
         m.set_custom_all_gather(gather)
         if scatter is not None:
             m.set_custom_reduce_scatter(scatter)
     group._fsdp_pool = pool  # kept alive with the group
     return group
+
+
+def _check_reduce_group(reduce_group: Any, group: Any, reduce: str) -> None:
+    """Raise HocclError unless ``reduce_group`` is None or a hoccl group of ``group``'s ranks, with reduce="hoccl"."""
+    from ._group import ProcessGroupHoccl
+
+    if reduce_group is None:
+        return
+    if reduce != "hoccl":
+        raise HocclError(f"use_for_fsdp(reduce_group=...) is for HOCCL's reduce-scatter; with reduce={reduce!r} FSDP "
+                         "reduces on its own group: drop reduce_group or pass reduce='hoccl'")
+    if not isinstance(reduce_group, ProcessGroupHoccl):
+        raise HocclError(f"use_for_fsdp(reduce_group=...) takes a hoccl process group (dist.new_group(backend="
+                         f"'hoccl')), not {type(reduce_group).__name__}")
+    if _ranks(reduce_group) != _ranks(group):
+        raise HocclError(f"use_for_fsdp(reduce_group=...) holds ranks {_ranks(reduce_group)} but the AllGather's group "
+                         f"{_ranks(group)}: make it over the same ranks")
 
 
 def _ranks(group: Any) -> list[int]:

@@ -42,7 +42,8 @@ def test_compare_runs_fsdp_twice_and_the_pipeline_on_two_nodes_with_their_own_ho
     assert scripts == ["train_fsdp.py"] * 4 + ["train_pipeline.py"] * 2
     reduce = [c[c.index("--reduce") + 1] for c in calls[:4]]
     assert reduce == ["nccl", "nccl", "hoccl", "hoccl"]
-    assert all("hoccl,nccl,none" in c for c in calls)
+    comm = [c[c.index("--comm") + 1] for c in calls]
+    assert comm == ["hoccl,nccl,none"] * 2 + ["hoccl,hoccl-rsgroup,nccl,none"] * 2 + ["hoccl,nccl,none"] * 2
     assert not any("--gc-every" in c for c in calls)
 
 

@@ -14,7 +14,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover - a torch built without distributed
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from torch_fakes import run_ranks  # noqa: E402
+from torch_fakes import CpuGroup, Fabric, FakeComm, run_ranks  # noqa: E402
 
 import hoccl_runtime.torch as ht  # noqa: E402
 from hoccl_runtime._splits import alltoallv_pieces  # noqa: E402
@@ -499,6 +499,25 @@ def test_configure_and_group_options():
         ht.ProcessGroupHoccl(object(), 0, 2, reduce="nccl", streams=object())
 
 
+def test_use_for_fsdp_takes_a_reduce_group_only_of_hoccl_its_ranks_and_hoccl_reducing():
+    """The checks of use_for_fsdp(reduce_group=): a bad value is refused naming it and the fix; good ones pass."""
+    from hoccl_runtime.torch._fsdp import _check_reduce_group
+
+    def group(world):
+        return CpuGroup(FakeComm(Fabric(world), 0), 0, world)
+
+    two, other_two, three = group(2), group(2), group(3)
+    _check_reduce_group(None, two, "nccl")  # the default: nothing to check
+    _check_reduce_group(other_two, two, "hoccl")
+    _check_reduce_group(two, two, "hoccl")  # the same group: as the default
+    with pytest.raises(HocclError, match=r"reduce='nccl'.*drop reduce_group or pass reduce='hoccl'"):
+        _check_reduce_group(other_two, two, "nccl")
+    with pytest.raises(HocclError, match="takes a hoccl process group.*not object"):
+        _check_reduce_group(object(), two, "hoccl")
+    with pytest.raises(HocclError, match=r"holds ranks \[0, 1, 2\] but the AllGather's group \[0, 1\]"):
+        _check_reduce_group(three, two, "hoccl")
+
+
 def test_the_backend_is_registered_for_cuda():
     assert "HOCCL" in dist.Backend._plugins
     assert dist.Backend.backend_capability["hoccl"] == ["cuda"]
@@ -514,13 +533,15 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     import train_pipeline
     from gpt import GPT, SIZES, batch, loss_fn
 
-    for argv, text in ((["--comm", "gloo"], "choose from hoccl, nccl, nccl-ce, none"),):
+    for argv, text in ((["--comm", "gloo"], "choose from hoccl, hoccl-rsgroup, nccl, nccl-ce, none"),
+                       (["--comm", "hoccl-rsgroup,nccl"], "it needs --reduce hoccl, not --reduce nccl")):
         with pytest.raises(SystemExit):
             train_fsdp.parse(argv)
         assert text in capsys.readouterr().err
     args = train_fsdp.parse(["--comm", "hoccl,nccl,none", "--repeats", "2"])
     assert args.comm == ["hoccl", "nccl", "none"] and args.reduce == "nccl"
     assert train_fsdp.parse(["--share-gpu"]).reduce == "hoccl"
+    assert train_fsdp.parse(["--comm", "hoccl,hoccl-rsgroup", "--reduce", "hoccl"]).comm == ["hoccl", "hoccl-rsgroup"]
     # NCCL answers for ranks sharing a GPU itself (it runs them with a NCCL_HOSTID each): not refused here
     assert train_fsdp.parse(["--comm", "nccl", "--share-gpu", "--reduce", "nccl"]).reduce == "nccl"
     with pytest.raises(SystemExit):
@@ -573,7 +594,6 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
 
 def test_reductions_go_to_the_nccl_group_when_asked():
     """reduce='nccl': every reduction is handed to the NCCL backend made from the same store, unchanged."""
-    from torch_fakes import CpuGroup, Fabric, FakeComm
 
     calls = []
 
@@ -756,7 +776,6 @@ def _bound_default_group_worker(rank, world, store_path, out_path):
     import torch.distributed as dist
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-    from torch_fakes import CpuGroup, Fabric, FakeComm
 
     import hoccl_runtime.torch._group as group_module
 

@@ -765,6 +765,52 @@ def test_the_pipeline_example_trains_every_variant_alike_in_rounds(tmp_path):
     assert len(none["tokens_per_s_rounds"]) == 2 and none["tokens_per_s"] > 0
 
 
+def _use_for_fsdp_worker(rank, world, store_path, out_path):
+    """torch's FSDP2 on CPU (gloo, one rank) given HOCCL's hooks by use_for_fsdp, with and without reduce_group (the
+    hoccl groups faked): which group each module's AllGather and reduce-scatter were handed."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    result = {}
+    for name, with_rs in (("shared", False), ("own", True)):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        mesh = init_device_mesh("cpu", (world,))
+        for block in model:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        g, rs = (CpuGroup(FakeComm(Fabric(world), rank), rank, world) for _ in range(2))
+        got = ht.use_for_fsdp(model, g, window_bytes=0, reduce="hoccl", reduce_group=rs if with_rs else None)
+        hooks = [block._get_fsdp_state()._fsdp_param_group for block in model]
+        result[name] = {"returned_gather_group": got is g,
+                        "gather": [h._all_gather_comm.group is g for h in hooks],
+                        "scatter": [(h._reduce_scatter_comm.group is rs) if with_rs else
+                                    (h._reduce_scatter_comm.group is g) for h in hooks]}
+    Path(out_path).write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
+    """use_for_fsdp(reduce_group=rs) on torch's own FSDP2 modules: every module gathers on the group and
+    reduce-scatters on ``rs``; without it, both on the group."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "out.json"
+    mp.start_processes(_use_for_fsdp_worker, args=(1, str(tmp_path / "store"), str(out)), nprocs=1,
+                       start_method="spawn")
+    got = json.loads(out.read_text())
+    want = {"returned_gather_group": True, "gather": [True, True], "scatter": [True, True]}
+    assert got == {"shared": want, "own": want}
+
+
 def _bound_default_group_worker(rank, world, store_path, out_path):
     """torch's own new_group(backend="hoccl") under a default group bound to a device, as
     ``init_process_group("nccl", device_id=...)`` leaves it (torchtitan, examples/train_fsdp.py); the communicator is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 44, run 1 on the 1x H200: the issue's comparison at 350m on today's main, both settings, one command each
+# Session 44, run 1 on the 1x H200 (the call got a 1x H100): the issue's comparison at 350m on today's main, both settings, one command each
 # (`tcp-nodes.sh [--mps] --compare OUT 350m`: FSDP2 reduced by NCCL and by HOCCL, 1F1B pipeline, HOCCL / NCCL / none,
 # 3 interleaved rounds of 8 steps), CPUs pinned (TCP_NODES_PIN=1) as in session 43's run 1.
 set -u

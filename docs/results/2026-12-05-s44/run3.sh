@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 44, run 3 on the 1x H200: no hang, FSDP 350m against NCCL 5 runs in a row in each setting (3 steps, 2 measured
-# each after 1 warm-up, as session 22's run 3), CPUs pinned; then the GPU tests session 43's run 1 did not reach (the
+# Session 44, run 3 on the 1x H200 (the call got a 1x H100): no hang, FSDP 350m against NCCL 5 runs in a row in each setting (3 steps
+# each, the first a warm-up, as session 22's run 3), CPUs pinned; then the GPU tests session 43's run 1 did not reach (the
 # torch backend and the network runtime).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

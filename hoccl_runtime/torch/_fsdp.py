@@ -257,9 +257,7 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     if group is None:
         default = dist.distributed_c10d._get_default_group()
         group = default if isinstance(default, ProcessGroupHoccl) else dist.new_group(backend="hoccl")
-    if not isinstance(group, ProcessGroupHoccl):
-        raise HocclError(f"use_for_fsdp(group=...) takes a hoccl process group (dist.new_group(backend='hoccl')), "
-                         f"not {type(group).__name__}")
+    _require_hoccl_group(group, "group")
     for g in shard_groups:
         if g.size() != group.size() or dist.get_process_group_ranks(g) != _ranks(group):
             raise HocclError(f"an FSDP module shards over ranks {dist.get_process_group_ranks(g)} but the hoccl group "
@@ -281,18 +279,23 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     return group
 
 
-def _check_reduce_group(reduce_group: Any, group: Any, reduce: str) -> None:
-    """Raise HocclError unless ``reduce_group`` is None or a hoccl group of ``group``'s ranks, with reduce="hoccl"."""
+def _require_hoccl_group(group: Any, arg: str) -> None:
+    """Raise HocclError unless ``group`` (use_for_fsdp's argument ``arg``) is a hoccl process group."""
     from ._group import ProcessGroupHoccl
 
+    if not isinstance(group, ProcessGroupHoccl):
+        raise HocclError(f"use_for_fsdp({arg}=...) takes a hoccl process group (dist.new_group(backend='hoccl')), "
+                         f"not {type(group).__name__}")
+
+
+def _check_reduce_group(reduce_group: Any, group: Any, reduce: str) -> None:
+    """Raise HocclError unless ``reduce_group`` is None or a hoccl group of ``group``'s ranks, with reduce="hoccl"."""
     if reduce_group is None:
         return
     if reduce != "hoccl":
         raise HocclError(f"use_for_fsdp(reduce_group=...) is for HOCCL's reduce-scatter; with reduce={reduce!r} FSDP "
                          "reduces on its own group: drop reduce_group or pass reduce='hoccl'")
-    if not isinstance(reduce_group, ProcessGroupHoccl):
-        raise HocclError(f"use_for_fsdp(reduce_group=...) takes a hoccl process group (dist.new_group(backend="
-                         f"'hoccl')), not {type(reduce_group).__name__}")
+    _require_hoccl_group(reduce_group, "reduce_group")
     if _ranks(reduce_group) != _ranks(group):
         raise HocclError(f"use_for_fsdp(reduce_group=...) holds ranks {_ranks(reduce_group)} but the AllGather's group "
                          f"{_ranks(group)}: make it over the same ranks")

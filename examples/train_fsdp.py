@@ -9,8 +9,10 @@ interleaved rounds (``--repeats``), so their numbers come from the same minutes 
 compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exactly.
 
 * ``hoccl``: ``hoccl_runtime.torch.use_for_fsdp`` (AllGathers in place on copy engines, window memory).
-* ``hoccl-rsgroup`` (with ``--reduce hoccl``): ``hoccl``, its reduce-scatters on a second hoccl group
-  (``use_for_fsdp(reduce_group=)``), so that they and the AllGathers do not wait for each other on one group.
+  With ``--reduce hoccl`` its reduce-scatters run on a second hoccl group (``use_for_fsdp``'s default), so that
+  they and the AllGathers do not wait for each other on one group.
+* ``hoccl-onegroup`` (with ``--reduce hoccl``): ``hoccl`` with its reduce-scatters on the AllGathers' group
+  (``use_for_fsdp(reduce_group=group)``; the default until 2026-12-05).
 * ``nccl``: FSDP2 as it comes, on the NCCL default group.
 * ``none``: no communication at all: each rank trains its own replica of the model (not sharded; bf16 autocast
   where the others use FSDP's bf16 parameters), the limit that the others' step times are read against (their
@@ -53,7 +55,7 @@ from gc_steps import Collector, add_option  # noqa: E402
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
 from variants import check, settings, split  # noqa: E402
 
-VARIANTS = ("hoccl", "hoccl-rsgroup", "nccl", "nccl-ce", "none")
+VARIANTS = ("hoccl", "hoccl-onegroup", "nccl", "nccl-ce", "none")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,9 +90,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(why)
     if args.reduce is None:
         args.reduce = "hoccl" if args.share_gpu else "nccl"
-    if "hoccl-rsgroup" in args.comm and args.reduce != "hoccl":
-        p.error(f"--comm hoccl-rsgroup puts HOCCL's reduce-scatters on a group of their own: it needs --reduce hoccl, "
-                f"not --reduce {args.reduce}")
+    if "hoccl-onegroup" in args.comm and args.reduce != "hoccl":
+        p.error("--comm hoccl-onegroup puts HOCCL's reduce-scatters on the AllGathers' group: it needs --reduce "
+                f"hoccl, not --reduce {args.reduce}")
     if args.steps <= args.warmup and args.repeats == 1:
         p.error(f"--steps {args.steps} with --warmup {args.warmup}: nothing left to measure")
     return args
@@ -157,15 +159,13 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
     kind, env = split(variant, VARIANTS)  # (hoccl, its settings) for hoccl+NAME=VALUE
     if kind == "none":  # this rank's own replica: no sharding, no communication
         return model, torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True), Slack(model)
-    if kind in ("hoccl", "hoccl-rsgroup"):
+    if kind in ("hoccl", "hoccl-onegroup"):
         import hoccl_runtime.torch as ht
 
         if variant not in groups:  # a group per variant: its settings are read when it is made
             ht.configure(reduce=args.reduce, device=device.index)
             with settings(env):
                 groups[variant] = dist.new_group(backend="hoccl", timeout=_timeout(args))
-                if kind == "hoccl-rsgroup":  # the reduce-scatters' own group (its own communicator and proxy)
-                    groups[variant + "/reduce"] = dist.new_group(backend="hoccl", timeout=_timeout(args))
         mesh_group = groups[variant] if args.share_gpu else dist.group.WORLD
     elif kind == "nccl-ce":
         if "nccl-ce" not in groups:
@@ -186,10 +186,13 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
     for block in model.layers:
         fully_shard(block, **kw)
     fully_shard(model, **kw)
-    if kind in ("hoccl", "hoccl-rsgroup"):
+    if kind in ("hoccl", "hoccl-onegroup"):
         import hoccl_runtime.torch as ht
 
-        ht.use_for_fsdp(model, groups[variant], reduce=args.reduce, reduce_group=groups.get(variant + "/reduce"))
+        # the reduce-scatters on use_for_fsdp's own second group, or on the AllGathers' group (hoccl-onegroup)
+        rs = groups[variant] if kind == "hoccl-onegroup" else None
+        with settings(env):  # the variant's settings reach the second group too
+            ht.use_for_fsdp(model, groups[variant], reduce=args.reduce, reduce_group=rs)
     elif kind == "nccl-ce":
         from torch.distributed.fsdp import FSDPModule
 

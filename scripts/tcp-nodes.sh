@@ -58,8 +58,8 @@ if [ "$1" != "--compare" ]; then
   exit $?
 fi
 
-# --compare OUTDIR [SIZES]: FSDP2 (NCCL reducing in both variants, then HOCCL reducing, also with its reduce-scatters
-# on a hoccl group of their own: hoccl-rsgroup) and 1F1B pipelining, HOCCL
+# --compare OUTDIR [SIZES]: FSDP2 (NCCL reducing in both variants, then HOCCL reducing: HOCCL's reduce-scatters on a
+# hoccl group of their own, use_for_fsdp's default; the NCCL variant gathers with NCCL) and 1F1B pipelining, HOCCL
 # against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS); one log and
 # one JSON per run under OUTDIR, the tables of every run printed last. COMPARE_ARGS: more arguments for every run (both
 # examples take them), e.g. COMPARE_ARGS="--gc-every 50", a process-wide setting that needs an invocation of its own.
@@ -76,7 +76,7 @@ for size in ${sizes//,/ }; do
   esac
   for red in nccl hoccl; do
     name=fsdp-$size-reduce-$red-$setting
-    comm=hoccl,nccl,none; [ "$red" = hoccl ] && comm=hoccl,hoccl-rsgroup,nccl,none  # + the reduce-scatters' own group
+    comm=hoccl,nccl,none
     run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
       --comm "$comm" --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS:-} >"$out/$name.log" 2>&1
     results+=("$name rc=$?")
@@ -89,5 +89,5 @@ done
 for r in "${results[@]}"; do
   name=${r%% *}
   echo "=== $r"
-  grep -E "^(comm|hoccl|hoccl-rsgroup|nccl|none|model|torch) " "$out/$name.log" | grep -v "^\[" | tail -n 9
+  grep -E "^(comm|hoccl|nccl|none|model|torch) " "$out/$name.log" | grep -v "^\[" | tail -n 9
 done

@@ -19,7 +19,8 @@ for that). An output that does not fit the window comes from torch's allocator i
 per-call exchange.
 
 Reduce-scatter: with the group's ``reduce="hoccl"`` the gradients move on copy engines and one local kernel
-adds them (:meth:`ProcessGroupHoccl._reduce_scatter_base`); with ``reduce="nccl"`` FSDP keeps its own
+adds them (:meth:`ProcessGroupHoccl._reduce_scatter_base`), on a second hoccl group by default, so that they and
+the AllGathers do not queue behind each other on one group; with ``reduce="nccl"`` FSDP keeps its own
 reduce-scatter on its own group (NCCL).
 """
 
@@ -246,10 +247,14 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     ``group``: a hoccl process group over FSDP's shard ranks (default: the default group if it is hoccl's,
     else ``dist.new_group(backend="hoccl")`` over the world). ``window_bytes``: the registered window that
     ``allocate()`` carves (default: 4x the largest module's all-gather output; 0: no window).
-    ``reduce``: "hoccl" or "nccl" (default: the group's). ``reduce_group``: with ``reduce="hoccl"``, another hoccl
-    group of the same ranks for the reduce-scatters (default: ``group``). A group runs its calls one after another,
-    so on one group a reduce-scatter and the next AllGather wait for each other, as NCCL's do on one communicator;
-    on two groups (two communicators, two proxies) they can move at once. Returns the group."""
+    ``reduce``: "hoccl" or "nccl" (default: the group's). ``reduce_group``: with ``reduce="hoccl"``, the hoccl group
+    of the same ranks that the reduce-scatters run on. A group runs its calls one after another, so on one group a
+    reduce-scatter and the next AllGather wait for each other, as NCCL's do on one communicator; on two groups (two
+    communicators, two proxies) they move at once. Default: where ``group`` holds every rank of the world, a second
+    hoccl group made here (collective, like ``dist.new_group``; it reduces with HOCCL, on the group's GPU, with its
+    timeout), kept alive with ``group``; else (a subgroup: HSDP) ``group`` itself, since ranks of other subgroups
+    would have to make it too: pass one per shard group made with ``dist.new_group(ranks, backend="hoccl")``.
+    ``reduce_group=group``: both kinds of call on the one group. Returns the group."""
     from ._group import ProcessGroupHoccl
 
     mods = _fsdp_modules(model)
@@ -267,6 +272,8 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     if reduce not in ("hoccl", "nccl"):
         raise HocclError(f"reduce={reduce!r}: give 'hoccl' or 'nccl'")
     _check_reduce_group(reduce_group, group, reduce)
+    if reduce == "hoccl" and reduce_group is None:
+        reduce_group = _own_reduce_group(group)
     size = 4 * largest if window_bytes is None else int(window_bytes)
     pool = WindowPool(group.comm, size, group.comm.device) if size > 0 else None
     gather = HocclAllGather(group, pool)
@@ -276,7 +283,26 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
         if scatter is not None:
             m.set_custom_reduce_scatter(scatter)
     group._fsdp_pool = pool  # kept alive with the group
+    group._fsdp_reduce_group = reduce_group
     return group
+
+
+def _own_reduce_group(group: Any) -> Any:
+    """The reduce-scatters' own hoccl group of ``group``'s ranks (use_for_fsdp's default), or ``group`` itself where
+    it is a subgroup of the world (see use_for_fsdp). Made with HOCCL reducing, on ``group``'s GPU and timeout."""
+    from datetime import timedelta
+
+    from . import _group
+
+    if not dist.is_initialized() or _ranks(group) != list(range(dist.get_world_size())):
+        return group
+    held = dict(_group._options)
+    _group._options.update(reduce="hoccl", device=group.comm.device)
+    try:
+        return dist.new_group(backend="hoccl", timeout=timedelta(seconds=group.comm.timeout_s))
+    finally:
+        _group._options.clear()
+        _group._options.update(held)
 
 
 def _require_hoccl_group(group: Any, arg: str) -> None:

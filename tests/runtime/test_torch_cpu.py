@@ -533,15 +533,15 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     import train_pipeline
     from gpt import GPT, SIZES, batch, loss_fn
 
-    for argv, text in ((["--comm", "gloo"], "choose from hoccl, hoccl-rsgroup, nccl, nccl-ce, none"),
-                       (["--comm", "hoccl-rsgroup,nccl"], "it needs --reduce hoccl, not --reduce nccl")):
+    for argv, text in ((["--comm", "gloo"], "choose from hoccl, hoccl-onegroup, nccl, nccl-ce, none"),
+                       (["--comm", "hoccl-onegroup,nccl"], "it needs --reduce hoccl, not --reduce nccl")):
         with pytest.raises(SystemExit):
             train_fsdp.parse(argv)
         assert text in capsys.readouterr().err
     args = train_fsdp.parse(["--comm", "hoccl,nccl,none", "--repeats", "2"])
     assert args.comm == ["hoccl", "nccl", "none"] and args.reduce == "nccl"
     assert train_fsdp.parse(["--share-gpu"]).reduce == "hoccl"
-    assert train_fsdp.parse(["--comm", "hoccl,hoccl-rsgroup", "--reduce", "hoccl"]).comm == ["hoccl", "hoccl-rsgroup"]
+    assert train_fsdp.parse(["--comm", "hoccl,hoccl-onegroup", "--reduce", "hoccl"]).comm == ["hoccl", "hoccl-onegroup"]
     # NCCL answers for ranks sharing a GPU itself (it runs them with a NCCL_HOSTID each): not refused here
     assert train_fsdp.parse(["--comm", "nccl", "--share-gpu", "--reduce", "nccl"]).reduce == "nccl"
     with pytest.raises(SystemExit):
@@ -766,8 +766,9 @@ def test_the_pipeline_example_trains_every_variant_alike_in_rounds(tmp_path):
 
 
 def _use_for_fsdp_worker(rank, world, store_path, out_path):
-    """torch's FSDP2 on CPU (gloo, one rank) given HOCCL's hooks by use_for_fsdp, with and without reduce_group (the
-    hoccl groups faked): which group each module's AllGather and reduce-scatter were handed."""
+    """torch's FSDP2 on CPU (gloo, one rank) given HOCCL's hooks by use_for_fsdp: by default (its own second group,
+    made through torch's new_group), with reduce_group=the group and with another group (the hoccl groups faked):
+    which group each module's AllGather and reduce-scatter were handed, and how the default's group was made."""
     import json
     import sys
     from pathlib import Path
@@ -777,28 +778,43 @@ def _use_for_fsdp_worker(rank, world, store_path, out_path):
     from torch.distributed.fsdp import fully_shard
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+    import hoccl_runtime.torch._group as group_module
+
+    made = []
+
+    def create(store, r, size, timeout, ranks):  # what torch's new_group(backend="hoccl") reaches, faked
+        made.append({"options": dict(group_module._options), "timeout_s": timeout.total_seconds(), "size": size})
+        return CpuGroup(FakeComm(Fabric(size), r), r, size)
+
+    group_module._create = create
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    ht.configure(reduce="nccl")  # the user's defaults: the default's group reduces with HOCCL all the same
     result = {}
-    for name, with_rs in (("shared", False), ("own", True)):
+    for name in ("default", "one", "own"):
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
         mesh = init_device_mesh("cpu", (world,))
         for block in model:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         g, rs = (CpuGroup(FakeComm(Fabric(world), rank), rank, world) for _ in range(2))
-        got = ht.use_for_fsdp(model, g, window_bytes=0, reduce="hoccl", reduce_group=rs if with_rs else None)
+        g.comm.timeout_s, g.comm.device = 42.0, 3
+        got = ht.use_for_fsdp(model, g, window_bytes=0, reduce="hoccl",
+                              reduce_group={"default": None, "one": g, "own": rs}[name])
+        want_rs = {"default": got._fsdp_reduce_group, "one": g, "own": rs}[name]
         hooks = [block._get_fsdp_state()._fsdp_param_group for block in model]
-        result[name] = {"returned_gather_group": got is g,
+        result[name] = {"returned_gather_group": got is g, "rs_is_another": want_rs is not g,
                         "gather": [h._all_gather_comm.group is g for h in hooks],
-                        "scatter": [(h._reduce_scatter_comm.group is rs) if with_rs else
-                                    (h._reduce_scatter_comm.group is g) for h in hooks]}
+                        "scatter": [h._reduce_scatter_comm.group is want_rs for h in hooks]}
+    result["made"] = made
+    result["options_after"] = dict(group_module._options)
     Path(out_path).write_text(json.dumps(result))
     dist.destroy_process_group()
 
 
 def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
-    """use_for_fsdp(reduce_group=rs) on torch's own FSDP2 modules: every module gathers on the group and
-    reduce-scatters on ``rs``; without it, both on the group."""
+    """use_for_fsdp on torch's own FSDP2 modules: every module gathers on the group; by default it reduce-scatters on
+    a second hoccl group made there (once, with HOCCL reducing, on the group's GPU and timeout, the user's
+    configure() defaults left as they were), with reduce_group=rs on ``rs``, with reduce_group=group on the group."""
     import json
 
     import torch.multiprocessing as mp
@@ -808,7 +824,11 @@ def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
                        start_method="spawn")
     got = json.loads(out.read_text())
     want = {"returned_gather_group": True, "gather": [True, True], "scatter": [True, True]}
-    assert got == {"shared": want, "own": want}
+    assert got["default"] == {**want, "rs_is_another": True}
+    assert got["own"] == {**want, "rs_is_another": True}
+    assert got["one"] == {**want, "rs_is_another": False}
+    assert got["made"] == [{"options": {"reduce": "hoccl", "device": 3}, "timeout_s": 42.0, "size": 1}]
+    assert got["options_after"] == {"reduce": "nccl"}
 
 
 def _bound_default_group_worker(rank, world, store_path, out_path):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PLANNED, NOT YET RUN (written after session 44's device time ended): the first GPU run of use_for_fsdp(reduce_group=).
+# PLANNED in session 44; it ran, split in two calls, as session 45's run1.sh (docs/results/2026-12-05-s45/).
 # On the 1x H200 (or H100: rerun the baselines in the same call), CPUs pinned: the torch backend's GPU tests (among
 # them test_train_fsdp_example, which now trains hoccl and hoccl-rsgroup and checks their losses equal), then FSDP
 # small and 350m reduced by HOCCL, hoccl / hoccl-rsgroup / nccl (NCCL gathering, HOCCL reducing) / none, both settings.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PLANNED, NOT YET RUN: session 44's device time ended after runs 1 and 3 (hoccl-rsgroup added after them).
+# Ran in session 45 as its run2.sh (docs/results/2026-12-05-s45/); written in session 44, whose device time ended first.
 # Session 44, run 2 on the 1x H200: the comparison at 1.3b on today's main, both settings, CPUs pinned: FSDP2 reduced by
 # NCCL and by HOCCL (HOCCL / NCCL / none) and 1F1B pipelining (HOCCL / NCCL), 3 interleaved rounds of 3 steps after 1
 # warm-up step (fewer steps than --compare's 8 to fit one call; the 1.3b steps take 1-4 s).

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Session 45, run 1 (session 44's planned-run4, split in two calls): the first GPU run of use_for_fsdp(reduce_group=).
+# Ran at commit ad4d086 (hoccl-rsgroup was then a variant; since, hoccl is that and hoccl-onegroup the old hoccl).
 # The torch backend's FSDP GPU tests (test_train_fsdp_example trains hoccl and hoccl-rsgroup --deterministic and checks
 # their losses equal), then FSDP small and 350m reduced by HOCCL: hoccl / hoccl-rsgroup / nccl (NCCL gathering and
 # reducing) / none, 3 interleaved rounds, CPUs pinned. MODES picks the settings (sliced, mps).

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Session 45, run 2 (session 44's unrun run2.sh), one call per setting (MODES=sliced or mps), on the 1x H200.
+# Ran at commit 80f914c (hoccl-rsgroup was then a variant; since, hoccl is that and hoccl-onegroup the old hoccl).
 # The comparison at 1.3b on today's main, both settings, CPUs pinned: FSDP2 reduced by
 # NCCL and by HOCCL (HOCCL / NCCL / none) and 1F1B pipelining (HOCCL / NCCL), 3 interleaved rounds of 3 steps after 1
 # warm-up step (fewer steps than --compare's 8 to fit one call; the 1.3b steps take 1-4 s).

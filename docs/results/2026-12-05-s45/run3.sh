@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 45, run 3 on the 1x H200: use_for_fsdp's new default (the reduce-scatters on a second hoccl group, made by
-# use_for_fsdp) on a GPU: the FSDP example's GPU test (hoccl and hoccl-onegroup, --deterministic, equal losses), then
+# Session 45, run 3, asked of the 1x H200 kind, ran on a 1x H100 at commit 41de155: use_for_fsdp's new default (the
+# reduce-scatters on a second hoccl group, made by use_for_fsdp) on a GPU: the FSDP example's GPU test (hoccl and hoccl-onegroup, --deterministic, equal losses), then
 # FSDP small reduced by HOCCL under MPS, hoccl / hoccl-onegroup / nccl (NCCL gathering), 3 rounds, CPUs pinned.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 45, run 4, on the machine of run 3 (it was a 1x H100): FSDP 350m reduced by HOCCL under MPS with the new
+# Session 45, run 4, on the machine of run 3 (a 1x H100), at commit 7ed2d21: FSDP 350m reduced by HOCCL under MPS with the new
 # default against the one group and NCCL gathering (2 rounds of 6 steps), then pipeline small under MPS (3 rounds).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

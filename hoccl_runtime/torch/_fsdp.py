@@ -289,20 +289,26 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
 
 def _own_reduce_group(group: Any) -> Any:
     """The reduce-scatters' own hoccl group of ``group``'s ranks (use_for_fsdp's default), or ``group`` itself where
-    it is a subgroup of the world (see use_for_fsdp). Made with HOCCL reducing, on ``group``'s GPU and timeout."""
+    it is a subgroup of the world (see use_for_fsdp). Made once per group, with HOCCL reducing, on ``group``'s GPU
+    and timeout."""
     from datetime import timedelta
 
     from . import _group
 
     if not dist.is_initialized() or _ranks(group) != list(range(dist.get_world_size())):
         return group
+    made = getattr(group, "_fsdp_own_reduce_group", None)
+    if made is not None:  # a second model on the same group: the same second group (not one more proxy a call)
+        return made
     held = dict(_group._options)
     _group._options.update(reduce="hoccl", device=group.comm.device)
     try:
-        return dist.new_group(backend="hoccl", timeout=timedelta(seconds=group.comm.timeout_s))
+        made = dist.new_group(backend="hoccl", timeout=timedelta(seconds=group.comm.timeout_s))
     finally:
         _group._options.clear()
         _group._options.update(held)
+    group._fsdp_own_reduce_group = made
+    return made
 
 
 def _require_hoccl_group(group: Any, arg: str) -> None:

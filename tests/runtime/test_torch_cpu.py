@@ -790,17 +790,21 @@ def _use_for_fsdp_worker(rank, world, store_path, out_path):
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     ht.configure(reduce="nccl")  # the user's defaults: the default's group reduces with HOCCL all the same
     result = {}
-    for name in ("default", "one", "own"):
+    first = None
+    for name in ("default", "default again", "one", "own"):
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
         mesh = init_device_mesh("cpu", (world,))
         for block in model:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        g, rs = (CpuGroup(FakeComm(Fabric(world), rank), rank, world) for _ in range(2))
-        g.comm.timeout_s, g.comm.device = 42.0, 3
+        if name != "default again":  # a second model on the first group
+            g, rs = (CpuGroup(FakeComm(Fabric(world), rank), rank, world) for _ in range(2))
+            g.comm.timeout_s, g.comm.device = 42.0, 3
         got = ht.use_for_fsdp(model, g, window_bytes=0, reduce="hoccl",
-                              reduce_group={"default": None, "one": g, "own": rs}[name])
-        want_rs = {"default": got._fsdp_reduce_group, "one": g, "own": rs}[name]
+                              reduce_group={"one": g, "own": rs}.get(name))
+        want_rs = {"one": g, "own": rs}.get(name, got._fsdp_reduce_group)
+        first = want_rs if name == "default" else first
+        result[name + ": the first's"] = want_rs is first
         hooks = [block._get_fsdp_state()._fsdp_param_group for block in model]
         result[name] = {"returned_gather_group": got is g, "rs_is_another": want_rs is not g,
                         "gather": [h._all_gather_comm.group is g for h in hooks],
@@ -813,8 +817,9 @@ def _use_for_fsdp_worker(rank, world, store_path, out_path):
 
 def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
     """use_for_fsdp on torch's own FSDP2 modules: every module gathers on the group; by default it reduce-scatters on
-    a second hoccl group made there (once, with HOCCL reducing, on the group's GPU and timeout, the user's
-    configure() defaults left as they were), with reduce_group=rs on ``rs``, with reduce_group=group on the group."""
+    a second hoccl group made there (once per group, a second model reusing it; with HOCCL reducing, on the group's
+    GPU and timeout, the user's configure() defaults left as they were), with reduce_group=rs on ``rs``, with
+    reduce_group=group on the group."""
     import json
 
     import torch.multiprocessing as mp
@@ -824,7 +829,8 @@ def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
                        start_method="spawn")
     got = json.loads(out.read_text())
     want = {"returned_gather_group": True, "gather": [True, True], "scatter": [True, True]}
-    assert got["default"] == {**want, "rs_is_another": True}
+    assert got["default"] == got["default again"] == {**want, "rs_is_another": True}
+    assert got["default again: the first's"] is True and got["own: the first's"] is False  # made once per group
     assert got["own"] == {**want, "rs_is_another": True}
     assert got["one"] == {**want, "rs_is_another": False}
     assert got["made"] == [{"options": {"reduce": "hoccl", "device": 3}, "timeout_s": 42.0, "size": 1}]

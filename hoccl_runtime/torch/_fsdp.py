@@ -250,10 +250,11 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     ``reduce``: "hoccl" or "nccl" (default: the group's). ``reduce_group``: with ``reduce="hoccl"``, the hoccl group
     of the same ranks that the reduce-scatters run on. A group runs its calls one after another, so on one group a
     reduce-scatter and the next AllGather wait for each other, as NCCL's do on one communicator; on two groups (two
-    communicators, two proxies) they move at once. Default: where ``group`` holds every rank of the world, a second
-    hoccl group made here (collective, like ``dist.new_group``; it reduces with HOCCL, on the group's GPU, with its
-    timeout), kept alive with ``group``; else (a subgroup: HSDP) ``group`` itself, since ranks of other subgroups
-    would have to make it too: pass one per shard group made with ``dist.new_group(ranks, backend="hoccl")``.
+    communicators, two proxies) they move at once. Default: a second hoccl group made here, once per group
+    (collective, like ``dist.new_group``: one group per shard group of FSDP's device mesh, HSDP's included; it reduces
+    with HOCCL, on the group's GPU, with its timeout), kept alive with ``group``. Where FSDP's mesh does not cover
+    the world (a slice of a larger mesh, as with pipelining) ranks cannot make it alike, and ``group`` itself is
+    used: pass ``reduce_group=`` one made per shard group with ``dist.new_group(ranks, backend="hoccl")``.
     ``reduce_group=group``: both kinds of call on the one group. Returns the group."""
     from ._group import ProcessGroupHoccl
 
@@ -273,7 +274,7 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
         raise HocclError(f"reduce={reduce!r}: give 'hoccl' or 'nccl'")
     _check_reduce_group(reduce_group, group, reduce)
     if reduce == "hoccl" and reduce_group is None:
-        reduce_group = _own_reduce_group(group)
+        reduce_group = _own_reduce_group(group, _shard_rows(mods))
     size = 4 * largest if window_bytes is None else int(window_bytes)
     pool = WindowPool(group.comm, size, group.comm.device) if size > 0 else None
     gather = HocclAllGather(group, pool)
@@ -287,23 +288,47 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     return group
 
 
-def _own_reduce_group(group: Any) -> Any:
-    """The reduce-scatters' own hoccl group of ``group``'s ranks (use_for_fsdp's default), or ``group`` itself where
-    it is a subgroup of the world (see use_for_fsdp). Made once per group, with HOCCL reducing, on ``group``'s GPU
-    and timeout."""
+def _shard_rows(mods: Sequence[Any]) -> list[list[int]] | None:
+    """Every shard group of the FSDP modules' device mesh, as lists of global ranks (one per shard group, in the
+    mesh's order: what ``DeviceMesh`` itself makes groups of), or None where the modules' meshes differ."""
+    rows = None
+    for m in mods:
+        for pg in _param_groups(m._get_fsdp_state()):
+            info = pg.mesh_info
+            t, d = info.mesh.mesh, info.shard_mesh_dim
+            mine = t.transpose(d, -1).reshape(-1, t.size(d)).tolist()
+            if rows is not None and mine != rows:
+                return None
+            rows = mine
+    return rows
+
+
+def _own_reduce_group(group: Any, rows: list[list[int]] | None) -> Any:
+    """The reduce-scatters' own hoccl group of ``group``'s ranks (use_for_fsdp's default), made once per group with
+    HOCCL reducing, on ``group``'s GPU and timeout; or ``group`` itself where that cannot be made safely.
+
+    ``dist.new_group`` is collective over the world: every rank makes every group, in the same order. So a group is
+    made for every shard group of the FSDP mesh (``rows``; HSDP: one per replica), which every rank knows alike only
+    where the mesh covers the whole world, each rank once. A mesh sliced from a larger one (pipeline x FSDP) holds
+    only this rank's slice, which differs between ranks: there ``group`` is kept (pass ``reduce_group=``)."""
     from datetime import timedelta
 
     from . import _group
 
-    if not dist.is_initialized() or _ranks(group) != list(range(dist.get_world_size())):
+    if not dist.is_initialized() or rows is None or _ranks(group) not in rows:
+        return group
+    if sorted(r for row in rows for r in row) != list(range(dist.get_world_size())):
         return group
     made = getattr(group, "_fsdp_own_reduce_group", None)
     if made is not None:  # a second model on the same group: the same second group (not one more proxy a call)
         return made
+    me = dist.get_rank()
     held = dict(_group._options)
     _group._options.update(reduce="hoccl", device=group.comm.device)
     try:
-        made = dist.new_group(backend="hoccl", timeout=timedelta(seconds=group.comm.timeout_s))
+        for row in rows:  # every rank, every shard group, in the mesh's order; a rank keeps its own
+            g = dist.new_group(ranks=row, backend="hoccl", timeout=timedelta(seconds=group.comm.timeout_s))
+            made = g if me in row else made
     finally:
         _group._options.clear()
         _group._options.update(held)

@@ -837,6 +837,81 @@ def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
     assert got["options_after"] == {"reduce": "nccl"}
 
 
+def _hsdp_worker(rank, world, store_path, out_path):
+    """HSDP on CPU (gloo, 4 ranks, a 2 x 2 mesh: 2 replicas of 2 shards), the hoccl groups faked: use_for_fsdp's
+    default makes a second group for every shard group, and keeps the group where FSDP's mesh is a slice (a 2 x 2
+    (pp, dp) mesh's "dp": each rank sees only its own row)."""
+    import json
+    import sys
+    from datetime import timedelta
+    from pathlib import Path
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+    import hoccl_runtime.torch._group as group_module
+
+    made = []
+
+    def create(store, r, size, timeout, ranks):
+        made.append({"ranks": ranks, "reduce": group_module._options.get("reduce")})
+        group = CpuGroup(FakeComm(Fabric(size), r), r, size)
+        group.comm.timeout_s = 30.0
+        return group
+
+    group_module._create = create
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    result = {}
+    for name, dims in (("hsdp", ("replicate", "shard")), ("sliced", ("pp", "dp"))):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=dims)
+        fsdp_mesh = mesh if name == "hsdp" else mesh["dp"]
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        for block in model:
+            fully_shard(block, mesh=fsdp_mesh)
+        fully_shard(model, mesh=fsdp_mesh)
+        rows = [[0, 1], [2, 3]]  # the shard groups either way: the mesh's last dimension
+        mine = None
+        for row in rows:  # the user's hoccl groups, made alike on every rank
+            g = dist.new_group(ranks=row, backend="hoccl")
+            mine = g if rank in row else mine
+        del made[:]
+        ht.use_for_fsdp(model, mine, window_bytes=0, reduce="hoccl")
+        rs = mine._fsdp_reduce_group
+        hooks = [block._get_fsdp_state()._fsdp_param_group for block in model]
+        result[name] = {"another": rs is not mine, "ranks": dist.get_process_group_ranks(rs), "made": list(made),
+                        "scatter": [h._reduce_scatter_comm.group is rs for h in hooks]}
+    Path(f"{out_path}.{rank}").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_use_for_fsdp_makes_the_second_group_for_every_hsdp_shard_group(tmp_path):
+    """use_for_fsdp's default under HSDP (the group a subgroup): every rank makes a hoccl group for each shard group of
+    FSDP's mesh, in the mesh's order, as dist.new_group needs, and keeps its own; with a mesh sliced from a larger
+    one (pipelining x FSDP, whose rows differ between ranks) it keeps the group, making none."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "out"
+    for attempt in range(2):  # gloo's TCP mesh between spawned ranks failed once in a loaded CI run: set it up again
+        try:
+            mp.start_processes(_hsdp_worker, args=(4, str(tmp_path / f"store{attempt}"), str(out)), nprocs=4,
+                               start_method="spawn")
+            break
+        except mp.ProcessRaisedException as exc:
+            if attempt or "Gloo connectFullMesh failed" not in str(exc):
+                raise
+    for r in range(4):
+        got = json.loads((tmp_path / f"out.{r}").read_text())
+        row = [0, 1] if r < 2 else [2, 3]
+        assert got["hsdp"] == {"another": True, "ranks": row, "made": [{"ranks": row, "reduce": "hoccl"}],
+                               "scatter": [True, True]}, (r, got)
+        assert got["sliced"] == {"another": False, "ranks": row, "made": [], "scatter": [True, True]}, (r, got)
+
+
 def _bound_default_group_worker(rank, world, store_path, out_path):
     """torch's own new_group(backend="hoccl") under a default group bound to a device, as
     ``init_process_group("nccl", device_id=...)`` leaves it (torchtitan, examples/train_fsdp.py); the communicator is

@@ -278,7 +278,7 @@ def use_for_fsdp(model: torch.nn.Module, group: Any = None, *, window_bytes: int
     size = 4 * largest if window_bytes is None else int(window_bytes)
     pool = WindowPool(group.comm, size, group.comm.device) if size > 0 else None
     gather = HocclAllGather(group, pool)
-    scatter = HocclReduceScatter(group if reduce_group is None else reduce_group) if reduce == "hoccl" else None
+    scatter = HocclReduceScatter(reduce_group) if reduce == "hoccl" else None  # reduce_group set above
     for m in mods:
         m.set_custom_all_gather(gather)
         if scatter is not None:

@@ -837,6 +837,22 @@ def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
     assert got["options_after"] == {"reduce": "nccl"}
 
 
+def _spawn_gloo_ranks(worker, world, tmp_path, out):
+    """``worker(rank, world, store_path, out)`` in ``world`` spawned processes. gloo's own TCP mesh between spawned
+    ranks failed once in a loaded CI run ("Gloo connectFullMesh failed ... Connection closed by peer"): set it up
+    again once, on a fresh store."""
+    import torch.multiprocessing as mp
+
+    for attempt in range(2):
+        try:
+            mp.start_processes(worker, args=(world, str(tmp_path / f"store{attempt}"), str(out)), nprocs=world,
+                               start_method="spawn")
+            return
+        except mp.ProcessRaisedException as exc:
+            if attempt or "Gloo connectFullMesh failed" not in str(exc):
+                raise
+
+
 def _hsdp_worker(rank, world, store_path, out_path):
     """HSDP on CPU (gloo, 4 ranks, a 2 x 2 mesh: 2 replicas of 2 shards), the hoccl groups faked: use_for_fsdp's
     default makes a second group for every shard group, and keeps the group where FSDP's mesh is a slice (a 2 x 2
@@ -893,17 +909,8 @@ def test_use_for_fsdp_makes_the_second_group_for_every_hsdp_shard_group(tmp_path
     one (pipelining x FSDP, whose rows differ between ranks) it keeps the group, making none."""
     import json
 
-    import torch.multiprocessing as mp
-
     out = tmp_path / "out"
-    for attempt in range(2):  # gloo's TCP mesh between spawned ranks failed once in a loaded CI run: set it up again
-        try:
-            mp.start_processes(_hsdp_worker, args=(4, str(tmp_path / f"store{attempt}"), str(out)), nprocs=4,
-                               start_method="spawn")
-            break
-        except mp.ProcessRaisedException as exc:
-            if attempt or "Gloo connectFullMesh failed" not in str(exc):
-                raise
+    _spawn_gloo_ranks(_hsdp_worker, 4, tmp_path, out)
     for r in range(4):
         got = json.loads((tmp_path / f"out.{r}").read_text())
         row = [0, 1] if r < 2 else [2, 3]
@@ -950,17 +957,8 @@ def test_a_hoccl_group_under_a_default_group_bound_to_a_device(tmp_path):
     for ("No backend type associated with device type cuda" before); the hoccl group is its own CUDA backend."""
     import json
 
-    import torch.multiprocessing as mp
-
     out = tmp_path / "out"
-    for attempt in range(2):  # gloo's own TCP mesh between the two spawned ranks failed once in a loaded CI run
-        try:               # ("Gloo connectFullMesh failed ... Connection closed by peer"): set it up again once
-            mp.start_processes(_bound_default_group_worker, args=(2, str(tmp_path / f"store{attempt}"), str(out)),
-                               nprocs=2, start_method="spawn")
-            break
-        except mp.ProcessRaisedException as exc:
-            if attempt or "Gloo connectFullMesh failed" not in str(exc):
-                raise
+    _spawn_gloo_ranks(_bound_default_group_worker, 2, tmp_path, out)
     for r in range(2):
         got = json.loads((tmp_path / f"out.{r}").read_text())
         assert got.get("type") == "CpuGroup", got

@@ -53,7 +53,7 @@ def over_tcp(tmp_path_factory):
 def two_nodes_of_two(tmp_path_factory):
     """4 ranks as 2 nodes of 2 (HOCCL_GPUS_PER_NODE=2): NodeNetCommunicator, node leaders over TCP."""
     path = tmp_path_factory.mktemp("torch") / "nodes.json"
-    _torchrun(4, WORKER, str(path), *_NAMES, HOCCL_GPUS_PER_NODE="2")
+    _torchrun(4, WORKER, str(path), *GROUPS["two_nodes_of_two"], HOCCL_GPUS_PER_NODE="2")
     return json.loads(path.read_text())
 
 
@@ -68,9 +68,9 @@ GROUPS = {
     "two_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "barrier", "errors", "fsdp",
                   "fsdp_no_kernel", "nccl_shared_gpu",  # a refusing NCCL leaves its NCCL group broken
                   "split_refusal"],  # last: one node's ranks no longer pair after a refused call
-    "four_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors"],
+    "four_ranks": ["all_gather", "all_to_all", "rooted", "p2p", "reductions", "subgroups", "errors", "hsdp"],
     "over_tcp": _NAMES + ["split_refusal"],
-    "two_nodes_of_two": _NAMES,
+    "two_nodes_of_two": _NAMES + ["hsdp"],  # HSDP's shards in a node, its replicas across the nodes
 }
 
 

@@ -295,13 +295,46 @@ def check_subgroups(g, me, w):
         expect(torch.allclose(t.double(), want, rtol=1e-5, atol=1e-4), f"mesh {dim} all_reduce")
 
 
+def _train_against_reference(model, ref, me, w, shard, shards, tol, what, steps=5):
+    """``steps`` SGD steps of the sharded ``model`` (rank ``me`` of ``w``, holding shard ``shard`` of ``shards``) and
+    of the unsharded ``ref`` on every rank's batch (FSDP averages the ranks' gradients): each step's loss, then this
+    rank's shard of every parameter, within ``tol`` of the reference."""
+    from gpt import SIZES, batch, loss_fn
+
+    c = SIZES["tiny"]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(steps):
+        x, y = batch(c, 2, step, me, DEV)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        xs = [batch(c, 2, step, r, DEV) for r in range(w)]
+        ref_losses = [loss_fn(ref(xr), yr) for xr, yr in xs]
+        torch.stack(ref_losses).mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        expect(abs(loss.item() - ref_losses[me].item()) <= tol * max(1.0, abs(loss.item())),
+               f"{what} step {step}: loss {loss.item()} vs reference {ref_losses[me].item()}")
+    # this rank's shard against the same rows of the reference (FSDP2 shards dim 0 as torch.chunk does; a
+    # DTensor's full_tensor() would take the functional collectives, which need a C++ backend)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        chunks = torch.chunk(q.detach(), shards, dim=0)
+        local = p.to_local().to(DEV)
+        if shard < len(chunks) and chunks[shard].numel():
+            want = chunks[shard]
+            err = (local[:want.shape[0]] - want).abs().max().item()
+            expect(err <= tol * max(1.0, q.abs().max().item()), f"{what} {name}: max diff {err}")
+
+
 def check_fsdp(g, me, w):
     """5 steps of FSDP2 with HOCCL's AllGather and reduce-scatter (fp32): losses and final parameters equal an
     unsharded one-process reference on the same data; then bf16 mixed precision (and reshard_after_forward=False,
     CPU offload) within bf16 tolerance of an fp32 reference."""
     import copy
 
-    from gpt import GPT, SIZES, batch, loss_fn
+    from gpt import GPT, SIZES
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -322,34 +355,44 @@ def check_fsdp(g, me, w):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
         ht.use_for_fsdp(model, g)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
         tol = 1e-5 if variant == "fp32" else 3e-2
-        for step in range(5):
-            x, y = batch(c, 2, step, me, DEV)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            xs = [batch(c, 2, step, r, DEV) for r in range(w)]
-            ref_losses = [loss_fn(ref(xr), yr) for xr, yr in xs]
-            torch.stack(ref_losses).mean().backward()  # FSDP averages the ranks' gradients
-            ref_opt.step()
-            ref_opt.zero_grad()
-            expect(abs(loss.item() - ref_losses[me].item()) <= tol * max(1.0, abs(loss.item())),
-                   f"fsdp {variant} step {step}: loss {loss.item()} vs reference {ref_losses[me].item()}")
-        # this rank's shard against the same rows of the reference (FSDP2 shards dim 0 as torch.chunk does; a
-        # DTensor's full_tensor() would take the functional collectives, which need a C++ backend)
-        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
-            chunks = torch.chunk(q.detach(), w, dim=0)
-            local = p.to_local().to(DEV)
-            if me < len(chunks) and chunks[me].numel():
-                want = chunks[me]
-                err = (local[:want.shape[0]] - want).abs().max().item()
-                expect(err <= tol * max(1.0, q.abs().max().item()), f"fsdp {variant} {name}: max diff {err}")
+        _train_against_reference(model, ref, me, w, me, w, tol, f"fsdp {variant}")
         pool = g._fsdp_pool
         expect(pool is not None and pool.misses == 0 and pool.peak > 0,
                f"fsdp {variant}: window pool misses {pool.misses if pool else None}")
+
+
+def check_hsdp(g, me, w):
+    """HSDP over hoccl on 4 ranks, a 2 x 2 mesh (2 replicas of 2 shards; with HOCCL_GPUS_PER_NODE=2 a replica per
+    node, the replicas' all-reduce across nodes): use_for_fsdp's default puts each replica's reduce-scatters on a
+    second hoccl group of its shard ranks, made here for both replicas; 5 fp32 steps then equal an unsharded
+    reference on all 4 ranks' batches."""
+    import copy
+
+    from gpt import GPT, SIZES
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    expect(w == 4, f"the HSDP check needs 4 ranks, not {w}")
+    mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("replicate", "shard"),
+                            backend_override={"replicate": "hoccl", "shard": "hoccl"})
+    rows = [[0, 1], [2, 3]]  # the shard groups: the mesh's last dimension
+    mine = None
+    for row in rows:  # the user's hoccl groups of the shard ranks, made alike on every rank
+        grp = dist.new_group(ranks=row, backend="hoccl", timeout=datetime.timedelta(seconds=30))
+        mine = grp if me in row else mine
+    torch.manual_seed(0)
+    model = GPT(SIZES["tiny"]).to(DEV)
+    ref = copy.deepcopy(model)
+    for block in model.layers:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    ht.use_for_fsdp(model, mine)
+    rs = mine._fsdp_reduce_group
+    expect(rs is not mine and dist.get_process_group_ranks(rs) == rows[me // 2],
+           f"hsdp: the reduce-scatters' group holds {dist.get_process_group_ranks(rs)}, not a second group of "
+           f"{rows[me // 2]}")
+    _train_against_reference(model, ref, me, w, me % 2, 2, 1e-5, "hsdp")
 
 
 def check_fsdp_no_kernel(g, me, w):

@@ -76,9 +76,8 @@ for size in ${sizes//,/ }; do
   esac
   for red in nccl hoccl; do
     name=fsdp-$size-reduce-$red-$setting
-    comm=hoccl,nccl,none
     run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
-      --comm "$comm" --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS:-} >"$out/$name.log" 2>&1
+      --comm hoccl,nccl,none --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS:-} >"$out/$name.log" 2>&1
     results+=("$name rc=$?")
   done
   name=pipeline-$size-$setting
@@ -89,5 +88,5 @@ done
 for r in "${results[@]}"; do
   name=${r%% *}
   echo "=== $r"
-  grep -E "^(comm|hoccl|nccl|none|model|torch) " "$out/$name.log" | grep -v "^\[" | tail -n 9
+  grep -E "^(comm|hoccl|nccl|none|model|torch) " "$out/$name.log" | grep -v "^\[" | tail -n 8
 done

@@ -7,6 +7,11 @@ from hoccl_compiler import load_plan
 from hoccl_compiler import simulate as S
 from hoccl_compiler.ir import RDMA
 
+# run_dep (the chunk event loop with a dependency rule of the caller's): session 45's netchunk.py, taken as its ramp.py
+# takes it; this script's run() below replaces netchunk's
+from pathlib import Path
+exec(open(Path(__file__).resolve().parents[1] / "2026-12-05-s45" / "netchunk.py").read().split("plan = load_plan")[0])
+
 def run(plan, own):
     topo = plan.topology; G = topo.num_gpus; chunk = plan.options.chunk_bytes
     R, SRC, DST, NB, Q, AF, CS = [], [], [], [], [], [], []
@@ -44,42 +49,6 @@ def run(plan, own):
         a = after[t]
         return a, min(int(n_of[a]) - 1, ((k + 1) * int(cs[t]) - 1) // int(cs[a]))
     return run_dep(r, entries, dep)
-
-def run_dep(self, entries, dep):
-    queues = {}
-    for q, t, k, nbytes in entries:
-        queues.setdefault(q, []).append((t, k, nbytes))
-    done = set(); head = {q: 0 for q in queues}; active = {}
-    local, out_port, in_port = self.local, self.out_port, self.in_port
-    now = 0.0
-    while True:
-        for q, items in queues.items():
-            if q in active or head[q] >= len(items): continue
-            t, k, nbytes = items[head[q]]
-            if self.after_of[t] >= 0 and dep(t, k) not in done: continue
-            active[q] = [t, k, float(nbytes), now + float(self.start_of[t])]
-            head[q] += 1
-        if not active:
-            assert all(head[q] >= len(v) for q, v in queues.items()), "deadlock"
-            return now
-        moving = [q for q, a in active.items() if a[3] <= now and a[2] > 0 and not local[a[0]]]
-        rate = np.zeros(0)
-        if moving:
-            ts = np.array([active[q][0] for q in moving])
-            busy = np.zeros(self.capacity.size, bool)
-            busy[out_port[ts]] = busy[in_port[ts]] = True
-            rate = S.max_min_rates(out_port[ts], in_port[ts], S.duplex_capacity(self.topo, busy, None))
-        dt = np.inf
-        for a in active.values():
-            if a[3] > now: dt = min(dt, a[3] - now)
-            elif a[2] <= 0 or local[a[0]]: dt = 0.0
-        for i, q in enumerate(moving):
-            dt = min(dt, active[q][2] / rate[i])
-        now += dt
-        for i, q in enumerate(moving):
-            active[q][2] -= rate[i] * dt
-        for q in [q for q, a in active.items() if a[3] <= now * (1 + 1e-12) and (a[2] <= 1e-3 or local[a[0]])]:
-            done.add((active[q][0], active[q][1])); del active[q]
 
 plan = load_plan(sys.argv[1])
 from hoccl_compiler.cost import collective_bound

@@ -556,14 +556,14 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                 return
     finally:
         proxy.close()
-        if trace_path:
-            write_trace(trace_path, rank, rows, collections, transport.trace or ())
         ex = state.get("executor")
         if ex is not None:
             with contextlib.suppress(Exception):
                 ex.close()
         with contextlib.suppress(Exception):
             transport.close()
+        if trace_path:  # after the close: the frames that left last are in the transport's trace by then
+            write_trace(trace_path, rank, rows, collections, transport.trace or ())
 
 
 def main(argv: list[str] | None = None) -> int:

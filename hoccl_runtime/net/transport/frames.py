@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import select
 import socket
 import struct
 import time
@@ -23,12 +24,38 @@ from typing import Any
 
 from ...errors import TransportError
 
-__all__ = ["MAGIC", "VERSION", "HEADER", "CRC", "check_header", "LaneReader", "recv_exact", "recv_struct", "tune"]
+__all__ = ["MAGIC", "VERSION", "HEADER", "CRC", "check_header", "receive_failure", "not_a_frame", "out_of_order",
+           "outside", "LaneReader", "read_lanes", "recv_exact", "recv_struct", "tune"]
 
 MAGIC = b"HOCL"
 VERSION = 3  # 3: the codes cover both ends' addresses and ports
 HEADER = struct.Struct("<4sHHQQHHIQQIQQ")        # + crc32 appended as "<I"
 CRC = struct.Struct("<I")
+FRAME_BYTES = HEADER.size + CRC.size  # what a frame has before its payload
+
+
+def receive_failure(exc: BaseException) -> str:
+    """Why a lane's receiving failed, in words (its thread's or its poller's)."""
+    if isinstance(exc, TransportError):
+        return str(exc)
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):  # the peer's socket closed with data unread on it
+        return "the peer closed the connection (reset: process gone?)"
+    return f"receive: {getattr(exc, 'strerror', None) or exc}"
+
+
+def not_a_frame(magic: bytes, version: int, lane: int) -> str:
+    return f"not a HOCCL frame (magic {magic!r}, version {version}, lane {lane})"
+
+
+def out_of_order(seq: int, expected: int) -> str:
+    return f"frame {seq} arrived where {expected} was due (lost or reordered data)"
+
+
+def outside(region: int, off: int, n: int, size: int | None) -> str:
+    """Why a write into ``region`` (``size`` bytes registered, None: no such region) cannot land."""
+    what = "no such region" if size is None else f"{size} bytes"
+    return (f"a write into region {region} bytes {off}..{off + n} is outside what this side registered ({what}); "
+            "do both ends run the same plan, chunk size and ring_bytes?")
 
 
 def check_header(head: bytes | bytearray | memoryview, lane: int, expected: int, regions: dict) -> tuple:
@@ -40,14 +67,12 @@ def check_header(head: bytes | bytearray | memoryview, lane: int, expected: int,
         raise TransportError("corrupt frame header (CRC mismatch)")
     magic, version, lane_in, seq, write_id, part, parts, region, off, n, imm, base, total = HEADER.unpack_from(head)
     if magic != MAGIC or version != VERSION or lane_in != lane:
-        raise TransportError(f"not a HOCCL frame (magic {magic!r}, version {version}, lane {lane_in})")
+        raise TransportError(not_a_frame(magic, version, lane_in))
     if seq != expected:
-        raise TransportError(f"frame {seq} arrived where {expected} was due (lost or reordered data)")
+        raise TransportError(out_of_order(seq, expected))
     target = regions.get(region)
     if target is None or off + n > target.nbytes:
-        size = "no such region" if target is None else f"{target.nbytes} bytes"
-        raise TransportError(f"a write into region {region} bytes {off}..{off + n} is outside what this side "
-                             f"registered ({size}); do both ends run the same plan, chunk size and ring_bytes?")
+        raise TransportError(outside(region, off, n, None if target is None else target.nbytes))
     return write_id, part, parts, region, off, n, imm, base, total, memoryview(target.view)[off:off + n]
 
 
@@ -107,6 +132,29 @@ class LaneReader:
             self.done(whole)
             moved = True
         return moved
+
+
+def read_lanes(conn: Any, timeout_s: float) -> bool:
+    """receive="poll": read what every lane of ``conn`` (a TcpConnection) has, and until a completion is ready (or an
+    error), for up to ``timeout_s`` (waiting in ``select`` meanwhile); True. A lane that fails fails the connection,
+    as its thread would."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for r in conn._readers:
+            if r.ended or r.sock.fileno() < 0:
+                continue
+            try:
+                if r.read() is None:
+                    r.ended = True
+                    conn._lane_ended(r.lane)
+            except (TransportError, OSError) as exc:  # a failed lane is read no more
+                r.ended = True
+                conn._fail(r.lane, receive_failure(exc))
+        left = deadline - time.monotonic()
+        live = [r.sock for r in conn._readers if not r.ended and r.sock.fileno() >= 0]
+        if left <= 0 or not live or not conn._completions.empty() or conn._error is not None:
+            return True
+        select.select(live, [], [], left)
 
 
 def recv_exact(sock: socket.socket, view: memoryview, deadline: float | None = None) -> bool:

@@ -1,9 +1,13 @@
 """How a TCP write is cut over a connection's lanes (:func:`lane_parts`), apart from the sockets so that the rule is
-read, tested and tuned on its own (docs/architecture.md, "Transports")."""
+read, tested and tuned on its own (docs/architecture.md, "Transports"); and how a TCP setting is read
+(:func:`setting`)."""
 
 from __future__ import annotations
 
-__all__ = ["lane_parts", "SPLIT_SLACK", "SPLITS"]
+from ...errors import HocclError, TransportError
+from ...settings import env_int
+
+__all__ = ["lane_parts", "setting", "SPLIT_SLACK", "SPLITS"]
 
 SPLIT_SLACK = 1.0                                 # default: a whole write may end up to 2x later than cut up
 SPLITS = ("balance", "idle")
@@ -46,3 +50,19 @@ def lane_parts(queued: list[int], nbytes: int, min_part: int, split: str = "bala
         parts.append((lane, lo, hi))
         lo = hi
     return parts
+
+
+def setting(value: int | None, env: str, default: int, least: int, most: int | None = None) -> int:
+    """An argument if given, else the environment's setting (``env``), else ``default``; within least..most."""
+    if value is None:
+        try:
+            return env_int(env, default, least, most)
+        except HocclError as exc:
+            raise TransportError(str(exc)) from None
+    name = env.removeprefix("HOCCL_TCP_").lower()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TransportError(f"{name}={value!r}: give a whole number of bytes")
+    if value < least or (most is not None and value > most):
+        raise TransportError(f"{name}={value}: give {least}..{most}" if most is not None else
+                             f"{name}={value}: give at least {least}")
+    return value

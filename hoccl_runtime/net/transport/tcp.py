@@ -60,14 +60,17 @@ import struct
 import threading
 import time
 import zlib
+from typing import Any
 
 import numpy as np
 
 from ...errors import HocclError, HocclTimeoutError, TransportError
-from ...settings import env_choice, env_float, env_int
+from ...settings import env_choice, env_float
+from . import frames
 from .base import Completion, Connection, Region, Transport, open_listener
 from .frames import HEADER, MAGIC, VERSION, LaneReader, check_header, recv_exact, recv_struct, tune
-from .lanes import SPLIT_SLACK, SPLITS, lane_parts
+from .lanes import SPLIT_SLACK, SPLITS, lane_parts, setting
+from .native import native_lanes
 
 __all__ = ["TcpTransport", "TcpConnection", "HEADER", "lane_parts", "RECEIVES"]
 
@@ -111,7 +114,16 @@ class TcpConnection(Connection):
         self._readers = [LaneReader(sock, lane, regions, self._arrived) for lane, sock in enumerate(sockets)] \
             if polled else []
         self._threads: list[list[threading.Thread]] = [[], []]  # senders, receivers
-        for lane, sock in enumerate(sockets):
+        self._start_lanes(polled)
+
+    _engine: Any = None  # the native engine's lanes (native.NativeLanes), HOCCL_TCP_ENGINE=native
+
+    def _start_lanes(self, polled: bool) -> None:
+        """A sender and (unless polled) a receiver thread per lane, or the native engine's threads."""
+        if self.transport._native is not None:
+            self._engine = self.transport._native.open(self)
+            return
+        for lane, sock in enumerate(self.lanes):
             for k, (target, name) in enumerate(((self._send_loop, "send"), (self._recv_loop, "recv"))[:2 - polled]):
                 t = threading.Thread(target=target, args=(lane, sock), name=f"hoccl-tcp-{name}-{lane}", daemon=True)
                 t.start()
@@ -152,6 +164,15 @@ class TcpConnection(Connection):
                   remote_offset, nbytes) for part, (lane, lo, hi) in enumerate(cuts)]
         if tr.trace is not None:
             tr.trace.append(("post", cuts[0][0], write_id, parts, nbytes, *(time.perf_counter(),) * 2))
+        self._hand(cuts, items)
+        return write_id
+
+    def _hand(self, cuts: list, items: list) -> None:
+        """Hand a write's parts to their lanes (the first, if small and its lane idle, sent from here)."""
+        if self._engine is not None:
+            self._engine.post(cuts, items)
+            return
+        tr = self.transport
         lane, lo, hi = cuts[0]
         direct = hi - lo <= tr.direct_bytes  # the first part may leave from here, after the others were handed over
         for (other, _, _), item in zip(cuts[direct:], items[direct:], strict=True):
@@ -165,11 +186,10 @@ class TcpConnection(Connection):
             ok = not direct  # not direct: it was handed over with the others
         if not ok:
             self._send_queues[lane].put(items[0])
-        return write_id
 
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:
         out: list[Completion] = []
-        polled = bool(self._readers) and self._read_lanes(timeout_s)  # the waiting was done there
+        polled = self._gather(timeout_s)  # True: the waiting was done there
         if self._error is not None and self._completions.empty():
             raise self._error
         try:
@@ -194,11 +214,21 @@ class TcpConnection(Connection):
             except queue.Empty:
                 return out
 
+    def _gather(self, timeout_s: float) -> bool:
+        """What came: the native engine's events, or with receive="poll" the lanes read here (frames.read_lanes); True
+        where that did the waiting."""
+        if self._engine is not None:
+            return self._engine.gather(timeout_s)
+        return bool(self._readers) and frames.read_lanes(self, timeout_s)
+
     def close(self, drain_timeout_s: float = 5.0) -> None:
         """Flush the writes already queued (up to ``drain_timeout_s``), then close every lane."""
         if self._closing:
             return
         self._closing = True
+        if self._engine is not None:
+            self._engine.close(drain_timeout_s)
+            return
         for q in self._send_queues:
             q.put(None)  # after the queued writes: each sender thread finishes those first
         deadline = time.monotonic() + drain_timeout_s
@@ -248,6 +278,11 @@ class TcpConnection(Connection):
             self._fail(lane, f"send: {exc.strerror or exc}")
             return False
         self._seq[lane] += 1
+        self._frame_sent(lane, write_id, n, imm, rregion, rbase, total)
+        return True
+
+    def _frame_sent(self, lane: int, write_id: int, n: int, imm: int, rregion: int, rbase: int, total: int) -> None:
+        """A part of write ``write_id`` left on ``lane``: counted, and the write's "sent" once every part has."""
         with self._lock:
             self._queued[lane] -= n + 1
             self.frames_sent[lane] += 1
@@ -258,7 +293,6 @@ class TcpConnection(Connection):
                 del self._sent_parts[write_id]
         if not left:
             self._completions.put(Completion("sent", write_id, imm, rregion, rbase, total))
-        return True
 
     def _recv_loop(self, lane: int, sock: socket.socket) -> None:
         expected = 0
@@ -272,7 +306,7 @@ class TcpConnection(Connection):
                     return
                 frame = check_header(head, lane, expected, regions)
             except (TransportError, OSError) as exc:
-                self._fail(lane, _receive_failure(exc))
+                self._fail(lane, frames.receive_failure(exc))
                 return
             expected += 1
             trace = self.transport.trace
@@ -311,37 +345,6 @@ class TcpConnection(Connection):
         if got == parts:
             self._completions.put(Completion("received", write_id, imm, region, base, total))
 
-    def _read_lanes(self, timeout_s: float) -> bool:
-        """receive="poll": read what every lane has, and until a completion is ready (or an error), for up to
-        ``timeout_s`` (waiting in ``select`` meanwhile); True. A lane that fails fails the connection, as its thread
-        would."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for r in self._readers:
-                if r.ended or r.sock.fileno() < 0:
-                    continue
-                try:
-                    if r.read() is None:
-                        r.ended = True
-                        self._lane_ended(r.lane)
-                except (TransportError, OSError) as exc:  # a failed lane is read no more
-                    r.ended = True
-                    self._fail(r.lane, _receive_failure(exc))
-            left = deadline - time.monotonic()
-            live = [r.sock for r in self._readers if not r.ended and r.sock.fileno() >= 0]
-            if left <= 0 or not live or not self._completions.empty() or self._error is not None:
-                return True
-            select.select(live, [], [], left)
-
-
-def _receive_failure(exc: BaseException) -> str:
-    """Why a lane's receiving failed, in words (its thread's or its poller's)."""
-    if isinstance(exc, TransportError):
-        return str(exc)
-    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):  # the peer's socket closed with data unread on it
-        return "the peer closed the connection (reset: process gone?)"
-    return f"receive: {getattr(exc, 'strerror', None) or exc}"
-
 
 class TcpTransport(Transport):
     """TCP over ``lanes`` sockets per connection. ``session`` must match on both sides (e.g. a plan id)."""
@@ -354,16 +357,16 @@ class TcpTransport(Transport):
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, lanes: int = 4, session: str = "",
                  name: str = "", min_part: int | None = None, socket_buffer: int | None = None,
                  secret: bytes | None = None, split: str | None = None, split_slack: float | None = None,
-                 receive: str | None = None):
+                 receive: str | None = None, engine: str | None = None):
         if lanes < 1 or lanes > 64:
             raise TransportError(f"lanes={lanes}: use 1..64 connections per peer")
         # a write is cut into parts of at least min_part bytes (HOCCL_TCP_MIN_PART) by the rule ``split``
         # (HOCCL_TCP_SPLIT, with HOCCL_TCP_SPLIT_SLACK: lane_parts); socket_buffer > 0 fixes SO_SNDBUF/SO_RCVBUF
         # (HOCCL_TCP_SOCKET_BUFFER), 0 leaves the kernel's autotuning
-        self.min_part = _setting(min_part, "HOCCL_TCP_MIN_PART", MIN_PART, 1)
+        self.min_part = setting(min_part, "HOCCL_TCP_MIN_PART", MIN_PART, 1)
         # writes of at most direct_bytes into an idle lane are sent by the caller's thread (HOCCL_TCP_DIRECT_BYTES;
         # 0: every write through the lane's thread)
-        self.direct_bytes = _setting(None, "HOCCL_TCP_DIRECT_BYTES", DIRECT_BYTES, 0)
+        self.direct_bytes = setting(None, "HOCCL_TCP_DIRECT_BYTES", DIRECT_BYTES, 0)
         try:
             self.split = split if split is not None else env_choice("HOCCL_TCP_SPLIT", "balance", SPLITS)
             self.split_slack = split_slack if split_slack is not None else \
@@ -378,12 +381,13 @@ class TcpTransport(Transport):
             raise TransportError(f"receive={self.receive!r}: choose one of {', '.join(RECEIVES)}")
         if self.receive == "poll":  # the poller is this side's only reader: it must never block in a send (two
             self.direct_bytes = 0   # pollers each sending into the other's full buffers would wait for good)
+        self._native = native_lanes(engine, self.receive)  # HOCCL_TCP_ENGINE; None: the Python lanes
         if self.split not in SPLITS:
             raise TransportError(f"split={self.split!r}: choose one of {', '.join(SPLITS)}")
         if not self.split_slack >= 0:
             raise TransportError(f"split_slack={self.split_slack}: give 0 or more (default {SPLIT_SLACK})")
         # a socket option is a C int: 2 GiB - 1 at most (larger gave OverflowError / TypeError from setsockopt)
-        self.socket_buffer = _setting(socket_buffer, "HOCCL_TCP_SOCKET_BUFFER", 0, 0, most=2**31 - 1)
+        self.socket_buffer = setting(socket_buffer, "HOCCL_TCP_SOCKET_BUFFER", 0, 0, most=2**31 - 1)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise TransportError(f"port={port!r}: give a TCP port in 0..65535 (0: any free one)")
         if secret is not None and not isinstance(secret, (bytes, bytearray, memoryview)):
@@ -408,6 +412,8 @@ class TcpTransport(Transport):
             raise TransportError("register a writable, contiguous 1-D uint8 array (a pinned staging buffer)")
         region = Region(len(self._regions), arr)
         self._regions[region.id] = region
+        if self._native is not None:
+            self._native.add(region.id, region.address, region.nbytes)
         return region
 
     def listen(self) -> str:
@@ -601,19 +607,5 @@ class TcpTransport(Transport):
             self._listener.close()
             self._listener = None
         self._take_hellos()  # handshakes done meanwhile: their sockets closed (later ones close at their deadline)
-
-
-def _setting(value: int | None, env: str, default: int, least: int, most: int | None = None) -> int:
-    """An argument if given, else the environment's setting (``env``), else ``default``; within least..most."""
-    if value is None:
-        try:
-            return env_int(env, default, least, most)
-        except HocclError as exc:
-            raise TransportError(str(exc)) from None
-    name = env.removeprefix("HOCCL_TCP_").lower()
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TransportError(f"{name}={value!r}: give a whole number of bytes")
-    if value < least or (most is not None and value > most):
-        raise TransportError(f"{name}={value}: give {least}..{most}" if most is not None else
-                             f"{name}={value}: give at least {least}")
-    return value
+        if self._native is not None:
+            self._native.close()  # after every connection's threads were joined

@@ -1,0 +1,458 @@
+/* The TCP transport's lanes in native threads (HOCCL_TCP_ENGINE=native; hoccl_runtime/net/transport/native.py).
+ *
+ * The same frames as the Python lanes (frames.py: HEADER, its CRC-32, the payload straight into the registered
+ * region), sent and received by one POSIX thread per lane and direction, which never take Python's GIL: the
+ * interpreter that drives the network (the proxy process's loop) then has itself alone, and a lane that sends or
+ * receives waits for the kernel only, not for that interpreter. Python posts a frame (hl_post: the lane's queue,
+ * its thread woken) and drains what happened (hl_poll: sent frames, received frames, a lane's clean end, errors) as
+ * rows of 14 int64 (EVENT_WORDS); it aggregates a write's parts and words the errors itself, as the Python lanes
+ * do. Every field a peer sends is checked before a byte of payload lands: the CRC, magic, version, lane, sequence,
+ * and the region's bounds (overflow-safe), so a hostile peer writes nowhere outside what this side registered.
+ *
+ * Lifetime (native.py): hl_open after the handshake, hl_stop_senders (queued frames still leave, up to a deadline),
+ * Python shuts the sockets down, hl_join (every thread gone), Python closes the sockets, hl_free. Regions are
+ * registered with the engine (hl_region) and never move while it lives (the transport holds their arrays). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HEAD 68             /* HEADER.size: "<4sHHQQHHIQQIQQ" */
+#define FRAME (HEAD + 4)    /* + CRC-32 of the header */
+#define VERSION 3
+#define EVENT_WORDS 14
+
+enum { EV_SENT = 0, EV_RECV = 1, EV_ENDED = 2, EV_ERROR = 3 };
+enum { E_SEND = 1, E_RECV = 2, E_SHORT_HEAD = 3, E_SHORT_PAYLOAD = 4, E_CRC = 5, E_MAGIC = 6, E_SEQ = 7,
+       E_REGION = 8, E_NOMEM = 9 };
+
+typedef struct { int64_t v[EVENT_WORDS]; } event_t;
+
+typedef struct {
+    int64_t write_id;
+    uint32_t part, parts, rregion, imm;
+    uint64_t addr, n, roff, rbase, total;
+} post_t;
+
+typedef struct engine {
+    pthread_rwlock_t rw;
+    uint64_t *base, *size;  /* per region id; size 0: none */
+    size_t count;
+} engine_t;
+
+struct conn;
+
+typedef struct lane {
+    struct conn *c;
+    int idx, fd, failed;
+    pthread_t snd, rcv;
+    int snd_on, rcv_on;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    post_t *q;
+    size_t cap, head, len;
+    int stop;
+    uint64_t seq;
+} lane_t;
+
+typedef struct conn {
+    engine_t *e;
+    int nlanes;
+    lane_t *lanes;
+    pthread_mutex_t mu;      /* the events */
+    pthread_cond_t cv;
+    event_t *ev;
+    size_t cap, head, len;
+    int lost;                /* an event could not be kept (no memory): hl_poll reports it last */
+    int senders;             /* sender threads still running (hl_stop_senders waits for 0) */
+} conn_t;
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32_of(const uint8_t *p, size_t n) {  /* zlib.crc32 */
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static int64_t now_ns(void) {  /* CLOCK_MONOTONIC: Python's time.perf_counter on Linux */
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static struct timespec after(double s) {  /* CLOCK_REALTIME deadline ``s`` seconds on (condition variables' clock) */
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    if (!(s < 1e6)) s = 1e6;
+    int64_t ns = t.tv_nsec + (int64_t)(s * 1e9);
+    t.tv_sec += ns / 1000000000LL;
+    t.tv_nsec = ns % 1000000000LL;
+    return t;
+}
+
+/* little-endian fields of the header (x86-64 and aarch64 are little-endian; native.py refuses a big-endian host) */
+#define PUT(p, off, x) memcpy((p) + (off), &(x), sizeof(x))
+#define GET(p, off, x) memcpy(&(x), (p) + (off), sizeof(x))
+
+static void push(conn_t *c, const event_t *ev) {
+    pthread_mutex_lock(&c->mu);
+    if (c->len == c->cap) {  /* grow (unbounded, as Python's queue.Queue of completions) */
+        size_t cap = c->cap ? 2 * c->cap : 1024;
+        event_t *bigger = malloc(cap * sizeof(event_t));
+        if (bigger == NULL) {  /* the connection is lost: hl_poll says so after the events kept */
+            c->lost = 1;
+            pthread_cond_broadcast(&c->cv);
+            pthread_mutex_unlock(&c->mu);
+            return;
+        }
+        for (size_t i = 0; i < c->len; i++) bigger[i] = c->ev[(c->head + i) % c->cap];
+        free(c->ev);
+        c->ev = bigger;
+        c->cap = cap;
+        c->head = 0;
+    }
+    c->ev[(c->head + c->len) % c->cap] = *ev;
+    c->len++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void push_error(lane_t *L, int code, int64_t a, int64_t b, int64_t d, int64_t f) {
+    event_t ev = {{0}};
+    ev.v[0] = EV_ERROR; ev.v[1] = L->idx; ev.v[5] = a; ev.v[6] = b; ev.v[7] = d; ev.v[8] = f; ev.v[13] = code;
+    push(L->c, &ev);
+}
+
+/* Fill n bytes: n on success, fewer on EOF (the count got), -errno on an error. */
+static int64_t recv_full(int fd, uint8_t *p, uint64_t n) {
+    uint64_t got = 0;
+    while (got < n) {
+        uint64_t want = n - got;
+        ssize_t r = recv(fd, p + got, want > (1u << 30) ? (1u << 30) : want, MSG_WAITALL);
+        if (r > 0) { got += (uint64_t)r; continue; }
+        if (r == 0) return (int64_t)got;
+        if (errno == EINTR) continue;
+        return -(int64_t)errno;
+    }
+    return (int64_t)got;
+}
+
+static void *recv_main(void *arg) {
+    lane_t *L = arg;
+    conn_t *c = L->c;
+    engine_t *e = c->e;
+    uint8_t h[FRAME];
+    uint64_t expected = 0;
+    for (;;) {
+        int64_t got = recv_full(L->fd, h, FRAME);
+        if (got == 0) {  /* a clean end between frames */
+            event_t ev = {{0}};
+            ev.v[0] = EV_ENDED; ev.v[1] = L->idx;
+            push(c, &ev);
+            return NULL;
+        }
+        if (got < 0) { push_error(L, E_RECV, 0, -got, 0, 0); return NULL; }
+        if (got < FRAME) { push_error(L, E_SHORT_HEAD, 0, got, FRAME, 0); return NULL; }
+        uint32_t crc;
+        GET(h, HEAD, crc);
+        if (crc32_of(h, HEAD) != crc) { push_error(L, E_CRC, 0, 0, 0, 0); return NULL; }
+        uint16_t version, lane_in, part, parts;
+        uint32_t region, imm;
+        uint64_t seq, write_id, off, n, base, total;
+        GET(h, 4, version); GET(h, 6, lane_in); GET(h, 8, seq); GET(h, 16, write_id); GET(h, 24, part);
+        GET(h, 26, parts); GET(h, 28, region); GET(h, 32, off); GET(h, 40, n); GET(h, 48, imm); GET(h, 52, base);
+        GET(h, 60, total);
+        if (memcmp(h, "HOCL", 4) != 0 || version != VERSION || lane_in != (uint16_t)L->idx) {
+            uint32_t magic;
+            GET(h, 0, magic);
+            push_error(L, E_MAGIC, version, lane_in, magic, 0);
+            return NULL;
+        }
+        if (seq != expected) { push_error(L, E_SEQ, 0, (int64_t)seq, (int64_t)expected, 0); return NULL; }
+        expected++;
+        uint8_t *into = NULL;
+        int64_t size = -1;
+        pthread_rwlock_rdlock(&e->rw);
+        if (region < e->count && e->size[region]) {
+            size = (int64_t)e->size[region];
+            if (off <= e->size[region] && n <= e->size[region] - off) into = (uint8_t *)(uintptr_t)e->base[region] + off;
+        }
+        pthread_rwlock_unlock(&e->rw);
+        if (into == NULL) {
+            push_error(L, E_REGION, region, (int64_t)off, (int64_t)n, size);
+            return NULL;
+        }
+        int64_t t0 = now_ns();
+        if (n) {
+            got = recv_full(L->fd, into, n);
+            if (got < 0) { push_error(L, E_RECV, 1, -got, 0, 0); return NULL; }
+            if ((uint64_t)got < n) { push_error(L, E_SHORT_PAYLOAD, 0, got, (int64_t)n, 0); return NULL; }
+        }
+        event_t ev;
+        ev.v[0] = EV_RECV; ev.v[1] = L->idx; ev.v[2] = (int64_t)write_id; ev.v[3] = part; ev.v[4] = parts;
+        ev.v[5] = region; ev.v[6] = (int64_t)off; ev.v[7] = (int64_t)n; ev.v[8] = imm; ev.v[9] = (int64_t)base;
+        ev.v[10] = (int64_t)total; ev.v[11] = t0; ev.v[12] = now_ns(); ev.v[13] = 0;
+        push(c, &ev);
+    }
+}
+
+/* Send every byte of iov (MSG_NOSIGNAL: a closed peer is an error, not a signal): 0, or errno. */
+static int send_all(int fd, struct iovec *iov, int cnt) {
+    while (cnt) {
+        struct msghdr m;
+        memset(&m, 0, sizeof m);
+        m.msg_iov = iov;
+        m.msg_iovlen = (size_t)cnt;
+        ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        while (cnt && (size_t)r >= iov->iov_len) { r -= (ssize_t)iov->iov_len; iov++; cnt--; }
+        if (cnt) { iov->iov_base = (uint8_t *)iov->iov_base + r; iov->iov_len -= (size_t)r; }
+    }
+    return 0;
+}
+
+static void sender_done(conn_t *c) {
+    pthread_mutex_lock(&c->mu);
+    c->senders--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void *send_main(void *arg) {
+    lane_t *L = arg;
+    conn_t *c = L->c;
+    uint8_t h[FRAME];
+    for (;;) {
+        pthread_mutex_lock(&L->mu);
+        while (!L->len && !L->stop) pthread_cond_wait(&L->cv, &L->mu);
+        if (!L->len) { pthread_mutex_unlock(&L->mu); break; }
+        post_t p = L->q[L->head];
+        L->head = (L->head + 1) % L->cap;
+        L->len--;
+        pthread_mutex_unlock(&L->mu);
+        uint16_t version = VERSION, lane = (uint16_t)L->idx, part = (uint16_t)p.part, parts = (uint16_t)p.parts;
+        uint64_t wid = (uint64_t)p.write_id;
+        memcpy(h, "HOCL", 4);
+        PUT(h, 4, version); PUT(h, 6, lane); PUT(h, 8, L->seq); PUT(h, 16, wid); PUT(h, 24, part); PUT(h, 26, parts);
+        PUT(h, 28, p.rregion); PUT(h, 32, p.roff); PUT(h, 40, p.n); PUT(h, 48, p.imm); PUT(h, 52, p.rbase);
+        PUT(h, 60, p.total);
+        uint32_t crc = crc32_of(h, HEAD);
+        PUT(h, HEAD, crc);
+        struct iovec iov[2] = {{h, FRAME}, {(void *)(uintptr_t)p.addr, p.n}};
+        int64_t t0 = now_ns();
+        int err = send_all(L->fd, iov, p.n ? 2 : 1);
+        if (err) {
+            L->failed = 1;
+            push_error(L, E_SEND, 0, err, 0, 0);
+            break;
+        }
+        L->seq++;
+        event_t ev;
+        ev.v[0] = EV_SENT; ev.v[1] = L->idx; ev.v[2] = p.write_id; ev.v[3] = p.part; ev.v[4] = p.parts;
+        ev.v[5] = p.rregion; ev.v[6] = (int64_t)p.roff; ev.v[7] = (int64_t)p.n; ev.v[8] = p.imm;
+        ev.v[9] = (int64_t)p.rbase; ev.v[10] = (int64_t)p.total; ev.v[11] = t0; ev.v[12] = now_ns(); ev.v[13] = 0;
+        push(c, &ev);
+    }
+    sender_done(c);
+    return NULL;
+}
+
+/* --- the interface (ctypes) ------------------------------------------------------------------------------------ */
+
+int hl_event_words(void) { return EVENT_WORDS; }
+
+void *hl_engine(void) {
+    pthread_once(&crc_once, crc_init);
+    engine_t *e = calloc(1, sizeof(engine_t));
+    if (e) pthread_rwlock_init(&e->rw, NULL);
+    return e;
+}
+
+int hl_region(void *ep, uint32_t id, uint64_t base, uint64_t size) {
+    engine_t *e = ep;
+    int rc = 0;
+    pthread_rwlock_wrlock(&e->rw);
+    if (id >= e->count) {
+        size_t count = id + 1 > 2 * e->count ? id + 1 : 2 * e->count;
+        uint64_t *b = realloc(e->base, count * sizeof(uint64_t));
+        if (b) e->base = b;
+        uint64_t *s = b ? realloc(e->size, count * sizeof(uint64_t)) : NULL;
+        if (s) e->size = s;
+        if (!b || !s) rc = -1;
+        else {
+            for (size_t i = e->count; i < count; i++) { e->base[i] = 0; e->size[i] = 0; }
+            e->count = count;
+        }
+    }
+    if (!rc) { e->base[id] = base; e->size[id] = size; }
+    pthread_rwlock_unlock(&e->rw);
+    return rc;
+}
+
+void hl_engine_free(void *ep) {
+    engine_t *e = ep;
+    if (!e) return;
+    pthread_rwlock_destroy(&e->rw);
+    free(e->base);
+    free(e->size);
+    free(e);
+}
+
+void *hl_open(void *ep, const int *fds, int nlanes) {
+    conn_t *c = calloc(1, sizeof(conn_t));
+    if (!c) return NULL;
+    c->e = ep;
+    c->nlanes = nlanes;
+    c->lanes = calloc((size_t)nlanes, sizeof(lane_t));
+    if (!c->lanes) { free(c); return NULL; }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int ok = 1;
+    for (int i = 0; i < nlanes; i++) {
+        lane_t *L = &c->lanes[i];
+        L->c = c; L->idx = i; L->fd = fds[i];
+        pthread_mutex_init(&L->mu, NULL);
+        pthread_cond_init(&L->cv, NULL);
+    }
+    for (int i = 0; i < nlanes && ok; i++) {
+        lane_t *L = &c->lanes[i];
+        pthread_mutex_lock(&c->mu);
+        c->senders++;
+        pthread_mutex_unlock(&c->mu);
+        if (pthread_create(&L->snd, NULL, send_main, L) == 0) L->snd_on = 1;
+        else { sender_done(c); ok = 0; }
+        if (ok && pthread_create(&L->rcv, NULL, recv_main, L) == 0) L->rcv_on = 1;
+        else ok = 0;
+    }
+    if (!ok) {  /* reported by hl_poll; the caller shuts the sockets down, joins and frees (native.py) */
+        pthread_mutex_lock(&c->mu);
+        c->lost = 1;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return c;
+}
+
+/* Queue a frame on ``lane``: 0, or -1 (no memory, or the lane's sender stopped). */
+int hl_post(void *cp, int lane, int64_t write_id, uint32_t part, uint32_t parts, uint64_t addr, uint64_t n,
+            uint32_t rregion, uint64_t roff, uint32_t imm, uint64_t rbase, uint64_t total) {
+    conn_t *c = cp;
+    if (lane < 0 || lane >= c->nlanes) return -1;
+    lane_t *L = &c->lanes[lane];
+    pthread_mutex_lock(&L->mu);
+    if (L->stop || L->failed || !L->snd_on) { pthread_mutex_unlock(&L->mu); return -1; }
+    if (L->len == L->cap) {
+        size_t cap = L->cap ? 2 * L->cap : 64;
+        post_t *bigger = malloc(cap * sizeof(post_t));
+        if (!bigger) { pthread_mutex_unlock(&L->mu); return -1; }
+        for (size_t i = 0; i < L->len; i++) bigger[i] = L->q[(L->head + i) % L->cap];
+        free(L->q);
+        L->q = bigger;
+        L->cap = cap;
+        L->head = 0;
+    }
+    post_t *p = &L->q[(L->head + L->len) % L->cap];
+    p->write_id = write_id; p->part = part; p->parts = parts; p->addr = addr; p->n = n; p->rregion = rregion;
+    p->roff = roff; p->imm = imm; p->rbase = rbase; p->total = total;
+    L->len++;
+    pthread_cond_signal(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+    return 0;
+}
+
+/* Move up to ``most`` events into ``out`` (rows of EVENT_WORDS), waiting up to ``timeout_s`` for the first (0:
+ * not at all): how many. */
+int hl_poll(void *cp, int64_t *out, int most, double timeout_s) {
+    conn_t *c = cp;
+    pthread_mutex_lock(&c->mu);
+    if (!c->len && timeout_s > 0) {
+        struct timespec until = after(timeout_s);
+        while (!c->len && !c->lost && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT) {}
+    }
+    int k = 0;
+    while (c->len && k < most) {
+        memcpy(out + (size_t)k * EVENT_WORDS, &c->ev[c->head], sizeof(event_t));
+        c->head = (c->head + 1) % c->cap;
+        c->len--;
+        k++;
+    }
+    if (!c->len && c->lost && k < most) {
+        memset(out + (size_t)k * EVENT_WORDS, 0, sizeof(event_t));
+        out[(size_t)k * EVENT_WORDS] = EV_ERROR;
+        out[(size_t)k * EVENT_WORDS + 13] = E_NOMEM;
+        c->lost = 0;
+        k++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return k;
+}
+
+/* Let the senders finish what is queued and stop, waiting up to ``timeout_s``: 0 once every one stopped, 1 if
+ * some still send (the sockets' shutdown then ends them). */
+int hl_stop_senders(void *cp, double timeout_s) {
+    conn_t *c = cp;
+    for (int i = 0; i < c->nlanes; i++) {
+        lane_t *L = &c->lanes[i];
+        pthread_mutex_lock(&L->mu);
+        L->stop = 1;
+        pthread_cond_signal(&L->cv);
+        pthread_mutex_unlock(&L->mu);
+    }
+    struct timespec until = after(timeout_s);
+    pthread_mutex_lock(&c->mu);
+    while (c->senders > 0 && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT) {}
+    int left = c->senders > 0;
+    pthread_mutex_unlock(&c->mu);
+    return left;
+}
+
+/* Join every thread (after the sockets were shut down: each then returns). */
+void hl_join(void *cp) {
+    conn_t *c = cp;
+    for (int i = 0; i < c->nlanes; i++) {
+        lane_t *L = &c->lanes[i];
+        pthread_mutex_lock(&L->mu);
+        L->stop = 1;
+        L->len = 0;  /* a sender still running drops what is left: the connection is closing */
+        pthread_cond_signal(&L->cv);
+        pthread_mutex_unlock(&L->mu);
+    }
+    for (int i = 0; i < c->nlanes; i++) {
+        lane_t *L = &c->lanes[i];
+        if (L->snd_on) { pthread_join(L->snd, NULL); L->snd_on = 0; }
+        if (L->rcv_on) { pthread_join(L->rcv, NULL); L->rcv_on = 0; }
+    }
+}
+
+void hl_free(void *cp) {
+    conn_t *c = cp;
+    if (!c) return;
+    for (int i = 0; i < c->nlanes; i++) {
+        pthread_mutex_destroy(&c->lanes[i].mu);
+        pthread_cond_destroy(&c->lanes[i].cv);
+        free(c->lanes[i].q);
+    }
+    free(c->lanes);
+    free(c->ev);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}

@@ -1,0 +1,226 @@
+"""The native lane engine (``HOCCL_TCP_ENGINE=native``, net/transport/_lanes.c): the TCP transport's tests that do not
+look at the Python lanes' own threads run again on it (imported from test_transport_tcp, with the engine set for this
+module), then what is its own: a hostile peer's frames checked before a byte lands, both engines on one wire, the
+trace, and the setting's errors. Skipped where no C compiler builds the engine."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import zlib
+
+import numpy as np
+import pytest
+from test_transport_tcp import (  # noqa: F401 - collected here again, on the native engine
+    HEADER,
+    MAGIC,
+    VERSION,
+    drain,
+    pair,
+    raw_peer,
+    regions,
+    test_a_reset_connection_is_reported_as_the_peer_closing_it,
+    test_across_processes,
+    test_any_writes_land_whole_whatever_the_lanes_hold,
+    test_bad_writes_and_poll_timeout,
+    test_completions_before_a_failure_are_delivered_first,
+    test_corrupt_frame_is_detected,
+    test_idle_lanes_share_a_write_and_busy_lanes_take_whole_writes,
+    test_ordered_writes_arrive_in_the_order_written_among_unordered_ones,
+    test_peer_killed_mid_transfer_is_reported,
+    test_peers_prove_they_hold_the_secret,
+    test_writes_land_with_their_immediates,
+)
+
+from hoccl_runtime.errors import TransportError
+from hoccl_runtime.net.transport import TcpTransport, native
+
+
+@pytest.fixture(autouse=True, scope="module")
+def native_engine():
+    """Every test of this module on the native engine (module scope: Hypothesis's tests take no per-test fixture)."""
+    try:
+        native.engine_library()
+    except TransportError as exc:
+        pytest.skip(f"the native engine does not build here: {exc}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOCCL_TCP_ENGINE", "native")
+        yield
+
+
+def test_the_connections_run_on_the_engine_with_no_python_lane_thread():
+    c_tx, c_rx, tx, rx = pair(lanes=4)
+    try:
+        assert c_tx._engine is not None and c_rx._engine is not None
+        assert c_tx._threads == [[], []] and c_rx._threads == [[], []]
+    finally:
+        tx.close()
+        rx.close()
+
+
+@pytest.mark.parametrize("field", ["region", "offset", "bytes", "overflow", "sequence", "lane", "version"])
+def test_a_hostile_frame_is_refused_before_its_payload_lands(field):
+    """A peer that passed the handshake (it holds the secret) sends a frame aimed outside what this side registered
+    (64 bytes in region 0), or out of sequence, or for another lane or protocol: the connection fails naming why,
+    and no byte of the payload lands anywhere."""
+    rx, raw, conn = raw_peer()
+    target = rx._regions[0].view
+    try:
+        region, off, n, seq, lane, version = 0, 0, 8, 0, 0, VERSION
+        if field == "region":
+            region = 3
+        elif field == "offset":
+            off = 60
+        elif field == "bytes":
+            n = 65
+        elif field == "overflow":
+            off, n = 8, 2**64 - 4  # off + n wraps round to 4: must not pass as 4 bytes
+        elif field == "sequence":
+            seq = 1
+        elif field == "lane":
+            lane = 1
+        else:
+            version = VERSION + 1
+        head = HEADER.pack(MAGIC, version, lane, seq, 0, 0, 1, region, off, n, 7, 0, n)
+        raw.sendall(head + struct.pack("<I", zlib.crc32(head)) + b"\xff" * 8)
+        want = {"region": "region 3 .*no such region", "offset": "bytes 60..68 is outside .*64 bytes",
+                "bytes": "bytes 0..65 is outside", "overflow": "is outside what this side registered",
+                "sequence": "frame 1 arrived where 0 was due", "lane": "not a HOCCL frame .*lane 1",
+                "version": f"not a HOCCL frame .*version {VERSION + 1}"}[field]
+        start = time.monotonic()
+        with pytest.raises(TransportError, match=want):
+            while time.monotonic() - start < 10:
+                conn.poll(timeout_s=1)
+        assert not target.any()
+    finally:
+        raw.close()
+        rx.close()
+
+
+@pytest.mark.parametrize("how", ["mid-frame", "closed"])
+def test_a_peer_gone_mid_frame_or_between_frames_is_reported(how):
+    rx, raw, conn = raw_peer()
+    try:
+        head = HEADER.pack(MAGIC, VERSION, 0, 0, 0, 0, 1, 0, 0, 4, 0, 0, 4)
+        raw.sendall(head + struct.pack("<I", zlib.crc32(head)) + (b"ab" if how == "mid-frame" else b"abcd"))
+        raw.close()
+        want = "closed the connection mid-write" if how == "mid-frame" else "the peer closed the connection"
+        got = []
+        start = time.monotonic()
+        with pytest.raises(TransportError, match=want):
+            while time.monotonic() - start < 10:
+                got += conn.poll(timeout_s=1)
+        assert [(c.kind, c.nbytes) for c in got] == ([] if how == "mid-frame" else [("received", 4)])
+    finally:
+        rx.close()
+
+
+@pytest.mark.parametrize("sender,receiver", [("native", "thread"), ("thread", "native")])
+def test_both_engines_speak_the_same_frames(monkeypatch, sender, receiver):
+    rx = TcpTransport(lanes=3, session="s", engine=receiver)
+    address = rx.listen()
+    tx = TcpTransport(lanes=3, session="s", engine=sender)
+    import threading
+
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
+    t.start()
+    c_tx = tx.connect(address, timeout_s=10)
+    t.join(10)
+    c_rx = box["conn"]
+    try:
+        src, dst, local, remote = regions(tx, rx, 5 << 20)
+        ids = [c_tx.write(local, 0, 5 << 20, remote.id, 0, imm=1), c_tx.write(local, 0, 0, remote.id, 0, imm=2,
+                                                                              ordered=True)]
+        assert sorted(c.write_id for c in drain(c_tx, "sent", 2)) == ids
+        assert sorted(c.imm for c in drain(c_rx, "received", 2)) == [1, 2]
+        assert np.array_equal(src, dst)
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_the_trace_has_the_engines_sends_and_receives_on_the_hosts_clock():
+    c_tx, c_rx, tx, rx = pair(lanes=2)
+    tx.trace, rx.trace = [], []
+    try:
+        src, dst, local, remote = regions(tx, rx, 4 << 20)
+        before = time.perf_counter()
+        c_tx.write(local, 0, 4 << 20, remote.id, 0, imm=3)
+        drain(c_tx, "sent", 1)
+        drain(c_rx, "received", 1)
+        after = time.perf_counter()
+        sends = [r for r in tx.trace if r[0] == "send"]
+        recvs = [r for r in rx.trace if r[0] == "recv"]
+        assert sum(r[4] for r in sends) == sum(r[4] for r in recvs) == 4 << 20
+        assert all(before <= r[5] <= r[6] <= after for r in sends + recvs)
+        assert [r[0] for r in tx.trace][:1] == ["post"]
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_the_engine_setting_and_its_errors(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOCCL_TCP_ENGINE", "c")
+    with pytest.raises(TransportError, match="HOCCL_TCP_ENGINE.*thread, native, auto"):
+        TcpTransport()
+    with pytest.raises(TransportError, match="engine='c'"):
+        TcpTransport(engine="c")
+    monkeypatch.setenv("HOCCL_TCP_ENGINE", "native")
+    monkeypatch.setenv("HOCCL_TCP_RECEIVE", "poll")
+    with pytest.raises(TransportError, match="HOCCL_TCP_RECEIVE=poll is for the Python lanes"):
+        TcpTransport()
+    assert TcpTransport(engine="auto")._native is None  # auto with polled receives: the Python lanes
+
+
+def test_without_a_compiler_native_says_how_and_auto_uses_the_python_lanes(monkeypatch, tmp_path):
+    """A fresh cache and no compiler: native raises naming the fix; auto quietly uses the Python lanes."""
+    monkeypatch.setattr(native, "_built", {})
+    monkeypatch.setenv("HOCCL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(native.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(TransportError, match="building the native TCP engine failed.*HOCCL_TCP_ENGINE=thread"):
+        TcpTransport(engine="native")
+    assert TcpTransport(engine="auto")._native is None
+    with pytest.raises(TransportError, match="HOCCL_TCP_ENGINE=thread"):  # the failure is kept, not retried per use
+        TcpTransport(engine="native")
+
+
+def test_a_closed_connection_refuses_writes_and_its_threads_are_gone():
+    c_tx, c_rx, tx, rx = pair(lanes=2)
+    local = tx.register(np.zeros(16, np.uint8))
+    c_tx.close()
+    with pytest.raises(TransportError, match="closed"):
+        c_tx.write(local, 0, 4, 0, 0)
+    assert c_tx._engine.handle is None
+    c_rx.close()
+    tx.close()
+    rx.close()
+
+
+def test_closing_lets_the_queued_writes_leave_first():
+    c_tx, c_rx, tx, rx = pair(lanes=2)
+    try:
+        src, dst, local, remote = regions(tx, rx, 16 << 20)
+        for i in range(16):
+            c_tx.write(local, i << 20, 1 << 20, remote.id, i << 20, imm=i)
+        c_tx.close()  # the 16 writes are queued on the engine's senders: they leave before the lanes shut
+        assert sorted(c.imm for c in drain(c_rx, "received", 16)) == list(range(16))
+        assert np.array_equal(src, dst)
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_a_socket_closed_under_the_engine_is_a_clear_error():
+    c_tx, c_rx, tx, rx = pair(lanes=1)
+    try:
+        c_rx.lanes[0].shutdown(socket.SHUT_RDWR)
+        start = time.monotonic()
+        with pytest.raises(TransportError, match="peer closed|closed the connection"):
+            while time.monotonic() - start < 10:
+                c_rx.poll(timeout_s=1)
+    finally:
+        tx.close()
+        rx.close()

@@ -42,10 +42,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
                           "(the thread that polls the connection, the network proxy's driving loop, reads what each "
                           "lane has without waiting: no receiving threads; every write then goes through its lane's "
                           "thread, HOCCL_TCP_DIRECT_BYTES=0)"),
-    "HOCCL_TCP_ENGINE": ("thread", "TCP: who runs a connection's lanes: thread (a sender and a receiver thread of the "
+    "HOCCL_TCP_ENGINE": ("auto", "TCP: who runs a connection's lanes: thread (a sender and a receiver thread of the "
                          "interpreter per lane), native (threads of a small C engine, built once with the host's C "
                          "compiler and kept in HOCCL_CACHE_DIR, that never take the GIL; the same frames on the wire) "
-                         "or auto (native where it builds, else thread)"),
+                         "or auto (native where it builds and HOCCL_TCP_RECEIVE=thread, else thread). auto is the "
+                         "default since FSDP over TCP nodes ran 4-6% faster on it on a 1x H100 (docs/benchmarks.md)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "

@@ -21,6 +21,16 @@ from hoccl_runtime.net.transport import TcpTransport
 from hoccl_runtime.net.transport.tcp import CHALLENGE, HEADER, HELLO, MAGIC, VERSION, lane_parts
 
 
+@pytest.fixture(autouse=True, scope="module")
+def python_lanes():
+    """This module tests the Python lanes (HOCCL_TCP_ENGINE=thread); test_transport_native.py runs its tests that do
+    not look at their threads again on the native engine (module scope: Hypothesis's tests take no per-test
+    fixture)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOCCL_TCP_ENGINE", "thread")
+        yield
+
+
 def pair(lanes=4, session="s", **settings):
     """(sender connection, receiver connection, sender transport, receiver transport)."""
     rx = TcpTransport(lanes=lanes, session=session, **settings)

@@ -46,5 +46,13 @@ for name, r in rows.items():
     print('$(basename $f .json)', name, [round(x) for x in r])
 "
     done ;;
+  trace)  # FSDP small under MPS, both engines traced (HOCCL_NET_TRACE: the thread engine's group first, .g1 native)
+    mkdir -p $OUT/tr; t0=$(date +%s)
+    HOCCL_NET_TRACE=$OUT/tr/fsdp TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=200 bash scripts/tcp-nodes.sh --mps examples/train_fsdp.py \
+      --size small --batch 4 --steps 20 --repeats 3 --reduce nccl --comm hoccl,hoccl+HOCCL_TCP_ENGINE=native,nccl \
+      --json $OUT/fsdp-trace.json > $OUT/fsdp-trace.log 2>&1
+    echo "=== fsdp small mps traced rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)[ +]" $OUT/fsdp-trace.log | tail -n 4
+    python3 -m hoccl_runtime.net.trace $OUT/tr/fsdp $OUT/tr/fsdp.g1 2>&1 | tail -n 40
+    cp $OUT/tr/* $OUT/ 2>/dev/null; for f in $OUT/*.csv; do mv "$f" "${f%.csv}.log"; done ;;
 esac
 cd $OUT && tar czf logs-run1-${PART:-check}.tgz *.log *.json 2>/dev/null; rm -rf *.log *.json cache

@@ -139,7 +139,7 @@ def native_lanes(engine: str | None, receive: str) -> NativeRegions | None:
     "thread" (None: the Python lanes), "native" (the engine, or a TransportError saying why not) or "auto" (the
     engine where it builds, else None)."""
     try:
-        engine = engine if engine is not None else env_choice("HOCCL_TCP_ENGINE", "thread", ENGINES)
+        engine = engine if engine is not None else env_choice("HOCCL_TCP_ENGINE", "auto", ENGINES)
     except HocclError as exc:
         raise TransportError(str(exc)) from None
     if engine not in ENGINES:

@@ -61,6 +61,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
+    "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
+                       "ends as soon as a frame left or came in (a wait on the engine) instead of after "
+                       "HOCCL_NET_POLL_US (0: a sleep)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),

@@ -51,7 +51,7 @@ from .._timer import fine_sleeps, slack_setting
 from .._trust import verified
 from ..errors import HocclTimeoutError, PlanError, TransportError
 from .routes import ChunkSequence, LeavingWrites, Routes, RunState, refuse_multicast
-from .transport.base import Connection, Region, Transport
+from .transport.base import Connection, Region, Transport, pause
 from .wire import CREDIT, LOCAL, NATIVE, PLAN_HELLO, RUN_DONE
 
 __all__ = ["HostNodeExecutor"]
@@ -237,7 +237,7 @@ class HostNodeExecutor:
                                             f"{self.timeout_s:g} s: {self._stalled()} (a peer node stalled or "
                                             "died?)")
                 self._mark("sleep")
-                time.sleep(self.poll_s)
+                pause(self.conns, self.poll_s)
         self._tick()  # the caller's stream goes on before this run's notices (a send's run ends at its last post)
         self._mark("network")
         self._finish_run()

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
@@ -21,7 +22,7 @@ import numpy as np
 
 from ...errors import TransportError
 
-__all__ = ["Region", "Completion", "Connection", "Transport", "open_listener"]
+__all__ = ["Region", "Completion", "Connection", "Transport", "open_listener", "pause"]
 
 
 @dataclass(frozen=True)
@@ -127,3 +128,14 @@ def open_listener(host: str, port: int, backlog: int) -> socket.socket:
                              "any free one)") from None
     sock.listen(backlog)
     return sock
+
+
+def pause(conns: dict, seconds: float) -> None:
+    """A driving loop's sleep between its looks: where it has one connection that can wake it at its next
+    completion (``wait``: the native TCP engine's), that wait; else a sleep of ``seconds``."""
+    if len(conns) == 1:
+        wait = getattr(next(iter(conns.values())), "wait", None)
+        if wait is not None:
+            wait(seconds)
+            return
+    time.sleep(seconds)

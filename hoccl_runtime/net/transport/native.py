@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import HocclError, TransportError
-from ...settings import env_choice
+from ...settings import env_choice, env_flag
 from .frames import FRAME_BYTES, not_a_frame, out_of_order, outside, receive_failure
 
 __all__ = ["ENGINES", "engine_library", "native_lanes", "NativeRegions", "NativeLanes"]
@@ -214,6 +214,7 @@ class NativeLanes:
 
     def __init__(self, conn: Any, regions: NativeRegions):
         self.conn, self.free, self.held = conn, regions.free, regions.held
+        self.wake = env_flag("HOCCL_NET_WAKE", True)  # the driving loop's pause ends at the next event (tcp.wait)
         self.rows = np.zeros((64, EVENT_WORDS), np.int64)
         fds = (ctypes.c_int * len(conn.lanes))(*(s.fileno() for s in conn.lanes))
         self.handle = self.held.hl_open(regions.handle, fds, len(conn.lanes))

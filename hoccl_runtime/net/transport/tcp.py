@@ -214,6 +214,13 @@ class TcpConnection(Connection):
             except queue.Empty:
                 return out
 
+    def wait(self, timeout_s: float) -> None:
+        """Up to ``timeout_s``, ended early by a completion where the native engine runs the lanes (HOCCL_NET_WAKE)."""
+        if self._engine is not None and self._engine.wake:
+            self._engine.gather(timeout_s)
+        else:
+            time.sleep(timeout_s)
+
     def _gather(self, timeout_s: float) -> bool:
         """What came: the native engine's events, or with receive="poll" the lanes read here (frames.read_lanes); True
         where that did the waiting."""

@@ -224,3 +224,28 @@ def test_a_socket_closed_under_the_engine_is_a_clear_error():
     finally:
         tx.close()
         rx.close()
+
+
+def test_a_connections_wait_ends_at_its_next_completion_and_pause_uses_it(monkeypatch):
+    """The driving loop's pause (HOCCL_NET_WAKE, default on): on the engine a wait returns once a write came in,
+    not after its timeout; ``pause`` waits on a lone connection that can, else sleeps."""
+    from hoccl_runtime.net.transport.base import pause
+
+    c_tx, c_rx, tx, rx = pair(lanes=2)
+    try:
+        src, dst, local, remote = regions(tx, rx, 1 << 20)
+        c_tx.write(local, 0, 1 << 20, remote.id, 0, imm=4)
+        start = time.monotonic()
+        pause({1: c_rx}, 5.0)
+        assert time.monotonic() - start < 2.5
+        assert [c.imm for c in c_rx.poll(timeout_s=0) if c.kind == "received"] == [4]
+        start = time.monotonic()
+        c_rx.wait(0.3)  # nothing more comes: the whole timeout
+        assert time.monotonic() - start >= 0.25
+    finally:
+        tx.close()
+        rx.close()
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    pause({1: object(), 2: object()}, 0.01)  # two peers: a sleep (a wait on one would miss the other)
+    assert slept == [0.01]

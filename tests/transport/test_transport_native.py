@@ -249,3 +249,33 @@ def test_a_connections_wait_ends_at_its_next_completion_and_pause_uses_it(monkey
     monkeypatch.setattr(time, "sleep", slept.append)
     pause({1: object(), 2: object()}, 0.01)  # two peers: a sleep (a wait on one would miss the other)
     assert slept == [0.01]
+
+
+def test_a_process_that_exits_with_connections_open_ends_their_threads_first(tmp_path):
+    """A process that never closes its transports, with 512 MiB of writes still queued on the engine's senders,
+    exits at once and cleanly (native.py ends the open connections' threads at exit, before the interpreter frees
+    the arrays they write into; that hazard itself did not show here without the hook)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "leave_open.py"
+    script.write_text("""
+import threading, numpy as np
+from hoccl_runtime.net.transport import TcpTransport
+rx = TcpTransport(lanes=2, session="s", engine="native")
+address = rx.listen()
+tx = TcpTransport(lanes=2, session="s", engine="native")
+box = {}
+t = threading.Thread(target=lambda: box.setdefault("c", rx.accept(timeout_s=10)))
+t.start()
+c = tx.connect(address, timeout_s=10)
+t.join()
+src, dst = np.ones(8 << 20, np.uint8), np.zeros(8 << 20, np.uint8)
+local, remote = tx.register(src), rx.register(dst)
+for i in range(64):
+    c.write(local, 0, 8 << 20, remote.id, 0, imm=i)
+print("leaving", flush=True)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "leaving" in done.stdout

@@ -18,6 +18,7 @@ lanes.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,18 @@ def _declare(lib: Any) -> None:
         fn.restype, fn.argtypes = res, list(args)
 
 
+_open: weakref.WeakSet = weakref.WeakSet()  # connections whose threads may still run
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Before the interpreter frees the regions' arrays, end the threads of every connection left open: a thread that
+    still received would write into freed memory while the process exits."""
+    for lanes in list(_open):
+        with contextlib.suppress(Exception):
+            lanes.close(0.0)
+
+
 def native_lanes(engine: str | None, receive: str) -> NativeRegions | None:
     """The engine a :class:`~.tcp.TcpTransport` runs its lanes on: ``engine`` (``HOCCL_TCP_ENGINE`` where None)
     "thread" (None: the Python lanes), "native" (the engine, or a TransportError saying why not) or "auto" (the
@@ -220,6 +234,7 @@ class NativeLanes:
         self.handle = self.held.hl_open(regions.handle, fds, len(conn.lanes))
         if not self.handle:
             raise TransportError("the native TCP engine could not open the connection (no memory)")
+        _open.add(self)
 
     def post(self, cuts: list, items: list) -> None:
         post, conn = self.held.hl_post, self.conn

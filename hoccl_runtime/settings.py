@@ -71,7 +71,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "(PREFIX.gK.rankN.csv for its K-th network group after the first), a "
                         "row per call with when it arrived, was taken, its first staging copies let go, its plan "
                         "notice was written, the nodes' plan notices were in, its stream reached it, its last write "
-                        "was posted, its last chunk came in, its network part and its copies were through, and its "
+                        "was posted, its last chunk came in and was landed, its network part and its copies were through, and its "
                         "driving loop's longest poll sleep and longest turn (us); PREFIX.rankN.gc.csv, the "
                         "proxy's garbage collections; and PREFIX.rankN.frames.csv, its TCP writes' posts and its "
                         "frames' sends and landings (receiving threads only); python -m hoccl_runtime.net.trace "

@@ -1,9 +1,9 @@
 """The inter-node path on host memory: one process per node replays a plan over a transport.
 
-This is the reference for the GPU path of the network issue, runnable anywhere: the node's ranks
-are NumPy buffers, the copies that a GPU does with its copy engines (local, native, forwarding and the
-staging copies) are NumPy copies, and the network pieces go through a :class:`Transport` (TCP here).
-What it pins down, before GPUs are involved:
+This is the reference for the GPU path of the network issue, runnable anywhere: the node's ranks are NumPy buffers,
+the copies that a GPU does with its copy engines (local, native, forwarding and the staging copies) are NumPy
+copies, and the network pieces go through a :class:`Transport` (TCP here). What it pins down, before GPUs are
+involved:
 
 * Staging: each GPU has a ring of ``slots`` chunk slots for the network data it receives (when the
   data must be forwarded on, ``v̄ != v``) and one for what it sends. A GPU's network chunks of one run
@@ -31,10 +31,9 @@ What it pins down, before GPUs are involved:
   ``0x7e000000 | 24 bits of the plan id's CRC``. The accepting node knows who connected from the
   transport's hello (the connecting transport's name), before any data can arrive.
 
-Nodes connect to every other node (lower index accepts) and share nothing but the plan, whose id is
-the transport session: a node with a different plan is refused at the first exchange.
+Nodes connect to every other node (lower index accepts) and share nothing but the plan, whose id is the transport
+session: a node with a different plan is refused at the first exchange.
 """
-
 
 from __future__ import annotations
 
@@ -78,8 +77,8 @@ class HostNodeExecutor:
             raise TransportError(f"node {node}: plan {plan.plan_id} has nodes 0..{topo.nodes - 1}; start one process "
                                  "per node of the plan's topology")
         self.plan, self.node, self.transport, self.timeout_s = plan, node, transport, timeout_s
-        # reuse: run(other_plan, other_buffers) over the same connections and rings; every node must agree.
-        # The network then always lands in the rings (an output registered once cannot follow new buffers)
+        # reuse: run(other_plan, other_buffers) over the same connections and rings; every node must agree. The
+        # network then always lands in the rings (an output registered once cannot follow new buffers)
         self.reuse = reuse
         self.direct_receive = type(self).direct_receive and not reuse
         self._slack_ns = slack_setting()  # the driving thread's timer slack while it runs (hoccl_runtime._timer)
@@ -337,8 +336,7 @@ class HostNodeExecutor:
             self._wait_for_nodes(lambda n: n not in self._prev_receivers or (n, prev) in self._early_done,
                                  lambda waiting: f"nodes {waiting} did not finish the run before plan "
                                                  f"{self.plan.plan_id}")
-            # keep the notices of this run and later ones (a node not waited for may be through them already); one
-            # of an earlier run, not waited for, goes here
+            # keep this run's notices and later ones (a node not waited for may be through them); earlier ones go
             self._early_done = {(n, r) for n, r in self._early_done if (r - cur) & 0xFFFFFF < 0x800000}
         self._check_notices()
 
@@ -392,7 +390,8 @@ class HostNodeExecutor:
             if waiting:
                 if time.monotonic() > deadline:
                     raise HocclTimeoutError(f"node {self.node}: {late(sorted(waiting))} within {timeout_s:g} s")
-                time.sleep(self.poll_s)
+                self._stream_waiting()  # the trace's "stream" when it comes meanwhile (an early run's notices wait)
+                pause(self.conns, self.poll_s)
 
     def _notice(self, n: int, imm: int) -> bool:
         """Record node ``n``'s run-done or plan notice ``imm``; False when ``imm`` is not one."""
@@ -487,6 +486,7 @@ class HostNodeExecutor:
             progressed = True
         while self._landing and self._done(self._landing[0][0]):
             _, conn, imm = self._landing.popleft()
+            self._mark("landed")
             if conn is not None:
                 self._notify(conn, imm)
             progressed = True

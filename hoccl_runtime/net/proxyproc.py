@@ -493,7 +493,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             gap = (max((d for what, d in steps if what == "sleep"), default=0.0),  # the longest sleep of its loop
                    max((d for what, d in steps if what == "turn"), default=0.0))   # and its longest turn's work
             rows.append((call[3], call[4], t["taken"], t["begun"], t["announced"], t["hello"], t.get("stream"),
-                         t.get("staged"), t.get("received"), t["network"], t["copies"], gap))
+                         t.get("staged"), t.get("received"), t.get("landed"), t["network"], t["copies"], gap))
 
     def give(call: tuple) -> None:
         """The call's DONE and its count, once: at its release (its copies through, its last writes may still leave)

@@ -17,7 +17,8 @@ from typing import Any
 
 __all__ = ["write_trace", "summarize", "main"]
 
-STEPS = ("arrived", "taken", "begun", "announced", "hello", "stream", "staged", "received", "network", "copies")
+STEPS = ("arrived", "taken", "begun", "announced", "hello", "stream", "staged", "received", "landed", "network",
+         "copies")
 SIZES = ((4096, "<= 4 KiB"), (256 << 10, "<= 256 KiB"), (1 << 20, "<= 1 MiB"), (4 << 20, "<= 4 MiB"))
 
 
@@ -25,9 +26,10 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
     """One CSV row per call of this rank (times in us from the first call's arrival): the call, when its message
     came, when the proxy took it (its run began: the previous call was through), when its first staging copies were
     let go, when its plan notice was written, when the nodes it waits for were through the previous run (every
-    node's notice checked), when its stream reached it (START seen; blank: before the run began), when its last
-    network write was posted (its staging copy seen done; blank: it sends nothing) and its last chunk came in
-    (blank: it receives nothing), when the network part was through (its writes posted, its chunks in and
+    node's notice checked), when its stream reached it (START seen, also while the run waited for those nodes;
+    blank: before the run began), when its last network write was posted (its staging copy seen done; blank: it
+    sends nothing), its last chunk came in (blank: it receives nothing) and its last landing copy was seen done
+    (blank: it lands nothing), when the network part was through (its writes posted, its chunks in and
     credited on), when its copies had finished (DONE given by then). The last column, ``t0_us``, is the first call's
     arrival on the host's monotonic clock (``time.perf_counter``, one clock for every process of the host): the
     ranks' rows line up by adding it, so a message's way from one rank's stream to the other's landing can be read
@@ -42,7 +44,8 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["call", "arrived_us", "taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
-                      "staged_us", "received_us", "network_us", "copies_us", "t0_us", "sleep_us", "turn_us"])
+                      "staged_us", "received_us", "landed_us", "network_us", "copies_us", "t0_us", "sleep_us",
+                      "turn_us"])
         for key, *times, gap in rows:
             out.writerow([str(key)] + ["" if t is None else f"{(t - t0) * 1e6:.1f}" for t in times] +
                          [f"{t0 * 1e6:.1f}", f"{gap[0] * 1e6:.1f}", f"{gap[1] * 1e6:.1f}"])

@@ -690,10 +690,13 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         bases.append({float(row["t0_us"]) for row in rows})
         assert len(bases[-1]) == 1, rows  # one base per file
         assert [row["call"] for row in rows] == ["allgather 6000"] * 3 + ["sendrecv 0->1 3000"], rows
-        for row in rows:  # the run begins when taken, sees its stream arrive after its set-up (the notices)
-            times = [float(row[k]) for k in ("taken_us", "begun_us", "announced_us", "hello_us", "stream_us",
-                                             "network_us", "copies_us")]
+        for row in rows:  # the run begins when taken, sees its stream arrive after its plan notice went out
+            times = [float(row[k]) for k in ("taken_us", "begun_us", "announced_us", "hello_us", "network_us",
+                                             "copies_us")]
             assert times == sorted(times) and float(row["arrived_us"]) >= 0
+            assert times[2] <= float(row["stream_us"]) <= times[4], row  # between its notice and its network end
+            if row["received_us"]:  # what it received was landed (seen done) before its network part was through
+                assert float(row["received_us"]) <= float(row["landed_us"]) <= times[4], row
             # the driving loop's longest poll sleep and longest turn: each within the run
             span = times[-1] - times[0]
             assert 0 <= float(row["sleep_us"]) <= span and 0 <= float(row["turn_us"]) <= span, row

@@ -279,3 +279,44 @@ print("leaving", flush=True)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaving" in done.stdout
+
+
+def test_a_forked_child_leaves_its_parents_connection_alone(tmp_path):
+    """A child forked from a process with an open native connection (a data loader's worker, say) that closes it and
+    exits through the interpreter's exit handlers neither cuts the parent's connection nor touches its threads."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "fork_child.py"
+    script.write_text("""
+import os, sys, threading, numpy as np
+from hoccl_runtime.net.transport import TcpTransport
+rx = TcpTransport(lanes=2, session="s", engine="native")
+address = rx.listen()
+tx = TcpTransport(lanes=2, session="s", engine="native")
+box = {}
+t = threading.Thread(target=lambda: box.setdefault("c", rx.accept(timeout_s=10)))
+t.start()
+c_tx = tx.connect(address, timeout_s=10)
+t.join()
+c_rx = box["c"]
+src, dst = np.arange(1 << 20, dtype=np.uint32).view(np.uint8)[: 1 << 20].copy(), np.zeros(1 << 20, np.uint8)
+local, remote = tx.register(src), rx.register(dst)
+pid = os.fork()
+if pid == 0:
+    c_tx.close()
+    c_rx.close()
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+c_tx.write(local, 0, 1 << 20, remote.id, 0, imm=9)
+got = []
+while not got:
+    got = [c.imm for c in c_rx.poll(timeout_s=10) if c.kind == "received"]
+assert got == [9] and (src == dst).all(), got
+tx.close()
+rx.close()
+print("parent ok", flush=True)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "parent ok" in done.stdout, done.stderr[-2000:]

@@ -136,7 +136,8 @@ def _declare(lib: Any) -> None:
         fn.restype, fn.argtypes = res, list(args)
 
 
-_open: weakref.WeakSet = weakref.WeakSet()  # connections whose threads may still run
+_open: weakref.WeakSet = weakref.WeakSet()  # connections whose threads may still run (in this process)
+os.register_at_fork(after_in_child=_open.clear)  # a forked child has none of them: it must not touch its parent's
 
 
 @atexit.register
@@ -234,6 +235,7 @@ class NativeLanes:
         self.handle = self.held.hl_open(regions.handle, fds, len(conn.lanes))
         if not self.handle:
             raise TransportError("the native TCP engine could not open the connection (no memory)")
+        self.pid = os.getpid()
         _open.add(self)
 
     def post(self, cuts: list, items: list) -> None:
@@ -283,6 +285,9 @@ class NativeLanes:
         """Let the queued frames leave (up to ``drain_timeout_s``), shut every lane down, join the threads, then close
         the sockets (never before: a thread still in ``recv`` would read a reused descriptor)."""
         if self.handle is None:
+            return
+        if self.pid != os.getpid():  # a forked child's copy: the threads and the sockets' other end are its parent's
+            self.handle = None     # (a shutdown here would cut the parent's connection)
             return
         self.free.hl_stop_senders(self.handle, max(0.0, drain_timeout_s))
         for sock in self.conn.lanes:

@@ -46,7 +46,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                          "interpreter per lane), native (threads of a small C engine, built once with the host's C "
                          "compiler and kept in HOCCL_CACHE_DIR, that never take the GIL; the same frames on the wire) "
                          "or auto (native where it builds and HOCCL_TCP_RECEIVE=thread, else thread). auto is the "
-                         "default since FSDP over TCP nodes ran 4-6% faster on it on a 1x H100 (docs/benchmarks.md)"),
+                         "default since FSDP over TCP nodes ran 0.99-1.12x as fast on it as on the Python lanes on "
+                         "1x H100s (docs/benchmarks.md, 2026-12-05)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "
@@ -71,7 +72,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "(PREFIX.gK.rankN.csv for its K-th network group after the first), a "
                         "row per call with when it arrived, was taken, its first staging copies let go, its plan "
                         "notice was written, the nodes' plan notices were in, its stream reached it, its last write "
-                        "was posted, its last chunk came in and was landed, its network part and its copies were through, and its "
+                        "was posted, its last chunk came in and was landed, its network part and its copies were "
+                        "through, and its "
                         "driving loop's longest poll sleep and longest turn (us); PREFIX.rankN.gc.csv, the "
                         "proxy's garbage collections; and PREFIX.rankN.frames.csv, its TCP writes' posts and its "
                         "frames' sends and landings (receiving threads only); python -m hoccl_runtime.net.trace "

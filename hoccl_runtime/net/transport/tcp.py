@@ -116,7 +116,7 @@ class TcpConnection(Connection):
         self._threads: list[list[threading.Thread]] = [[], []]  # senders, receivers
         self._start_lanes(polled)
 
-    _engine: Any = None  # the native engine's lanes (native.NativeLanes), HOCCL_TCP_ENGINE=native
+    _engine: Any = None  # the native engine's lanes (native.NativeLanes), where the transport runs on it
 
     def _start_lanes(self, polled: bool) -> None:
         """A sender and (unless polled) a receiver thread per lane, or the native engine's threads."""

@@ -9,6 +9,7 @@ import socket
 import struct
 import time
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -251,72 +252,25 @@ def test_a_connections_wait_ends_at_its_next_completion_and_pause_uses_it(monkey
     assert slept == [0.01]
 
 
-def test_a_process_that_exits_with_connections_open_ends_their_threads_first(tmp_path):
+def test_a_process_that_exits_with_connections_open_ends_their_threads_first():
     """A process that never closes its transports, with 512 MiB of writes still queued on the engine's senders,
     exits at once and cleanly (native.py ends the open connections' threads at exit, before the interpreter frees
     the arrays they write into; that hazard itself did not show here without the hook)."""
     import subprocess
     import sys
 
-    script = tmp_path / "leave_open.py"
-    script.write_text("""
-import threading, numpy as np
-from hoccl_runtime.net.transport import TcpTransport
-rx = TcpTransport(lanes=2, session="s", engine="native")
-address = rx.listen()
-tx = TcpTransport(lanes=2, session="s", engine="native")
-box = {}
-t = threading.Thread(target=lambda: box.setdefault("c", rx.accept(timeout_s=10)))
-t.start()
-c = tx.connect(address, timeout_s=10)
-t.join()
-src, dst = np.ones(8 << 20, np.uint8), np.zeros(8 << 20, np.uint8)
-local, remote = tx.register(src), rx.register(dst)
-for i in range(64):
-    c.write(local, 0, 8 << 20, remote.id, 0, imm=i)
-print("leaving", flush=True)
-""")
+    script = Path(__file__).resolve().parents[1] / "support" / "native_leave_open.py"
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaving" in done.stdout
 
 
-def test_a_forked_child_leaves_its_parents_connection_alone(tmp_path):
+def test_a_forked_child_leaves_its_parents_connection_alone():
     """A child forked from a process with an open native connection (a data loader's worker, say) that closes it and
     exits through the interpreter's exit handlers neither cuts the parent's connection nor touches its threads."""
     import subprocess
     import sys
 
-    script = tmp_path / "fork_child.py"
-    script.write_text("""
-import os, sys, threading, numpy as np
-from hoccl_runtime.net.transport import TcpTransport
-rx = TcpTransport(lanes=2, session="s", engine="native")
-address = rx.listen()
-tx = TcpTransport(lanes=2, session="s", engine="native")
-box = {}
-t = threading.Thread(target=lambda: box.setdefault("c", rx.accept(timeout_s=10)))
-t.start()
-c_tx = tx.connect(address, timeout_s=10)
-t.join()
-c_rx = box["c"]
-src, dst = np.arange(1 << 20, dtype=np.uint32).view(np.uint8)[: 1 << 20].copy(), np.zeros(1 << 20, np.uint8)
-local, remote = tx.register(src), rx.register(dst)
-pid = os.fork()
-if pid == 0:
-    c_tx.close()
-    c_rx.close()
-    sys.exit(0)
-_, status = os.waitpid(pid, 0)
-assert os.waitstatus_to_exitcode(status) == 0, status
-c_tx.write(local, 0, 1 << 20, remote.id, 0, imm=9)
-got = []
-while not got:
-    got = [c.imm for c in c_rx.poll(timeout_s=10) if c.kind == "received"]
-assert got == [9] and (src == dst).all(), got
-tx.close()
-rx.close()
-print("parent ok", flush=True)
-""")
+    script = Path(__file__).resolve().parents[1] / "support" / "native_fork_child.py"
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "parent ok" in done.stdout, done.stderr[-2000:]

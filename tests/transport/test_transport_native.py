@@ -274,3 +274,20 @@ def test_a_forked_child_leaves_its_parents_connection_alone():
     script = Path(__file__).resolve().parents[1] / "support" / "native_fork_child.py"
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "parent ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_library_others_can_write_is_not_loaded(monkeypatch, tmp_path):
+    """The engine is loaded only from a folder and a file that are this user's alone: a cached library in a folder
+    others may write to (another user could have planted it) is passed over and the engine built elsewhere."""
+    import os
+
+    shared, own = tmp_path / "shared", tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    planted = native._build(native.SOURCE.read_bytes()).name  # the name the library goes by
+    (shared / planted).write_bytes(b"not a library")
+    monkeypatch.setenv("HOCCL_CACHE_DIR", str(shared))
+    monkeypatch.setattr(native.tempfile, "gettempdir", lambda: str(own))
+    path = native._build(native.SOURCE.read_bytes())
+    assert path.parent == own / f"hoccl-{os.getuid()}" and path.read_bytes()[:4] == b"\x7fELF"
+    assert native._ours(path) and native._ours(path.parent)

@@ -61,19 +61,31 @@ def _cache_dir() -> Path:
     return Path(env_text("HOCCL_CACHE_DIR") or Path.home() / ".cache" / "hoccl")
 
 
+def _ours(path: Path) -> bool:
+    """Whether ``path`` is this user's and nobody else may write it (a library loaded from a folder another user
+    can write to would run that user's code as this one)."""
+    st = path.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _build(source: bytes) -> Path:
     """The engine's shared library for ``source``: the cached one, or compiled now (``$CC``, else ``cc``)."""
     tag = hashlib.sha256(source + platform.machine().encode() + sys.version.encode()).hexdigest()[:16]
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"hoccl-{os.getuid()}"):
         path = folder / f"hoccl_lanes-{tag}.so"
-        if path.exists():
-            return path
         with contextlib.suppress(OSError):
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not _ours(folder):
+                continue
+            if path.exists():
+                if _ours(path):
+                    return path
+                continue
             break
     else:
-        raise TransportError(f"no folder to build the native TCP engine in ({_cache_dir()}); set HOCCL_CACHE_DIR to "
-                             "a writable one, or HOCCL_TCP_ENGINE=thread")
+        raise TransportError(f"no folder to build the native TCP engine in ({_cache_dir()}, or one under the "
+                             "temporary folder, that is this user's alone); set HOCCL_CACHE_DIR to one, or "
+                             "HOCCL_TCP_ENGINE=thread")
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise TransportError("the native TCP engine needs a C compiler (cc or gcc, or $CC) to build once; install "

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 from hoccl_compiler.schema import Plan
 
 from .errors import HocclError
-from .settings import env_flag, env_text
+from .settings import cache_dir, env_flag, env_text
 
 __all__ = ["machine_topology", "compile_call", "chain_depth", "call_spec", "CallKey", "load_plan", "verify",
            "GPU_PRESETS", "PlanCache", "PLAN_CACHE_SIZE", "gpu_links", "measure_link_gbps", "Links"]
@@ -138,9 +138,7 @@ def measure_link_gbps(src: int, dst: int, nbytes: int = 256 << 20, repeats: int 
 
 
 def _cache_path() -> Any:
-    from pathlib import Path
-
-    return Path(env_text("HOCCL_CACHE_DIR") or Path.home() / ".cache" / "hoccl") / "links.json"
+    return cache_dir() / "links.json"
 
 
 def _measured_gbps(name: str, links: Links, other: int) -> float:

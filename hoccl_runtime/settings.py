@@ -8,11 +8,12 @@ docs/settings.md lists the same settings (a test checks that the two agree).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from .errors import HocclError
 
-__all__ = ["SETTINGS", "env_int", "env_float", "env_flag", "env_choice", "env_text"]
+__all__ = ["SETTINGS", "env_int", "env_float", "env_flag", "env_choice", "env_text", "cache_dir"]
 
 # name -> (default, what it does); defaults as the code applies them
 SETTINGS: dict[str, tuple[str, str]] = {
@@ -176,3 +177,8 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
 def env_text(name: str) -> str | None:
     """A text setting (a path, an address) from the environment, or None when unset or empty."""
     return _text(name)
+
+
+def cache_dir() -> Path:
+    """Where the runtime keeps what it measured or built once (``HOCCL_CACHE_DIR``, default ``~/.cache/hoccl``)."""
+    return Path(env_text("HOCCL_CACHE_DIR") or Path.home() / ".cache" / "hoccl")

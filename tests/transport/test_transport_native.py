@@ -37,6 +37,8 @@ from test_transport_tcp import (  # noqa: F401 - collected here again, on the na
 from hoccl_runtime.errors import TransportError
 from hoccl_runtime.net.transport import TcpTransport, native
 
+EXIT_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "native_exit.py"  # a process leaving or forking
+
 
 @pytest.fixture(autouse=True, scope="module")
 def native_engine():
@@ -118,19 +120,10 @@ def test_a_peer_gone_mid_frame_or_between_frames_is_reported(how):
 
 
 @pytest.mark.parametrize("sender,receiver", [("native", "thread"), ("thread", "native")])
-def test_both_engines_speak_the_same_frames(monkeypatch, sender, receiver):
-    rx = TcpTransport(lanes=3, session="s", engine=receiver)
-    address = rx.listen()
-    tx = TcpTransport(lanes=3, session="s", engine=sender)
-    import threading
-
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("conn", rx.accept(timeout_s=10)))
-    t.start()
-    c_tx = tx.connect(address, timeout_s=10)
-    t.join(10)
-    c_rx = box["conn"]
+def test_both_engines_speak_the_same_frames(sender, receiver):
+    c_tx, c_rx, tx, rx = pair(lanes=3, engine=sender, receiver={"engine": receiver})
     try:
+        assert [c._engine is not None for c in (c_tx, c_rx)] == [sender == "native", receiver == "native"]
         src, dst, local, remote = regions(tx, rx, 5 << 20)
         ids = [c_tx.write(local, 0, 5 << 20, remote.id, 0, imm=1), c_tx.write(local, 0, 0, remote.id, 0, imm=2,
                                                                               ordered=True)]
@@ -259,8 +252,7 @@ def test_a_process_that_exits_with_connections_open_ends_their_threads_first():
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "support" / "native_leave_open.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, str(EXIT_SCRIPT), "leave"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaving" in done.stdout
 
@@ -271,8 +263,7 @@ def test_a_forked_child_leaves_its_parents_connection_alone():
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "support" / "native_fork_child.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, str(EXIT_SCRIPT), "fork"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "parent ok" in done.stdout, done.stderr[-2000:]
 
 

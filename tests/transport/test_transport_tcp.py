@@ -31,9 +31,10 @@ def python_lanes():
         yield
 
 
-def pair(lanes=4, session="s", **settings):
-    """(sender connection, receiver connection, sender transport, receiver transport)."""
-    rx = TcpTransport(lanes=lanes, session=session, **settings)
+def pair(lanes=4, session="s", receiver=None, **settings):
+    """(sender connection, receiver connection, sender transport, receiver transport); ``receiver``: settings of the
+    receiving side's own (those of ``settings`` it overrides)."""
+    rx = TcpTransport(lanes=lanes, session=session, **{**settings, **(receiver or {})})
     address = rx.listen()
     tx = TcpTransport(lanes=lanes, session=session, **settings)
     box = {}

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import HocclError, TransportError
-from ...settings import env_choice, env_flag
+from ...settings import cache_dir, env_choice, env_flag
 from .frames import FRAME_BYTES, not_a_frame, out_of_order, outside, receive_failure
 
 __all__ = ["ENGINES", "engine_library", "native_lanes", "NativeRegions", "NativeLanes"]
@@ -55,12 +55,6 @@ _lock = threading.Lock()
 _built: dict[str, Any] = {}  # "lib" -> (CDLL, PyDLL), or "error" -> why it could not be built
 
 
-def _cache_dir() -> Path:
-    from ...settings import env_text
-
-    return Path(env_text("HOCCL_CACHE_DIR") or Path.home() / ".cache" / "hoccl")
-
-
 def _ours(path: Path) -> bool:
     """Whether ``path`` is this user's and nobody else may write it (a library loaded from a folder another user
     can write to would run that user's code as this one)."""
@@ -71,7 +65,7 @@ def _ours(path: Path) -> bool:
 def _build(source: bytes) -> Path:
     """The engine's shared library for ``source``: the cached one, or compiled now (``$CC``, else ``cc``)."""
     tag = hashlib.sha256(source + platform.machine().encode() + sys.version.encode()).hexdigest()[:16]
-    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"hoccl-{os.getuid()}"):
+    for folder in (cache_dir(), Path(tempfile.gettempdir()) / f"hoccl-{os.getuid()}"):
         path = folder / f"hoccl_lanes-{tag}.so"
         with contextlib.suppress(OSError):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -83,7 +77,7 @@ def _build(source: bytes) -> Path:
                 continue
             break
     else:
-        raise TransportError(f"no folder to build the native TCP engine in ({_cache_dir()}, or one under the "
+        raise TransportError(f"no folder to build the native TCP engine in ({cache_dir()}, or one under the "
                              "temporary folder, that is this user's alone); set HOCCL_CACHE_DIR to one, or "
                              "HOCCL_TCP_ENGINE=thread")
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")

@@ -1,5 +1,10 @@
-"""A process that forks with an open native TCP connection: the child closes what it inherited and exits through
-the interpreter; the parent's connection must still carry data (tests/transport/test_transport_native.py)."""
+"""A process with an open native TCP connection (tests/transport/test_transport_native.py), run as
+``python native_exit.py MODE``:
+
+* ``leave``: it leaves its connections open, with 512 MiB of writes still queued, and exits; prints "leaving".
+* ``fork``: it forks; the child closes what it inherited and exits through the interpreter, and the parent's
+  connection must still carry data; prints "parent ok".
+"""
 import os
 import sys
 import threading
@@ -8,6 +13,7 @@ import numpy as np
 
 from hoccl_runtime.net.transport import TcpTransport
 
+mode = sys.argv[1]
 rx = TcpTransport(lanes=2, session="s", engine="native")
 address = rx.listen()
 tx = TcpTransport(lanes=2, session="s", engine="native")
@@ -17,6 +23,13 @@ t.start()
 c_tx = tx.connect(address, timeout_s=10)
 t.join()
 c_rx = box["c"]
+if mode == "leave":
+    src, dst = np.ones(8 << 20, np.uint8), np.zeros(8 << 20, np.uint8)
+    local, remote = tx.register(src), rx.register(dst)
+    for i in range(64):
+        c_tx.write(local, 0, 8 << 20, remote.id, 0, imm=i)
+    print("leaving", flush=True)
+    sys.exit(0)
 src, dst = np.arange(1 << 20, dtype=np.uint32).view(np.uint8)[: 1 << 20].copy(), np.zeros(1 << 20, np.uint8)
 local, remote = tx.register(src), rx.register(dst)
 pid = os.fork()

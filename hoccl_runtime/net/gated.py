@@ -13,8 +13,9 @@ from typing import Any
 from hoccl_compiler.schema import Plan
 
 from .._timer import fine_sleeps
-from ..errors import HocclTimeoutError, TransportError
+from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, as_int32, reached
+from ..settings import env_flag
 from .host import HostNodeExecutor
 
 __all__ = ["GatedNodeExecutor", "PreparedRun", "open_gates", "flag_count", "ring_slots", "RING_BYTES", "MAX_SLOTS"]
@@ -79,6 +80,9 @@ class GatedNodeExecutor(HostNodeExecutor):
     multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (net/chained.py)
     _current: PreparedRun | None = None
     _release: Any = None
+    _land_gates: bool | None = None  # HOCCL_NET_LAND_GATES, read at the first run
+    _arming: set = frozenset()  # nodes whose landing gates this run arms once their plan notice matched
+    _armed: set = frozenset()   # the connections (nodes) armed now
 
     def run(self, plan: Plan | None = None, buffers: Mapping[int, tuple] | None = None, *,
             prepared: PreparedRun | None = None, release: Any = None, stream_reached: Any = None) -> None:
@@ -97,6 +101,12 @@ class GatedNodeExecutor(HostNodeExecutor):
             raise TransportError(f"node {self.node}: this executor only drives prepared runs (their copies enqueued "
                                  "by GpuNodeExecutor.prepare); give prepared=")
         self._current, self._release, self._reached_fn = prepared, release, stream_reached
+        if self._land_gates is None:
+            try:
+                self._land_gates = env_flag("HOCCL_NET_LAND_GATES", True)
+            except HocclError as exc:
+                raise TransportError(str(exc)) from None
+        self._arming = set(self.conns) if self._land_gates else set()
         try:
             self.plan = prepared.plan
             with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
@@ -111,6 +121,7 @@ class GatedNodeExecutor(HostNodeExecutor):
             raise
         finally:
             self._reached_fn = None
+            self._disarm()
 
     _reached_fn: Any = None
 
@@ -129,14 +140,63 @@ class GatedNodeExecutor(HostNodeExecutor):
         return not self._stream_reached()
 
     def _tick(self) -> None:
+        if self._arming:
+            self._arm_heard()
         if self._release is not None and self._stream_reached() and \
                 all(reached(flag, c) for flag, c in self._current.ends):
             release, self._release = self._release, None
             release()
 
     def release(self, prepared: PreparedRun) -> None:
-        """Open every gate of a run that will not be driven to its end (:func:`open_gates`)."""
+        """Open every gate of a run that will not be driven to its end (:func:`open_gates`), once no connection
+        opens one any more (a landing gate opened later with an older count would shut it again)."""
+        self._disarm()
         open_gates(prepared)
+
+    # --- landing gates the transport opens (HOCCL_NET_LAND_GATES) ---------------------------------------
+    def _arm_heard(self) -> None:
+        """Arm, on the connection of each node whose plan notice for this run matched (its data is this run's), the
+        landing gates of the chunks still to come from it: the connection stores a gate's count the moment the
+        chunk is in the ring (:meth:`~.transport.base.Connection.arm`), so the GPU's landing copy starts without
+        waiting for this loop to see the completion (which then writes the same count again). A connection that
+        cannot (the Python lanes, verbs) is not asked again."""
+        for n in [n for n in self._arming if self._heard(n)]:
+            self._arming.discard(n)
+            gates = self._landing_gates(n)
+            if gates and self.conns[n].arm(gates):
+                self._armed = {*self._armed, n}
+            elif gates:
+                self._land_gates, self._arming = False, set()
+
+    def _landing_gates(self, node: int) -> list[tuple]:
+        """(immediate, region, offset, bytes, gate address, count) of every chunk of this run still to come from
+        ``node`` into a receive ring: a slot's gates are queued in ring order (:meth:`_gate` takes them as the chunks
+        arrive), so the k-th position still to come that uses a slot has the k-th gate left in its queue."""
+        run, recv, S, stages = self._run, self._current.recv, self.slots, self.plan.stages
+        gates = []
+        for vbar, seq in run.inc.items():
+            local, got, taken = vbar % self.L, run.got[vbar], {}
+            rings, peers = seq.ring.tolist(), seq.peer.tolist()
+            for p, ring in enumerate(rings):
+                if ring < 0 or got[p]:
+                    continue
+                j = ring % S
+                k = taken.get(j, 0)
+                taken[j] = k + 1
+                left = recv.get((vbar, j))
+                if peers[p] // self.L != node or left is None or k >= len(left):
+                    continue
+                gate, _, c, nb = left[k]
+                start, n = self._chunk_range(stages[int(seq.stage[p])].transfers, int(seq.transfer[p]),
+                                             int(seq.chunk[p]))
+                if nb == n:
+                    gates.append(((local << 24) | p, 2 * local + 1, j * self.chunk, n, gate.address, as_int32(c)))
+        return gates
+
+    def _disarm(self) -> None:
+        for n in self._armed:
+            self.conns[n].arm([])
+        self._armed = frozenset()
 
     def _wait(self, ready: Any, what: str) -> None:
         deadline = time.monotonic() + self.timeout_s
@@ -154,7 +214,8 @@ class GatedNodeExecutor(HostNodeExecutor):
         gate, done, c, nb = gates.popleft()
         if nb != n:
             raise TransportError(f"node {self.node}: slot {key} was prepared for {nb} bytes, the run moves {n}")
-        gate.write(as_int32(c))
+        if not reached(gate, c):  # a gate only moves on (the engine may have opened this one: _arm_heard)
+            gate.write(as_int32(c))
         return done, c
 
     def _copy_within(self, dst_rank: int, dst_off: int, src_rank: int, src_off: int, n: int) -> None:

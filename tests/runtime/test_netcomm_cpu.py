@@ -141,6 +141,30 @@ def test_ranks_in_different_collectives_fail_and_release_their_streams(monkeypat
 def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
     """GpuNodeExecutor's copies (staging out, landing, forwarding within a node) for 2 nodes x 2 GPUs,
     run on host memory through the faked CUDA, reused for a second plan: byte-equal to the replay."""
+    _forwarding_nodes(monkeypatch, kind)
+
+
+@pytest.mark.parametrize("gates", ["1", "0"])
+@pytest.mark.parametrize("kind", ["allgather", "sendrecv"])
+def test_the_native_engine_opens_the_landing_gates_and_the_bytes_stay_right(monkeypatch, kind, gates):
+    """On the native TCP engine (HOCCL_NET_LAND_GATES=1, the default) the receiving threads open landing gates the
+    moment their chunks are in: through rings of 2 slots that each chunk of a transfer takes in turn (credits
+    between), over two plans in a row, and with the bytes the replay's. With 0 the loop opens every one."""
+    from hoccl_runtime.net.transport import native
+
+    try:
+        native.engine_library()
+    except HocclError as exc:
+        pytest.skip(f"the native engine does not build here: {exc}")
+    monkeypatch.setenv("HOCCL_TCP_ENGINE", "native")
+    monkeypatch.setenv("HOCCL_NET_LAND_GATES", gates)
+    opened = _forwarding_nodes(monkeypatch, kind)
+    assert (min(opened) > 0) if gates == "1" else opened == [0, 0], opened
+
+
+def _forwarding_nodes(monkeypatch, kind) -> list[int]:
+    """Run two plans on 2 nodes x 2 GPUs through GpuNodeExecutor and check the bytes; the landing gates each node's
+    native engine opened (0 on the Python lanes)."""
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
     from hoccl_compiler.ir import CompileOptions
     from hoccl_runtime.net.executor import GpuNodeExecutor
@@ -161,12 +185,15 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
     transports = [GpuNodeExecutor.make_transport(plans[0], n, lanes=2, secret=b'test-job') for n in range(2)]
     addresses = {n: t.listen() for n, t in enumerate(transports)}
 
+    opened = [0, 0]
+
     def node(n):
         bufs = [{r: (dev(i, r % 2), dev(o, r % 2)) for r, (i, o) in d.items() if r // 2 == n} for d in data]
         ex = GpuNodeExecutor(plans[0], n, bufs[0], transports[n], slots=2, timeout_s=20, reuse=True)
         ex.connect(addresses)
         for plan, b in zip(plans, bufs, strict=True):
             ex.run(plan, b)
+        opened[n] = sum(getattr(c._engine, "gates_opened", 0) for c in ex.conns.values())
         ex.close()
 
     errors = failures(in_threads(2, node))
@@ -177,6 +204,7 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
         want = replay(plan, [d[r][0] for r in range(4)]).outputs
         for r in range(4):
             assert np.array_equal(d[r][1], want[r]), (plan.collective.kind, r)
+    return opened
 
 
 def test_two_nodes_of_two_gpus_through_the_node_leaders(monkeypatch):

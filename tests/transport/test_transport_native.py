@@ -135,6 +135,56 @@ def test_both_engines_speak_the_same_frames(sender, receiver):
         rx.close()
 
 
+def _gate_events(conn, want, timeout_s=20):
+    """The "received" completions of ``want`` writes, each with the flags' values seen when it came out of poll."""
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < want:
+        got += [c for c in conn.poll(timeout_s=max(0.01, deadline - time.monotonic())) if c.kind == "received"]
+    return got
+
+
+def test_an_armed_landing_gate_opens_before_its_completion_and_only_for_its_write():
+    """A gate armed for (immediate, region, offset, size) is stored the moment the write's last part is in place,
+    before its "received" completion is out; a write that differs in any of the four, or the same write again, or
+    one after the gates were disarmed, leaves its flag alone; a thread-engine connection cannot arm."""
+    c_tx, c_rx, tx, rx = pair(lanes=4, min_part=1 << 20)
+    flags = np.zeros(8, np.int32)
+    addr = lambda i: int(flags.ctypes.data) + 4 * i  # noqa: E731
+    try:
+        src, dst, local, remote = regions(tx, rx, 8 << 20)
+        size = 4 << 20  # cut over the lanes: the gate waits for every part
+        assert c_rx.arm([(7, remote.id, 0, size, addr(0), 11), (8, remote.id, size, 4096, addr(1), -5),
+                         (9, remote.id, size, 4096, addr(2), 3), (10, remote.id, size, 4096, addr(3), 4),
+                         (12, remote.id + 1, 0, 16, addr(4), 6)])
+        c_tx.write(local, 0, size, remote.id, 0, imm=7)
+        got = _gate_events(c_rx, 1)
+        assert [c.imm for c in got] == [7] and flags[0] == 11  # stored before the completion was out
+        assert np.array_equal(src[:size], dst[:size])
+        c_tx.write(local, size, 4096, remote.id, size, imm=8)   # the armed write: a negative count stored as is
+        c_tx.write(local, size, 4096, remote.id, 0, imm=9)      # another offset
+        c_tx.write(local, size, 2048, remote.id, size, imm=10)  # another size
+        c_tx.write(local, 0, 16, remote.id, 0, imm=12)          # another region
+        _gate_events(c_rx, 4)
+        assert flags[1:5].tolist() == [-5, 0, 0, 0]
+        flags[0] = 0
+        c_tx.write(local, 0, size, remote.id, 0, imm=7)         # the same write again: opened once only
+        _gate_events(c_rx, 1)
+        assert flags[0] == 0 and c_rx._engine.gates_opened == 2
+        assert c_rx.arm([(7, remote.id, 0, 64, addr(5), 1)]) and c_rx.arm([])  # replaced, then none
+        c_tx.write(local, 0, 64, remote.id, 0, imm=7)
+        _gate_events(c_rx, 1)
+        assert flags[5] == 0
+    finally:
+        tx.close()
+        rx.close()
+    c_tx, c_rx, tx, rx = pair(lanes=1, engine="thread")
+    try:
+        assert not c_rx.arm([(7, 0, 0, 64, addr(6), 1)])
+    finally:
+        tx.close()
+        rx.close()
+
+
 def test_the_trace_has_the_engines_sends_and_receives_on_the_hosts_clock():
     c_tx, c_rx, tx, rx = pair(lanes=2)
     tx.trace, rx.trace = [], []

@@ -9,6 +9,11 @@
  * do. Every field a peer sends is checked before a byte of payload lands: the CRC, magic, version, lane, sequence,
  * and the region's bounds (overflow-safe), so a hostile peer writes nowhere outside what this side registered.
  *
+ * Landing gates (hl_arm; HOCCL_NET_LAND_GATES): the network executor may name, per write it expects, a 32-bit flag and
+ * the value to store there once every part of that write is in place (its immediate, region, offset and size must
+ * all match what was armed, each part counted once). The receiving thread stores it before it queues the
+ * frame's event, so a GPU copy that waits on the flag starts without waiting for the Python loop to see the event.
+ *
  * Lifetime (native.py): hl_open after the handshake, hl_stop_senders (queued frames still leave, up to a deadline),
  * Python shuts the sockets down, hl_join (every thread gone), Python closes the sockets, hl_free. Regions are
  * registered with the engine (hl_region) and never move while it lives (the transport holds their arrays). */
@@ -48,6 +53,14 @@ typedef struct engine {
 
 struct conn;
 
+typedef struct {  /* a landing gate (hl_arm) */
+    uint64_t base, total, addr, seen;  /* seen: the parts counted (bit per part index) */
+    int64_t write_id;
+    uint32_t imm, region, parts;
+    int32_t value;
+    int state;                         /* 0 empty, 1 armed, 2 opened */
+} gate_t;
+
 typedef struct lane {
     struct conn *c;
     int idx, fd, failed;
@@ -71,6 +84,9 @@ typedef struct conn {
     size_t cap, head, len;
     int lost;                /* an event could not be kept (no memory): hl_poll reports it last */
     int senders;             /* sender threads still running (hl_stop_senders waits for 0) */
+    pthread_mutex_t gmu;     /* the landing gates */
+    gate_t *gates;           /* open addressing by immediate, gcap a power of two (0: none armed) */
+    size_t gcap;
 } conn_t;
 
 static uint32_t crc_table[256];
@@ -153,6 +169,35 @@ static int64_t recv_full(int fd, uint8_t *p, uint64_t n) {
     return (int64_t)got;
 }
 
+static size_t gate_slot(uint32_t imm, size_t cap) { return (size_t)(imm * 2654435761u) & (cap - 1); }
+
+/* A whole frame of a write is in place: count it towards the gate armed for its immediate, and store the gate's value
+ * once every part of the write was counted (each part index once). 1 where this frame opened a gate. */
+static int open_gate(conn_t *c, uint32_t imm, uint32_t region, uint64_t base, uint64_t total, uint64_t write_id,
+                     uint32_t part, uint32_t parts) {
+    int opened = 0;
+    pthread_mutex_lock(&c->gmu);
+    if (c->gcap && parts >= 1 && parts <= 64 && part < parts) {
+        size_t s = gate_slot(imm, c->gcap);
+        while (c->gates[s].state && c->gates[s].imm != imm) s = (s + 1) & (c->gcap - 1);
+        gate_t *g = &c->gates[s];
+        if (g->state == 1 && g->region == region && g->base == base && g->total == total) {
+            if (!g->seen) { g->write_id = (int64_t)write_id; g->parts = parts; }
+            uint64_t bit = 1ULL << part;
+            if (g->write_id == (int64_t)write_id && g->parts == parts && !(g->seen & bit)) {
+                g->seen |= bit;
+                if (g->seen == (parts == 64 ? ~0ULL : (1ULL << parts) - 1)) {
+                    __atomic_store_n((int32_t *)(uintptr_t)g->addr, g->value, __ATOMIC_RELEASE);
+                    g->state = 2;
+                    opened = 1;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->gmu);
+    return opened;
+}
+
 static void *recv_main(void *arg) {
     lane_t *L = arg;
     conn_t *c = L->c;
@@ -204,10 +249,11 @@ static void *recv_main(void *arg) {
             if (got < 0) { push_error(L, E_RECV, 1, -got, 0, 0); return NULL; }
             if ((uint64_t)got < n) { push_error(L, E_SHORT_PAYLOAD, 0, got, (int64_t)n, 0); return NULL; }
         }
+        int opened = open_gate(c, imm, region, base, total, write_id, part, parts);
         event_t ev;
         ev.v[0] = EV_RECV; ev.v[1] = L->idx; ev.v[2] = (int64_t)write_id; ev.v[3] = part; ev.v[4] = parts;
         ev.v[5] = region; ev.v[6] = (int64_t)off; ev.v[7] = (int64_t)n; ev.v[8] = imm; ev.v[9] = (int64_t)base;
-        ev.v[10] = (int64_t)total; ev.v[11] = t0; ev.v[12] = now_ns(); ev.v[13] = 0;
+        ev.v[10] = (int64_t)total; ev.v[11] = t0; ev.v[12] = now_ns(); ev.v[13] = opened;
         push(c, &ev);
     }
 }
@@ -326,6 +372,7 @@ void *hl_open(void *ep, const int *fds, int nlanes) {
     if (!c->lanes) { free(c); return NULL; }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    pthread_mutex_init(&c->gmu, NULL);
     int ok = 1;
     for (int i = 0; i < nlanes; i++) {
         lane_t *L = &c->lanes[i];
@@ -376,6 +423,36 @@ int hl_post(void *cp, int lane, int64_t write_id, uint32_t part, uint32_t parts,
     pthread_cond_signal(&L->cv);
     pthread_mutex_unlock(&L->mu);
     return 0;
+}
+
+/* Arm ``n`` landing gates, replacing those armed before (n 0: none). ``rows``: per gate 6 int64, the write's
+ * immediate, region, offset and size, the flag's address and the int32 value to store there. 0, or -1 (no memory:
+ * nothing armed). */
+int hl_arm(void *cp, int n, const int64_t *rows) {
+    conn_t *c = cp;
+    gate_t *g = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    if (n > 0) {
+        for (cap = 16; cap < 2 * (size_t)n; cap <<= 1) {}
+        g = calloc(cap, sizeof(gate_t));
+        if (!g) { n = 0; cap = 0; rc = -1; }
+        for (int i = 0; i < n; i++) {
+            const int64_t *r = rows + 6 * (size_t)i;
+            uint32_t imm = (uint32_t)r[0];
+            size_t s = gate_slot(imm, cap);
+            while (g[s].state && g[s].imm != imm) s = (s + 1) & (cap - 1);
+            g[s].imm = imm; g[s].region = (uint32_t)r[1]; g[s].base = (uint64_t)r[2]; g[s].total = (uint64_t)r[3];
+            g[s].addr = (uint64_t)r[4]; g[s].value = (int32_t)r[5]; g[s].seen = 0; g[s].state = 1;
+        }
+    }
+    pthread_mutex_lock(&c->gmu);
+    gate_t *old = c->gates;
+    c->gates = g;
+    c->gcap = cap;
+    pthread_mutex_unlock(&c->gmu);
+    free(old);
+    return rc;
 }
 
 /* Move up to ``most`` events into ``out`` (rows of EVENT_WORDS), waiting up to ``timeout_s`` for the first (0:
@@ -452,6 +529,8 @@ void hl_free(void *cp) {
     }
     free(c->lanes);
     free(c->ev);
+    free(c->gates);
+    pthread_mutex_destroy(&c->gmu);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);

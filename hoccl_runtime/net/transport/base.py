@@ -74,6 +74,14 @@ class Connection(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def arm(self, gates: list[tuple[int, int, int, int, int, int]]) -> bool:
+        """Landing gates this connection opens itself, replacing those armed before (``[]``: none): per gate the
+        immediate, region, offset and size of a write expected, a 32-bit flag's address in this process and the
+        value to store there once every byte of that write is in place, before its "received" completion is
+        queued. The native TCP engine's receiving threads do (HOCCL_NET_LAND_GATES); False where the connection
+        cannot (the default), and its caller opens the gate on the completion."""
+        return False
+
     def __enter__(self) -> Connection:
         return self
 

@@ -137,8 +137,8 @@ def _declare(lib: Any) -> None:
     for name, res, args in (("hl_event_words", i, ()), ("hl_engine", p, ()), ("hl_region", i, (p, u32, u64, u64)),
                             ("hl_engine_free", None, (p,)), ("hl_open", p, (p, p, i)),
                             ("hl_post", i, (p, i, i64, u32, u32, u64, u64, u32, u64, u32, u64, u64)),
-                            ("hl_poll", i, (p, p, i, d)), ("hl_stop_senders", i, (p, d)), ("hl_join", None, (p,)),
-                            ("hl_free", None, (p,))):
+                            ("hl_poll", i, (p, p, i, d)), ("hl_arm", i, (p, i, p)), ("hl_stop_senders", i, (p, d)),
+                            ("hl_join", None, (p,)), ("hl_free", None, (p,))):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, list(args)
 
@@ -237,6 +237,7 @@ class NativeLanes:
     def __init__(self, conn: Any, regions: NativeRegions):
         self.conn, self.free, self.held = conn, regions.free, regions.held
         self.wake = env_flag("HOCCL_NET_WAKE", True)  # the driving loop's pause ends at the next event (tcp.wait)
+        self.gates_opened = 0  # landing gates the receiving threads opened (arm)
         self.rows = np.zeros((64, EVENT_WORDS), np.int64)
         fds = (ctypes.c_int * len(conn.lanes))(*(s.fileno() for s in conn.lanes))
         self.handle = self.held.hl_open(regions.handle, fds, len(conn.lanes))
@@ -253,6 +254,15 @@ class NativeLanes:
                     total) != 0:
                 conn._fail(lane, "its sender has stopped (an earlier send failed)")
                 raise conn._error or TransportError(f"connection to {conn.who} is closed")
+
+    def arm(self, gates: list) -> bool:
+        """Replace the landing gates the receiving threads open (:meth:`~.base.Connection.arm`); True."""
+        if self.handle is None or self.pid != os.getpid():
+            return False
+        rows = np.array(gates, np.int64).reshape(-1, 6)
+        if self.held.hl_arm(self.handle, len(rows), rows.ctypes.data) != 0:
+            raise TransportError("the native TCP engine could not arm its landing gates (no memory)")
+        return True
 
     def gather(self, timeout_s: float) -> bool:
         """What the engine's threads did, into the connection's completions, waiting (without the GIL) up to
@@ -272,8 +282,9 @@ class NativeLanes:
         k = (self.free if wait > 0 else self.held).hl_poll(self.handle, rows.ctypes.data, len(rows), max(wait, 0.0))
         trace = conn.transport.trace
         for row in rows[:k].tolist():
-            kind, lane, write_id, part, parts, region, off, n, imm, base, total, t0, t1, _ = row
+            kind, lane, write_id, part, parts, region, off, n, imm, base, total, t0, t1, opened = row
             if kind == RECEIVED:
+                self.gates_opened += opened
                 if trace is not None:
                     trace.append(("recv", lane, write_id, part, n, t0 * 1e-9, t1 * 1e-9))
                 conn._arrived((write_id, part, parts, region, off, n, imm, base, total, None))

@@ -214,6 +214,9 @@ class TcpConnection(Connection):
             except queue.Empty:
                 return out
 
+    def arm(self, gates: list) -> bool:
+        return self._engine is not None and self._engine.arm(gates)
+
     def wait(self, timeout_s: float) -> None:
         """Up to ``timeout_s``, ended early by a completion where the native engine runs the lanes (HOCCL_NET_WAKE)."""
         if self._engine is not None and self._engine.wake:
@@ -234,8 +237,7 @@ class TcpConnection(Connection):
             return
         self._closing = True
         if self._engine is not None:
-            self._engine.close(drain_timeout_s)
-            return
+            return self._engine.close(drain_timeout_s)
         for q in self._send_queues:
             q.put(None)  # after the queued writes: each sender thread finishes those first
         deadline = time.monotonic() + drain_timeout_s

@@ -69,6 +69,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_LAND_GATES": ("1", "the GPU network executor on the native TCP engine: the engine's receiving thread "
                              "opens a chunk's landing gate (the flag its GPU copy waits on) the moment the chunk is "
                              "in the ring, instead of the proxy's loop once it has seen the chunk (0: the loop)"),
+    "HOCCL_NET_SEND_GATES": ("1", "the GPU network executor on the native TCP engine: a chunk's write is posted as soon "
+                             "as its staging copy is issued and leaves when the engine's watcher thread sees the "
+                             "copy's done count, instead of once the proxy's loop has seen it (0: the loop)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),

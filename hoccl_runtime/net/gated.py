@@ -81,6 +81,7 @@ class GatedNodeExecutor(HostNodeExecutor):
     _current: PreparedRun | None = None
     _release: Any = None
     _land_gates: bool | None = None  # HOCCL_NET_LAND_GATES, read at the first run
+    _send_gates: bool | None = None  # HOCCL_NET_SEND_GATES, read at the first run
     _arming: set = frozenset()  # nodes whose landing gates this run arms once their plan notice matched
     _armed: set = frozenset()   # the connections (nodes) armed now
 
@@ -104,6 +105,7 @@ class GatedNodeExecutor(HostNodeExecutor):
         if self._land_gates is None:
             try:
                 self._land_gates = env_flag("HOCCL_NET_LAND_GATES", True)
+                self._send_gates = env_flag("HOCCL_NET_SEND_GATES", True)
             except HocclError as exc:
                 raise TransportError(str(exc)) from None
         self._arming = set(self.conns) if self._land_gates else set()
@@ -151,9 +153,19 @@ class GatedNodeExecutor(HostNodeExecutor):
         """Open every gate of a run that will not be driven to its end (:func:`open_gates`), once no connection
         opens one any more (a landing gate opened later with an older count would shut it again)."""
         self._disarm()
+        for conn in self.conns.values():  # and no write posted ahead leaves with what the opened copies move
+            conn.cancel_after()
         open_gates(prepared)
 
-    # --- landing gates the transport opens (HOCCL_NET_LAND_GATES) ---------------------------------------
+    def _after(self, token: object, conn: Any) -> dict:
+        """A staged chunk's write is posted at once, to leave when its staging copy's done count shows (the native
+        engine's watcher; HOCCL_NET_SEND_GATES), instead of once this loop has seen the copy done."""
+        if not (self._send_gates and conn.writes_after):
+            return {}
+        flag, c = token
+        return {"after": (flag.address, as_int32(c))}
+
+    # --- landing gates the transport opens (HOCCL_NET_LAND_GATES) -----------------------------------------
     def _arm_heard(self) -> None:
         """Arm, on the connection of each node whose plan notice for this run matched (its data is this run's), the
         landing gates of the chunks still to come from it: the connection stores a gate's count the moment the

@@ -1,35 +1,31 @@
 """The inter-node path on host memory: one process per node replays a plan over a transport.
 
 This is the reference for the GPU path of the network issue, runnable anywhere: the node's ranks are NumPy buffers,
-the copies that a GPU does with its copy engines (local, native, forwarding and the staging copies) are NumPy
-copies, and the network pieces go through a :class:`Transport` (TCP here). What it pins down, before GPUs are
-involved:
+the copies that a GPU does with its copy engines (local, native, forwarding and the staging copies) are NumPy copies,
+and the network pieces go through a :class:`Transport` (TCP here). What it pins down, before GPUs are involved:
 
-* Staging: each GPU has a ring of ``slots`` chunk slots for the network data it receives (when the
-  data must be forwarded on, ``v̄ != v``) and one for what it sends. A GPU's network chunks of one run
-  form one sequence per direction, stage after stage (:class:`Routes`); position ``x`` uses slot
-  ``x % slots``. The receiver hands a slot on with a credit (a zero-byte write) once its forward copy
-  has taken the chunk: to the sender of the chunk that uses the slot next, which may be the next
-  stage's flow, from another GPU; the sender reuses a send slot once its write left. In the chunk state
-  machine's words: IDLE -> DMA_COPYING (staging copy) -> NETWORK (write posted) -> IDLE (sent /
-  credited). With a GPU these copies overlap with the network; here they are synchronous.
-* Stage order without a barrier: the rings run each GPU's stages in order, and a stage's flow into a
-  GPU takes over that GPU's receive slots one by one as the previous stage's chunks leave them. So a GPU
-  has one incoming and one outgoing network flow at a time (as the plan's stages promise) but for the
-  few slots where one stage's tail meets the next one's head, and no node waits for the slowest one
-  between stages.
-* Runs of a reusable executor, eagerly: a node tells every node when its run ``n`` is through (its rings
-  are free again), and sends run ``n + 1``'s chunks once every node said so, without waiting for the
-  receiver to reach its call (the sender's call ends once its writes left: NCCL's eager send into the
-  receiver's buffers, one run deep). Every run also starts with a notice of the plan's id to every
-  node; a node takes another node's data or credits of a run only once that node's notice for the run
-  matched its own (the notices of a pure sender's peers are checked as they come, in order), so nodes
-  in different collectives raise PlanError instead of mixing data. No barrier ends such a run
-  (:meth:`HostNodeExecutor.leave` waits for the last one before closing).
-* Immediates: data ``(target GPU's local index << 24) | its receive position``; credits
-  ``bit 31 | (sending GPU's local index << 24) | the send position they let go``; plan notices
-  ``0x7e000000 | 24 bits of the plan id's CRC``. The accepting node knows who connected from the
-  transport's hello (the connecting transport's name), before any data can arrive.
+* Staging: each GPU has a ring of ``slots`` chunk slots for the network data it receives (when the data must be
+  forwarded on, ``v̄ != v``) and one for what it sends. A GPU's network chunks of one run form one sequence per
+  direction, stage after stage (:class:`Routes`); position ``x`` uses slot ``x % slots``. The receiver hands a slot on
+  with a credit (a zero-byte write) once its forward copy has taken the chunk: to the sender of the chunk that uses
+  the slot next, which may be the next stage's flow, from another GPU; the sender reuses a send slot once its write
+  left. In the chunk state machine's words: IDLE -> DMA_COPYING (staging copy) -> NETWORK (write posted) -> IDLE (sent
+  / credited). With a GPU these copies overlap with the network; here they are synchronous.
+* Stage order without a barrier: the rings run each GPU's stages in order, and a stage's flow into a GPU takes over
+  that GPU's receive slots one by one as the previous stage's chunks leave them. So a GPU has one incoming and one
+  outgoing network flow at a time (as the plan's stages promise) but for the few slots where one stage's tail meets
+  the next one's head, and no node waits for the slowest one between stages.
+* Runs of a reusable executor, eagerly: a node tells every node when its run ``n`` is through (its rings are free
+  again), and sends run ``n + 1``'s chunks once every node said so, without waiting for the receiver to reach its call
+  (the sender's call ends once its writes left: NCCL's eager send into the receiver's buffers, one run deep). Every
+  run also starts with a notice of the plan's id to every node; a node takes another node's data or credits of a run
+  only once that node's notice for the run matched its own (the notices of a pure sender's peers are checked as they
+  come, in order), so nodes in different collectives raise PlanError instead of mixing data. No barrier ends such a
+  run (:meth:`HostNodeExecutor.leave` waits for the last one before closing).
+* Immediates: data ``(target GPU's local index << 24) | its receive position``; credits ``bit 31 | (sending GPU's
+  local index << 24) | the send position they let go``; plan notices ``0x7e000000 | 24 bits of the plan id's CRC``.
+  The accepting node knows who connected from the transport's hello (the connecting transport's name), before any data
+  can arrive.
 
 Nodes connect to every other node (lower index accepts) and share nothing but the plan, whose id is the transport
 session: a node with a different plan is refused at the first exchange.
@@ -478,10 +474,10 @@ class HostNodeExecutor:
         """Post the network writes of staged chunks whose copy finished, and the credits of landed chunks whose
         copy finished (chunk state DMA_COPYING -> NETWORK, and back to IDLE)."""
         progressed = False
-        while self._staged and self._done(self._staged[0][0]):
+        while self._staged and ((after := self._after(*self._staged[0][:2])) or self._done(self._staged[0][0])):
             _, conn, args, imm, ubar, x = self._staged.popleft()
             self._mark("staged")
-            self._inflight[(id(conn), conn.write(*args, imm=imm))] = (ubar, x)
+            self._inflight[(id(conn), conn.write(*args, imm=imm, **after))] = (ubar, x)
             self._run.posts_left -= 1
             progressed = True
         while self._landing and self._done(self._landing[0][0]):
@@ -491,6 +487,10 @@ class HostNodeExecutor:
                 self._notify(conn, imm)
             progressed = True
         return progressed
+
+    def _after(self, token: object, conn: Connection) -> dict:
+        """``write``'s keywords that let a staged chunk's write go before its copy was seen done (none here)."""
+        return {}
 
     def _chunk_range(self, tr, t: int, k: int) -> tuple[int, int]:
         start = tr.offset[t] + k * self.chunk

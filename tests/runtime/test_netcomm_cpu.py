@@ -144,22 +144,29 @@ def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
     _forwarding_nodes(monkeypatch, kind)
 
 
-@pytest.mark.parametrize("gates", ["1", "0"])
+@pytest.mark.parametrize("land,send", [("1", "1"), ("0", "1"), ("1", "0"), ("0", "0")])
 @pytest.mark.parametrize("kind", ["allgather", "sendrecv"])
-def test_the_native_engine_opens_the_landing_gates_and_the_bytes_stay_right(monkeypatch, kind, gates):
-    """On the native TCP engine (HOCCL_NET_LAND_GATES=1, the default) the receiving threads open landing gates the
-    moment their chunks are in: through rings of 2 slots that each chunk of a transfer takes in turn (credits
-    between), over two plans in a row, and with the bytes the replay's. With 0 the loop opens every one."""
+def test_the_native_engine_opens_the_gates_and_the_bytes_stay_right(monkeypatch, kind, land, send):
+    """On the native TCP engine its receiving threads open landing gates the moment their chunks are in
+    (HOCCL_NET_LAND_GATES=1, the default), and its watcher lets each write go once its staging copy's count shows
+    (HOCCL_NET_SEND_GATES=1): through rings of 2 slots that each chunk of a transfer takes in turn (credits between),
+    over two plans in a row, with the bytes the replay's. With 0 the loop does either itself."""
     from hoccl_runtime.net.transport import native
+    from hoccl_runtime.net.transport.tcp import TcpConnection
 
     try:
         native.engine_library()
     except HocclError as exc:
         pytest.skip(f"the native engine does not build here: {exc}")
     monkeypatch.setenv("HOCCL_TCP_ENGINE", "native")
-    monkeypatch.setenv("HOCCL_NET_LAND_GATES", gates)
+    monkeypatch.setenv("HOCCL_NET_LAND_GATES", land)
+    monkeypatch.setenv("HOCCL_NET_SEND_GATES", send)
+    ahead, write = [], TcpConnection.write
+    monkeypatch.setattr(TcpConnection, "write", lambda self, *a, **kw: ahead.append("after" in kw) or write(
+        self, *a, **kw))
     opened = _forwarding_nodes(monkeypatch, kind)
-    assert (min(opened) > 0) if gates == "1" else opened == [0, 0], opened
+    assert (min(opened) > 0) if land == "1" else opened == [0, 0], opened
+    assert any(ahead) == (send == "1")
 
 
 def _forwarding_nodes(monkeypatch, kind) -> list[int]:

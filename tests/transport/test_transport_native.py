@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -180,6 +181,52 @@ def test_an_armed_landing_gate_opens_before_its_completion_and_only_for_its_writ
     c_tx, c_rx, tx, rx = pair(lanes=1, engine="thread")
     try:
         assert not c_rx.arm([(7, 0, 0, 64, addr(6), 1)])
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_a_write_posted_ahead_leaves_once_its_flag_shows_and_holds_no_lane():
+    """``write(after=(flag, count))`` holds the write off its lanes until the int32 flag reaches the count (cyclic, as
+    the GPU's wait): a write posted after it on the one lane leaves first; the count reached (from below, across the
+    wrap) lets it go; a cancelled one never leaves; one still waiting at close is waited for up to the drain."""
+    c_tx, c_rx, tx, rx = pair(lanes=1)
+    flags = np.zeros(4, np.int32)
+    addr = lambda i: int(flags.ctypes.data) + 4 * i  # noqa: E731
+    try:
+        assert c_tx.writes_after
+        src, dst, local, remote = regions(tx, rx, 1 << 20)
+        flags[0] = 2**31 - 2
+        c_tx.write(local, 0, 1 << 20, remote.id, 0, imm=1, after=(addr(0), -2**31 + 1))  # two past the wrap
+        c_tx.write(local, 0, 0, remote.id, 0, imm=2)
+        assert [c.imm for c in drain(c_rx, "received", 1)] == [2]
+        time.sleep(0.1)
+        assert c_rx.poll() == []
+        flags[0] = 2**31 - 1  # one short
+        time.sleep(0.1)
+        assert c_rx.poll() == []
+        flags[0] = -2**31 + 1
+        assert [c.imm for c in drain(c_rx, "received", 1)] == [1] and np.array_equal(src, dst)
+        c_tx.write(local, 0, 64, remote.id, 0, imm=3, after=(addr(1), 5))
+        c_tx.cancel_after()
+        flags[1] = 5
+        c_tx.write(local, 0, 0, remote.id, 0, imm=4)
+        assert [c.imm for c in drain(c_rx, "received", 1)] == [4]
+        time.sleep(0.1)
+        assert c_rx.poll() == []
+        c_tx.write(local, 0, 64, remote.id, 0, imm=5, after=(addr(2), 1))
+        threading.Timer(0.2, lambda: flags.__setitem__(2, 1)).start()
+        c_tx.close(drain_timeout_s=5)  # waits for the flag, then the frame leaves
+        assert [c.imm for c in drain(c_rx, "received", 1)] == [5]
+    finally:
+        tx.close()
+        rx.close()
+    c_tx, c_rx, tx, rx = pair(lanes=1, engine="thread")
+    try:
+        src, dst, local, remote = regions(tx, rx, 64)
+        assert not c_tx.writes_after
+        with pytest.raises(TransportError, match="native TCP engine"):
+            c_tx.write(local, 0, 64, remote.id, 0, imm=1, after=(addr(3), 1))
     finally:
         tx.close()
         rx.close()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 48, run 1: landing gates opened by the native engine's receiving threads (HOCCL_NET_LAND_GATES=1, the new
-# default) against the proxy's loop opening them (=0), and smaller network chunks with the gates on, over two TCP nodes
+# Session 48, run 1: landing gates opened by the native engine's receiving threads (HOCCL_NET_LAND_GATES=1) and writes
+# posted ahead that its watcher lets go once the staging copy shows done (HOCCL_NET_SEND_GATES=1), both the new
+# defaults, against the proxy's loop doing either (=0), and smaller network chunks with both on, over two TCP nodes
 # sharing the GPU (FSDP small NCCL-reducing and 1F1B pipeline small, 5 interleaved rounds, CPUs pinned, both
 # settings); then FSDP small under MPS traced, and the training-over-TCP GPU tests on the new default.
 set -u
@@ -9,10 +10,11 @@ nvidia-smi -L
 export HOCCL_CACHE_DIR=$OUT/cache
 t0=$(date +%s)
 timeout 120 python3 -m pytest -q -p no:randomly tests/transport/test_transport_native.py tests/runtime/test_netcomm_cpu.py \
-  -k "gate" > $OUT/gate-cpu.log 2>&1
+  -k "gate or ahead" > $OUT/gate-cpu.log 2>&1
 echo "=== gate CPU tests rc=$? $(( $(date +%s) - t0 )) s"; tail -n 1 $OUT/gate-cpu.log
-F="hoccl,hoccl+HOCCL_NET_LAND_GATES=0,hoccl+HOCCL_NET_CHUNK_BYTES=1048576,hoccl+HOCCL_NET_CHUNK_BYTES=524288,nccl"
-P="hoccl,hoccl+HOCCL_NET_LAND_GATES=0,hoccl+HOCCL_NET_CHUNK_BYTES=524288,nccl"
+G0="HOCCL_NET_LAND_GATES=0+HOCCL_NET_SEND_GATES=0"
+F="hoccl,hoccl+$G0,hoccl+HOCCL_NET_SEND_GATES=0,hoccl+HOCCL_NET_CHUNK_BYTES=1048576,hoccl+HOCCL_NET_CHUNK_BYTES=524288,nccl"
+P="hoccl,hoccl+$G0,hoccl+HOCCL_NET_CHUNK_BYTES=524288,nccl"
 for m in mps sliced; do
   flag=""; [ $m = mps ] && flag="--mps"
   for s in fsdp pipeline; do
@@ -25,7 +27,7 @@ done
 mkdir -p $OUT/tr; t0=$(date +%s)
 HOCCL_NET_TRACE=$OUT/tr/fsdp TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=200 timeout 200 bash scripts/tcp-nodes.sh --mps \
   examples/train_fsdp.py --size small --batch 4 --steps 20 --repeats 3 --reduce nccl \
-  --comm hoccl,hoccl+HOCCL_NET_LAND_GATES=0,nccl --json $OUT/fsdp-trace.json > $OUT/fsdp-trace.log 2>&1
+  --comm hoccl,hoccl+$G0,nccl --json $OUT/fsdp-trace.json > $OUT/fsdp-trace.log 2>&1
 echo "=== fsdp small mps traced rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)[ +]" $OUT/fsdp-trace.log | tail -n 4
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp 2>&1 | head -n 24
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp.g1 2>&1 | head -n 24

@@ -14,6 +14,12 @@
  * all match what was armed, each part counted once). The receiving thread stores it before it queues the
  * frame's event, so a GPU copy that waits on the flag starts without waiting for the Python loop to see the event.
  *
+ * Writes posted ahead (hl_post_after; HOCCL_NET_SEND_GATES): a write's parts may wait, off their lanes' queues, for a
+ * 32-bit counter flag (the GPU's staging copy writes it when the chunk is in the send ring) to reach a count; the
+ * connection's watcher thread looks at the flags every few microseconds and queues each part on its lane once its
+ * count is reached, so the write leaves without waiting for the Python loop to see the copy done. Waiting parts hold
+ * no lane: credits and notices posted after them leave at once.
+ *
  * Lifetime (native.py): hl_open after the handshake, hl_stop_senders (queued frames still leave, up to a deadline),
  * Python shuts the sockets down, hl_join (every thread gone), Python closes the sockets, hl_free. Regions are
  * registered with the engine (hl_region) and never move while it lives (the transport holds their arrays). */
@@ -23,6 +29,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -44,6 +51,13 @@ typedef struct {
     uint32_t part, parts, rregion, imm;
     uint64_t addr, n, roff, rbase, total;
 } post_t;
+
+typedef struct {  /* a part posted ahead (hl_post_after): queued on ``lane`` once *flag reaches value */
+    post_t p;
+    uint64_t flag;
+    int32_t value;
+    int lane;
+} ahead_t;
 
 typedef struct engine {
     pthread_rwlock_t rw;
@@ -87,6 +101,12 @@ typedef struct conn {
     pthread_mutex_t gmu;     /* the landing gates */
     gate_t *gates;           /* open addressing by immediate, gcap a power of two (0: none armed) */
     size_t gcap;
+    pthread_mutex_t wmu;     /* the parts posted ahead, and their watcher thread */
+    pthread_cond_t wcv;
+    ahead_t *wq;
+    size_t wcap, wlen;
+    int wstop, w_on;
+    pthread_t wt;
 } conn_t;
 
 static uint32_t crc_table[256];
@@ -373,6 +393,8 @@ void *hl_open(void *ep, const int *fds, int nlanes) {
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_mutex_init(&c->gmu, NULL);
+    pthread_mutex_init(&c->wmu, NULL);
+    pthread_cond_init(&c->wcv, NULL);
     int ok = 1;
     for (int i = 0; i < nlanes; i++) {
         lane_t *L = &c->lanes[i];
@@ -398,12 +420,8 @@ void *hl_open(void *ep, const int *fds, int nlanes) {
     return c;
 }
 
-/* Queue a frame on ``lane``: 0, or -1 (no memory, or the lane's sender stopped). */
-int hl_post(void *cp, int lane, int64_t write_id, uint32_t part, uint32_t parts, uint64_t addr, uint64_t n,
-            uint32_t rregion, uint64_t roff, uint32_t imm, uint64_t rbase, uint64_t total) {
-    conn_t *c = cp;
-    if (lane < 0 || lane >= c->nlanes) return -1;
-    lane_t *L = &c->lanes[lane];
+/* Append a part to its lane's queue and wake the lane's sender: 0, or -1 (no memory, or the sender stopped). */
+static int lane_put(lane_t *L, const post_t *p) {
     pthread_mutex_lock(&L->mu);
     if (L->stop || L->failed || !L->snd_on) { pthread_mutex_unlock(&L->mu); return -1; }
     if (L->len == L->cap) {
@@ -416,13 +434,99 @@ int hl_post(void *cp, int lane, int64_t write_id, uint32_t part, uint32_t parts,
         L->cap = cap;
         L->head = 0;
     }
-    post_t *p = &L->q[(L->head + L->len) % L->cap];
-    p->write_id = write_id; p->part = part; p->parts = parts; p->addr = addr; p->n = n; p->rregion = rregion;
-    p->roff = roff; p->imm = imm; p->rbase = rbase; p->total = total;
+    L->q[(L->head + L->len) % L->cap] = *p;
     L->len++;
     pthread_cond_signal(&L->cv);
     pthread_mutex_unlock(&L->mu);
     return 0;
+}
+
+static int reached32(uint64_t flag, int32_t value) {  /* the GPU's cyclic GEQ: (int32)(*flag - value) >= 0 */
+    uint32_t now = (uint32_t)__atomic_load_n((int32_t *)(uintptr_t)flag, __ATOMIC_ACQUIRE);
+    return (uint32_t)(now - (uint32_t)value) < 0x80000000u;
+}
+
+/* The watcher: queues each part posted ahead on its lane once its flag reached its count (in the order they were
+ * posted among those ready), looking every ~2 us while any waits (timer slack 1 us), asleep while none does. A part
+ * whose lane has stopped is dropped (its lane's failure is reported already). */
+static void *watch_main(void *arg) {
+    conn_t *c = arg;
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    struct timespec nap = {0, 2000};
+    pthread_mutex_lock(&c->wmu);
+    for (;;) {
+        while (!c->wlen && !c->wstop) pthread_cond_wait(&c->wcv, &c->wmu);
+        if (c->wstop) break;
+        size_t k = 0;
+        for (size_t i = 0; i < c->wlen; i++) {
+            ahead_t *a = &c->wq[i];
+            if (reached32(a->flag, a->value)) lane_put(&c->lanes[a->lane], &a->p);
+            else c->wq[k++] = *a;
+        }
+        c->wlen = k;
+        pthread_cond_broadcast(&c->wcv);  /* hl_stop_senders waits for the list to empty */
+        if (k) {
+            pthread_mutex_unlock(&c->wmu);
+            nanosleep(&nap, NULL);
+            pthread_mutex_lock(&c->wmu);
+        }
+    }
+    c->wlen = 0;
+    pthread_mutex_unlock(&c->wmu);
+    return NULL;
+}
+
+/* Queue a frame on ``lane``: 0, or -1 (no memory, or the lane's sender stopped). */
+int hl_post(void *cp, int lane, int64_t write_id, uint32_t part, uint32_t parts, uint64_t addr, uint64_t n,
+            uint32_t rregion, uint64_t roff, uint32_t imm, uint64_t rbase, uint64_t total) {
+    conn_t *c = cp;
+    if (lane < 0 || lane >= c->nlanes) return -1;
+    post_t p = {write_id, part, parts, rregion, imm, addr, n, roff, rbase, total};
+    return lane_put(&c->lanes[lane], &p);
+}
+
+/* As hl_post, the frame queued on its lane only once the int32 at ``flag`` reaches ``value`` (hl_post_after's
+ * watcher): 0, or -1 (no memory, the lane's sender stopped, or the connection is closing). */
+int hl_post_after(void *cp, int lane, int64_t write_id, uint32_t part, uint32_t parts, uint64_t addr, uint64_t n,
+                  uint32_t rregion, uint64_t roff, uint32_t imm, uint64_t rbase, uint64_t total, uint64_t flag,
+                  int32_t value) {
+    conn_t *c = cp;
+    if (lane < 0 || lane >= c->nlanes || !flag) return -1;
+    lane_t *L = &c->lanes[lane];
+    if (L->failed || !L->snd_on) return -1;
+    int rc = 0;
+    pthread_mutex_lock(&c->wmu);
+    if (c->wstop) rc = -1;
+    if (!rc && !c->w_on) {
+        if (pthread_create(&c->wt, NULL, watch_main, c) == 0) c->w_on = 1;
+        else rc = -1;
+    }
+    if (!rc && c->wlen == c->wcap) {
+        size_t cap = c->wcap ? 2 * c->wcap : 64;
+        ahead_t *bigger = realloc(c->wq, cap * sizeof(ahead_t));
+        if (bigger) { c->wq = bigger; c->wcap = cap; }
+        else rc = -1;
+    }
+    if (!rc) {
+        ahead_t *a = &c->wq[c->wlen++];
+        post_t p = {write_id, part, parts, rregion, imm, addr, n, roff, rbase, total};
+        a->p = p; a->flag = flag; a->value = value; a->lane = lane;
+        pthread_cond_broadcast(&c->wcv);
+    }
+    pthread_mutex_unlock(&c->wmu);
+    return rc;
+}
+
+/* Drop every part still waiting for its flag (a failed run's, before its gates are opened and the flags reached
+ * with what the copies then move): how many. */
+int hl_cancel(void *cp) {
+    conn_t *c = cp;
+    pthread_mutex_lock(&c->wmu);
+    int n = (int)c->wlen;
+    c->wlen = 0;
+    pthread_cond_broadcast(&c->wcv);
+    pthread_mutex_unlock(&c->wmu);
+    return n;
 }
 
 /* Arm ``n`` landing gates, replacing those armed before (n 0: none). ``rows``: per gate 6 int64, the write's
@@ -486,6 +590,12 @@ int hl_poll(void *cp, int64_t *out, int most, double timeout_s) {
  * some still send (the sockets' shutdown then ends them). */
 int hl_stop_senders(void *cp, double timeout_s) {
     conn_t *c = cp;
+    struct timespec until = after(timeout_s);
+    pthread_mutex_lock(&c->wmu);  /* the parts posted ahead go to their lanes first (up to the deadline) */
+    while (c->wlen && pthread_cond_timedwait(&c->wcv, &c->wmu, &until) != ETIMEDOUT) {}
+    c->wstop = 1;
+    pthread_cond_broadcast(&c->wcv);
+    pthread_mutex_unlock(&c->wmu);
     for (int i = 0; i < c->nlanes; i++) {
         lane_t *L = &c->lanes[i];
         pthread_mutex_lock(&L->mu);
@@ -493,7 +603,6 @@ int hl_stop_senders(void *cp, double timeout_s) {
         pthread_cond_signal(&L->cv);
         pthread_mutex_unlock(&L->mu);
     }
-    struct timespec until = after(timeout_s);
     pthread_mutex_lock(&c->mu);
     while (c->senders > 0 && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT) {}
     int left = c->senders > 0;
@@ -504,6 +613,11 @@ int hl_stop_senders(void *cp, double timeout_s) {
 /* Join every thread (after the sockets were shut down: each then returns). */
 void hl_join(void *cp) {
     conn_t *c = cp;
+    pthread_mutex_lock(&c->wmu);
+    c->wstop = 1;
+    pthread_cond_broadcast(&c->wcv);
+    pthread_mutex_unlock(&c->wmu);
+    if (c->w_on) { pthread_join(c->wt, NULL); c->w_on = 0; }
     for (int i = 0; i < c->nlanes; i++) {
         lane_t *L = &c->lanes[i];
         pthread_mutex_lock(&L->mu);
@@ -530,7 +644,10 @@ void hl_free(void *cp) {
     free(c->lanes);
     free(c->ev);
     free(c->gates);
+    free(c->wq);
     pthread_mutex_destroy(&c->gmu);
+    pthread_mutex_destroy(&c->wmu);
+    pthread_cond_destroy(&c->wcv);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);

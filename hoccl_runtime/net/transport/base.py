@@ -82,6 +82,13 @@ class Connection(ABC):
         cannot (the default), and its caller opens the gate on the completion."""
         return False
 
+    #: whether :meth:`write` takes ``after=(flag address, count)``: the write leaves once the int32 there reached the
+    #: count, without its caller waiting for that (the native TCP engine's watcher; HOCCL_NET_SEND_GATES)
+    writes_after = False
+
+    def cancel_after(self) -> None:
+        """Drop the writes still waiting for their ``after`` flags (a failed run's, before its gates are opened)."""
+
     def __enter__(self) -> Connection:
         return self
 

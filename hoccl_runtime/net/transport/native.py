@@ -137,8 +137,10 @@ def _declare(lib: Any) -> None:
     for name, res, args in (("hl_event_words", i, ()), ("hl_engine", p, ()), ("hl_region", i, (p, u32, u64, u64)),
                             ("hl_engine_free", None, (p,)), ("hl_open", p, (p, p, i)),
                             ("hl_post", i, (p, i, i64, u32, u32, u64, u64, u32, u64, u32, u64, u64)),
-                            ("hl_poll", i, (p, p, i, d)), ("hl_arm", i, (p, i, p)), ("hl_stop_senders", i, (p, d)),
-                            ("hl_join", None, (p,)), ("hl_free", None, (p,))):
+                            ("hl_post_after", i, (p, i, i64, u32, u32, u64, u64, u32, u64, u32, u64, u64, u64,
+                                                  ctypes.c_int32)),
+                            ("hl_poll", i, (p, p, i, d)), ("hl_arm", i, (p, i, p)), ("hl_cancel", i, (p,)),
+                            ("hl_stop_senders", i, (p, d)), ("hl_join", None, (p,)), ("hl_free", None, (p,))):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, list(args)
 
@@ -246,14 +248,21 @@ class NativeLanes:
         self.pid = os.getpid()
         _open.add(self)
 
-    def post(self, cuts: list, items: list) -> None:
-        post, conn = self.held.hl_post, self.conn
+    def post(self, cuts: list, items: list, after: tuple[int, int] | None = None) -> None:
+        """Queue each part of a write on its lane; with ``after`` (a flag's address, a count), off the lanes until the
+        int32 there reaches the count (the connection's watcher thread then queues it)."""
+        conn, ahead = self.conn, () if after is None else after
+        post = self.held.hl_post if after is None else self.held.hl_post_after
         for (lane, _, _), item in zip(cuts, items, strict=True):
             write_id, part, parts, local, off, n, rregion, roff, imm, rbase, total = item
             if post(self.handle, lane, write_id, part, parts, local.address + off, n, rregion, roff, imm, rbase,
-                    total) != 0:
+                    total, *ahead) != 0:
                 conn._fail(lane, "its sender has stopped (an earlier send failed)")
                 raise conn._error or TransportError(f"connection to {conn.who} is closed")
+
+    def cancel(self) -> int:
+        """Drop the parts still waiting for their flags (:meth:`post`'s ``after``): how many."""
+        return self.held.hl_cancel(self.handle) if self.handle is not None and self.pid == os.getpid() else 0
 
     def arm(self, gates: list) -> bool:
         """Replace the landing gates the receiving threads open (:meth:`~.base.Connection.arm`); True."""

@@ -30,12 +30,8 @@ made at bootstrap and shared through the store by the communicators)::
     connector -> acceptor   HMAC(secret, "connector" | hello | nonce_a | ends)
     acceptor  -> connector  1                                                            (0: failed the check)
 
-``ends`` is the connection's two (address, port) pairs, connector's first, as each side sees them: a relay that
-forwards a real handshake between two connections of its own (reached, say, through an address planted in the
-unauthenticated store) changes them, so its handshake fails and it cannot inject frames after one. Not defended
-against: an attacker on the path who can inject into an established TCP stream (frames after the handshake carry
-a CRC, not a MAC, and nothing is encrypted), and a job whose nodes see each other through NAT or a proxy (the
-handshake then fails, as for a relay).
+``ends`` is the connection's two (address, port) pairs, connector's first, as each side sees them, so a relay that
+forwards a real handshake fails it. What is not defended against: docs/architecture.md, "Transports".
 
 Each side proves it holds the secret before a byte of data moves, and the hello (its name, lane and session)
 is covered by both codes, so a name cannot be claimed. Without a secret the same exchange runs with an empty
@@ -121,7 +117,8 @@ class TcpConnection(Connection):
     def _start_lanes(self, polled: bool) -> None:
         """A sender and (unless polled) a receiver thread per lane, or the native engine's threads."""
         if self.transport._native is not None:
-            self._engine = self.transport._native.open(self)
+            self._engine = self.transport._native.open(self)  # its landing gates and writes posted ahead (base.py):
+            self.arm, self.cancel_after, self.writes_after = self._engine.arm, self._engine.cancel, True
             return
         for lane, sock in enumerate(self.lanes):
             for k, (target, name) in enumerate(((self._send_loop, "send"), (self._recv_loop, "recv"))[:2 - polled]):
@@ -137,7 +134,7 @@ class TcpConnection(Connection):
 
     # --- caller side ------------------------------------------------------------------------------
     def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,
-              imm: int = 0, *, ordered: bool = False) -> int:
+              imm: int = 0, *, ordered: bool = False, after: tuple[int, int] | None = None) -> int:
         if self._error is not None:
             raise self._error
         if self._closing:
@@ -164,14 +161,15 @@ class TcpConnection(Connection):
                   remote_offset, nbytes) for part, (lane, lo, hi) in enumerate(cuts)]
         if tr.trace is not None:
             tr.trace.append(("post", cuts[0][0], write_id, parts, nbytes, *(time.perf_counter(),) * 2))
-        self._hand(cuts, items)
+        self._hand(cuts, items, after)
         return write_id
 
-    def _hand(self, cuts: list, items: list) -> None:
+    def _hand(self, cuts: list, items: list, after: tuple[int, int] | None = None) -> None:
         """Hand a write's parts to their lanes (the first, if small and its lane idle, sent from here)."""
         if self._engine is not None:
-            self._engine.post(cuts, items)
-            return
+            return self._engine.post(cuts, items, after)
+        if after is not None:
+            raise TransportError("write(after=...) needs the native TCP engine (Connection.writes_after)")
         tr = self.transport
         lane, lo, hi = cuts[0]
         direct = hi - lo <= tr.direct_bytes  # the first part may leave from here, after the others were handed over
@@ -213,9 +211,6 @@ class TcpConnection(Connection):
                 item = self._completions.get_nowait()
             except queue.Empty:
                 return out
-
-    def arm(self, gates: list) -> bool:
-        return self._engine is not None and self._engine.arm(gates)
 
     def wait(self, timeout_s: float) -> None:
         """Up to ``timeout_s``, ended early by a completion where the native engine runs the lanes (HOCCL_NET_WAKE)."""

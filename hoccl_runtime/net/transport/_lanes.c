@@ -106,6 +106,7 @@ typedef struct conn {
     ahead_t *wq;
     size_t wcap, wlen;
     int wstop, w_on;
+    long wnap;               /* the watcher's pause (ns): 2 us after a part was posted or let go, doubling to 16 */
     pthread_t wt;
 } conn_t;
 
@@ -447,12 +448,12 @@ static int reached32(uint64_t flag, int32_t value) {  /* the GPU's cyclic GEQ: (
 }
 
 /* The watcher: queues each part posted ahead on its lane once its flag reached its count (in the order they were
- * posted among those ready), looking every ~2 us while any waits (timer slack 1 us), asleep while none does. A part
- * whose lane has stopped is dropped (its lane's failure is reported already). */
+ * posted among those ready), looking every 2 us while any waits (timer slack 1 us), the pause doubling up to 16 us
+ * while none is posted or comes ready (a write posted long before its copy runs: a run begun before its stream
+ * reached it), asleep while none waits. A part whose lane has stopped is dropped (its lane's failure is reported already). */
 static void *watch_main(void *arg) {
     conn_t *c = arg;
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    struct timespec nap = {0, 2000};
     pthread_mutex_lock(&c->wmu);
     for (;;) {
         while (!c->wlen && !c->wstop) pthread_cond_wait(&c->wcv, &c->wmu);
@@ -463,9 +464,13 @@ static void *watch_main(void *arg) {
             if (reached32(a->flag, a->value)) lane_put(&c->lanes[a->lane], &a->p);
             else c->wq[k++] = *a;
         }
+        int moved = k < c->wlen;
+        long nap_ns = moved || c->wnap < 2000 ? 2000 : c->wnap;  /* hl_post_after sets it back to 2 us */
+        c->wnap = moved ? 2000 : (nap_ns < 16000 ? 2 * nap_ns : 16000);
         c->wlen = k;
         pthread_cond_broadcast(&c->wcv);  /* hl_stop_senders waits for the list to empty */
         if (k) {
+            struct timespec nap = {0, nap_ns};
             pthread_mutex_unlock(&c->wmu);
             nanosleep(&nap, NULL);
             pthread_mutex_lock(&c->wmu);
@@ -511,6 +516,7 @@ int hl_post_after(void *cp, int lane, int64_t write_id, uint32_t part, uint32_t 
         ahead_t *a = &c->wq[c->wlen++];
         post_t p = {write_id, part, parts, rregion, imm, addr, n, roff, rbase, total};
         a->p = p; a->flag = flag; a->value = value; a->lane = lane;
+        c->wnap = 2000;
         pthread_cond_broadcast(&c->wcv);
     }
     pthread_mutex_unlock(&c->wmu);

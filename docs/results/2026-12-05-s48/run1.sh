@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Session 48, run 1: landing gates opened by the native engine's receiving threads (HOCCL_NET_LAND_GATES=1) and writes
-# posted ahead that its watcher lets go once the staging copy shows done (HOCCL_NET_SEND_GATES=1), both the new
-# defaults, against the proxy's loop doing either (=0), and smaller network chunks with both on, over two TCP nodes
+# Session 48, run 1 (not run: no device was lent in session 48; for the next session): landing gates opened by the
+# native engine's receiving threads (HOCCL_NET_LAND_GATES=1) and writes posted ahead that its watcher lets go once the
+# staging copy shows done (HOCCL_NET_SEND_GATES=1), against the default (0: the proxy's loop doing either), the landing
+# gates alone, and smaller network chunks with both on, over two TCP nodes
 # sharing the GPU (FSDP small NCCL-reducing and 1F1B pipeline small, 5 interleaved rounds, CPUs pinned, both
-# settings); then FSDP small under MPS traced, and the training-over-TCP GPU tests on the new default.
+# settings); then FSDP small under MPS traced, and the training-over-TCP GPU tests with both gates on.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi -L
@@ -12,9 +13,9 @@ t0=$(date +%s)
 timeout 120 python3 -m pytest -q -p no:randomly tests/transport/test_transport_native.py tests/runtime/test_netcomm_cpu.py \
   -k "gate or ahead" > $OUT/gate-cpu.log 2>&1
 echo "=== gate CPU tests rc=$? $(( $(date +%s) - t0 )) s"; tail -n 1 $OUT/gate-cpu.log
-G0="HOCCL_NET_LAND_GATES=0+HOCCL_NET_SEND_GATES=0"
-F="hoccl,hoccl+$G0,hoccl+HOCCL_NET_SEND_GATES=0,hoccl+HOCCL_NET_CHUNK_BYTES=1048576,hoccl+HOCCL_NET_CHUNK_BYTES=524288,nccl"
-P="hoccl,hoccl+$G0,hoccl+HOCCL_NET_CHUNK_BYTES=524288,nccl"
+G1="HOCCL_NET_LAND_GATES=1+HOCCL_NET_SEND_GATES=1"
+F="hoccl,hoccl+$G1,hoccl+HOCCL_NET_LAND_GATES=1,hoccl+$G1+HOCCL_NET_CHUNK_BYTES=1048576,hoccl+$G1+HOCCL_NET_CHUNK_BYTES=524288,nccl"
+P="hoccl,hoccl+$G1,hoccl+$G1+HOCCL_NET_CHUNK_BYTES=524288,nccl"
 for m in mps sliced; do
   flag=""; [ $m = mps ] && flag="--mps"
   for s in fsdp pipeline; do
@@ -27,11 +28,11 @@ done
 mkdir -p $OUT/tr; t0=$(date +%s)
 HOCCL_NET_TRACE=$OUT/tr/fsdp TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=200 timeout 200 bash scripts/tcp-nodes.sh --mps \
   examples/train_fsdp.py --size small --batch 4 --steps 20 --repeats 3 --reduce nccl \
-  --comm hoccl,hoccl+$G0,nccl --json $OUT/fsdp-trace.json > $OUT/fsdp-trace.log 2>&1
+  --comm hoccl,hoccl+$G1,nccl --json $OUT/fsdp-trace.json > $OUT/fsdp-trace.log 2>&1
 echo "=== fsdp small mps traced rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)[ +]" $OUT/fsdp-trace.log | tail -n 4
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp 2>&1 | head -n 24
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp.g1 2>&1 | head -n 24
 t0=$(date +%s)
-timeout 200 python3 -m pytest -q -p no:randomly tests/gpu/test_gpu_training_tcp.py > $OUT/gpu-tcp.log 2>&1
+HOCCL_NET_LAND_GATES=1 HOCCL_NET_SEND_GATES=1 timeout 200 python3 -m pytest -q -p no:randomly tests/gpu/test_gpu_training_tcp.py > $OUT/gpu-tcp.log 2>&1
 echo "=== GPU TCP training tests rc=$? $(( $(date +%s) - t0 )) s"; tail -n 3 $OUT/gpu-tcp.log
 cd $OUT && tar czf logs-run1.tgz *.log *.json tr 2>/dev/null; rm -rf *.log *.json tr cache

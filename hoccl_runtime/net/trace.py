@@ -38,8 +38,9 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
     collections (generation, start as above, us). PREFIX.rankN.frames.csv: every TCP write it posted and every frame
     its lanes sent and received (:attr:`TcpTransport.trace`, on the same clock as above): ``post`` rows (the write's
     first lane, its id, its parts in the ``part`` column, its bytes, when it was posted twice), ``send`` rows (lane,
-    write, part, bytes, the ``sendall`` of its header and payload: start and end) and ``recv`` rows (the sender's
-    write id and part, the header in and the payload in)."""
+    write, part, bytes, the ``sendall`` of its header and payload: start and end), ``recv`` rows (the sender's
+    write id and part, the header in and the payload in) and ``gate`` rows (the native engine opened a landing gate
+    as that frame's payload was in, HOCCL_NET_LAND_GATES: the write's bytes, that moment twice)."""
     t0 = rows[0][1] if rows else 0.0
     with contextlib.suppress(OSError), open(f"{path}.rank{rank}.csv", "w", newline="") as f:
         out = csv.writer(f)
@@ -181,6 +182,11 @@ def _frames(prefix: str, ranks: list[int]) -> list[str]:
     if not stats:
         return []
     out = ["TCP frames between the two ranks (us):"]
+    for rank, k in zip(ranks, kinds, strict=True):  # the native engine's landing gates (HOCCL_NET_LAND_GATES)
+        writes = {key[0] for key in k["recv"]}
+        if k["gate"]:
+            out.append(f"  rank {rank}: the engine opened the landing gates of {len(k['gate'])} of {len(writes)} "
+                       "writes it received")
     for what in sorted(stats):
         cols = stats[what]
         out.append(f"  {what} x{len(next(iter(cols.values())))}: " +

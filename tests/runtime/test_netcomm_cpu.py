@@ -703,11 +703,14 @@ def test_an_all_to_allv_one_rank_refuses_is_known_to_the_others_at_once(monkeypa
         assert results[0][0] == "CollectiveError", results
 
 
-def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
-    """HOCCL_NET_TRACE: each rank's proxy process writes a row per call at close, its steps in order."""
+@pytest.mark.parametrize("gates", ["0", "1"])
+def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path, gates):
+    """HOCCL_NET_TRACE: each rank's proxy process writes a row per call at close, its steps in order; with the
+    native engine's landing gates on, a ``gate`` row per write whose gate it opened, each at a frame that landed."""
     import csv
 
     monkeypatch.setenv("HOCCL_NET_TRACE", str(tmp_path / "trace"))
+    monkeypatch.setenv("HOCCL_NET_LAND_GATES", gates)
 
     def body(comm, r):
         inp, out = np.full(3000, r, np.uint8), np.zeros(6000, np.uint8)
@@ -718,7 +721,7 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         return True
 
     assert two_ranks(monkeypatch, body) == {0: True, 1: True}
-    bases = []
+    bases, gated = [], {}
     for r in (0, 1):
         with open(tmp_path / f"trace.rank{r}.csv") as f:
             rows = list(csv.DictReader(f))
@@ -740,7 +743,11 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
         assert all(g["generation"] in ("0", "1", "2") and float(g["us"]) >= 0 for g in gcs), gcs
         with open(tmp_path / f"trace.rank{r}.frames.csv") as f:  # the TCP writes posted and frames sent and landed
             frames = list(csv.DictReader(f))
-        kinds = {k: [x for x in frames if x["what"] == k] for k in ("post", "send", "recv")}
+        kinds = {k: [x for x in frames if x["what"] == k] for k in ("post", "send", "recv", "gate")}
+        landed = {(x["write"], x["part"], x["end_us"]) for x in kinds["recv"]}
+        assert all((x["write"], x["part"], x["start_us"]) in landed for x in kinds["gate"]), frames
+        assert not kinds["gate"] if gates == "0" else len({x["write"] for x in kinds["gate"]}) == len(kinds["gate"])
+        gated[r] = len(kinds["gate"])
         assert sum(int(x["bytes"]) for x in kinds["send"]) == sum(int(x["bytes"]) for x in kinds["post"]) > 0
         # each AllGather moves the rank's 3000 bytes to the other; the send moves 3000 more from rank 0 to rank 1
         assert sum(int(x["bytes"]) for x in kinds["recv"]) == 3 * 3000 + 3000 * r, frames
@@ -753,6 +760,8 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path):
     assert "ranks 0, 1" in text and text.count("allgather 6000 x3:") == 2 and "sendrecv 0->1 3000 x1:" in text, text
     # every payload was sent and landed: the frames paired across the ranks, by size (3000 bytes: <= 4 KiB)
     assert "part <= 4 KiB x7: hand-off" in text and "write <= 4 KiB x7: whole p50" in text, text
+    for r in (0, 1):  # the gates the engine opened, per rank, where it opened any
+        assert (f"rank {r}: the engine opened the landing gates of {gated[r]} of " in text) == (gated[r] > 0), text
 
 
 def test_the_trace_summary_names_a_missing_trace(tmp_path, capsys):

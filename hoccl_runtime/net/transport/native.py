@@ -296,6 +296,8 @@ class NativeLanes:
                 self.gates_opened += opened
                 if trace is not None:
                     trace.append(("recv", lane, write_id, part, n, t0 * 1e-9, t1 * 1e-9))
+                    if opened:  # this frame's landing opened a gate (arm): at the payload's end, as the store
+                        trace.append(("gate", lane, write_id, part, total, t1 * 1e-9, t1 * 1e-9))
                 conn._arrived((write_id, part, parts, region, off, n, imm, base, total, None))
             elif kind == SENT:
                 if trace is not None:

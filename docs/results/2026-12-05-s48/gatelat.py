@@ -94,10 +94,8 @@ def main():
         return int(f[1])
 
     out = {}
-    count = 0
     modes = ("send-loop", "send-watcher", "land-loop", "land-engine")
-    for mode in [m for _ in range(ROUNDS) for m in modes]:  # the modes in turn within each round (the VM drifts)
-        count += 1
+    for count, mode in enumerate([m for _ in range(ROUNDS) for m in modes], 1):  # the modes in turn each round
         c_tx.poll()
         if mode.startswith("send"):
             if mode == "send-watcher":
@@ -128,7 +126,7 @@ def main():
     c_rx.close()
     tx.close()
     rx.close()
-    del f
+    f = None  # noqa: F841 - the view goes before the shared memory closes
     shm.close()
     shm.unlink()
 

@@ -4,7 +4,8 @@
 # staging copy shows done (HOCCL_NET_SEND_GATES=1), against the default (0: the proxy's loop doing either), the landing
 # gates alone, and smaller network chunks with both on, over two TCP nodes
 # sharing the GPU (FSDP small NCCL-reducing and 1F1B pipeline small, 5 interleaved rounds, CPUs pinned, both
-# settings); then FSDP small under MPS traced, and the training-over-TCP GPU tests with both gates on.
+# settings); then FSDP small under MPS traced, a gated copy's latency under MPS alone and beside a busy process, and
+# the training-over-TCP GPU tests with both gates on.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi -L
@@ -32,6 +33,15 @@ HOCCL_NET_TRACE=$OUT/tr/fsdp TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=200 timeout 200 b
 echo "=== fsdp small mps traced rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)[ +]" $OUT/fsdp-trace.log | tail -n 4
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp 2>&1 | head -n 24
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp.g1 2>&1 | head -n 24
+# a gated copy's latency (session 32's gatelat.py: gate opened -> done seen) under MPS, alone and beside a process
+# that keeps the SMs busy: is the ~150-200 us between a last chunk's mark and its landing seen the GPU's?
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps48 CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog48; mkdir -p /tmp/mps48 /tmp/mpslog48
+nvidia-cuda-mps-control -d && {
+  echo "=== gatelat under MPS, alone"; timeout 120 python3 docs/results/2026-12-04-s32/gatelat.py 2>&1 | tail -n 9
+  timeout 150 python3 docs/results/2026-12-05-s48/busy.py 40 > $OUT/busy.log 2>&1 & sleep 12
+  echo "=== gatelat under MPS, beside busy.py"; timeout 120 python3 docs/results/2026-12-04-s32/gatelat.py 2>&1 | tail -n 9
+  wait; cat $OUT/busy.log; echo quit | nvidia-cuda-mps-control; }
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 t0=$(date +%s)
 HOCCL_NET_LAND_GATES=1 HOCCL_NET_SEND_GATES=1 timeout 200 python3 -m pytest -q -p no:randomly tests/gpu/test_gpu_training_tcp.py > $OUT/gpu-tcp.log 2>&1
 echo "=== GPU TCP training tests rc=$? $(( $(date +%s) - t0 )) s"; tail -n 3 $OUT/gpu-tcp.log

@@ -133,3 +133,32 @@ def test_release_lets_the_stream_go_once_the_copies_are_through_while_writes_sti
     assert released.is_set()
     assert left_at_release == [4]  # every write's "sent" was held back: the copies alone let the stream go
     assert np.array_equal(got, data)
+
+
+def test_a_failed_runs_gates_open_only_after_its_connections_stopped_opening_and_sending_on_their_own():
+    """``release`` (a run that will not be driven to its end) first disarms the landing gates its connections armed
+    and drops the writes they hold until a staging copy shows done (HOCCL_NET_LAND_GATES / SEND_GATES), and only then
+    opens every gate: a gate the engine opened later with an older count would shut it again, and a write let go by
+    a count the opened copies reach would send what they moved."""
+    from hoccl_runtime.flags import Flag, FlagPool
+    from hoccl_runtime.net.gpu import GatedNodeExecutor, PreparedRun
+
+    pool = FlagPool(8, memory=np.zeros(8, np.int32))
+    gate, done = Flag(pool, 1), Flag(pool, 2)
+    prepared = PreparedRun(None)
+    prepared.recv[(0, 0)] = deque([(gate, done, 1, 64), (gate, done, 2, 64)])
+    seen = []
+
+    class Conn:
+        def arm(self, gates):
+            seen.append(("arm", list(gates), gate.read()))
+            return True
+
+        def cancel_after(self):
+            seen.append(("cancel", gate.read()))
+
+    ex = GatedNodeExecutor.__new__(GatedNodeExecutor)
+    ex.conns, ex._armed = {1: Conn(), 2: Conn()}, {1}
+    ex.release(prepared)
+    assert seen == [("arm", [], 0), ("cancel", 0), ("cancel", 0)]  # node 1's gates disarmed, both nodes' writes
+    assert gate.read() == 2 and not ex._armed                         # dropped, then the gate opened to its last

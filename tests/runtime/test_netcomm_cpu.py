@@ -349,15 +349,19 @@ def drop(comm) -> None:
         comm.transport.close()
 
 
-@pytest.mark.parametrize("proxy,one_stream", [("process", "0"), ("thread", "0"), ("process", "2"), ("thread", "2")])
-def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch, proxy, one_stream):
+@pytest.mark.parametrize("proxy,one_stream,gates", [("process", "0", "0"), ("thread", "0", "0"), ("process", "2", "0"),
+                                                    ("thread", "2", "0"), ("process", "2", "1"), ("thread", "0", "1")])
+def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch, proxy, one_stream, gates):
     """After one good call rank 1's connection drops (its proxy process dies, or its transport closes); rank 0's
     next call must end with TransportError from synchronize() within the timeout, its stream released (no hang);
-    also with the calls on their streams, START a counter and no DONE wait (HOCCL_NET_ONE_STREAM=2)."""
+    also with the calls on their streams, START a counter and no DONE wait (HOCCL_NET_ONE_STREAM=2), and with the
+    native engine's gates on (its writes posted ahead dropped, its landing gates disarmed, when the run fails)."""
     import time
 
     monkeypatch.setenv("HOCCL_NET_PROXY", proxy)
     monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
+    monkeypatch.setenv("HOCCL_NET_LAND_GATES", gates)
+    monkeypatch.setenv("HOCCL_NET_SEND_GATES", gates)
 
     from hoccl_runtime.errors import HocclTimeoutError, TransportError
 

@@ -227,6 +227,8 @@ def test_a_write_posted_ahead_leaves_once_its_flag_shows_and_holds_no_lane():
         assert not c_tx.writes_after
         with pytest.raises(TransportError, match="native TCP engine"):
             c_tx.write(local, 0, 64, remote.id, 0, imm=1, after=(addr(3), 1))
+        c_tx.write(local, 0, 64, remote.id, 0, imm=2)  # refused before anything was counted: the next one goes
+        assert [c.imm for c in drain(c_rx, "received", 1)] == [2] and np.array_equal(src, dst)
     finally:
         tx.close()
         rx.close()

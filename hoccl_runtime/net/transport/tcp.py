@@ -139,6 +139,8 @@ class TcpConnection(Connection):
             raise self._error
         if self._closing:
             raise TransportError(f"connection to {self.who} is closed")
+        if after is not None and self._engine is None:
+            raise TransportError("write(after=...) needs the native TCP engine (Connection.writes_after)")
         if offset < 0 or nbytes < 0 or offset + nbytes > local.nbytes:
             raise TransportError(f"write of bytes {offset}..{offset + nbytes} is outside local region {local.id} "
                                  f"({local.nbytes} bytes)")
@@ -168,8 +170,6 @@ class TcpConnection(Connection):
         """Hand a write's parts to their lanes (the first, if small and its lane idle, sent from here)."""
         if self._engine is not None:
             return self._engine.post(cuts, items, after)
-        if after is not None:
-            raise TransportError("write(after=...) needs the native TCP engine (Connection.writes_after)")
         tr = self.transport
         lane, lo, hi = cuts[0]
         direct = hi - lo <= tr.direct_bytes  # the first part may leave from here, after the others were handed over

@@ -207,6 +207,8 @@ def test_a_write_posted_ahead_leaves_once_its_flag_shows_and_holds_no_lane():
         assert c_rx.poll() == []
         flags[0] = -2**31 + 1
         assert [c.imm for c in drain(c_rx, "received", 1)] == [1] and np.array_equal(src, dst)
+        with pytest.raises(TransportError, match="unordered"):  # an ordered write cannot wait: later ones would pass
+            c_tx.write(local, 0, 64, remote.id, 0, imm=3, ordered=True, after=(addr(1), 5))
         c_tx.write(local, 0, 64, remote.id, 0, imm=3, after=(addr(1), 5))
         c_tx.cancel_after()
         flags[1] = 5

@@ -450,7 +450,8 @@ static int reached32(uint64_t flag, int32_t value) {  /* the GPU's cyclic GEQ: (
 /* The watcher: queues each part posted ahead on its lane once its flag reached its count (in the order they were
  * posted among those ready), looking every 2 us while any waits (timer slack 1 us), the pause doubling up to 16 us
  * while none is posted or comes ready (a write posted long before its copy runs: a run begun before its stream
- * reached it), asleep while none waits. A part whose lane has stopped is dropped (its lane's failure is reported already). */
+ * reached it), asleep while none waits. A part whose lane has stopped is dropped (its lane's failure is reported
+ * already). */
 static void *watch_main(void *arg) {
     conn_t *c = arg;
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);

@@ -139,8 +139,8 @@ class TcpConnection(Connection):
             raise self._error
         if self._closing:
             raise TransportError(f"connection to {self.who} is closed")
-        if after is not None and self._engine is None:
-            raise TransportError("write(after=...) needs the native TCP engine (Connection.writes_after)")
+        if after is not None and (self._engine is None or ordered):  # ordered writes keep their order: none wait
+            raise TransportError("write(after=...) needs the native TCP engine (Connection.writes_after), unordered")
         if offset < 0 or nbytes < 0 or offset + nbytes > local.nbytes:
             raise TransportError(f"write of bytes {offset}..{offset + nbytes} is outside local region {local.id} "
                                  f"({local.nbytes} bytes)")

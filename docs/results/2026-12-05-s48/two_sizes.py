@@ -3,7 +3,9 @@ Session 45's chunk simulator (netchunk.py) with chunks cut smaller per transfer:
 the plan's chunk (each of its copies pays the copy engine's start, and it carries S through every GPU of that node);
 every other transfer (the NICs, the other nodes' rings) has its chunks cut M ways, all of them ("all") or only its
 last one ("tail": a smaller last chunk drains the paths sooner); a copy of one waits for the chunk of the transfer it
-reads that holds its last byte. Prints the simulated stage time and its ratio to the collective bound, per M.
+reads that holds its last byte. Then the same with every GPU's NVLink copies dealt over two DMA queues piece by piece
+(the pieces of one transfer alternating, the two queues overlapping their starts and sharing the GPU's ports).
+Prints the simulated stage time and its ratio to the collective bound, per M.
 Usage: python two_sizes.py PLAN.json M... (a one-stage multicast Broadcast plan)"""
 import sys
 from pathlib import Path
@@ -21,7 +23,7 @@ LOG, ENDS = {}, {}  # what its event loop records
 exec("def run_dep" + source.split("def run_dep")[1].split("plan = load_plan")[0])  # its event loop  # noqa: S102
 
 
-def simulate(plan, M, tail):
+def simulate(plan, M, tail, queues=1):
     topo, st = plan.topology, plan.stages[0]
     G, L, chunk = topo.num_gpus, topo.gpus_per_node, plan.options.chunk_bytes
     tr = st.transfers
@@ -50,7 +52,8 @@ def simulate(plan, M, tail):
         seen[t] = k + 1
         b = bounds[t]
         for j in np.nonzero((b[:-1] >= k * chunk) & (b[:-1] < (k + 1) * chunk))[0] if nb[t] else [0]:
-            entries.append((int(queue[t]), t, int(j), int(b[j + 1] - b[j]) if nb[t] else 0))
+            q = int(queue[t]) + (int(j) % queues) * 1_000_000 * (role[t] != RDMA)  # queues: a GPU's copies dealt
+            entries.append((q, t, int(j), int(b[j + 1] - b[j]) if nb[t] else 0))  # over that many, piece by piece
     r = S._Run(topo, role, src, dst, out_port, in_port, start, n_of, after, plan.plan_id, 50_000_000)
 
     def dep(t, k):  # the piece of after[t] that holds piece k's last byte
@@ -62,10 +65,12 @@ def simulate(plan, M, tail):
 plan = load_plan(sys.argv[1])
 c = plan.collective
 bound = collective_bound(c.kind, c.size_bytes, plan.topology, float("inf"))
-for M in [int(x) for x in sys.argv[2:]]:
-    for tail in (False, True):
-        LOG.clear()
-        ENDS.clear()
-        t = simulate(plan, M, tail)
-        print(f"M {M} {'tail' if tail else 'all '}: cut to {plan.options.chunk_bytes // M >> 10} KiB, stage "
-              f"{t * 1e6:,.1f} us, {t / bound:.3f}x the collective bound ({bound * 1e6:,.1f} us)")
+for queues in (1, 2):
+    for M in [int(x) for x in sys.argv[2:]]:
+        for tail in (False, True) if queues == 1 else (False,):
+            LOG.clear()
+            ENDS.clear()
+            t = simulate(plan, M, tail, queues)
+            print(f"{queues} DMA queue(s), M {M} {'tail' if tail else 'all '}: cut to "
+                  f"{plan.options.chunk_bytes // M >> 10} KiB, stage {t * 1e6:,.1f} us, {t / bound:.3f}x the "
+                  f"collective bound ({bound * 1e6:,.1f} us)")

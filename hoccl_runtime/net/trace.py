@@ -183,10 +183,10 @@ def _frames(prefix: str, ranks: list[int]) -> list[str]:
         return []
     out = ["TCP frames between the two ranks (us):"]
     for rank, k in zip(ranks, kinds, strict=True):  # the native engine's landing gates (HOCCL_NET_LAND_GATES)
-        writes = {key[0] for key in k["recv"]}
+        writes = {key[0] for key, (n, _, _) in k["recv"].items() if n}
         if k["gate"]:
-            out.append(f"  rank {rank}: the engine opened the landing gates of {len(k['gate'])} of {len(writes)} "
-                       "writes it received")
+            out.append(f"  rank {rank}: the engine opened the landing gates of {len(k['gate'])} of the {len(writes)} "
+                       "data writes it received")
     for what in sorted(stats):
         cols = stats[what]
         out.append(f"  {what} x{len(next(iter(cols.values())))}: " +

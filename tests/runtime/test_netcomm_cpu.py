@@ -765,7 +765,8 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path, 
     # every payload was sent and landed: the frames paired across the ranks, by size (3000 bytes: <= 4 KiB)
     assert "part <= 4 KiB x7: hand-off" in text and "write <= 4 KiB x7: whole p50" in text, text
     for r in (0, 1):  # the gates the engine opened, per rank, where it opened any
-        assert (f"rank {r}: the engine opened the landing gates of {gated[r]} of " in text) == (gated[r] > 0), text
+        assert (f"rank {r}: the engine opened the landing gates of {gated[r]} of the {3 + r} data writes" in text) == \
+            (gated[r] > 0), text
 
 
 def test_the_trace_summary_names_a_missing_trace(tmp_path, capsys):

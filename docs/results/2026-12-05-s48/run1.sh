@@ -33,6 +33,8 @@ HOCCL_NET_TRACE=$OUT/tr/fsdp TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=200 timeout 200 b
 echo "=== fsdp small mps traced rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)[ +]" $OUT/fsdp-trace.log | tail -n 4
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp 2>&1 | head -n 24
 python3 docs/results/2026-12-05-s47/chain.py $OUT/tr/fsdp.g1 2>&1 | head -n 24
+python3 -m hoccl_runtime.net.trace $OUT/tr/fsdp.g1 2>&1 | grep "landing gates"
+for p in fsdp fsdp.g1; do echo "== react.py $p"; python3 docs/results/2026-12-05-s48/react.py $OUT/tr/$p 2>&1; done
 # a gated copy's latency (session 32's gatelat.py: gate opened -> done seen) under MPS, alone and beside a process
 # that keeps the SMs busy: is the ~150-200 us between a last chunk's mark and its landing seen the GPU's?
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps48 CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog48; mkdir -p /tmp/mps48 /tmp/mpslog48

@@ -59,28 +59,34 @@ def reduction(op: Any) -> Reduction:
 
 def reduce_blocks(blocks: Any, red: Reduction, out: Any) -> None:
     """``out = reduce(blocks[0], ..., blocks[n-1])`` along dim 0 of ``blocks`` (shape ``(n, *out.shape)``), in
-    fp32 for 16-bit floats (as NCCL accumulates bf16 in fp32), written into ``out``. One local kernel: the
-    only SM work of a HOCCL reduction."""
+    fp32 for 16-bit floats (as NCCL accumulates bf16 in fp32), written into ``out``: the only SM work of a HOCCL
+    reduction. A floating ``out`` of the blocks' dtype takes the sum straight (AVG and PREMUL_SUM then scale it in
+    place); 16-bit blocks are summed into fp32 by the one kernel (no fp32 copy of the blocks) and copied into
+    ``out``."""
     import torch
 
-    acc_dtype = torch.float32 if blocks.dtype in (torch.bfloat16, torch.float16) else blocks.dtype
     if red.name in ("MIN", "MAX"):
         res = blocks.amin(dim=0) if red.name == "MIN" else blocks.amax(dim=0)
         out.copy_(res)
         return
     if blocks.dtype == torch.bool:
         raise UnsupportedOpError(f"{red.name} of bool tensors: use MAX (logical or) or MIN (logical and)")
-    acc = blocks.to(acc_dtype) if acc_dtype != blocks.dtype else blocks
+    if red.name == "AVG" and not (blocks.is_floating_point() or blocks.is_complex()):
+        raise UnsupportedOpError(f"AVG of {blocks.dtype} tensors: NCCL allows AVG for floating types only; "
+                                 "use SUM and divide")
+    wide = blocks.dtype in (torch.bfloat16, torch.float16)
+    if wide:
+        res = blocks.sum(dim=0, dtype=torch.float32)  # accumulated in fp32 by the kernel: no fp32 copy of the blocks
+    elif out.dtype == blocks.dtype and (blocks.is_floating_point() or blocks.is_complex()):
+        res = torch.sum(blocks, dim=0, out=out)  # straight into out
+    else:  # integers: torch sums them as int64 (wrapping to out's dtype on the copy, as NCCL's sums wrap)
+        res = blocks.sum(dim=0)
     if red.name == "PREMUL_SUM":
-        res = acc.sum(dim=0) * red.factor
+        res.mul_(red.factor)
     elif red.name == "AVG":
-        if not (acc.is_floating_point() or acc.is_complex()):
-            raise UnsupportedOpError(f"AVG of {blocks.dtype} tensors: NCCL allows AVG for floating types only; "
-                                     "use SUM and divide")
-        res = acc.sum(dim=0) / blocks.shape[0]
-    else:
-        res = acc.sum(dim=0)
-    out.copy_(res)
+        res.div_(blocks.shape[0])
+    if res is not out:
+        out.copy_(res)
 
 
 def check_tensor(t: Any, what: str) -> None:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Session 48, run 1 (not run: no device was lent in session 48; for the next session): landing gates opened by the
 # native engine's receiving threads (HOCCL_NET_LAND_GATES=1) and writes posted ahead that its watcher lets go once the
-# staging copy shows done (HOCCL_NET_SEND_GATES=1), against the default (0: the proxy's loop doing either), the landing
-# gates alone, and smaller network chunks with both on, over two TCP nodes
-# sharing the GPU (FSDP small NCCL-reducing and 1F1B pipeline small, 5 interleaved rounds, CPUs pinned, both
-# settings); then FSDP small under MPS traced, a gated copy's latency under MPS alone and beside a busy process, and
-# the training-over-TCP GPU tests with both gates on.
+# staging copy shows done (HOCCL_NET_SEND_GATES=1), against the default (0: the proxy's loop doing either), the
+# landing gates alone, and smaller network chunks with both on, over two TCP nodes sharing the GPU (FSDP small
+# NCCL-reducing and 1F1B pipeline small, 5 interleaved rounds, CPUs pinned, both settings; FSDP small reduced by HOCCL
+# under MPS too); then FSDP small under MPS traced, a gated copy's latency under MPS alone and beside a busy process,
+# and the training-over-TCP GPU tests with both gates on.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi -L
@@ -26,6 +26,11 @@ for m in mps sliced; do
     echo "=== $s small $m rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)[ +]" $OUT/$s-small-$m.log | tail -n 6
   done
 done
+t0=$(date +%s)  # FSDP small reduced by HOCCL (its own group) under MPS: the row whose CPU slack was below NCCL's
+TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=200 timeout 200 bash scripts/tcp-nodes.sh --mps examples/train_fsdp.py --size small \
+  --batch 4 --reduce hoccl --comm hoccl,hoccl+$G1,nccl --steps 20 --repeats 5 --json $OUT/fsdp-hred-small-mps.json \
+  > $OUT/fsdp-hred-small-mps.log 2>&1
+echo "=== fsdp small reduce=hoccl mps rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^(comm|hoccl|nccl|none)[ +]" $OUT/fsdp-hred-small-mps.log | tail -n 4
 mkdir -p $OUT/tr; t0=$(date +%s)
 HOCCL_NET_TRACE=$OUT/tr/fsdp TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=200 timeout 200 bash scripts/tcp-nodes.sh --mps \
   examples/train_fsdp.py --size small --batch 4 --steps 20 --repeats 3 --reduce nccl \

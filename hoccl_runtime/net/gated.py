@@ -165,7 +165,19 @@ class GatedNodeExecutor(HostNodeExecutor):
         flag, c = token
         return {"after": (flag.address, as_int32(c))}
 
-    # --- landing gates the transport opens (HOCCL_NET_LAND_GATES) -----------------------------------------
+    # --- gates the transport opens and writes it lets go (HOCCL_NET_LAND_GATES, HOCCL_NET_SEND_GATES) -------
+    # A chunk of a run, with both on (time goes right; the loop is this executor's driving loop):
+    #
+    #   sender's GPU stream  [go >= c][staging copy][staged = c]
+    #   sender's loop        write(after=(staged, c)) when it opens go ......... [sent: the slot is free again]
+    #   sender's watcher                                 staged >= c? -> the part to its lane
+    #   the lane                                                     [frame]
+    #   receiver's engine                                                   payload in -> arrived = c, then the event
+    #   receiver's GPU stream [wait arrived >= c] ............................................ [landing copy][landed]
+    #   receiver's loop                                                              [completion: arrived reached]
+    #
+    # Off, the sender's loop posts the write once it has seen staged = c, and the receiver's loop writes arrived = c
+    # once it has taken the completion; either way a gate is only ever moved on, never back.
     def _arm_heard(self) -> None:
         """Arm, on the connection of each node whose plan notice for this run matched (its data is this run's), the
         landing gates of the chunks still to come from it: the connection stores a gate's count the moment the

@@ -308,6 +308,22 @@ def test_closing_lets_the_queued_writes_leave_first():
         rx.close()
 
 
+def test_queues_grow_past_their_first_size_and_keep_their_order():
+    """3,000 writes posted on one lane at once (its queue starts at 64 parts) and received before anyone polls (the
+    connection's events start at 1,024): every one arrives, in the order written, and every "sent" comes."""
+    c_tx, c_rx, tx, rx = pair(lanes=1)
+    try:
+        src, dst, local, remote = regions(tx, rx, 4096)
+        for i in range(3000):
+            c_tx.write(local, i % 4096, 1, remote.id, i % 4096, imm=i)
+        time.sleep(0.5)  # the receiver's events pile up unpolled meanwhile
+        assert [c.imm for c in drain(c_rx, "received", 3000)] == list(range(3000))
+        assert len(drain(c_tx, "sent", 3000)) == 3000 and np.array_equal(src[:3000], dst[:3000])
+    finally:
+        tx.close()
+        rx.close()
+
+
 def test_a_socket_closed_under_the_engine_is_a_clear_error():
     c_tx, c_rx, tx, rx = pair(lanes=1)
     try:

@@ -147,22 +147,34 @@ static struct timespec after(double s) {  /* CLOCK_REALTIME deadline ``s`` secon
 #define PUT(p, off, x) memcpy((p) + (off), &(x), sizeof(x))
 #define GET(p, off, x) memcpy(&(x), (p) + (off), sizeof(x))
 
+/* A full circular queue of ``*cap`` items of ``size`` bytes from ``*head`` in ``buf``, made twice as large (``first``
+ * items where it had none), its items moved to the front in order: the new buffer (``buf`` freed), or NULL (no
+ * memory: the queue left as it was). */
+static void *grow(void *buf, size_t *cap, size_t *head, size_t size, size_t first) {
+    size_t bigger_cap = *cap ? 2 * *cap : first;
+    uint8_t *bigger = malloc(bigger_cap * size);
+    const uint8_t *old = buf;
+    if (!bigger) return NULL;
+    for (size_t i = 0; i < *cap; i++) memcpy(bigger + i * size, old + ((*head + i) % *cap) * size, size);
+    free(buf);
+    *cap = bigger_cap;
+    *head = 0;
+    return bigger;
+}
+
 static void push(conn_t *c, const event_t *ev) {
     pthread_mutex_lock(&c->mu);
-    if (c->len == c->cap) {  /* grow (unbounded, as Python's queue.Queue of completions) */
-        size_t cap = c->cap ? 2 * c->cap : 1024;
-        event_t *bigger = malloc(cap * sizeof(event_t));
-        if (bigger == NULL) {  /* the connection is lost: hl_poll says so after the events kept */
+    /* grown unbounded, as Python's queue.Queue of completions; without memory the connection is lost: hl_poll says so
+     * after the events kept */
+    if (c->len == c->cap) {
+        event_t *bigger = grow(c->ev, &c->cap, &c->head, sizeof(event_t), 1024);
+        if (!bigger) {
             c->lost = 1;
             pthread_cond_broadcast(&c->cv);
             pthread_mutex_unlock(&c->mu);
             return;
         }
-        for (size_t i = 0; i < c->len; i++) bigger[i] = c->ev[(c->head + i) % c->cap];
-        free(c->ev);
         c->ev = bigger;
-        c->cap = cap;
-        c->head = 0;
     }
     c->ev[(c->head + c->len) % c->cap] = *ev;
     c->len++;
@@ -426,14 +438,9 @@ static int lane_put(lane_t *L, const post_t *p) {
     pthread_mutex_lock(&L->mu);
     if (L->stop || L->failed || !L->snd_on) { pthread_mutex_unlock(&L->mu); return -1; }
     if (L->len == L->cap) {
-        size_t cap = L->cap ? 2 * L->cap : 64;
-        post_t *bigger = malloc(cap * sizeof(post_t));
+        post_t *bigger = grow(L->q, &L->cap, &L->head, sizeof(post_t), 64);
         if (!bigger) { pthread_mutex_unlock(&L->mu); return -1; }
-        for (size_t i = 0; i < L->len; i++) bigger[i] = L->q[(L->head + i) % L->cap];
-        free(L->q);
         L->q = bigger;
-        L->cap = cap;
-        L->head = 0;
     }
     L->q[(L->head + L->len) % L->cap] = *p;
     L->len++;

@@ -184,20 +184,24 @@ class GatedNodeExecutor(HostNodeExecutor):
         chunk is in the ring (:meth:`~.transport.base.Connection.arm`), so the GPU's landing copy starts without
         waiting for this loop to see the completion (which then writes the same count again). A connection that
         cannot (the Python lanes, verbs) is not asked again."""
-        for n in [n for n in self._arming if self._heard(n)]:
-            self._arming.discard(n)
-            gates = self._landing_gates(n)
-            if gates and self.conns[n].arm(gates):
+        heard = {n for n in self._arming if self._heard(n)}
+        if not heard:
+            return
+        self._arming -= heard
+        for n, gates in self._landing_gates(heard).items():
+            if self.conns[n].arm(gates):
                 self._armed = {*self._armed, n}
-            elif gates:
+            else:
                 self._land_gates, self._arming = False, set()
+                return
 
-    def _landing_gates(self, node: int) -> list[tuple]:
-        """(immediate, region, offset, bytes, gate address, count) of every chunk of this run still to come from
-        ``node`` into a receive ring: a slot's gates are queued in ring order (:meth:`_gate` takes them as the chunks
-        arrive), so the k-th position still to come that uses a slot has the k-th gate left in its queue."""
+    def _landing_gates(self, nodes: set) -> dict[int, list[tuple]]:
+        """Per node of ``nodes`` that sends this run chunks still to come into a receive ring, their (immediate,
+        region, offset, bytes, gate address, count), from one walk over the receive sequences: a slot's gates are
+        queued in ring order (:meth:`_gate` takes them as the chunks arrive), so the k-th position still to come that
+        uses a slot has the k-th gate left in its queue."""
         run, recv, S, stages = self._run, self._current.recv, self.slots, self.plan.stages
-        gates = []
+        gates: dict[int, list[tuple]] = {}
         for vbar, seq in run.inc.items():
             local, got, taken = vbar % self.L, run.got[vbar], {}
             rings, peers = seq.ring.tolist(), seq.peer.tolist()
@@ -207,14 +211,15 @@ class GatedNodeExecutor(HostNodeExecutor):
                 j = ring % S
                 k = taken.get(j, 0)
                 taken[j] = k + 1
-                left = recv.get((vbar, j))
-                if peers[p] // self.L != node or left is None or k >= len(left):
+                left, node = recv.get((vbar, j)), peers[p] // self.L
+                if node not in nodes or left is None or k >= len(left):
                     continue
                 gate, _, c, nb = left[k]
                 start, n = self._chunk_range(stages[int(seq.stage[p])].transfers, int(seq.transfer[p]),
                                              int(seq.chunk[p]))
                 if nb == n:
-                    gates.append(((local << 24) | p, 2 * local + 1, j * self.chunk, n, gate.address, as_int32(c)))
+                    gates.setdefault(node, []).append(((local << 24) | p, 2 * local + 1, j * self.chunk, n,
+                                                       gate.address, as_int32(c)))
         return gates
 
     def _disarm(self) -> None:

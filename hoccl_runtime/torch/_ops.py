@@ -61,8 +61,8 @@ def reduce_blocks(blocks: Any, red: Reduction, out: Any) -> None:
     """``out = reduce(blocks[0], ..., blocks[n-1])`` along dim 0 of ``blocks`` (shape ``(n, *out.shape)``), in
     fp32 for 16-bit floats (as NCCL accumulates bf16 in fp32), written into ``out``: the only SM work of a HOCCL
     reduction. A floating ``out`` of the blocks' dtype takes the sum straight (AVG and PREMUL_SUM then scale it in
-    place); 16-bit blocks are summed into fp32 by the one kernel (no fp32 copy of the blocks) and copied into
-    ``out``."""
+    place); 16-bit blocks are summed into fp32 by the one kernel (no fp32 copy of the blocks), and scaled into
+    ``out`` or copied there: two kernels."""
     import torch
 
     if red.name in ("MIN", "MAX"):
@@ -81,12 +81,16 @@ def reduce_blocks(blocks: Any, red: Reduction, out: Any) -> None:
         res = torch.sum(blocks, dim=0, out=out)  # straight into out
     else:  # integers: torch sums them as int64 (wrapping to out's dtype on the copy, as NCCL's sums wrap)
         res = blocks.sum(dim=0)
+    # the scaling writes out itself where the sum is floating (its one rounding to a 16-bit out, as the copy's was)
+    into = out if res is not out and res.is_floating_point() else res
     if red.name == "PREMUL_SUM":
-        res.mul_(red.factor)
+        torch.mul(res, red.factor, out=into)
     elif red.name == "AVG":
-        res.div_(blocks.shape[0])
-    if res is not out:
-        out.copy_(res)
+        torch.div(res, blocks.shape[0], out=into)
+    else:
+        into = res
+    if into is not out:
+        out.copy_(into)
 
 
 def check_tensor(t: Any, what: str) -> None:

@@ -85,7 +85,8 @@ class StageChain:
 
     def add_pieces(self, busy: np.ndarray, piece: np.ndarray, queue: np.ndarray, up: np.ndarray, depth: np.ndarray,
                    first: np.ndarray, tail: np.ndarray, whole: np.ndarray, scratch: tuple[np.ndarray, np.ndarray],
-                   done: np.ndarray | None = None, ports: tuple[np.ndarray, ...] | None = None) -> None:
+                   done: np.ndarray | None = None, ports: tuple[np.ndarray, ...] | None = None,
+                   lead: np.ndarray | None = None) -> None:
         """One stage, as :meth:`add` but piece by piece along the paths: ``piece`` (global indices of the stage's
         waiting pieces, by ``depth`` along their paths, rising), ``up`` the piece each waits on and ``tail`` the
         last chunks of the pieces of its queue that follow that piece (its own and theirs, summed); ``queue``,
@@ -109,7 +110,11 @@ class StageChain:
         queue), or None. Where waiting pieces released at one moment on one port sit on several queues, those
         queues share the port (:func:`_released_together`): a block forwarded whole to several GPUs (one chunk each)
         and dealt over several DMA queues ends no sooner than the port moves all of it, not at the port's full
-        bandwidth on every queue. Pieces of one queue run one after another anyway (the makespan above)."""
+        bandwidth on every queue. Pieces of one queue run one after another anyway (the makespan above).
+
+        ``lead`` (per global piece, or None: ``first`` of the piece it follows): how long the piece a waiting piece
+        follows takes to bring the waiting piece's first chunk, where their chunks differ in size (a network transfer
+        in chunks of its own)."""
         begin = self.end.copy()
         end = begin + busy[:begin.size]
         if piece.size:
@@ -121,7 +126,7 @@ class StageChain:
             levels = [(depth == d) for d in np.unique(depth)]
             for sel in levels:
                 at, u = piece[sel], up[sel]
-                release[at] = np.maximum(begin[q[sel]], release[u] + first[u])
+                release[at] = np.maximum(begin[q[sel]], release[u] + (first[u] if lead is None else lead[at]))
             for sel in levels:
                 at, u = piece[sel], up[sel]
                 finish[at] = np.maximum(release[at] + whole[at], finish[u] + tail[sel])

@@ -229,6 +229,10 @@ def _compile_parser() -> argparse.ArgumentParser:
                         "the rest is derived on reading), auto: compact above 100,000 chunk entries (default)")
     o.add_argument("--chunk", default="auto",
                    help="chunk size, e.g. 4MiB, or auto: the size with the least cost-model v2 time (default auto)")
+    o.add_argument("--net-chunk", default=None, metavar="SIZE",
+                   help="the network transfers' own chunk size, e.g. 1MiB (default: --chunk's). Smaller than the "
+                   "copies' chunk, every network hop passes bytes on sooner while the copies keep their size; a "
+                   "Broadcast's parts then go down one chain of nodes per rail"),
     o.add_argument("--dump-after", choices=PASS_NAMES, default=None, metavar="PASS",
                    help=f"also write the intermediate after PASS ({', '.join(PASS_NAMES)}) as JSON to "
                         "<output>.<PASS>.json")
@@ -289,7 +293,11 @@ def _compile(argv: Sequence[str] | None) -> int:
         raise _UsageError(f"--chunk {args.chunk} must be a positive size, e.g. 4MiB, or auto")
     if args.max_extra_time is not None and not 0 <= args.max_extra_time <= 1:
         raise _UsageError(f"--max-extra-time {args.max_extra_time} must be a fraction in 0..1, e.g. 0.01")
-    options = CompileOptions(chunk_bytes=chunk, baselines=not args.no_baselines, max_extra_time=args.max_extra_time,
+    net_chunk = None if args.net_chunk is None else parse_size(args.net_chunk)
+    if net_chunk is not None and net_chunk <= 0:
+        raise _UsageError(f"--net-chunk {args.net_chunk} must be a positive size, e.g. 1MiB")
+    options = CompileOptions(chunk_bytes=chunk, net_chunk_bytes=net_chunk, baselines=not args.no_baselines,
+                             max_extra_time=args.max_extra_time,
                              byte_replay=None,  # the CLI replays small plans byte by byte too
                              multicast=args.multicast == "on")
     progress = _Progress(sys.stderr, len(PASS_NAMES), verbose=args.verbose, quiet=args.quiet)
@@ -312,7 +320,10 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
     why_not = pattern_applies(topo, spec)
     if args.pattern == "on" and why_not is not None:
         raise _UsageError(f"--pattern on: no pattern plan for this collective ({why_not}); use --pattern off")
-    if args.pattern == "on" or (args.pattern == "auto" and why_not is None and topo.num_gpus > EXPAND_LIMIT):
+    if args.pattern == "on" and options.net_chunk_bytes is not None:
+        raise _UsageError("--net-chunk: a pattern plan takes one chunk size; drop --net-chunk or use --pattern off")
+    if args.pattern == "on" or (args.pattern == "auto" and why_not is None and topo.num_gpus > EXPAND_LIMIT
+                                and options.net_chunk_bytes is None):
         if args.dump_after:
             raise _UsageError("--dump-after shows the explicit compile's passes; add --pattern off")
         progress("pattern plan: shifts, native spread, v2 per distinct stage")

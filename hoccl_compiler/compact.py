@@ -179,8 +179,8 @@ def from_compact(data: dict[str, Any], source: str = "<plan>", *, arrays: bool =
                         "hoccl-compile") from None
 
     _within_budget(topology, collective, source)
-    opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time, baselines=False,
-                          multicast=options.multicast)
+    opts = CompileOptions(chunk_bytes=options.chunk_bytes, net_chunk_bytes=options.net_chunk_bytes,
+                          max_extra_time=options.max_extra_time, baselines=False, multicast=options.multicast)
     state = CompileState(topology=topology, collective=collective, options=opts)
     state = expand.run(traffic.run(state, opts), opts)
     pieces, n_flows = state.pieces, state.layout.src.size
@@ -217,13 +217,13 @@ def from_compact(data: dict[str, Any], source: str = "<plan>", *, arrays: bool =
                                 "the file is corrupt: recompile it")
         return np.concatenate([o + start[s] for s, o in enumerate(orders)]) if orders else np.zeros(0, np.int64)
 
-    ch = chunks.build(topology, pieces, sched, options.chunk_bytes, order_of)
+    ch = chunks.build(topology, pieces, sched, options.chunk_bytes, order_of, options.net_chunk_bytes)
     state = dataclasses.replace(state, schedule=sched, chunks=ch,
                                 costing=Costing(stage_time_s=times, report=report.model_dump()))
     if arrays:
         return state
-    plan_opts = CompileOptions(chunk_bytes=options.chunk_bytes, max_extra_time=options.max_extra_time,
-                               multicast=options.multicast)
+    plan_opts = CompileOptions(chunk_bytes=options.chunk_bytes, net_chunk_bytes=options.net_chunk_bytes,
+                               max_extra_time=options.max_extra_time, multicast=options.multicast)
     plan = plan_pass.run(state, plan_opts).plan
     if plan.plan_id != data.get("plan_id"):
         # a file written before a topology field was added hashes to its id as written (the new field's default

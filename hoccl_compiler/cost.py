@@ -197,16 +197,19 @@ def chunk_start_s(topo: Topology, role: np.ndarray) -> np.ndarray:
     return np.where(role == RDMA, topo.costs.nic_start_us, topo.costs.dma_start_us) * 1e-6
 
 
-def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np.ndarray, src: np.ndarray,
+def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndarray, src: np.ndarray,
                    dst: np.ndarray, nbytes: np.ndarray, queue: np.ndarray, after: np.ndarray, order: np.ndarray,
                    num_stages: int) -> StageCosts:
     """v2 time of every stage (see the comment above). Transfers are given as flat arrays over all stages
     (``after``: the global index of the transfer a transfer waits for, or -1); ``order`` lists, stage after
-    stage, the global transfer index of every chunk entry in the stage's chunk order."""
+    stage, the global transfer index of every chunk entry in the stage's chunk order. ``chunk_bytes``: one size, or
+    each transfer's (a plan whose network transfers have a chunk of their own, :func:`~hoccl_compiler.ir.chunk_sizes`;
+    a piece that follows one of smaller chunks waits for as many of them as its first chunk holds)."""
     G = topo.num_gpus
     P = 4 * G
     S = max(num_stages, 1)
     nbytes = np.asarray(nbytes, dtype=np.int64)
+    chunk_bytes = np.broadcast_to(np.asarray(chunk_bytes, dtype=np.int64), nbytes.shape)
     out_port, in_port = piece_ports(role, src, dst, G)
     costed = out_port >= 0
     loads = np.zeros((S, P))
@@ -229,7 +232,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     e_k = np.zeros(e_tr.size, np.int64)
     by_tr = np.argsort(e_tr, kind="stable")
     e_k[by_tr] = group_start(e_tr[by_tr])
-    e_bytes = np.clip(nbytes[e_tr] - e_k * chunk_bytes, 0, chunk_bytes)
+    e_bytes = np.clip(nbytes[e_tr] - e_k * chunk_bytes[e_tr], 0, chunk_bytes[e_tr])
     e_q = queue[e_tr]
     q_of = stage[e_tr] * (int(queue.max(initial=0)) + 1) + e_q
     by_q = np.argsort(q_of, kind="stable")  # by (stage, queue), chunk order within
@@ -282,6 +285,13 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     consecutive = bool(np.array_equal(after[chained], np.flatnonzero(chained) - 1))
     path = np.cumsum(~chained) - 1  # consecutive: the path id per transfer
     depth = group_start(path) if consecutive else chain_depth(after)  # each transfer's place along its path
+    tr_first = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap  # each piece's first chunk
+    mixed = bool((chunk_bytes != chunk_bytes[0]).any()) if nbytes.size else False
+    # how long the piece a piece follows takes to bring that piece's first chunk (its own first chunk, or as many of
+    # its smaller chunks as that holds: a network transfer in chunks of its own)
+    up = np.maximum(after, 0)
+    need = np.maximum(1, -(-np.minimum(nbytes, chunk_bytes) // chunk_bytes[up]))
+    lead = np.where(chained, need * start_s[up] + np.minimum(nbytes[up], need * chunk_bytes[up]) / tr_cap[up], 0.0)
     if chained.any():
         first = np.minimum(nbytes, chunk_bytes)
         first_conv = np.zeros(nbytes.size)  # the convergence delay of each transfer's first chunk (the fill's)
@@ -291,7 +301,11 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
         # after its first chunk, a piece is busy for the rest of its own chunks, or (its queue carries other
         # transfers too) from its first chunk's turn to its last's in the chunk order
         alone = n_chunks * start_s + nbytes / tr_cap
-        rest = np.where(costed, np.maximum(alone - own, done - opened), 0.0)
+        # a piece whose first chunk holds several of the smaller chunks of the piece it follows (a copy after a
+        # network transfer in chunks of its own) starts that much later: where it is the path's slowest piece its
+        # rest pays it; where the piece before it is, that one's rest already runs through those chunks
+        rest = np.where(costed, np.maximum(alone - own, done - opened) + np.where(chained, lead - tr_first[up], 0.0),
+                        0.0)
         own = np.where(costed, own + first_conv, 0.0)
         if consecutive:
             in_path = np.bincount(path, minlength=path.max() + 1)
@@ -320,7 +334,6 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     up_tr = after[tr_idx]
     keep = costed[up_tr]
     tr_idx, up_tr = tr_idx[keep], up_tr[keep]
-    first_t = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap          # each piece's first chunk
     last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
     whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
     # each waiting piece's depth along its path and the last chunks of its queue's pieces that follow the same piece
@@ -334,7 +347,7 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     tr_idx, up_tr, tr_depth, tail_t = tr_idx[order_e], up_tr[order_e], tr_depth[order_e], tail_t[order_e]
     # how long before its queue's end a piece that waits on nothing is through (:meth:`StageChain.add_pieces`)
     early = np.where(after[up_tr] < 0, busy.ravel()[stage[up_tr] * Q + queue[up_tr]] - done[up_tr], 0.0)
-    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], first_t[up_tr], last_t[tr_idx], whole_t[tr_idx], up_tr,
+    edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], lead[tr_idx], last_t[tr_idx], whole_t[tr_idx], up_tr,
              early)
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     scratch = (np.zeros(queue.size), np.zeros(queue.size))
@@ -342,8 +355,8 @@ def stage_times_v2(topo: Topology, chunk_bytes: int, stage: np.ndarray, role: np
     share = (np.where(cls == 0, out_port, -1), nbytes, tr_cap) if topo.dma_queues > 1 else None
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
-        chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], first_t, tail_t[lo:hi],
-                         whole_t, scratch, done, share)
+        chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], tr_first, tail_t[lo:hi],
+                         whole_t, scratch, done, share, lead if mixed else None)
     return StageCosts(time_s, ports_s, queues_s, pipeline_s, port_time.sum(axis=0), busy.sum(axis=0), chain, busy,
                       edges)
 
@@ -376,14 +389,16 @@ def incast_senders(topo: Topology, stage: np.ndarray, role: np.ndarray, src: np.
     return np.bincount(pairs // G, minlength=max(num_stages, 1) * G).reshape(max(num_stages, 1), G)
 
 
-def staging_fill_s(topo: Topology, chunk_bytes: int, role: np.ndarray, nbytes: np.ndarray) -> float:
+def staging_fill_s(topo: Topology, chunk_bytes, role: np.ndarray, nbytes: np.ndarray) -> float:
     """The host staging's fill and drain of a network plan (``costs.net_staging_gbps``; 0: none): the first
-    network chunk's copy into the sending host's ring and the last one's out of the receiving host's."""
+    network chunk's copy into the sending host's ring and the last one's out of the receiving host's
+    (``chunk_bytes``: one size, or each transfer's)."""
     rate = topo.costs.net_staging_gbps
     rdma = np.asarray(role) == RDMA
     if rate <= 0 or not rdma.any():
         return 0.0
-    return 2 * min(chunk_bytes, int(np.asarray(nbytes)[rdma].max())) / (rate * 1e9)
+    net_chunk = int(np.broadcast_to(np.asarray(chunk_bytes), rdma.shape)[rdma].max())
+    return 2 * min(net_chunk, int(np.asarray(nbytes)[rdma].max())) / (rate * 1e9)
 
 
 def net_flows(topo: Topology, role: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[int, int]:

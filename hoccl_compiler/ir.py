@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .schema import Role
+from .schema import Role, chunk_sizes, plan_chunk_sizes, waited_chunk  # the plan format's chunk rules
 
 if TYPE_CHECKING:
     from .collective import CollectiveSpec, Layout
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROLE_NAMES", "ROLE_DOMAINS", "LOCAL", "NATIVE", "SEND_FORWARD", "RDMA", "RECV_FORWARD",
-    "CompileOptions", "PieceTable", "Schedule", "ChunkSchedule", "Costing", "CompileState",
+    "CompileOptions", "PieceTable", "Schedule", "ChunkSchedule", "Costing", "CompileState", "chunk_sizes",
+    "plan_chunk_sizes", "waited_chunk",
 ]
 
 # Roles of a transfer (the plan stores the index; the names and domains are written beside them).
@@ -38,6 +39,11 @@ class CompileOptions:
     choose it (the size with the least cost-model v2 time, :func:`hoccl_compiler.passes.chunks.choose_chunk`)."""
 
     chunk_bytes: int | None = None
+    # The network transfers' own chunk (None: ``chunk_bytes``). Smaller than the copies' chunk, a network hop's
+    # store-and-forward shrinks while copies keep their size and their few copy-engine starts; a multicast
+    # Broadcast's parts then go down one chain of nodes per rail, where a part keeps its rail (the trees of nodes
+    # take an NVLink copy between their network hops, which no smaller network chunk shortens).
+    net_chunk_bytes: int | None = None
     baselines: bool = True  # compute the two simpler schedules for the report
     # Fraction of RDMA time the scheduler may add to cut the number of stages (0: time-optimal peeling only;
     # None: as many stages as the cost model v2 says pay for their barriers). Skewed traffic peels into many tiny
@@ -52,7 +58,8 @@ class CompileOptions:
     multicast: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        return {"chunk_bytes": self.chunk_bytes, "max_extra_time": self.max_extra_time, "multicast": self.multicast}
+        return {"chunk_bytes": self.chunk_bytes, "net_chunk_bytes": self.net_chunk_bytes,
+                "max_extra_time": self.max_extra_time, "multicast": self.multicast}
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class ChunkSchedule:
     """Transfers per stage (one per piece of a segment) and each stage's chunk order."""
 
     chunk_bytes: int        # the plan's chunk size (the options' or the one the scheduler chose)
+    net_chunk_bytes: int | None  # the network transfers' own (None: chunk_bytes)
     tr_stage: np.ndarray
     tr_flow: np.ndarray
     tr_role: np.ndarray
@@ -127,3 +135,4 @@ class CompileState:
     chunks: ChunkSchedule | None = None
     costing: Costing | None = None
     plan: Plan | None = None
+

@@ -49,14 +49,17 @@ def applies(kind: str, nodes: int, gpus_per_node: int) -> bool:
     return kind == "broadcast" and G > 2
 
 
-def route(spec: CollectiveSpec, topo, lay: Layout) -> Layout:
+def route(spec: CollectiveSpec, topo, lay: Layout, trees: bool = True) -> Layout:
     """``lay`` routed for multicast (flows split into parts where the routing needs it, and ``via``); ``lay``
-    itself where :func:`applies` is false."""
+    itself where :func:`applies` is false. ``trees``: a Broadcast's parts down two trees of nodes where
+    :func:`use_trees` says (False: one chain of nodes per rail, whatever the nodes, for a plan whose network
+    transfers have a chunk of their own: a part keeps its rail down a chain, so smaller network chunks shorten
+    every hop, while in a tree a part leaves an inner node by another rail, through a copy of that node's ring)."""
     if not applies(spec.kind, topo.nodes, topo.gpus_per_node) or lay.src.size == 0:
         return lay
     if spec.kind == "allgather":
         return _allgather(topo, lay)
-    return _broadcast(spec, topo, lay)
+    return _broadcast(spec, topo, lay, trees)
 
 
 def _allgather(topo, lay: Layout) -> Layout:
@@ -70,7 +73,7 @@ def _allgather(topo, lay: Layout) -> Layout:
     return dataclasses.replace(lay, via=via)
 
 
-def _broadcast(spec: CollectiveSpec, topo, lay: Layout) -> Layout:
+def _broadcast(spec: CollectiveSpec, topo, lay: Layout, trees: bool = True) -> Layout:
     G, L, N = topo.num_gpus, topo.gpus_per_node, topo.nodes
     root, size = int(spec.root or 0), int(spec.size_bytes or 0)
     a, i = divmod(root, L)
@@ -91,7 +94,7 @@ def _broadcast(spec: CollectiveSpec, topo, lay: Layout) -> Layout:
     offset = np.where(part >= 0, bounds[np.maximum(part, 0)], 0)
     flow_of = {(int(d), int(p)): f for f, (d, p) in enumerate(zip(dst, part, strict=True))}
     via = np.full(dst.size, -1, np.int64)
-    parent, rail = (node_trees if use_trees(N, L) else node_chain)(N, L, a, i)
+    parent, rail = (node_trees if trees and use_trees(N, L) else node_chain)(N, L, a, i)
     for f, (v, p) in enumerate(zip(dst.tolist(), part.tolist(), strict=True)):
         if p < 0:
             continue

@@ -235,6 +235,9 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
     why = pattern_applies(topology, collective)
     if why is not None:
         raise PlanError(f"no pattern plan for this collective ({why}); compile it without --pattern")
+    if options.net_chunk_bytes is not None:
+        raise PlanError(f"a pattern plan takes one chunk size, not a network chunk of its own "
+                        f"({options.net_chunk_bytes} B): compile it without --pattern, or without --net-chunk")
     G = topology.num_gpus
     _check_memory(G, "compile", ScheduleError, "compile it on a machine with more memory, or for fewer GPUs")
     c = collective.size_bytes // G
@@ -487,7 +490,8 @@ def _flow_count(pp: PatternPlan) -> int:
 
 def format_pattern(pp: PatternPlan, max_stages: int = 8) -> str:
     """The readable summary of a pattern plan (what hoccl-inspect prints)."""
-    from .report import bound_lines, format_us as _us
+    from .report import bound_lines
+    from .report import format_us as _us
     from .units import format_bytes
 
     rep, topo = pp.report, pp.topology

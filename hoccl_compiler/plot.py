@@ -30,13 +30,15 @@ COST_COLORS = {"call start": "#bab0ac", "stages": "#76b7b2", "barriers": "#ff9da
 
 def gantt_segments(plan: Plan, start_s: float = 0.0) -> list[tuple[int, float, float, str]]:
     """(queue, start_s, duration_s, role name) of every chunk, replaying the stages in order from ``start_s``."""
+    from .ir import plan_chunk_sizes, waited_chunk
+
     topo = plan.topology
-    chunk = plan.options.chunk_bytes
     out: list[tuple[int, float, float, str]] = []
     free = np.zeros(len(plan.queues.gpu))
     t0 = start_s
     for stage in plan.stages:
         tr = stage.transfers
+        size = plan_chunk_sizes(plan, tr.role).tolist()  # each transfer's chunk (the network's own, where set)
         landed: dict[tuple[int, int], float] = {}
         seen: dict[int, int] = {}
         end_of_stage = t0
@@ -45,12 +47,15 @@ def gantt_segments(plan: Plan, start_s: float = 0.0) -> list[tuple[int, float, f
             k = seen.get(t, 0)
             seen[t] = k + 1
             q = tr.queue[t]
+            chunk = size[t]
             nbytes = min(chunk, tr.bytes[t] - k * chunk)
             role = plan.roles[tr.role[t]].name
             bw = topo.nic_gbps if role == "rdma" else topo.nvlink_gbps
             start = free[q]
             if tr.after[t] >= 0:
-                start = max(start, landed[(tr.after[t], k)])
+                a = tr.after[t]
+                start = max(start, landed[(a, k if size[a] == chunk else int(waited_chunk(k, chunk, size[a],
+                                                                                          tr.bytes[t])))])
             dur = nbytes / (bw * 1e9) if role != "local" else 0.0
             free[q] = start + dur
             landed[(t, k)] = start + dur

@@ -79,6 +79,7 @@ def summary(plan: Plan) -> dict[str, Any]:
         "transfers": transfers,
         "chunks": plan.num_chunk_entries(),
         "chunk_bytes": plan.options.chunk_bytes,
+        "net_chunk_bytes": plan.options.net_chunk_bytes,
         "bytes_by_domain": per_domain,
         "bytes_requested": int(np.asarray(plan.flows.bytes, dtype=np.int64).sum()),
         **bounds(plan),
@@ -153,7 +154,8 @@ def format_text(plan: Plan, *, max_stages: int = 20, timelines: int = 1) -> str:
         f"collective   {s['collective_text']}",
         f"topology     {s['topology_text']}",
         f"GPUs         {s['gpus']}   flows {s['flows']:,}   stages {s['stages']:,} ({s['rdma_stages']:,} with RDMA)   "
-        f"transfers {s['transfers']:,}   chunks {s['chunks']:,} of {format_bytes(s['chunk_bytes'])}",
+        f"transfers {s['transfers']:,}   chunks {s['chunks']:,} of {format_bytes(s['chunk_bytes'])}"
+        + (f" (network: {format_bytes(s['net_chunk_bytes'])})" if s.get("net_chunk_bytes") else ""),
         f"bytes        requested {format_bytes(s['bytes_requested'])}; moved: NVLink {format_bytes(b['nvlink'])}, "
         f"RDMA {format_bytes(b['rdma'])}, local {format_bytes(b['local'])}",
         *bound_lines(plan),

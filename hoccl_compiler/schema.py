@@ -28,7 +28,8 @@ from .topology import Topology
 __all__ = [
     "SCHEMA_VERSION", "Plan", "Stage", "TransferTable", "QueueTable", "FlowTable", "RankBuffers",
     "PlanOptions", "Report", "Baselines", "RoleInfo", "Role", "PLAN_ROLES", "plan_id_for", "plan_id_of_json",
-    "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT", "IntColumn",
+    "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT", "IntColumn", "chunk_sizes", "plan_chunk_sizes",
+    "waited_chunk",
 ]
 
 SCHEMA_VERSION = 2  # 2: ranks carry the resident offsets of in-place collectives
@@ -198,7 +199,8 @@ class QueueTable(_Columns):
 class TransferTable(_Columns):
     """The transfers of one stage. Transfer i moves bytes [offset, offset + bytes) of flow[i] from GPU
     src[i] to GPU dst[i] in the role role[i] (an index into Plan.roles), on queue queue[i]. Chunk k of
-    transfer i starts after chunk k of transfer after[i] (an index in this stage) has landed; -1: no wait."""
+    transfer i starts after chunk k of transfer after[i] (an index in this stage) has landed (where the two
+    have chunks of different sizes, the chunk of after[i] that holds chunk k's last byte); -1: no wait."""
 
     flow: IntList
     role: IntList
@@ -213,8 +215,9 @@ class TransferTable(_Columns):
 
 class Stage(_Model):
     """One stage. ``chunks`` is the stage's chunk order: each entry is a transfer index, its k-th
-    occurrence is chunk k of that transfer (bytes [k * chunk_bytes, (k + 1) * chunk_bytes) of the
-    transfer's range). Every queue runs, in this order, the entries whose transfer sits on it."""
+    occurrence is chunk k of that transfer (bytes [k * c, (k + 1) * c) of the transfer's range, c the
+    options' chunk_bytes, or net_chunk_bytes for a network transfer where it is set). Every queue runs, in
+    this order, the entries whose transfer sits on it."""
 
     index: int = Field(ge=0, le=INT64_MAX)
     time_s: float = Field(ge=0, description="predicted duration in the cost model")
@@ -224,6 +227,10 @@ class Stage(_Model):
 
 class PlanOptions(_Model):
     chunk_bytes: int = Field(gt=0, le=INT64_MAX)
+    net_chunk_bytes: int | None = Field(default=None, gt=0, le=INT64_MAX,
+                                        description="the chunk size of the network (rdma) transfers, where it is not "
+                                        "chunk_bytes; chunk k of a transfer waits for the chunk of the transfer it "
+                                        "follows that holds its last byte. Written only where set")
     max_extra_time: float | None = Field(default=None, ge=0, le=1,
                                          description="RDMA-time fraction the scheduler could spend to cut stages "
                                          "(None: the stages the cost model v2 says pay for their barriers)")
@@ -235,6 +242,8 @@ class PlanOptions(_Model):
         data = handler(self)
         if not self.multicast:
             data.pop("multicast", None)
+        if self.net_chunk_bytes is None:
+            data.pop("net_chunk_bytes", None)
         return data
 
 
@@ -319,3 +328,25 @@ def check_plan_topology(plan: Plan, topology: Topology) -> None:
                 f"plan {plan.plan_id} was compiled for topology {plan.topology.name!r} with {key}={mine[key]!r}, "
                 f"but this system has {key}={theirs[key]!r}; recompile the plan for this topology"
             )
+
+
+def chunk_sizes(role: np.ndarray, chunk_bytes: int, net_chunk_bytes: int | None = None) -> np.ndarray:
+    """Each transfer's chunk size: ``net_chunk_bytes`` for a network transfer where it is given, else
+    ``chunk_bytes`` (a plan's ``options``: :func:`plan_chunk_sizes`)."""
+    role = np.asarray(role, dtype=np.int64)
+    if net_chunk_bytes is None or net_chunk_bytes == chunk_bytes:
+        return np.full(role.shape, chunk_bytes, dtype=np.int64)
+    return np.where(role == int(Role.RDMA), net_chunk_bytes, chunk_bytes).astype(np.int64)
+
+
+def plan_chunk_sizes(plan: Plan, role) -> np.ndarray:
+    """:func:`chunk_sizes` of a plan's transfers (``role``: their roles)."""
+    return chunk_sizes(role, plan.options.chunk_bytes, plan.options.net_chunk_bytes)
+
+
+def waited_chunk(k, size, after_size, nbytes):
+    """The chunk that chunk ``k`` of a transfer of ``nbytes`` bytes in chunks of ``size`` waits for in the transfer it
+    follows (the same bytes, in chunks of ``after_size``): the one that holds its last byte. A transfer's chunks run
+    in order on its queue, so once that one landed every byte before it has too. Equal sizes: chunk k. NumPy arrays
+    or ints alike."""
+    return np.maximum(0, np.minimum((k + 1) * size, nbytes) - 1) // after_size

@@ -46,7 +46,7 @@ from .cost import (
     staging_fill_s,
 )
 from .errors import PlanError
-from .ir import RDMA
+from .ir import RDMA, plan_chunk_sizes, waited_chunk
 from .schema import Plan
 from .units import chain_depth
 
@@ -69,7 +69,6 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
     dma_start = topo.costs.dma_start_us * 1e-6 if chunk_start_s is None else chunk_start_s
     nic_start = topo.costs.nic_start_us * 1e-6 if nic_start_s is None else nic_start_s
     G = topo.num_gpus
-    chunk = plan.options.chunk_bytes
     network = any(has_network(np.asarray(st.transfers.role)) for st in plan.stages)
     barrier = network and topo.costs.stage_sync_us > 0
     # every stage's transfers in one numbering (stage after stage); ``after`` stays within a stage
@@ -84,9 +83,11 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
         base += after.size
     flat = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
     role, after_of, nbytes_of, queue_of = flat["role"], flat["after"], flat["bytes"], flat["queue"]
+    size = plan_chunk_sizes(plan, role)  # each transfer's chunk (the network's own, where the plan has one)
     out_port, in_port = piece_ports(role, flat["src"], flat["dst"], G)  # local copies use no port
     sim = _Run(topo, role, flat["src"], flat["dst"], out_port, in_port, np.where(role == RDMA, nic_start, dma_start),
-               np.maximum(1, -(-nbytes_of // chunk)), after_of, plan.plan_id, max_events)
+               np.maximum(1, -(-nbytes_of // size)), after_of, plan.plan_id, max_events,
+               size if plan.options.net_chunk_bytes is not None else None, nbytes_of)
     offsets = np.cumsum([0] + [len(st.transfers.flow) for st in plan.stages])
     entries = []  # per stage: (queue, transfer, k, bytes) in its chunk order
     for i, stage in enumerate(plan.stages):
@@ -96,20 +97,20 @@ def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: flo
             g = int(offsets[i] + t)
             k = seen.get(g, 0)
             seen[g] = k + 1
-            left = int(nbytes_of[g]) - k * chunk
-            mine.append((int(queue_of[g]), g, k, max(0, min(chunk, left)) if nbytes_of[g] else 0))
+            left = int(nbytes_of[g]) - k * int(size[g])
+            mine.append((int(queue_of[g]), g, k, max(0, min(int(size[g]), left)) if nbytes_of[g] else 0))
         entries.append(mine)
     n_chunks = sum(len(e) for e in entries)
     # each stage alone on the ports (what v2's stage times describe), then, where no barrier separates them (both
     # runtimes), the whole plan with every queue running on into its next stage's chunks
     stage_times = [sim.run(e, f"stage {st.index}") for e, st in zip(entries, plan.stages, strict=True)]
     whole = None if barrier or len(entries) < 2 else sim.run([e for st in entries for e in st], "the plan")
-    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=_fill(plan, chunk),
+    total, _ = plan_time_v2(topo, np.array(stage_times), network, fill_s=_fill(plan),
                             flows=plan_net_flows(plan), overlap_s=whole)
     return Simulation(total, tuple(stage_times), n_chunks, whole)
 
 
-def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, queue, after,
+def ready_first_order(topo, chunk_bytes, stage, role, src, dst, nbytes, queue, after,
                       order: np.ndarray) -> np.ndarray:
     """``order`` (a chunk order over these transfers, stage after stage) list-scheduled, stage by stage: each queue,
     once free, starts, of its chunks whose dependency has landed, the one with the longest way still ahead of it
@@ -127,10 +128,12 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
 
     Each queue keeps its chunks in two heaps, those whose dependency has started by when it lands and those that
     have landed by priority: O(n log n), 0.33 s for a 65,536-entry 8x8 Broadcast order on the CPU VM, where a scan of
-    each queue's list per look took 1.23 s (the same orders on 60 cases, 2026-12-04)."""
+    each queue's list per look took 1.23 s (the same orders on 60 cases, 2026-12-04). ``chunk_bytes``: one size, or
+    each transfer's (a chunk waits for the chunk of its dependency that holds its last byte: ``waited_chunk``)."""
     import heapq
 
-    n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
+    size = np.broadcast_to(np.asarray(chunk_bytes, dtype=np.int64), nbytes.shape)
+    n_chunks = np.maximum(1, -(-nbytes // size))
     out_port, in_port = piece_ports(role, src, dst, topo.num_gpus)
     cap = port_capacity(topo)
     rate = np.where(out_port >= 0, np.minimum(cap[np.maximum(out_port, 0)], cap[np.maximum(in_port, 0)]), np.inf)
@@ -138,8 +141,10 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
     base = np.cumsum(n_chunks) - n_chunks  # transfer t's chunk k is entry base[t] + k of the per-chunk arrays
     e_tr = np.repeat(np.arange(n_chunks.size), n_chunks)
     e_k = np.arange(e_tr.size) - base[e_tr]
-    took_e = start_s[e_tr] + np.clip(nbytes[e_tr] - e_k * chunk_bytes, 0, chunk_bytes) / rate[e_tr]
-    ahead = (-critical_path_s(n_chunks, took_e, after)).tolist()
+    took_e = start_s[e_tr] + np.clip(nbytes[e_tr] - e_k * size[e_tr], 0, size[e_tr]) / rate[e_tr]
+    mixed = bool(size.size) and bool((size != size.flat[0]).any())
+    ahead = (-critical_path_s(n_chunks, took_e, after, *((size, nbytes) if mixed else ()))).tolist()
+    size_of, nbytes_of = size.tolist(), nbytes.tolist()
     took_e = took_e.tolist()
     o_stage = stage[order]
     bounds = np.searchsorted(o_stage, np.arange(int(o_stage.max(initial=-1)) + 2))
@@ -163,10 +168,11 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
             known.setdefault(q, [])
             ready.setdefault(q, [])
             a = int(after[t])
-            if a < 0 or k >= n_chunks[a]:
+            d = k if a < 0 or size_of[a] == size_of[t] else int(waited_chunk(k, size_of[t], size_of[a], nbytes_of[t]))
+            if a < 0 or d >= n_chunks[a]:
                 known[q].append((0.0, *entry))
             else:
-                waiting.setdefault((a, k), []).append((q, entry))
+                waiting.setdefault((a, d), []).append((q, entry))
         for heap in known.values():
             heapq.heapify(heap)
         wake = [(0.0, q) for q in left]  # (time, queue): when a queue looks for its next chunk
@@ -198,13 +204,15 @@ def ready_first_order(topo, chunk_bytes: int, stage, role, src, dst, nbytes, que
     return np.asarray(out, dtype=np.int64)
 
 
-def critical_path_s(n_chunks: np.ndarray, took: np.ndarray, after: np.ndarray) -> np.ndarray:
+def critical_path_s(n_chunks: np.ndarray, took: np.ndarray, after: np.ndarray, size: np.ndarray | None = None,
+                    nbytes: np.ndarray | None = None) -> np.ndarray:
     """Per chunk (transfer t's chunk k at ``sum(n_chunks[:t]) + k``; ``took``: each chunk's seconds): the longest way
     from its start to the end of what must follow it, its own later chunks and, recursively, chunk k of every
     transfer that waits on t (``after``): ``r[t, k] = took[t, k] + max(r[t, k + 1], r[c, k] for after[c] = t)``.
     Other work on the same queues is left out: it is what the list schedule orders by these. Vectorized level by
     level of the waits, deepest first; within a transfer ``r[k] = T[k] + max over j >= k of (child[j] - T[j + 1])``
-    with ``T`` its chunks' suffix sums, a segmented running maximum."""
+    with ``T`` its chunks' suffix sums, a segmented running maximum. ``size`` / ``nbytes`` (per transfer, where
+    chunks differ in size): a waiting chunk's way goes to the chunk that holds its last byte (``waited_chunk``)."""
     n_chunks = np.asarray(n_chunks, np.int64)
     base = np.cumsum(n_chunks) - n_chunks
     rank = np.zeros(took.size)
@@ -228,32 +236,39 @@ def critical_path_s(n_chunks: np.ndarray, took: np.ndarray, after: np.ndarray) -
             wt, wn = ts[waits], n[waits]
             k = np.arange(int(wn.sum())) - np.repeat(np.cumsum(wn) - wn, wn)
             parent = np.repeat(up[waits], wn)
-            ok = k < n_chunks[parent]
-            np.maximum.at(child, (base[parent] + k)[ok], rank[np.repeat(base[wt], wn) + k][ok])
+            pk = k if size is None else waited_chunk(k, np.repeat(size[wt], wn), size[parent],
+                                                     np.repeat(nbytes[wt], wn))
+            ok = pk < n_chunks[parent]
+            np.maximum.at(child, (base[parent] + pk)[ok], rank[np.repeat(base[wt], wn) + k][ok])
     return rank
 
 
-def _fill(plan: Plan, chunk: int) -> float:
-    return max((staging_fill_s(plan.topology, chunk, np.asarray(st.transfers.role), np.asarray(st.transfers.bytes))
-                for st in plan.stages), default=0.0)
+def _fill(plan: Plan) -> float:
+    return max((staging_fill_s(plan.topology, plan_chunk_sizes(plan, st.transfers.role), np.asarray(st.transfers.role),
+                               np.asarray(st.transfers.bytes)) for st in plan.stages), default=0.0)
 
 
 class _Run:
     """The event loop over chunk entries: queues serial, ports shared max-min fairly (module docstring)."""
 
-    def __init__(self, topo, role, src, dst, out_port, in_port, start_of, n_of, after_of, plan_id, max_events):
+    def __init__(self, topo, role, src, dst, out_port, in_port, start_of, n_of, after_of, plan_id, max_events,
+                 size=None, nbytes=None):
         self.topo, self.role, self.src, self.dst = topo, role, src, dst
         self.out_port, self.in_port = out_port, in_port
         self.start_of, self.n_of, self.after_of = start_of, n_of, after_of
+        self.size, self.nbytes = size, nbytes  # each transfer's chunk and bytes, where chunks differ (None: k waits k)
         self.local = out_port < 0
         self.capacity = port_capacity(topo)
         self.plan_id, self.max_events, self.events = plan_id, max_events, 0
 
     def run(self, entries: list, what: str) -> float:
         """The time ``entries`` (queue, transfer, k, bytes; each queue's in order) take from 0."""
-        queues: dict[int, list[tuple[int, int, int]]] = {}
-        for q, t, k, nbytes in entries:
-            queues.setdefault(q, []).append((t, k, nbytes))
+        queues: dict[int, list[tuple[int, int, int, int]]] = {}
+        size = self.size
+        for q, t, k, nbytes in entries:  # with the chunk it waits for (its dependency's that holds its last byte)
+            a = self.after_of[t]
+            d = k if size is None or a < 0 else int(waited_chunk(k, size[t], size[a], self.nbytes[t]))
+            queues.setdefault(q, []).append((t, k, nbytes, d))
         done: set[tuple[int, int]] = set()
         head = {q: 0 for q in queues}
         active: dict[int, list] = {}  # the chunk a queue is on: (transfer, k, bytes left, time its start cost ends)
@@ -264,9 +279,9 @@ class _Run:
             for q, items in queues.items():
                 if q in active or head[q] >= len(items):
                     continue
-                t, k, nbytes = items[head[q]]
+                t, k, nbytes, d = items[head[q]]
                 after = self.after_of[t]
-                if after >= 0 and k < self.n_of[after] and (after, k) not in done:
+                if after >= 0 and d < self.n_of[after] and (after, d) not in done:
                     continue
                 active[q] = [t, k, float(nbytes), now + float(self.start_of[t])]
                 head[q] += 1

@@ -21,7 +21,7 @@ import numpy as np
 
 from .collective import layout
 from .errors import PlanError
-from .ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, ROLE_NAMES, SEND_FORWARD
+from .ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, ROLE_NAMES, SEND_FORWARD, plan_chunk_sizes, waited_chunk
 from .schema import Plan
 from .units import byte_sums
 
@@ -334,8 +334,8 @@ def _check_coverage(plan: Plan, t, deliver: np.ndarray, flow_bytes: np.ndarray) 
 
 
 def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
-    chunk = plan.options.chunk_bytes
-    n_chunks = np.maximum(1, -(-t["bytes"] // chunk))
+    size = plan_chunk_sizes(plan, t["role"])  # each transfer's chunk (the network's own, where the plan has one)
+    n_chunks = np.maximum(1, -(-t["bytes"] // size))
     first_chunk = np.cumsum(n_chunks) - n_chunks
     sizes = np.diff(base)
     e_stage = np.repeat(np.arange(len(plan.stages), dtype=np.int64),
@@ -349,14 +349,18 @@ def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
                         f"outside 0..{sizes[s] - 1}")
     e_tr = base[e_stage] + e_local
     count = np.bincount(e_tr, minlength=t["flow"].size)
-    _fail_first(count != n_chunks, plan, t, f"its chunk count in the queue order is not ceil(bytes / {chunk})")
+    what = (f"ceil(bytes / {plan.options.chunk_bytes})" if plan.options.net_chunk_bytes is None else
+            f"ceil(bytes / {plan.options.chunk_bytes}), or ceil(bytes / {plan.options.net_chunk_bytes}) for a network "
+            "transfer")
+    _fail_first(count != n_chunks, plan, t, f"its chunk count in the queue order is not {what}")
     # chunk k of a transfer is its k-th occurrence in its queue's order
     order = np.argsort(e_tr, kind="stable")
     k = np.empty(e_tr.size, dtype=np.int64)
     k[order] = np.arange(e_tr.size) - first_chunk[e_tr[order]]
     chunk_id = first_chunk[e_tr] + k
     after = t["after"][e_tr]
-    dep = np.where(after >= 0, first_chunk[base[e_stage] + np.maximum(after, 0)] + k, -1)
+    a_tr = base[e_stage] + np.maximum(after, 0)  # (its own stage's numbering: the transfer it waits on)
+    dep = np.where(after >= 0, first_chunk[a_tr] + waited_chunk(k, size[e_tr], size[a_tr], t["bytes"][e_tr]), -1)
     # A chunk's dependency must come earlier in its stage's order. Each queue runs its own entries in
     # that order, so the stage order itself is an execution that respects every queue and every wait:
     # no deadlock is possible.
@@ -437,14 +441,14 @@ def replay(plan: Plan, inputs: list[np.ndarray]) -> ReplayResult:
     fl = plan.flows
     via = fl.via if plan.options.multicast and fl.via is not None else None
     peer = list(range(G)) if via is not None else plan.topology.peer_array()
-    chunk = plan.options.chunk_bytes
     for stage in plan.stages:
         tr = stage.transfers
+        size = plan_chunk_sizes(plan, tr.role)
         seen: dict[int, int] = {}
         for i in stage.chunks:  # chunk by chunk in the stage's order: a forwarded copy reads what landed before it
             k = seen.get(i, 0)
             seen[i] = k + 1
-            f, role = tr.flow[i], tr.role[i]
+            f, role, chunk = tr.flow[i], tr.role[i], int(size[i])
             off = tr.offset[i] + k * chunk
             n = min(chunk, tr.offset[i] + tr.bytes[i] - off)
             u, v = fl.src[f], fl.dst[f]

@@ -41,6 +41,8 @@ from ..ir import (
     ChunkSchedule,
     CompileOptions,
     CompileState,
+    chunk_sizes,
+    waited_chunk,
 )
 from ..units import chain_depth
 from .stages import expand_segments
@@ -56,14 +58,16 @@ ROLE_PRIORITY[[SEND_FORWARD, RDMA, RECV_FORWARD, NATIVE, LOCAL]] = np.arange(5)
 def run(state: CompileState, options: CompileOptions) -> CompileState:
     assert state.pieces is not None and state.schedule is not None, "chunks runs after stages"
     return dataclasses.replace(state, chunks=build(state.topology, state.pieces, state.schedule,
-                                                   options.chunk_bytes))
+                                                   options.chunk_bytes, net_chunk_bytes=options.net_chunk_bytes))
 
 
-def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | None = None) -> ChunkSchedule:
+def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | None = None,
+          net_chunk_bytes: int | None = None) -> ChunkSchedule:
     """The chunk schedule of a stage schedule: its transfers (one per piece of a segment; segments are sorted by
     (stage, flow), so are the transfers, pieces in path order inside a segment), their queues and waits, the chunk
-    size (``chunk_bytes``, or None: :func:`choose_chunk`) and the chunk order (:func:`chunk_order`, or
-    ``order_of(tr_stage)`` where the order is given, as a compact plan file gives it)."""
+    size (``chunk_bytes``, or None: :func:`choose_chunk`; the network transfers' ``net_chunk_bytes`` where given) and
+    the chunk order (:func:`chunk_order`, or ``order_of(tr_stage)`` where the order is given, as a compact plan file
+    gives it)."""
     seg_idx, piece_idx = expand_segments(pieces, sched.seg_flow)
     tr_stage = sched.seg_stage[seg_idx]
     tr_bytes = sched.seg_bytes[seg_idx]
@@ -78,20 +82,23 @@ def build(topo, pieces, sched, chunk_bytes: int | None, order_of: Callable | Non
     chunk = chunk_bytes
     if chunk is None:
         chunk, ordered_tr, costs = choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after,
-                                                sched.num_stages, depth)
+                                                sched.num_stages, depth, net_chunk_bytes)
+    if net_chunk_bytes == chunk:
+        net_chunk_bytes = None
+    sizes = chunk_sizes(tr_role, chunk, net_chunk_bytes)
     if order_of is not None:
         ordered_tr, costs = order_of(tr_stage), None
     elif ordered_tr is None:  # one chunk size: its order alone is list-scheduled, up to the larger limit
-        ordered_tr = ready_first(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
-                                 chunk_order(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after),
+        ordered_tr = ready_first(topo, sizes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
+                                 chunk_order(topo, sizes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after),
                                  READY_FIRST_ONE_ENTRIES)
     elif ordered_tr.size > READY_FIRST_MAX_ENTRIES:  # chosen among sizes past the limit: list-schedule the one chosen
-        again = ready_first(topo, chunk, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
+        again = ready_first(topo, sizes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
                             ordered_tr, READY_FIRST_ONE_ENTRIES)
         if again is not ordered_tr:
             ordered_tr, costs = again, None  # the costing pass costs the new order
     return ChunkSchedule(
-        chunk_bytes=chunk,
+        chunk_bytes=chunk, net_chunk_bytes=net_chunk_bytes,
         tr_stage=tr_stage, tr_flow=sched.seg_flow[seg_idx], tr_role=tr_role, tr_src=tr_src, tr_dst=tr_dst,
         tr_offset=sched.seg_offset[seg_idx], tr_bytes=tr_bytes, tr_queue=tr_queue, tr_after=tr_after,
         queue_gpu=queue_gpu, queue_kind=queue_kind, queue_index=queue_index,
@@ -162,7 +169,7 @@ def assign_queues(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_after) -
     return tr_src * (q + 3) + np.where(send_side, dma_index, fixed[tr_role])
 
 
-def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth=None,
+def chunk_order(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth=None,
                 after=None) -> np.ndarray:
     """Every stage's chunk order (stage after stage): the transfer index of each chunk entry by progress key, then
     role (chunks feeding the network lead: send_forward, rdma, recv_forward before native and local copies), then
@@ -176,12 +183,13 @@ def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
     broadcast's ring) takes them in the order they reach it: the chunk simulation puts a 2x8 / 4x8 Broadcast of
     1 GiB at 7.3 / 7.5 ms so, against 11.8 ms with every hop's chunks after all of the hop before (the order until
     2026-12-04, which suited the star its node had then: 10.3 / 10.9 ms). A forwarded chunk still comes after the
-    chunk it copies (the same progress, pushed back further)."""
+    chunk it copies (the same progress, pushed back further). ``chunk_bytes``: one size, or each transfer's
+    (:func:`~hoccl_compiler.ir.chunk_sizes`)."""
     n_chunks = np.maximum(1, -(-tr_bytes // chunk_bytes))
     total = int(n_chunks.sum())
     if total > MAX_CHUNKS:
         need = -(-int(tr_bytes.sum()) // MAX_CHUNKS)
-        raise ScheduleError(f"chunks of {chunk_bytes} B cut this plan into {total:,} chunks, over the "
+        raise ScheduleError(f"chunks of {int(np.min(chunk_bytes))} B cut this plan into {total:,} chunks, over the "
                             f"{MAX_CHUNKS:,} a plan may hold; give a larger chunk size (--chunk), at least {need} B")
     n = tr_stage.size
     chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
@@ -189,13 +197,38 @@ def chunk_order(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_by
     progress = (chunk_k + 0.5) / n_chunks[chunk_tr]
     priority = ROLE_PRIORITY[tr_role][chunk_tr]
     rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
+    size = np.broadcast_to(np.asarray(chunk_bytes, dtype=np.int64), tr_bytes.shape)
+    mixed = after is not None and bool(size.size) and bool((size != size.flat[0]).any())
     if depth is None:
+        if mixed:
+            progress = _after_waited(progress, n_chunks, chunk_tr, chunk_k, size, tr_bytes, after, chain_depth(after))
         keys = (chunk_tr, rotation, priority, progress)
     else:
         lag = forward_lag(tr_role, after, depth, n_chunks) if after is not None else depth.astype(np.float64)
-        keys = (chunk_tr, rotation, priority, depth[chunk_tr], progress + lag[chunk_tr])
+        key = progress + lag[chunk_tr]
+        if mixed:
+            key = _after_waited(key, n_chunks, chunk_tr, chunk_k, size, tr_bytes, after, depth)
+        keys = (chunk_tr, rotation, priority, depth[chunk_tr], key)
     order = np.lexsort((*keys, tr_stage[chunk_tr]))
     return chunk_tr[order]
+
+
+def _after_waited(key: np.ndarray, n_chunks, chunk_tr, chunk_k, size, tr_bytes, after, depth) -> np.ndarray:
+    """Chunk order keys (per chunk, in :func:`chunk_order`'s layout: transfer after transfer, chunk k at k) raised, hop
+    by hop along the waits, to at least the key of the chunk each waits for, where chunks differ in size (a network
+    transfer in chunks of its own): chunk k of a transfer of n can then wait for a chunk past k / n of the way
+    through the one it follows (the one that holds its last byte, :func:`~hoccl_compiler.ir.waited_chunk`), which
+    equal keys order first (by depth or role)."""
+    key = key.copy()
+    first = np.cumsum(n_chunks) - n_chunks
+    level = depth[chunk_tr]
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        at = np.flatnonzero(level == d)
+        t = chunk_tr[at]
+        a = after[t]
+        at, t, a = at[a >= 0], t[a >= 0], a[a >= 0]
+        key[at] = np.maximum(key[at], key[first[a] + waited_chunk(chunk_k[at], size[t], size[a], tr_bytes[t])])
+    return key
 
 
 # chunk entries up to which a deep multicast plan's order is list-scheduled (20,000 until 2026-12-04, when an 8x8
@@ -209,7 +242,7 @@ READY_FIRST_MAX_ENTRIES = 300_000
 READY_FIRST_ONE_ENTRIES = 2_000_000
 
 
-def ready_first(topo, chunk_bytes: int, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, after, depth,
+def ready_first(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, after, depth,
                 order: np.ndarray, limit: int = READY_FIRST_MAX_ENTRIES) -> np.ndarray:
     """A multicast plan's chunk order, where its paths run more than two hops deep (a Broadcast's chains): every
     stage's chunks in the order they start when each free queue takes, of its chunks whose dependency has landed,
@@ -247,9 +280,10 @@ CHUNK_BUDGET = 1 << 22  # chunk entries a candidate may cut the plan into (4 M)
 
 
 def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, num_stages: int,
-                 depth=None) -> tuple[int, np.ndarray, cost.StageCosts | None]:
-    """The chunk size :func:`pick_chunk` chooses for these transfers, with its chunk order and its cost model v2
-    (costed on the way: neither is made again; no costs where nothing was costed)."""
+                 depth=None, net_chunk_bytes: int | None = None) -> tuple[int, np.ndarray, cost.StageCosts | None]:
+    """The chunk size :func:`pick_chunk` chooses for these transfers (the network ones keep ``net_chunk_bytes``
+    where it is given), with its chunk order and its cost model v2 (costed on the way: neither is made again; no
+    costs where nothing was costed)."""
     largest = int(tr_bytes.max(initial=0))
     if largest == 0:
         order = chunk_order(topo, DEFAULT_CHUNK_BYTES, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after)
@@ -259,12 +293,13 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
     flows = cost.net_flows(topo, tr_role, tr_src, tr_dst)
 
     def time_of(c: int) -> float:  # the plan's v2 time as the runtime runs it: stages overlapping, the fill
-        order = ready_first(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
-                            chunk_order(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after))
-        costed = cost.stage_times_v2(topo, c, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, order,
-                                     num_stages)
+        sizes = chunk_sizes(tr_role, c, net_chunk_bytes)
+        order = ready_first(topo, sizes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after, depth,
+                            chunk_order(topo, sizes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth, tr_after))
+        costed = cost.stage_times_v2(topo, sizes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr_after,
+                                     order, num_stages)
         total = cost.plan_time_v2(topo, costed.time_s, network, flows=flows,
-                                  fill_s=cost.staging_fill_s(topo, c, tr_role, tr_bytes) if network else 0.0,
+                                  fill_s=cost.staging_fill_s(topo, sizes, tr_role, tr_bytes) if network else 0.0,
                                   overlap_s=cost.overlapped_s(costed.port_busy_s, costed.queue_busy_s,
                                                               costed.pipeline_s,
                                                               costed.chain.time_s() if costed.chain else 0.0))[0]
@@ -274,7 +309,8 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
             del kept[k]
         return total
 
-    chosen = pick_chunk(largest, time_of, lambda c: int(np.maximum(1, -(-tr_bytes // c)).sum()))
+    chosen = pick_chunk(largest, time_of, lambda c: int(np.maximum(1, -(-tr_bytes // chunk_sizes(
+        tr_role, c, net_chunk_bytes))).sum()))
     return chosen, kept[chosen][0], kept[chosen][1]
 
 

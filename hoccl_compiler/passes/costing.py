@@ -22,10 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import cost
-from ..ir import LOCAL, CompileOptions, CompileState, Costing
+from ..ir import LOCAL, CompileOptions, CompileState, Costing, chunk_sizes
 from ..units import chain_depth
 from .chunks import assign_queues, chunk_order, waits_on_previous
-
 
 THREADED_PIECES = (200_000, 4_000_000)  # the pieces between which the two baselines are costed in two threads
 # the naive rounds are costed only where their rounds times the GPUs stay within this: the costing holds per-stage
@@ -39,11 +38,12 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     assert pieces is not None and lay is not None and sched is not None and ch is not None, "costing runs after chunks"
     network = cost.has_network(pieces.role)
     stages = ch.costs  # where choosing the chunk size costed this very schedule
+    sizes = chunk_sizes(ch.tr_role, ch.chunk_bytes, ch.net_chunk_bytes)
     if stages is None:
-        stages = cost.stage_times_v2(topo, ch.chunk_bytes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst,
+        stages = cost.stage_times_v2(topo, sizes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst,
                                      ch.tr_bytes, ch.tr_queue, ch.tr_after, ch.order_transfer, sched.num_stages)
     predicted, parts = cost.plan_time_v2(topo, stages.time_s, network,
-                                         fill_s=cost.staging_fill_s(topo, ch.chunk_bytes, ch.tr_role, ch.tr_bytes),
+                                         fill_s=cost.staging_fill_s(topo, sizes, ch.tr_role, ch.tr_bytes),
                                          flows=cost.net_flows(topo, ch.tr_role, ch.tr_src, ch.tr_dst),
                                          overlap_s=cost.overlapped_s(stages.port_busy_s, stages.queue_busy_s,
                                                                      stages.pipeline_s,
@@ -66,9 +66,10 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         rounds_of = np.unique(shift[costed])
         round_index = np.searchsorted(rounds_of, shift)
         sync = (topo.costs.stage_sync_us if network else topo.costs.call_us) * 1e-6
-        at_once_args = (state, ch.chunk_bytes, np.zeros(lay.src.size, np.int64), 0.0)
+        at_once_args = (state, ch.chunk_bytes, np.zeros(lay.src.size, np.int64), 0.0, True, ch.net_chunk_bytes)
         rounds_args = (state, ch.chunk_bytes, np.where(costed, round_index, 0), sync,
-                       lay.via is None)  # overlap: a forwarded flow's round comes after its source's
+                       lay.via is None,  # overlap: a forwarded flow's round comes after its source's
+                       ch.net_chunk_bytes)
         if rounds_of.size * topo.num_gpus > NAIVE_ROUNDS_CELLS:
             at_once, _ = whole_flows_time(*at_once_args)
             rounds = None  # not costed: the count says why
@@ -91,11 +92,11 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
 
 
 def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarray, sync_s: float,
-                     overlap: bool = True) -> tuple[float, np.ndarray]:
+                     overlap: bool = True, net_chunk_bytes: int | None = None) -> tuple[float, np.ndarray]:
     """v2 time of the schedule that moves every flow whole in stage ``flow_stage[flow]`` (stages one after the
     other, ``sync_s`` between two: where it is 0, overlapping as the runtimes run them, unless ``overlap`` is
     false, as for a multicast plan's rounds, whose forwarded flows wait for rounds before theirs), and its stage
-    times."""
+    times. ``net_chunk_bytes``: the network pieces' own chunk, as the plan's."""
     topo, pieces = state.topology, state.pieces
     tr_stage = flow_stage[pieces.flow]
     order = np.lexsort((np.arange(tr_stage.size), tr_stage))  # pieces stay in path order within a flow
@@ -115,10 +116,11 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
         depth = chain_depth(after)
     S = int(st.max()) + 1 if st.size else 0
     queue = assign_queues(topo, st, role, src, dst, nb, after)
-    entries = chunk_order(topo, chunk_bytes, st, role, src, dst, nb, depth, after)
-    sc = cost.stage_times_v2(topo, chunk_bytes, st, role, src, dst, nb, queue, after, entries, S)
+    sizes = chunk_sizes(role, chunk_bytes, net_chunk_bytes)
+    entries = chunk_order(topo, sizes, st, role, src, dst, nb, depth, after)
+    sc = cost.stage_times_v2(topo, sizes, st, role, src, dst, nb, queue, after, entries, S)
     total, _ = cost.plan_time_v2(topo, sc.time_s, cost.has_network(role), sync_s,
-                                 fill_s=cost.staging_fill_s(topo, chunk_bytes, role, nb),
+                                 fill_s=cost.staging_fill_s(topo, sizes, role, nb),
                                  flows=cost.net_flows(topo, role, src, dst),
                                  overlap_s=cost.overlapped_s(sc.port_busy_s, sc.queue_busy_s, sc.pipeline_s,
                                                              sc.chain.time_s() if sc.chain else 0.0)

@@ -29,8 +29,8 @@ col = IntColumn.of
 def run(state: CompileState, options: CompileOptions) -> CompileState:
     lay, sched, ch, co = state.layout, state.schedule, state.chunks, state.costing
     assert lay is not None and sched is not None and ch is not None and co is not None, "plan runs after costing"
-    plan_options = PlanOptions(chunk_bytes=ch.chunk_bytes, max_extra_time=options.max_extra_time,
-                               multicast=lay.via is not None)
+    plan_options = PlanOptions(chunk_bytes=ch.chunk_bytes, net_chunk_bytes=ch.net_chunk_bytes,
+                               max_extra_time=options.max_extra_time, multicast=lay.via is not None)
 
     stage_tr_start = np.searchsorted(ch.tr_stage, np.arange(sched.num_stages + 1))
     stage_ord_start = np.searchsorted(ch.order_stage, np.arange(sched.num_stages + 1))

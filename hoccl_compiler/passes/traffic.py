@@ -18,5 +18,5 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
     origin = np.zeros((G, G), dtype=np.int64)
     np.add.at(origin, (lay.src, lay.dst), lay.bytes)
     if options.multicast:
-        lay = multicast.route(state.collective, state.topology, lay)
+        lay = multicast.route(state.collective, state.topology, lay, trees=options.net_chunk_bytes is None)
     return dataclasses.replace(state, layout=lay, origin=origin)

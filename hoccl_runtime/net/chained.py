@@ -20,13 +20,20 @@ class Chained:
     """A multicast plan's stage in a node's launch list: the order its transfers are issued in (by path depth, so
     that every event is recorded in the list before a wait on it) and the events between the copies: transfer t's
     chunk k, where another transfer reads what it wrote, records event (stage, t, k) on its stream after its copy;
-    a forwarded transfer's chunk k waits for its ``after`` transfer's. Events are the executor's, one per (stage,
-    transfer, chunk), made once and recorded again by every run (a wait takes the record before it in the list)."""
+    a forwarded transfer's chunk k waits for its ``after`` transfer's (where the plan's network transfers have a
+    chunk of their own, the chunk of it that holds chunk k's last byte: the copies' chunks run in order on their
+    stream, and so do a ring's landings, so that one recorded, every byte before it has landed too). Events are the
+    executor's, one per (stage, transfer, chunk), made once and recorded again by every run (a wait takes the record
+    before it in the list)."""
 
-    def __init__(self, ex: Any, stage: Any, via: Sequence[int]):  # ex: the GpuNodeExecutor
+    def __init__(self, ex: Any, stage: Any, via: Sequence[int], options: Any):  # ex: the GpuNodeExecutor
+        from hoccl_compiler.schema import chunk_sizes, waited_chunk
+
         from ..plans import chain_depth
 
         tr = stage.transfers
+        self.size = chunk_sizes(tr.role, options.chunk_bytes, options.net_chunk_bytes).tolist()
+        self._waited = waited_chunk
         self.ex, self.index, self.tr = ex, stage.index, tr
         after = np.asarray(tr.after, dtype=np.int64)
         self.order = [int(t) for t in np.argsort(chain_depth(after), kind="stable")]
@@ -53,7 +60,9 @@ class Chained:
     @contextlib.contextmanager
     def _around(self, ops: list, t: int, k: int, s: int, wait: bool, record: bool):
         if wait and t in self.forwarded and self.after[t] >= 0:
-            ops.append(Wait(s, self._event(int(self.after[t]), k)))
+            a = int(self.after[t])
+            ops.append(Wait(s, self._event(a, k if self.size[a] == self.size[t] else
+                                           int(self._waited(k, self.size[t], self.size[a], self.tr.bytes[t])))))
         yield
         if record and t in self.targets:
             ops.append(Record(self._event(t, k), s))
@@ -64,9 +73,11 @@ class Chained:
         return lambda k, s: self._around(ops, t, k, s, side == "send", side == "recv")
 
     def copies(self, ops: list, tr: Any, t: int, s: int, copy: Any) -> None:
-        """A native transfer chunk by chunk, each inside its waits and records."""
-        for k in range(max(1, -(-tr.bytes[t] // self.ex.chunk))):
-            start, nb = self.ex._chunk_range(tr, t, k)
+        """A native transfer chunk by chunk (the plan's copy chunk), each inside its waits and records."""
+        size = self.size[t]
+        for k in range(max(1, -(-tr.bytes[t] // size))):
+            start = tr.offset[t] + k * size
+            nb = min(size, tr.offset[t] + tr.bytes[t] - start)
             with self._around(ops, t, k, s, True, True):
                 if nb:
                     copy(start, nb)

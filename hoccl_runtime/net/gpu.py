@@ -84,7 +84,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._ring_at: dict[tuple[str, int], int] = {}   # (kind, rank) -> the ring's address
         self._device_rings: list[tuple[int, int]] = []  # (GPU, pointer) of rings in GPU memory
         if slots is None:
-            slots = ring_slots(plan.options.chunk_bytes, ring_bytes)
+            slots = ring_slots(plan.options.net_chunk_bytes or plan.options.chunk_bytes, ring_bytes)
         topo = plan.topology
         L = topo.gpus_per_node
         ranks = list(range(node * L, (node + 1) * L))
@@ -340,7 +340,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
             sending, receiving = set(), set()
             # a multicast plan: what a forwarded copy reads is written by its ``after`` transfer's copies, each
             # chunk followed by an event that the reader's stream waits for (issued before it: by path depth)
-            chained = Chained(self, stage, via) if via is not None else None
+            chained = Chained(self, stage, via, plan.options) if via is not None else None
             for t in chained.order if chained is not None else range(len(tr.flow)):
                 f, role, n = tr.flow[t], tr.role[t], tr.bytes[t]
                 holder, g = (fl.dst[via[f]], via[f]) if via is not None and via[f] >= 0 else (fl.src[f], -1)

@@ -45,7 +45,7 @@ from hoccl_compiler.schema import Plan
 from .._timer import fine_sleeps, slack_setting
 from .._trust import verified
 from ..errors import HocclTimeoutError, PlanError, TransportError
-from .routes import ChunkSequence, LeavingWrites, Routes, RunState, refuse_multicast
+from .routes import ChunkSequence, LeavingWrites, Routes, RunState, net_chunk_of, refuse_multicast
 from .transport.base import Connection, Region, Transport, pause
 from .wire import CREDIT, LOCAL, NATIVE, PLAN_HELLO, RUN_DONE
 
@@ -88,7 +88,7 @@ class HostNodeExecutor:
         if missing:
             raise TransportError(f"node {node} drives ranks {self.ranks} of plan {plan.plan_id}; no buffers for "
                                  f"{missing}")
-        self.chunk = plan.options.chunk_bytes
+        self.chunk = net_chunk_of(plan)  # a network chunk: one ring slot (the plan's copies may take larger ones)
         self.slots = slots
         for r in self.ranks:
             inp, out = buffers[r]
@@ -288,11 +288,11 @@ class HostNodeExecutor:
 
     def _fits(self, plan: Plan) -> None:
         a, b = plan.topology, self.plan.topology
-        if (a.nodes, a.gpus_per_node) != (b.nodes, b.gpus_per_node) or plan.options.chunk_bytes != self.chunk:
-            raise TransportError(f"plan {plan.plan_id} ({a.nodes} x {a.gpus_per_node} GPUs, chunks of "
-                                 f"{plan.options.chunk_bytes} B) does not fit this executor ({b.nodes} x "
-                                 f"{b.gpus_per_node}, chunks of {self.chunk} B): compile it with the same topology "
-                                 "and chunk size")
+        if (a.nodes, a.gpus_per_node) != (b.nodes, b.gpus_per_node) or net_chunk_of(plan) != self.chunk:
+            raise TransportError(f"plan {plan.plan_id} ({a.nodes} x {a.gpus_per_node} GPUs, network chunks of "
+                                 f"{net_chunk_of(plan)} B) does not fit this executor ({b.nodes} x "
+                                 f"{b.gpus_per_node}, network chunks of {self.chunk} B): compile it with the same "
+                                 "topology and (network) chunk size")
 
     def _bind(self, buffers: Mapping[int, tuple]) -> None:
         """Take this run's buffers ({rank: (input, output)} for the node's ranks), checking their sizes."""

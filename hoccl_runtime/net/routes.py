@@ -12,7 +12,7 @@ from hoccl_compiler.schema import Plan
 from ..errors import TransportError, UnsupportedPlanError
 from .wire import RDMA
 
-__all__ = ["Routes", "RunState", "ChunkSequence", "LeavingWrites", "refuse_multicast"]
+__all__ = ["Routes", "RunState", "ChunkSequence", "LeavingWrites", "refuse_multicast", "net_chunk_of"]
 
 
 class ChunkSequence:
@@ -25,6 +25,12 @@ class ChunkSequence:
     def __init__(self, parts: list[tuple]):  # per transfer: its six columns (a GPU with none has no sequence)
         self.stage, self.transfer, self.chunk, self.peer, self.peer_pos, self.ring = (
             np.concatenate(c) for c in zip(*parts, strict=True))
+
+
+def net_chunk_of(plan: Plan) -> int:
+    """The chunk of a plan's network transfers (its own where the plan has one, else the plan's): what one ring slot
+    holds and one network write carries."""
+    return plan.options.net_chunk_bytes or plan.options.chunk_bytes
 
 
 def refuse_multicast(plan: Plan, runs_it: bool = False) -> None:
@@ -51,7 +57,7 @@ class Routes:
     def __init__(self, plan: Plan, direct_receive: bool, gpus: Sequence[int] | None = None):
         """``gpus``: the GPUs whose sequences to keep (a node's; default all). Every transfer is counted, so
         positions at other GPUs are right too, but arrays are built for these GPUs' transfers only."""
-        chunk = plan.options.chunk_bytes
+        chunk = net_chunk_of(plan)
         keep = None if gpus is None else set(gpus)
         fl = plan.flows
         n_send: dict[int, int] = {}

@@ -124,15 +124,19 @@ def test_a_forwarded_flow_reading_outside_its_sources_output_is_refused():
         check_bounds(plan.model_copy(update={"flows": flows}))
 
 
-@pytest.mark.parametrize("nodes,L,queues", [(2, 2, 1), (3, 2, 1), (3, 1, 1), (2, 4, 1), (5, 2, 1), (2, 4, 2)])
-def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L, queues):
+@pytest.mark.parametrize("nodes,L,queues,net", [(2, 2, 1, None), (3, 2, 1, None), (3, 1, 1, None), (2, 4, 1, None),
+                                                (5, 2, 1, None), (2, 4, 2, None), (2, 2, 1, 700), (3, 2, 1, 700),
+                                                (5, 2, 1, 5000), (2, 4, 2, 700)])
+def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L, queues, net):
     """GpuNodeExecutor, nodes of 2 and 4 GPUs (and of 1: a broadcast's chain of nodes alone; of 4: the parts round
     each further node's ring; 5 nodes of 2: a broadcast down two trees of nodes, a node sending a part on from two
     GPUs; 2 nodes of 4 GPUs with two DMA queues a GPU: an AllGather's own block on one and what it forwards on the
     other) over TCP between threads, CUDA faked with a stream per thread and every copy slow: a multicast AllGather
     (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in the root's node, parts down the
     rails' chain of nodes, passed on inside each) and one in place, one after the other over the same connections:
-    byte-equal to the replay, outputs poisoned first."""
+    byte-equal to the replay, outputs poisoned first. ``net``: the network transfers in chunks of their own, smaller
+    than the copies' 2048 B (700: no divisor of it, so a copy waits for the network chunk that holds its last byte)
+    or larger; the broadcasts then go down one chain of nodes per rail."""
     from threaded import node_executors
 
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
@@ -141,12 +145,13 @@ def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypa
     _slow_copies(monkeypatch, 0.0005)
     topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L, dma_queues=queues)
     G = topo.num_gpus
-    opts = CompileOptions(chunk_bytes=2048, baselines=False)
+    opts = CompileOptions(chunk_bytes=2048, net_chunk_bytes=net, baselines=False)
     specs = [CollectiveSpec(kind="allgather", size_bytes=G * 5003),
              CollectiveSpec(kind="broadcast", size_bytes=9001, root=1),
              CollectiveSpec(kind="broadcast", size_bytes=8191, root=G - 1, in_place=True)]
     plans = [compile_plan(topo, s, opts) for s in specs]
     assert [p.options.multicast for p in plans] == [L > 1, True, True]
+    assert {p.options.net_chunk_bytes for p in plans} == {net}
     if queues > 1:  # both queues of a GPU carry the AllGather's copies
         q = plans[0].queues
         used = {t for st in plans[0].stages for t in st.transfers.queue if q.kind[t] == "dma"}
@@ -181,3 +186,34 @@ def test_the_host_network_executor_refuses_a_multicast_plan_by_name():
     bufs = {r: (np.zeros(1024, np.uint8), np.zeros(4096, np.uint8)) for r in (0, 1)}
     with pytest.raises(UnsupportedPlanError, match="multicast plan.*GpuNodeExecutor"):
         HostNodeExecutor(plan, 0, bufs, transport=None)
+
+
+def test_a_network_executor_refuses_a_plan_of_another_network_chunk(monkeypatch):
+    """The rings' slots hold one network chunk: a plan whose network chunk differs is refused by name, while one
+    that only takes larger copies runs on them."""
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    fake_cuda.install(monkeypatch, async_streams=True)
+    topo = make_topology("h200x2", nodes=2)
+    spec = CollectiveSpec(kind="allgather", size_bytes=4 * 3001)
+
+    def plan(chunk, net):
+        return compile_plan(topo, spec, CompileOptions(chunk_bytes=chunk, net_chunk_bytes=net, baselines=False))
+
+    first = plan(4096, 1024)
+    transport = GpuNodeExecutor.make_transport(first, 0, lanes=1, secret=b"test-job")
+    bufs = {r: (dev(np.zeros(3001, np.uint8), r), dev(np.zeros(4 * 3001, np.uint8), r)) for r in (0, 1)}
+    ex = GpuNodeExecutor(first, 0, bufs, transport, slots=2, timeout_s=5)
+    try:
+        assert ex.chunk == 1024
+        ex._fits(plan(8192, 1024))  # larger copies, the same network chunk: fits
+        with pytest.raises(TransportError, match="network chunks of 2048 B.*network chunks of 1024 B"):
+            ex._fits(plan(4096, 2048))
+        with pytest.raises(TransportError, match="network chunks of 4096 B"):
+            ex._fits(plan(4096, None))
+    finally:
+        ex.close()
+        transport.close()

@@ -229,10 +229,12 @@ def _compile_parser() -> argparse.ArgumentParser:
                         "the rest is derived on reading), auto: compact above 100,000 chunk entries (default)")
     o.add_argument("--chunk", default="auto",
                    help="chunk size, e.g. 4MiB, or auto: the size with the least cost-model v2 time (default auto)")
-    o.add_argument("--net-chunk", default=None, metavar="SIZE",
-                   help="the network transfers' own chunk size, e.g. 1MiB (default: --chunk's). Smaller than the "
-                   "copies' chunk, every network hop passes bytes on sooner while the copies keep their size; a "
-                   "Broadcast's parts then go down one chain of nodes per rail"),
+    o.add_argument("--net-chunk", default="auto", metavar="SIZE|auto|off",
+                   help="the network transfers' own chunk size, e.g. 1MiB; off: --chunk's; auto: 1 MiB or 512 KiB "
+                   "where the cost model v2 puts either more than 1%% ahead of one chunk, for a multicast AllGather or "
+                   "Broadcast across nodes over verbs (else off; default auto). Smaller than the copies' chunk, every "
+                   "network hop passes bytes on sooner while the copies keep their size; a Broadcast's parts then go "
+                   "down one chain of nodes per rail"),
     o.add_argument("--dump-after", choices=PASS_NAMES, default=None, metavar="PASS",
                    help=f"also write the intermediate after PASS ({', '.join(PASS_NAMES)}) as JSON to "
                         "<output>.<PASS>.json")
@@ -293,9 +295,10 @@ def _compile(argv: Sequence[str] | None) -> int:
         raise _UsageError(f"--chunk {args.chunk} must be a positive size, e.g. 4MiB, or auto")
     if args.max_extra_time is not None and not 0 <= args.max_extra_time <= 1:
         raise _UsageError(f"--max-extra-time {args.max_extra_time} must be a fraction in 0..1, e.g. 0.01")
-    net_chunk = None if args.net_chunk is None else parse_size(args.net_chunk)
-    if net_chunk is not None and net_chunk <= 0:
-        raise _UsageError(f"--net-chunk {args.net_chunk} must be a positive size, e.g. 1MiB")
+    net_chunk = args.net_chunk if args.net_chunk == "auto" else None if args.net_chunk == "off" else \
+        parse_size(args.net_chunk)
+    if net_chunk not in (None, "auto") and net_chunk <= 0:
+        raise _UsageError(f"--net-chunk {args.net_chunk} must be a positive size, e.g. 1MiB, or auto or off")
     options = CompileOptions(chunk_bytes=chunk, net_chunk_bytes=net_chunk, baselines=not args.no_baselines,
                              max_extra_time=args.max_extra_time,
                              byte_replay=None,  # the CLI replays small plans byte by byte too
@@ -320,10 +323,10 @@ def _compile_and_write(args, kind: str, topo, spec, size: int | None, options, p
     why_not = pattern_applies(topo, spec)
     if args.pattern == "on" and why_not is not None:
         raise _UsageError(f"--pattern on: no pattern plan for this collective ({why_not}); use --pattern off")
-    if args.pattern == "on" and options.net_chunk_bytes is not None:
-        raise _UsageError("--net-chunk: a pattern plan takes one chunk size; drop --net-chunk or use --pattern off")
+    if args.pattern == "on" and options.net_chunk_bytes not in (None, "auto"):
+        raise _UsageError("--net-chunk: a pattern plan takes one chunk size; give --net-chunk off or --pattern off")
     if args.pattern == "on" or (args.pattern == "auto" and why_not is None and topo.num_gpus > EXPAND_LIMIT
-                                and options.net_chunk_bytes is None):
+                                and options.net_chunk_bytes in (None, "auto")):
         if args.dump_after:
             raise _UsageError("--dump-after shows the explicit compile's passes; add --pattern off")
         progress("pattern plan: shifts, native spread, v2 per distinct stage")

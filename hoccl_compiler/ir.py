@@ -39,11 +39,12 @@ class CompileOptions:
     choose it (the size with the least cost-model v2 time, :func:`hoccl_compiler.passes.chunks.choose_chunk`)."""
 
     chunk_bytes: int | None = None
-    # The network transfers' own chunk (None: ``chunk_bytes``). Smaller than the copies' chunk, a network hop's
-    # store-and-forward shrinks while copies keep their size and their few copy-engine starts; a multicast
-    # Broadcast's parts then go down one chain of nodes per rail, where a part keeps its rail (the trees of nodes
-    # take an NVLink copy between their network hops, which no smaller network chunk shortens).
-    net_chunk_bytes: int | None = None
+    # The network transfers' own chunk (None: ``chunk_bytes``; "auto": the one with the least cost-model v2 time among
+    # none and a few, where one may help: hoccl_compiler.pipeline.net_chunk_may_help). Smaller than the copies' chunk,
+    # a network hop's store-and-forward shrinks while copies keep their size and their few copy-engine starts; a
+    # multicast Broadcast's parts then go down one chain of nodes per rail, where a part keeps its rail (the trees of
+    # nodes take an NVLink copy between their network hops, which no smaller network chunk shortens).
+    net_chunk_bytes: int | str | None = None
     baselines: bool = True  # compute the two simpler schedules for the report
     # Fraction of RDMA time the scheduler may add to cut the number of stages (0: time-optimal peeling only;
     # None: as many stages as the cost model v2 says pay for their barriers). Skewed traffic peels into many tiny

@@ -235,7 +235,7 @@ def compile_pattern(topology: Topology, collective: CollectiveSpec, options: Com
     why = pattern_applies(topology, collective)
     if why is not None:
         raise PlanError(f"no pattern plan for this collective ({why}); compile it without --pattern")
-    if options.net_chunk_bytes is not None:
+    if options.net_chunk_bytes not in (None, "auto"):  # auto: one chunk here
         raise PlanError(f"a pattern plan takes one chunk size, not a network chunk of its own "
                         f"({options.net_chunk_bytes} B): compile it without --pattern, or without --net-chunk")
     G = topology.num_gpus

@@ -178,3 +178,35 @@ def test_the_plot_s_replay_starts_a_copy_after_the_network_chunk_it_reads():
         landed = sorted(s + d for q, s, d, role in segs if q == tr.queue[tr.after[t]])
         first = min(s for q, s, d, role in segs if q == tr.queue[t])
         assert first >= landed[3] - 1e-12 and first < landed[4]  # four 1 MiB network chunks make one 4 MiB copy
+
+
+def test_auto_takes_a_network_chunk_only_where_the_cost_model_puts_it_ahead():
+    """``net_chunk_bytes="auto"`` (the CLI's default): the dgx-h100 Broadcast of 1 GiB on 4 nodes takes one (below
+    1.15x its collective bound on the device side, where one chunk is at 1.18x); an All-to-All, a plan over TCP and a
+    Broadcast on one node keep one chunk, and so does ``--dump-after`` (one pass table run)."""
+    from hoccl_compiler.pipeline import compile_state, net_chunk_may_help
+
+    auto = CompileOptions(net_chunk_bytes="auto", baselines=False)
+    bc = CollectiveSpec(kind="broadcast", size_bytes=1 << 30)
+    dgx = make_topology("dgx-h100", nodes=4)
+    chosen = compile_plan(dgx, bc, auto)
+    one = compile_plan(dgx, bc, CompileOptions(baselines=False))
+    assert chosen.options.net_chunk_bytes in (1 << 20, 512 << 10) and one.options.net_chunk_bytes is None
+    assert chosen.report.predicted_time_s < 0.99 * one.report.predicted_time_s
+    device = [p.stages[0].time_s / p.report.lower_bound_s for p in (chosen, one)]
+    assert device[0] < 1.15 < device[1]
+    for topo, spec in ((dgx, CollectiveSpec(kind="alltoall", size_bytes=1 << 26)),
+                       (make_topology("h200x2", nodes=4), bc), (make_topology("dgx-h100", nodes=1), bc)):
+        assert not net_chunk_may_help(topo, spec, auto)
+        assert compile_plan(topo, spec, auto).options.net_chunk_bytes is None
+    assert compile_state(dgx, bc, auto, stop_after="chunks").chunks.net_chunk_bytes is None
+
+
+def test_cli_net_chunk_auto_and_off(tmp_path):
+    out = tmp_path / "b.json"
+    args = ["broadcast", "--topology", "dgx-h100", "--nodes", "4", "--size", "1GiB", "--no-baselines", "-q", "-o",
+            str(out)]
+    assert compile_main(args) == 0
+    assert load_plan(out).options.net_chunk_bytes is not None
+    assert compile_main([*args, "--net-chunk", "off"]) == 0
+    assert load_plan(out).options.net_chunk_bytes is None

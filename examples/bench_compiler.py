@@ -46,8 +46,8 @@ HOST_COSTS = dict(call_us=0.0, net_call_us=0.0, net_flow_us=0.0, net_node_flow_u
                   net_staging_gbps=0.0)
 
 
-def topology(G: int, device_only: bool = False):
-    topo = make_topology("paper-h800", nodes=G // 8)
+def topology(G: int, device_only: bool = False, preset: str = "paper-h800"):
+    topo = make_topology(preset, nodes=G // 8)
     if device_only:
         topo = topo.model_copy(update={"costs": topo.costs.model_copy(update=HOST_COSTS)})
     return topo
@@ -191,23 +191,25 @@ def on_demand_ms(repeats: int = 15) -> tuple[float, str]:
     return worst
 
 
-def multicast_bounds(node_counts: tuple[int, ...] = (1, 2, 4, 16)) -> list[dict]:
-    """AllGather and Broadcast of 1 GiB on paper-h800, unicast and multicast (the default): each plan's traffic
+def multicast_bounds(node_counts: tuple[int, ...] = (1, 2, 4, 16), preset: str = "paper-h800") -> list[dict]:
+    """AllGather and Broadcast of 1 GiB on ``preset``, unicast and multicast (the default): each plan's traffic
     bound over the collective's own (cost.collective_bound), the multicast plan's RDMA bytes over the (N - 1) x S
-    it needs, and its v2 prediction with the host's costs at 0 (the device side) over the collective bound."""
+    it needs, and its v2 prediction with the host's costs at 0 (the device side) over the collective bound, with the
+    network chunk as hoccl-compile chooses it (``net_chunk_bytes="auto"``) and with one chunk."""
     from hoccl_compiler.cost import collective_bound
     from hoccl_compiler.report import summary
 
     rows = []
     for kind in ("allgather", "broadcast"):
         for nodes in node_counts:
-            topo = make_topology("paper-h800", nodes=nodes)
+            topo = make_topology(preset, nodes=nodes)
             spec = CollectiveSpec(kind=kind, size_bytes=1 << 30)
-            row = dict(kind=kind, nodes=nodes)
+            row = dict(kind=kind, nodes=nodes, preset=preset)
             for mc in (False, True):
-                t = topology(topo.num_gpus, device_only=True) if mc else topo
+                t = topology(topo.num_gpus, device_only=True, preset=preset) if mc else topo
                 start = time.perf_counter()
-                plan = compile_plan(t, spec, CompileOptions(baselines=False, multicast=mc))
+                plan = compile_plan(t, spec, CompileOptions(baselines=False, multicast=mc,
+                                                            net_chunk_bytes="auto" if mc else None))
                 rep = plan.report
                 bound = collective_bound(kind, spec.size_bytes, t, rep.lower_bound_s)
                 row["multicast" if mc else "unicast"] = rep.lower_bound_s / bound
@@ -216,6 +218,10 @@ def multicast_bounds(node_counts: tuple[int, ...] = (1, 2, 4, 16)) -> list[dict]
                     row["rdma"] = None if nodes == 1 else rdma / ((nodes - 1) * (1 << 30))
                     row["device_v2"] = rep.predicted_time_s / bound
                     row["seconds"] = time.perf_counter() - start
+                    row["net_chunk"] = plan.options.net_chunk_bytes
+                    one = plan if plan.options.net_chunk_bytes is None else \
+                        compile_plan(t, spec, CompileOptions(baselines=False))
+                    row["device_v2_one"] = one.report.predicted_time_s / bound
             rows.append(row)
     return rows
 
@@ -237,16 +243,20 @@ def main(argv=None) -> int:
           f"Python {platform.python_version()}; "
           f"date {time.strftime('%Y-%m-%d')}")
     counts = [16] if args.quick else gpus
-    print("\nmulticast: AllGather and Broadcast of 1 GiB on paper-h800, each plan's traffic bound over the "
-          "collective's own (target <= 1.05), the multicast plan's RDMA bytes over (N - 1) x S (target <= 1.05) and "
-          "its device-side v2 prediction over the collective bound (target <= 1.15):\n")
-    print("| collective | nodes x 8 | unicast: traffic / collective bound | multicast: traffic / collective bound "
-          "| multicast: RDMA / ((N - 1) S) | multicast: v2 device side / collective bound | compile s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for r in multicast_bounds((1, 2) if args.quick else (1, 2, 4, 16)):
-        rdma = "-" if r["rdma"] is None else f"{r['rdma']:.2f}"
-        print(f"| {r['kind']} | {r['nodes']} | {r['unicast']:.2f} | {r['multicast']:.2f} | {rdma} | "
-              f"{r['device_v2']:.2f} | {r['seconds']:.2f} |")
+    print("\nmulticast: AllGather and Broadcast of 1 GiB on paper-h800 and dgx-h100, each plan's traffic bound over "
+          "the collective's own (target <= 1.05), the multicast plan's RDMA bytes over (N - 1) x S (target <= 1.05) "
+          "and its device-side v2 prediction over the collective bound (target <= 1.15), with the network chunk "
+          "hoccl-compile chooses (--net-chunk auto: '-' one chunk) and with one chunk:\n")
+    print("| topology | collective | nodes x 8 | unicast: traffic / collective bound | multicast: traffic / collective "
+          "bound | multicast: RDMA / ((N - 1) S) | multicast: v2 device side / collective bound | network chunk "
+          "| the same, one chunk | compile s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for preset in ("paper-h800", "dgx-h100"):
+        for r in multicast_bounds((1, 2) if args.quick else (1, 2, 4, 8, 16), preset):
+            rdma = "-" if r["rdma"] is None else f"{r['rdma']:.2f}"
+            net = "-" if r["net_chunk"] is None else f"{r['net_chunk'] >> 10} KiB"
+            print(f"| {preset} | {r['kind']} | {r['nodes']} | {r['unicast']:.2f} | {r['multicast']:.2f} | {rdma} | "
+                  f"{r['device_v2']:.3f} | {net} | {r['device_v2_one']:.3f} | {r['seconds']:.2f} |")
     for device_only in (False, True):
         rows = quality(counts, device_only)
         if device_only:

@@ -230,9 +230,10 @@ def _compile_parser() -> argparse.ArgumentParser:
     o.add_argument("--chunk", default="auto",
                    help="chunk size, e.g. 4MiB, or auto: the size with the least cost-model v2 time (default auto)")
     o.add_argument("--net-chunk", default="auto", metavar="SIZE|auto|off",
-                   help="the network transfers' own chunk size, e.g. 1MiB; off: --chunk's; auto: 1 MiB or 512 KiB "
-                   "where the cost model v2 puts either more than 1%% ahead of one chunk, for a multicast AllGather or "
-                   "Broadcast across nodes over verbs (else off; default auto). Smaller than the copies' chunk, every "
+                   help="the network transfers' own chunk size, e.g. 1MiB; off: --chunk's; auto: 1 MiB, 512 KiB or "
+                   "256 KiB where the cost model v2 puts one more than 1%% ahead of one chunk, for a multicast "
+                   "AllGather or Broadcast across nodes over verbs (else off; default auto). Smaller than the copies' "
+                   "chunk, every "
                    "network hop passes bytes on sooner while the copies keep their size; a Broadcast's parts then go "
                    "down one chain of nodes per rail"),
     o.add_argument("--dump-after", choices=PASS_NAMES, default=None, metavar="PASS",

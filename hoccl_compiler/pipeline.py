@@ -94,7 +94,7 @@ def compile_state(
 
 # the network chunks "auto" tries beside the plan's one chunk, where :func:`net_chunk_may_help`; one is taken only
 # where the cost model v2 puts it more than NET_CHUNK_TOLERANCE ahead (a plan of one chunk keeps fewer entries)
-NET_CHUNK_CANDIDATES = (1 << 20, 512 << 10)
+NET_CHUNK_CANDIDATES = (1 << 20, 512 << 10, 256 << 10)
 NET_CHUNK_TOLERANCE = 0.01
 NET_CHUNK_MAX_NODES = 32  # each candidate is a whole compile: past this many nodes "auto" keeps one chunk
 

@@ -191,7 +191,7 @@ def test_auto_takes_a_network_chunk_only_where_the_cost_model_puts_it_ahead():
     dgx = make_topology("dgx-h100", nodes=4)
     chosen = compile_plan(dgx, bc, auto)
     one = compile_plan(dgx, bc, CompileOptions(baselines=False))
-    assert chosen.options.net_chunk_bytes in (1 << 20, 512 << 10) and one.options.net_chunk_bytes is None
+    assert chosen.options.net_chunk_bytes in (1 << 20, 512 << 10, 256 << 10) and one.options.net_chunk_bytes is None
     assert chosen.report.predicted_time_s < 0.99 * one.report.predicted_time_s
     device = [p.stages[0].time_s / p.report.lower_bound_s for p in (chosen, one)]
     assert device[0] < 1.15 < device[1]

@@ -51,11 +51,12 @@ def test_a_broadcast_chain_on_copy_engines(gpus, root, in_place, sync):
             assert np.array_equal(got, data), (rep, r, int(np.count_nonzero(got != data)))
 
 
-@pytest.mark.parametrize("nodes,L", [(2, 2), (3, 1)])
-def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L):
+@pytest.mark.parametrize("nodes,L,net", [(2, 2, None), (3, 1, None), (2, 2, 300_000), (3, 2, 256 << 10)])
+def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
     """GpuNodeExecutor, one thread per node joined by TCP on this machine, every rank's buffers on GPU 0 (2 nodes
-    of 2 ranks sharing it, or 3 nodes of 1): a multicast AllGather and broadcasts (a chain in the root's node and
-    down the nodes), outputs poisoned, byte-equal to the compiler's replay."""
+    of 2 ranks sharing it, or 3 nodes of 1 or 2): a multicast AllGather and broadcasts (a chain in the root's node and
+    down the nodes), outputs poisoned, byte-equal to the compiler's replay. ``net``: the network transfers in chunks
+    of their own under the 1 MiB copies (300,000 B: no divisor of them)."""
     import cupy as cp
     from threaded import node_executors
 
@@ -63,7 +64,7 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L):
 
     topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
     G = topo.num_gpus
-    opts = CompileOptions(chunk_bytes=1 << 20, baselines=False)
+    opts = CompileOptions(chunk_bytes=1 << 20, net_chunk_bytes=net, baselines=False)
     plans = [compile_plan(topo, s, opts) for s in (
         CollectiveSpec(kind="allgather", size_bytes=G * ((3 << 20) + 5)),
         CollectiveSpec(kind="broadcast", size_bytes=(5 << 20) + 3, root=1),

@@ -147,8 +147,9 @@ def node_trees(N: int, L: int, a: int, i: int) -> tuple[np.ndarray, np.ndarray]:
     L into it, one per rail, so every GPU makes one network send and one receive.
 
     Rails: a node takes one tree's parts on the even rails and the other tree's on the odd ones (the root's node
-    sends part k of a half on rail 2k or 2k + 1). It passes a part on to one child from the GPU the part came in by and to the other from the
-    next GPU of its ring, one NVLink hop on, so the part's rail keeps or changes its parity. Which child changes it
+    sends part k of a half on rail 2k or 2k + 1). It passes a part on to one child from the GPU the part came in by
+    and to the other from the next GPU of its ring, one NVLink hop on, so the part's rail keeps or changes its
+    parity. Which child changes it
     is chosen so that every node's two halves come in on rails of different parity: a 2-colouring of the nodes in
     which siblings differ in both trees, always found for these two heaps (checked for up to 3,000 nodes); where
     it were not, the chain is used. Depth: about log2(N) network hops and one NVLink hop per level, against the

@@ -4,10 +4,12 @@ default from 3 nodes, "trees"), with an optional chunk size. Read with session 4
 network transfers into pieces M times smaller than the copies (netpieces.txt).
 Usage: python mk.py NODES OUT.json chain|trees [CHUNK_BYTES]"""
 import sys
+
 import hoccl_compiler.multicast as mc
 from hoccl_compiler import compile_plan, make_topology, save_plan
 from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.pipeline import CompileOptions
+
 nodes, out, trees = int(sys.argv[1]), sys.argv[2], sys.argv[3] == 'trees'
 if not trees: mc.TREE_NODES = 10**6
 kw = dict(chunk_bytes=int(sys.argv[4])) if len(sys.argv) > 4 else {}

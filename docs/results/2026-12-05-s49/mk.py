@@ -11,8 +11,10 @@ from hoccl_compiler.collective import CollectiveSpec
 from hoccl_compiler.pipeline import CompileOptions
 
 nodes, out, trees = int(sys.argv[1]), sys.argv[2], sys.argv[3] == 'trees'
-if not trees: mc.TREE_NODES = 10**6
+if not trees:
+    mc.TREE_NODES = 10**6
 kw = dict(chunk_bytes=int(sys.argv[4])) if len(sys.argv) > 4 else {}
-p = compile_plan(make_topology('dgx-h100', nodes=nodes), CollectiveSpec(kind='broadcast', size_bytes=1<<30, root=0), CompileOptions(**kw))
+p = compile_plan(make_topology('dgx-h100', nodes=nodes), CollectiveSpec(kind='broadcast', size_bytes=1 << 30, root=0),
+                 CompileOptions(**kw))
 save_plan(p, out)
 print(out, p.options.chunk_bytes)

@@ -25,14 +25,17 @@ def ramp_bounds(n, c, r):
     for h in head:
         if at + h >= n:
             break
-        at += h; edges.append(at)
+        at += h
+        edges.append(at)
     tail = [c >> j for j in range(1, r + 1)]  # c/2 .. c/2^r from the end
     end_part = sum(tail)
     while at + c < n - end_part:
-        at += c; edges.append(at)
+        at += c
+        edges.append(at)
     for t in tail:
         if at + t < n:
-            at += t; edges.append(at)
+            at += t
+            edges.append(at)
     edges.append(n)
     return np.array(sorted(set(edges)), np.int64)
 
@@ -67,7 +70,8 @@ plan = load_plan(sys.argv[1])
 c = plan.collective
 bound = collective_bound(c.kind, c.size_bytes, plan.topology, float("inf"))
 for r in [int(x) for x in sys.argv[2:]]:
-    LOG.clear(); ENDS.clear()
+    LOG.clear()
+    ENDS.clear()
     t = simulate(plan, r)
-    print(f"{sys.argv[1]}: chunk {plan.options.chunk_bytes >> 20} MiB, ramp {r}: {t * 1e6:,.1f} us, {t / bound:.3f}x the "
-          f"collective bound ({bound * 1e6:,.1f} us)", flush=True)
+    print(f"{sys.argv[1]}: chunk {plan.options.chunk_bytes >> 20} MiB, ramp {r}: {t * 1e6:,.1f} us, "
+          f"{t / bound:.3f}x the collective bound ({bound * 1e6:,.1f} us)", flush=True)

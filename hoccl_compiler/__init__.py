@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
-    "HocclError", "TopologyError", "CollectiveError", "ScheduleError", "PlanError",
+    "HocclError", "TopologyError", "CollectiveError", "ScheduleError", "PlanError", "OptionsError",
     "Topology", "PRESETS", "make_topology", "load_topology",
     "CollectiveSpec", "layout",
     "CompileOptions", "compile_plan", "compile_state", "PASSES", "PASS_NAMES",
@@ -25,7 +25,7 @@ __all__ = [
 
 _LAZY = {
     "HocclError": "errors", "TopologyError": "errors", "CollectiveError": "errors", "ScheduleError": "errors",
-    "PlanError": "errors",
+    "PlanError": "errors", "OptionsError": "errors",
     "Topology": "topology", "PRESETS": "topology", "make_topology": "topology", "load_topology": "topology",
     "CollectiveSpec": "collective", "layout": "collective",
     "CompileOptions": "ir",

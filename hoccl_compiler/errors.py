@@ -11,6 +11,7 @@ __all__ = [
     "CollectiveError",
     "ScheduleError",
     "PlanError",
+    "OptionsError",
 ]
 
 
@@ -28,6 +29,10 @@ class CollectiveError(HocclError, ValueError):
 
 class ScheduleError(HocclError):
     """The scheduler could not build stages for the traffic (an internal limit was hit)."""
+
+
+class OptionsError(HocclError, ValueError):
+    """Compile options are invalid (a chunk size, a fraction)."""
 
 
 class PlanError(HocclError, ValueError):

@@ -58,6 +58,21 @@ class CompileOptions:
     # per node and is passed on inside it. False: one unicast flow per source and destination, as C lists them.
     multicast: bool = True
 
+    def __post_init__(self) -> None:
+        from .errors import OptionsError
+
+        for name in ("chunk_bytes", "net_chunk_bytes"):
+            value = getattr(self, name)
+            if value is None or (name == "net_chunk_bytes" and value == "auto"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                also = ", \"auto\"" if name == "net_chunk_bytes" else ""
+                raise OptionsError(f"CompileOptions({name}={value!r}): give a positive number of bytes, e.g. "
+                                   f"1 << 20, or None{also}")
+        if self.max_extra_time is not None and not 0 <= self.max_extra_time <= 1:
+            raise OptionsError(f"CompileOptions(max_extra_time={self.max_extra_time!r}): give a fraction in 0..1, "
+                               "e.g. 0.01, or None")
+
     def as_dict(self) -> dict[str, Any]:
         return {"chunk_bytes": self.chunk_bytes, "net_chunk_bytes": self.net_chunk_bytes,
                 "max_extra_time": self.max_extra_time, "multicast": self.multicast}

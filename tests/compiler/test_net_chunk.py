@@ -210,3 +210,14 @@ def test_cli_net_chunk_auto_and_off(tmp_path):
     assert load_plan(out).options.net_chunk_bytes is not None
     assert compile_main([*args, "--net-chunk", "off"]) == 0
     assert load_plan(out).options.net_chunk_bytes is None
+
+
+@pytest.mark.parametrize("kw", [dict(chunk_bytes=0), dict(net_chunk_bytes=0), dict(net_chunk_bytes=-5),
+                                dict(net_chunk_bytes="bogus"), dict(net_chunk_bytes=1.5), dict(chunk_bytes=True),
+                                dict(max_extra_time=2.0), dict(max_extra_time=float("nan"))])
+def test_bad_compile_options_are_refused_by_name(kw):
+    from hoccl_compiler import OptionsError
+
+    name = next(iter(kw))
+    with pytest.raises(OptionsError, match=f"CompileOptions\\({name}="):
+        CompileOptions(**kw)

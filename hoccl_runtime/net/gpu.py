@@ -23,6 +23,7 @@ from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
 from .chained import Chained
 from .gated import MAX_SLOTS, RING_BYTES, GatedNodeExecutor, PreparedRun, flag_count, open_gates, ring_slots
+from .routes import net_chunk_of
 from .template import START, moved
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
@@ -84,7 +85,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._ring_at: dict[tuple[str, int], int] = {}   # (kind, rank) -> the ring's address
         self._device_rings: list[tuple[int, int]] = []  # (GPU, pointer) of rings in GPU memory
         if slots is None:
-            slots = ring_slots(plan.options.net_chunk_bytes or plan.options.chunk_bytes, ring_bytes)
+            slots = ring_slots(net_chunk_of(plan), ring_bytes)
         topo = plan.topology
         L = topo.gpus_per_node
         ranks = list(range(node * L, (node + 1) * L))

@@ -351,8 +351,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     frm = (src[0].ptr + fl.src_offset[f] if g < 0 else src[1].ptr + fl.dst_offset[g]) + tr.offset[t]
                     s = stream(("d2d",), src[2])
                     if chained is not None and chained.per_chunk(t):
-                        chained.copies(ops, tr, t, s, lambda start, nb, s=s, to=to, frm=frm:
-                                       copy(to + start - tr.offset[t], frm + start - tr.offset[t], nb, s))
+                        chained.copies(ops, tr, t, s, lambda start, nb, s=s, to=to, frm=frm, off=tr.offset[t]:
+                                       copy(to + start - off, frm + start - off, nb, s))
                     # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
                     # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
                     elif n and (to != frm or dst[2] != src[2]):

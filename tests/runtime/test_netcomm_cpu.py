@@ -137,11 +137,13 @@ def test_ranks_in_different_collectives_fail_and_release_their_streams(monkeypat
     assert results == {0: "raised", 1: "raised"}, results
 
 
+@pytest.mark.parametrize("net", [None, 1500])
 @pytest.mark.parametrize("kind", ["allgather", "alltoall", "sendrecv"])
-def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind):
+def test_gpu_node_executor_with_forwarding_on_faked_cuda(monkeypatch, kind, net):
     """GpuNodeExecutor's copies (staging out, landing, forwarding within a node) for 2 nodes x 2 GPUs,
-    run on host memory through the faked CUDA, reused for a second plan: byte-equal to the replay."""
-    _forwarding_nodes(monkeypatch, kind)
+    run on host memory through the faked CUDA, reused for a second plan: byte-equal to the replay. ``net``: the
+    network transfers in chunks of their own (1,500 B under 4,096 B copies: the rings' slots hold those)."""
+    _forwarding_nodes(monkeypatch, kind, net)
 
 
 @pytest.mark.parametrize("land,send", [("1", "1"), ("0", "1"), ("1", "0"), ("0", "0")])
@@ -169,7 +171,7 @@ def test_the_native_engine_opens_the_gates_and_the_bytes_stay_right(monkeypatch,
     assert any(ahead) == (send == "1")
 
 
-def _forwarding_nodes(monkeypatch, kind) -> list[int]:
+def _forwarding_nodes(monkeypatch, kind, net=None) -> list[int]:
     """Run two plans on 2 nodes x 2 GPUs through GpuNodeExecutor and check the bytes; the landing gates each node's
     native engine opened (0 on the Python lanes)."""
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
@@ -180,7 +182,7 @@ def _forwarding_nodes(monkeypatch, kind) -> list[int]:
     topo = make_topology("h200x2", nodes=2)  # symmetric forwarding: u -> ū -> v̄ -> v
     spec = CollectiveSpec(kind=kind, size_bytes=4 * 20_011) if kind != "sendrecv" else \
         CollectiveSpec(kind=kind, pairs=((0, 3, 70_000), (2, 1, 9_999), (1, 2, 5)))
-    opts = CompileOptions(chunk_bytes=4096, baselines=False, multicast=False)
+    opts = CompileOptions(chunk_bytes=4096, net_chunk_bytes=net, baselines=False, multicast=False)
     plans = [compile_plan(topo, spec, opts), compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=4 * 777),
                                                           opts)]
 
@@ -193,10 +195,12 @@ def _forwarding_nodes(monkeypatch, kind) -> list[int]:
     addresses = {n: t.listen() for n, t in enumerate(transports)}
 
     opened = [0, 0]
+    slot = [0, 0]
 
     def node(n):
         bufs = [{r: (dev(i, r % 2), dev(o, r % 2)) for r, (i, o) in d.items() if r // 2 == n} for d in data]
         ex = GpuNodeExecutor(plans[0], n, bufs[0], transports[n], slots=2, timeout_s=20, reuse=True)
+        slot[n] = ex.chunk  # what one ring slot holds: the plan's network chunk
         ex.connect(addresses)
         for plan, b in zip(plans, bufs, strict=True):
             ex.run(plan, b)
@@ -207,6 +211,7 @@ def _forwarding_nodes(monkeypatch, kind) -> list[int]:
     for t in transports:
         t.close()
     assert not errors, errors
+    assert slot == [net or 4096] * 2
     for plan, d in zip(plans, data, strict=True):
         want = replay(plan, [d[r][0] for r in range(4)]).outputs
         for r in range(4):

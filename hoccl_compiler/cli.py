@@ -58,6 +58,8 @@ class _Progress:
         elapsed = self.clock() - self.started
         if message.startswith("pass "):
             self.done = min(self.passes, self.done + 1)
+        elif message.startswith("network chunks of"):  # --net-chunk auto: another whole compile, its passes anew
+            self.done = 0
         self.message = message
         if self.verbose:
             print(f"[{elapsed:7.2f}s] {message}", file=self.stream, flush=True)

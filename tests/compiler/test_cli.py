@@ -255,6 +255,11 @@ def test_progress_is_a_status_line_on_a_terminal_and_quiet_elsewhere():
     bar.tick()
     last = term.text.rsplit("\r", 1)[1]
     assert last.startswith("[##########..........] 2/4 passes   64.0s") and "stages: 256 ma" in last
+    bar("network chunks of 1024 KiB: compiling that plan too")  # --net-chunk auto: another compile, passes anew
+    assert term.text.rsplit("\r", 1)[1].startswith("[....................] 0/4 passes")
+    bar("pass traffic: 1 ms")
+    last = term.text.rsplit("\r", 1)[1]
+    assert last.startswith("[#####...............] 1/4 passes")
     bar.close()
     assert term.text.endswith("\r" + " " * len(last) + "\r")  # the line is cleared before the result is printed
     for verbose, quiet in ((False, False), (False, True)):  # not a terminal, or -q: nothing at all

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .chain import StageChain, firsts, group_start, overlapped_s, pair_edges, run_start_of, shared_delay
-from .ir import LOCAL, RDMA
+from .ir import LOCAL, RDMA, mixed_sizes
 from .topology import Topology
 from .units import chain_depth
 
@@ -286,7 +286,7 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
     path = np.cumsum(~chained) - 1  # consecutive: the path id per transfer
     depth = group_start(path) if consecutive else chain_depth(after)  # each transfer's place along its path
     tr_first = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap  # each piece's first chunk
-    mixed = bool((chunk_bytes != chunk_bytes[0]).any()) if nbytes.size else False
+    mixed = mixed_sizes(chunk_bytes)
     # how long the piece a piece follows takes to bring that piece's first chunk (its own first chunk, or as many of
     # its smaller chunks as that holds: a network transfer in chunks of its own)
     up = np.maximum(after, 0)

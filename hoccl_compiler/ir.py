@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .schema import Role, chunk_sizes, plan_chunk_sizes, waited_chunk  # the plan format's chunk rules
+from .schema import Role, chunk_sizes, mixed_sizes, plan_chunk_sizes, waited_chunk  # the plan format's chunk rules
 
 if TYPE_CHECKING:
     from .collective import CollectiveSpec, Layout
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ROLE_NAMES", "ROLE_DOMAINS", "LOCAL", "NATIVE", "SEND_FORWARD", "RDMA", "RECV_FORWARD",
     "CompileOptions", "PieceTable", "Schedule", "ChunkSchedule", "Costing", "CompileState", "chunk_sizes",
-    "plan_chunk_sizes", "waited_chunk",
+    "plan_chunk_sizes", "waited_chunk", "mixed_sizes",
 ]
 
 # Roles of a transfer (the plan stores the index; the names and domains are written beside them).

@@ -54,8 +54,7 @@ def gantt_segments(plan: Plan, start_s: float = 0.0) -> list[tuple[int, float, f
             start = free[q]
             if tr.after[t] >= 0:
                 a = tr.after[t]
-                start = max(start, landed[(a, k if size[a] == chunk else int(waited_chunk(k, chunk, size[a],
-                                                                                          tr.bytes[t])))])
+                start = max(start, landed[(a, waited_chunk(k, chunk, size[a], tr.bytes[t]))])
             dur = nbytes / (bw * 1e9) if role != "local" else 0.0
             free[q] = start + dur
             landed[(t, k)] = start + dur

@@ -15,6 +15,7 @@ from __future__ import annotations
 import array
 import hashlib
 import json
+import numbers
 from enum import IntEnum
 from typing import Annotated, Literal
 
@@ -29,7 +30,7 @@ __all__ = [
     "SCHEMA_VERSION", "Plan", "Stage", "TransferTable", "QueueTable", "FlowTable", "RankBuffers",
     "PlanOptions", "Report", "Baselines", "RoleInfo", "Role", "PLAN_ROLES", "plan_id_for", "plan_id_of_json",
     "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT", "IntColumn", "chunk_sizes", "plan_chunk_sizes",
-    "waited_chunk",
+    "waited_chunk", "mixed_sizes",
 ]
 
 SCHEMA_VERSION = 2  # 2: ranks carry the resident offsets of in-place collectives
@@ -344,9 +345,17 @@ def plan_chunk_sizes(plan: Plan, role) -> np.ndarray:
     return chunk_sizes(role, plan.options.chunk_bytes, plan.options.net_chunk_bytes)
 
 
+def mixed_sizes(size: np.ndarray) -> bool:
+    """Whether transfers' chunk sizes (:func:`chunk_sizes`) differ, so that a chunk may wait for another index than
+    its own (:func:`waited_chunk`)."""
+    return bool(size.size) and bool((size != size.flat[0]).any())
+
+
 def waited_chunk(k, size, after_size, nbytes):
     """The chunk that chunk ``k`` of a transfer of ``nbytes`` bytes in chunks of ``size`` waits for in the transfer it
     follows (the same bytes, in chunks of ``after_size``): the one that holds its last byte. A transfer's chunks run
-    in order on its queue, so once that one landed every byte before it has too. Equal sizes: chunk k. NumPy arrays
-    or ints alike."""
+    in order on its queue, so once that one landed every byte before it has too. Equal sizes: chunk k. NumPy arrays,
+    or integers (then a Python int)."""
+    if isinstance(k, numbers.Integral) and isinstance(size, numbers.Integral) and isinstance(nbytes, numbers.Integral):
+        return max(0, min((int(k) + 1) * int(size), int(nbytes)) - 1) // int(after_size)
     return np.maximum(0, np.minimum((k + 1) * size, nbytes) - 1) // after_size

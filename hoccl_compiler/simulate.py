@@ -46,7 +46,7 @@ from .cost import (
     staging_fill_s,
 )
 from .errors import PlanError
-from .ir import RDMA, plan_chunk_sizes, waited_chunk
+from .ir import RDMA, mixed_sizes, plan_chunk_sizes, waited_chunk
 from .schema import Plan
 from .units import chain_depth
 
@@ -142,8 +142,7 @@ def ready_first_order(topo, chunk_bytes, stage, role, src, dst, nbytes, queue, a
     e_tr = np.repeat(np.arange(n_chunks.size), n_chunks)
     e_k = np.arange(e_tr.size) - base[e_tr]
     took_e = start_s[e_tr] + np.clip(nbytes[e_tr] - e_k * size[e_tr], 0, size[e_tr]) / rate[e_tr]
-    mixed = bool(size.size) and bool((size != size.flat[0]).any())
-    ahead = (-critical_path_s(n_chunks, took_e, after, *((size, nbytes) if mixed else ()))).tolist()
+    ahead = (-critical_path_s(n_chunks, took_e, after, *((size, nbytes) if mixed_sizes(size) else ()))).tolist()
     size_of, nbytes_of = size.tolist(), nbytes.tolist()
     took_e = took_e.tolist()
     o_stage = stage[order]
@@ -168,7 +167,7 @@ def ready_first_order(topo, chunk_bytes, stage, role, src, dst, nbytes, queue, a
             known.setdefault(q, [])
             ready.setdefault(q, [])
             a = int(after[t])
-            d = k if a < 0 or size_of[a] == size_of[t] else int(waited_chunk(k, size_of[t], size_of[a], nbytes_of[t]))
+            d = k if a < 0 or size_of[a] == size_of[t] else waited_chunk(k, size_of[t], size_of[a], nbytes_of[t])
             if a < 0 or d >= n_chunks[a]:
                 known[q].append((0.0, *entry))
             else:
@@ -267,7 +266,7 @@ class _Run:
         size = self.size
         for q, t, k, nbytes in entries:  # with the chunk it waits for (its dependency's that holds its last byte)
             a = self.after_of[t]
-            d = k if size is None or a < 0 else int(waited_chunk(k, size[t], size[a], self.nbytes[t]))
+            d = k if size is None or a < 0 else waited_chunk(k, size[t], size[a], self.nbytes[t])
             queues.setdefault(q, []).append((t, k, nbytes, d))
         done: set[tuple[int, int]] = set()
         head = {q: 0 for q in queues}

@@ -42,6 +42,7 @@ from ..ir import (
     CompileOptions,
     CompileState,
     chunk_sizes,
+    mixed_sizes,
     waited_chunk,
 )
 from ..units import chain_depth
@@ -198,7 +199,7 @@ def chunk_order(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, 
     priority = ROLE_PRIORITY[tr_role][chunk_tr]
     rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
     size = np.broadcast_to(np.asarray(chunk_bytes, dtype=np.int64), tr_bytes.shape)
-    mixed = after is not None and bool(size.size) and bool((size != size.flat[0]).any())
+    mixed = after is not None and mixed_sizes(size)
     if depth is None:
         if mixed:
             progress = _after_waited(progress, n_chunks, chunk_tr, chunk_k, size, tr_bytes, after, chain_depth(after))

@@ -61,8 +61,7 @@ class Chained:
     def _around(self, ops: list, t: int, k: int, s: int, wait: bool, record: bool):
         if wait and t in self.forwarded and self.after[t] >= 0:
             a = int(self.after[t])
-            ops.append(Wait(s, self._event(a, k if self.size[a] == self.size[t] else
-                                           int(self._waited(k, self.size[t], self.size[a], self.tr.bytes[t])))))
+            ops.append(Wait(s, self._event(a, self._waited(k, self.size[t], self.size[a], self.tr.bytes[t]))))
         yield
         if record and t in self.targets:
             ops.append(Record(self._event(t, k), s))

@@ -37,6 +37,7 @@ def shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     out = np.zeros(n)
     if not n:
         return out
+    # each temporary is as large as the group (3 M chunk entries at 1024 GPUs), so each goes once it is dead
     order = np.argsort(group, kind="stable")
     g, bi = group[order], nbytes[order]
     first = firsts(g)
@@ -44,14 +45,21 @@ def shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
         order = np.lexsort((nbytes, group))
         g, bi = group[order], nbytes[order]
         first = firsts(g)
+    del g
     b = bi.astype(np.float64)
+    del bi
     start_of = run_start_of(first)
-    rank = np.arange(n) - start_of
     csum = np.cumsum(b)
+    before = csum - b
+    before -= np.where(start_of > 0, csum[start_of - 1], 0.0)  # smaller (or equal, earlier) members
+    del csum
     lengths = np.diff(np.r_[np.flatnonzero(first), n])
-    size_of = lengths[np.cumsum(first) - 1]
-    before = csum - b - np.where(start_of > 0, csum[start_of - 1], 0.0)  # smaller (or equal, earlier) members
-    out[order] = before + (size_of - rank - 1) * b
+    later = lengths[np.cumsum(first) - 1]  # the group's size, then less the member's rank and itself
+    del first, lengths
+    later -= np.arange(n) - start_of + 1
+    del start_of
+    before += later * b
+    out[order] = before
     return out
 
 

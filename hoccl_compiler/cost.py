@@ -232,6 +232,8 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
     e_k = np.zeros(e_tr.size, np.int64)
     by_tr = np.argsort(e_tr, kind="stable")
     e_k[by_tr] = group_start(e_tr[by_tr])
+    del by_tr  # entry-sized temporaries go as soon as they are dead: at 1024 GPUs each is 25 MB, and this is the
+    # compile's peak (it ran to 60 of them at once, 1.5 GB, before)
     e_bytes = np.clip(nbytes[e_tr] - e_k * chunk_bytes[e_tr], 0, chunk_bytes[e_tr])
     e_q = queue[e_tr]
     q_of = stage[e_tr] * (int(queue.max(initial=0)) + 1) + e_q
@@ -239,6 +241,7 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
     e_pos = np.zeros(e_tr.size, np.int64)
     head = run_start_of(firsts(q_of[by_q]))  # in by_q's order: where each entry's queue's run starts
     e_pos[by_q] = np.arange(e_tr.size) - head
+    del q_of
     live = costed[e_tr]
     # convergence: chunks of one kind at the same queue position on the same port share it
     every = bool(live.all())  # the common case: no gather and scatter through an index, no zeros to fill
@@ -253,15 +256,20 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
         conv_in = shared_delay(base + port, b) / cap_of[sp + port]
         port = out_port[t]
         conv_out = shared_delay(base + port, b) / cap_of[sp + port]
+        del t, sp, base, b, port
         if every:
             conv = np.maximum(conv_in, conv_out, out=conv_in)
         else:
             conv[idx] = np.maximum(conv_in, conv_out)
+        del conv_in, conv_out
+    del e_pos
     tr_cap = cap_of[stage * P + np.maximum(out_port, 0)]  # each transfer's out-port bandwidth in its stage
     e_time = np.where(live, start_s[e_tr] + e_bytes / tr_cap[e_tr] + conv, 0.0)
+    del live, e_bytes
     Q = max(int(queue.max(initial=-1)) + 1, G * (topo.dma_queues + 3))  # every queue of every GPU
     q_key = stage[e_tr] * Q + e_q
     q_time = np.bincount(q_key, weights=e_time, minlength=S * Q)
+    del q_key, e_q
     queues_s = q_time.reshape(S, Q).max(axis=1) if Q else np.zeros(S)
     # each transfer's turn: its queue's time in the stage through its last chunk, in the chunk order (a queue that
     # takes one piece's chunks before another's is through with it early)
@@ -276,6 +284,7 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
         at_first = (e_k == 0)[by_q]
         opened[e_tr[by_q[at_first]]] = through[at_first]
         del through, at_last, at_first
+    del e_time, by_q, head
 
     # pipeline fill and drain along forwarded paths (pieces of one segment are consecutive, after = i - 1)
     pipeline_s = np.zeros(S)
@@ -317,6 +326,7 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
             p_stage[path] = stage
             p_time = p_sum + p_max
             np.maximum.at(pipeline_s, p_stage, p_time)
+            del in_path, multi, p_sum, p_max, p_stage, p_time
         else:  # multicast: paths branch (a forwarded copy reads another flow's output): every path from a root
             fill, top = own.copy(), rest.copy()
             for d in range(1, int(depth.max()) + 1):
@@ -324,6 +334,9 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
                 fill[at] = fill[after[at]] + own[at]
                 top[at] = np.maximum(top[after[at]], rest[at])
             np.maximum.at(pipeline_s, stage[chained], (fill + top)[chained])
+            del fill, top
+        del first_conv, first_entry, own, alone, rest, first
+    del e_tr, e_k, conv, opened, chained, path, up, need
     time_s = np.maximum(np.maximum(ports_s, queues_s), pipeline_s)
     if num_stages == 0:
         empty = np.zeros(0)
@@ -336,6 +349,7 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
     tr_idx, up_tr = tr_idx[keep], up_tr[keep]
     last_t = start_s + (nbytes - (n_chunks - 1) * chunk_bytes) / tr_cap  # and last chunk
     whole_t = n_chunks * start_s + nbytes / tr_cap                        # and all of it
+    del keep
     # each waiting piece's depth along its path and the last chunks of its queue's pieces that follow the same piece
     # as it (unicast: its own, each piece has one follower)
     tr_depth = depth[tr_idx]
@@ -345,6 +359,7 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
         tail_t = np.bincount(group, weights=tail_t)[group]
     order_e = np.lexsort((tr_depth, stage[tr_idx]))  # by stage, then along the paths
     tr_idx, up_tr, tr_depth, tail_t = tr_idx[order_e], up_tr[order_e], tr_depth[order_e], tail_t[order_e]
+    del order_e
     # how long before its queue's end a piece that waits on nothing is through (:meth:`StageChain.add_pieces`)
     early = np.where(after[up_tr] < 0, busy.ravel()[stage[up_tr] * Q + queue[up_tr]] - done[up_tr], 0.0)
     edges = (stage[tr_idx], queue[up_tr], queue[tr_idx], lead[tr_idx], last_t[tr_idx], whole_t[tr_idx], up_tr,

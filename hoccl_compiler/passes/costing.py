@@ -102,6 +102,7 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
     order = np.lexsort((np.arange(tr_stage.size), tr_stage))  # pieces stay in path order within a flow
     st, role, src, dst, nb, fl = (a[order] for a in (tr_stage, pieces.role, pieces.src, pieces.dst, pieces.bytes,
                                                      pieces.flow))
+    del tr_stage, order  # the pieces' size each; two of these costings may run at once, at the compile's peak
     after = waits_on_previous(fl)
     depth = None
     if state.layout.via is not None:  # a forwarded flow's first piece waits on its source's last, in one stage
@@ -114,6 +115,7 @@ def whole_flows_time(state: CompileState, chunk_bytes: int, flow_stage: np.ndarr
         same = st[first[fwd]] == st[last[via[fwd]]]
         after[first[fwd[same]]] = last[via[fwd[same]]]
         depth = chain_depth(after)
+    del fl
     S = int(st.max()) + 1 if st.size else 0
     queue = assign_queues(topo, st, role, src, dst, nb, after)
     sizes = chunk_sizes(role, chunk_bytes, net_chunk_bytes)

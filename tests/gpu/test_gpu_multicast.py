@@ -51,7 +51,8 @@ def test_a_broadcast_chain_on_copy_engines(gpus, root, in_place, sync):
             assert np.array_equal(got, data), (rep, r, int(np.count_nonzero(got != data)))
 
 
-@pytest.mark.parametrize("nodes,L,net", [(2, 2, None), (3, 1, None), (2, 2, 300_000), (3, 2, 256 << 10)])
+@pytest.mark.parametrize("nodes,L,net", [(2, 2, None), (3, 1, None), (3, 2, None), (2, 2, 300_000),
+                                              (3, 2, 256 << 10)])
 def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
     """GpuNodeExecutor, one thread per node joined by TCP on this machine, every rank's buffers on GPU 0 (2 nodes
     of 2 ranks sharing it, or 3 nodes of 1 or 2): a multicast AllGather and broadcasts (a chain in the root's node and

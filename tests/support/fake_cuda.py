@@ -226,12 +226,19 @@ class _Streams:
         self.recorded: dict[int, int] = {}
         self.done: dict[int, int] = {}
         self.errors: list[BaseException] = []
+        self.hw_queues: int | None = None  # install(hw_queues=K): a process's streams share K threads
+        self.slots: dict = {}
 
     def worker(self, stream: int) -> _Worker:
         # the streams the code makes (_Stream: 1001, ...) are unique; a raw handle a test passes (7) is each rank's
         # own, as in separate processes (run_ranks names the rank of its threads)
+        process = getattr(_current, "process", None)
         if stream < 1000:
-            stream = (getattr(_current, "process", None), stream)
+            stream = (process, stream)
+        if self.hw_queues:  # as CUDA_DEVICE_MAX_CONNECTIONS: the n-th stream a process uses takes queue n mod K
+            with _lock:
+                seen = self.slots.setdefault(process, {})
+                stream = (process, "hw", seen.setdefault(stream, len(seen)) % self.hw_queues)
         with _lock:
             w = self.workers.get(stream)
             fresh = w is None
@@ -345,12 +352,15 @@ def dmabuf_fd(address: int, nbytes: int, device: int) -> tuple[int, int]:
     return os.open(os.devnull, os.O_RDONLY), 0
 
 
-def install(monkeypatch, *, async_streams: bool = False) -> None:
+def install(monkeypatch, *, async_streams: bool = False, hw_queues: int | None = None) -> None:
     """Replace CUDA for the code under test (cupy module, the driver helpers, peer access); ``async_streams``:
-    streams that run on threads of their own (see the module docstring)."""
+    streams that run on threads of their own (see the module docstring); ``hw_queues``: with them, a process's
+    streams share that many threads, in the order it first uses them, as a GPU's streams share its
+    CUDA_DEVICE_MAX_CONNECTIONS hardware queues (a wait on one holds the work queued behind it on the others)."""
     global _streams
     monkeypatch.setattr(sys.modules[__name__], "_streams", _Streams())
     _streams.on = async_streams
+    _streams.hw_queues = hw_queues
     rt = Runtime()
     cupy = types.ModuleType("cupy")
     cupy.cuda = types.SimpleNamespace(Device=_Device, Stream=_Stream, runtime=rt)

@@ -1,4 +1,5 @@
-"""A known deadlock, kept as a strict xfail until it is fixed: the GPU network executor's streams sharing hardware
+# Session 50: a repro, not a test (copy into tests/runtime/ to run it with the fakes; see the docstring).
+"""A known deadlock (a strict xfail once copied into tests/runtime/): the GPU network executor's streams sharing hardware
 queues (CUDA_DEVICE_MAX_CONNECTIONS=1, Megatron's setting; fewer queues than streams).
 
 Session 50's GPU run hung on the multicast AllGather of 3 nodes of 2 ranks on GPU 0 (tests/gpu/test_gpu_multicast.py,

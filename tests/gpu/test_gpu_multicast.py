@@ -57,7 +57,10 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
     """GpuNodeExecutor, one thread per node joined by TCP on this machine, every rank's buffers on GPU 0 (2 nodes
     of 2 ranks sharing it, or 3 nodes of 1 or 2): a multicast AllGather and broadcasts (a chain in the root's node and
     down the nodes), outputs poisoned, byte-equal to the compiler's replay. ``net``: the network transfers in chunks
-    of their own under the 1 MiB copies (300,000 B: no divisor of them)."""
+    of their own under the 1 MiB copies (300,000 B: no divisor of them). On a 1x H100 (2026-12-06) the 3x2 AllGather
+    with 256 KiB network chunks hung (no progress for 60 s; the 3x2 case without one had not run): the nodes are
+    threads of one process here, so their streams may share the GPU's hardware queues, where the executor's launch
+    order can deadlock (docs/architecture.md, "Known deadlock")."""
     import cupy as cp
     from threaded import node_executors
 

@@ -22,6 +22,11 @@ compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exac
   AllGather (:class:`SymmMemAllGather`: outputs from ``symm_mem``'s memory pool, rendezvoused, then NCCL's
   all_gather_into_tensor, which takes its copy-engine path on symmetric memory with CTA policy zero).
 
+``+prefetch=N`` after any variant but ``none`` (``nccl+prefetch=2``, ``hoccl+prefetch=2+HOCCL_...``): FSDP2's
+explicit prefetch (``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch``, torch's recipe), each
+block's AllGather issued N blocks ahead in both passes and the root's first N with it; without it, FSDP2's implicit
+one-ahead prefetch.
+
 ``--reduce nccl|hoccl``: who reduces the gradients (HOCCL: copy-engine moves plus one local kernel).
 ``--share-gpu``: every rank on GPU 0 (for correctness on a 1-GPU machine: the copies are then same-GPU copies,
 and their speed says nothing about HOCCL). NCCL runs ranks that share a GPU only as separate hosts (a
@@ -53,9 +58,10 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gc_steps import Collector, add_option  # noqa: E402
 from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
-from variants import check, settings, split  # noqa: E402
+from variants import check, options, settings, split  # noqa: E402
 
 VARIANTS = ("hoccl", "hoccl-onegroup", "nccl", "nccl-ce", "none")
+OPTIONS = ("prefetch",)  # +prefetch=N on any variant but none (examples/variants.py)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,7 +74,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the variants")
     p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(VARIANTS)}; "
                    "hoccl+NAME=VALUE[+NAME=VALUE]: a hoccl group made with those HOCCL_* settings "
-                   "(examples/variants.py)")
+                   "(examples/variants.py); +prefetch=N: FSDP2's explicit prefetch of N blocks ahead in both "
+                   "passes (default: its implicit one-ahead)")
     p.add_argument("--reduce", default=None, choices=("nccl", "hoccl"),
                    help="who reduces gradients (default: nccl, or hoccl with --share-gpu)")
     p.add_argument("--share-gpu", action="store_true", help="every rank on GPU 0 (correctness only)")
@@ -85,7 +92,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", default="train_fsdp.json", help="where rank 0 writes every figure")
     args = p.parse_args(argv)
     args.comm = [c.strip() for c in args.comm.split(",") if c.strip()]
-    why = check(args.comm, VARIANTS)
+    why = check(args.comm, VARIANTS, OPTIONS)
     if why:
         p.error(why)
     if args.reduce is None:
@@ -156,7 +163,7 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
 
     torch.manual_seed(args.seed)
     model = GPT(c).to(device)
-    kind, env = split(variant, VARIANTS)  # (hoccl, its settings) for hoccl+NAME=VALUE
+    kind, env = split(variant, VARIANTS, OPTIONS)  # (hoccl, its settings) for hoccl+NAME=VALUE
     if kind == "none":  # this rank's own replica: no sharding, no communication
         return model, torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True), Slack(model)
     if kind in ("hoccl", "hoccl-onegroup"):
@@ -186,6 +193,13 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
     for block in model.layers:
         fully_shard(block, **kw)
     fully_shard(model, **kw)
+    depth = options(variant).get("prefetch")
+    if depth:  # explicit prefetch, torch's FSDP2 recipe: each block's AllGather issued `depth` blocks ahead
+        blocks = list(model.layers)
+        model.set_modules_to_forward_prefetch(blocks[:depth])
+        for i, block in enumerate(blocks):
+            block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + depth])
+            block.set_modules_to_backward_prefetch(blocks[max(0, i - depth):i][::-1])
     if kind in ("hoccl", "hoccl-onegroup"):
         import hoccl_runtime.torch as ht
 

@@ -14,21 +14,29 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 
-__all__ = ["split", "settings", "check"]
+__all__ = ["split", "options", "settings", "check"]
+
+# the examples' own per-variant options (lower case, beside the HOCCL_* settings): name -> (type, bases it applies to)
+OPTIONS = {"prefetch": (int, ("hoccl", "hoccl-onegroup", "nccl", "nccl-ce"))}
 
 
-def split(variant: str, bases: Sequence[str]) -> tuple[str, dict[str, str]]:
+def split(variant: str, bases: Sequence[str], opts: Sequence[str] = ()) -> tuple[str, dict[str, str]]:
     """(base, settings) of ``variant``: ``hoccl+HOCCL_NET_LANES=4`` is ("hoccl", {"HOCCL_NET_LANES": "4"}). Raises
     ValueError naming what is wrong (an unknown base, a setting that is not a HOCCL_* one, settings on a non-hoccl
-    variant)."""
+    variant, an example option of ``OPTIONS`` that is not in ``opts`` or not valid)."""
     from hoccl_runtime.settings import SETTINGS
 
     base, *pairs = variant.split("+")
     if base not in bases:
         raise ValueError(f"--comm {variant!r}: choose from {', '.join(bases)}, each once")
     env: dict[str, str] = {}
+    options(variant)  # its example options are valid
     for pair in pairs:
         name, sep, value = pair.partition("=")
+        if name in OPTIONS and name not in opts:
+            raise ValueError(f"--comm {variant!r}: this example has no {name}= option")
+        if name in opts:
+            continue
         if base != "hoccl" or not sep or name not in SETTINGS:
             raise ValueError(f"--comm {variant!r}: after hoccl+ give HOCCL settings as NAME=VALUE (docs/settings.md), "
                              "e.g. hoccl+HOCCL_NET_CHUNK_BYTES=8388608")
@@ -36,13 +44,35 @@ def split(variant: str, bases: Sequence[str]) -> tuple[str, dict[str, str]]:
     return base, env
 
 
-def check(variants: Sequence[str], bases: Sequence[str]) -> str | None:
+def options(variant: str) -> dict[str, int]:
+    """The example options of ``variant``: ``nccl+prefetch=2`` is {"prefetch": 2}. Raises ValueError naming a value
+    that is not of the option's type or a base the option does not apply to."""
+    base, *pairs = variant.split("+")
+    out: dict[str, int] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in OPTIONS:
+            continue
+        kind, applies = OPTIONS[name]
+        if base not in applies:
+            raise ValueError(f"--comm {variant!r}: {name}= applies to {', '.join(applies)}, not {base}")
+        try:
+            out[name] = kind(value)
+        except ValueError:
+            raise ValueError(f"--comm {variant!r}: {name}={value!r} is not a whole number; "
+                             f"e.g. {base}+{name}=2") from None
+        if out[name] < 1:
+            raise ValueError(f"--comm {variant!r}: {name}={value} must be 1 or more")
+    return out
+
+
+def check(variants: Sequence[str], bases: Sequence[str], opts: Sequence[str] = ()) -> str | None:
     """Why ``variants`` (``--comm``'s list) cannot run, or None: each a known base, with valid settings, once."""
     if not variants:
         return f"--comm: give one or more of {', '.join(bases)}"
     for v in variants:
         try:
-            split(v, bases)
+            split(v, bases, opts)
         except ValueError as exc:
             return str(exc)
     if len(set(variants)) != len(variants):

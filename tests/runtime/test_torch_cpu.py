@@ -572,6 +572,22 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     from variants import settings, split
 
     assert split("hoccl+HOCCL_NET_LANES=4", ("hoccl",)) == ("hoccl", {"HOCCL_NET_LANES": "4"})
+    # FSDP's explicit prefetch depth, an option of the example's own beside the settings (not put in the environment)
+    from variants import options
+
+    assert train_fsdp.parse(["--comm", "hoccl+prefetch=2+HOCCL_NET_LANES=4,nccl+prefetch=3,nccl"]).comm[1] == \
+        "nccl+prefetch=3"
+    assert split("hoccl+prefetch=2+HOCCL_NET_LANES=4", ("hoccl",), ("prefetch",)) == \
+        ("hoccl", {"HOCCL_NET_LANES": "4"})
+    assert options("nccl+prefetch=3") == {"prefetch": 3} and options("nccl") == {}
+    for bad, text in (("nccl+prefetch=x", "'x' is not a whole number"), ("nccl+prefetch=0", "must be 1 or more"),
+                      ("none+prefetch=2", "not none")):
+        with pytest.raises(SystemExit):
+            train_fsdp.parse(["--comm", bad])
+        assert text in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_pipeline.parse(["--comm", "nccl+prefetch=2"])
+    assert "this example has no prefetch= option" in capsys.readouterr().err
     os.environ.pop("HOCCL_NET_LANES", None)
     with settings({"HOCCL_NET_LANES": "4"}):
         from hoccl_runtime.comm.net import net_lanes

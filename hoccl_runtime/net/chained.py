@@ -71,12 +71,12 @@ class Chained:
         forwarded flow's bytes) or landing copy ("recv": it records, where another copy reads what it landed)."""
         return lambda k, s: self._around(ops, t, k, s, side == "send", side == "recv")
 
-    def copies(self, ops: list, tr: Any, t: int, s: int, copy: Any) -> None:
-        """A native transfer chunk by chunk (the plan's copy chunk), each inside its waits and records."""
+    def copy_chunk(self, ops: list, tr: Any, t: int, k: int, s: int, copy: Any) -> None:
+        """Chunk k of a native transfer (the plan's copy chunk) inside its waits and records: ``copy(start, bytes)``
+        (its chunks go in the launch list by level, :class:`~hoccl_runtime.net.order.LaunchOrder`)."""
         size = self.size[t]
-        for k in range(max(1, -(-tr.bytes[t] // size))):
-            start = tr.offset[t] + k * size
-            nb = min(size, tr.offset[t] + tr.bytes[t] - start)
-            with self._around(ops, t, k, s, True, True):
-                if nb:
-                    copy(start, nb)
+        start = tr.offset[t] + k * size
+        nb = min(size, tr.offset[t] + tr.bytes[t] - start)
+        with self._around(ops, t, k, s, True, True):
+            if nb:
+                copy(start, nb)

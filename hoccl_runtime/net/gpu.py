@@ -23,6 +23,7 @@ from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
 from .chained import Chained
 from .gated import MAX_SLOTS, RING_BYTES, GatedNodeExecutor, PreparedRun, flag_count, open_gates, ring_slots
+from .order import NEVER, LaunchOrder
 from .routes import net_chunk_of
 from .template import START, moved
 from .transport.base import Region, Transport
@@ -113,6 +114,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._events: dict[tuple, int] = {}  # multicast plans: (GPU, stage, transfer, chunk) -> event (net/chained.py)
         self._bounds_checked: dict[int, tuple] = {}  # id -> (plan, None): plans whose transfers were checked in bounds
         self._one_stream: dict[int, tuple[Plan, bool]] = {}  # id -> (plan, whether it may run on one stream)
+        self._orders: dict[int, tuple[Plan, LaunchOrder]] = {}  # id -> (plan, its chunk copies' levels)
         from ..settings import env_int
         from .template import Templates
 
@@ -302,12 +304,18 @@ class GpuNodeExecutor(GatedNodeExecutor):
         the landing copies (after ``arrived``, writing ``landed``), and last the stream's end count. The memory
         operations between two copies of a stream go in one batch (a chunk's done count and the next chunk's gate
         wait, in that order: a batch runs in order). The gate counts grow with every run, so a list is built per
-        run, not cached. ``on`` / ``finish`` / ``start``: see :meth:`prepare`'s ``stream``."""
+        run, not cached. ``on`` / ``finish`` / ``start``: see :meth:`prepare`'s ``stream``.
+
+        The chunk copies go in the list by level (:class:`~hoccl_runtime.net.order.LaunchOrder`), so that streams
+        sharing a hardware queue cannot deadlock, and a done count waits in its stream's batch only until a copy
+        that may need it is issued (then it goes in a batch of its own). On the caller's stream alone (``on``), the
+        staging copies of each stage go before its landing copies, done counts riding with the next copy."""
         plan, mine = run.plan, set(self.ranks)
         fl = plan.flows
         ops: list[Op] = []
         used: dict[int, int] = {}  # stream -> its GPU
         pending: dict[int, MemOps] = {}  # stream -> its memory operations since its last copy, not yet in ops
+        need: dict[int, int] = {}  # stream -> the lowest level that may wait for the done count in its batch
         if start is not None:  # the caller's START count, first on its stream
             pending[on] = MemOps().write(*start)
 
@@ -328,19 +336,35 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
         def copy(dst: int, src: int, nbytes: int, s: int) -> None:
             batch = pending.pop(s, None)
+            need.pop(s, None)
             ops.append(Device(used[s]))
             if batch is not None:
                 ops.append(Memops(batch, s))
             ops.append(Memcpy(dst, src, nbytes, s))
 
+        def chunk_copy(chained: Chained, tr: Any, t: int, k: int, key: tuple, to: int, frm: int) -> None:
+            s, off = stream(*key), tr.offset[t]
+            chained.copy_chunk(ops, tr, t, k, s, lambda begin, nb: copy(to + begin - off, frm + begin - off, nb, s))
+
+        def gated(kind: str, gpu: int, device: int, tr: Any, t: int, k: int, base: int, ring: int, data: int,
+                  around: Any, needed: int) -> None:  # a staging ("send") or landing ("recv") copy, its done count
+            s = stream(("d2h" if kind == "send" else "h2d", gpu), device)
+            where = (lambda slot, begin: (ring + slot, data + begin)) if kind == "send" else \
+                (lambda slot, begin: (data + begin, ring + slot))
+            flag, c = self._gated(run.send if kind == "send" else run.recv, kind, gpu, s, tr, t, k, base, memops,
+                                  copy, where, around)
+            memops(s).write(flag, c)  # in its stream's batch until a copy that may need it is issued
+            need[s] = min(need.get(s, NEVER), needed if on is None else NEVER)
+
         routes = self._routes(plan)
         via = fl.via if plan.options.multicast else None
-        landings: list = []
+        levels = _per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.slots, via))
+        units: list[tuple] = []  # (order key, level, issue, its arguments): every chunk copy this node issues
         for stage in plan.stages:
-            tr = stage.transfers
+            tr, si = stage.transfers, stage.index
             sending, receiving = set(), set()
             # a multicast plan: what a forwarded copy reads is written by its ``after`` transfer's copies, each
-            # chunk followed by an event that the reader's stream waits for (issued before it: by path depth)
+            # chunk followed by an event that the reader's stream waits for (issued before it: by its level)
             chained = Chained(self, stage, via, plan.options) if via is not None else None
             for t in chained.order if chained is not None else range(len(tr.flow)):
                 f, role, n = tr.flow[t], tr.role[t], tr.bytes[t]
@@ -349,14 +373,16 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     src, dst = bound[holder], bound[fl.dst[f]]
                     to = dst[1].ptr + fl.dst_offset[f] + tr.offset[t]
                     frm = (src[0].ptr + fl.src_offset[f] if g < 0 else src[1].ptr + fl.dst_offset[g]) + tr.offset[t]
-                    s = stream(("d2d",), src[2])
+                    key = ("d2d",), src[2]
                     if chained is not None and chained.per_chunk(t):
-                        chained.copies(ops, tr, t, s, lambda start, nb, s=s, to=to, frm=frm, off=tr.offset[t]:
-                                       copy(to + start - off, frm + start - off, nb, s))
+                        for k in range(max(1, -(-n // chained.size[t]))):
+                            units.append(((si, 0, len(units)), levels.copy(si, t, k), chunk_copy,
+                                          (chained, tr, t, k, key, to, frm)))
                     # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
                     # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
                     elif n and (to != frm or dst[2] != src[2]):
-                        copy(to, frm, n, s)
+                        units.append(((si, 0, len(units)), levels.copy(si, t),
+                                      lambda to, frm, n, key: copy(to, frm, n, stream(*key)), (to, frm, n, key)))
                     continue
                 if role != RDMA:
                     continue
@@ -365,25 +391,30 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     self._one_per_ring(sending, ubar, stage, "sends")
                     ring = self._ring_at[("send", ubar)]
                     data = bound[holder][0].ptr + fl.src_offset[f] if g < 0 else bound[holder][1].ptr + fl.dst_offset[g]
-                    self._gated(run.send, "send", ubar, stream(("d2h", ubar), bound[holder][2]), tr, t,
-                                routes.send_base(stage.index, t), memops, copy,
-                                lambda slot, start, ring=ring, data=data: (ring + slot, data + start),
-                                chained and chained.around(ops, t, "send"))
+                    base, around = routes.send_base(si, t), chained and chained.around(ops, t, "send")
+                    for k in range(max(1, -(-n // self.chunk))):
+                        units.append(((si, 0, len(units)), levels.send(si, t, k), gated,
+                                      ("send", ubar, bound[holder][2], tr, t, k, base, ring, data, around,
+                                       levels.send_need(si, t, k))))
                 if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
                     vbar, v = tr.dst[t], fl.dst[f]
                     self._one_per_ring(receiving, vbar, stage, "receives")
                     ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
-                    def land(t=t, vbar=vbar, v=v, ring=ring, data=data, tr=tr, stage=stage, chained=chained):
-                        self._gated(run.recv, "recv", vbar, stream(("h2d", vbar), bound[v][2]), tr, t,
-                                    routes.ring_base(stage.index, t), memops, copy,
-                                    lambda slot, start: (data + start, ring + slot),
-                                    chained and chained.around(ops, t, "recv"))
-                    if on is None:
-                        land()
-                    else:
-                        landings.append(land)
-            while landings:  # one stream: the landings after every staging copy (see one_stream)
-                landings.pop(0)()
+                    base, around = routes.ring_base(si, t), chained and chained.around(ops, t, "recv")
+                    for k in range(max(1, -(-n // self.chunk))):  # on one stream: after the stage's staging copies
+                        units.append(((si, 1, len(units)), levels.land(si, t, k), gated,
+                                      ("recv", vbar, bound[v][2], tr, t, k, base, ring, data, around,
+                                       levels.land_need(si, t, k))))
+        units.sort(key=(lambda u: u[0]) if on is not None else (lambda u: (u[1], u[0][2])))
+        for _, level, issue, args in units:
+            # a done count this copy may need goes first, in a batch of its own; one on this copy's own stream rides
+            # in front of its gate wait (the same place in the queue, one driver call fewer)
+            own = (on if on is not None else self._stream(("d2h" if args[0] == "send" else "h2d", args[1]), args[2])) \
+                if issue is gated else None
+            for s in [s for s, lowest in need.items() if lowest <= level and s != own]:
+                need.pop(s)
+                ops += [Device(used[s]), Memops(pending.pop(s), s)]
+            issue(*args)
         if start is not None and on not in used:  # no copy on it: START still goes first, with the end count
             used[on] = next(iter(bound.values()))[2]
         for s, device in used.items():  # each stream says when it is through with the run
@@ -397,25 +428,24 @@ class GpuNodeExecutor(GatedNodeExecutor):
             self._last_end[s] = (flag, c)
         return squeeze_devices(ops)
 
-    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, base: int, memops: Any, copy: Any,
-               where: Any, around: Any = None) -> None:
-        """Transfer ``t``'s chunks through ``ring``'s slots on stream ``s`` (its first chunk at ring position
-        ``base``, :class:`Routes`), each copy (``where(slot offset, chunk start)`` gives its (destination, source))
-        after its slot's gate count and writing the done count after: ``memops(s)`` is the stream's batch of
-        memory operations being gathered, ``copy(dst, src, nbytes, s)`` puts it and the copy in the list.
-        ``around(k, s)`` (a multicast plan): a context that puts chunk k's event wait before its copy and its event
-        record after it."""
-        for k in range(max(1, -(-tr.bytes[t] // self.chunk))):
-            start, nb = self._chunk_range(tr, t, k)
-            j = (base + k) % self.slots
-            gate, done = self._gates[(kind, ring, j)]
-            c = self._count((kind, ring, j))
-            memops(s).wait_geq(gate, c)
-            with around(k, s) if around else contextlib.nullcontext():
-                if nb:
-                    copy(*where(j * self.chunk, start), nb, s)
-            memops(s).write(done, c)
-            side.setdefault((ring, j), deque()).append((gate, done, c, nb))
+    def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, k: int, base: int, memops: Any,
+               copy: Any, where: Any, around: Any = None) -> tuple[Flag, int]:
+        """Transfer ``t``'s chunk ``k`` through ``ring``'s slots on stream ``s`` (the transfer's first chunk at ring
+        position ``base``, :class:`Routes`), the copy (``where(slot offset, chunk start)`` gives its (destination,
+        source)) after its slot's gate count: ``memops(s)`` is the stream's batch of memory operations being
+        gathered, ``copy(dst, src, nbytes, s)`` puts it and the copy in the list. ``around(k, s)`` (a multicast
+        plan): a context that puts chunk k's event wait before its copy and its event record after it. Returns the
+        done flag and the count to write once the copy is through."""
+        start, nb = self._chunk_range(tr, t, k)
+        j = (base + k) % self.slots
+        gate, done = self._gates[(kind, ring, j)]
+        c = self._count((kind, ring, j))
+        memops(s).wait_geq(gate, c)
+        with around(k, s) if around else contextlib.nullcontext():
+            if nb:
+                copy(*where(j * self.chunk, start), nb, s)
+        side.setdefault((ring, j), deque()).append((gate, done, c, nb))
+        return done, c
 
     def _one_per_ring(self, seen: set, ring: int, stage: Any, what: str) -> None:
         if ring in seen:

@@ -430,7 +430,8 @@ class HostNodeExecutor:
         and which were granted a receive slot (credits); which incoming chunks arrived."""
         routes = self._routes(self.plan)
         self._run = RunState(routes, self.ranks)
-        self._staged, self._landing = deque(), deque()
+        # per GPU (send ring / receive ring) in stream order: one GPU's copies never wait for another's (net/order.py)
+        self._staged, self._landing = {}, {}  # GPU -> deque
         self._inflight: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (ū, send position)
 
     def _local_copies(self) -> None:
@@ -450,7 +451,7 @@ class HostNodeExecutor:
         send's last writes still go out; their send slots stay taken until they left (:class:`LeavingWrites`)."""
         run = self._run
         return ((run.posts_left if self.reuse else run.sends_left) == 0 and run.receives_left == 0
-                and not self._staged and not self._landing)
+                and not any(self._staged.values()) and not any(self._landing.values()))
 
     def _send_ready(self) -> bool:
         """Stage every chunk, in each send ring's order, whose send slot is free (the write of the chunk ``S``
@@ -474,18 +475,20 @@ class HostNodeExecutor:
         """Post the network writes of staged chunks whose copy finished, and the credits of landed chunks whose
         copy finished (chunk state DMA_COPYING -> NETWORK, and back to IDLE)."""
         progressed = False
-        while self._staged and ((after := self._after(*self._staged[0][:2])) or self._done(self._staged[0][0])):
-            _, conn, args, imm, ubar, x = self._staged.popleft()
-            self._mark("staged")
-            self._inflight[(id(conn), conn.write(*args, imm=imm, **after))] = (ubar, x)
-            self._run.posts_left -= 1
-            progressed = True
-        while self._landing and self._done(self._landing[0][0]):
-            _, conn, imm = self._landing.popleft()
-            self._mark("landed")
-            if conn is not None:
-                self._notify(conn, imm)
-            progressed = True
+        for staged in self._staged.values():
+            while staged and ((after := self._after(*staged[0][:2])) or self._done(staged[0][0])):
+                _, conn, args, imm, ubar, x = staged.popleft()
+                self._mark("staged")
+                self._inflight[(id(conn), conn.write(*args, imm=imm, **after))] = (ubar, x)
+                self._run.posts_left -= 1
+                progressed = True
+        for landing in self._landing.values():
+            while landing and self._done(landing[0][0]):
+                _, conn, imm = landing.popleft()
+                self._mark("landed")
+                if conn is not None:
+                    self._notify(conn, imm)
+                progressed = True
         return progressed
 
     def _after(self, token: object, conn: Connection) -> dict:
@@ -510,8 +513,8 @@ class HostNodeExecutor:
             region, offset = 2 * local_index, fl.dst_offset[f] + start
         else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
             region, offset = 2 * local_index + 1, (ring % self.slots) * self.chunk
-        self._staged.append((token, self.conns[self._node_of(vbar)], (self.send_region[ubar], slot, n, region, offset),
-                             (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
+        self._staged.setdefault(ubar, deque()).append((token, self.conns[self._node_of(vbar)], (
+            self.send_region[ubar], slot, n, region, offset), (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
 
     def _forged(self, node: int, what: str, imm: int) -> TransportError:
         return TransportError(f"node {self.node}, plan {self.plan.plan_id}: node {node} {what} (immediate {imm:#x}): "
@@ -573,18 +576,19 @@ class HostNodeExecutor:
         # the slot goes to the chunk that uses it next: ``S`` ring positions on, from whichever GPU sends it
         nxt = run.routes.ring_user(vbar, ring + self.slots)
         if nxt is None:
-            self._landing.append((token, None, 0))
+            self._landing.setdefault(vbar, deque()).append((token, None, 0))
         else:
             ubar2, x2 = nxt
-            self._landing.append((token, self.conns[self._node_of(ubar2)], CREDIT | ((ubar2 % self.L) << 24) | x2))
+            self._landing.setdefault(vbar, deque()).append((token, self.conns[self._node_of(ubar2)],
+                                                            CREDIT | ((ubar2 % self.L) << 24) | x2))
 
     def _stalled(self) -> str:
         """What a stalled run waits for, in words (for the timeout's message)."""
-        return self._run.waiting_for(self._deferred, self._node_of, self.slots, len(self._staged) + len(self._landing))
+        copies = sum(map(len, (*self._staged.values(), *self._landing.values())))
+        return self._run.waiting_for(self._deferred, self._node_of, self.slots, copies)
 
     def _poll(self, node: int) -> list:
-        items = self._backlog.pop(node, [])
-        return items + self.conns[node].poll(timeout_s=0)
+        return self._backlog.pop(node, []) + self.conns[node].poll(timeout_s=0)
 
     def _barrier(self) -> None:
         """The end of a run: tell every node, and wait until every node said so too (a node may close its
@@ -605,16 +609,12 @@ class HostNodeExecutor:
 
     def _stage_out(self, ubar: int, slot: int, src_rank: int, src_off: int, n: int) -> object:
         self.send_ring[ubar][slot:slot + n] = self.inputs[src_rank][src_off:src_off + n]
-        return None
 
     def _land(self, vbar: int, slot: int, v: int, dst_off: int, n: int) -> object:
         self.outputs[v][dst_off:dst_off + n] = self.recv_ring[vbar][slot:slot + n]
-        return None
 
     def _done(self, token: object) -> bool:
         return True
 
     def _finish_run(self) -> None:
         """Wait for this run's copies (host copies are done already)."""
-
-

@@ -1,0 +1,132 @@
+"""The order a GPU node's launch list issues a run's chunk copies in (:class:`LaunchOrder`), the same on every node: a
+list that cannot deadlock where streams share a hardware queue.
+
+A GPU runs a process's streams on a few hardware queues (``CUDA_DEVICE_MAX_CONNECTIONS``, 8 by default; Megatron
+sets 1); streams that share one run in the order their work was issued, so a stream memory wait holds everything
+issued behind it on the other streams of its queue. The GPU network executor's copies wait on gates that other
+nodes' copies open (a landing copy for the peer's staging copy, through the network; a staging copy for a slot the
+peer's landing copy credits back), so a list that issued, say, all of a transfer's staging copies and only then its
+landings could stall on one node while its peer stalls on the first (session 50 found it on an H100: nodes that
+shared the GPU's queues, and with the fake CUDA's ``hw_queues``).
+
+Each chunk copy gets a level, a function of the plan alone: one more than the highest level of what its gate or
+event waits for (its peer's staging copy, the landing that credits its slot, the copy whose bytes it forwards) and
+than the copy before it on its stream. Stages follow each other (every level of stage s below every level of s+1).
+A node issues its copies in level order, so on every queue a wait stands behind nothing that needs it. A copy's
+done count (a memory write the driving thread or a peer waits for) may ride in the next batch of memory operations
+on its stream, which saves a driver call, but only while no copy of a level that needs it has been issued yet
+(:meth:`LaunchOrder.send_need`, :meth:`LaunchOrder.land_need`): then it goes in a batch of its own first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .wire import LOCAL, NATIVE, RDMA
+
+__all__ = ["LaunchOrder", "NEVER"]
+
+NEVER = 1 << 62  # a done count nothing in the run waits for on the GPU
+
+
+class LaunchOrder:
+    """The levels of every chunk copy of ``plan`` (network chunks of ``chunk`` bytes through rings of ``slots``
+    slots; ``via``: the plan's forwarding, where the executor runs forwarded copies), as global levels (stage by
+    stage): :meth:`send` (a staging copy), :meth:`land` (a landing copy), :meth:`copy` (a copy within the node)."""
+
+    def __init__(self, plan: Any, chunk: int, slots: int, via: Any = None):
+        from hoccl_compiler.schema import chunk_sizes, waited_chunk
+
+        from ..plans import chain_depth
+
+        self.slots = slots
+        self._send: dict[tuple[int, int], list[int]] = {}  # (stage, transfer) -> level per chunk
+        self._land: dict[tuple[int, int], list[int]] = {}
+        self._copy: dict[tuple[int, int], list[int]] = {}
+        self._start: list[int] = []  # per stage, its first level
+        base = 0
+        for stage in plan.stages:
+            tr, s = stage.transfers, stage.index
+            self._start.append(base)
+            top = 0
+            after = np.asarray(tr.after, dtype=np.int64) if via is not None else None
+            forwarded = {t for t in range(len(tr.flow)) if via is not None and via[tr.flow[t]] >= 0}
+            targets = {int(a) for a in after if a >= 0} if after is not None else set()
+            size = chunk_sizes(tr.role, plan.options.chunk_bytes, plan.options.net_chunk_bytes).tolist()
+            order = np.argsort(chain_depth(after), kind="stable").tolist() if after is not None else \
+                range(len(tr.flow))
+            for t in order:
+                role, n_bytes = int(tr.role[t]), int(tr.bytes[t])
+                chained = t in forwarded or t in targets
+                if role == RDMA:
+                    n = max(1, -(-n_bytes // chunk))
+                    ev = self._events(s, t, n, size, after, n_bytes, waited_chunk, tr) if t in forwarded else None
+                    sends, lands = self._rdma(n, ev)
+                    self._send[(s, t)] = [base + v for v in sends]
+                    self._land[(s, t)] = [base + v for v in lands]
+                    top = max(top, lands[-1])
+                elif role in (LOCAL, NATIVE):
+                    if not chained:
+                        self._copy[(s, t)] = [base]
+                        continue
+                    n = max(1, -(-n_bytes // size[t]))
+                    ev = self._events(s, t, n, size, after, n_bytes, waited_chunk, tr) if t in forwarded else None
+                    levels, last = [], -1
+                    for k in range(n):
+                        last = max(last + 1, ev[k] + 1 if ev is not None else 0)
+                        levels.append(last)
+                    self._copy[(s, t)] = [base + v for v in levels]
+                    top = max(top, levels[-1])
+            base += top + 1
+        self._start.append(base)
+
+    def _events(self, s: int, t: int, n: int, size: list, after: Any, n_bytes: int, waited: Any,
+                tr: Any) -> list[int] | None:
+        """Per chunk of forwarded transfer ``t`` of stage ``s``, the level (within the stage) of the copy whose event
+        it waits for (its ``after`` transfer's chunk that holds its last byte; issued before it, by path depth)."""
+        a = int(after[t])
+        if a < 0:
+            return None
+        levels = (self._land if int(tr.role[a]) == RDMA else self._copy)[(s, a)]
+        start = self._start[s]
+        return [levels[waited(k, size[t], size[a], n_bytes)] - start for k in range(n)]
+
+    def _rdma(self, n: int, ev: list[int] | None) -> tuple[list[int], list[int]]:
+        """Levels (within the stage) of a network transfer's n staging and landing copies: a staging copy after the
+        one before it on its stream, after the landing that frees its receive slot (``slots`` chunks back) and after
+        the copy it forwards (``ev``); its landing after it and after the landing before."""
+        S = self.slots
+        if ev is None and S >= 2:  # nothing but the transfer itself: one level a chunk
+            return list(range(n)), list(range(1, n + 1))
+        sends: list[int] = []
+        lands: list[int] = []
+        for k in range(n):
+            level = sends[-1] + 1 if k else 0
+            if k >= S:
+                level = max(level, lands[k - S] + 1)
+            if ev is not None:
+                level = max(level, ev[k] + 1)
+            sends.append(level)
+            lands.append(max(level + 1, lands[-1] + 1 if k else 0))
+        return sends, lands
+
+    def send(self, stage: int, t: int, k: int) -> int:
+        return self._send[(stage, t)][k]
+
+    def land(self, stage: int, t: int, k: int) -> int:
+        return self._land[(stage, t)][k]
+
+    def copy(self, stage: int, t: int, k: int = 0) -> int:
+        return self._copy[(stage, t)][k]
+
+    def send_need(self, stage: int, t: int, k: int) -> int:
+        """The lowest level that waits for staging copy k's done count: its landing at the peer."""
+        return self._land[(stage, t)][k]
+
+    def land_need(self, stage: int, t: int, k: int) -> int:
+        """The lowest level that may wait for landing copy k's done count (its credit frees the receive slot for the
+        chunk ``slots`` ring positions on): that chunk's staging copy, or the next stage's first level."""
+        sends = self._send[(stage, t)]
+        return sends[k + self.slots] if k + self.slots < len(sends) else self._start[stage + 1]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 51, run 1: FSDP2's explicit prefetch (train_fsdp.py's new +prefetch=N variant option: each block's AllGather
 # issued N blocks ahead) for HOCCL and for NCCL, with and without the landing gates, beside today's default; then the
-# 1F1B pipeline small; then 350m under MPS; then the multicast GPU tests (session 50's 3x2 hang) with the launch lists
-# in level order (hoccl_runtime/net/order.py), at the default hardware queues.
+# multicast GPU tests (session 50's 3x2 hang) with the launch lists in level order (hoccl_runtime/net/order.py), at the
+# default hardware queues; then the 1F1B pipeline small; then 350m under MPS.
 # Two TCP nodes of one rank sharing the GPU, CPUs pinned, small 5 interleaved rounds of 20 steps, 350m 3 of 8.
 # Each step is skipped when what is left of the call is less than its timeout.
 set -u
@@ -34,6 +34,8 @@ for m in mps sliced; do
     --batch 4 --reduce nccl --comm $F --steps 20 --repeats 5 --json $OUT/fsdp-small-$m.json
   table fsdp-small-$m.log
 done
+step "GPU multicast tests" 150 gpu-multicast.log python3 -m pytest -q -p no:randomly tests/gpu/test_gpu_multicast.py
+tail -n 3 $OUT/gpu-multicast.log | cut -c1-300
 export TCP_NODES_TIMEOUT=60
 for m in mps sliced; do
   flag=""; [ $m = mps ] && flag="--mps"
@@ -48,7 +50,5 @@ table fsdp-350m-mps.log
 step "pipeline 350m mps" 130 pipeline-350m-mps.log bash scripts/tcp-nodes.sh --mps examples/train_pipeline.py \
   --size 350m --batch 8 --steps 8 --repeats 3 --comm hoccl,hoccl+$L,nccl,none --json $OUT/pipeline-350m-mps.json
 table pipeline-350m-mps.log
-step "GPU multicast tests" 150 gpu-multicast.log python3 -m pytest -q -p no:randomly tests/gpu/test_gpu_multicast.py
-tail -n 3 $OUT/gpu-multicast.log | cut -c1-300
 cd $OUT && tar czf logs-run1.tgz *.log *.json 2>/dev/null; rm -rf *.log *.json cache
 echo "=== total $(( $(date +%s) - T0 )) s"

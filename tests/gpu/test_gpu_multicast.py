@@ -60,7 +60,8 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
     of their own under the 1 MiB copies (300,000 B: no divisor of them). On a 1x H100 (2026-12-06) the 3x2 AllGather
     with 256 KiB network chunks hung (no progress for 60 s; the 3x2 case without one had not run): the nodes are
     threads of one process here, so their streams may share the GPU's hardware queues, where the executor's launch
-    order can deadlock (docs/architecture.md, "Known deadlock")."""
+    order of that day could deadlock; session 51 put it in level order (docs/architecture.md, "Streams that share a
+    hardware queue"), which covers one node a process; nodes that are threads of one process may still interleave."""
     import cupy as cp
     from threaded import node_executors
 

@@ -31,7 +31,7 @@ export TCP_NODES_TIMEOUT=110
 for m in mps sliced; do
   flag=""; [ $m = mps ] && flag="--mps"
   step "fsdp small $m" 120 fsdp-small-$m.log bash scripts/tcp-nodes.sh $flag examples/train_fsdp.py --size small \
-    --batch 4 --reduce nccl --comm $F --steps 20 --repeats 5 --json $OUT/fsdp-small-$m.json
+    --batch 4 --reduce nccl --comm $F,none --steps 20 --repeats 5 --json $OUT/fsdp-small-$m.json
   table fsdp-small-$m.log
 done
 step "GPU multicast tests" 150 gpu-multicast.log python3 -m pytest -q -p no:randomly tests/gpu/test_gpu_multicast.py

@@ -87,16 +87,19 @@ def test_a_dead_rank_raises_in_time():
 
 def test_train_fsdp_example(tmp_path):
     """HOCCL's reduce-scatters on a second group (use_for_fsdp's default), and (hoccl-onegroup) on the AllGathers'
-    group: the same sums in the same order, so with deterministic kernels the same losses bit for bit."""
+    group, and with FSDP2's explicit prefetch two blocks ahead (hoccl+prefetch=2): the same sums in the same order,
+    so with deterministic kernels the same losses bit for bit."""
     out = tmp_path / "fsdp.json"
+    variants = ("hoccl", "hoccl-onegroup", "hoccl+prefetch=2")
     _torchrun(2, ROOT / "examples" / "train_fsdp.py", "--size", "tiny", "--steps", "4", "--warmup", "1",
-              "--share-gpu", "--comm", "hoccl,hoccl-onegroup", "--deterministic", "--json", str(out))
+              "--share-gpu", "--comm", ",".join(variants), "--deterministic", "--json", str(out))
     got = json.loads(out.read_text())
-    for variant in ("hoccl", "hoccl-onegroup"):
+    for variant in variants:
         s = got["summary"][variant]
         assert s["tokens_per_s"] > 0 and s["steps_measured"] == 3 and s["slack_ms_median"] is not None
         assert all(r["loss"] == r["loss"] for r in got["records"][variant])  # no NaN
-    assert [r["loss"] for r in got["records"]["hoccl"]] == [r["loss"] for r in got["records"]["hoccl-onegroup"]]
+    for variant in variants[1:]:
+        assert [r["loss"] for r in got["records"]["hoccl"]] == [r["loss"] for r in got["records"][variant]], variant
 
 
 @pytest.mark.parametrize("schedule,per_node", [("gpipe", ""), ("1f1b", ""), ("1f1b", "1")],

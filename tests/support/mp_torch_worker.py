@@ -330,8 +330,9 @@ def _train_against_reference(model, ref, me, w, shard, shards, tol, what, steps=
 
 def check_fsdp(g, me, w):
     """5 steps of FSDP2 with HOCCL's AllGather and reduce-scatter (fp32): losses and final parameters equal an
-    unsharded one-process reference on the same data; then bf16 mixed precision (and reshard_after_forward=False,
-    CPU offload) within bf16 tolerance of an fp32 reference."""
+    unsharded one-process reference on the same data, also with FSDP2's explicit prefetch two blocks ahead (two of
+    HOCCL's AllGathers in flight at once); then bf16 mixed precision (and reshard_after_forward=False, CPU offload)
+    within bf16 tolerance of an fp32 reference."""
     import copy
 
     from gpt import GPT, SIZES
@@ -339,13 +340,13 @@ def check_fsdp(g, me, w):
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     c = SIZES["tiny"]
-    for variant in ("fp32", "bf16", "bf16-keep", "offload"):
+    for variant in ("fp32", "fp32-prefetch", "bf16", "bf16-keep", "offload"):
         _TRACE_AT[0] = variant
         torch.manual_seed(0)
         model = GPT(c).to(DEV)
         ref = copy.deepcopy(model)
         kw = {"mesh": DeviceMesh.from_group(g, "cuda")}
-        if variant != "fp32":
+        if not variant.startswith("fp32"):
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if variant == "bf16-keep":
             kw["reshard_after_forward"] = False
@@ -354,8 +355,14 @@ def check_fsdp(g, me, w):
         for block in model.layers:
             fully_shard(block, **kw)
         fully_shard(model, **kw)
+        if variant == "fp32-prefetch":  # torch's recipe (examples/train_fsdp.py's +prefetch=2)
+            blocks = list(model.layers)
+            model.set_modules_to_forward_prefetch(blocks[:2])
+            for i, block in enumerate(blocks):
+                block.set_modules_to_forward_prefetch(blocks[i + 1:i + 3])
+                block.set_modules_to_backward_prefetch(blocks[max(0, i - 2):i][::-1])
         ht.use_for_fsdp(model, g)
-        tol = 1e-5 if variant == "fp32" else 3e-2
+        tol = 1e-5 if variant.startswith("fp32") else 3e-2
         _train_against_reference(model, ref, me, w, me, w, tol, f"fsdp {variant}")
         pool = g._fsdp_pool
         expect(pool is not None and pool.misses == 0 and pool.peak > 0,

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Session 51, run 2: 1) the multicast GPU tests' 3x2 cases (both hung or failed in run 1; the nodes are threads of one
+# Session 51, run 2: 0) under MPS, FSDP small and the pipeline small with CUDA_DEVICE_MAX_CONNECTIONS=32 against the
+# default (8), back to back: do HOCCL's stream memory waits hold the other streams of a shared hardware queue there?
+# 1) the multicast GPU tests' 3x2 cases (both hung or failed in run 1; the nodes are threads of one
 # process there, 18 streams on GPU 0) with CUDA_DEVICE_MAX_CONNECTIONS=32, a hardware queue per stream; 2) FSDP with
 # explicit prefetch on GPU (tests/gpu/test_gpu_torch.py: the example's bit-equal losses, the two-rank FSDP checks);
 # 3) FSDP 350m under MPS with deterministic kernels: do HOCCL's and NCCL's losses agree (run 1's differed from step 1
@@ -8,7 +10,7 @@ set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi -L
 export HOCCL_CACHE_DIR=$OUT/cache
-T0=$(date +%s); END=$((T0 + ${RUN_BUDGET_S:-540}))
+T0=$(date +%s); END=$((T0 + ${RUN_BUDGET_S:-500}))
 fits() { [ $(( END - $(date +%s) )) -ge "$1" ]; }
 step() {
   local name=$1 to=$2 log=$3; shift 3
@@ -16,6 +18,21 @@ step() {
   local t0=$(date +%s); timeout "$to" "$@" > "$OUT/$log" 2>&1; local rc=$?
   echo "=== $name rc=$rc $(( $(date +%s) - t0 )) s"; return $rc
 }
+export TCP_NODES_PIN=1 TCP_NODES_TIMEOUT=75
+L=HOCCL_NET_LAND_GATES=1
+for q in 8 32; do
+  step "fsdp small mps, $q queues" 80 fsdp-small-mps-q$q.log env CUDA_DEVICE_MAX_CONNECTIONS=$q bash scripts/tcp-nodes.sh \
+    --mps examples/train_fsdp.py --size small --batch 4 --reduce nccl --comm hoccl,hoccl+$L,nccl --steps 20 \
+    --repeats 5 --json $OUT/fsdp-small-mps-q$q.json
+  grep -E "^(comm|hoccl|nccl)[ +]" $OUT/fsdp-small-mps-q$q.log | tail -n 4
+done
+export TCP_NODES_TIMEOUT=40
+for q in 8 32; do
+  step "pipeline small mps, $q queues" 45 pipeline-small-mps-q$q.log env CUDA_DEVICE_MAX_CONNECTIONS=$q \
+    bash scripts/tcp-nodes.sh --mps examples/train_pipeline.py --size small --batch 8 --comm hoccl,hoccl+$L,nccl \
+    --steps 20 --repeats 5 --json $OUT/pipeline-small-mps-q$q.json
+  grep -E "^(comm|hoccl|nccl)[ +]" $OUT/pipeline-small-mps-q$q.log | tail -n 4
+done
 step "multicast 3x2, 32 queues" 130 mc32.log env CUDA_DEVICE_MAX_CONNECTIONS=32 \
   python3 -m pytest -q -p no:randomly tests/gpu/test_gpu_multicast.py -k "over_tcp and 3-2"
 tail -n 3 $OUT/mc32.log | cut -c1-300

@@ -66,11 +66,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
                        "ends as soon as a frame left or came in (a wait on the engine) instead of after "
                        "HOCCL_NET_POLL_US (0: a sleep)"),
-    "HOCCL_NET_LAND_GATES": ("0", "the GPU network executor on the native TCP engine: 1 has the engine's receiving "
+    "HOCCL_NET_LAND_GATES": ("1", "the GPU network executor on the native TCP engine: 1 has the engine's receiving "
                              "thread open a chunk's landing gate (the flag its GPU copy waits on) the moment the chunk "
-                             "is in the ring, instead of the proxy's loop once it has seen the chunk (0). Off by "
-                             "default: on a 1x H100 (2026-12-06) they helped under MPS (+5% tokens/s) and not "
-                             "time-sliced (docs/benchmarks.md)"),
+                             "is in the ring, instead of the proxy's loop once it has seen the chunk (0). On by "
+                             "default since 2026-12-06: on 1x H100s, two runs, FSDP and pipeline small +1-5% tokens/s "
+                             "under MPS and -2% to +4% time-sliced (docs/benchmarks.md)"),
     "HOCCL_NET_SEND_GATES": ("0", "the GPU network executor on the native TCP engine: 1 posts a chunk's write as soon "
                              "as its staging copy is issued, to leave when the engine's watcher thread sees the copy's "
                              "done count, instead of once the proxy's loop has seen it (0). Off by default: on a 1x "

@@ -104,7 +104,7 @@ class GatedNodeExecutor(HostNodeExecutor):
         self._current, self._release, self._reached_fn = prepared, release, stream_reached
         if self._land_gates is None:
             try:
-                self._land_gates = env_flag("HOCCL_NET_LAND_GATES", False)
+                self._land_gates = env_flag("HOCCL_NET_LAND_GATES", True)
                 self._send_gates = env_flag("HOCCL_NET_SEND_GATES", False)
             except HocclError as exc:
                 raise TransportError(str(exc)) from None

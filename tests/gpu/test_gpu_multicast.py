@@ -1,10 +1,21 @@
 """Multicast plans on hoccl_runtime.execute on a real GPU (ranks share GPU 0 where there is one): a broadcast's
 chain, each copy reading what the one before it wrote, chunk after chunk, with CUDA events between the copy
-streams. Fresh random data, poisoned outputs."""
+streams. Fresh random data, poisoned outputs.
+
+The network executor's nodes are threads of one process here, all on GPU 0: 18 copy streams for 3 nodes of 2 ranks.
+With CUDA's default 8 hardware queues their waits shared queues and interleaved in any order (the 3x2 cases hung on
+1x H100s, 2026-12-06), which no launch order of a node can prevent; a node per process (the communicators' way) is
+covered by hoccl_runtime/net/order.py. So this module asks for 32 queues where none are set (before CUDA starts:
+pytest imports every module before any test runs, so the whole pytest process and the processes it starts get them;
+the tests of CUDA_DEVICE_MAX_CONNECTIONS=1 set theirs); with them all 11 cases passed on a 1x H100 (2026-12-06)."""
 
 from __future__ import annotations
 
-import numpy as np
+import os
+
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+
+import numpy as np  # noqa: E402
 import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
@@ -59,9 +70,7 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
     down the nodes), outputs poisoned, byte-equal to the compiler's replay. ``net``: the network transfers in chunks
     of their own under the 1 MiB copies (300,000 B: no divisor of them). On a 1x H100 (2026-12-06) the 3x2 AllGather
     with 256 KiB network chunks hung (no progress for 60 s; the 3x2 case without one had not run): the nodes are
-    threads of one process here, so their streams may share the GPU's hardware queues, where the executor's launch
-    order of that day could deadlock; session 51 put it in level order (docs/architecture.md, "Streams that share a
-    hardware queue"), which covers one node a process; nodes that are threads of one process may still interleave."""
+    threads of one process here, so their streams shared the GPU's hardware queues (see the module's docstring)."""
     import cupy as cp
     from threaded import node_executors
 

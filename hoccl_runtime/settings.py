@@ -95,7 +95,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_ONE_STREAM": ("2", "the one-GPU-per-node network communicator: 1 puts a call's staging and landing "
                              "copies on the caller's stream itself, after START and with the DONE wait in their last "
                              "batch, where its plan has one stage and no transfer of more chunks than a ring has "
-                             "slots (a 1F1B exchange: 6 driver calls instead of 11); 2: the same with START a "
+                             "slots (a 1F1B exchange: 6 driver calls instead of 12); 2: the same with START a "
                              "counter in the first batch and no DONE wait (5 driver calls; the stream goes on once its "
                              "own landings are through, not once the proxy has seen them; a run from a kept launch "
                              "list is told to the proxy before its launch); 0: on copy streams of their own after an "

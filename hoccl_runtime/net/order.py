@@ -6,8 +6,9 @@ sets 1); streams that share one run in the order their work was issued, so a str
 issued behind it on the other streams of its queue. The GPU network executor's copies wait on gates that other
 nodes' copies open (a landing copy for the peer's staging copy, through the network; a staging copy for a slot the
 peer's landing copy credits back), so a list that issued, say, all of a transfer's staging copies and only then its
-landings could stall on one node while its peer stalls on the first (found on an H100 with nodes that shared the
-GPU's queues, and with the fake CUDA's ``hw_queues``; docs/architecture.md).
+landings could stall on one node while its peer stalls on the first (shown with the fake CUDA's ``hw_queues``,
+one node a process; an H100 run whose nodes were threads of one process also hung, which no order within a node can
+prevent: their lists interleave in the shared queues; docs/architecture.md).
 
 Each chunk copy gets a level, a function of the plan alone: one more than the highest level of what its gate or
 event waits for (its peer's staging copy, the landing that credits its slot, the copy whose bytes it forwards) and

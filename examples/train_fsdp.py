@@ -153,6 +153,16 @@ class SymmMemAllGather:
         return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
 
 
+def explicit_prefetch(model, depth: int) -> None:
+    """FSDP2's explicit prefetch, torch's recipe: each block's AllGather issued ``depth`` blocks ahead in both passes,
+    and the root's first ``depth`` with it (``model``: a GPT whose blocks and root are fully_shard-ed)."""
+    blocks = list(model.layers)
+    model.set_modules_to_forward_prefetch(blocks[:depth])
+    for i, block in enumerate(blocks):
+        block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + depth])
+        block.set_modules_to_backward_prefetch(blocks[max(0, i - depth):i][::-1])
+
+
 def _timeout(args):
     return datetime.timedelta(seconds=args.timeout)
 
@@ -194,12 +204,8 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
         fully_shard(block, **kw)
     fully_shard(model, **kw)
     depth = options(variant).get("prefetch")
-    if depth:  # explicit prefetch, torch's FSDP2 recipe: each block's AllGather issued `depth` blocks ahead
-        blocks = list(model.layers)
-        model.set_modules_to_forward_prefetch(blocks[:depth])
-        for i, block in enumerate(blocks):
-            block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + depth])
-            block.set_modules_to_backward_prefetch(blocks[max(0, i - depth):i][::-1])
+    if depth:
+        explicit_prefetch(model, depth)
     if kind in ("hoccl", "hoccl-onegroup"):
         import hoccl_runtime.torch as ht
 

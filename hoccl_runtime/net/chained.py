@@ -57,11 +57,16 @@ class Chained:
             ev = self.ex._events[key] = event_create()
         return ev
 
+    def waited(self, t: int, k: int) -> int:
+        """The chunk of forwarded transfer t's ``after`` transfer that its chunk k waits for (the one holding its last
+        byte)."""
+        a = int(self.after[t])
+        return self._waited(k, self.size[t], self.size[a], int(self.tr.bytes[t]))
+
     @contextlib.contextmanager
     def _around(self, ops: list, t: int, k: int, s: int, wait: bool, record: bool):
         if wait and t in self.forwarded and self.after[t] >= 0:
-            a = int(self.after[t])
-            ops.append(Wait(s, self._event(a, self._waited(k, self.size[t], self.size[a], self.tr.bytes[t]))))
+            ops.append(Wait(s, self._event(int(self.after[t]), self.waited(t, k))))
         yield
         if record and t in self.targets:
             ops.append(Record(self._event(t, k), s))

@@ -342,13 +342,15 @@ class GpuNodeExecutor(GatedNodeExecutor):
                 ops.append(Memops(batch, s))
             ops.append(Memcpy(dst, src, nbytes, s))
 
-        def chunk_copy(chained: Chained, tr: Any, t: int, k: int, key: tuple, to: int, frm: int) -> None:
-            s, off = stream(*key), tr.offset[t]
+        def chunk_copy(s: int, chained: Chained, tr: Any, t: int, k: int, to: int, frm: int) -> None:
+            off = tr.offset[t]
             chained.copy_chunk(ops, tr, t, k, s, lambda begin, nb: copy(to + begin - off, frm + begin - off, nb, s))
 
-        def gated(kind: str, gpu: int, device: int, tr: Any, t: int, k: int, base: int, ring: int, data: int,
+        def whole_copy(s: int, to: int, frm: int, n: int) -> None:
+            copy(to, frm, n, s)
+
+        def gated(s: int, kind: str, gpu: int, tr: Any, t: int, k: int, base: int, ring: int, data: int,
                   around: Any, needed: int) -> None:  # a staging ("send") or landing ("recv") copy, its done count
-            s = stream(("d2h" if kind == "send" else "h2d", gpu), device)
             where = (lambda slot, begin: (ring + slot, data + begin)) if kind == "send" else \
                 (lambda slot, begin: (data + begin, ring + slot))
             flag, c = self._gated(run.send if kind == "send" else run.recv, kind, gpu, s, tr, t, k, base, memops,
@@ -359,7 +361,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
         routes = self._routes(plan)
         via = fl.via if plan.options.multicast else None
         levels = _per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.slots, via))
-        units: list[tuple] = []  # (order key, level, issue, its arguments): every chunk copy this node issues
+        # every chunk copy this node issues: (order key, level, its stream's key and GPU, issue, issue's arguments)
+        units: list[tuple] = []
         for stage in plan.stages:
             tr, si = stage.transfers, stage.index
             sending, receiving = set(), set()
@@ -375,14 +378,13 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     frm = (src[0].ptr + fl.src_offset[f] if g < 0 else src[1].ptr + fl.dst_offset[g]) + tr.offset[t]
                     key = ("d2d",), src[2]
                     if chained is not None and chained.per_chunk(t):
-                        for k in range(max(1, -(-n // chained.size[t]))):
-                            units.append(((si, 0, len(units)), levels.copy(si, t, k), chunk_copy,
-                                          (chained, tr, t, k, key, to, frm)))
+                        for k in range(levels.chunks(si, t)):
+                            units.append(((si, 0, len(units)), levels.copy(si, t, k), key, chunk_copy,
+                                          (chained, tr, t, k, to, frm)))
                     # a rank's own block given in place (its input inside its output, as FSDP's AllGather does)
                     # is there already: no copy, so no same-GPU copy on SMs (as the intra-node path, bounce_moves)
                     elif n and (to != frm or dst[2] != src[2]):
-                        units.append(((si, 0, len(units)), levels.copy(si, t),
-                                      lambda to, frm, n, key: copy(to, frm, n, stream(*key)), (to, frm, n, key)))
+                        units.append(((si, 0, len(units)), levels.copy(si, t), key, whole_copy, (to, frm, n)))
                     continue
                 if role != RDMA:
                     continue
@@ -392,29 +394,28 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     ring = self._ring_at[("send", ubar)]
                     data = bound[holder][0].ptr + fl.src_offset[f] if g < 0 else bound[holder][1].ptr + fl.dst_offset[g]
                     base, around = routes.send_base(si, t), chained and chained.around(ops, t, "send")
-                    for k in range(max(1, -(-n // self.chunk))):
-                        units.append(((si, 0, len(units)), levels.send(si, t, k), gated,
-                                      ("send", ubar, bound[holder][2], tr, t, k, base, ring, data, around,
-                                       levels.send_need(si, t, k))))
+                    key = ("d2h", ubar), bound[holder][2]
+                    for k in range(levels.chunks(si, t)):
+                        units.append(((si, 0, len(units)), levels.send(si, t, k), key, gated,
+                                      ("send", ubar, tr, t, k, base, ring, data, around, levels.send_need(si, t, k))))
                 if tr.dst[t] in mine:  # v̄'s receive ring: landing copies slot -> v, each once its chunk arrived
                     vbar, v = tr.dst[t], fl.dst[f]
                     self._one_per_ring(receiving, vbar, stage, "receives")
                     ring, data = self._ring_at[("recv", vbar)], bound[v][1].ptr + fl.dst_offset[f]
                     base, around = routes.ring_base(si, t), chained and chained.around(ops, t, "recv")
-                    for k in range(max(1, -(-n // self.chunk))):  # on one stream: after the stage's staging copies
-                        units.append(((si, 1, len(units)), levels.land(si, t, k), gated,
-                                      ("recv", vbar, bound[v][2], tr, t, k, base, ring, data, around,
-                                       levels.land_need(si, t, k))))
+                    key = ("h2d", vbar), bound[v][2]
+                    for k in range(levels.chunks(si, t)):  # on one stream: after the stage's staging copies
+                        units.append(((si, 1, len(units)), levels.land(si, t, k), key, gated,
+                                      ("recv", vbar, tr, t, k, base, ring, data, around, levels.land_need(si, t, k))))
         units.sort(key=(lambda u: u[0]) if on is not None else (lambda u: (u[1], u[0][2])))
-        for _, level, issue, args in units:
+        for _, level, key, issue, args in units:
             # a done count this copy may need goes first, in a batch of its own; one on this copy's own stream rides
             # in front of its gate wait (the same place in the queue, one driver call fewer)
-            own = (on if on is not None else self._stream(("d2h" if args[0] == "send" else "h2d", args[1]), args[2])) \
-                if issue is gated else None
+            own = on if on is not None else self._stream(*key)
             for s in [s for s, lowest in need.items() if lowest <= level and s != own]:
                 need.pop(s)
                 ops += [Device(used[s]), Memops(pending.pop(s), s)]
-            issue(*args)
+            issue(stream(*key), *args)
         if start is not None and on not in used:  # no copy on it: START still goes first, with the end count
             used[on] = next(iter(bound.values()))[2]
         for s, device in used.items():  # each stream says when it is through with the run

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .wire import LOCAL, NATIVE, RDMA
 
 __all__ = ["LaunchOrder", "NEVER"]
@@ -38,9 +36,7 @@ class LaunchOrder:
     stage): :meth:`send` (a staging copy), :meth:`land` (a landing copy), :meth:`copy` (a copy within the node)."""
 
     def __init__(self, plan: Any, chunk: int, slots: int, via: Any = None):
-        from hoccl_compiler.schema import chunk_sizes, waited_chunk
-
-        from ..plans import chain_depth
+        from .chained import Chained
 
         self.slots = slots
         self._send: dict[tuple[int, int], list[int]] = {}  # (stage, transfer) -> level per chunk
@@ -52,28 +48,24 @@ class LaunchOrder:
             tr, s = stage.transfers, stage.index
             self._start.append(base)
             top = 0
-            after = np.asarray(tr.after, dtype=np.int64) if via is not None else None
-            forwarded = {t for t in range(len(tr.flow)) if via is not None and via[tr.flow[t]] >= 0}
-            targets = {int(a) for a in after if a >= 0} if after is not None else set()
-            size = chunk_sizes(tr.role, plan.options.chunk_bytes, plan.options.net_chunk_bytes).tolist()
-            order = np.argsort(chain_depth(after), kind="stable").tolist() if after is not None else \
-                range(len(tr.flow))
-            for t in order:
+            # the stage's chains as the launch list issues them (no events are made: no executor is given)
+            chain = Chained(None, stage, via, plan.options) if via is not None else None
+            for t in chain.order if chain is not None else range(len(tr.flow)):
                 role, n_bytes = int(tr.role[t]), int(tr.bytes[t])
-                chained = t in forwarded or t in targets
+                forwarded = chain is not None and t in chain.forwarded
                 if role == RDMA:
                     n = max(1, -(-n_bytes // chunk))
-                    ev = self._events(s, t, n, size, after, n_bytes, waited_chunk, tr) if t in forwarded else None
+                    ev = self._events(s, t, n, chain) if forwarded else None
                     sends, lands = self._rdma(n, ev)
                     self._send[(s, t)] = [base + v for v in sends]
                     self._land[(s, t)] = [base + v for v in lands]
                     top = max(top, lands[-1])
                 elif role in (LOCAL, NATIVE):
-                    if not chained:
+                    if chain is None or not chain.per_chunk(t):
                         self._copy[(s, t)] = [base]
                         continue
-                    n = max(1, -(-n_bytes // size[t]))
-                    ev = self._events(s, t, n, size, after, n_bytes, waited_chunk, tr) if t in forwarded else None
+                    n = max(1, -(-n_bytes // chain.size[t]))
+                    ev = self._events(s, t, n, chain) if forwarded else None
                     levels, last = [], -1
                     for k in range(n):
                         last = max(last + 1, ev[k] + 1 if ev is not None else 0)
@@ -83,16 +75,16 @@ class LaunchOrder:
             base += top + 1
         self._start.append(base)
 
-    def _events(self, s: int, t: int, n: int, size: list, after: Any, n_bytes: int, waited: Any,
-                tr: Any) -> list[int] | None:
+    def _events(self, s: int, t: int, n: int, chain: Any) -> list[int] | None:
         """Per chunk of forwarded transfer ``t`` of stage ``s``, the level (within the stage) of the copy whose event
-        it waits for (its ``after`` transfer's chunk that holds its last byte; issued before it, by path depth)."""
-        a = int(after[t])
+        it waits for (its ``after`` transfer's chunk that holds its last byte, :meth:`Chained.waited`; issued before
+        it, by path depth)."""
+        a = int(chain.after[t])
         if a < 0:
             return None
-        levels = (self._land if int(tr.role[a]) == RDMA else self._copy)[(s, a)]
+        levels = (self._land if int(chain.tr.role[a]) == RDMA else self._copy)[(s, a)]
         start = self._start[s]
-        return [levels[waited(k, size[t], size[a], n_bytes)] - start for k in range(n)]
+        return [levels[chain.waited(t, k)] - start for k in range(n)]
 
     def _rdma(self, n: int, ev: list[int] | None) -> tuple[list[int], list[int]]:
         """Levels (within the stage) of a network transfer's n staging and landing copies: a staging copy after the
@@ -112,6 +104,11 @@ class LaunchOrder:
             sends.append(level)
             lands.append(max(level + 1, lands[-1] + 1 if k else 0))
         return sends, lands
+
+    def chunks(self, stage: int, t: int) -> int:
+        """How many copies transfer ``t`` of ``stage`` is issued as (its network chunks, or its copy chunks where a
+        chain runs through it, else one)."""
+        return len((self._send if (stage, t) in self._send else self._copy)[(stage, t)])
 
     def send(self, stage: int, t: int, k: int) -> int:
         return self._send[(stage, t)][k]

@@ -355,12 +355,10 @@ def check_fsdp(g, me, w):
         for block in model.layers:
             fully_shard(block, **kw)
         fully_shard(model, **kw)
-        if variant == "fp32-prefetch":  # torch's recipe (examples/train_fsdp.py's +prefetch=2)
-            blocks = list(model.layers)
-            model.set_modules_to_forward_prefetch(blocks[:2])
-            for i, block in enumerate(blocks):
-                block.set_modules_to_forward_prefetch(blocks[i + 1:i + 3])
-                block.set_modules_to_backward_prefetch(blocks[max(0, i - 2):i][::-1])
+        if variant == "fp32-prefetch":  # examples/train_fsdp.py's +prefetch=2
+            from train_fsdp import explicit_prefetch
+
+            explicit_prefetch(model, 2)
         ht.use_for_fsdp(model, g)
         tol = 1e-5 if variant.startswith("fp32") else 3e-2
         _train_against_reference(model, ref, me, w, me, w, tol, f"fsdp {variant}")

@@ -94,9 +94,10 @@ def _size_class(n: int) -> str:
 
 def summarize(prefix: str) -> str:
     """What :func:`write_trace` wrote under ``prefix``, in words (us): per rank, for its most frequent calls, the
-    median time from each step to the next; its driving loop's longest poll sleep and turn per call; its garbage
-    collections. Where the trace has the frames of exactly two ranks (one connection between them), a write's time
-    split up, by size: the hand-off (posted -> its lane began sending it), the send (the lane's ``sendall``), the
+    median time from each step to the next; for its most frequent call, the way in from the call before (see
+    :func:`_between`); its driving loop's longest poll sleep and turn per call; its garbage collections. Where the
+    trace has the frames of exactly two ranks (one connection between them), a write's time split up, by size: the
+    hand-off (posted -> its lane began sending it), the send (the lane's ``sendall``), the
     wire (the send returned -> the peer's receiving thread had the payload; negative: before), the landing (the
     peer's header in -> payload in) and the whole write (posted -> its last part in at the peer)."""
     files = sorted(glob.glob(glob.escape(prefix) + ".rank*.csv"))
@@ -135,6 +136,8 @@ def _rank(prefix: str, rank: int, out: list[str]) -> None:
             if d:
                 steps.append(f"{b} +{_quantile(d, .5):.0f}")
         out.append(f"  {call} x{len(some)}: " + ", ".join(steps))
+    if by_call:
+        out.append(_between(rows, max(by_call, key=lambda c: len(by_call[c]))))
     for col, what in (("sleep_us", "longest poll sleep"), ("turn_us", "longest turn")):
         v = [float(r[col]) for r in rows if r.get(col)]
         out.append(f"  the loop's {what} per call: {_spread(v)} max {max(v, default=0):.0f}")
@@ -145,6 +148,26 @@ def _rank(prefix: str, rank: int, out: list[str]) -> None:
             if t:
                 out.append(f"  gc generation {gen}: {len(t)}, {sum(t) / 1e3:.1f} ms in all, longest "
                            f"{max(t) / 1e3:.2f} ms")
+
+
+def _between(rows: list[dict], call: str) -> str:
+    """The way into each ``call`` from the call before it on the rank (p50, us), from that call's copies done: when
+    ``call``'s message arrived (negative: it was issued while the one before still ran; positive: the caller issued
+    it only after that one was through, so its host, not the network, set the pace), was taken, and its stream
+    reached it; and the time between the two calls' arrivals (the caller's pace)."""
+    ways: dict[str, list[float]] = defaultdict(list)
+    for before, row in zip(rows, rows[1:], strict=False):
+        if row["call"] != call or not before["copies_us"]:
+            continue
+        for step in ("arrived", "taken", "stream"):
+            if row[f"{step}_us"]:
+                ways[step].append(float(row[f"{step}_us"]) - float(before["copies_us"]))
+        ways["pace"].append(float(row["arrived_us"]) - float(before["arrived_us"]))
+    if not ways:
+        return f"  {call}: no call before it to measure the way in from"
+    return (f"  {call}, after the call before it was through: arrived {_quantile(ways['arrived'], .5):+.0f}, taken "
+            f"{_quantile(ways['taken'], .5):+.0f}, its stream there {_quantile(ways['stream'], .5):+.0f}; arrivals "
+            f"{_quantile(ways['pace'], .5):.0f} apart (x{len(ways['pace'])})")
 
 
 def _frames(prefix: str, ranks: list[int]) -> list[str]:

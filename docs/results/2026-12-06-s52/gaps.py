@@ -15,7 +15,9 @@ COLS = ("arrived", "taken", "begun", "announced", "hello", "stream", "staged", "
 
 def load(path):
     rows = []
-    for r in csv.DictReader(open(path)):
+    with open(path) as f:
+        records = list(csv.DictReader(f))
+    for r in records:
         t0 = float(r["t0_us"])
         rows.append({"call": r["call"], **{c: float(r[f"{c}_us"]) + t0 if r.get(f"{c}_us") else None for c in COLS}})
     return rows
@@ -53,7 +55,7 @@ for prefix in sys.argv[1:]:
         for name, v in gaps.items():
             show(name, v)
     both = {}
-    for a, b in zip(*ranks):
+    for a, b in zip(*ranks, strict=False):
         if a["call"] != call or b["call"] != call or None in (a["stream"], b["stream"]):
             continue
         later = max(a["stream"], b["stream"])

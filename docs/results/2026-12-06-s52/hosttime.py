@@ -1,0 +1,60 @@
+"""Session 52: the training thread's host time inside FSDP2's per-module steps and inside the AllGather call, HOCCL's
+and NCCL's, in one invocation of a training example (variants interleave). Wraps, by timing on the host
+(perf_counter): FSDPParamGroup.pre_forward / post_forward / pre_backward / post_backward, and the AllGather's
+allocate() and __call__ (HOCCL's HocclAllGather, torch's DefaultAllGather for NCCL). At exit, HOSTTIME_OUT.rankN.txt:
+per variant and wrapped function, calls, median and mean us. Usage (under torchrun / scripts/tcp-nodes.sh):
+hosttime.py SCRIPT [ARGS...]."""
+import atexit
+import functools
+import os
+import runpy
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+from torch.distributed.fsdp._fully_shard import _fsdp_collectives as coll
+from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pgm
+
+from hoccl_runtime.torch._fsdp import HocclAllGather
+
+times: dict = defaultdict(list)
+
+
+def variant_of_group(group) -> str:
+    return "hoccl" if isinstance(getattr(group, "_all_gather_comm", None), HocclAllGather) else "nccl"
+
+
+def wrap(cls, name, variant):
+    fn = getattr(cls, name)
+
+    @functools.wraps(fn)
+    def timed(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(self, *a, **k)
+        finally:
+            times[(variant(self), f"{cls.__name__}.{name}")].append(time.perf_counter() - t)
+    setattr(cls, name, timed)
+
+
+for n in ("pre_forward", "post_forward", "pre_backward", "post_backward"):
+    wrap(pgm.FSDPParamGroup, n, variant_of_group)
+for n in ("allocate", "__call__"):
+    wrap(HocclAllGather, n, lambda self: "hoccl")
+    wrap(coll.DefaultAllGather, n, lambda self: "nccl")
+
+
+def report():
+    rank = os.environ.get("RANK", "0")
+    with open(f"{os.environ.get('HOSTTIME_OUT', '/tmp/hosttime')}.rank{rank}.txt", "w") as f:
+        f.write(f"{'variant':8s} {'function':40s} {'calls':>7s} {'median us':>10s} {'mean us':>9s}\n")
+        for (v, name), t in sorted(times.items()):
+            f.write(f"{v:8s} {name:40s} {len(t):7d} {statistics.median(t) * 1e6:10.1f} "
+                    f"{statistics.fmean(t) * 1e6:9.1f}\n")
+
+
+atexit.register(report)
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+runpy.run_path(sys.argv[0], run_name="__main__")

@@ -1,0 +1,34 @@
+"""The network proxy's trace summary (hoccl_runtime.net.trace) on trace files written by write_trace."""
+
+from __future__ import annotations
+
+from hoccl_runtime.net.trace import STEPS, summarize, write_trace
+
+
+def _row(call: str, start: float, arrived: float) -> tuple:
+    """A call whose steps follow each other 10 us apart from ``start`` (s), its message in at ``arrived`` (s)."""
+    times = [arrived] + [start + 10e-6 * k for k in range(1, len(STEPS))]
+    return (call, *times, (5e-6, 7e-6))
+
+
+def test_the_summary_gives_the_way_in_from_the_call_before(tmp_path):
+    """Calls 1 ms apart, each through 100 us after its start: the second arrives 200 us before the first is through
+    (issued early), the third 300 us after (its caller late), the fourth 100 us after."""
+    first_end = 100e-6  # the copies of a call starting at s end at s + 10 us x (len(STEPS) - 1) = s + 100 us
+    assert abs(10e-6 * (len(STEPS) - 1) - first_end) < 1e-12
+    rows = [_row("allgather 8", 0.0, 0.0), _row("allgather 8", 1e-3, first_end - 200e-6),
+            _row("allgather 8", 2e-3, 1e-3 + first_end + 300e-6), _row("allgather 8", 3e-3, 2e-3 + first_end + 100e-6),
+            _row("broadcast 4", 4e-3, 4e-3)]
+    write_trace(str(tmp_path / "t"), 0, rows)
+    text = summarize(str(tmp_path / "t"))
+    line = next(x for x in text.splitlines() if "after the call before it was through" in x)
+    # arrived: -200, +300, +100 (p50 +100); taken (start + 10 us): +910, +910, +910; stream (start + 50 us): +950
+    assert line.startswith("  allgather 8, after") and "arrived +100," in line and "taken +910," in line, line
+    assert "its stream there +950;" in line, line
+    # the arrivals at 0, -100, 1,400 and 2,200 us: apart -100, 1,500 and 800 (p50 800)
+    assert "arrivals 800 apart (x3)" in line, line
+
+
+def test_a_single_call_has_no_way_in(tmp_path):
+    write_trace(str(tmp_path / "t"), 0, [_row("sendrecv 0->1 8", 0.0, 0.0)])
+    assert "sendrecv 0->1 8: no call before it to measure the way in from" in summarize(str(tmp_path / "t"))

@@ -25,7 +25,8 @@ compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exac
 ``+prefetch=N`` after any variant but ``none`` (``nccl+prefetch=2``, ``hoccl+prefetch=2+HOCCL_...``): FSDP2's
 explicit prefetch (``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch``, torch's recipe), each
 block's AllGather issued N blocks ahead in both passes and the root's first N with it; without it, FSDP2's implicit
-one-ahead prefetch.
+one-ahead prefetch. ``+window=BYTES`` after a hoccl variant: ``use_for_fsdp(window_bytes=BYTES)``, the registered
+window its AllGather outputs come from (0: none, torch's allocator gives them; default 4x the largest module's).
 
 ``--reduce nccl|hoccl``: who reduces the gradients (HOCCL: copy-engine moves plus one local kernel).
 ``--share-gpu``: every rank on GPU 0 (for correctness on a 1-GPU machine: the copies are then same-GPU copies,
@@ -61,7 +62,7 @@ from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # 
 from variants import check, options, settings, split  # noqa: E402
 
 VARIANTS = ("hoccl", "hoccl-onegroup", "nccl", "nccl-ce", "none")
-OPTIONS = ("prefetch",)  # +prefetch=N on any variant but none (examples/variants.py)
+OPTIONS = ("prefetch", "window")  # +prefetch=N on any variant but none, +window=BYTES on hoccl's (examples/variants.py)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,7 +76,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--comm", default="hoccl", help=f"comma-separated variants: {', '.join(VARIANTS)}; "
                    "hoccl+NAME=VALUE[+NAME=VALUE]: a hoccl group made with those HOCCL_* settings "
                    "(examples/variants.py); +prefetch=N: FSDP2's explicit prefetch of N blocks ahead in both "
-                   "passes (default: its implicit one-ahead)")
+                   "passes (default: its implicit one-ahead); hoccl+window=BYTES: use_for_fsdp's window "
+                   "(0: none)")
     p.add_argument("--reduce", default=None, choices=("nccl", "hoccl"),
                    help="who reduces gradients (default: nccl, or hoccl with --share-gpu)")
     p.add_argument("--share-gpu", action="store_true", help="every rank on GPU 0 (correctness only)")
@@ -212,7 +214,8 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
         # the reduce-scatters on use_for_fsdp's own second group, or on the AllGathers' group (hoccl-onegroup)
         rs = groups[variant] if kind == "hoccl-onegroup" else None
         with settings(env):  # the variant's settings reach the second group too
-            ht.use_for_fsdp(model, groups[variant], reduce=args.reduce, reduce_group=rs)
+            ht.use_for_fsdp(model, groups[variant], reduce=args.reduce, reduce_group=rs,
+                            window_bytes=options(variant).get("window"))
     elif kind == "nccl-ce":
         from torch.distributed.fsdp import FSDPModule
 

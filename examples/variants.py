@@ -8,8 +8,8 @@ AllGather ran 0.72-1.10 ms across invocations there (docs/benchmarks.md, 2026-12
 what counts.
 
 An example may take options of its own in the same place (``OPTIONS``, lower case, on other bases too):
-``train_fsdp.py --comm hoccl+prefetch=2,nccl+prefetch=2`` (FSDP2's explicit prefetch). They are not put in the
-environment; :func:`options` reads them.
+``train_fsdp.py --comm hoccl+prefetch=2,nccl+prefetch=2`` (FSDP2's explicit prefetch), ``hoccl+window=0`` (the
+bytes of ``use_for_fsdp``'s window: 0 for none). They are not put in the environment; :func:`options` reads them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from collections.abc import Iterator, Sequence
 
 __all__ = ["split", "options", "settings", "check"]
 
-# the examples' own per-variant options (lower case, beside the HOCCL_* settings): name -> (type, bases it applies to)
-OPTIONS = {"prefetch": (int, ("hoccl", "hoccl-onegroup", "nccl", "nccl-ce"))}
+# the examples' own per-variant options (lower case, beside the HOCCL_* settings): name -> (type, bases it applies to,
+# the least value)
+OPTIONS = {"prefetch": (int, ("hoccl", "hoccl-onegroup", "nccl", "nccl-ce"), 1),
+           "window": (int, ("hoccl", "hoccl-onegroup"), 0)}
 
 
 def split(variant: str, bases: Sequence[str], opts: Sequence[str] = ()) -> tuple[str, dict[str, str]]:
@@ -57,7 +59,7 @@ def options(variant: str) -> dict[str, int]:
         name, _, value = pair.partition("=")
         if name not in OPTIONS:
             continue
-        kind, applies = OPTIONS[name]
+        kind, applies, least = OPTIONS[name]
         if base not in applies:
             raise ValueError(f"--comm {variant!r}: {name}= applies to {', '.join(applies)}, not {base}")
         try:
@@ -65,8 +67,8 @@ def options(variant: str) -> dict[str, int]:
         except ValueError:
             raise ValueError(f"--comm {variant!r}: {name}={value!r} is not a whole number; "
                              f"e.g. {base}+{name}=2") from None
-        if out[name] < 1:
-            raise ValueError(f"--comm {variant!r}: {name}={value} must be 1 or more")
+        if out[name] < least:
+            raise ValueError(f"--comm {variant!r}: {name}={value} must be {least} or more")
     return out
 
 

@@ -580,8 +580,12 @@ def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     assert split("hoccl+prefetch=2+HOCCL_NET_LANES=4", ("hoccl",), ("prefetch",)) == \
         ("hoccl", {"HOCCL_NET_LANES": "4"})
     assert options("nccl+prefetch=3") == {"prefetch": 3} and options("nccl") == {}
+    # use_for_fsdp's window, in bytes (0: none), on hoccl variants only
+    assert options("hoccl+window=0+prefetch=2") == {"window": 0, "prefetch": 2}
+    assert train_fsdp.parse(["--comm", "hoccl,hoccl+window=0"]).comm == ["hoccl", "hoccl+window=0"]
     for bad, text in (("nccl+prefetch=x", "'x' is not a whole number"), ("nccl+prefetch=0", "must be 1 or more"),
-                      ("none+prefetch=2", "not none")):
+                      ("none+prefetch=2", "not none"), ("hoccl+window=-1", "must be 0 or more"),
+                      ("nccl+window=0", "window= applies to hoccl, hoccl-onegroup, not nccl")):
         with pytest.raises(SystemExit):
             train_fsdp.parse(["--comm", bad])
         assert text in capsys.readouterr().err

@@ -513,21 +513,14 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Close the communicator and the NCCL backend that reduces for the group, if any (torch calls it from
-        destroy_process_group, which does not know that backend: left open, it is torn down only at exit)."""
+        """Close the communicator (torch calls it from destroy_process_group)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             with contextlib.suppress(Exception):
                 self._flush()
-            try:
-                self.comm.close()
-            finally:
-                if self._nccl is not None:
-                    close = getattr(self._nccl, "shutdown", None) or getattr(self._nccl, "_shutdown", None)
-                    with contextlib.suppress(Exception):  # closing anyway: a backend that cannot shut down is dropped
-                        close()
+            self.comm.close()
 
     abort = shutdown
 

@@ -499,38 +499,6 @@ def test_configure_and_group_options():
         ht.ProcessGroupHoccl(object(), 0, 2, reduce="nccl", streams=object())
 
 
-def test_shutdown_closes_the_communicator_and_the_nccl_reducer():
-    """destroy_process_group reaches the group's shutdown: its communicator and the NCCL backend it reduces with are
-    closed, once, also when NCCL refuses."""
-    closed = []
-
-    class Comm:
-        device = 0
-
-        def close(self):
-            closed.append("comm")
-
-    class Nccl:
-        def __init__(self, fails=False):
-            self.fails = fails
-
-        def shutdown(self):
-            closed.append("nccl")
-            if self.fails:
-                raise RuntimeError("NCCL communicator was aborted")
-
-    group = ht.ProcessGroupHoccl(Comm(), 0, 2, reduce="nccl", nccl=Nccl(), streams=object())
-    group.shutdown()
-    group.shutdown()  # once
-    assert closed == ["comm", "nccl"]
-    closed.clear()
-    ht.ProcessGroupHoccl(Comm(), 0, 2, reduce="nccl", nccl=Nccl(fails=True), streams=object()).shutdown()
-    assert closed == ["comm", "nccl"]
-    closed.clear()
-    ht.ProcessGroupHoccl(Comm(), 0, 2, reduce="hoccl", streams=object()).shutdown()
-    assert closed == ["comm"]
-
-
 def test_use_for_fsdp_takes_a_reduce_group_only_of_hoccl_its_ranks_and_hoccl_reducing():
     """The checks of use_for_fsdp(reduce_group=): a bad value is refused naming it and the fix; good ones pass."""
     from hoccl_runtime.torch._fsdp import _check_reduce_group

@@ -51,6 +51,7 @@ def sample():
 
 def report():
     state["on"] = False
+    time.sleep(10 * interval)  # the sampler's last look done (run 2's rank 0 report was cut short without it)
     rank = os.environ.get("RANK", "0")
     total = state["total"] or 1.0
     with open(f"{out}.rank{rank}.txt", "w") as f:
@@ -58,7 +59,7 @@ def report():
                 f"every {interval * 1e6:.0f} us asked\n")
         for title, c, n in (("inclusive", inclusive, 60), ("innermost", innermost, 40), ("innermost line", lines, 40)):
             f.write(f"\n# {title} (s, % of the sampled time)\n")
-            for k, v in c.most_common(n):
+            for k, v in Counter(dict(c)).most_common(n):  # a copy: the sampler may still be adding to it
                 f.write(f"{v:9.3f} {100 * v / total:6.2f}%  {k}\n")
 
 

@@ -1,7 +1,9 @@
 """Host time per AllGather call: the communicator's own call, FSDP2's hook (HocclAllGather) and the hoccl backend
-(dist.all_gather_into_tensor), in place on window memory, under torchrun.
+(dist.all_gather_into_tensor), in place on window memory, under torchrun; and of the output's ``allocate()`` that
+FSDP2 makes before each, from the window and from torch's allocator.
 
     torchrun --nproc_per_node 2 examples/profile_fsdp_hook.py [--share-gpu] [--calls 200] [--size 2MiB]
+    bash scripts/tcp-nodes.sh examples/profile_fsdp_hook.py --size 6MiB    # each rank its own node, over TCP
 
 Each row issues ``--calls`` calls back to back on a stream held by a wait on a host flag (so the GPU runs none of
 them while they are timed, and a full launch queue cannot slow the host), divides the host time by the count,
@@ -54,10 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     with cupy.cuda.Device(dev):
         flags = FlagPool(1)
     hold = flags.allocate()
+    shape, cuda = (world * n,), torch.device("cuda", dev)
     rows = {
         "communicator": lambda: g.comm.all_gather_into_tensor(out, mine, stream=stream),
         "FSDP hook": lambda: gather(out, mine, g),
         "hoccl backend": lambda: dist.all_gather_into_tensor(out, mine, group=g),
+        # what FSDP2 calls before each AllGather: a window block (made a tensor through CuPy and DLPack, given back
+        # as it dies), against torch's allocator (FSDP's own default, and use_for_fsdp(window_bytes=0))
+        "allocate, window": lambda: gather.allocate(shape, dtype=torch.bfloat16, device=cuda),
+        "allocate, torch": lambda: torch.empty(shape, dtype=torch.bfloat16, device=cuda),
     }
     times: dict[str, list[float]] = {k: [] for k in rows}
     with torch.cuda.stream(stream):

@@ -162,12 +162,14 @@ def _between(rows: list[dict], call: str) -> str:
         for step in ("arrived", "taken", "stream"):
             if row[f"{step}_us"]:
                 ways[step].append(float(row[f"{step}_us"]) - float(before["copies_us"]))
-        ways["pace"].append(float(row["arrived_us"]) - float(before["arrived_us"]))
-    if not ways:
+        if row["arrived_us"] and before["arrived_us"]:
+            ways["pace"].append(float(row["arrived_us"]) - float(before["arrived_us"]))
+    if not ways["arrived"] or not ways["pace"]:
         return f"  {call}: no call before it to measure the way in from"
-    return (f"  {call}, after the call before it was through: arrived {_quantile(ways['arrived'], .5):+.0f}, taken "
-            f"{_quantile(ways['taken'], .5):+.0f}, its stream there {_quantile(ways['stream'], .5):+.0f}; arrivals "
-            f"{_quantile(ways['pace'], .5):.0f} apart (x{len(ways['pace'])})")
+    p50 = {k: f"{_quantile(v, .5):+.0f}" if v else "-" for k, v in ways.items()}  # "-": never seen (a blank step)
+    return (f"  {call}, after the call before it was through: arrived {p50['arrived']}, taken {p50.get('taken', '-')}, "
+            f"its stream there {p50.get('stream', '-')}; arrivals {_quantile(ways['pace'], .5):.0f} apart "
+            f"(x{len(ways['pace'])})")
 
 
 def _frames(prefix: str, ranks: list[int]) -> list[str]:

@@ -32,3 +32,15 @@ def test_the_summary_gives_the_way_in_from_the_call_before(tmp_path):
 def test_a_single_call_has_no_way_in(tmp_path):
     write_trace(str(tmp_path / "t"), 0, [_row("sendrecv 0->1 8", 0.0, 0.0)])
     assert "sendrecv 0->1 8: no call before it to measure the way in from" in summarize(str(tmp_path / "t"))
+
+
+def test_a_step_never_seen_is_a_dash(tmp_path):
+    """Calls whose stream the trace never saw (a blank step) give "-" there, not a number."""
+    rows = []
+    for k in range(3):
+        call, *times, gap = _row("allgather 8", k * 1e-3, k * 1e-3)
+        times[STEPS.index("stream")] = None
+        rows.append((call, *times, gap))
+    write_trace(str(tmp_path / "t"), 0, rows)
+    line = next(x for x in summarize(str(tmp_path / "t")).splitlines() if "was through" in x)
+    assert "its stream there -;" in line and "arrived +900," in line and "arrivals 1000 apart (x2)" in line, line

@@ -1,9 +1,11 @@
 """Session 52: the training thread's host time inside FSDP2's per-module steps and inside the AllGather call, HOCCL's
 and NCCL's, in one invocation of a training example (variants interleave). Wraps, by timing on the host
-(perf_counter): FSDPParamGroup.pre_forward / post_forward / pre_backward / post_backward, and the AllGather's
-allocate() and __call__ (HOCCL's HocclAllGather, torch's DefaultAllGather for NCCL). At exit, HOSTTIME_OUT.rankN.txt:
-per variant and wrapped function, calls, median and mean us. Usage (under torchrun / scripts/tcp-nodes.sh):
-hosttime.py SCRIPT [ARGS...]."""
+(perf_counter): FSDPParamGroup.pre_forward / post_forward / pre_backward / post_backward, the AllGather's
+allocate() and __call__ (HOCCL's HocclAllGather, torch's DefaultAllGather for NCCL), and inside the param groups'
+steps FSDP's foreach_all_gather (copy-in and the call) and foreach_all_gather_copy_out (the copy-out, which run 2's
+sampler saw hold HOCCL's steps), attributed to the variant whose param group is stepping. At exit,
+HOSTTIME_OUT.rankN.txt: per variant and wrapped function, calls, median and mean us. Usage (under torchrun /
+scripts/tcp-nodes.sh): hosttime.py SCRIPT [ARGS...]."""
 import atexit
 import functools
 import os
@@ -19,6 +21,7 @@ from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pgm
 from hoccl_runtime.torch._fsdp import HocclAllGather
 
 times: dict = defaultdict(list)
+stepping = ["-"]  # the variant whose FSDP param group is in one of its steps (the training thread's, one at a time)
 
 
 def variant_of_group(group) -> str:
@@ -30,12 +33,28 @@ def wrap(cls, name, variant):
 
     @functools.wraps(fn)
     def timed(self, *a, **k):
+        v = variant(self)
+        was, stepping[0] = stepping[0], v
         t = time.perf_counter()
         try:
             return fn(self, *a, **k)
         finally:
-            times[(variant(self), f"{cls.__name__}.{name}")].append(time.perf_counter() - t)
+            times[(v, f"{cls.__name__}.{name}")].append(time.perf_counter() - t)
+            stepping[0] = was
     setattr(cls, name, timed)
+
+
+def wrap_function(module, name):
+    fn = getattr(module, name)
+
+    @functools.wraps(fn)
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            times[(stepping[0], name)].append(time.perf_counter() - t)
+    setattr(module, name, timed)
 
 
 for n in ("pre_forward", "post_forward", "pre_backward", "post_backward"):
@@ -43,6 +62,8 @@ for n in ("pre_forward", "post_forward", "pre_backward", "post_backward"):
 for n in ("allocate", "__call__"):
     wrap(HocclAllGather, n, lambda self: "hoccl")
     wrap(coll.DefaultAllGather, n, lambda self: "nccl")
+for n in ("foreach_all_gather", "foreach_all_gather_copy_out"):  # as the param group's module imported them
+    wrap_function(pgm, n)
 
 
 def report():

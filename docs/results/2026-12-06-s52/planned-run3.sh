@@ -3,8 +3,9 @@
 # is host-bound in its forward (run 1: the training thread issued the block AllGathers 2.42-2.50 ms apart while each
 # took 1.06-1.15 ms from its later stream to both ranks' copies). Where that host time goes, HOCCL against NCCL in one
 # invocation: hosttime.py times FSDP2's per-module hooks, its copy-in + AllGather and copy-out, and the AllGather's
-# allocate() and __call__ on the training thread; hoccl+window=0 takes the AllGather outputs from torch's allocator instead of use_for_fsdp's window (a
-# network communicator gains nothing from a window; its allocate() makes a tensor through CuPy and DLPack per call).
+# allocate() and __call__ on the training thread; hoccl+window=0 takes the AllGather outputs from torch's allocator
+# instead of use_for_fsdp's window (a network communicator gains nothing from a window; its allocate() makes a tensor
+# through CuPy and DLPack per call).
 # First a layer's AllGather alone (examples/profile_fsdp_hook.py, its new allocate() rows). Two TCP nodes of one rank
 # sharing the GPU, CPUs pinned, 5 interleaved rounds of 20 steps; then the same untimed (the wrapper's own cost out
 # of the figures), then time-sliced.

@@ -312,9 +312,13 @@ def test_slow_and_half_open_peers_never_hold_up_the_real_one(peers):
                 if how == "drip":
                     threading.Thread(target=_drip, args=(c, junk[:max(n, 1)], stop), daemon=True).start()
                     continue
-                c.sendall(junk[:n])
-                if how == "half-close":
-                    c.shutdown(socket.SHUT_WR)
+                # the server may drop a hostile socket before its client is through with it (a junk hello is
+                # refused as soon as it is read): the client's own send or shutdown then fails, which is not the
+                # server's failure (seen once in CI: ENOTCONN on shutdown)
+                with contextlib.suppress(OSError):
+                    c.sendall(junk[:n])
+                    if how == "half-close":
+                        c.shutdown(socket.SHUT_WR)
     finally:
         stop.set()
         for c in socks:

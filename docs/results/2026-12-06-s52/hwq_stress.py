@@ -5,7 +5,8 @@ copies at once (the VM's 2 cores contended): about 1 run in 20 gives wrong bytes
 (and one or two in node 2, downstream), holding the data of the chunk 4 earlier (the same ring slot's previous
 use), not poison. Never seen with 64 slots, without queue sharing (HWQ=none), or for the AllGather (0 of 40 each);
 HOCCL_NET_LAND_GATES=0 and HOCCL_TCP_DIRECT_BYTES=0 fail the same way; the Python lanes
-(HOCCL_TCP_ENGINE=thread) did not in 180 runs. Usage (from the repository root, copied under tests/runtime/ so that its
+(HOCCL_TCP_ENGINE=thread) did not in 180 runs, nor the same Broadcast unicast (multicast=False) or with whole network
+chunks (net_chunk_bytes=None) in 80 each. Usage (from the repository root, copied under tests/runtime/ so that its
 fixtures resolve): HWQ=1 REPS=20 python -m pytest -q -p no:randomly tests/runtime/test_zz_stress_tmp.py
 Environment: HWQ (1, or none), REPS, KIND (broadcast / allgather), SLOTS (4, or none for the default)."""
 import os

@@ -205,9 +205,9 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
     for block in model.layers:
         fully_shard(block, **kw)
     fully_shard(model, **kw)
-    depth = options(variant).get("prefetch")
-    if depth:
-        explicit_prefetch(model, depth)
+    opts = options(variant)
+    if opts.get("prefetch"):
+        explicit_prefetch(model, opts["prefetch"])
     if kind in ("hoccl", "hoccl-onegroup"):
         import hoccl_runtime.torch as ht
 
@@ -215,7 +215,7 @@ def build(variant: str, args: argparse.Namespace, c: Config, device: torch.devic
         rs = groups[variant] if kind == "hoccl-onegroup" else None
         with settings(env):  # the variant's settings reach the second group too
             ht.use_for_fsdp(model, groups[variant], reduce=args.reduce, reduce_group=rs,
-                            window_bytes=options(variant).get("window"))
+                            window_bytes=opts.get("window"))
     elif kind == "nccl-ce":
         from torch.distributed.fsdp import FSDPModule
 

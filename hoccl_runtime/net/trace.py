@@ -129,15 +129,16 @@ def _rank(prefix: str, rank: int, out: list[str]) -> None:
     by_call: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_call[row["call"]].append(row)
-    for call, some in sorted(by_call.items(), key=lambda kv: -len(kv[1]))[:4]:
+    ranked = sorted(by_call.items(), key=lambda kv: -len(kv[1]))  # the most frequent first
+    for call, some in ranked[:4]:
         steps = []
         for a, b in zip(STEPS, STEPS[1:], strict=False):
             d = [float(r[f"{b}_us"]) - float(r[f"{a}_us"]) for r in some if r[f"{a}_us"] and r[f"{b}_us"]]
             if d:
                 steps.append(f"{b} +{_quantile(d, .5):.0f}")
         out.append(f"  {call} x{len(some)}: " + ", ".join(steps))
-    if by_call:
-        out.append(_between(rows, max(by_call, key=lambda c: len(by_call[c]))))
+    if ranked:
+        out.append(_between(rows, ranked[0][0]))
     for col, what in (("sleep_us", "longest poll sleep"), ("turn_us", "longest turn")):
         v = [float(r[col]) for r in rows if r.get(col)]
         out.append(f"  the loop's {what} per call: {_spread(v)} max {max(v, default=0):.0f}")

@@ -10,24 +10,13 @@ chunks (net_chunk_bytes=None) in 80 each. Usage (from the repository root, copie
 fixtures resolve): HWQ=1 REPS=20 python -m pytest -q -p no:randomly tests/runtime/test_zz_stress_tmp.py
 Environment: HWQ (1, or none), REPS, KIND (broadcast / allgather), SLOTS (4, or none for the default)."""
 import os
-import sys
 import threading
 
-sys.path.insert(0, "/work/main/tests/support")
-import fake_cuda
+import fake_cuda  # tests/support, on the path under tests/ (conftest.py)
 import numpy as np
 import pytest
 from fake_cuda import dev
-
-
-def _plan(kind, nodes, L, net, block=(3 << 20) + 5):
-    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
-    from hoccl_compiler.ir import CompileOptions
-    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
-    G = topo.num_gpus
-    extra = {"root": 1} if kind == "broadcast" else {}
-    return compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=G * block, **extra),
-                        CompileOptions(chunk_bytes=1 << 20, net_chunk_bytes=net, baselines=False))
+from test_hw_queues_cpu import _plan  # the very plans the test runs
 
 QUEUES = os.environ.get("HWQ", "1")
 REPS = int(os.environ.get("REPS", "10"))

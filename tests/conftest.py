@@ -68,10 +68,14 @@ def _fake_streams_finish_inside_their_test():
     buffers handed out by fake_cuda.dev are let go, so no thread copies into freed memory after the test."""
     yield
     fake = sys.modules.get("fake_cuda")
-    streams = getattr(fake, "_streams", None) if fake is not None else None
+    streams = getattr(fake, "installed", None) if fake is not None else None
     if streams is not None and streams.on:
         for worker in list(streams.workers.values()):
             with contextlib.suppress(TimeoutError):  # a stream left waiting: its own deadline raises in its thread
                 worker.drain(timeout_s=25)
     if fake is not None:
         fake.kept.clear()
+        fake.installed = None
+    if streams is not None and streams.errors:  # a fake stream's wait gave up (20 s): a hang on a GPU
+        errors, streams.errors = list(streams.errors), []
+        pytest.fail(f"a fake CUDA stream failed: {errors[0]!r} ({len(errors)} in all)", pytrace=False)

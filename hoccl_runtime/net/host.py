@@ -430,8 +430,10 @@ class HostNodeExecutor:
         and which were granted a receive slot (credits); which incoming chunks arrived."""
         routes = self._routes(self.plan)
         self._run = RunState(routes, self.ranks)
-        # per GPU (send ring / receive ring) in stream order: one GPU's copies never wait for another's (net/order.py)
-        self._staged, self._landing = {}, {}  # GPU -> deque
+        # staged chunks per GPU (send ring order); landed ones per GPU and receive slot: chunks arrive out of ring order
+        # (lanes), and a credit behind a later position's landing would wait for a copy net/order.py does not order
+        # below the staging copy it frees (3 nodes with one hardware queue each deadlocked: test_hw_queues_cpu.py)
+        self._staged, self._landing = {}, {}  # GPU -> deque; (GPU, slot) -> deque
         self._inflight: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (ū, send position)
 
     def _local_copies(self) -> None:
@@ -575,12 +577,8 @@ class HostNodeExecutor:
         token = self._land(vbar, (ring % self.slots) * self.chunk, fl.dst[f], fl.dst_offset[f] + start, n)
         # the slot goes to the chunk that uses it next: ``S`` ring positions on, from whichever GPU sends it
         nxt = run.routes.ring_user(vbar, ring + self.slots)
-        if nxt is None:
-            self._landing.setdefault(vbar, deque()).append((token, None, 0))
-        else:
-            ubar2, x2 = nxt
-            self._landing.setdefault(vbar, deque()).append((token, self.conns[self._node_of(ubar2)],
-                                                            CREDIT | ((ubar2 % self.L) << 24) | x2))
+        self._landing.setdefault((vbar, ring % self.slots), deque()).append((token, None, 0) if nxt is None else (
+            token, self.conns[self._node_of(nxt[0])], CREDIT | ((nxt[0] % self.L) << 24) | nxt[1]))
 
     def _stalled(self) -> str:
         """What a stalled run waits for, in words (for the timeout's message)."""

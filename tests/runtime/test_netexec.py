@@ -459,6 +459,56 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
         transport.close()
 
 
+def test_a_landed_chunk_credits_its_slot_whatever_arrived_before_it():
+    """Chunks arrive out of ring order (each write takes a lane of its own), and a GPU lands them in ring order: a
+    landing copy's credit leaves once that copy is through, not behind a chunk of another slot that arrived earlier
+    but lands later. Held so, the credit waited for a copy that the launch order (net/order.py) does not put below the
+    staging copy it frees: with one hardware queue a node, tests/runtime/test_hw_queues_cpu.py's Broadcast deadlocked
+    (about 1 run in 20 under load; the fake CUDA's 20 s wait deadline then let stale bytes through)."""
+    from hoccl_runtime.net.executor import CREDIT, HostNodeExecutor
+    from hoccl_runtime.net.transport.base import Completion
+
+    class Landing(HostNodeExecutor):  # landing copies that the test says are through
+        def _land(self, vbar, slot, v, dst_off, n):
+            self.landings.append([False])
+            return self.landings[-1]
+
+        def _done(self, token):
+            return token is None or token[0]  # None: a staging copy (none here)
+
+    class Conn:
+        def __init__(self):
+            self.imms = []
+
+        def write(self, *args, imm=0, **kwargs):
+            self.imms.append(imm)
+            return len(self.imms)
+
+    # 3 nodes x 1 GPU, chunks of 64 B, 4 slots: node 0 receives 16 chunks through its ring (reuse: every chunk)
+    plan = compile_plan(make_topology("h200x2", nodes=3, gpus_per_node=1), CollectiveSpec(kind="allgather",
+                        size_bytes=3 * 512), CompileOptions(chunk_bytes=64, baselines=False))
+    bufs = {0: (np.zeros(512, np.uint8), np.zeros(3 * 512, np.uint8))}
+    transport = HostNodeExecutor.make_transport(plan, 0, open=True)
+    try:
+        ex = Landing(plan, 0, bufs, transport, slots=4, reuse=True)
+        ex.landings, ex.conns, ex._checked = [], {1: Conn(), 2: Conn()}, {1: 1, 2: 1}  # both plan notices matched
+        ex._begin_run()
+        seq = ex._run.inc[0]
+        position = {int(ring): p for p, ring in enumerate(seq.ring)}  # ring position -> receive position
+        arrived = [0, 2, 4, 1]  # ring positions; 4 (slot 0 again) came before 1
+        for ring in arrived:
+            p = position[ring]
+            ex._on_completion(int(seq.peer[p]), Completion("received", 1, p, 0, 0, 0))
+        for ring, landing in zip(arrived, ex.landings, strict=True):
+            landing[0] = ring < 4  # the GPU landed ring positions 0, 1 and 2 (in ring order); 4 not yet
+        ex._post_ready()
+        credited = {(n, imm & 0xFFFFFF) for n, conn in ex.conns.items() for imm in conn.imms if imm & CREDIT}
+        users = [ex._run.routes.ring_user(0, ring + 4) for ring in (0, 1, 2)]  # the chunks these three let in
+        assert credited == {(ex._node_of(u), x) for u, x in users}
+    finally:
+        transport.close()
+
+
 @pytest.mark.parametrize("stops", [0, 1])
 def test_a_stopped_node_is_named_in_the_survivors_errors(stops):
     """A node connects, then stops (its transport closes) before the run: the other's error names it (the node, not

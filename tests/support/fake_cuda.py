@@ -201,12 +201,17 @@ class _Worker:
             self.pending += 1
         self.queue.put(step)
 
+    failed: BaseException | None = None  # a step raised (a wait gave up): nothing after it runs, as on a GPU whose
+    # stream never got past it, so no later copy moves stale bytes (the test fails on it: tests/conftest.py)
+
     def _loop(self) -> None:
         while True:
             step = self.queue.get()
             try:
-                step()
+                if self.failed is None:
+                    step()
             except BaseException as exc:  # noqa: BLE001 - kept for the test to see
+                self.failed = exc
                 _streams.errors.append(exc)
             finally:
                 with self.cond:
@@ -254,6 +259,7 @@ class _Streams:
 
 
 _streams = _Streams()
+installed: _Streams | None = None  # the streams of the last install()
 
 
 _graphs: dict[int, list] = {}
@@ -357,8 +363,9 @@ def install(monkeypatch, *, async_streams: bool = False, hw_queues: int | None =
     streams that run on threads of their own (see the module docstring); ``hw_queues``: with them, a process's
     streams share that many threads, in the order it first uses them, as a GPU's streams share its
     CUDA_DEVICE_MAX_CONNECTIONS hardware queues (a wait on one holds the work queued behind it on the others)."""
-    global _streams
+    global _streams, installed
     monkeypatch.setattr(sys.modules[__name__], "_streams", _Streams())
+    installed = _streams  # the test's streams, still there for tests/conftest.py once monkeypatch undid the above
     _streams.on = async_streams
     _streams.hw_queues = hw_queues
     rt = Runtime()

@@ -8,7 +8,7 @@ backward time, CPU slack and peak memory per communication variant.
 interleaved rounds (``--repeats``), so their numbers come from the same minutes of the machine and their losses can be
 compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exactly.
 
-* ``hoccl``: ``hoccl_runtime.torch.use_for_fsdp`` (AllGathers in place on copy engines, window memory).
+* ``hoccl``: ``hoccl_runtime.torch.use_for_fsdp`` (AllGathers in place on copy engines; window memory on one node).
   With ``--reduce hoccl`` its reduce-scatters run on a second hoccl group (``use_for_fsdp``'s default), so that
   they and the AllGathers do not wait for each other on one group.
 * ``hoccl-onegroup`` (with ``--reduce hoccl``): ``hoccl`` with its reduce-scatters on the AllGathers' group
@@ -26,7 +26,8 @@ compared: an AllGather is a copy, so with one ``--reduce`` the losses agree exac
 explicit prefetch (``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch``, torch's recipe), each
 block's AllGather issued N blocks ahead in both passes and the root's first N with it; without it, FSDP2's implicit
 one-ahead prefetch. ``+window=BYTES`` after a hoccl variant: ``use_for_fsdp(window_bytes=BYTES)``, the registered
-window its AllGather outputs come from (0: none, torch's allocator gives them; default 4x the largest module's).
+window its AllGather outputs come from (0: none, torch's allocator gives them; default 4x the largest module's on
+one node, none across nodes).
 
 ``--reduce nccl|hoccl``: who reduces the gradients (HOCCL: copy-engine moves plus one local kernel).
 ``--share-gpu``: every rank on GPU 0 (for correctness on a 1-GPU machine: the copies are then same-GPU copies,

@@ -10,7 +10,9 @@ ready for later work on that stream. A call or option a communicator cannot hono
 others (one node: the hoccl torch backend then moves a collective's blocks straight into the caller's tensors),
 False where every call is a collective of all ranks (across nodes). ``any_stream`` tells whether the calls may
 come on any stream (True) or on one stream per communicator (False: several GPUs per node, whose START/DONE flags
-in the node's shared memory are one pair per rank).
+in the node's shared memory are one pair per rank). ``windows_help`` tells whether a call on a registered window
+(``register_window``) gains from it (True on one node: no per-call address exchange; False across nodes, where calls
+stage through the transport's rings: ``use_for_fsdp`` then makes no window).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class CommunicatorAPI(Protocol):
     device: int
     pairs_alone: ClassVar[bool]
     any_stream: ClassVar[bool]
+    windows_help: ClassVar[bool]
 
     def all_gather_into_tensor(self, output: Any, input: Any, stream: Any = None, *, rate_gbps: float | None = None,
                                duration_s: float | None = None) -> None: ...

@@ -73,6 +73,7 @@ class Communicator:
 
     pairs_alone = True  # two ranks exchange without the others (hoccl_runtime.api)
     any_stream = True
+    windows_help = True  # a call on registered windows skips the per-call address exchange (hoccl_runtime.torch)
     # settings read from the environment at set-up (docs/settings.md), kept by the parts they steer
     eager_bytes = _Setting("_eager", "slot_bytes")           # HOCCL_EAGER_BYTES: the eager path's slot (0: off)
     graph_after = _Setting("_launcher", "graph_after")       # HOCCL_GRAPH_AFTER

@@ -184,6 +184,7 @@ class _Calls:
     pairs_alone = False  # every call is a collective of every rank (each run says hello to every node)
     _a2av_calls = 0  # All-to-Allv calls so far: the store keys of their split rows
     any_stream = False  # one stream (NodeNetCommunicator); NetCommunicator takes any
+    windows_help = False  # calls stage through the transport's rings: a registered window changes nothing (NetWindow)
 
     _ahead = 0  # calls a proxy may have unfinished before the next waits (HOCCL_NET_AHEAD; 0: no bound)
 

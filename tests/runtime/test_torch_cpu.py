@@ -829,6 +829,12 @@ def _use_for_fsdp_worker(rank, world, store_path, out_path):
         result[name] = {"returned_gather_group": got is g, "rs_is_another": want_rs is not g,
                         "gather": [h._all_gather_comm.group is g for h in hooks],
                         "scatter": [h._reduce_scatter_comm.group is want_rs for h in hooks]}
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    g.comm.windows_help = False  # a network communicator's (comm/net.py): by default no window, torch's allocator
+    result["no window across nodes"] = ht.use_for_fsdp(model, g, reduce="hoccl", reduce_group=g)._fsdp_pool is None
     result["made"] = made
     result["options_after"] = dict(group_module._options)
     Path(out_path).write_text(json.dumps(result))
@@ -839,7 +845,8 @@ def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
     """use_for_fsdp on torch's own FSDP2 modules: every module gathers on the group; by default it reduce-scatters on
     a second hoccl group made there (once per group, a second model reusing it; with HOCCL reducing, on the group's
     GPU and timeout, the user's configure() defaults left as they were), with reduce_group=rs on ``rs``, with
-    reduce_group=group on the group."""
+    reduce_group=group on the group; on a communicator that gains nothing from a window (across nodes), by default
+    no window."""
     import json
 
     import torch.multiprocessing as mp
@@ -855,6 +862,7 @@ def test_use_for_fsdp_hands_the_reduce_scatters_their_own_group(tmp_path):
     assert got["one"] == {**want, "rs_is_another": False}
     assert got["made"] == [{"options": {"reduce": "hoccl", "device": 3}, "timeout_s": 42.0, "size": 1}]
     assert got["options_after"] == {"reduce": "nccl"}
+    assert got["no window across nodes"] is True
 
 
 def _spawn_gloo_ranks(worker, world, tmp_path, out):

@@ -363,8 +363,11 @@ def check_fsdp(g, me, w):
         tol = 1e-5 if variant.startswith("fp32") else 3e-2
         _train_against_reference(model, ref, me, w, me, w, tol, f"fsdp {variant}")
         pool = g._fsdp_pool
-        expect(pool is not None and pool.misses == 0 and pool.peak > 0,
-               f"fsdp {variant}: window pool misses {pool.misses if pool else None}")
+        if g.comm.windows_help:  # one node's communicator: a window by default (none across nodes)
+            expect(pool is not None and pool.misses == 0 and pool.peak > 0,
+                   f"fsdp {variant}: window pool misses {pool.misses if pool else None}")
+        else:
+            expect(pool is None, f"fsdp {variant}: a window across nodes ({pool.nbytes} bytes), where none helps")
 
 
 def check_hsdp(g, me, w):

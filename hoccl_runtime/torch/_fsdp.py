@@ -9,15 +9,14 @@ no same-GPU copy and uses no SM. The call runs on FSDP's all-gather stream direc
 event); with ``async_op`` it returns a :class:`~hoccl_runtime.torch.HocclWork`, whose ``wait()`` is a GPU-side
 event wait.
 
-``allocate()`` hands out memory of a registered window (:meth:`Communicator.register_window`, collective,
-made at ``use_for_fsdp``; on one node: between nodes, where calls stage through the transport's rings and a window
-changes nothing, torch's allocator gives the outputs): the AllGather then skips the per-call address exchange and
-never waits for a peer on the host. Blocks are given out first-fit from the window's start and come back when FSDP
-drops the tensor (its storage's deleter), so every rank, running the same FSDP program, gets the same offsets (the window
-calls check it: another offset raises PlanError on both ranks). A block is reused by later work on the
-stream that allocates it, as torch's caching allocator does (FSDP orders its all-gather streams with events
-for that). An output that does not fit the window comes from torch's allocator instead and takes the
-per-call exchange.
+``allocate()`` hands out memory of a registered window (:meth:`Communicator.register_window`, collective, made at
+``use_for_fsdp``; on one node: between nodes, where calls stage through the transport's rings and a window changes
+nothing, torch's allocator gives the outputs): the AllGather then skips the per-call address exchange and never
+waits for a peer on the host. Blocks are given out first-fit from the window's start and come back when FSDP drops
+the tensor (its storage's deleter), so every rank, running the same FSDP program, gets the same offsets (the window
+calls check it: another offset raises PlanError on both ranks). A block is reused by later work on the stream that
+allocates it, as torch's caching allocator does (FSDP orders its all-gather streams with events for that). An output
+that does not fit the window comes from torch's allocator instead and takes the per-call exchange.
 
 Reduce-scatter: with the group's ``reduce="hoccl"`` the gradients move on copy engines and one local kernel
 adds them (:meth:`ProcessGroupHoccl._reduce_scatter_base`), on a second hoccl group by default, so that they and

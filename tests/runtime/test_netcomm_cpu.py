@@ -1094,3 +1094,41 @@ def test_the_stream_goes_on_once_the_calls_copies_are_through(monkeypatch, one_s
     for r in (0, 1):  # both flags reset after each call
         _, start, done = results[r]
         assert (start, done) == (0, 0), (r, start, done)
+
+
+@pytest.mark.parametrize("awake_s", [0.0, 30.0])
+def test_the_proxy_process_looks_for_messages_while_awake_and_sleeps_in_the_socket_after(awake_s):
+    """The proxy process's next message (proxyproc._next): for ``awake_s`` after the last one (HOCCL_NET_PROXY_AWAKE_US)
+    it looks at the socket without blocking, so the training process's write wakes nobody; past it (0: at once) it
+    blocks in the socket. Either way every message comes through, in order, and the writer's end is an EOF."""
+    import socket
+    from multiprocessing.connection import Connection
+
+    from hoccl_runtime.net.proxyproc import _next
+
+    ours, theirs = socket.socketpair()
+    writer, reader = Connection(ours.detach()), Connection(theirs.detach())
+    looks = []
+    real_poll = reader.poll
+    reader.poll = lambda timeout=0.0: looks.append(timeout) or real_poll(timeout)
+
+    def later():
+        time.sleep(0.2)
+        writer.send(("call", 1))
+        writer.send(("call", 2))
+
+    t = threading.Thread(target=later)
+    t.start()
+    try:
+        assert _next(reader, 50e-6, awake_s) == ("call", 1)
+        assert _next(reader, 50e-6, awake_s) == ("call", 2)
+    finally:
+        t.join()
+    blocked = [x for x in looks if x is None]
+    if awake_s:
+        assert not blocked and len(looks) > 10  # looked again and again within its 0.2 s wait, never blocking
+    else:
+        assert blocked == [None] and looks[0] == 0  # one look, then asleep in the socket until the write
+    writer.close()
+    with pytest.raises(EOFError):
+        _next(reader, 50e-6, 0.0)

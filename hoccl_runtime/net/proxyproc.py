@@ -430,12 +430,12 @@ class _ArenaExecutor(GatedNodeExecutor):
 
 
 def _next(conn: Connection, poll_s: float, awake_s: float) -> Any:
-    """The training process's next message. For ``awake_s`` after the last one (HOCCL_NET_PROXY_AWAKE_US) this
-    process looks at the socket every ``poll_s`` (at least 20 us) instead of blocking in it: a write to a socket
-    whose reader sleeps wakes that reader, and the writer pays for it (16.5 us a call against 1.4 us with the reader
-    looking, on the CPU VM's socket pair alone; ``ProcessProxy.submit`` took 18 us a call alone and 80 us inside
-    pipeline small's step on the 1x H200, docs/benchmarks.md, session 32), so a training loop's calls, milliseconds
-    apart, write to a reader awake. Past ``awake_s`` with nothing, it blocks (an idle job costs no CPU)."""
+    """The training process's next message. For ``awake_s`` after the last one (HOCCL_NET_PROXY_AWAKE_US) this process
+    looks at the socket every ``poll_s`` (at least 20 us) instead of blocking in it: a write to a socket whose reader sleeps wakes that
+    reader, and the writer pays for it (16.5 us a call against 1.4 us with the reader looking, on the CPU VM's
+    socket pair alone; ``ProcessProxy.submit`` took 18 us a call alone and 80 us inside pipeline small's step on the
+    1x H200, docs/benchmarks.md, session 32), so a training loop's calls, milliseconds apart, write to a reader
+    awake. Past ``awake_s`` with nothing, it blocks (an idle job costs no CPU)."""
     since = time.monotonic()
     while not conn.poll(0):
         if time.monotonic() - since >= awake_s:

@@ -63,9 +63,6 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000)"),
-    "HOCCL_NET_PROXY_AWAKE_US": ("50000", "the network proxy process: microseconds after a call's message during "
-                                 "which it looks for the next every HOCCL_NET_POLL_US (20 at least) instead of "
-                                 "sleeping in the socket, whose writer then pays the wake-up (0: sleep at once)"),
     "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
                        "ends as soon as a frame left or came in (a wait on the engine) instead of after "
                        "HOCCL_NET_POLL_US (0: a sleep)"),

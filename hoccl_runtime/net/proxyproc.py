@@ -429,22 +429,6 @@ class _ArenaExecutor(GatedNodeExecutor):
         return ring, self.transport.register(ring)
 
 
-def _next(conn: Connection, poll_s: float, awake_s: float) -> Any:
-    """The training process's next message. For ``awake_s`` after the last one (HOCCL_NET_PROXY_AWAKE_US) this process
-    looks at the socket every ``poll_s`` (at least 20 us) instead of blocking in it: a write to a socket whose reader sleeps wakes that
-    reader, and the writer pays for it (16.5 us a call against 1.4 us with the reader looking, on the CPU VM's
-    socket pair alone; ``ProcessProxy.submit`` took 18 us a call alone and 80 us inside pipeline small's step on the
-    1x H200, docs/benchmarks.md, session 32), so a training loop's calls, milliseconds apart, write to a reader
-    awake. Past ``awake_s`` with nothing, it blocks (an idle job costs no CPU)."""
-    since = time.monotonic()
-    while not conn.poll(0):
-        if time.monotonic() - since >= awake_s:
-            conn.poll(None)  # until a message, or the training process's end (EOF, raised by recv)
-            break
-        time.sleep(max(poll_s, 20e-6))
-    return conn.recv()
-
-
 def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed: Flag) -> None:
     from ..plans import compile_call, topology_of
     from .transport.tcp import TcpTransport
@@ -456,7 +440,6 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     topology = topology_of(setup["topology"])
     chunk, timeout_s, rank = setup["chunk_bytes"], setup["timeout_s"], setup["rank"]
     poll_s = setup["poll_us"] * 1e-6  # this process has a core to itself: it may look often
-    awake_s = setup.get("awake_us", 0) * 1e-6
     conn.send(("address", transport.listen()))
     plans: dict = {}
     state: dict = {}
@@ -537,7 +520,7 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     try:
         while True:
             try:
-                message = _next(conn, poll_s, awake_s)
+                message = conn.recv()
             except (EOFError, OSError):
                 return  # the training process is gone
             what = message[0]

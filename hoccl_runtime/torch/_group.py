@@ -513,16 +513,29 @@ class ProcessGroupHoccl(dist.ProcessGroup):
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Close the communicator (torch calls it from destroy_process_group)."""
+        """Close the communicator, then shut down the NCCL backend that the group reduces with, where it has one (torch
+        calls it from destroy_process_group, as it calls an NCCL group's own ``shutdown``: one left to its destructor
+        warns that destroy_process_group() was not called)."""
+        self._close("shutdown")
+
+    def abort(self) -> None:
+        """As :meth:`shutdown`, the NCCL backend aborted instead (its pending work dropped, not waited for)."""
+        self._close("abort")
+
+    def _close(self, how: str) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            with contextlib.suppress(Exception):
-                self._flush()
-            self.comm.close()
-
-    abort = shutdown
+            try:
+                with contextlib.suppress(Exception):
+                    self._flush()
+                self.comm.close()
+            finally:  # whatever the communicator's close raised
+                end = getattr(self._nccl, how, None) if self._nccl is not None else None
+                if end is not None:
+                    with contextlib.suppress(Exception):  # closing anyway; a peer gone is the communicator's error
+                        end()
 
 
 def _opts(opts: Any, kind: Any) -> Any:

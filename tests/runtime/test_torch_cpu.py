@@ -1147,3 +1147,35 @@ def test_a_calls_end_event_is_reused_once_reached_and_unreferenced(monkeypatch):
         assert s.events.made == 3 and len(s.events._ends) == 2
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("how", ["shutdown", "abort"])
+def test_closing_a_group_ends_the_nccl_backend_it_reduces_with(how):
+    """shutdown (torch's destroy_process_group) closes the communicator and then shuts down the NCCL backend the group
+    reduces with; abort aborts it. Once: a second close does nothing. An NCCL backend left to its destructor warns
+    that destroy_process_group() was not called (FSDP over hoccl with NCCL reducing, session 52). A communicator whose
+    close raises still has the NCCL backend ended."""
+    class Nccl:
+        def __init__(self):
+            self.calls = []
+
+        def shutdown(self):
+            self.calls.append("shutdown")
+
+        def abort(self):
+            self.calls.append("abort")
+
+    for fails in (False, True):
+        comm, nccl = FakeComm(Fabric(2), 0), Nccl()
+        if fails:
+            def broken():
+                raise HocclError("the peer is gone")
+            comm.close = broken
+        g = CpuGroup(comm, 0, 2, reduce="nccl", nccl=nccl)
+        if fails:
+            with pytest.raises(HocclError, match="the peer is gone"):
+                getattr(g, how)()
+        else:
+            getattr(g, how)()
+        getattr(g, how)()  # again: nothing more
+        assert nccl.calls == [how], (fails, nccl.calls)

@@ -2,7 +2,8 @@
 # Session 53, run 4: where a HOCCL AllGather call's host time goes inside FSDP small's step under MPS (hosttime2.py:
 # the communicator's own steps timed, HOCCL against NCCL in one invocation), and whether the bound on unfinished calls
 # (HOCCL_NET_AHEAD, default 2) holds the training thread: FSDP small and pipeline small under MPS with it off (0) and
-# at 8, against NCCL, untimed. Two TCP nodes of one rank sharing the GPU, CPUs pinned.
+# at 8, against NCCL, untimed. Last, whether the hoccl group's NCCL reducer still warns at exit that
+# destroy_process_group() was not called (ProcessGroupHoccl.shutdown now shuts it down). Two TCP nodes of one rank sharing the GPU, CPUs pinned.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi -L
@@ -21,5 +22,7 @@ echo "=== fsdp small mps ahead rc=$?"; table fsdp-ahead.log
 TCP_NODES_TIMEOUT=60 timeout 70 bash scripts/tcp-nodes.sh --mps examples/train_pipeline.py --size small --batch 8 \
   --comm hoccl,hoccl+HOCCL_NET_AHEAD=0,nccl --steps 20 --repeats 5 --json $OUT/pipe-ahead.json > $OUT/pipe-ahead.log 2>&1
 echo "=== pipeline small mps ahead rc=$?"; table pipe-ahead.log
+echo "=== 'destroy_process_group() was not called' warnings per log (the hoccl group now shuts its NCCL reducer down):"
+grep -c "destroy_process_group() was not called" $OUT/*.log
 cd $OUT && tar czf logs-run4.tgz *.log *.json *.txt 2>/dev/null; rm -rf *.log *.json cache
 echo "=== total $(( $(date +%s) - T0 )) s"

@@ -484,13 +484,15 @@ class HostNodeExecutor:
                 self._inflight[(id(conn), conn.write(*args, imm=imm, **after))] = (ubar, x)
                 self._run.posts_left -= 1
                 progressed = True
-        for landing in self._landing.values():
+        for key, landing in list(self._landing.items()):  # only slots with landings due (GPUs x slots in all)
             while landing and self._done(landing[0][0]):
                 _, conn, imm = landing.popleft()
                 self._mark("landed")
                 if conn is not None:
                     self._notify(conn, imm)
                 progressed = True
+            if not landing:
+                del self._landing[key]
         return progressed
 
     def _after(self, token: object, conn: Connection) -> dict:

@@ -358,7 +358,10 @@ def drop(comm) -> None:
                                                     ("thread", "2", "0"), ("process", "2", "1"), ("thread", "0", "1")])
 def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypatch, proxy, one_stream, gates):
     """After one good call rank 1's connection drops (its proxy process dies, or its transport closes); rank 0's
-    next call must end with TransportError from synchronize() within the timeout, its stream released (no hang);
+    next call must end with TransportError within the timeout, its stream released (no hang): from synchronize(), or
+    from the call itself where the proxy saw the drop already, in the first call's tail (its DONE comes before its
+    last notices and writes leave, and an error after that is the next call's: seen once in a loaded CI run, session
+    53, not in 190 runs here);
     also with the calls on their streams, START a counter and no DONE wait (HOCCL_NET_ONE_STREAM=2), and with the
     native engine's gates on (its writes posted ahead dropped, its landing gates disarmed, when the run fails)."""
     import time
@@ -382,8 +385,8 @@ def test_a_peer_that_drops_out_fails_the_survivors_calls_without_a_hang(monkeypa
             return "dropped"
         time.sleep(0.2)
         t0 = time.monotonic()
-        comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)  # returns: the stream was released
         with pytest.raises((TransportError, HocclTimeoutError)) as err:
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)  # raises, or returns: stream released
             comm.synchronize()
         waited = time.monotonic() - t0
         return waited, str(err.value), fake_cuda.drained(7)  # the stream's work after the call runs

@@ -332,6 +332,9 @@ class FastDriver:
         self._batch.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_uint]
         self._batch.restype = ctypes.c_int
         self._cu = cu
+        # (cuMemcpyAsync, cuStreamBatchMemOp_v2) as addresses, for C that makes a launch list's calls itself
+        # (hoccl_runtime/net/kept.py): a copy between any two addresses of the unified space, on an explicit stream
+        self.entry_points = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (lib.cuMemcpyAsync, self._batch))
 
     def batch_memop(self, stream: int, count: int, params: Any) -> None:
         """Enqueue ``count`` packed operations (the ctypes buffer holding :func:`pack_memops`'s bytes) on

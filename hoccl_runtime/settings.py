@@ -101,6 +101,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
                              "list is told to the proxy before its launch); 0: on copy streams of their own after an "
                              "event. The default is 2: pipeline small ran 1.05x / 0.99x NCCL on the 1x H200 against "
                              "0's 0.96x / 0.96x, FSDP small the same within its spread (docs/results/2026-12-05-s43)"),
+    "HOCCL_NET_NATIVE_CALL": ("auto", "the one-GPU-per-node network communicator with its proxy process: a call on one "
+                              "stream (HOCCL_NET_ONE_STREAM=2) from a kept launch list moves its counts, tells the "
+                              "proxy and makes its driver calls in one C call (hoccl_runtime/net/kept.py, built once "
+                              "with the host's C compiler); auto: where that builds (else the Python path, with a "
+                              "warning), on: the same or an error, off: the Python path"),
     "HOCCL_BATCH_ISSUE": ("1", "hoccl process groups: dist.batch_isend_irecv issues the group's batch when it returns, "
                           "as NCCL's does, and torch pipelining's batches of sends only or receives only (which newer "
                           "torch issues op by op) go out at once (0: at the first wait on one of their Works)"),

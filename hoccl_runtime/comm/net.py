@@ -416,6 +416,7 @@ class NetCommunicator(_Calls):
         self._exchange = env_int("HOCCL_NET_EXCHANGE", 1, 0, 1) == 1  # see batch_isend_irecv
         self._one_stream = env_int("HOCCL_NET_ONE_STREAM", 2, 0, 2)  # see enqueue_on_stream; 2: no DONE wait
         self._counted: dict[int, list] = {}  # stream -> [its START counter flag, the batch that moves it on, count]
+        self._native = None  # the proxy process's calls from kept lists in one C call (net/kept.py)
         if self.proxy_kind == "process":
             self._start_proxy_process(device, store, lanes, host)
             return
@@ -446,6 +447,7 @@ class NetCommunicator(_Calls):
         import cupy
 
         from ..net.gpu import flag_count, ring_slots
+        from ..net.kept import native_calls
         from ..net.proxyproc import LocalRegions, ProcessProxy, SharedArena
         from ..settings import env_int
 
@@ -468,6 +470,7 @@ class NetCommunicator(_Calls):
             self.timeout_s)
         self._addresses = self._exchange_addresses(store, address)
         self._proxy.send(("addresses", self._addresses))
+        self._native = native_calls(self._proxy, self._arena, self.rank)
         self._ahead = env_int("HOCCL_NET_AHEAD", 0, 0)  # the proxy process never waits for this process's GIL
 
     def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
@@ -521,6 +524,9 @@ class NetCommunicator(_Calls):
                 mode = self._one_stream if self._one_stream and self._executor.one_stream(plan) else 0
                 if mode == 2:  # START a counter, the copies on the stream, no DONE wait
                     counted = self._counted[s]
+                    if self._native is not None and self._native.call(self._executor, plan, {r: (inp, out)}, s,
+                                                                      counted, key):
+                        return  # from its kept list, in one C call
                     enqueue_counted(s, counted, lambda start, deferred: self._executor.prepare(
                         plan, {r: (inp, out)}, stream=s, start=start, deferred=deferred),
                         self._submitter(key, (counted[0], None)), self._executor.launch_deferred)

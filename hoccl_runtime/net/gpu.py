@@ -25,7 +25,7 @@ from .chained import Chained
 from .gated import MAX_SLOTS, RING_BYTES, GatedNodeExecutor, PreparedRun, flag_count, open_gates, ring_slots
 from .order import NEVER, LaunchOrder
 from .routes import net_chunk_of
-from .template import START, moved
+from .template import START, Counters, moved
 from .transport.base import Region, Transport
 from .wire import LOCAL, NATIVE, RDMA
 
@@ -110,7 +110,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
                        for kind in ("send", "recv") for r in ranks for j in range(slots)}
         self._ends: dict[int, Flag] = {}
         self._last_end: dict[int, tuple[Flag, int]] = {}  # stream -> the end count of the last run prepared on it
-        self._counts: dict[object, int] = {}  # the last count of every gate and end flag
+        self._counts = Counters()  # the last count of every gate and end flag (an array C may move on: net/kept.py)
         self._events: dict[tuple, int] = {}  # multicast plans: (GPU, stage, transfer, chunk) -> event (net/chained.py)
         self._bounds_checked: dict[int, tuple] = {}  # id -> (plan, None): plans whose transfers were checked in bounds
         self._one_stream: dict[int, tuple[Plan, bool]] = {}  # id -> (plan, whether it may run on one stream)
@@ -243,6 +243,18 @@ class GpuNodeExecutor(GatedNodeExecutor):
             with contextlib.suppress(Exception):  # the run is issued: a list that cannot be kept is built anew
                 kept.keep(key, run, ops, before, counter_of, self._counts)
         return run
+
+    def kept_list(self, plan: Plan, buffers: Mapping[int, tuple], stream: int) -> Any:
+        """The kept launch list (a RunTemplate, net/template.py) that ``prepare(plan, buffers, stream=stream,
+        start=...)`` would issue now, after the same checks; None where it has none (it builds one). net/kept.py
+        issues it in one C call."""
+        kept = self._templates
+        if kept is None or not self.one_stream(plan):
+            return None
+        self._only_with_reuse()
+        self._fits(plan)
+        self._checked_bounds(plan)
+        return kept.kept(kept.key(plan, (("on", stream, True, False),), self._check_buffers(plan, buffers)), plan)
 
     def _checked_bounds(self, plan: Plan) -> None:
         """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per

@@ -44,6 +44,7 @@ from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, FlagPool, as_int32
 from .callproxy import CallProxy, DoneOnce, StartFlag
 from .gated import GatedNodeExecutor, PreparedRun, open_gates
+from .kept import KIND, KeptForms
 from .trace import write_trace
 from .transport.base import Region, Transport
 
@@ -296,12 +297,28 @@ class ProcessProxy:
         try:
             self.send(message)
         except HocclError as exc:  # the proxy process is gone: this call's copies must not wait for it
-            self._error = self._error or exc
-            if prepared is not None:
-                open_gates(prepared)
-            with contextlib.suppress(OSError):
-                self._proc.kill()  # if it only stopped answering; the watcher releases what it left
-            raise self._error from None  # before the caller's stream is told to wait for this call's DONE
+            raise self.failed_send(prepared, exc) from None  # before the caller's stream would wait for its DONE
+
+    def submit_with(self, call: tuple, issue: Any) -> int:
+        """:meth:`submit` where ``issue(fd)`` writes the message to the socket itself (net/kept.py's native call,
+        which enqueues the call's copies too), under the locks of the pending list and of the socket; returns what
+        ``issue`` returned (below 0: the message was not sent, see :meth:`failed_send`)."""
+        self._trim()
+        with self._send_lock, self._lock:
+            self._submitted += 1
+            self._pending.append((self._submitted, *call[1:]))
+            return issue(self._conn.fileno())
+
+    def failed_send(self, prepared: Any, exc: BaseException | None = None) -> BaseException:
+        """A call's message could not be sent: the proxy process is gone, or is killed now (if it only stopped
+        answering; the watcher releases what it left). The call's gates are opened, so its copies do not wait for it;
+        returns the error to raise."""
+        self._error = self._error or exc or self._gone()
+        if prepared is not None:
+            open_gates(prepared)
+        with contextlib.suppress(OSError):
+            self._proc.kill()
+        return self._error
 
     @property
     def error(self) -> BaseException | None:
@@ -517,14 +534,28 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
 
     proxy = CallProxy(run, lambda call: call[1].seen(), reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
                       skip=lambda call: call[0] is not None and open_gates(call[0]), early=True)
+    forms = KeptForms(words)
     try:
         while True:
             try:
-                message = conn.recv()
+                data = conn.recv_bytes()
             except (EOFError, OSError):
                 return  # the training process is gone
+            if data[:4] == KIND:  # a kept list's run, as its counters' moves (net/kept.py)
+                key = forms.key_of(data)
+                try:
+                    prepared, start_word, count = forms.run(data, plan_of(key))
+                except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
+                    proxy.error = proxy.error or exc
+                    prepared, start_word, count = forms.run(data, None)  # its gates still opened (skip)
+                proxy.submit((prepared, StartFlag(Flag(words, start_word), count), DoneOnce(None), key,
+                              time.perf_counter()))
+                continue
+            message = pickle.loads(data)
             what = message[0]
-            if what == "addresses":
+            if what == "template":
+                forms.learn(message)
+            elif what == "addresses":
                 state["addresses"] = message[1]
             elif what == "driver":
                 _, key, slots, rings = message

@@ -18,16 +18,18 @@ events the copies wait for.
 
 from __future__ import annotations
 
+import ctypes
 import struct
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from .._cuda import MEMOP_BYTES
 from ..flags import Flag
-from ..launch import LaunchCache, Memops, compile_launch
+from ..launch import Device, LaunchCache, Memcpy, Memops, Restore, compile_launch
 
-__all__ = ["RunTemplate", "Templates", "CYCLE", "START", "moved"]
+__all__ = ["Counters", "RunTemplate", "Templates", "CYCLE", "START", "moved", "native_steps"]
 
 CYCLE = 0xFFFFFFFF  # counter values run 1 .. CYCLE, then 1 again (never 0: the flags start at 0)
 _VALUE = struct.Struct("<Q")  # a packed memory operation's value (hoccl_runtime._cuda.pack_memops: bytes 16..23)
@@ -42,11 +44,57 @@ def moved(value: int, by: int) -> int:
     return (value - 1 + by) % CYCLE + 1
 
 
+class Counters:
+    """An executor's counters (each gate and end flag's last count) by key, their values in one array of int64 that
+    C reads and moves on (net/_kept.c) at :meth:`index` ``(key)``; otherwise used as a dict of them."""
+
+    __slots__ = ("_index", "table")
+
+    def __init__(self) -> None:
+        self._index: dict[Any, int] = {}
+        self.table = array("q")
+
+    def index(self, key: Any) -> int:
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.table)
+            self.table.append(0)
+        return i
+
+    def get(self, key: Any, default: int = 0) -> int:
+        i = self._index.get(key)
+        return default if i is None else self.table[i]
+
+    def __getitem__(self, key: Any) -> int:
+        return self.table[self._index[key]]
+
+    def __setitem__(self, key: Any, value: int) -> None:
+        self.table[self.index(key)] = value
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._index
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __iter__(self) -> Any:
+        return iter(self._index)
+
+    def keys(self) -> Any:
+        return self._index.keys()
+
+    def values(self) -> list[int]:
+        return [self.table[i] for i in self._index.values()]
+
+    def items(self) -> list[tuple[Any, int]]:
+        return [(key, self.table[i]) for key, i in self._index.items()]
+
+
 class RunTemplate:
     """One run's compiled launch list and where its counts sit (see the module docstring). Made by :meth:`make`
     after the run was built and issued; :meth:`issue` makes and issues the next run."""
 
-    __slots__ = ("plan", "launch", "slots", "sends", "recvs", "ends", "before", "after")
+    __slots__ = ("plan", "launch", "slots", "sends", "recvs", "ends", "before", "after", "steps", "device", "native")
 
     def __init__(self) -> None:
         self.plan: Any = None
@@ -57,6 +105,9 @@ class RunTemplate:
         self.ends: list[tuple[Flag, Any, int]] = []  # (end flag, counter, value)
         self.before: dict = {}  # counter -> its value before the built run
         self.after: dict = {}   # counter -> its value after it
+        self.steps: list[tuple] | None = None  # the list's driver calls as plain numbers (native_steps), or None
+        self.device: int | None = None  # the one GPU the list makes current (None: none)
+        self.native: Any = None  # its native form (net/kept.py: a NativeKept, or False where it has none)
 
     @classmethod
     def make(cls, run: Any, ops: list, counter_of: dict[int, Any], before: dict, counts: dict) -> RunTemplate | None:
@@ -65,6 +116,7 @@ class RunTemplate:
         ``counts``: the counters before and after the run was built."""
         t = cls()
         t.plan, t.launch = run.plan, compile_launch(ops)
+        t.steps, t.device = native_steps(ops)
         for op in ops:
             if type(op) is not Memops:
                 continue
@@ -107,6 +159,33 @@ class RunTemplate:
             deferred.append(self.launch)
 
 
+def native_steps(ops: list) -> tuple[list[tuple] | None, int | None]:
+    """A launch list's driver calls as numbers for C (net/_kept.c): (0, stream, dst, src, bytes) a copy, (1, stream,
+    count, block address, 0) a packed batch of memory operations; and the one GPU it makes current. (None, None)
+    where it holds anything else (events, graphs, calls, two GPUs, a device-relative stream handle)."""
+    steps, devices = [], set()
+    for op in ops:
+        kind = type(op)
+        if kind is Restore:
+            break
+        if kind is Device:
+            devices.add(op.device)
+        elif kind is Memcpy and op.stream not in (0, 1, 2):
+            steps.append((0, op.stream, op.dst, op.src, op.nbytes))
+        elif kind is Memops and op.stream not in (0, 1, 2):
+            if not op.batch.ops:
+                continue
+            fast, block = op.batch._params or (None, None)
+            if fast is None:
+                return None, None
+            steps.append((1, op.stream, len(op.batch.ops), ctypes.addressof(block), 0))
+        else:
+            return None, None
+    if len(devices) > 1:
+        return None, None
+    return steps, next(iter(devices), None)
+
+
 _SEEN = object()  # a key run once: its template is made at its second run
 
 
@@ -116,8 +195,18 @@ class Templates:
     list / built anew."""
 
     def __init__(self, limit: int = 64):
-        self._cache = LaunchCache(limit)
+        self._cache = LaunchCache(limit, drop=self._dropped)
         self.reissued = self.built = 0
+        self.dropped: list = []  # the native forms of templates let go (net/kept.py tells the proxy process)
+
+    def _dropped(self, template: Any) -> None:
+        if isinstance(template, RunTemplate) and template.native:
+            self.dropped.append(template.native)
+
+    def kept(self, key: tuple, plan: Any) -> RunTemplate | None:
+        """The key's kept list where it has one for ``plan`` (no run issued)."""
+        template = self._cache.hit(key)
+        return template if type(template) is RunTemplate and template.plan is plan else None
 
     @staticmethod
     def key(plan: Any, after: Any, bound: dict) -> tuple:
@@ -149,4 +238,5 @@ class Templates:
         """Keep the list of ``run`` (just built and issued) for the key's next runs."""
         template = RunTemplate.make(run, ops, counter_of, before, counts)
         if template is not None:
+            self._dropped(self._cache.hit(key))  # a list made again (its plan object changed) replaces the old
             self._cache.set(key, template)

@@ -128,7 +128,8 @@ def test_allgather_send_and_recv_on_the_callers_stream_with_reissued_launch_list
     """AllGather (its own block copied within the GPU first), send and receive, each repeated on the same buffers
     with fresh bytes (the third and later runs reissue the list kept at the second, DONE wait included) and poisoned
     outputs; the stream's START and DONE are back at 0 after the last call (2: its START counter at the calls'
-    number, START and DONE never used)."""
+    number, START and DONE never used). With 2 the reissued runs are each one C call (HOCCL_NET_NATIVE_CALL's
+    default, net/kept.py), the fake driver's calls made from there."""
     from hoccl_runtime.net import template
 
     issued = []
@@ -154,15 +155,21 @@ def test_allgather_send_and_recv_on_the_callers_stream_with_reissued_launch_list
             good.append(bool(np.array_equal(buf, msg)))
         assert fake_cuda.drained(7)
         start, done = (f.read() for f in next(iter(comm._pairs.values())))
-        return good, (start, done, next(iter(comm._counted.values()))[0].read())
+        native = comm._native.calls if comm._native is not None else 0
+        return good, (start, done, next(iter(comm._counted.values()))[0].read()), \
+            (comm._executor._templates.reissued, native)
 
+    fake_cuda.native_calls.clear()
     results = _run(monkeypatch, body, one_stream)
     for i in range(0, 8, 2):
         (i0, o0), (i1, o1) = results[0][0][i], results[1][0][i]
         assert np.array_equal(o0, np.concatenate([i0, i1])) and np.array_equal(o1, o0)
         assert results[1][0][i + 1] is True
     assert all(results[r][1] == (0, 0, 0 if one_stream == "1" else 8) for r in (0, 1)), results
-    assert len(issued) == 2 * 2 * 2  # both ranks, runs 3 and 4 of the AllGather and of the send or receive
+    # per rank, runs 3 and 4 of the AllGather and of the send or receive came from kept lists: in C with 2
+    native = 4 if one_stream == "2" else 0
+    assert all(results[r][2] == (4, native) for r in (0, 1)), results
+    assert len(issued) == 2 * (4 - native) and (len(fake_cuda.native_calls) > 0) == (native > 0)
 
 
 @pytest.mark.parametrize("one_stream", MODES)
@@ -257,11 +264,14 @@ def test_the_watchers_drain_takes_counted_and_flag_starts():
     assert finished.read() == 3 and not px._pending
 
 
-def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ranks_without_a_hang(monkeypatch):
+@pytest.mark.parametrize("native", ["off", "on"])
+def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ranks_without_a_hang(monkeypatch,
+                                                                                                   native):
     """HOCCL_NET_ONE_STREAM=2 tells the proxy of a run from a kept launch list before launching it. A launch that
     fails then (a CUDA error) is the caller's CudaError; its run's gates stay shut, so its proxy fails the call at
     the communicator's timeout and the other rank's call fails too: an error on both ranks, not wrong bytes sent to
-    the other one, and no stream or proxy left waiting."""
+    the other one, and no stream or proxy left waiting. The same where the call is one C call (HOCCL_NET_NATIVE_CALL,
+    net/kept.py) whose second driver call fails: its error names that call."""
     from hoccl_runtime.errors import CudaError, HocclError
     from hoccl_runtime.net import template
 
@@ -279,6 +289,7 @@ def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ra
 
     monkeypatch.setattr(template.RunTemplate, "issue", issue)
     monkeypatch.setenv("HOCCL_NET_ONE_STREAM", "2")
+    monkeypatch.setenv("HOCCL_NET_NATIVE_CALL", native)
     fake_cuda.install(monkeypatch, async_streams=True)
     from hoccl_runtime.comm.net import NetCommunicator
 
@@ -288,7 +299,10 @@ def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ra
             comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
             comm.synchronize()
         good = out.tolist() == [1] * 4096 + [2] * 4096
+        assert (comm._native is not None) == (native == "on")
         fail.now = r == 0
+        if fail.now and native == "on":
+            fake_cuda.fail_native_calls(0, 700)  # the first driver call goes, the second fails (LAUNCH_FAILED)
         out[:] = 0xA5
         t0 = time.monotonic()
         raised = None
@@ -307,7 +321,10 @@ def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ra
         assert not isinstance(results[r], Exception), results
         good, kind, message, waited, drained = results[r]
         assert good and kind != "NoneType" and waited < 20 and drained, (r, results[r])
-    assert results[0][1] == CudaError.__name__ and "cudaErrorLaunchFailure" in results[0][2], results[0]
+    assert results[0][1] == CudaError.__name__, results[0]
+    assert ("cudaErrorLaunchFailure" if native == "off" else "node 0: enqueuing the copies of plan") in results[0][2]
+    if native == "on":
+        assert "cuMemcpyAsync failed" in results[0][2] or "cuStreamBatchMemOp failed" in results[0][2], results[0]
 
 
 @pytest.mark.parametrize("fails", ["none", "prepare", "submit", "launch"])

@@ -267,10 +267,40 @@ launches: list[int] = []  # graph launches so far (tests look)
 memops: list[str] = []  # every batch of stream memory operations: "captured" into a graph or "direct"
 
 
+native_calls: list[str] = []  # the driver calls C made through FastDriver.entry_points: "copy" / "memops"
+
+
+def fail_native_calls(*errors: int) -> None:
+    """Tests: the next driver calls that C makes in this thread return these CUresults, one each, instead of running."""
+    _current.native_errors = list(errors)
+
+
+def _native(kind, run):
+    """A driver call from C (hoccl_runtime/net/kept.py): the fake's own, or this thread's next fail_native_calls."""
+    errors = getattr(_current, "native_errors", None)
+    if errors:
+        return errors.pop(0)
+    try:
+        run()
+    except Exception:  # noqa: BLE001 - a C caller sees a CUresult, never a Python exception
+        return 1  # CUDA_ERROR_INVALID_VALUE
+    native_calls.append(kind)
+    return 0
+
+
+_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_uint64)(
+    lambda dst, src, n, stream: _native("copy", lambda: _cuda.cupy_runtime().memcpyAsync(dst, src, n, 0, stream)))
+_BATCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_uint64, ctypes.c_uint)(
+    lambda stream, count, params, flags: _native("memops", lambda: FastDriver().batch_memop(stream, count, params)))
+
+
 class FastDriver:
     """cuStreamBatchMemOp, run at once: writes land, waits block (up to 20 s) until their value shows. The
     parameters are read when the batch is enqueued (or captured), as the driver reads them: the caller may
-    rewrite its block afterwards (hoccl_runtime.net.template does)."""
+    rewrite its block afterwards (hoccl_runtime.net.template does). ``entry_points``: cuMemcpyAsync and
+    cuStreamBatchMemOp_v2 as C function pointers, into the same fakes."""
+
+    entry_points = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (_COPY, _BATCH))
 
     def batch_memop(self, stream, count, params):
         address = params if isinstance(params, int) else ctypes.addressof(params)

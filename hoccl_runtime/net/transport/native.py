@@ -62,11 +62,14 @@ def _ours(path: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-def _build(source: bytes) -> Path:
-    """The engine's shared library for ``source``: the cached one, or compiled now (``$CC``, else ``cc``)."""
+def _build(source: bytes, stem: str = "hoccl_lanes", what: str = "the native TCP engine",
+           fix: str = "HOCCL_TCP_ENGINE=thread", error: type[HocclError] = TransportError) -> Path:
+    """The shared library for C ``source``: the cached one, or compiled now (``$CC``, else ``cc``). ``stem`` names
+    the file, ``what`` the library in the errors (of class ``error``), which say ``fix``: a setting that does without it
+    (hoccl_runtime/net/kept.py builds its native calls here too)."""
     tag = hashlib.sha256(source + platform.machine().encode() + sys.version.encode()).hexdigest()[:16]
     for folder in (cache_dir(), Path(tempfile.gettempdir()) / f"hoccl-{os.getuid()}"):
-        path = folder / f"hoccl_lanes-{tag}.so"
+        path = folder / f"{stem}-{tag}.so"
         with contextlib.suppress(OSError):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not _ours(folder):
@@ -77,24 +80,22 @@ def _build(source: bytes) -> Path:
                 continue
             break
     else:
-        raise TransportError(f"no folder to build the native TCP engine in ({cache_dir()}, or one under the "
-                             "temporary folder, that is this user's alone); set HOCCL_CACHE_DIR to one, or "
-                             "HOCCL_TCP_ENGINE=thread")
+        raise error(f"no folder to build {what} in ({cache_dir()}, or one under the temporary folder, that is this "
+                    f"user's alone); set HOCCL_CACHE_DIR to one, or {fix}")
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        raise TransportError("the native TCP engine needs a C compiler (cc or gcc, or $CC) to build once; install "
-                             "one, or set HOCCL_TCP_ENGINE=thread (the Python lanes)")
-    fd, tmp = tempfile.mkstemp(prefix="hoccl_lanes-", suffix=".so", dir=folder)
+        raise error(f"{what} needs a C compiler (cc or gcc, or $CC) to build once; install one, or set {fix}")
+    fd, tmp = tempfile.mkstemp(prefix=f"{stem}-", suffix=".so", dir=folder)
     os.close(fd)
     cmd = [*cc.split(), "-O2", "-shared", "-fPIC", "-pthread", "-o", tmp, "-x", "c", "-"]
     try:
         done = subprocess.run(cmd, input=source, capture_output=True, timeout=120)
         if done.returncode != 0:
-            raise TransportError(f"building the native TCP engine failed ({' '.join(cmd)}): "
-                                 f"{done.stderr.decode(errors='replace').strip()[-600:]}; set HOCCL_TCP_ENGINE=thread")
+            raise error(f"building {what} failed ({' '.join(cmd)}): "
+                        f"{done.stderr.decode(errors='replace').strip()[-600:]}; set {fix}")
         os.replace(tmp, path)  # atomic: processes that build at once each land a whole file
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TransportError(f"building the native TCP engine failed ({exc}); set HOCCL_TCP_ENGINE=thread") from None
+        raise error(f"building {what} failed ({exc}); set {fix}") from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -6,6 +6,7 @@ issue (``Templates.key`` / ``Templates.issue``); inside ``ProcessProxy.submit`` 
 inside ``launch_deferred`` each kept launch list, by how many driver calls it makes ("launch list (N ops: M memcpy,
 K memops)"), so that a driver call's own cost inside the step reads off. Same output as hosttime2.py:
 HOSTTIME_OUT.rankN.txt, per variant and wrapped function, calls, median and mean us.
+Run 3 adds NativeCalls.call (a kept call in one C call, HOCCL_NET_NATIVE_CALL) and its checks (kept_list).
 Usage (under torchrun / scripts/tcp-nodes.sh): hosttime3.py SCRIPT [ARGS...]."""
 import atexit
 import functools
@@ -26,6 +27,7 @@ from hoccl_runtime.comm.net import NetCommunicator
 from hoccl_runtime.launch import Device, Memcpy, Memops, Restore
 from hoccl_runtime.net.gpu import GpuNodeExecutor
 from hoccl_runtime.net.host import HostNodeExecutor
+from hoccl_runtime.net.kept import NativeCalls
 from hoccl_runtime.net.proxyproc import ProcessProxy
 from hoccl_runtime.torch._fsdp import HocclAllGather
 
@@ -71,7 +73,8 @@ hoccl = lambda self: "hoccl"  # noqa: E731
 for cls, names in ((NetCommunicator, ("all_gather_into_tensor", "_bound_ahead", "_plan", "_buffers")),
                    (GpuNodeExecutor, ("prepare", "launch_deferred", "_check_buffers", "_checked_bounds")),
                    (HostNodeExecutor, ("_fits",)), (ProcessProxy, ("submit", "_trim", "send")),
-                   (template.Templates, ("key", "issue")), (template.RunTemplate, ("issue",))):
+                   (template.Templates, ("key", "issue")), (template.RunTemplate, ("issue",)),
+                   (NativeCalls, ("call",)), (GpuNodeExecutor, ("kept_list",))):
     for n in names:
         wrap(cls, n, hoccl)
 wrap(Connection, "send_bytes", hoccl, "Connection.send_bytes")

@@ -201,6 +201,7 @@ class Templates:
 
     def _dropped(self, template: Any) -> None:
         if isinstance(template, RunTemplate) and template.native:
+            template.native.alive = False  # its calls take the way through kept() again
             self.dropped.append(template.native)
 
     def kept(self, key: tuple, plan: Any) -> RunTemplate | None:

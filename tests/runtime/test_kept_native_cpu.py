@@ -129,3 +129,33 @@ def test_a_native_side_that_cannot_be_built_says_so(monkeypatch, tmp_path, how):
         results = _run(monkeypatch, body)
         for r in (0, 1):
             assert isinstance(results[r], HocclError) and "HOCCL_NET_NATIVE_CALL" in str(results[r]), results
+
+
+def test_a_list_let_go_is_not_issued_natively_again(monkeypatch):
+    """Kept lists leave their cache (least recently used beyond its limit): a list let go is never issued from this
+    side's memo of checked calls again (the proxy process is told to forget its form with the next form it learns),
+    and calls on its buffers go on right, natively once kept again."""
+    def body(comm, r):
+        rng = np.random.default_rng(r)
+        a_in, a_out = np.zeros(CHUNK + 5, np.uint8), np.zeros(2 * CHUNK + 10, np.uint8)
+        comm.all_gather_into_tensor(dev(a_out, r), dev(a_in, r), stream=7)
+        comm._executor._templates._cache.limit = 3
+        wrong, forms = [], []
+        for i in range(12):
+            fresh = i in (4, 5, 6, 7)  # four new buffers in a row: a's list leaves the cache of 3
+            inp, out = (np.zeros(CHUNK + 5, np.uint8), np.zeros(2 * CHUNK + 10, np.uint8)) if fresh else (a_in, a_out)
+            inp[:] = rng.integers(0, 256, inp.size, dtype=np.uint8)
+            out[:] = 0xA5
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+            comm.synchronize()
+            if not np.array_equal(out[r * inp.size:(r + 1) * inp.size], inp):
+                wrong.append(i)
+            forms.append([k.alive for _, k in comm._native._checked.values()])
+        return wrong, forms, comm._native.calls
+
+    results = _run(monkeypatch, body)
+    for r in (0, 1):
+        assert not isinstance(results[r], Exception), results
+        wrong, forms, calls = results[r]
+        assert wrong == [] and calls >= 4, results[r]
+        assert forms[3] == [True] and forms[7][0] is False and forms[-1][-1] is True, forms  # let go, then kept anew

@@ -367,7 +367,8 @@ def check_fsdp(g, me, w):
             expect(pool is not None and pool.misses == 0 and pool.peak > 0,
                    f"fsdp {variant}: window pool misses {pool.misses if pool else None}")
         else:
-            expect(pool is None, f"fsdp {variant}: a window across nodes ({pool.nbytes} bytes), where none helps")
+            expect(pool is None, f"fsdp {variant}: a window across nodes "
+                                 f"({pool.nbytes if pool is not None else 0} bytes), where none helps")
 
 
 def check_hsdp(g, me, w):

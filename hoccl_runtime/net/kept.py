@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import struct
-import sys
-import threading
 import warnings
 from array import array
 from collections import deque
@@ -48,41 +46,26 @@ HEAD = struct.Struct("<4sIII")  # KIND, the list's id, START's word, how many co
 FRAME = struct.Struct("!i")  # multiprocessing.connection's length prefix (Connection.recv_bytes reads it)
 _STEP, _SLOT = 5, 3  # numbers per driver call and per count written
 
-_lock = threading.Lock()
-_built: dict[str, Any] = {}
+WHAT, FIX = "the native call path", "HOCCL_NET_NATIVE_CALL=off"
+_built: dict[str, Any] = {}  # "lib", or "error": why it could not be built (transport/native.py's load_once)
 
 
 def library() -> Any:
     """The C side (CDLL: its call lets go of the GIL while it writes and makes driver calls), built once per process;
     raises HocclError saying why it cannot be."""
-    with _lock:
-        if "lib" in _built:
-            return _built["lib"]
-        if "error" in _built:
-            raise HocclError(_built["error"])
-        try:
-            if sys.byteorder != "little" or not sys.platform.startswith("linux"):
-                raise HocclError(f"the native call path runs on little-endian Linux, not {sys.platform}; set "
-                                 "HOCCL_NET_NATIVE_CALL=off")
-            from .transport.native import _build
+    from .transport.native import _build, load_once
 
-            lib = ctypes.CDLL(str(_build(SOURCE.read_bytes(), "hoccl_kept", "the native call path",
-                                         "HOCCL_NET_NATIVE_CALL=off", HocclError)))
-            lib.hk_version.restype = ctypes.c_int
-            if lib.hk_version() != VERSION:
-                raise HocclError("the native call path's build does not match this Python side (a stale cache?); "
-                                 "remove it from HOCCL_CACHE_DIR, or set HOCCL_NET_NATIVE_CALL=off")
-        except HocclError as exc:
-            _built["error"] = str(exc)
-            raise
-        except OSError as exc:
-            _built["error"] = f"cannot load the native call path ({exc}); set HOCCL_NET_NATIVE_CALL=off"
-            raise HocclError(_built["error"]) from None
+    def make() -> Any:
+        lib = ctypes.CDLL(str(_build(SOURCE.read_bytes(), "hoccl_kept", WHAT, FIX, HocclError)))
+        lib.hk_version.restype = ctypes.c_int
+        if lib.hk_version() != VERSION:
+            raise HocclError(f"{WHAT}'s build does not match this Python side (a stale cache?); remove it from "
+                             f"HOCCL_CACHE_DIR, or set {FIX}")
         p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
         lib.hk_issue.restype = i64
         lib.hk_issue.argtypes = [p, i, p, p, p, p, i, i64, i, p, i64, i64, p, i, p, p]
-        _built["lib"] = lib
         return lib
+    return load_once(_built, make, WHAT, FIX, HocclError)
 
 
 def _address(a: array) -> int:

@@ -102,34 +102,42 @@ def _build(source: bytes, stem: str = "hoccl_lanes", what: str = "the native TCP
     return path
 
 
+def load_once(built: dict, make: Any, what: str, fix: str, error: type[HocclError] = TransportError) -> Any:
+    """``make()`` (build and load a C library: :func:`_build`), once per process: ``built`` keeps what it gave, or why
+    it failed, which every later call raises again as ``error`` (naming ``what`` and the setting ``fix`` that does
+    without it)."""
+    with _lock:
+        if "lib" in built:
+            return built["lib"]
+        if "error" in built:
+            raise error(built["error"])
+        try:
+            if sys.byteorder != "little" or not sys.platform.startswith("linux"):
+                raise error(f"{what} runs on little-endian Linux, not {sys.platform} ({sys.byteorder}-endian); set "
+                            f"{fix}")
+            built["lib"] = make()
+        except HocclError as exc:
+            built["error"] = str(exc)
+            raise
+        except OSError as exc:
+            built["error"] = f"cannot load {what} ({exc}); set {fix}"
+            raise error(built["error"]) from None
+        return built["lib"]
+
+
 def engine_library() -> tuple[Any, Any]:
     """(CDLL, PyDLL) of the engine: the first lets go of the GIL in its calls (the waits), the second keeps it (the
     short calls, which only take the engine's own locks). Built once per process; raises TransportError saying why
     it cannot be."""
-    with _lock:
-        if "lib" in _built:
-            return _built["lib"]
-        if "error" in _built:
-            raise TransportError(_built["error"])
-        try:
-            if sys.byteorder != "little" or not sys.platform.startswith("linux"):
-                raise TransportError(f"the native TCP engine runs on little-endian Linux, not {sys.platform} "
-                                     f"({sys.byteorder}-endian); set HOCCL_TCP_ENGINE=thread")
-            path = _build(SOURCE.read_bytes())
-            free, held = ctypes.CDLL(str(path)), ctypes.PyDLL(str(path))
-        except TransportError as exc:
-            _built["error"] = str(exc)
-            raise
-        except OSError as exc:
-            _built["error"] = f"cannot load the native TCP engine ({exc}); set HOCCL_TCP_ENGINE=thread"
-            raise TransportError(_built["error"]) from None
+    def make() -> tuple[Any, Any]:
+        path = _build(SOURCE.read_bytes())
+        free, held = ctypes.CDLL(str(path)), ctypes.PyDLL(str(path))
         for lib in (free, held):
             _declare(lib)
         if held.hl_event_words() != EVENT_WORDS:
-            _built["error"] = "the native TCP engine's build does not match this Python side (a stale cache?)"
-            raise TransportError(_built["error"])
-        _built["lib"] = (free, held)
-        return _built["lib"]
+            raise TransportError("the native TCP engine's build does not match this Python side (a stale cache?)")
+        return free, held
+    return load_once(_built, make, "the native TCP engine", "HOCCL_TCP_ENGINE=thread")
 
 
 def _declare(lib: Any) -> None:

@@ -159,3 +159,60 @@ def test_a_list_let_go_is_not_issued_natively_again(monkeypatch):
         wrong, forms, calls = results[r]
         assert wrong == [] and calls >= 4, results[r]
         assert forms[3] == [True] and forms[7][0] is False and forms[-1][-1] is True, forms  # let go, then kept anew
+
+
+def test_the_proxy_rebuilds_the_run_python_would_have_issued(monkeypatch):
+    """For a kept list, the run the proxy process rebuilds from a native call's counter moves (kept_prepared, as
+    KeptForms does) holds the same gates, done flags, counts and bytes per ring slot, and the same end counts, as
+    the run RunTemplate.issue makes from the same counters (the Python path), also after the counters moved on
+    through other lists' runs."""
+    from hoccl_runtime.net.gated import PreparedRun
+    from hoccl_runtime.net.kept import kept_prepared
+
+    def body(comm, r):
+        n = 3 * CHUNK + 1
+        a = (np.zeros(n, np.uint8), np.zeros(2 * n, np.uint8))
+        b = (np.zeros(2 * n, np.uint8), np.zeros(4 * n, np.uint8))
+        for inp, out in (a, b, a, a, b, b, a):  # both lists kept and issued natively, the counters moving between
+            comm.all_gather_into_tensor(dev(out, r), dev(inp, r), stream=7)
+        comm.synchronize()
+        ex, compared = comm._executor, 0
+        for _, k in comm._native._checked.values():
+            t = k.template
+            counts = dict(ex._counts.items())
+            by = tuple(counts.get(key, 0) - was for key, was in t.before.items())
+            python = PreparedRun(t.plan)
+            t.issue(python, counts, start=(comm._counted[7][0], 1), deferred=[])  # not launched
+            native = kept_prepared(t.plan, k.sends, k.recvs, k.ends, by, lambda f: f)
+
+            def gates(side):
+                return {w: [(g.address, d.address, c, nb) for g, d, c, nb in q] for w, q in side.items()}
+            assert gates(native.send) == gates(python.send) and gates(native.recv) == gates(python.recv)
+            assert [(f.address, c) for f, c in native.ends] == [(f.address, c) for f, c in python.ends]
+            assert any(by), by  # the counters did move since the list was made
+            compared += 1
+        return compared
+
+    results = _run(monkeypatch, body)
+    assert results == {0: 2, 1: 2}, results
+
+
+def test_the_proxy_refuses_a_run_of_a_list_it_was_never_told():
+    """A native run's message naming a list whose form never came (a protocol error) is a clear error in the proxy
+    process (which then exits, its watcher on the training side releasing the calls), not a KeyError; a form told and
+    then forgotten is refused the same."""
+    import struct
+
+    from hoccl_runtime.errors import HocclError
+    from hoccl_runtime.flags import FlagPool
+    from hoccl_runtime.net.kept import HEAD, KIND, KeptForms
+
+    forms = KeptForms(FlagPool(4, device=False))
+    message = HEAD.pack(KIND, 7, 0, 1) + struct.pack("<2q", 1, 0)
+    with pytest.raises(HocclError, match="kept list 7.*HOCCL_NET_NATIVE_CALL=off"):
+        forms.key_of(message)
+    forms.learn(("template", 7, "key", [], [], [], []))
+    assert forms.key_of(message) == "key"
+    forms.learn(("template", 8, "other", [], [], [], [7]))  # 7 forgotten with the next form
+    with pytest.raises(HocclError, match="kept list 7"):
+        forms.key_of(message)

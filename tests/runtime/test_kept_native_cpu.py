@@ -13,6 +13,7 @@ import pytest
 from fake_cuda import dev
 
 CHUNK = 64 << 10
+builds = pytest.mark.skipif(not fake_cuda.native_call_builds(), reason="the native call path does not build here")
 
 
 def _run(monkeypatch, body, timeout_s: float = 20) -> dict:
@@ -25,6 +26,7 @@ def _run(monkeypatch, body, timeout_s: float = 20) -> dict:
                                                             lanes=2), body, timeout_s=90)
 
 
+@builds
 def test_native_and_python_runs_interleaved_move_the_right_bytes(monkeypatch):
     """Two sets of buffers in turn (each set's third and later runs are native), a fresh one every fourth step (built
     in Python: a key's first run), AllGathers of several chunks and sends both ways, fresh bytes into poisoned
@@ -70,6 +72,7 @@ def test_native_and_python_runs_interleaved_move_the_right_bytes(monkeypatch):
     assert fake_cuda._streams.errors == []
 
 
+@builds
 def test_a_proxy_process_gone_fails_the_native_call_without_a_hang(monkeypatch):
     """The proxy process killed after native runs: the next native call cannot send its message, so it opens its
     run's gates and lets its copies run through, and raises naming the proxy process (from the call or, where the
@@ -131,6 +134,7 @@ def test_a_native_side_that_cannot_be_built_says_so(monkeypatch, tmp_path, how):
             assert isinstance(results[r], HocclError) and "HOCCL_NET_NATIVE_CALL" in str(results[r]), results
 
 
+@builds
 def test_a_list_let_go_is_not_issued_natively_again(monkeypatch):
     """Kept lists leave their cache (least recently used beyond its limit): a list let go is never issued from this
     side's memo of checked calls again (the proxy process is told to forget its form with the next form it learns),
@@ -161,6 +165,7 @@ def test_a_list_let_go_is_not_issued_natively_again(monkeypatch):
         assert forms[3] == [True] and forms[7][0] is False and forms[-1][-1] is True, forms  # let go, then kept anew
 
 
+@builds
 def test_the_proxy_rebuilds_the_run_python_would_have_issued(monkeypatch):
     """For a kept list, the run the proxy process rebuilds from a native call's counter moves (kept_prepared, as
     KeptForms does) holds the same gates, done flags, counts and bytes per ring slot, and the same end counts, as

@@ -167,7 +167,7 @@ def test_allgather_send_and_recv_on_the_callers_stream_with_reissued_launch_list
         assert results[1][0][i + 1] is True
     assert all(results[r][1] == (0, 0, 0 if one_stream == "1" else 8) for r in (0, 1)), results
     # per rank, runs 3 and 4 of the AllGather and of the send or receive came from kept lists: in C with 2
-    native = 4 if one_stream == "2" else 0
+    native = 4 if one_stream == "2" and fake_cuda.native_call_builds() else 0
     assert all(results[r][2] == (4, native) for r in (0, 1)), results
     assert len(issued) == 2 * (4 - native) and (len(fake_cuda.native_calls) > 0) == (native > 0)
 
@@ -264,7 +264,8 @@ def test_the_watchers_drain_takes_counted_and_flag_starts():
     assert finished.read() == 3 and not px._pending
 
 
-@pytest.mark.parametrize("native", ["off", "on"])
+@pytest.mark.parametrize("native", ["off", pytest.param("on", marks=pytest.mark.skipif(
+    not fake_cuda.native_call_builds(), reason="the native call path does not build here"))])
 def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ranks_without_a_hang(monkeypatch,
                                                                                                    native):
     """HOCCL_NET_ONE_STREAM=2 tells the proxy of a run from a kept launch list before launching it. A launch that

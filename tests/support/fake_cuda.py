@@ -270,6 +270,18 @@ memops: list[str] = []  # every batch of stream memory operations: "captured" in
 native_calls: list[str] = []  # the driver calls C made through FastDriver.entry_points: "copy" / "memops"
 
 
+def native_call_builds() -> bool:
+    """Whether the native call path (hoccl_runtime/net/kept.py) builds here (a C compiler): its tests skip where not."""
+    from hoccl_runtime.errors import HocclError
+    from hoccl_runtime.net import kept
+
+    try:
+        kept.library()
+    except HocclError:
+        return False
+    return True
+
+
 def fail_native_calls(*errors: int) -> None:
     """Tests: the next driver calls that C makes in this thread return these CUresults, one each, instead of running."""
     _current.native_errors = list(errors)

@@ -12,7 +12,7 @@ TCP engine is), in the same order:
 - the counts are an array (:class:`~.template.Counters`) the C side moves on;
 - the proxy process learns a list's form once (:meth:`NativeCalls.make`: its gates' words and counters, pickled),
   and then per run only the counters' moves, in a framed message of plain numbers (:data:`KIND`) that it turns back
-  into the same :class:`~.gated.PreparedRun` (:class:`KeptForms`);
+  into the same :class:`~.gated.PreparedRun` (:class:`KeptForms`, with ``template.fill_run`` as RunTemplate.issue);
 - the driver calls are ``cuMemcpyAsync`` and ``cuStreamBatchMemOp`` through their addresses
   (``FastDriver.entry_points``).
 
@@ -29,13 +29,12 @@ import ctypes
 import struct
 import warnings
 from array import array
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 from ..errors import CudaError, HocclError
 from .gated import PreparedRun
-from .template import START, moved
+from .template import START, fill_run, moved
 
 __all__ = ["NativeCalls", "KeptForms", "KeptRun", "KIND", "library", "native_calls"]
 
@@ -72,21 +71,6 @@ def _address(a: array) -> int:
     return a.buffer_info()[0]
 
 
-def kept_prepared(plan: Any, sends: list, recvs: list, ends: list, by: tuple, flag: Any) -> PreparedRun:
-    """The PreparedRun of a kept list's run whose counters moved ``by`` (one move per counter position): ``sends`` /
-    ``recvs`` [((ring, slot), gate, done, position, count, bytes)], ``ends`` [(flag, position, count)] as the list
-    was made; ``flag(x)`` turns their gate, done and end into Flags."""
-    run = PreparedRun(plan)
-    for side, mine in ((run.send, sends), (run.recv, recvs)):
-        for where, g, d, k, c, nb in mine:
-            uses = side.get(where)
-            if uses is None:
-                uses = side[where] = deque()
-            uses.append((flag(g), flag(d), moved(c, by[k]), nb))
-    run.ends = [(flag(f), moved(c, by[k])) for f, k, c in ends]
-    return run
-
-
 class NativeKept:
     """A kept list's native form: what ``hk_issue`` takes, and its gates for the proxy (:meth:`NativeCalls.make`)."""
 
@@ -110,7 +94,7 @@ class KeptRun:
     def _made(self) -> PreparedRun:
         if self._run is None:
             k = self.kept
-            self._run = kept_prepared(k.template.plan, k.sends, k.recvs, k.ends, self.by, lambda f: f)
+            self._run = fill_run(PreparedRun(k.template.plan), k.sends, k.recvs, k.ends, self.by)
         return self._run
 
     @property
@@ -281,16 +265,20 @@ class KeptForms:
     runs that their :data:`KIND` messages stand for."""
 
     def __init__(self, words: Any):
-        from ..flags import Flag
-
+        self._words = words
         self._forms: dict[int, tuple] = {}
-        self._flag = lambda w: Flag(words, w)
 
     def learn(self, message: tuple) -> None:
+        """A list's form (its flags as words of the shared flags, made Flags here once), and the lists to forget."""
+        from ..flags import Flag
+
         _, tid, key, sends, recvs, ends, forget = message
         for old in forget:
             self._forms.pop(old, None)
-        self._forms[tid] = (key, sends, recvs, ends)
+        words = self._words
+        sides = [[(w, Flag(words, g), Flag(words, d), k, c, nb) for w, g, d, k, c, nb in side]
+                 for side in (sends, recvs)]
+        self._forms[tid] = (key, *sides, [(Flag(words, f), k, c) for f, k, c in ends])
 
     def key_of(self, data: bytes) -> Any:
         tid = HEAD.unpack_from(data, 0)[1]
@@ -305,4 +293,4 @@ class KeptForms:
         _, tid, start_word, nkeys = HEAD.unpack_from(data, 0)
         count, *by = struct.unpack_from(f"<{1 + nkeys}q", data, HEAD.size)
         _, sends, recvs, ends = self._forms[tid]
-        return kept_prepared(plan, sends, recvs, ends, by, self._flag), start_word, count
+        return fill_run(PreparedRun(plan), sends, recvs, ends, by), start_word, count

@@ -29,7 +29,7 @@ from .._cuda import MEMOP_BYTES
 from ..flags import Flag
 from ..launch import Device, LaunchCache, Memcpy, Memops, Restore, compile_launch
 
-__all__ = ["Counters", "RunTemplate", "Templates", "CYCLE", "START", "moved", "native_steps"]
+__all__ = ["Counters", "RunTemplate", "Templates", "CYCLE", "START", "fill_run", "moved", "native_steps"]
 
 CYCLE = 0xFFFFFFFF  # counter values run 1 .. CYCLE, then 1 again (never 0: the flags start at 0)
 _VALUE = struct.Struct("<Q")  # a packed memory operation's value (hoccl_runtime._cuda.pack_memops: bytes 16..23)
@@ -144,19 +144,28 @@ class RunTemplate:
         by = {key: counts.get(key, 0) - was for key, was in self.before.items()}
         for block, at, key, value in self.slots:
             _VALUE.pack_into(block, at, start[1] if key is START else moved(value, by[key]))
-        for side, mine in ((run.send, self.sends), (run.recv, self.recvs)):
-            for where, g, d, key, c, nb in mine:
-                uses = side.get(where)
-                if uses is None:
-                    uses = side[where] = deque()
-                uses.append((g, d, moved(c, by[key]), nb))
-        run.ends = [(f, moved(c, by[key])) for f, key, c in self.ends]
+        fill_run(run, self.sends, self.recvs, self.ends, by)
         for key, value in self.after.items():
             counts[key] = moved(value, by[key])
         if deferred is None:
             self.launch()
         else:
             deferred.append(self.launch)
+
+
+def fill_run(run: Any, sends: list, recvs: list, ends: list, by: Any) -> Any:
+    """Fill ``run`` (a fresh PreparedRun) with a kept list's gates and end counts, each count moved on by ``by[k]``,
+    the move of its counter ``k``: ``sends`` / ``recvs`` [((ring, slot), gate, done, k, count, bytes)] and ``ends``
+    [(end flag, k, count)] as the list was made (:class:`RunTemplate`, by counter key; net/kept.py's native forms, by
+    position). Returns ``run``."""
+    for side, mine in ((run.send, sends), (run.recv, recvs)):
+        for where, g, d, k, c, nb in mine:
+            uses = side.get(where)
+            if uses is None:
+                uses = side[where] = deque()
+            uses.append((g, d, moved(c, by[k]), nb))
+    run.ends = [(f, moved(c, by[k])) for f, k, c in ends]
+    return run
 
 
 def native_steps(ops: list) -> tuple[list[tuple] | None, int | None]:

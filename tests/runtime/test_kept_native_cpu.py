@@ -167,12 +167,12 @@ def test_a_list_let_go_is_not_issued_natively_again(monkeypatch):
 
 @builds
 def test_the_proxy_rebuilds_the_run_python_would_have_issued(monkeypatch):
-    """For a kept list, the run the proxy process rebuilds from a native call's counter moves (kept_prepared, as
-    KeptForms does) holds the same gates, done flags, counts and bytes per ring slot, and the same end counts, as
-    the run RunTemplate.issue makes from the same counters (the Python path), also after the counters moved on
-    through other lists' runs."""
+    """For a kept list, the run the proxy process rebuilds from a native call's counter moves (fill_run by counter
+    position, as KeptForms does) holds the same gates, done flags, counts and bytes per ring slot, and the same end
+    counts, as the run RunTemplate.issue makes from the same counters (the Python path, by counter key), also after the
+    counters moved on through other lists' runs."""
     from hoccl_runtime.net.gated import PreparedRun
-    from hoccl_runtime.net.kept import kept_prepared
+    from hoccl_runtime.net.template import fill_run
 
     def body(comm, r):
         n = 3 * CHUNK + 1
@@ -188,7 +188,7 @@ def test_the_proxy_rebuilds_the_run_python_would_have_issued(monkeypatch):
             by = tuple(counts.get(key, 0) - was for key, was in t.before.items())
             python = PreparedRun(t.plan)
             t.issue(python, counts, start=(comm._counted[7][0], 1), deferred=[])  # not launched
-            native = kept_prepared(t.plan, k.sends, k.recvs, k.ends, by, lambda f: f)
+            native = fill_run(PreparedRun(t.plan), k.sends, k.recvs, k.ends, by)  # by position, as the proxy
 
             def gates(side):
                 return {w: [(g.address, d.address, c, nb) for g, d, c, nb in q] for w, q in side.items()}

@@ -288,9 +288,11 @@ class KeptForms:
                              "protocol error: please report it; HOCCL_NET_NATIVE_CALL=off avoids this path)")
         return form[0]
 
-    def run(self, data: bytes, plan: Any) -> tuple[PreparedRun, int, int]:
-        """(the run, START's word, START's count) of a :data:`KIND` message (``plan``: its list's plan)."""
+    def call(self, data: bytes) -> tuple[Any, Any, int, int]:
+        """(its list's key, ``rebuild(plan)`` that makes its run, START's word, START's count) of a :data:`KIND`
+        message."""
+        key = self.key_of(data)
         _, tid, start_word, nkeys = HEAD.unpack_from(data, 0)
         count, *by = struct.unpack_from(f"<{1 + nkeys}q", data, HEAD.size)
         _, sends, recvs, ends = self._forms[tid]
-        return fill_run(PreparedRun(plan), sends, recvs, ends, by), start_word, count
+        return key, lambda plan: fill_run(PreparedRun(plan), sends, recvs, ends, by), start_word, count

@@ -535,6 +535,20 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
     proxy = CallProxy(run, lambda call: call[1].seen(), reset, finish, name=f"hoccl-proxy-{rank}", poll_s=poll_s,
                       skip=lambda call: call[0] is not None and open_gates(call[0]), early=True)
     forms = KeptForms(words)
+
+    def take(key: Any, rebuild: Any, start_word: int, done_word: int | None, count: int | None) -> None:
+        """A call to the proxy, its run made by ``rebuild(plan)`` (None: its preparation failed; its stream is only
+        released). Where that fails, the run is made without a plan (its gates opened, skip) and the error reported."""
+        prepared = None
+        if rebuild is not None:
+            try:
+                prepared = rebuild(plan_of(key))
+            except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
+                proxy.error = proxy.error or exc
+                prepared = rebuild(None)
+        done_flag = None if done_word is None else Flag(words, done_word)
+        proxy.submit((prepared, StartFlag(Flag(words, start_word), count), DoneOnce(done_flag), key,
+                      time.perf_counter()))
     try:
         while True:
             try:
@@ -542,14 +556,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             except (EOFError, OSError):
                 return  # the training process is gone
             if data[:4] == KIND:  # a kept list's run, as its counters' moves (net/kept.py)
-                key = forms.key_of(data)
-                try:
-                    prepared, start_word, count = forms.run(data, plan_of(key))
-                except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
-                    proxy.error = proxy.error or exc
-                    prepared, start_word, count = forms.run(data, None)  # its gates still opened (skip)
-                proxy.submit((prepared, StartFlag(Flag(words, start_word), count), DoneOnce(None), key,
-                              time.perf_counter()))
+                key, rebuild, start_word, count = forms.call(data)
+                take(key, rebuild, start_word, None, count)
                 continue
             message = pickle.loads(data)
             what = message[0]
@@ -573,16 +581,8 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
                     proxy.error = exc
             elif what == "call":
                 _, key, encoded, start_word, done_word, count = message
-                prepared = None
-                if encoded is not None:
-                    try:
-                        prepared = decode(plan_of(key), encoded, words)
-                    except BaseException as exc:  # noqa: BLE001 - as a failed run: reported, later calls skipped
-                        proxy.error = proxy.error or exc
-                        prepared = decode(None, encoded, words)  # its gates still opened (skip), its DONE given
-                done_flag = None if done_word is None else Flag(words, done_word)  # None: the stream waits for none
-                proxy.submit((prepared, StartFlag(Flag(words, start_word), count), DoneOnce(done_flag), key,
-                              time.perf_counter()))
+                take(key, None if encoded is None else lambda plan, e=encoded: decode(plan, e, words), start_word,
+                     done_word, count)
             elif what == "close":
                 return
     finally:

@@ -4,19 +4,24 @@ The threads that drive network calls poll with sleeps of 20-50 us. Under the ker
 50 us sleep lasted 75-125 us, and a call waits through several; with a 1 us slack a 64 KiB send/recv over TCP
 took 0.83 and 0.92 of the time through the executor, and 0.73-0.85 through the torch backend, on the 1x H200
 (docs/results/2026-12-01-s19/slack*.txt). :func:`fine_sleeps` sets the slack of the calling thread for a block
-(``HOCCL_TIMER_SLACK_NS``, 0: leave it) and puts the old value back after.
+(``HOCCL_TIMER_SLACK_NS``, 0: leave it) and puts the old value back after. :func:`nap` is those loops' sleep, or
+with 0 (``HOCCL_NET_POLL_US=0``) a yield of the CPU instead: the loop spins, so its CPU never goes idle and a wake
+never waits for one (on the 1x H100 hosts a 10 us sleep of the network proxy's loop lasted 59-144 us at the median
+and 132-1,136 us at the 90th percentile inside training, 2026-12-06).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .settings import env_int
 
-__all__ = ["fine_sleeps", "slack_setting"]
+__all__ = ["fine_sleeps", "nap", "slack_setting"]
 
 PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
 _libc: ctypes.CDLL | None | bool = None
@@ -54,3 +59,12 @@ def fine_sleeps(ns: int | None = None) -> Iterator[None]:
         yield
     finally:
         libc.prctl(PR_SET_TIMERSLACK, before, 0, 0, 0)
+
+
+def nap(seconds: float) -> None:
+    """A poll loop's pause of ``seconds``; 0 or less: no sleep, the CPU yielded (``sched_yield``, which lets the GIL go
+    too), so the loop keeps its CPU and looks again at once."""
+    if seconds > 0:
+        time.sleep(seconds)
+    else:
+        os.sched_yield()

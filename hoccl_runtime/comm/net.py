@@ -466,7 +466,7 @@ class NetCommunicator(_Calls):
             "rank": self.rank, "host": host or _local_address(), "lanes": lanes, "session": f"hoccl-net-{self.world}",
             "name": f"node{self.rank}", "secret": self._secret, "topology": self.topology.model_dump(),
             "chunk_bytes": self.chunk_bytes, "timeout_s": self.timeout_s,
-            "poll_us": env_int("HOCCL_NET_POLL_US", 10, 1, 10_000), "trace": _trace_prefix(self.rank)}),
+            "poll_us": env_int("HOCCL_NET_POLL_US", 10, 0, 10_000), "trace": _trace_prefix(self.rank)}),
             self.timeout_s)
         self._addresses = self._exchange_addresses(store, address)
         self._proxy.send(("addresses", self._addresses))

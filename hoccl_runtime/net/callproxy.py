@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from .._timer import fine_sleeps, slack_setting
+from .._timer import fine_sleeps, nap, slack_setting
 from ..flags import reached
 
 __all__ = ["CallProxy", "DoneOnce", "StartFlag", "Stopping"]
@@ -148,7 +148,7 @@ class CallProxy:
 
     def _until(self, reached: Any) -> None:
         while not reached():  # the stream has not reached the call yet
-            time.sleep(self.poll_s)
+            nap(self.poll_s)
 
     def wait_idle(self, timeout_s: float) -> bool:
         return self._idle.wait(timeout_s)
@@ -164,7 +164,7 @@ class CallProxy:
         while self._pending > most and self.error is None:
             if time.monotonic() > deadline:
                 return False
-            time.sleep(self.poll_s)
+            nap(self.poll_s)
         return True
 
     def _abandon(self, call: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from hoccl_compiler.schema import Plan
 
-from .._timer import fine_sleeps
+from .._timer import fine_sleeps, nap
 from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, as_int32, reached
 from ..settings import env_flag
@@ -114,7 +114,7 @@ class GatedNodeExecutor(HostNodeExecutor):
             with fine_sleeps(self._slack_ns):  # the loops' 20-50 us sleeps last about that long (hoccl_runtime._timer)
                 self._drive()
                 while not self._stream_reached():  # a run with nothing that waits for its stream (no copies here)
-                    time.sleep(self.poll_s)
+                    nap(self.poll_s)
                 self._wait(lambda: all(reached(flag, c) for flag, c in prepared.ends), "its copies to finish")
                 self._tick()  # release, if the driving loop ended before it saw the copies through
         except BaseException:
@@ -233,7 +233,7 @@ class GatedNodeExecutor(HostNodeExecutor):
             if time.monotonic() > deadline:
                 raise HocclTimeoutError(f"node {self.node}: the GPU did not finish {what} within {self.timeout_s:g} s "
                                         "(a copy that never ran: is the GPU hung?)")
-            time.sleep(min(20e-6, self.poll_s))
+            nap(min(20e-6, self.poll_s))
 
     def _gate(self, side: dict, key: tuple, n: int) -> tuple:
         gates = side.get(key)

@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..._timer import nap
 from ...errors import TransportError
 
 __all__ = ["Region", "Completion", "Connection", "Transport", "open_listener", "pause"]
@@ -148,7 +149,11 @@ def open_listener(host: str, port: int, backlog: int) -> socket.socket:
 
 def pause(conns: dict, seconds: float) -> None:
     """A driving loop's sleep between its looks: where it has one connection that can wake it at its next
-    completion (``wait``: the native TCP engine's), that wait; else a sleep of ``seconds``."""
+    completion (``wait``: the native TCP engine's), that wait; else a sleep of ``seconds``. ``seconds`` 0: spin
+    (:func:`nap`), with no wait on the engine."""
+    if seconds <= 0:
+        nap(0)
+        return
     if len(conns) == 1:
         wait = getattr(next(iter(conns.values())), "wait", None)
         if wait is not None:

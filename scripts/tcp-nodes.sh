@@ -62,7 +62,9 @@ fi
 # hoccl group of their own, use_for_fsdp's default; the NCCL variant gathers with NCCL) and 1F1B pipelining, HOCCL
 # against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS); one log and
 # one JSON per run under OUTDIR, the tables of every run printed last. COMPARE_ARGS: more arguments for every run (both
-# examples take them), e.g. COMPARE_ARGS="--gc-every 50", a process-wide setting that needs an invocation of its own.
+# examples take them), "--gc-every 50" unless set (torchtitan's default: Python's collector off, a generation-1
+# collection between steps every 50, so that no full collection of 0.1-0.2 s lands in a timed round); COMPARE_ARGS=""
+# leaves the collector as Python runs it.
 out=${2:?usage: tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]}
 sizes=${3:-small,350m,1.3b}
 mkdir -p "$out"
@@ -71,18 +73,18 @@ reps=${COMPARE_REPEATS:-3}
 results=()
 for size in ${sizes//,/ }; do
   case $size in
-    small) fb=4; fs=${COMPARE_STEPS:-20}; pb=8; ps=${COMPARE_STEPS:-20} ;;
+    small) fb=4; fs=${COMPARE_STEPS:-30}; pb=8; ps=${COMPARE_STEPS:-30} ;;
     *)     fb=2; fs=${COMPARE_STEPS:-8};  pb=8; ps=${COMPARE_STEPS:-8} ;;
   esac
   for red in nccl hoccl; do
     name=fsdp-$size-reduce-$red-$setting
     run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
-      --comm hoccl,nccl,none --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS:-} >"$out/$name.log" 2>&1
+      --comm hoccl,nccl,none --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} >"$out/$name.log" 2>&1
     results+=("$name rc=$?")
   done
   name=pipeline-$size-$setting
   run_nodes "$here/examples/train_pipeline.py" --size "$size" --batch "$pb" --steps "$ps" --repeats "$reps" \
-    --comm hoccl,nccl,none --json "$out/$name.json" ${COMPARE_ARGS:-} >"$out/$name.log" 2>&1
+    --comm hoccl,nccl,none --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} >"$out/$name.log" 2>&1
   results+=("$name rc=$?")
 done
 for r in "${results[@]}"; do

@@ -44,14 +44,17 @@ def test_compare_runs_fsdp_twice_and_the_pipeline_on_two_nodes_with_their_own_ho
     assert reduce == ["nccl", "nccl", "hoccl", "hoccl"]
     comm = [c[c.index("--comm") + 1] for c in calls]
     assert comm == ["hoccl,nccl,none"] * 6
-    assert not any("--gc-every" in c for c in calls)
+    assert all(c[c.index("--gc-every") + 1] == "50" for c in calls), calls  # torchtitan's collector by default
+    assert all(c[c.index("--steps") + 1] == "30" for c in calls), calls
 
 
 def test_compare_args_reach_every_run(tmp_path):
-    calls = _compare(tmp_path, COMPARE_ARGS="--gc-every 50")
+    calls = _compare(tmp_path, COMPARE_ARGS="--gc-every 10 --deterministic")
     assert len(calls) == 6
     for c in calls:
-        assert c[c.index("--gc-every") + 1] == "50", c
+        assert c[c.index("--gc-every") + 1] == "10" and "--deterministic" in c, c
+    plain = _compare(tmp_path / "plain", COMPARE_ARGS="")  # empty: the collector as Python runs it
+    assert len(plain) == 6 and not any("--gc-every" in c for c in plain), plain
 
 
 def test_pin_puts_each_node_on_its_half_of_the_cpus(tmp_path):

@@ -6,8 +6,8 @@ took 0.83 and 0.92 of the time through the executor, and 0.73-0.85 through the t
 (docs/results/2026-12-01-s19/slack*.txt). :func:`fine_sleeps` sets the slack of the calling thread for a block
 (``HOCCL_TIMER_SLACK_NS``, 0: leave it) and puts the old value back after. :func:`nap` is those loops' sleep, or
 with 0 (``HOCCL_NET_POLL_US=0``) a yield of the CPU instead: the loop spins, so its CPU never goes idle and a wake
-never waits for one (on the 1x H100 hosts a 10 us sleep of the network proxy's loop lasted 59-144 us at the median
-and 132-1,136 us at the 90th percentile inside training, 2026-12-06).
+never waits for one (on 1x H100 hosts the network proxy loop's longest 10 us pause per call lasted 57-144 us at the
+median and 124-1,136 us at the 90th percentile inside training, 2026-12-06).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ fi
 # against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS); one log and
 # one JSON per run under OUTDIR, the tables of every run printed last. COMPARE_ARGS: more arguments for every run (both
 # examples take them), "--gc-every 50" unless set (torchtitan's default: Python's collector off, a generation-1
-# collection between steps every 50, so that no full collection of 0.1-0.2 s lands in a timed round); COMPARE_ARGS=""
+# collection between steps every 50, so that no full collection of 0.1-0.2 s can land in a timed round); COMPARE_ARGS=""
 # leaves the collector as Python runs it.
 out=${2:?usage: tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]}
 sizes=${3:-small,350m,1.3b}

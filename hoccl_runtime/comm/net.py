@@ -446,9 +446,10 @@ class NetCommunicator(_Calls):
         calls; the rings and flags are shared memory registered with CUDA here."""
         import cupy
 
+        from ..net.arena import LocalRegions, SharedArena
         from ..net.gpu import flag_count, ring_slots
         from ..net.kept import native_calls
-        from ..net.proxyproc import LocalRegions, ProcessProxy, SharedArena
+        from ..net.proxyproc import ProcessProxy
         from ..settings import env_int
 
         # every flag now (a page: the streams' START/DONE, the executor's gates, the proxy's counters); the rings
@@ -557,8 +558,8 @@ class NetCommunicator(_Calls):
             ex.connect(self._addresses)
             self._executor = ex
             return
+        from ..net.arena import SharedArena, arena_bytes
         from ..net.gpu import ring_slots
-        from ..net.proxyproc import SharedArena, arena_bytes
 
         slots = ring_slots(self.chunk_bytes, self.ring_bytes)
         self._rings = SharedArena(arena_bytes(1, slots, self.chunk_bytes))

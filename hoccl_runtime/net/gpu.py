@@ -97,7 +97,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._given, self._dev = buffers, {r: b[2] for r, b in given.items()}  # what run() runs without arguments
         self._current: PreparedRun | None = None
         self._host: list[int] = []
-        # arena / flag_arena: host memory shared with a proxy process (hoccl_runtime.net.proxyproc.SharedArena) that
+        # arena / flag_arena: host memory shared with a proxy process (hoccl_runtime.net.arena.SharedArena) that
         # the rings and placeholders / the flags are carved from; None: pinned allocations of this process
         self._arena = arena
         placeholders = {r: (self._pinned(1), self._pinned(1)) for r in ranks}  # the base class's host views

@@ -1,6 +1,6 @@
 """Copy-engine copies between the GPU and host memory of the two kinds HOCCL uses: pinned memory from cuMemHostAlloc
 (the one-process paths, gatewake.py's) and a memfd mapped and registered with cuMemHostRegister (the network proxy
-process's shared arena, net/proxyproc.SharedArena). Per kind, direction and size: the GPU time of one copy (CUDA
+process's shared arena, net/arena.SharedArena). Per kind, direction and size: the GPU time of one copy (CUDA
 events, median and p90 of 200, each copy alone on its stream), and the time from a host flag's write to a landing
 copy's end as gatewake.py measures it (memfd source). Prints us and GB/s.
 
@@ -12,7 +12,7 @@ import time
 import torch
 
 from hoccl_runtime._cuda import copy_async, fast_driver, host_mapped_alloc, pack_memops
-from hoccl_runtime.net.proxyproc import SharedArena
+from hoccl_runtime.net.arena import SharedArena
 
 torch.zeros(1, device="cuda")
 N = 64 << 20

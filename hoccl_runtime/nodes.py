@@ -93,7 +93,8 @@ def _connect(plan: Any, node: int, buffers: Mapping[int, Any], store: Any, uid: 
     import torch.distributed as dist
 
     from ._store import exchange_addresses
-    from .comm.net import _local_address, job_secret
+    from .comm.netconf import job_secret
+    from .comm.netconf import local_address as _local_address
     from .net.gpu import GpuNodeExecutor
 
     N = plan.topology.nodes

@@ -15,9 +15,9 @@ from typing import Any
 from hoccl_compiler.schema import Plan
 
 from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
+from .._cuda_streams import stream_is_capturing, stream_wait_event
 from .._splits import alltoallv_pieces
 from .._store import announce_failure
-from .._cuda_streams import stream_is_capturing, stream_wait_event
 from ..errors import HocclError, HocclTimeoutError, PlanError
 from ..executor import check_buffer
 from ..interop import as_buffer, as_stream

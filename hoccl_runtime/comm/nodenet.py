@@ -19,19 +19,9 @@ from ..ipc import IpcMappings
 from ..mailbox import HANDLE, NONE, SLOT
 from ..plans import CallKey, PlanCache
 from .context import NodeContext
-from .net import (
-    CallEvents,
-    CallProxy,
-    DoneOnce,
-    _Calls,
-    _compiled,
-    _local_address,
-    _set_up,
-    enqueue_call,
-    job_secret,
-    net_chunk_bytes,
-    net_lanes,
-)
+from .net import CallEvents, CallProxy, DoneOnce, _Calls, _compiled, _set_up, enqueue_call
+from .netconf import job_secret, net_chunk_bytes, net_lanes
+from .netconf import local_address as _local_address
 
 __all__ = ["NodeNetCommunicator"]
 

@@ -63,8 +63,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                         "lane has a sender and a receiver thread in the proxy"),
     "HOCCL_NET_POLL_US": ("10", "the network proxy process: microseconds it sleeps between looks at the flags and "
                           "the transport while a call is in flight or awaited (1-10000); 0: it never sleeps there, "
-                          "it yields its CPU between looks (sched_yield) and so keeps a CPU busy while a call is in "
-                          "flight, as NCCL's proxy thread does (docs/benchmarks.md, 2026-12-06)"),
+                          "it yields its CPU between looks (sched_yield) and so keeps a CPU busy while a call is "
+                          "awaited or in flight, as NCCL's proxy thread does (docs/benchmarks.md, 2026-12-06)"),
     "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
                        "ends as soon as a frame left or came in (a wait on the engine) instead of after "
                        "HOCCL_NET_POLL_US (0: a sleep)"),

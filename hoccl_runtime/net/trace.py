@@ -94,7 +94,8 @@ def _size_class(n: int) -> str:
 
 def summarize(prefix: str) -> str:
     """What :func:`write_trace` wrote under ``prefix``, in words (us): per rank, for its most frequent calls, the
-    median time from each step to the next; for its most frequent call, the way in from the call before (see
+    median and 90th percentile of the time from each step to the next, and the spread of the time from its stream
+    reaching it to its copies through; for its most frequent call, the way in from the call before (see
     :func:`_between`); its driving loop's longest poll sleep and turn per call; its garbage collections. Where the
     trace has the frames of exactly two ranks (one connection between them), a write's time split up, by size: the
     hand-off (posted -> its lane began sending it), the send (the lane's ``sendall``), the
@@ -131,12 +132,17 @@ def _rank(prefix: str, rank: int, out: list[str]) -> None:
         by_call[row["call"]].append(row)
     ranked = sorted(by_call.items(), key=lambda kv: -len(kv[1]))  # the most frequent first
     for call, some in ranked[:4]:
-        steps = []
+        steps, tails = [], []
         for a, b in zip(STEPS, STEPS[1:], strict=False):
             d = [float(r[f"{b}_us"]) - float(r[f"{a}_us"]) for r in some if r[f"{a}_us"] and r[f"{b}_us"]]
             if d:
                 steps.append(f"{b} +{_quantile(d, .5):.0f}")
+                tails.append(f"{b} {_quantile(d, .9):+.0f}")
         out.append(f"  {call} x{len(some)}: " + ", ".join(steps))
+        out.append("    p90: " + ", ".join(tails))
+        whole = [float(r["copies_us"]) - float(r["stream_us"]) for r in some if r["stream_us"] and r["copies_us"]]
+        if whole:
+            out.append(f"    from its stream to its copies through: p10 {_quantile(whole, .1):.0f} {_spread(whole)}")
     if ranked:
         out.append(_between(rows, ranked[0][0]))
     for col, what in (("sleep_us", "longest poll sleep"), ("turn_us", "longest turn")):

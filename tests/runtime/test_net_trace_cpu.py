@@ -44,3 +44,23 @@ def test_a_step_never_seen_is_a_dash(tmp_path):
     write_trace(str(tmp_path / "t"), 0, rows)
     line = next(x for x in summarize(str(tmp_path / "t")).splitlines() if "was through" in x)
     assert "its stream there -;" in line and "arrived +900," in line and "arrivals 1000 apart (x2)" in line, line
+
+
+def test_the_summary_gives_each_steps_tail_and_the_calls_whole_time(tmp_path):
+    """Ten calls whose stream-to-staged step takes 10 us, but 910 us in two of them: the median stays at 10, the
+    90th percentile shows the slow ones; the time from the stream to the copies through is 50 us a call, 950 in the
+    slow ones."""
+    rows = []
+    for k in range(10):
+        call, *times, gap = _row("allgather 8", k * 1e-2, k * 1e-2)
+        if k >= 8:
+            i = STEPS.index("staged")
+            times[i:] = [t + 900e-6 for t in times[i:]]
+        rows.append((call, *times, gap))
+    write_trace(str(tmp_path / "t"), 0, rows)
+    lines = summarize(str(tmp_path / "t")).splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("  allgather 8 x10:"))
+    assert "staged +10," in lines[at], lines[at]
+    assert lines[at + 1].startswith("    p90: ") and "staged +910," in lines[at + 1], lines[at + 1]
+    # stream is step 5 (start + 50 us), copies step 10 (start + 100 us): 50 us, and 950 in the slow call
+    assert lines[at + 2] == "    from its stream to its copies through: p10 50 p50 50 p90 950", lines[at + 2]

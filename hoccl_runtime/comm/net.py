@@ -45,7 +45,7 @@ from ..net.callproxy import CallProxy, DoneOnce, StartFlag
 from ..plans import CallKey, PlanCache
 from .calls import CallEvents, counted_start, enqueue_call, enqueue_counted, enqueue_on_stream
 from .context import NodeContext
-from .netconf import job_secret, net_chunk_bytes, net_lanes
+from .netconf import job_secret, net_chunk_bytes, net_lanes, net_poll_us
 from .netconf import local_address as _local_address
 
 __all__ = ["NetCommunicator", "CallProxy", "CallEvents", "NetWindow", "enqueue_call", "job_secret"]
@@ -407,7 +407,7 @@ class NetCommunicator(_Calls):
             "rank": self.rank, "host": host or _local_address(), "lanes": lanes, "session": f"hoccl-net-{self.world}",
             "name": f"node{self.rank}", "secret": self._secret, "topology": self.topology.model_dump(),
             "chunk_bytes": self.chunk_bytes, "timeout_s": self.timeout_s,
-            "poll_us": env_int("HOCCL_NET_POLL_US", 10, 0, 10_000), "trace": _trace_prefix(self.rank)}),
+            "poll_us": net_poll_us(), "trace": _trace_prefix(self.rank)}),
             self.timeout_s)
         self._addresses = self._exchange_addresses(store, address)
         self._proxy.send(("addresses", self._addresses))

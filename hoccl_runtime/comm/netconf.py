@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import HocclError
 
-__all__ = ["job_secret", "net_chunk_bytes", "net_lanes", "local_address"]
+__all__ = ["job_secret", "net_chunk_bytes", "net_lanes", "net_poll_us", "local_address"]
 
 
 def job_secret(store: Any, rank: int) -> bytes:
@@ -44,6 +44,14 @@ def net_lanes(given: int | None) -> int:
     if isinstance(given, bool) or not isinstance(given, int) or not 1 <= given <= 64:
         raise HocclError(f"lanes={given!r}: give 1..64 TCP connections per peer (default 8, HOCCL_NET_LANES)")
     return given
+
+
+def net_poll_us() -> int:
+    """The network proxy process's pause between looks, us (HOCCL_NET_POLL_US, 10; 0: it spins, a yield between
+    looks)."""
+    from ..settings import env_int
+
+    return env_int("HOCCL_NET_POLL_US", 10, 0, 10_000)
 
 
 def local_address() -> str:

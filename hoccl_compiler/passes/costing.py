@@ -17,7 +17,6 @@ The report keeps the port model's lower bound (no schedule beats it) beside them
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -26,7 +25,6 @@ from ..ir import LOCAL, CompileOptions, CompileState, Costing, chunk_sizes
 from ..units import chain_depth
 from .chunks import assign_queues, chunk_order, waits_on_previous
 
-THREADED_PIECES = (200_000, 4_000_000)  # the pieces between which the two baselines are costed in two threads
 # the naive rounds are costed only where their rounds times the GPUs stay within this: the costing holds per-stage
 # port arrays, so its memory grows with both (a 4096-GPU Broadcast's 7,000-odd rounds took 4.5 GB on top of the
 # compile's 1.2 GB, a 16,384-GPU one's ran a 24 GiB machine out of memory; 2026-12-04)
@@ -73,17 +71,11 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
         if rounds_of.size * topo.num_gpus > NAIVE_ROUNDS_CELLS:
             at_once, _ = whole_flows_time(*at_once_args)
             rounds = None  # not costed: the count says why
-        elif THREADED_PIECES[0] <= pieces.flow.size <= THREADED_PIECES[1]:
-            # the two costings are independent and mostly numpy, which lets go of the GIL in its sorts and
-            # element-wise loops: on the 2-core VM, a 1024-GPU All-to-All's two took 3.8 s at once against 5.7.
-            # Both at once also keep both sets of temporaries alive, and the costing pass is the compile's peak
-            # memory (3.4 GB at 1024 GPUs; at 2048, 12.7 GiB against 10.7 serial), so the largest plans cost them
-            # one after the other
-            with ThreadPoolExecutor(2, thread_name_prefix="hoccl-baseline") as pool:
-                later = pool.submit(whole_flows_time, *rounds_args)
-                at_once, _ = whole_flows_time(*at_once_args)
-                rounds, _ = later.result()
         else:
+            # one after the other: in two threads (sessions 39-50) they kept both sets of temporaries alive at the
+            # compile's peak; once hugepage advice was off (cli._no_hugepage_advice), one after the other was the
+            # faster on the 2-core VM too (1024-GPU All-to-All: 12.2-12.5 s wall and 2.1 GB, against 14.0-14.4 s
+            # and 3.0 GB, 2026-12-06)
             at_once, _ = whole_flows_time(*at_once_args)
             rounds, _ = whole_flows_time(*rounds_args)
         report["baselines"] = {"everything_at_once_s": at_once, "naive_rounds_s": rounds,

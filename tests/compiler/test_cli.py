@@ -348,3 +348,41 @@ def test_a_tiny_chunk_is_warned_about(tmp_cwd, capsys, monkeypatch):
     assert code == 0 and "warning: --chunk 4KiB makes" in err and "--chunk auto" in err
     code, out, err = run(compile_main, ["alltoall", "--nodes", "2", "--size", "1MiB", "-o", "b.json"], capsys)
     assert code == 0 and "warning" not in err
+
+
+def _hugepage_flag():
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        from numpy.core.multiarray import _set_madvise_hugepage
+    return _set_madvise_hugepage
+
+
+@pytest.mark.parametrize("env", [None, "1"])
+def test_a_cli_run_drops_numpys_hugepage_advice_unless_numpy_is_told(tmp_cwd, capsys, monkeypatch, env):
+    """Large arrays advised onto huge pages cost 10 s a GiB to touch on the 2-core VM (cli._no_hugepage_advice):
+    a CLI run turns NumPy's advice off for its body and puts it back after; NUMPY_MADVISE_HUGEPAGE, where set,
+    decides instead."""
+    from hoccl_compiler import cli
+
+    flag = _hugepage_flag()
+    seen = []
+    real = cli._compile_and_write
+
+    def spy(*args, **kwargs):
+        seen.append(flag(True))  # the advice as the body runs (and set back to it at once)
+        flag(seen[-1])
+        return real(*args, **kwargs)
+
+    if env is None:
+        monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    else:
+        monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", env)
+    monkeypatch.setattr(cli, "_compile_and_write", spy)
+    before = flag(True)
+    try:
+        code, _, _ = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-q"], capsys)
+        after = flag(True)
+    finally:
+        flag(before)
+    assert code == 0 and seen == [env is not None] and after is True

@@ -354,21 +354,6 @@ def test_chunk_auto_past_the_entry_budget_takes_whole_transfers(monkeypatch):
     assert plan.options.chunk_bytes >= max(b for s in plan.stages for b in s.transfers.bytes)
 
 
-@pytest.mark.parametrize("kind", ["alltoall", "allgather"])
-def test_the_baselines_costed_in_two_threads_are_the_serial_ones(kind, monkeypatch):
-    """Large plans cost their two baselines in two threads (passes.costing.THREADED_PIECES): the same figures as
-    one after the other, unicast and multicast alike."""
-    from hoccl_compiler import compile_plan
-    from hoccl_compiler.passes import costing
-
-    topo, spec = make_topology("paper-h800", nodes=2, gpus_per_node=4), CollectiveSpec(kind=kind, size_bytes=1 << 24)
-    monkeypatch.setattr(costing, "THREADED_PIECES", (10**12, 10**12))  # never
-    serial = compile_plan(topo, spec).report.baselines
-    monkeypatch.setattr(costing, "THREADED_PIECES", (0, 10**12))  # always
-    threaded = compile_plan(topo, spec).report.baselines
-    assert threaded == serial and serial.everything_at_once_s > 0 and serial.naive_rounds_s > 0
-
-
 def test_naive_rounds_past_the_cells_limit_are_counted_not_costed(monkeypatch, tmp_path):
     """A plan whose naive rounds times its GPUs pass passes.costing.NAIVE_ROUNDS_CELLS (a 16,384-GPU Broadcast's
     ran a 24 GiB machine out of memory) carries the rounds' count and no time for them: the report says so, and the

@@ -49,6 +49,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                          "or auto (native where it builds and HOCCL_TCP_RECEIVE=thread, else thread). auto is the "
                          "default since FSDP over TCP nodes ran 0.99-1.12x as fast on it as on the Python lanes on "
                          "1x H100s (docs/benchmarks.md, 2026-12-05)"),
+    "HOCCL_TCP_SPIN_US": ("0", "TCP on the native engine: microseconds a lane's threads look again for work (a part to "
+                          "send, bytes to read; a sched_yield between looks) after their last frame before they "
+                          "block in the kernel (0: they block at once); each lane's two threads keep a CPU busy that "
+                          "long"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "

@@ -41,16 +41,42 @@ from hoccl_runtime.net.transport import TcpTransport, native
 EXIT_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "native_exit.py"  # a process leaving or forking
 
 
-@pytest.fixture(autouse=True, scope="module")
-def native_engine():
-    """Every test of this module on the native engine (module scope: Hypothesis's tests take no per-test fixture)."""
+@pytest.fixture(autouse=True, scope="module", params=["0", "300"], ids=["blocking", "spinning"])
+def native_engine(request):
+    """Every test of this module on the native engine (module scope: Hypothesis's tests take no per-test fixture),
+    with its lanes' threads blocking at once and spinning 300 us before they block (HOCCL_TCP_SPIN_US)."""
     try:
         native.engine_library()
     except TransportError as exc:
         pytest.skip(f"the native engine does not build here: {exc}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOCCL_TCP_ENGINE", "native")
-        yield
+        mp.setenv("HOCCL_TCP_SPIN_US", request.param)
+        yield request.param
+
+
+def test_the_spin_setting_reaches_the_engine_and_a_bad_one_is_refused(native_engine, monkeypatch):
+    """HOCCL_TCP_SPIN_US is read where a connection opens its lanes: the engine is told it in nanoseconds, and a
+    value outside 0..1000000 is a TransportError naming the variable."""
+    told = []
+    real = native.NativeLanes.__init__
+
+    def spy(self, conn, regions):
+        hl_spin = regions.held.hl_spin
+        regions.held.hl_spin = lambda handle, ns: (told.append(ns), hl_spin(handle, ns))[1]
+        try:
+            real(self, conn, regions)
+        finally:
+            regions.held.hl_spin = hl_spin
+
+    monkeypatch.setattr(native.NativeLanes, "__init__", spy)
+    c_tx, c_rx, tx, rx = pair(lanes=2)
+    tx.close()
+    rx.close()
+    assert told == [int(native_engine) * 1000] * 2
+    monkeypatch.setenv("HOCCL_TCP_SPIN_US", "-1")
+    with pytest.raises(TransportError, match="HOCCL_TCP_SPIN_US"):
+        native.spin_us()
 
 
 def test_the_connections_run_on_the_engine_with_no_python_lane_thread():

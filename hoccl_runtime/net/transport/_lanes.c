@@ -20,6 +20,11 @@
  * count is reached, so the write leaves without waiting for the Python loop to see the copy done. Waiting parts hold
  * no lane: credits and notices posted after them leave at once.
  *
+ * Spinning (hl_spin; HOCCL_TCP_SPIN_US): for that long after its last frame, a lane's sender looks at its queue and its
+ * receiver at its socket (MSG_DONTWAIT) again and again, a sched_yield between looks, before it blocks: a thread
+ * asleep in the kernel wakes only once the scheduler gets to it, which under load took hundreds of microseconds
+ * (docs/benchmarks.md, session 55), and NCCL's proxy thread polls too. 0 (the default): they block at once.
+ *
  * Lifetime (native.py): hl_open after the handshake, hl_stop_senders (queued frames still leave, up to a deadline),
  * Python shuts the sockets down, hl_join (every thread gone), Python closes the sockets, hl_free. Regions are
  * registered with the engine (hl_region) and never move while it lives (the transport holds their arrays). */
@@ -29,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -108,6 +114,7 @@ typedef struct conn {
     int wstop, w_on;
     long wnap;               /* the watcher's pause (ns): 2 us after a part was posted or let go, doubling to 16 */
     pthread_t wt;
+    int64_t spin_ns;         /* hl_spin: how long a lane's threads look again before they block (0: they block) */
 } conn_t;
 
 static uint32_t crc_table[256];
@@ -202,6 +209,29 @@ static int64_t recv_full(int fd, uint8_t *p, uint64_t n) {
     return (int64_t)got;
 }
 
+/* As recv_full, but for up to ``spin_ns`` after the last byte came the socket is read without blocking (MSG_DONTWAIT),
+ * a sched_yield between empty reads; then the rest blocks as recv_full. */
+static int64_t recv_spin(int fd, uint8_t *p, uint64_t n, int64_t spin_ns) {
+    uint64_t got = 0;
+    int64_t until = spin_ns > 0 ? now_ns() + spin_ns : 0;
+    while (got < n && until) {
+        uint64_t want = n - got;
+        ssize_t r = recv(fd, p + got, want > (1u << 30) ? (1u << 30) : want, MSG_DONTWAIT);
+        if (r > 0) { got += (uint64_t)r; until = now_ns() + spin_ns; continue; }
+        if (r == 0) return (int64_t)got;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -(int64_t)errno;
+        if (now_ns() >= until) break;
+        sched_yield();
+    }
+    if (got < n) {
+        int64_t more = recv_full(fd, p + got, n - got);
+        if (more < 0) return more;
+        got += (uint64_t)more;
+    }
+    return (int64_t)got;
+}
+
 static size_t gate_slot(uint32_t imm, size_t cap) { return (size_t)(imm * 2654435761u) & (cap - 1); }
 
 /* A whole frame of a write is in place: count it towards the gate armed for its immediate, and store the gate's value
@@ -238,7 +268,8 @@ static void *recv_main(void *arg) {
     uint8_t h[FRAME];
     uint64_t expected = 0;
     for (;;) {
-        int64_t got = recv_full(L->fd, h, FRAME);
+        int64_t spin = __atomic_load_n(&c->spin_ns, __ATOMIC_RELAXED);
+        int64_t got = recv_spin(L->fd, h, FRAME, spin);
         if (got == 0) {  /* a clean end between frames */
             event_t ev = {{0}};
             ev.v[0] = EV_ENDED; ev.v[1] = L->idx;
@@ -278,7 +309,7 @@ static void *recv_main(void *arg) {
         }
         int64_t t0 = now_ns();
         if (n) {
-            got = recv_full(L->fd, into, n);
+            got = recv_spin(L->fd, into, n, spin);
             if (got < 0) { push_error(L, E_RECV, 1, -got, 0, 0); return NULL; }
             if ((uint64_t)got < n) { push_error(L, E_SHORT_PAYLOAD, 0, got, (int64_t)n, 0); return NULL; }
         }
@@ -291,18 +322,24 @@ static void *recv_main(void *arg) {
     }
 }
 
-/* Send every byte of iov (MSG_NOSIGNAL: a closed peer is an error, not a signal): 0, or errno. */
-static int send_all(int fd, struct iovec *iov, int cnt) {
+/* Send every byte of iov (MSG_NOSIGNAL: a closed peer is an error, not a signal): 0, or errno. For up to ``spin_ns``
+ * after the last byte left, a full socket buffer is tried again (MSG_DONTWAIT, a sched_yield between) before the
+ * send blocks. */
+static int send_all(int fd, struct iovec *iov, int cnt, int64_t spin_ns) {
+    int64_t until = spin_ns > 0 ? now_ns() + spin_ns : 0;
     while (cnt) {
         struct msghdr m;
         memset(&m, 0, sizeof m);
         m.msg_iov = iov;
         m.msg_iovlen = (size_t)cnt;
-        ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+        int spinning = until && now_ns() < until;
+        ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | (spinning ? MSG_DONTWAIT : 0));
         if (r < 0) {
             if (errno == EINTR) continue;
+            if (spinning && (errno == EAGAIN || errno == EWOULDBLOCK)) { sched_yield(); continue; }
             return errno;
         }
+        if (until) until = now_ns() + spin_ns;
         while (cnt && (size_t)r >= iov->iov_len) { r -= (ssize_t)iov->iov_len; iov++; cnt--; }
         if (cnt) { iov->iov_base = (uint8_t *)iov->iov_base + r; iov->iov_len -= (size_t)r; }
     }
@@ -321,12 +358,19 @@ static void *send_main(void *arg) {
     conn_t *c = L->c;
     uint8_t h[FRAME];
     for (;;) {
+        int64_t spin = __atomic_load_n(&c->spin_ns, __ATOMIC_RELAXED);
+        if (spin > 0 && !__atomic_load_n(&L->len, __ATOMIC_ACQUIRE)) {  /* look again for a while before sleeping */
+            int64_t until = now_ns() + spin;
+            while (!__atomic_load_n(&L->len, __ATOMIC_ACQUIRE) && !__atomic_load_n(&L->stop, __ATOMIC_ACQUIRE) &&
+                   now_ns() < until)
+                sched_yield();
+        }
         pthread_mutex_lock(&L->mu);
         while (!L->len && !L->stop) pthread_cond_wait(&L->cv, &L->mu);
         if (!L->len) { pthread_mutex_unlock(&L->mu); break; }
         post_t p = L->q[L->head];
         L->head = (L->head + 1) % L->cap;
-        L->len--;
+        __atomic_store_n(&L->len, L->len - 1, __ATOMIC_RELEASE);  /* read unlocked by a spinning sender */
         pthread_mutex_unlock(&L->mu);
         uint16_t version = VERSION, lane = (uint16_t)L->idx, part = (uint16_t)p.part, parts = (uint16_t)p.parts;
         uint64_t wid = (uint64_t)p.write_id;
@@ -338,7 +382,7 @@ static void *send_main(void *arg) {
         PUT(h, HEAD, crc);
         struct iovec iov[2] = {{h, FRAME}, {(void *)(uintptr_t)p.addr, p.n}};
         int64_t t0 = now_ns();
-        int err = send_all(L->fd, iov, p.n ? 2 : 1);
+        int err = send_all(L->fd, iov, p.n ? 2 : 1, spin);
         if (err) {
             L->failed = 1;
             push_error(L, E_SEND, 0, err, 0, 0);
@@ -443,7 +487,7 @@ static int lane_put(lane_t *L, const post_t *p) {
         L->q = bigger;
     }
     L->q[(L->head + L->len) % L->cap] = *p;
-    L->len++;
+    __atomic_store_n(&L->len, L->len + 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&L->cv);
     pthread_mutex_unlock(&L->mu);
     return 0;
@@ -487,6 +531,12 @@ static void *watch_main(void *arg) {
     c->wlen = 0;
     pthread_mutex_unlock(&c->wmu);
     return NULL;
+}
+
+/* How long each lane's threads look again before they block (ns; 0: they block at once). */
+void hl_spin(void *cp, int64_t ns) {
+    conn_t *c = cp;
+    __atomic_store_n(&c->spin_ns, ns > 0 ? ns : 0, __ATOMIC_RELAXED);
 }
 
 /* Queue a frame on ``lane``: 0, or -1 (no memory, or the lane's sender stopped). */
@@ -613,7 +663,7 @@ int hl_stop_senders(void *cp, double timeout_s) {
     for (int i = 0; i < c->nlanes; i++) {
         lane_t *L = &c->lanes[i];
         pthread_mutex_lock(&L->mu);
-        L->stop = 1;
+        __atomic_store_n(&L->stop, 1, __ATOMIC_RELEASE);
         pthread_cond_signal(&L->cv);
         pthread_mutex_unlock(&L->mu);
     }
@@ -635,8 +685,8 @@ void hl_join(void *cp) {
     for (int i = 0; i < c->nlanes; i++) {
         lane_t *L = &c->lanes[i];
         pthread_mutex_lock(&L->mu);
-        L->stop = 1;
-        L->len = 0;  /* a sender still running drops what is left: the connection is closing */
+        __atomic_store_n(&L->stop, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&L->len, 0, __ATOMIC_RELEASE);  /* a sender still running drops what is left: the connection is closing */
         pthread_cond_signal(&L->cv);
         pthread_mutex_unlock(&L->mu);
     }

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import HocclError, TransportError
-from ...settings import cache_dir, env_choice, env_flag
+from ...settings import cache_dir, env_choice, env_flag, env_int
 from .frames import FRAME_BYTES, not_a_frame, out_of_order, outside, receive_failure
 
 __all__ = ["ENGINES", "engine_library", "native_lanes", "NativeRegions", "NativeLanes"]
@@ -149,7 +149,8 @@ def _declare(lib: Any) -> None:
                             ("hl_post_after", i, (p, i, i64, u32, u32, u64, u64, u32, u64, u32, u64, u64, u64,
                                                   ctypes.c_int32)),
                             ("hl_poll", i, (p, p, i, d)), ("hl_arm", i, (p, i, p)), ("hl_cancel", i, (p,)),
-                            ("hl_stop_senders", i, (p, d)), ("hl_join", None, (p,)), ("hl_free", None, (p,))):
+                            ("hl_spin", None, (p, i64)), ("hl_stop_senders", i, (p, d)), ("hl_join", None, (p,)),
+                            ("hl_free", None, (p,))):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, list(args)
 
@@ -165,6 +166,15 @@ def _close_at_exit() -> None:
     for lanes in list(_open):
         with contextlib.suppress(Exception):
             lanes.close(0.0)
+
+
+def spin_us() -> int:
+    """How long a lane's threads look again for work (a part to send, bytes to read) before they block, us
+    (HOCCL_TCP_SPIN_US, 0: they block at once; see _lanes.c, "Spinning")."""
+    try:
+        return env_int("HOCCL_TCP_SPIN_US", 0, 0, 1_000_000)
+    except HocclError as exc:
+        raise TransportError(str(exc)) from None
 
 
 def native_lanes(engine: str | None, receive: str) -> NativeRegions | None:
@@ -254,6 +264,7 @@ class NativeLanes:
         self.handle = self.held.hl_open(regions.handle, fds, len(conn.lanes))
         if not self.handle:
             raise TransportError("the native TCP engine could not open the connection (no memory)")
+        self.held.hl_spin(self.handle, spin_us() * 1000)
         self.pid = os.getpid()
         _open.add(self)
 

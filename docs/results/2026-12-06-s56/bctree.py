@@ -1,17 +1,24 @@
-import sys, dataclasses
+"""Session 56: a Broadcast inside one node down two trees of GPUs (NCCL's double binary tree: each half of S down one
+heap of the other GPUs) against the compiler's chain, 1 GiB, host costs 0: v2 and the chunk simulation over the
+collective bound. Run from the project root: python docs/results/2026-12-06-s56/bctree.py"""
+import dataclasses
+import sys
+
 import numpy as np
+
 sys.path.insert(0, "examples")
-from bench_compiler import topology
-from hoccl_compiler import compile_plan, CollectiveSpec
-from hoccl_compiler.ir import CompileOptions
-from hoccl_compiler.cost import collective_bound
-from hoccl_compiler.simulate import simulate
-import hoccl_compiler.multicast as M
+from bench_compiler import topology  # noqa: E402
+
+import hoccl_compiler.multicast as M  # noqa: E402
+from hoccl_compiler import CollectiveSpec, compile_plan  # noqa: E402
+from hoccl_compiler.cost import collective_bound  # noqa: E402
+from hoccl_compiler.ir import CompileOptions  # noqa: E402
+from hoccl_compiler.simulate import simulate  # noqa: E402
 
 orig = M._broadcast
 
 def tree_broadcast(spec, topo, lay, trees=True):
-    G, L, N = topo.num_gpus, topo.gpus_per_node, topo.nodes
+    G, N = topo.num_gpus, topo.nodes
     if N != 1:
         return orig(spec, topo, lay, trees)
     root, size = int(spec.root or 0), int(spec.size_bytes or 0)
@@ -26,15 +33,17 @@ def tree_broadcast(spec, topo, lay, trees=True):
                 rows.append((v, -1, size))
             continue
         rows += [(v, p, int(part_bytes[p])) for p in range(P) if part_bytes[p]]
-    dst = np.array([r[0] for r in rows]); part = np.array([r[1] for r in rows]); nb = np.array([r[2] for r in rows])
+    dst = np.array([r[0] for r in rows])
+    part = np.array([r[1] for r in rows])
+    nb = np.array([r[2] for r in rows])
     offset = np.where(part >= 0, bounds[np.maximum(part, 0)], 0)
-    flow_of = {(int(d), int(p)): f for f, (d, p) in enumerate(zip(dst, part))}
+    flow_of = {(int(d), int(p)): f for f, (d, p) in enumerate(zip(dst, part, strict=True))}
     parent = {}
     for p, order in enumerate((others, others[::-1])):
         for j, v in enumerate(order):
             parent[(v, p)] = root if j == 0 else order[(j - 1) // 2]
     via = np.full(dst.size, -1, np.int64)
-    for f, (v, p) in enumerate(zip(dst.tolist(), part.tolist())):
+    for f, (v, p) in enumerate(zip(dst.tolist(), part.tolist(), strict=True)):
         if p < 0:
             continue
         prev = parent[(v, p)]

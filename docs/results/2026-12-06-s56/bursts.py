@@ -7,11 +7,12 @@ import sys
 
 folder = sys.argv[1] if len(sys.argv) > 1 else "."
 for r in (0, 1):
-    rows = list(csv.DictReader(open(f"{folder}/trace.rank{r}.csv")))
+    with open(f"{folder}/trace.rank{r}.csv") as fh:
+        rows = list(csv.DictReader(fh))
     f = lambda x, k: float(x[k])  # noqa: E731
     taken = [f(x, "taken_us") for x in rows]
     copies = [f(x, "copies_us") for x in rows]
-    busy = sum(c - a for a, c in zip(taken, copies)) / (copies[-1] - taken[0])
+    busy = sum(c - a for a, c in zip(taken, copies, strict=True)) / (copies[-1] - taken[0])
     gaps = [taken[i + 1] - copies[i] for i in range(len(rows) - 1)]
     burst = [i for i in range(1, len(rows)) if gaps[i - 1] < 50 and rows[i]["call"].startswith("allgather 6304768")]
     svc = [copies[i] - taken[i] for i in burst]

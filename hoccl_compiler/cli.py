@@ -123,10 +123,10 @@ def _few_gc_passes():
 def _no_hugepage_advice():
     """NumPy advises the kernel to back each large array with transparent huge pages. Where the kernel then compacts
     memory on the fault (``/sys/kernel/mm/transparent_hugepage/defrag`` = ``madvise``, a common default), touching
-    a fresh array costs far more than its pages: on the 2-core VM, 1 GiB of ``np.ones`` took 10.0-10.3 s with the
-    advice and 0.36-0.39 s without, and the 1024-GPU All-to-All's compile 30.3 s wall (27.4 s of it system time)
-    against 11.0 s. A CLI run owns its process, so it drops the advice, unless ``NUMPY_MADVISE_HUGEPAGE`` is set
-    (NumPy's own switch, which then decides)."""
+    a fresh array costs far more than its pages: on the 2-core VM, 1 GiB of ``np.ones`` took 7.9-10.3 s with the
+    advice and 0.37 s without, and the 1024-GPU All-to-All's CLI compile 33.5-35.2 s wall (23.7-25.3 s of it system
+    time) against 12.1-13.0 s (docs/benchmarks.md, 2026-12-06). A CLI run owns its process, so it drops the advice,
+    unless ``NUMPY_MADVISE_HUGEPAGE`` is set (NumPy's own switch, which then decides)."""
     try:
         from numpy._core.multiarray import _set_madvise_hugepage
     except ImportError:  # NumPy 1.x

@@ -78,6 +78,7 @@ class GatedNodeExecutor(HostNodeExecutor):
 
     direct_receive = False  # TCP lands in host memory: always through the receive ring
     multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (net/chained.py)
+    overlaps = False  # its prepared runs' slots and gates do not alternate ring halves yet (HOCCL_NET_OVERLAP)
     _current: PreparedRun | None = None
     _release: Any = None
     _land_gates: bool | None = None  # HOCCL_NET_LAND_GATES, read at the first run

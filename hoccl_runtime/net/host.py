@@ -44,6 +44,7 @@ from hoccl_compiler.schema import Plan
 from .._timer import fine_sleeps, slack_setting
 from .._trust import verified
 from ..errors import HocclTimeoutError, TransportError
+from ..settings import env_flag
 from .notices import RunNotices
 from .routes import ChunkSequence, LeavingWrites, Routes, RunState, net_chunk_of, refuse_multicast
 from .transport.base import Connection, Region, Transport, pause
@@ -56,6 +57,7 @@ class HostNodeExecutor(RunNotices):
     """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
 
     poll_s = 50e-6  # the driving loops' sleep between polls (the proxy process sets HOCCL_NET_POLL_US)
+    overlaps = True  # may run consecutive runs on alternate ring halves (HOCCL_NET_OVERLAP)
     multicast = False  # runs forwarded copies (a multicast plan's): the GPU executors, which enqueue them up front
     marks: list | None = None  # (what, time.perf_counter()) of each run's steps, where a trace is asked for
 
@@ -77,6 +79,14 @@ class HostNodeExecutor(RunNotices):
         # network then always lands in the rings (an output registered once cannot follow new buffers)
         self.reuse = reuse
         self.direct_receive = type(self).direct_receive and not reuse
+        # HOCCL_NET_OVERLAP: consecutive runs use alternate halves of every ring, so a run waits only for the nodes
+        # that received two runs back (its half's last users), not the last one (net/notices.py)
+        self.halves = reuse and overlap_setting() and slots >= 2
+        if self.halves and not type(self).overlaps:
+            raise TransportError(f"HOCCL_NET_OVERLAP=1: {type(self).__name__} does not run alternate ring halves yet "
+                                 "(only the host executor does); unset it")
+        self.span = slots // 2 if self.halves else slots  # ring positions a run cycles through before credits
+        self._base = 0  # this run's first slot (its half's)
         self._slack_ns = slack_setting()  # the driving thread's timer slack while it runs (hoccl_runtime._timer)
         self._hellos: dict[int, list[int]] = {}
         self.L = topo.gpus_per_node
@@ -113,7 +123,7 @@ class HostNodeExecutor(RunNotices):
         self._runs = 0                               # runs through so far
         self._failed = False                         # a run failed (or the executor left): leave() waits for nobody
         self._early_done: set[tuple[int, int]] = set()  # (node, run) run-done notices not yet waited for
-        self._prev_receivers: frozenset[int] = frozenset()  # the nodes that received network chunks in the last run
+        self._receivers_hist: tuple[frozenset[int], ...] = ()  # the nodes that received in the last two runs
         self._ahead: dict[int, list] = {}  # per node, its data for the next run, come while this run receives none
         self._mine: dict[int, int] = {}      # run -> this node's plan notice, until every node's was checked
         self._checked: dict[int, int] = {}   # node -> how many of its plan notices matched this node's runs
@@ -252,10 +262,11 @@ class HostNodeExecutor(RunNotices):
         the slowest node; its last run is waited for by :meth:`leave`. A single-run executor ends with the
         barrier."""
         if self.reuse:
-            self._leaving.keep(self._inflight, self.slots)  # writes still leaving hold their slots into next runs
+            self._leaving.keep(self._inflight, self.span, self._base)  # writes still leaving hold their slots
             self._inflight = {}
             self._tell_all(RUN_DONE | (self._runs & 0xFFFFFF))
-            self._prev_receivers = frozenset(g // self.L for g in self._run.routes.receivers)
+            received = frozenset(g // self.L for g in self._run.routes.receivers)
+            self._receivers_hist = (*self._receivers_hist, received)[-2:]
             self._runs += 1
         else:
             self._barrier()
@@ -309,11 +320,20 @@ class HostNodeExecutor(RunNotices):
         and which were granted a receive slot (credits); which incoming chunks arrived."""
         routes = self._routes(self.plan)
         self._run = RunState(routes, self.ranks)
+        self._base = self._run_parity() * self.span if self.halves else 0
         # staged chunks per GPU (send ring order); landed ones per GPU and receive slot: chunks arrive out of ring order
         # (lanes), and a credit behind a later position's landing would wait for a copy net/order.py does not order
         # below the staging copy it frees (3 nodes with one hardware queue each deadlocked: test_hw_queues_cpu.py)
         self._staged, self._landing = {}, {}  # GPU -> deque; (GPU, slot) -> deque
         self._inflight: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (ū, send position)
+
+    def _run_parity(self) -> int:
+        """Which half of every ring this run uses (HOCCL_NET_OVERLAP): alternate runs, the same on every node."""
+        return self._runs & 1
+
+    def _in_half(self, offset: int) -> bool:
+        """Whether a receive-ring offset lies in this run's half (data for the next run lies in the other)."""
+        return self._base <= offset // self.chunk < self._base + self.span
 
     def _local_copies(self) -> None:
         """Copies that stay in the node (local and native: both ends here), stage by stage."""
@@ -337,12 +357,12 @@ class HostNodeExecutor(RunNotices):
     def _send_ready(self) -> bool:
         """Stage every chunk, in each send ring's order, whose send slot is free (the write of the chunk ``S``
         before it left) and whose receive slot is granted (one of the ring's first ``S``, or credited)."""
-        run, S, progressed = self._run, self.slots, False
+        run, S, progressed = self._run, self.span, False
         for ubar, seq in run.out.items():
             x, total = run.next[ubar], len(seq.stage)
             sent, credit = run.sent[ubar], run.credit[ubar]
             busy = self._leaving.busy(ubar)  # slots an earlier run's writes still hold (slot x for position x < S)
-            while x < total and (sent[x - S] if x >= S else not (busy and x in busy)):
+            while x < total and (sent[x - S] if x >= S else not (busy and self._base + x in busy)):
                 ring = int(seq.ring[x])
                 if ring >= S and not credit[x]:
                     break
@@ -388,14 +408,14 @@ class HostNodeExecutor(RunNotices):
         t, k = int(seq.transfer[x]), int(seq.chunk[x])
         f, vbar = tr.flow[t], tr.dst[t]
         start, n = self._chunk_range(tr, t, k)
-        slot = (x % self.slots) * self.chunk
+        slot = (self._base + x % self.span) * self.chunk
         # send_forward (u -> ū) or the staging copy of ū's own data: into ū's send ring
         token = self._stage_out(ubar, slot, fl.src[f], fl.src_offset[f] + start, n)
         local_index, ring = vbar % self.L, int(seq.ring[x])
         if ring < 0:   # straight into the destination's output
             region, offset = 2 * local_index, fl.dst_offset[f] + start
         else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
-            region, offset = 2 * local_index + 1, (ring % self.slots) * self.chunk
+            region, offset = 2 * local_index + 1, (self._base + ring % self.span) * self.chunk
         self._staged.setdefault(ubar, deque()).append((token, self.conns[self._node_of(vbar)], (
             self.send_region[ubar], slot, n, region, offset), (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
 
@@ -421,6 +441,9 @@ class HostNodeExecutor(RunNotices):
             if (imm & 0x7F000000) == PLAN_HELLO:
                 self._check_notices()
             return
+        if self.halves and not imm & CREDIT and c.region < 2 * self.L and c.region % 2 and not self._in_half(c.offset):
+            self._ahead.setdefault(node, []).append(c)  # the next run's data, into the other half of the ring
+            return
         if not self._heard(node):  # its plan notice for this run is not in yet: its data waits for it
             self._deferred.setdefault(node, []).append(c)
             return
@@ -430,7 +453,7 @@ class HostNodeExecutor(RunNotices):
         if imm & CREDIT:  # chunk ``pos`` of local GPU ``local``'s sends may write its receive slot
             ubar = self.node * self.L + local
             seq = run.out.get(ubar) if local < self.L else None
-            if seq is None or pos >= len(seq.stage) or seq.ring[pos] < self.slots or \
+            if seq is None or pos >= len(seq.stage) or seq.ring[pos] < self.span or \
                     self._node_of(int(seq.peer[pos])) != node or run.credit[ubar][pos]:
                 raise self._forged(node, f"credited chunk {pos} of local GPU {local}, which is not a chunk of this "
                                    "run that waits for that node's credit", imm)
@@ -455,16 +478,17 @@ class HostNodeExecutor(RunNotices):
         t, k = int(seq.transfer[pos]), int(seq.chunk[pos])
         f = tr.flow[t]
         start, n = self._chunk_range(tr, t, k)
-        token = self._land(vbar, (ring % self.slots) * self.chunk, fl.dst[f], fl.dst_offset[f] + start, n)
+        slot = self._base + ring % self.span
+        token = self._land(vbar, slot * self.chunk, fl.dst[f], fl.dst_offset[f] + start, n)
         # the slot goes to the chunk that uses it next: ``S`` ring positions on, from whichever GPU sends it
-        nxt = run.routes.ring_user(vbar, ring + self.slots)
-        self._landing.setdefault((vbar, ring % self.slots), deque()).append((token, None, 0) if nxt is None else (
+        nxt = run.routes.ring_user(vbar, ring + self.span)
+        self._landing.setdefault((vbar, slot), deque()).append((token, None, 0) if nxt is None else (
             token, self.conns[self._node_of(nxt[0])], CREDIT | ((nxt[0] % self.L) << 24) | nxt[1]))
 
     def _stalled(self) -> str:
         """What a stalled run waits for, in words (for the timeout's message)."""
         copies = sum(map(len, (*self._staged.values(), *self._landing.values())))
-        return self._run.waiting_for(self._deferred, self._node_of, self.slots, copies)
+        return self._run.waiting_for(self._deferred, self._node_of, self.span, copies)
 
     def _poll(self, node: int) -> list:
         return self._backlog.pop(node, []) + self.conns[node].poll(timeout_s=0)
@@ -487,3 +511,14 @@ class HostNodeExecutor(RunNotices):
 
     def _finish_run(self) -> None:
         """Wait for this run's copies (host copies are done already)."""
+
+
+def overlap_setting() -> bool:
+    """HOCCL_NET_OVERLAP (default off): a reusable network executor's consecutive runs use alternate halves of its
+    rings."""
+    from ..errors import HocclError
+
+    try:
+        return env_flag("HOCCL_NET_OVERLAP", False)
+    except HocclError as exc:
+        raise TransportError(str(exc)) from None

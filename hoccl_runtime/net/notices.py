@@ -14,7 +14,7 @@ What comes meanwhile is kept (:meth:`RunNotices._keep`): notices recorded, an ea
 send slot, data and credits wait in the backlog for the run that wants them. The executor provides the state these
 methods read and write (``conns``, ``reuse``, ``plan``, ``node``, ``timeout_s``, ``poll_s``, ``send_region``,
 ``ranks``, ``_runs``, ``_failed``, ``_hellos``, ``_mine``, ``_checked``, ``_deferred``, ``_backlog``, ``_early_done``,
-``_prev_receivers``, ``_leaving``) and ``_send_ready`` / ``_stream_waiting``.
+``_receivers_hist``, ``halves``, ``_leaving``) and ``_send_ready`` / ``_stream_waiting``.
 """
 
 from __future__ import annotations
@@ -68,13 +68,17 @@ class RunNotices:
         received none (a pipeline's last sender) is not waited for: its rings hold nothing of that run (nor of earlier
         ones), and what this run writes it while still in the previous run it keeps for the next
         (:meth:`_on_completion`): every node runs the same plans, so it knows it receives nothing there."""
-        if self._runs:
-            prev, cur = (self._runs - 1) & 0xFFFFFF, self._runs & 0xFFFFFF
-            self._wait_for_nodes(lambda n: n not in self._prev_receivers or (n, prev) in self._early_done,
+        back = 2 if self.halves else 1  # alternate halves of the rings: the last run to use this run's half
+        if self._runs >= back:
+            prev, cur = (self._runs - back) & 0xFFFFFF, self._runs & 0xFFFFFF
+            receivers = self._receivers_hist[-back]
+            before = " (or the one before it)" if back > 1 else ""
+            self._wait_for_nodes(lambda n: n not in receivers or (n, prev) in self._early_done,
                                  lambda waiting: f"nodes {waiting} did not finish the run before plan "
-                                                 f"{self.plan.plan_id}")
-            # keep this run's notices and later ones (a node not waited for may be through them); earlier ones go
-            self._early_done = {(n, r) for n, r in self._early_done if (r - cur) & 0xFFFFFF < 0x800000}
+                                                 f"{self.plan.plan_id}{before}")
+            # keep the notices a later run waits for (and later ones: a node not waited for may be through them)
+            keep_from = (cur - back + 1) & 0xFFFFFF
+            self._early_done = {(n, r) for n, r in self._early_done if (r - keep_from) & 0xFFFFFF < 0x800000}
         self._check_notices()
 
     def _check_notices(self) -> None:

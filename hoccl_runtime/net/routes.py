@@ -171,11 +171,12 @@ class LeavingWrites:
         self._writes: dict[tuple[int, int], tuple[int, int]] = {}  # (connection, write id) -> (GPU, send slot)
         self._busy: dict[int, set[int]] = {}
 
-    def keep(self, inflight: dict, slots: int) -> None:
-        """Take over a run's writes still in flight: ``{(connection, write id): (GPU, send position)}``."""
+    def keep(self, inflight: dict, slots: int, base: int = 0) -> None:
+        """Take over a run's writes still in flight: ``{(connection, write id): (GPU, send position)}``; position x
+        used slot ``base + x % slots``."""
         for key, (ubar, x) in inflight.items():
-            self._writes[key] = (ubar, x % slots)
-            self._busy.setdefault(ubar, set()).add(x % slots)
+            self._writes[key] = (ubar, base + x % slots)
+            self._busy.setdefault(ubar, set()).add(base + x % slots)
 
     def left(self, key: tuple[int, int]) -> bool:
         """A "sent" completion: whether it was one of these writes (its slot is free again)."""

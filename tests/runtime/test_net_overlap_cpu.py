@@ -1,0 +1,125 @@
+"""HOCCL_NET_OVERLAP (work in progress, the host executor only): consecutive runs of a reusable network executor on
+alternate halves of every ring. The bytes of many runs of mixed plans stay right whatever the nodes' skew; a node
+runs ahead of a slow peer by one run (its next run's data waits in the peer's other half) but not by two; the GPU
+executors refuse the setting until they run it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hoccl_compiler import CollectiveSpec, CompileOptions, compile_plan, make_topology
+from hoccl_compiler.verify import replay
+
+
+def _nodes(plans, nodes, slots, before_run=None, timeout_s=20):
+    from threaded import failures, in_threads
+
+    from hoccl_runtime.net.executor import HostNodeExecutor
+
+    first = plans[0]
+    L = first.topology.gpus_per_node
+    transports = [HostNodeExecutor.make_transport(first, n, lanes=2, secret=b"overlap") for n in range(nodes)]
+
+    def bufs(plan, n, run):
+        return {r: (np.random.default_rng([r, run + 1, 7]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8),
+                    np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)) for r in range(n * L, (n + 1) * L)}
+
+    execs = [HostNodeExecutor(first, n, bufs(first, n, -1), transports[n], slots=slots, timeout_s=timeout_s,
+                              reuse=True) for n in range(nodes)]
+    assert all(ex.halves for ex in execs)
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+    results = {}
+
+    def node(n):
+        execs[n].connect(addresses)
+        for run, plan in enumerate(plans):
+            b = bufs(plan, n, run)
+            if before_run is not None:
+                before_run(n, run)
+            execs[n].run(plan, b)
+            results[(n, run)] = {r: out for r, (_, out) in b.items()}
+        execs[n].leave()
+
+    errors = failures(in_threads(nodes, node))
+    for t in transports:
+        t.close()
+    assert not errors, errors
+    for run, plan in enumerate(plans):
+        inputs = [np.random.default_rng([r, run + 1, 7]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8)
+                  for r in range(plan.num_ranks)]
+        want = replay(plan, inputs).outputs
+        for r in range(plan.num_ranks):
+            assert np.array_equal(results[(r // L, run)][r], want[r]), f"run {run} rank {r}"
+    return results
+
+
+@pytest.mark.parametrize("slots", [2, 4, 8])
+def test_many_runs_of_mixed_plans_with_skew_move_the_right_bytes(monkeypatch, slots):
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
+    topo = make_topology("h200x2", nodes=3, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=256, baselines=False, multicast=False)
+    kinds = [CollectiveSpec(kind="allgather", size_bytes=3 * 1000),
+             CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2000),)),
+             CollectiveSpec(kind="sendrecv", pairs=((1, 2, 700), (2, 0, 1500))),
+             CollectiveSpec(kind="alltoall", size_bytes=3 * 999),
+             CollectiveSpec(kind="sendrecv", pairs=((2, 1, 300),))]
+    plans = [compile_plan(topo, kinds[i % len(kinds)], opts) for i in range(20)]
+    rng = np.random.default_rng(slots)
+    delays = rng.uniform(0, 0.01, size=(3, len(plans)))
+    _nodes(plans, 3, slots, before_run=lambda n, run: time.sleep(delays[n, run]))
+
+
+def test_a_node_runs_one_run_ahead_of_a_slow_peer_and_no_further(monkeypatch):
+    """Node 0 only sends (runs 0, 1, 2 to node 1): its runs 0 and 1 end while node 1 has not begun any (each fits a
+    half), its run 2 waits until node 1 is through run 0 (the last run in that half)."""
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
+    topo = make_topology("h200x2", nodes=2, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=512, baselines=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1000 + 7 * i),)), opts)
+             for i in range(3)]
+    ended = [threading.Event() for _ in plans]
+    began = threading.Event()
+    seen = {}
+
+    def before(n, run):
+        if n == 1 and run == 0:
+            seen["ahead"] = ended[1].wait(10)  # node 0's runs 0 and 1 end before node 1 begins
+            seen["not_two"] = not ended[2].is_set()
+            began.set()
+        if n == 0 and run > 0:
+            ended[run - 1].set()
+
+    import hoccl_runtime.net.host as host
+
+    real = host.HostNodeExecutor.run
+
+    def run(self, plan=None, buffers=None):
+        real(self, plan, buffers)
+        if self.node == 0 and self._runs == 3:
+            ended[2].set()
+
+    monkeypatch.setattr(host.HostNodeExecutor, "run", run)
+    _nodes(plans, 2, slots=4, before_run=before)
+    assert seen == {"ahead": True, "not_two": True}
+
+
+def test_the_gpu_executors_refuse_the_setting(monkeypatch):
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.net.executor import HostNodeExecutor
+    from hoccl_runtime.net.gated import GatedNodeExecutor
+
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
+                        CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1000),)), CompileOptions(baselines=False))
+    bufs = {0: (np.zeros(1000, np.uint8), np.zeros(0, np.uint8))}
+    transport = HostNodeExecutor.make_transport(plan, 0, open=True)
+    try:
+        with pytest.raises(TransportError, match="HOCCL_NET_OVERLAP=1: GatedNodeExecutor"):
+            GatedNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True)
+        assert HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True).halves
+    finally:
+        transport.close()

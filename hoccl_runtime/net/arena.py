@@ -134,12 +134,12 @@ def encode(prepared: PreparedRun, arena: SharedArena) -> tuple:
     def side(gates: dict) -> dict:
         return {key: [(arena.word(g), arena.word(d), c, nb) for g, d, c, nb in q] for key, q in gates.items()}
 
-    return side(prepared.send), side(prepared.recv), [(arena.word(f), c) for f, c in prepared.ends]
+    return side(prepared.send), side(prepared.recv), [(arena.word(f), c) for f, c in prepared.ends], prepared.parity
 
 
 def decode(plan: Any, encoded: tuple, words: FlagPool) -> PreparedRun:
-    send, recv, ends = encoded
-    run = PreparedRun(plan)
+    send, recv, ends, parity = encoded
+    run = PreparedRun(plan, parity)
     for mine, theirs in ((run.send, send), (run.recv, recv)):
         for key, q in theirs.items():
             mine[key] = deque((Flag(words, g), Flag(words, d), c, nb) for g, d, c, nb in q)

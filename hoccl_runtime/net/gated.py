@@ -48,10 +48,11 @@ class PreparedRun:
     that the run opens, in the order it opens them, per staging slot, and the counters the copy streams write
     when they are through."""
 
-    __slots__ = ("plan", "send", "recv", "ends")
+    __slots__ = ("plan", "send", "recv", "ends", "parity")
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, parity: int = 0):
         self.plan = plan
+        self.parity = parity  # which half of every ring the run uses (HOCCL_NET_OVERLAP; 0 without it)
         self.send: dict[tuple[int, int], deque] = {}  # (ū, slot) -> (go flag, staged flag, count, bytes) per use
         self.recv: dict[tuple[int, int], deque] = {}  # (v̄, slot) -> (arrived flag, landed flag, count, bytes)
         self.ends: list[tuple[Flag, int]] = []        # per copy stream: its end flag and the count it writes last
@@ -78,7 +79,7 @@ class GatedNodeExecutor(HostNodeExecutor):
 
     direct_receive = False  # TCP lands in host memory: always through the receive ring
     multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (net/chained.py)
-    overlaps = False  # its prepared runs' slots and gates do not alternate ring halves yet (HOCCL_NET_OVERLAP)
+    overlaps = True  # its runs use the ring half their preparer chose (PreparedRun.parity; HOCCL_NET_OVERLAP)
     _current: PreparedRun | None = None
     _release: Any = None
     _land_gates: bool | None = None  # HOCCL_NET_LAND_GATES, read at the first run
@@ -127,6 +128,9 @@ class GatedNodeExecutor(HostNodeExecutor):
             self._disarm()
 
     _reached_fn: Any = None
+
+    def _run_parity(self) -> int:
+        return self._current.parity if self._current is not None else 0
 
     def _stream_reached(self) -> bool:
         """Whether the caller's stream has reached the run's call (always, where the run was started after it)."""
@@ -201,7 +205,7 @@ class GatedNodeExecutor(HostNodeExecutor):
         region, offset, bytes, gate address, count), from one walk over the receive sequences: a slot's gates are
         queued in ring order (:meth:`_gate` takes them as the chunks arrive), so the k-th position still to come that
         uses a slot has the k-th gate left in its queue."""
-        run, recv, S, stages = self._run, self._current.recv, self.slots, self.plan.stages
+        run, recv, S, stages = self._run, self._current.recv, self.span, self.plan.stages
         gates: dict[int, list[tuple]] = {}
         for vbar, seq in run.inc.items():
             local, got, taken = vbar % self.L, run.got[vbar], {}
@@ -209,7 +213,7 @@ class GatedNodeExecutor(HostNodeExecutor):
             for p, ring in enumerate(rings):
                 if ring < 0 or got[p]:
                     continue
-                j = ring % S
+                j = self._base + ring % S
                 k = taken.get(j, 0)
                 taken[j] = k + 1
                 left, node = recv.get((vbar, j)), peers[p] // self.L

@@ -115,6 +115,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._bounds_checked: dict[int, tuple] = {}  # id -> (plan, None): plans whose transfers were checked in bounds
         self._one_stream: dict[int, tuple[Plan, bool]] = {}  # id -> (plan, whether it may run on one stream)
         self._orders: dict[int, tuple[Plan, LaunchOrder]] = {}  # id -> (plan, its chunk copies' levels)
+        self.prepared_runs = 0  # runs prepared (issued): their parity picks a ring half (HOCCL_NET_OVERLAP)
         from ..settings import env_int
         from .template import Templates
 
@@ -222,16 +223,18 @@ class GpuNodeExecutor(GatedNodeExecutor):
                                  "one stage, multicast, or a transfer of more chunks than a ring has slots); "
                                  "prepare it without stream=")
         bound = self._check_buffers(plan, self._given if buffers is None else buffers)
-        run = PreparedRun(plan)
+        run = PreparedRun(plan, self.next_parity())
         kept = self._templates
         on = after if stream is None else (("on", stream, finish is None, start is None),)  # no event
-        key = kept.key(plan, on, bound) if kept is not None else None
+        key = (*kept.key(plan, on, bound), run.parity) if kept is not None else None
         try:
             issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan),
                                         start, deferred) if kept is not None else (False, None)
             if issued:
+                self.prepared_runs += 1
                 return run
             ops = self._enqueue(run, bound, after, stream, finish, start)
+            self.prepared_runs += 1
         except BaseException:
             self.release(run)  # what was enqueued before the error must not wait forever
             raise
@@ -254,7 +257,12 @@ class GpuNodeExecutor(GatedNodeExecutor):
         self._only_with_reuse()
         self._fits(plan)
         self._checked_bounds(plan)
-        return kept.kept(kept.key(plan, (("on", stream, True, False),), self._check_buffers(plan, buffers)), plan)
+        return kept.kept((*kept.key(plan, (("on", stream, True, False),), self._check_buffers(plan, buffers)),
+                          self.next_parity()), plan)
+
+    def next_parity(self) -> int:
+        """The ring half the next prepared run uses: alternate runs with HOCCL_NET_OVERLAP, else 0."""
+        return self.prepared_runs & 1 if self.halves else 0
 
     def _checked_bounds(self, plan: Plan) -> None:
         """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
@@ -292,7 +300,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         def fits(p: Plan) -> bool:
             tr = p.stages[0].transfers if len(p.stages) == 1 else None
             return tr is not None and not (p.options.multicast and any(v >= 0 for v in p.flows.via)) and all(
-                -(-n // self.chunk) <= self.slots for n, role in zip(tr.bytes, tr.role, strict=True) if role == RDMA)
+                -(-n // self.chunk) <= self.span for n, role in zip(tr.bytes, tr.role, strict=True) if role == RDMA)
         return _per_plan(self._one_stream, plan, fits)
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int], on: int | None = None,
@@ -366,13 +374,14 @@ class GpuNodeExecutor(GatedNodeExecutor):
             where = (lambda slot, begin: (ring + slot, data + begin)) if kind == "send" else \
                 (lambda slot, begin: (data + begin, ring + slot))
             flag, c = self._gated(run.send if kind == "send" else run.recv, kind, gpu, s, tr, t, k, base, memops,
-                                  copy, where, around)
+                                  copy, where, around, half)
             memops(s).write(flag, c)  # in its stream's batch until a copy that may need it is issued
             need[s] = min(need.get(s, NEVER), needed if on is None else NEVER)
 
         routes = self._routes(plan)
         via = fl.via if plan.options.multicast else None
-        levels = _per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.slots, via))
+        levels = _per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.span, via))
+        half = run.parity * self.span if self.halves else 0  # the run's first slot
         # every chunk copy this node issues: (order key, level, its stream's key and GPU, issue, issue's arguments)
         units: list[tuple] = []
         for stage in plan.stages:
@@ -442,7 +451,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         return squeeze_devices(ops)
 
     def _gated(self, side: dict, kind: str, ring: int, s: int, tr: Any, t: int, k: int, base: int, memops: Any,
-               copy: Any, where: Any, around: Any = None) -> tuple[Flag, int]:
+               copy: Any, where: Any, around: Any = None, half: int = 0) -> tuple[Flag, int]:
         """Transfer ``t``'s chunk ``k`` through ``ring``'s slots on stream ``s`` (the transfer's first chunk at ring
         position ``base``, :class:`Routes`), the copy (``where(slot offset, chunk start)`` gives its (destination,
         source)) after its slot's gate count: ``memops(s)`` is the stream's batch of memory operations being
@@ -450,7 +459,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         plan): a context that puts chunk k's event wait before its copy and its event record after it. Returns the
         done flag and the count to write once the copy is through."""
         start, nb = self._chunk_range(tr, t, k)
-        j = (base + k) % self.slots
+        j = half + (base + k) % self.span
         gate, done = self._gates[(kind, ring, j)]
         c = self._count((kind, ring, j))
         memops(s).wait_geq(gate, c)

@@ -94,7 +94,7 @@ class KeptRun:
     def _made(self) -> PreparedRun:
         if self._run is None:
             k = self.kept
-            self._run = fill_run(PreparedRun(k.template.plan), k.sends, k.recvs, k.ends, self.by)
+            self._run = fill_run(PreparedRun(k.template.plan, k.template.parity), k.sends, k.recvs, k.ends, self.by)
         return self._run
 
     @property
@@ -157,7 +157,7 @@ class NativeCalls:
         dropped.clear()
         form = ("template", k.tid, key, [(w, word(g), word(d), p, n, nb) for w, g, d, p, n, nb in k.sends],
                 [(w, word(g), word(d), p, n, nb) for w, g, d, p, n, nb in k.recvs],
-                [(word(f), p, n) for f, p, n in k.ends], forget)
+                [(word(f), p, n) for f, p, n in k.ends], forget, template.parity)
         try:
             self.proxy.send(form)
         except HocclError:
@@ -168,7 +168,8 @@ class NativeCalls:
         """Issue a call of ``plan`` on ``stream`` (HOCCL_NET_ONE_STREAM=2, ``counted``: the stream's START counter,
         comm/calls.py's counted_start) from its kept list in one C call; False (nothing done) where it has none yet
         or the list has no native form: the Python path then runs it."""
-        seen = (id(plan), stream, *[(b.ptr, b.nbytes, b.device) for pair in buffers.values() for b in pair])
+        seen = (id(plan), stream, *[(b.ptr, b.nbytes, b.device) for pair in buffers.values() for b in pair],
+                ex.next_parity())
         hit = self._checked.get(seen)
         if hit is not None and hit[0] is plan and hit[1].alive:
             k = hit[1]
@@ -204,6 +205,7 @@ class NativeCalls:
             for s, end in zip(k.streams, ends, strict=True):
                 ex._last_end[s] = end
         if rc == 0:
+            ex.prepared_runs += 1
             ex._templates.reissued += 1
             self.calls += 1
             return True
@@ -272,13 +274,13 @@ class KeptForms:
         """A list's form (its flags as words of the shared flags, made Flags here once), and the lists to forget."""
         from ..flags import Flag
 
-        _, tid, key, sends, recvs, ends, forget = message
+        _, tid, key, sends, recvs, ends, forget, parity = message
         for old in forget:
             self._forms.pop(old, None)
         words = self._words
         sides = [[(w, Flag(words, g), Flag(words, d), k, c, nb) for w, g, d, k, c, nb in side]
                  for side in (sends, recvs)]
-        self._forms[tid] = (key, *sides, [(Flag(words, f), k, c) for f, k, c in ends])
+        self._forms[tid] = (key, *sides, [(Flag(words, f), k, c) for f, k, c in ends], parity)
 
     def key_of(self, data: bytes) -> Any:
         tid = HEAD.unpack_from(data, 0)[1]
@@ -294,5 +296,5 @@ class KeptForms:
         key = self.key_of(data)
         _, tid, start_word, nkeys = HEAD.unpack_from(data, 0)
         count, *by = struct.unpack_from(f"<{1 + nkeys}q", data, HEAD.size)
-        _, sends, recvs, ends = self._forms[tid]
-        return key, lambda plan: fill_run(PreparedRun(plan), sends, recvs, ends, by), start_word, count
+        _, sends, recvs, ends, parity = self._forms[tid]
+        return key, lambda plan: fill_run(PreparedRun(plan, parity), sends, recvs, ends, by), start_word, count

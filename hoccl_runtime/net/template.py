@@ -94,7 +94,8 @@ class RunTemplate:
     """One run's compiled launch list and where its counts sit (see the module docstring). Made by :meth:`make`
     after the run was built and issued; :meth:`issue` makes and issues the next run."""
 
-    __slots__ = ("plan", "launch", "slots", "sends", "recvs", "ends", "before", "after", "steps", "device", "native")
+    __slots__ = ("plan", "launch", "slots", "sends", "recvs", "ends", "before", "after", "steps", "device", "native",
+                 "parity")
 
     def __init__(self) -> None:
         self.plan: Any = None
@@ -115,7 +116,7 @@ class RunTemplate:
         packed blocks (no ctypes driver path). ``counter_of``: flag address -> its counter's key; ``before`` /
         ``counts``: the counters before and after the run was built."""
         t = cls()
-        t.plan, t.launch = run.plan, compile_launch(ops)
+        t.plan, t.launch, t.parity = run.plan, compile_launch(ops), run.parity
         t.steps, t.device = native_steps(ops)
         for op in ops:
             if type(op) is not Memops:

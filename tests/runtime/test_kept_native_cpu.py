@@ -216,8 +216,8 @@ def test_the_proxy_refuses_a_run_of_a_list_it_was_never_told():
     message = HEAD.pack(KIND, 7, 0, 1) + struct.pack("<2q", 1, 0)
     with pytest.raises(HocclError, match="kept list 7.*HOCCL_NET_NATIVE_CALL=off"):
         forms.key_of(message)
-    forms.learn(("template", 7, "key", [], [], [], []))
+    forms.learn(("template", 7, "key", [], [], [], [], 0))
     assert forms.key_of(message) == "key"
-    forms.learn(("template", 8, "other", [], [], [], [7]))  # 7 forgotten with the next form
+    forms.learn(("template", 8, "other", [], [], [], [7], 0))  # 7 forgotten with the next form
     with pytest.raises(HocclError, match="kept list 7"):
         forms.key_of(message)

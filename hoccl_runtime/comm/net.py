@@ -337,6 +337,9 @@ class NetCommunicator(_Calls):
             raise HocclError("a network communicator needs at least 2 ranks")
         self.rank, self.world, self.device, self.timeout_s = rank, world, ctx.device, ctx.timeout_s
         self.chunk_bytes, self.ring_bytes = net_chunk_bytes(chunk_bytes), ring_bytes
+        from ..net.host import overlap_setting
+
+        self.overlap = overlap_setting()  # read now: the executors are made at the first call, maybe elsewhere
         self.topology = ctx.topology(forwarding="none")
         self._store = store
         self._lock = threading.Lock()
@@ -494,7 +497,7 @@ class NetCommunicator(_Calls):
 
         if self._arena is None:
             ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
-                                 ring_bytes=self.ring_bytes)
+                                 ring_bytes=self.ring_bytes, overlap=self.overlap)
             ex.connect(self._addresses)
             self._executor = ex
             return
@@ -507,10 +510,11 @@ class NetCommunicator(_Calls):
             with on_device(self.device):
                 self._rings.register_with_cuda()
             ex = GpuNodeExecutor(plan, self.rank, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
-                                 ring_bytes=self.ring_bytes, arena=self._rings, flag_arena=self._arena)
+                                 ring_bytes=self.ring_bytes, arena=self._rings, flag_arena=self._arena,
+                                 overlap=self.overlap)
             # the proxy process maps the same rings (their memfd passed over the socket) at the offsets carved here
             rings = {k: (address - self._rings.base, ex.slots * ex.chunk) for k, address in ex._ring_at.items()}
-            self._proxy.send_arena(("driver", key, ex.slots, rings), self._rings)
+            self._proxy.send_arena(("driver", key, ex.slots, rings, ex.halves), self._rings)
         except BaseException:
             self._rings.close()  # the next call makes them again: no pinned memory left behind
             self._rings = None

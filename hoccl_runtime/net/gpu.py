@@ -70,7 +70,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple], transport: Transport, *,
                  slots: int | None = None, timeout_s: float = 30.0, reuse: bool = False,
-                 ring_bytes: int = RING_BYTES, staging: str = "auto", arena: Any = None, flag_arena: Any = None):
+                 ring_bytes: int = RING_BYTES, staging: str = "auto", arena: Any = None, flag_arena: Any = None,
+                 overlap: bool | None = None):
         from .._cuda import cupy_runtime
         from .._trust import verified
 
@@ -122,6 +123,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         # runs' launch lists kept and issued again with new counts (net/template.py)
         self._templates = Templates() if env_int("HOCCL_NET_LAUNCH_CACHE", 1, 0, 1) else None
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=reuse,
+                         overlap=overlap,
                          _check_sizes=False)
 
     def _check_buffers(self, plan: Plan, buffers: Mapping[int, tuple]) -> dict:

@@ -67,7 +67,7 @@ class HostNodeExecutor(RunNotices):
 
     def __init__(self, plan: Plan, node: int, buffers: Mapping[int, tuple[np.ndarray, np.ndarray]],
                  transport: Transport, *, slots: int = 4, timeout_s: float = 30.0, reuse: bool = False,
-                 _check_sizes: bool = True):
+                 overlap: bool | None = None, _check_sizes: bool = True):
         verified(plan)  # the one door: a plan from outside runs only once it passed verify_plan
         refuse_multicast(plan, type(self).multicast)
         topo = plan.topology
@@ -81,7 +81,9 @@ class HostNodeExecutor(RunNotices):
         self.direct_receive = type(self).direct_receive and not reuse
         # HOCCL_NET_OVERLAP: consecutive runs use alternate halves of every ring, so a run waits only for the nodes
         # that received two runs back (its half's last users), not the last one (net/notices.py)
-        self.halves = reuse and overlap_setting() and slots >= 2
+        # overlap: None reads HOCCL_NET_OVERLAP now; a communicator passes what it read when it was made (every node's
+        # executors, and the proxy process's, must agree)
+        self.halves = reuse and (overlap_setting() if overlap is None else overlap) and slots >= 2
         if self.halves and not type(self).overlaps:
             raise TransportError(f"HOCCL_NET_OVERLAP=1: {type(self).__name__} does not run alternate ring halves yet "
                                  "(only the host executor does); unset it")

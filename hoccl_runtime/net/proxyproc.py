@@ -303,12 +303,12 @@ class _ArenaExecutor(GatedNodeExecutor):
     """The driving half over the arena's rings, at the offsets the training process's executor carved them."""
 
     def __init__(self, plan: Any, node: int, arena: SharedArena, rings: dict, transport: Transport, *, slots: int,
-                 timeout_s: float):
+                 timeout_s: float, overlap: bool = False):
         self._arena, self._rings = arena, rings
         L = plan.topology.gpus_per_node
         placeholders = {r: (np.zeros(1, np.uint8), np.zeros(1, np.uint8)) for r in range(node * L, (node + 1) * L)}
         super().__init__(plan, node, placeholders, transport, slots=slots, timeout_s=timeout_s, reuse=True,
-                         _check_sizes=False)
+                         overlap=overlap, _check_sizes=False)
 
     def _make_ring(self, kind: str, rank: int, nbytes: int) -> tuple[object, Region]:
         off, size = self._rings[(kind, rank)]
@@ -439,13 +439,13 @@ def _serve(conn: Connection, arena: SharedArena, taken: Flag, done: Flag, failed
             elif what == "addresses":
                 state["addresses"] = message[1]
             elif what == "driver":
-                _, key, slots, rings = message
+                _, key, slots, rings, overlap = message
                 from multiprocessing.reduction import recv_handle
 
                 try:
                     ring_arena = state["rings"] = SharedArena(fd=recv_handle(conn))
                     ex = _ArenaExecutor(plan_of(key), rank, ring_arena, rings, transport, slots=slots,
-                                        timeout_s=timeout_s)
+                                        timeout_s=timeout_s, overlap=overlap)
                     ex.poll_s = poll_s
                     state["executor"] = ex
                     ex.connect(state["addresses"])

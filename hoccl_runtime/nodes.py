@@ -104,7 +104,7 @@ def _connect(plan: Any, node: int, buffers: Mapping[int, Any], store: Any, uid: 
     try:
         addresses = exchange_addresses(prefixed, "addr", node, N, transport.listen(), N, timeout_s, f"node {node}: ",
                                        lambda n: f"node {n}'s address for plan {plan.plan_id}")
-        executor = GpuNodeExecutor(plan, node, buffers, transport, timeout_s=timeout_s, reuse=True)
+        executor = GpuNodeExecutor(plan, node, buffers, transport, timeout_s=timeout_s, reuse=True, overlap=False)
         executor.connect(addresses)
     except BaseException:
         transport.close()

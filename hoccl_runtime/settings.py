@@ -69,9 +69,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
                           "the transport while a call is in flight or awaited (1-10000); 0: it never sleeps there, "
                           "it yields its CPU between looks (sched_yield) and so keeps a CPU busy while a call is "
                           "awaited or in flight, as NCCL's proxy thread does (docs/benchmarks.md, 2026-12-06)"),
-    "HOCCL_NET_OVERLAP": ("0", "network executors that run many calls: 1 has consecutive runs use alternate halves "
-                          "of every staging ring, so a node's next run sends once the nodes that received two runs "
-                          "back are through, not the last (work in progress: the host executor only)"),
+    "HOCCL_NET_OVERLAP": ("0", "the one-GPU-per-node network communicator (read when it is made) and the host "
+                          "executor: 1 has consecutive runs use alternate halves of every staging ring, so a node's "
+                          "next run sends once the nodes that received two runs back are through, not the last; "
+                          "experimental, off: on 1x H100s its tokens/s stayed within the rounds' spreads "
+                          "(docs/benchmarks.md, 2026-12-06)"),
     "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
                        "ends as soon as a frame left or came in (a wait on the engine) instead of after "
                        "HOCCL_NET_POLL_US (0: a sleep)"),

@@ -246,7 +246,7 @@ class NodeNetCommunicator(_Calls):
             addresses = {0: self._store.get(f"p2p-{lo}-{hi}-{lo}").decode(),
                          1: self._store.get(f"p2p-{lo}-{hi}-{hi}").decode()}
             ex = GpuNodeExecutor(plan, me, bufs, transport, timeout_s=self.timeout_s, reuse=True,
-                                 ring_bytes=self.ring_bytes)
+                                 ring_bytes=self.ring_bytes, overlap=False)  # HOCCL_NET_OVERLAP: comm/net.py only
             ex.connect(addresses)
             self._pair_exec[peer] = ex
         return ex
@@ -316,7 +316,7 @@ class NodeNetCommunicator(_Calls):
                 from ..net.executor import GpuNodeExecutor
 
                 ex = GpuNodeExecutor(plan, self.node, buffers, self.transport, timeout_s=self.timeout_s, reuse=True,
-                                     ring_bytes=self.ring_bytes)
+                                     ring_bytes=self.ring_bytes, overlap=False)
                 try:
                     ex.connect(self._addresses)
                 except (HocclTimeoutError, TransportError) as exc:

@@ -25,14 +25,17 @@ def two_ranks(monkeypatch, body):
                                                             lanes=2), body)
 
 
-@pytest.mark.parametrize(("receive", "poll_us", "one_stream"),
-                         [("thread", "10", "2"), ("poll", "10", "2"), ("thread", "0", "2"), ("thread", "0", "0")])
-def test_collectives_through_the_proxy_in_order(monkeypatch, receive, poll_us, one_stream):
+@pytest.mark.parametrize(("receive", "poll_us", "one_stream", "overlap"),
+                         [("thread", "10", "2", "0"), ("poll", "10", "2", "0"), ("thread", "0", "2", "0"),
+                          ("thread", "0", "0", "0"), ("thread", "10", "2", "1"), ("thread", "10", "0", "1")])
+def test_collectives_through_the_proxy_in_order(monkeypatch, receive, poll_us, one_stream, overlap):
     """receive=poll: the proxy process's driving loop reads the lanes; poll_us=0: its loops spin (HOCCL_NET_POLL_US,
-    a yield between looks), on the caller's stream (one_stream=2) and on copy streams (0)."""
+    a yield between looks), on the caller's stream (one_stream=2) and on copy streams (0); overlap=1: consecutive
+    calls on alternate halves of the rings (HOCCL_NET_OVERLAP)."""
     monkeypatch.setenv("HOCCL_TCP_RECEIVE", receive)
     monkeypatch.setenv("HOCCL_NET_POLL_US", poll_us)
     monkeypatch.setenv("HOCCL_NET_ONE_STREAM", one_stream)
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", overlap)
 
     def body(comm, r):
         rng = np.random.default_rng(r)

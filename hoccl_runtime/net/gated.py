@@ -79,7 +79,6 @@ class GatedNodeExecutor(HostNodeExecutor):
 
     direct_receive = False  # TCP lands in host memory: always through the receive ring
     multicast = True  # GpuNodeExecutor.prepare enqueues forwarded copies after the copies they read (net/chained.py)
-    overlaps = True  # its runs use the ring half their preparer chose (PreparedRun.parity; HOCCL_NET_OVERLAP)
     _current: PreparedRun | None = None
     _release: Any = None
     _land_gates: bool | None = None  # HOCCL_NET_LAND_GATES, read at the first run
@@ -205,7 +204,7 @@ class GatedNodeExecutor(HostNodeExecutor):
         region, offset, bytes, gate address, count), from one walk over the receive sequences: a slot's gates are
         queued in ring order (:meth:`_gate` takes them as the chunks arrive), so the k-th position still to come that
         uses a slot has the k-th gate left in its queue."""
-        run, recv, S, stages = self._run, self._current.recv, self.span, self.plan.stages
+        run, recv, stages = self._run, self._current.recv, self.plan.stages
         gates: dict[int, list[tuple]] = {}
         for vbar, seq in run.inc.items():
             local, got, taken = vbar % self.L, run.got[vbar], {}
@@ -213,7 +212,7 @@ class GatedNodeExecutor(HostNodeExecutor):
             for p, ring in enumerate(rings):
                 if ring < 0 or got[p]:
                     continue
-                j = self._base + ring % S
+                j = self._slot(ring)
                 k = taken.get(j, 0)
                 taken[j] = k + 1
                 left, node = recv.get((vbar, j)), peers[p] // self.L

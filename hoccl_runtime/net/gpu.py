@@ -383,7 +383,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         routes = self._routes(plan)
         via = fl.via if plan.options.multicast else None
         levels = _per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.span, via))
-        half = run.parity * self.span if self.halves else 0  # the run's first slot
+        half = run.parity * self.span  # the run's first slot (parity 0 without HOCCL_NET_OVERLAP: next_parity)
         # every chunk copy this node issues: (order key, level, its stream's key and GPU, issue, issue's arguments)
         units: list[tuple] = []
         for stage in plan.stages:

@@ -57,7 +57,6 @@ class HostNodeExecutor(RunNotices):
     """Runs node ``node``'s part of ``plan`` with host buffers ``{rank: (input, output)}``."""
 
     poll_s = 50e-6  # the driving loops' sleep between polls (the proxy process sets HOCCL_NET_POLL_US)
-    overlaps = True  # may run consecutive runs on alternate ring halves (HOCCL_NET_OVERLAP)
     multicast = False  # runs forwarded copies (a multicast plan's): the GPU executors, which enqueue them up front
     marks: list | None = None  # (what, time.perf_counter()) of each run's steps, where a trace is asked for
 
@@ -84,9 +83,6 @@ class HostNodeExecutor(RunNotices):
         # overlap: None reads HOCCL_NET_OVERLAP now; a communicator passes what it read when it was made (every node's
         # executors, and the proxy process's, must agree)
         self.halves = reuse and (overlap_setting() if overlap is None else overlap) and slots >= 2
-        if self.halves and not type(self).overlaps:
-            raise TransportError(f"HOCCL_NET_OVERLAP=1: {type(self).__name__} does not run alternate ring halves yet "
-                                 "(only the host executor does); unset it")
         self.span = slots // 2 if self.halves else slots  # ring positions a run cycles through before credits
         self._base = 0  # this run's first slot (its half's)
         self._slack_ns = slack_setting()  # the driving thread's timer slack while it runs (hoccl_runtime._timer)
@@ -333,6 +329,10 @@ class HostNodeExecutor(RunNotices):
         """Which half of every ring this run uses (HOCCL_NET_OVERLAP): alternate runs, the same on every node."""
         return self._runs & 1
 
+    def _slot(self, position: int) -> int:
+        """The ring slot of send or receive-ring position ``position`` in this run (its half's, HOCCL_NET_OVERLAP)."""
+        return self._base + position % self.span
+
     def _in_half(self, offset: int) -> bool:
         """Whether a receive-ring offset lies in this run's half (data for the next run lies in the other)."""
         return self._base <= offset // self.chunk < self._base + self.span
@@ -410,14 +410,14 @@ class HostNodeExecutor(RunNotices):
         t, k = int(seq.transfer[x]), int(seq.chunk[x])
         f, vbar = tr.flow[t], tr.dst[t]
         start, n = self._chunk_range(tr, t, k)
-        slot = (self._base + x % self.span) * self.chunk
+        slot = self._slot(x) * self.chunk
         # send_forward (u -> ū) or the staging copy of ū's own data: into ū's send ring
         token = self._stage_out(ubar, slot, fl.src[f], fl.src_offset[f] + start, n)
         local_index, ring = vbar % self.L, int(seq.ring[x])
         if ring < 0:   # straight into the destination's output
             region, offset = 2 * local_index, fl.dst_offset[f] + start
         else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
-            region, offset = 2 * local_index + 1, (self._base + ring % self.span) * self.chunk
+            region, offset = 2 * local_index + 1, self._slot(ring) * self.chunk
         self._staged.setdefault(ubar, deque()).append((token, self.conns[self._node_of(vbar)], (
             self.send_region[ubar], slot, n, region, offset), (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
 
@@ -480,7 +480,7 @@ class HostNodeExecutor(RunNotices):
         t, k = int(seq.transfer[pos]), int(seq.chunk[pos])
         f = tr.flow[t]
         start, n = self._chunk_range(tr, t, k)
-        slot = self._base + ring % self.span
+        slot = self._slot(ring)
         token = self._land(vbar, slot * self.chunk, fl.dst[f], fl.dst_offset[f] + start, n)
         # the slot goes to the chunk that uses it next: ``S`` ring positions on, from whichever GPU sends it
         nxt = run.routes.ring_user(vbar, ring + self.span)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .collective import layout
 from .errors import PlanError
-from .ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, ROLE_NAMES, SEND_FORWARD, plan_chunk_sizes, waited_chunk
+from .ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, ROLE_NAMES, SEND_FORWARD, mixed_sizes, plan_chunk_sizes, waited_chunk
 from .schema import Plan
 from .units import byte_sums
 
@@ -353,23 +353,28 @@ def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
             f"ceil(bytes / {plan.options.chunk_bytes}), or ceil(bytes / {plan.options.net_chunk_bytes}) for a network "
             "transfer")
     _fail_first(count != n_chunks, plan, t, f"its chunk count in the queue order is not {what}")
-    # chunk k of a transfer is its k-th occurrence in its queue's order
-    order = np.argsort(e_tr, kind="stable")
-    k = np.empty(e_tr.size, dtype=np.int64)
-    k[order] = np.arange(e_tr.size) - first_chunk[e_tr[order]]
-    chunk_id = first_chunk[e_tr] + k
-    after = t["after"][e_tr]
-    a_tr = base[e_stage] + np.maximum(after, 0)  # (its own stage's numbering: the transfer it waits on)
-    dep = np.where(after >= 0, first_chunk[a_tr] + waited_chunk(k, size[e_tr], size[a_tr], t["bytes"][e_tr]), -1)
+    # chunk k of a transfer is its k-th occurrence in its queue's order: the stable sort by transfer lists the chunks
+    # (transfer after transfer, k in order: the chunk ids, as the counts are right) with the entry of each
+    entry_of_chunk = np.argsort(e_tr, kind="stable")
+    chunk_of_entry = np.empty(e_tr.size, dtype=np.int64)
+    chunk_of_entry[entry_of_chunk] = np.arange(e_tr.size)
+    # the entries that wait (the rest have no dependency), each with the chunk it waits for (its own index k where
+    # the plan has one chunk size)
+    waits = np.flatnonzero(t["after"][e_tr] >= 0)
+    w_tr = e_tr[waits]
+    a_tr = base[e_stage[waits]] + t["after"][w_tr]  # (its own stage's numbering: the transfer it waits on)
+    w_k = chunk_of_entry[waits] - first_chunk[w_tr]
+    dep = first_chunk[a_tr] + (waited_chunk(w_k, size[w_tr], size[a_tr], t["bytes"][w_tr]) if mixed_sizes(size)
+                               else w_k)
+    del a_tr, w_k
     # A chunk's dependency must come earlier in its stage's order. Each queue runs its own entries in
     # that order, so the stage order itself is an execution that respects every queue and every wait:
     # no deadlock is possible.
-    entry_of_chunk = np.empty(e_tr.size, dtype=np.int64)
-    entry_of_chunk[chunk_id] = np.arange(e_tr.size)
-    late = (dep >= 0) & (entry_of_chunk[np.maximum(dep, 0)] > np.arange(e_tr.size))
+    late = entry_of_chunk[dep] > waits
     if late.any():
-        i = int(np.nonzero(late)[0][0])
-        raise PlanError(f"plan {plan.plan_id}: {_describe(plan, t, int(e_tr[i]))}: its chunk {int(k[i])} comes before "
+        i = int(waits[np.nonzero(late)[0][0]])
+        k = int(chunk_of_entry[i] - first_chunk[e_tr[i]])
+        raise PlanError(f"plan {plan.plan_id}: {_describe(plan, t, int(e_tr[i]))}: its chunk {k} comes before "
                         "the chunk it waits for in the stage's chunk order (the queues could deadlock)")
 
 

@@ -266,6 +266,18 @@ class GpuNodeExecutor(GatedNodeExecutor):
         """The ring half the next prepared run uses: alternate runs with HOCCL_NET_OVERLAP, else 0."""
         return self.prepared_runs & 1 if self.halves else 0
 
+    def streams_end_at(self, ends) -> None:
+        """(stream, end count) pairs: where each stream's last issued run ends, for the native kept call
+        (:mod:`.kept`), which launches a kept list outside :meth:`prepare`."""
+        for s, end in ends:
+            self._last_end[s] = end
+
+    def count_reissued(self) -> None:
+        """A kept list issued again by the native kept call: counted as :meth:`prepare` counts its runs (the next
+        run's parity, the templates' reissues)."""
+        self.prepared_runs += 1
+        self._templates.reissued += 1
+
     def _checked_bounds(self, plan: Plan) -> None:
         """Every transfer of ``plan`` inside its buffers (:func:`~hoccl_runtime.program.check_bounds`), once per
         plan object (a few recent ones remembered)."""

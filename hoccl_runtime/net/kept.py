@@ -202,11 +202,9 @@ class NativeCalls:
         by = run.by
         ends = [(f, moved(c, by[p])) for f, p, c in k.ends]
         if rc <= 0:  # the list is launched (below, where the message could not be sent)
-            for s, end in zip(k.streams, ends, strict=True):
-                ex._last_end[s] = end
+            ex.streams_end_at(zip(k.streams, ends, strict=True))
         if rc == 0:
-            ex.prepared_runs += 1
-            ex._templates.reissued += 1
+            ex.count_reissued()
             self.calls += 1
             return True
         if rc < 0:  # the message was not sent: the proxy process is gone
@@ -214,8 +212,8 @@ class NativeCalls:
             with contextlib.suppress(Exception):  # the proxy's error is the one to raise
                 template.launch()  # the copies run through, their end counts written: nothing waits for them
             raise error
-        for s, (f, c) in zip(k.streams, ends, strict=True):  # a driver call failed: its run was never launched whole
-            ex._last_end[s] = (f, moved(c, -1))
+        # a driver call failed: its run was never launched whole
+        ex.streams_end_at((s, (f, moved(c, -1))) for s, (f, c) in zip(k.streams, ends, strict=True))
         step, err = (rc >> 32) - 1, rc & 0xFFFFFFFF
         batch.set_value(0, n).enqueue(stream)  # START on its own: the proxy takes the call and fails it
         what = "cuMemcpyAsync" if k.steps[_STEP * step] == 0 else "cuStreamBatchMemOp"

@@ -49,10 +49,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
                          "or auto (native where it builds and HOCCL_TCP_RECEIVE=thread, else thread). auto is the "
                          "default since FSDP over TCP nodes ran 0.99-1.12x as fast on it as on the Python lanes on "
                          "1x H100s (docs/benchmarks.md, 2026-12-05)"),
-    "HOCCL_TCP_SPIN_US": ("0", "TCP on the native engine: microseconds a lane's threads look again for work (a part to "
-                          "send, bytes to read; a sched_yield between looks) after their last frame before they "
+    "HOCCL_TCP_SPIN_US": ("300", "TCP on the native engine: microseconds a lane's threads look again for work (a part "
+                          "to send, bytes to read; a sched_yield between looks) after their last frame before they "
                           "block in the kernel (0: they block at once); each lane's two threads keep a CPU busy that "
-                          "long"),
+                          "long. 300 by default since 2026-12-06, with HOCCL_NET_OVERLAP and HOCCL_NET_SEND_GATES "
+                          "(docs/benchmarks.md)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "
@@ -69,11 +70,14 @@ SETTINGS: dict[str, tuple[str, str]] = {
                           "the transport while a call is in flight or awaited (1-10000); 0: it never sleeps there, "
                           "it yields its CPU between looks (sched_yield) and so keeps a CPU busy while a call is "
                           "awaited or in flight, as NCCL's proxy thread does (docs/benchmarks.md, 2026-12-06)"),
-    "HOCCL_NET_OVERLAP": ("0", "the one-GPU-per-node network communicator (read when it is made) and the host "
+    "HOCCL_NET_OVERLAP": ("1", "the one-GPU-per-node network communicator (read when it is made) and the host "
                           "executor: 1 has consecutive runs use alternate halves of every staging ring, so a node's "
-                          "next run sends once the nodes that received two runs back are through, not the last; "
-                          "experimental, off: on 1x H100s its tokens/s stayed within the rounds' spreads "
-                          "(docs/benchmarks.md, 2026-12-06)"),
+                          "next run sends once the nodes that received two runs back are through, not the last (0: "
+                          "every run uses the whole ring and waits for the last). On by default since 2026-12-06, with "
+                          "HOCCL_NET_SEND_GATES and HOCCL_TCP_SPIN_US=300: together, on a 1x H100, FSDP small +21% "
+                          "and pipeline small +9% tokens/s under MPS, +10% and +9% time-sliced; this one (with "
+                          "HOCCL_NET_POLL_US=0, which alone moved nothing) +19% and +4% under MPS "
+                          "(docs/benchmarks.md)"),
     "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
                        "ends as soon as a frame left or came in (a wait on the engine) instead of after "
                        "HOCCL_NET_POLL_US (0: a sleep)"),
@@ -82,11 +86,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                              "is in the ring, instead of the proxy's loop once it has seen the chunk (0). On by "
                              "default since 2026-12-06: on 1x H100s, two runs, FSDP and pipeline small +1-5% tokens/s "
                              "under MPS and -2% to +4% time-sliced (docs/benchmarks.md)"),
-    "HOCCL_NET_SEND_GATES": ("0", "the GPU network executor on the native TCP engine: 1 posts a chunk's write as soon "
+    "HOCCL_NET_SEND_GATES": ("1", "the GPU network executor on the native TCP engine: 1 posts a chunk's write as soon "
                              "as its staging copy is issued, to leave when the engine's watcher thread sees the copy's "
-                             "done count, instead of once the proxy's loop has seen it (0). Off by default: on a 1x "
-                             "H100 (2026-12-06) they helped under MPS (+5% tokens/s) and not time-sliced "
-                             "(docs/benchmarks.md)"),
+                             "done count, instead of once the proxy's loop has seen it (0). On by default since "
+                             "2026-12-06, with HOCCL_NET_OVERLAP and HOCCL_TCP_SPIN_US=300 (docs/benchmarks.md)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "
                                "every run)"),

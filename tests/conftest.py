@@ -79,3 +79,11 @@ def _fake_streams_finish_inside_their_test():
     if streams is not None and streams.errors:  # a fake stream's wait gave up (20 s): a hang on a GPU
         errors, streams.errors = list(streams.errors), []
         pytest.fail(f"a fake CUDA stream failed: {errors[0]!r} ({len(errors)} in all)", pytrace=False)
+
+
+@pytest.fixture
+def whole_rings(monkeypatch):
+    """HOCCL_NET_OVERLAP=0 for a test written for runs that each take a whole staging ring and wait for the previous
+    run's receivers: it counts slots, credits or gate moves from that (the default since 2026-12-06 is alternate
+    halves, tested in test_net_overlap_cpu.py and test_netcomm_cpu.py)."""
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", "0")

@@ -106,7 +106,7 @@ class GatedNodeExecutor(HostNodeExecutor):
         if self._land_gates is None:
             try:
                 self._land_gates = env_flag("HOCCL_NET_LAND_GATES", True)
-                self._send_gates = env_flag("HOCCL_NET_SEND_GATES", False)
+                self._send_gates = env_flag("HOCCL_NET_SEND_GATES", True)
             except HocclError as exc:
                 raise TransportError(str(exc)) from None
         self._arming = set(self.conns) if self._land_gates else set()

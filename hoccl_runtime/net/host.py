@@ -516,11 +516,11 @@ class HostNodeExecutor(RunNotices):
 
 
 def overlap_setting() -> bool:
-    """HOCCL_NET_OVERLAP (default off): a reusable network executor's consecutive runs use alternate halves of its
+    """HOCCL_NET_OVERLAP (default on): a reusable network executor's consecutive runs use alternate halves of its
     rings."""
     from ..errors import HocclError
 
     try:
-        return env_flag("HOCCL_NET_OVERLAP", False)
+        return env_flag("HOCCL_NET_OVERLAP", True)
     except HocclError as exc:
         raise TransportError(str(exc)) from None

@@ -8,6 +8,7 @@ import threading
 from collections import deque
 
 import numpy as np
+import pytest
 
 from hoccl_compiler import CollectiveSpec, compile_plan, make_topology
 from hoccl_compiler.ir import CompileOptions
@@ -64,6 +65,7 @@ def _prepared(ex, plan, node, pool):
     return prepared
 
 
+@pytest.mark.usefixtures("whole_rings")
 def test_release_lets_the_stream_go_once_the_copies_are_through_while_writes_still_leave():
     """``release`` is called while the run's last network write has not left (its "sent" completion held back
     until then), and the run still ends with every byte in place on the receiver."""

@@ -73,6 +73,7 @@ def test_native_and_python_runs_interleaved_move_the_right_bytes(monkeypatch):
 
 
 @builds
+@pytest.mark.usefixtures("whole_rings")
 def test_a_proxy_process_gone_fails_the_native_call_without_a_hang(monkeypatch):
     """The proxy process killed after native runs: the next native call cannot send its message, so it opens its
     run's gates and lets its copies run through, and raises naming the proxy process (from the call or, where the
@@ -135,6 +136,7 @@ def test_a_native_side_that_cannot_be_built_says_so(monkeypatch, tmp_path, how):
 
 
 @builds
+@pytest.mark.usefixtures("whole_rings")
 def test_a_list_let_go_is_not_issued_natively_again(monkeypatch):
     """Kept lists leave their cache (least recently used beyond its limit): a list let go is never issued from this
     side's memo of checked calls again (the proxy process is told to forget its form with the next form it learns),
@@ -166,6 +168,7 @@ def test_a_list_let_go_is_not_issued_natively_again(monkeypatch):
 
 
 @builds
+@pytest.mark.usefixtures("whole_rings")
 def test_the_proxy_rebuilds_the_run_python_would_have_issued(monkeypatch):
     """For a kept list, the run the proxy process rebuilds from a native call's counter moves (fill_run by counter
     position, as KeptForms does) holds the same gates, done flags, counts and bytes per ring slot, and the same end

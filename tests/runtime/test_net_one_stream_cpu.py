@@ -266,6 +266,7 @@ def test_the_watchers_drain_takes_counted_and_flag_starts():
 
 @pytest.mark.parametrize("native", ["off", pytest.param("on", marks=pytest.mark.skipif(
     not fake_cuda.native_call_builds(), reason="the native call path does not build here"))])
+@pytest.mark.usefixtures("whole_rings")
 def test_a_kept_list_that_fails_to_launch_after_the_proxy_was_told_fails_both_ranks_without_a_hang(monkeypatch,
                                                                                                    native):
     """HOCCL_NET_ONE_STREAM=2 tells the proxy of a run from a kept launch list before launching it. A launch that

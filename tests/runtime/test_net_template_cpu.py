@@ -81,6 +81,7 @@ def test_keys_seen_once_stay_bounded():
     assert kept.issue((99,), Run(), {"c": 1}, {}, None) == (False, {"c": 1})  # its second run: kept
 
 
+@pytest.mark.usefixtures("whole_rings")
 def test_runs_cross_the_counters_wrap(monkeypatch):
     """Every ring counter is moved on by hand, in hops of 2**30 (a count less than 2**31 behind a flag reads as reached,
     so the tail of the run before a hop, which the proxy process may still be driving, sees its own counts reached),

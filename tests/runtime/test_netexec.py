@@ -169,6 +169,7 @@ def _check_runs(plans, results, runs):
             assert np.array_equal(results[(r, run)][r], want[r]), f"run {run} rank {r}"
 
 
+@pytest.mark.usefixtures("whole_rings")
 def test_a_senders_run_ends_before_the_receiver_reaches_its_call():
     """Eager sends: chunks that fit the receiver's ring leave, and the sender's run ends, while the receiver is not in
     its run yet (it only starts once the sender's run returned): the run waits for the receiver's previous run, not
@@ -222,6 +223,7 @@ class _Steps:
 
 
 @pytest.mark.parametrize("receive", ["thread", "poll"])
+@pytest.mark.usefixtures("whole_rings")
 def test_a_senders_staging_copies_start_before_the_other_nodes_notices_are_in(monkeypatch, receive):
     """The copy out of the sender's buffer into its send ring does not wait for the other node to be through the
     previous run (only the network writes do): node 1 ends run 0 late, and node 0 has staged run 1's first chunk
@@ -288,6 +290,7 @@ def test_a_send_does_not_wait_for_a_node_that_received_nothing_in_the_previous_r
     assert early > 0.3, f"node 0 began run 1's writes only {early * 1e3:.0f} ms before node 1 left run 0"
 
 
+@pytest.mark.usefixtures("whole_rings")
 def test_a_run_ends_once_its_writes_are_posted_and_their_slots_stay_taken_until_they_left(monkeypatch):
     """A reusable executor's run is through once its writes are posted (the next call, a receive here, starts while
     a send's last writes still leave); the send slots those writes read stay taken into the next runs until their
@@ -408,6 +411,7 @@ def test_node_processes_exchange_addresses_and_report_failures():
         run_node_processes(_vanishes, 1, timeout_s=60)
 
 
+@pytest.mark.usefixtures("whole_rings")
 def test_forged_immediates_are_transport_errors_naming_node_and_plan():
     """A credit for a chunk that waits for none, data for a GPU or position the run does not receive, a chunk that
     arrives twice, or a credit from the wrong node: a TransportError naming the node, the plan and the value."""
@@ -459,6 +463,7 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
         transport.close()
 
 
+@pytest.mark.usefixtures("whole_rings")
 def test_a_landed_chunk_credits_its_slot_whatever_arrived_before_it():
     """Chunks arrive out of ring order (each write takes a lane of its own), and a GPU lands them in ring order: a
     landing copy's credit leaves once that copy is through, not behind a chunk of another slot that arrived earlier

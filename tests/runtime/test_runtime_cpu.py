@@ -107,6 +107,7 @@ def _both_nodes(node, transports) -> None:
     assert not errors, errors
 
 
+@pytest.mark.usefixtures("whole_rings")
 def test_the_gpu_executors_slots_are_gated_by_counters(monkeypatch):
     """13 chunks through 3 staging slots, twice, with the copies enqueued before the run (prepare) and the run
     opening their gates: the bytes arrive, and after both runs every slot's gate and its done counter equal the

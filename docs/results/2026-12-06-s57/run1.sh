@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 57, run 1: the options that each moved small under MPS within the rounds' spreads (sessions 55-56), stacked
-# in one variant (consecutive runs on alternate ring halves, writes posted ahead, lanes spinning 300 us), against the
+# in one variant (consecutive runs on alternate ring halves, writes posted ahead, lanes spinning 300 us, a spinning
+# proxy), against the
 # default and NCCL: FSDP small (NCCL reducing) and pipeline small under MPS, then time-sliced, 5 rounds of 30 steps,
 # --gc-every 50. Two TCP nodes of one rank sharing the GPU, CPUs pinned.
 set -u
@@ -10,7 +11,7 @@ export HOCCL_CACHE_DIR=$OUT/cache TCP_NODES_PIN=1
 T0=$(date +%s); END=$((T0 + ${RUN_BUDGET_S:-480}))
 fits() { [ $(( END - $(date +%s) )) -ge "$1" ]; }
 table() { grep -E "^(comm|hoccl|nccl|none)[ +]" "$1" | tail -n "${2:-8}"; }
-S=hoccl+HOCCL_NET_OVERLAP=1+HOCCL_NET_SEND_GATES=1+HOCCL_TCP_SPIN_US=300
+S=hoccl+HOCCL_NET_OVERLAP=1+HOCCL_NET_SEND_GATES=1+HOCCL_TCP_SPIN_US=300+HOCCL_NET_POLL_US=0
 V=hoccl,$S,nccl
 for m in mps sliced; do
   f=""; [ $m = mps ] && f=--mps

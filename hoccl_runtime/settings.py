@@ -74,10 +74,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                           "executor: 1 has consecutive runs use alternate halves of every staging ring, so a node's "
                           "next run sends once the nodes that received two runs back are through, not the last (0: "
                           "every run uses the whole ring and waits for the last). On by default since 2026-12-06, with "
-                          "HOCCL_NET_SEND_GATES and HOCCL_TCP_SPIN_US=300: together, on a 1x H100, FSDP small +21% "
-                          "and pipeline small +9% tokens/s under MPS, +10% and +9% time-sliced; this one (with "
-                          "HOCCL_NET_POLL_US=0, which alone moved nothing) +19% and +4% under MPS "
-                          "(docs/benchmarks.md)"),
+                          "HOCCL_NET_SEND_GATES and HOCCL_TCP_SPIN_US=300: together, on one 1x H100 host, FSDP small "
+                          "+21% and pipeline small +9% tokens/s under MPS, +10% and +9% time-sliced (this one, with "
+                          "HOCCL_NET_POLL_US=0, which alone moved nothing: +19% and +4% under MPS); on another host "
+                          "0.95-1.02x all three off, within the rounds' spreads (docs/benchmarks.md)"),
     "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
                        "ends as soon as a frame left or came in (a wait on the engine) instead of after "
                        "HOCCL_NET_POLL_US (0: a sleep)"),

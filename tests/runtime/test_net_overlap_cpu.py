@@ -1,5 +1,6 @@
-"""HOCCL_NET_OVERLAP (work in progress, the host executor only): consecutive runs of a reusable network executor on
-alternate halves of every ring. The bytes of many runs of mixed plans stay right whatever the nodes' skew; a node
+"""HOCCL_NET_OVERLAP (on by default since 2026-12-06), on the host executor: consecutive runs of a reusable network
+executor on alternate halves of every ring (the GPU executor's path through the proxy process is in
+test_netcomm_cpu.py). The bytes of many runs of mixed plans stay right whatever the nodes' skew; a node
 runs ahead of a slow peer by one run (its next run's data waits in the peer's other half) but not by two."""
 
 from __future__ import annotations

@@ -226,15 +226,23 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
     cls = QUEUE_CLASS[role]
     start_s = chunk_start_s(topo, role)
     n_chunks = np.maximum(1, -(-nbytes // chunk_bytes))
+    mixed = mixed_sizes(chunk_bytes)
+    # every transfer one chunk of one size (a large All-to-All's blocks): each entry is its transfer's first and last
+    # chunk, and the per-chunk sums below reduce to the transfer's own (the same figures, bit for bit)
+    one = not mixed and bool((n_chunks == 1).all())
 
     # chunk entries: transfer, chunk index k (its occurrence), bytes, position in its queue
     e_tr = np.asarray(order, dtype=np.int64)
-    e_k = np.zeros(e_tr.size, np.int64)
-    by_tr = np.argsort(e_tr, kind="stable")
-    e_k[by_tr] = group_start(e_tr[by_tr])
-    del by_tr  # entry-sized temporaries go as soon as they are dead: at 1024 GPUs each is 25 MB, and this is the
-    # compile's peak (it ran to 60 of them at once, 1.5 GB, before)
-    e_bytes = np.clip(nbytes[e_tr] - e_k * chunk_bytes[e_tr], 0, chunk_bytes[e_tr])
+    if one:
+        e_k = None
+        e_bytes = nbytes[e_tr]
+    else:
+        e_k = np.zeros(e_tr.size, np.int64)
+        by_tr = np.argsort(e_tr, kind="stable")
+        e_k[by_tr] = group_start(e_tr[by_tr])
+        del by_tr  # entry-sized temporaries go as soon as they are dead: at 1024 GPUs each is 25 MB, and this is
+        # the compile's peak (it ran to 60 of them at once, 1.5 GB, before)
+        e_bytes = np.clip(nbytes[e_tr] - e_k * chunk_bytes[e_tr], 0, chunk_bytes[e_tr])
     e_q = queue[e_tr]
     q_of = stage[e_tr] * (int(queue.max(initial=0)) + 1) + e_q
     by_q = np.argsort(q_of, kind="stable")  # by (stage, queue), chunk order within
@@ -279,11 +287,16 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
         through = e_time[by_q]
         np.cumsum(through, out=through)
         through -= through[head] - e_time[by_q[head]]  # from each queue's first entry on
-        at_last = (e_k == n_chunks[e_tr] - 1)[by_q]  # each transfer's last entry, and its first
-        done[e_tr[by_q[at_last]]] = through[at_last]
-        at_first = (e_k == 0)[by_q]
-        opened[e_tr[by_q[at_first]]] = through[at_first]
-        del through, at_last, at_first
+        if one:
+            done[e_tr[by_q]] = through
+            opened[:] = done
+        else:
+            at_last = (e_k == n_chunks[e_tr] - 1)[by_q]  # each transfer's last entry, and its first
+            done[e_tr[by_q[at_last]]] = through[at_last]
+            at_first = (e_k == 0)[by_q]
+            opened[e_tr[by_q[at_first]]] = through[at_first]
+            del at_last, at_first
+        del through
     del e_time, by_q, head
 
     # pipeline fill and drain along forwarded paths (pieces of one segment are consecutive, after = i - 1)
@@ -295,26 +308,38 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
     path = np.cumsum(~chained) - 1  # consecutive: the path id per transfer
     depth = group_start(path) if consecutive else chain_depth(after)  # each transfer's place along its path
     tr_first = start_s + np.minimum(nbytes, chunk_bytes) / tr_cap  # each piece's first chunk
-    mixed = mixed_sizes(chunk_bytes)
     # how long the piece a piece follows takes to bring that piece's first chunk (its own first chunk, or as many of
     # its smaller chunks as that holds: a network transfer in chunks of its own)
     up = np.maximum(after, 0)
-    need = np.maximum(1, -(-np.minimum(nbytes, chunk_bytes) // chunk_bytes[up]))
-    lead = np.where(chained, need * start_s[up] + np.minimum(nbytes[up], need * chunk_bytes[up]) / tr_cap[up], 0.0)
+    if one:
+        need = None
+        lead = np.where(chained, tr_first[up], 0.0)
+    else:
+        need = np.maximum(1, -(-np.minimum(nbytes, chunk_bytes) // chunk_bytes[up]))
+        lead = np.where(chained, need * start_s[up] + np.minimum(nbytes[up], need * chunk_bytes[up]) / tr_cap[up],
+                        0.0)
     if chained.any():
         first = np.minimum(nbytes, chunk_bytes)
         first_conv = np.zeros(nbytes.size)  # the convergence delay of each transfer's first chunk (the fill's)
-        first_entry = e_k == 0
-        first_conv[e_tr[first_entry]] = conv[first_entry]
+        if one:
+            first_conv[e_tr] = conv
+        else:
+            first_entry = e_k == 0
+            first_conv[e_tr[first_entry]] = conv[first_entry]
+            del first_entry
         own = start_s + first / tr_cap
-        # after its first chunk, a piece is busy for the rest of its own chunks, or (its queue carries other
-        # transfers too) from its first chunk's turn to its last's in the chunk order
-        alone = n_chunks * start_s + nbytes / tr_cap
-        # a piece whose first chunk holds several of the smaller chunks of the piece it follows (a copy after a
-        # network transfer in chunks of its own) starts that much later: where it is the path's slowest piece its
-        # rest pays it; where the piece before it is, that one's rest already runs through those chunks
-        rest = np.where(costed, np.maximum(alone - own, done - opened) + np.where(chained, lead - tr_first[up], 0.0),
-                        0.0)
+        if one:  # nothing after its one chunk, and it follows a piece of one chunk
+            rest = np.zeros(nbytes.size)
+        else:
+            # after its first chunk, a piece is busy for the rest of its own chunks, or (its queue carries other
+            # transfers too) from its first chunk's turn to its last's in the chunk order
+            alone = n_chunks * start_s + nbytes / tr_cap
+            # a piece whose first chunk holds several of the smaller chunks of the piece it follows (a copy after a
+            # network transfer in chunks of its own) starts that much later: where it is the path's slowest piece
+            # its rest pays it; where the piece before it is, that one's rest already runs through those chunks
+            rest = np.where(costed, np.maximum(alone - own, done - opened) +
+                            np.where(chained, lead - tr_first[up], 0.0), 0.0)
+            del alone
         own = np.where(costed, own + first_conv, 0.0)
         if consecutive:
             in_path = np.bincount(path, minlength=path.max() + 1)
@@ -335,7 +360,7 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
                 top[at] = np.maximum(top[after[at]], rest[at])
             np.maximum.at(pipeline_s, stage[chained], (fill + top)[chained])
             del fill, top
-        del first_conv, first_entry, own, alone, rest, first
+        del first_conv, own, rest, first
     del e_tr, e_k, conv, opened, chained, path, up, need
     time_s = np.maximum(np.maximum(ports_s, queues_s), pipeline_s)
     if num_stages == 0:

@@ -461,3 +461,28 @@ def test_a_second_dma_queue_keeps_an_all_to_all_near_one_queue(preset, nodes, si
     simulated = simulate(two).total_s
     assert simulated <= simulate(one).total_s * 1.02
     assert two.report.predicted_time_s == pytest.approx(simulated, rel=0.02)
+
+
+@pytest.mark.parametrize(("preset", "nodes", "kind"), [("paper-h800", 2, "alltoall"), ("paper-h800", 2, "allgather"),
+                                                       ("dgx-h100", 1, "broadcast")])
+def test_v2_of_one_chunk_transfers_is_the_general_figure(preset, nodes, kind):
+    """Where every transfer is one chunk of one size, stage_times_v2 takes a shorter way (no chunk index per entry);
+    the same transfers with chunk sizes that differ but still hold each transfer whole take the general way, and the
+    two agree to the bit."""
+    state = compile_state(make_topology(preset, nodes=nodes), CollectiveSpec(kind=kind, size_bytes=64 << 20),
+                          CompileOptions(chunk_bytes=1 << 40, baselines=False))
+    ch, topo = state.chunks, state.topology
+    whole = int(ch.tr_bytes.max())
+    mixed = np.where(np.arange(ch.tr_bytes.size) % 2 == 0, whole, 2 * whole)  # every transfer still one chunk
+
+    def costs(sizes):
+        order = chunk_order(topo, sizes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst, ch.tr_bytes)
+        return stage_times_v2(topo, sizes, ch.tr_stage, ch.tr_role, ch.tr_src, ch.tr_dst, ch.tr_bytes, ch.tr_queue,
+                              ch.tr_after, order, state.schedule.num_stages)
+
+    fast, general = costs(whole), costs(mixed)
+    assert ch.tr_after.max() >= 0  # forwarded pieces: the fill along paths is costed
+    for field in ("time_s", "ports_s", "queues_s", "pipeline_s", "queue_busy_s"):
+        assert np.array_equal(getattr(fast, field), getattr(general, field)), field
+    assert fast.chain.time_s() == general.chain.time_s()
+    assert all(np.array_equal(a, b) for a, b in zip(fast.edges, general.edges, strict=True))  # pattern plans' chain

@@ -163,9 +163,12 @@ def assign_queues(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_after) -
     its collective bound and a 2x8 Broadcast at 1.40x, against 1.10x and 1.11x on one queue."""
     q = topo.dma_queues
     send_side = (tr_role == NATIVE) | (tr_role == SEND_FORWARD)
-    rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)
-    waits = (tr_after >= 0).astype(np.int64)
-    dma_index = _spread_over_queues(tr_stage, tr_src, tr_dst, tr_role, tr_bytes, rotation, waits, send_side, q)
+    if q > 1:
+        rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)
+        waits = (tr_after >= 0).astype(np.int64)
+        dma_index = _spread_over_queues(tr_stage, tr_src, tr_dst, tr_role, tr_bytes, rotation, waits, send_side, q)
+    else:  # one DMA queue a GPU: every send on it
+        dma_index = np.zeros(tr_stage.size, dtype=np.int64)
     fixed = np.array([q, -1, -1, q + 2, q + 1], np.int64)  # per role, as ir numbers them: LOCAL .. RECV_FORWARD
     return tr_src * (q + 3) + np.where(send_side, dma_index, fixed[tr_role])
 
@@ -200,16 +203,19 @@ def chunk_order(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, 
     rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)[chunk_tr]
     size = np.broadcast_to(np.asarray(chunk_bytes, dtype=np.int64), tr_bytes.shape)
     mixed = after is not None and mixed_sizes(size)
+    # the keys, least significant first; the last tie-break, the transfer and then its chunk, is the order the
+    # chunks are listed in already, which the stable sort keeps
     if depth is None:
         if mixed:
             progress = _after_waited(progress, n_chunks, chunk_tr, chunk_k, size, tr_bytes, after, chain_depth(after))
-        keys = (chunk_tr, rotation, priority, progress)
+        # every transfer one chunk: one progress for all, which orders nothing
+        keys = (rotation, priority) if total == n and not mixed else (rotation, priority, progress)
     else:
         lag = forward_lag(tr_role, after, depth, n_chunks) if after is not None else depth.astype(np.float64)
         key = progress + lag[chunk_tr]
         if mixed:
             key = _after_waited(key, n_chunks, chunk_tr, chunk_k, size, tr_bytes, after, depth)
-        keys = (chunk_tr, rotation, priority, depth[chunk_tr], key)
+        keys = (rotation, priority, depth[chunk_tr], key)
     order = np.lexsort((*keys, tr_stage[chunk_tr]))
     return chunk_tr[order]
 

@@ -232,14 +232,11 @@ class GpuNodeExecutor(GatedNodeExecutor):
         try:
             issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan),
                                         start, deferred) if kept is not None else (False, None)
-            if issued:
-                self.prepared_runs += 1
-                return run
-            ops = self._enqueue(run, bound, after, stream, finish, start)
-            self.prepared_runs += 1
+            ops = None if issued else self._enqueue(run, bound, after, stream, finish, start)
         except BaseException:
             self.release(run)  # what was enqueued before the error must not wait forever
             raise
+        self.prepared_runs += 1  # issued from a kept list (before is None then) or built
         if before is not None:
             counter_of = {flag.address: gate for gate, pair in self._gates.items() for flag in pair}
             counter_of.update({flag.address: ("end", s) for s, flag in self._ends.items()})

@@ -29,6 +29,29 @@ def test_docs_exist():
         assert (ROOT / "docs" / name).is_file(), name
 
 
+def _anchors(path: Path) -> set[str]:
+    """A markdown file's heading anchors, as GitHub writes them (lower case, punctuation dropped, spaces to -)."""
+    return {re.sub(r"[^\w\- ]", "", m.strip().lower()).replace(" ", "-")
+            for m in re.findall(r"^#+\s+(.*)$", path.read_text(), re.M)}
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    """A relative link in README.md or docs/ names a file of the repository (an image or a result too), and a
+    #fragment names a heading of the file it points to."""
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for link in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"[a-z]+:", link):
+                continue
+            path, _, fragment = link.partition("#")
+            target = (doc.parent / path).resolve() if path else doc
+            if not target.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {link}")
+            elif fragment and target.suffix == ".md" and fragment not in _anchors(target):
+                broken.append(f"{doc.relative_to(ROOT)}: {link} (no such heading)")
+    assert not broken, broken
+
+
 def test_every_script_the_tests_run_is_there():
     """The tests run helper scripts by path (torchrun workers, network-namespace peers, examples): each one a
     test names exists where the tests look (tests/support/, examples/), GPU tests included, which the CPU skips."""

@@ -37,6 +37,15 @@ def shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     out = np.zeros(n)
     if not n:
         return out
+    if nbytes[0] == nbytes.min() == nbytes.max():  # every member one size (a large All-to-All's chunks): (size - 1) b
+        # for each, in whatever order a sort leaves equal keys (the sums below are whole numbers of bytes, exact in
+        # float64, so the figure is the same to the bit)
+        order = np.argsort(group)
+        first = firsts(group[order])
+        lengths = np.diff(np.r_[np.flatnonzero(first), n])
+        del first
+        out[order] = np.repeat(lengths - 1, lengths) * float(nbytes[0])
+        return out
     # each temporary is as large as the group (3 M chunk entries at 1024 GPUs), so each goes once it is dead
     order = np.argsort(group, kind="stable")
     g, bi = group[order], nbytes[order]

@@ -486,3 +486,23 @@ def test_v2_of_one_chunk_transfers_is_the_general_figure(preset, nodes, kind):
         assert np.array_equal(getattr(fast, field), getattr(general, field)), field
     assert fast.chain.time_s() == general.chain.time_s()
     assert all(np.array_equal(a, b) for a, b in zip(fast.edges, general.edges, strict=True))  # pattern plans' chain
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shared_delay_of_one_size_is_the_general_figure(seed):
+    """shared_delay takes a shorter way where every member is one size ((group size - 1) x bytes, no second key):
+    the same members beside one more of another size, alone in a group of its own (which forces the general way and
+    changes no other member's figure), give the same figures to the bit, and both are the sum over the other members
+    of a group of min(their bytes, its bytes)."""
+    from hoccl_compiler.chain import shared_delay
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    group = rng.integers(0, max(1, n // 4), n) * 4096 + rng.integers(0, 3, n)
+    size = int(rng.integers(1, 1 << 26))
+    nbytes = np.full(n, size, np.int64)
+    fast = shared_delay(group, nbytes)
+    general = shared_delay(np.r_[group, group.max() + 1], np.r_[nbytes, size + 1])
+    assert np.array_equal(fast, general[:n]) and general[n] == 0.0
+    brute = np.array([nbytes[group == g].size - 1 for g in group], float) * size
+    assert np.array_equal(fast, brute)

@@ -61,7 +61,8 @@ fi
 # --compare OUTDIR [SIZES]: FSDP2 (NCCL reducing in both variants, then HOCCL reducing: HOCCL's reduce-scatters on a
 # hoccl group of their own, use_for_fsdp's default; the NCCL variant gathers with NCCL) and 1F1B pipelining, HOCCL
 # against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS); one log and
-# one JSON per run under OUTDIR, the tables of every run printed last. COMPARE_ARGS: more arguments for every run (both
+# one JSON per run under OUTDIR, the tables of every run printed last, then one table of them all with HOCCL / NCCL
+# (examples/compare_table.py, which reads the JSON records). COMPARE_ARGS: more arguments for every run (both
 # examples take them), "--gc-every 50" unless set (torchtitan's default: Python's collector off, a generation-1
 # collection between steps every 50, so that no full collection of 0.1-0.2 s can land in a timed round); COMPARE_ARGS=""
 # leaves the collector as Python runs it.
@@ -92,3 +93,5 @@ for r in "${results[@]}"; do
   echo "=== $r"
   grep -E "^(comm|hoccl|nccl|none|model|torch) " "$out/$name.log" | grep -v "^\[" | tail -n 8
 done
+echo "=== HOCCL / NCCL, every run above (python3 examples/compare_table.py $out)"
+python3 "$here/examples/compare_table.py" "$out"

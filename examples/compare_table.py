@@ -1,0 +1,114 @@
+"""The HOCCL / NCCL table of a ``scripts/tcp-nodes.sh --compare OUTDIR`` run, from the JSON records it left.
+
+    python examples/compare_table.py OUTDIR [OUTDIR...]
+
+One markdown row per run (``fsdp-SIZE-reduce-R-SETTING.json``, ``pipeline-SIZE-SETTING.json``): HOCCL's and NCCL's
+tokens/s with the spread of their rounds ((max - min) / min, as ``train_fsdp.py`` prints it), their ratio, the
+no-communication limit (``--comm none``) and, for FSDP, whether the final losses are equal. ``tcp-nodes.sh --compare``
+prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and left out (exit status 1
+where none could be read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+NAME = re.compile(r"^(?:fsdp-(?P<fsize>[^-]+)-reduce-(?P<red>[a-z]+)|pipeline-(?P<psize>[^-]+))-(?P<setting>[a-z]+)$")
+
+
+def spread(rounds: list[float]) -> float | None:
+    """(max - min) / min over the rounds' tokens/s, None with fewer than two rounds."""
+    return (max(rounds) - min(rounds)) / min(rounds) if len(rounds) > 1 and min(rounds) > 0 else None
+
+
+def figures(record: dict, pipeline: bool) -> dict[str, dict]:
+    """Per variant (hoccl, nccl, none): tokens/s, spread and final loss (None for the pipeline: its last stage's
+    losses are compared in its own table)."""
+    out = {}
+    if pipeline:
+        for comm, ranks in record["by_comm"].items():
+            last = ranks[-1]  # the last stage's rank, as train_pipeline.py prints it
+            out[comm] = {"tokens_per_s": float(last["tokens_per_s"]),
+                         "spread": spread([float(x) for x in last.get("tokens_per_s_rounds") or []]), "loss": None}
+    else:
+        for comm, s in record["summary"].items():
+            out[comm] = {"tokens_per_s": float(s["tokens_per_s"]), "spread": s.get("round_spread"),
+                         "loss": s.get("final_loss")}
+    return out
+
+
+def row(path: Path) -> dict | None:
+    """The table row of one run's JSON record, or None where its name is not one ``--compare`` writes."""
+    m = NAME.match(path.stem)
+    if not m:
+        return None
+    pipeline = m["psize"] is not None
+    fig = figures(json.loads(path.read_text()), pipeline)
+    if "hoccl" not in fig or "nccl" not in fig:
+        raise ValueError(f"{path}: no hoccl and nccl variants in it (found {sorted(fig)}); run --comm hoccl,nccl,none")
+    example = f"pipeline {m['psize']}" if pipeline else \
+        f"FSDP {m['fsize']}, {'NCCL' if m['red'] == 'nccl' else 'HOCCL'} reducing"
+    h, n, none = fig["hoccl"], fig["nccl"], fig.get("none")
+    same = None if pipeline or h["loss"] is None else h["loss"] == n["loss"]
+    return {"example": example, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h, "nccl": n,
+            "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"], "losses_equal": same}
+
+
+def rows(folders: list[Path]) -> tuple[list[dict], list[str]]:
+    """Every readable run's row under ``folders`` (sorted by example, then setting), and one line per record that
+    could not be read."""
+    found, errors = [], []
+    for folder in folders:
+        if not folder.is_dir():
+            errors.append(f"{folder}: no such folder (give the OUTDIR of tcp-nodes.sh --compare)")
+            continue
+        for path in sorted(folder.glob("*.json")):
+            try:
+                r = row(path)
+            except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+                errors.append(f"{path}: not a --compare record ({type(exc).__name__}: {exc})")
+                continue
+            if r is not None:
+                found.append(r)
+    found.sort(key=lambda r: (r["example"], r["setting"]))
+    return found, errors
+
+
+def _tok(v: dict | None) -> str:
+    if v is None:
+        return "-"
+    s = v["spread"]
+    return f"{v['tokens_per_s']:,.0f}" + ("" if s is None else f" ({s:.1%})")
+
+
+def table(found: list[dict]) -> str:
+    lines = ["| example | setting | HOCCL tok/s (rounds' spread) | NCCL tok/s | HOCCL / NCCL | no communication | "
+             "losses equal |", "|---|---|---:|---:|---:|---:|---|"]
+    for r in found:
+        eq = "-" if r["losses_equal"] is None else "yes" if r["losses_equal"] else "no"
+        lines.append(f"| {r['example']} | {r['setting']} | {_tok(r['hoccl'])} | {_tok(r['nccl'])} | "
+                     f"{r['ratio']:.3f} | {_tok(r['none'])} | {eq} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("outdir", nargs="+", type=Path, help="the OUTDIR of tcp-nodes.sh --compare")
+    args = p.parse_args(argv)
+    found, errors = rows(args.outdir)
+    for e in errors:
+        print(f"compare_table: {e}", file=sys.stderr)
+    if not found:
+        print("compare_table: no --compare record (fsdp-*-reduce-*-SETTING.json, pipeline-*-SETTING.json) could be "
+              "read", file=sys.stderr)
+        return 1
+    print(table(found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

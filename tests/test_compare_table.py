@@ -1,0 +1,78 @@
+"""examples/compare_table.py: the HOCCL / NCCL table of a ``tcp-nodes.sh --compare`` run, read from its JSON records
+(session 58's run 3 records, committed under docs/results, and records broken on purpose)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN3 = ROOT / "docs" / "results" / "2026-12-06-s58" / "run3" / "logs-run3.tgz"
+
+
+@pytest.fixture(scope="module")
+def ct():
+    spec = importlib.util.spec_from_file_location("compare_table", ROOT / "examples" / "compare_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def run3(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run3")
+    with tarfile.open(RUN3) as tar:
+        tar.extractall(out, filter="data")
+    return out
+
+
+def test_the_table_of_a_real_run_has_the_figures_its_runs_printed(ct, run3, capsys):
+    assert ct.main([str(run3 / "compare-mps"), str(run3 / "compare-sliced")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in lines[2:]}
+    assert len(rows) == 6  # FSDP reduced by NCCL and by HOCCL, and the pipeline, in both settings
+    # the figures the examples printed in that run (run3.out): tokens/s of each variant, and their ratio
+    fsdp = rows[("FSDP small, NCCL reducing", "MPS")]
+    assert "| 52,774 (2.6%) | 46,824 (11.6%) | 1.127 | 220,037 (20.4%) | yes |" in fsdp
+    assert "| 0.959 |" in rows[("FSDP small, HOCCL reducing", "MPS")]
+    pipe = rows[("pipeline small", "time-sliced")]
+    assert "| 106,299 " in pipe and "| 102,312 " in pipe and "| 1.039 |" in pipe and pipe.endswith("| - |")
+    # the pipeline's spread is (max - min) / min over its rounds, as FSDP's: 104,596-117,597 and 89,365-122,014
+    assert "113,243 (12.4%)" in rows[("pipeline small", "MPS")] and "108,858 (36.5%)" in rows[("pipeline small", "MPS")]
+
+
+def test_unequal_losses_read_no(ct, run3, tmp_path, capsys):
+    record = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
+    record["summary"]["nccl"]["final_loss"] += 1e-4
+    (tmp_path / "fsdp-small-reduce-nccl-mps.json").write_text(json.dumps(record))
+    assert ct.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith("| no |")
+
+
+def test_broken_records_are_named_and_left_out(ct, run3, tmp_path, capsys):
+    good = (run3 / "compare-mps" / "pipeline-small-mps.json").read_text()
+    (tmp_path / "pipeline-small-mps.json").write_text(good)
+    (tmp_path / "pipeline-350m-mps.json").write_text(good[: len(good) // 2])  # cut short
+    no_nccl = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
+    del no_nccl["summary"]["nccl"]
+    (tmp_path / "fsdp-small-reduce-nccl-mps.json").write_text(json.dumps(no_nccl))
+    (tmp_path / "other.json").write_text("{}")  # not a name --compare writes: not read
+    assert ct.main([str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3 and "| pipeline small | MPS |" in captured.out
+    err = captured.err
+    assert "pipeline-350m-mps.json: not a --compare record (JSONDecodeError" in err
+    assert "fsdp-small-reduce-nccl-mps.json" in err and "run --comm hoccl,nccl,none" in err
+    assert "other.json" not in err
+
+
+def test_nothing_to_read_exits_1_with_the_reason(ct, tmp_path, capsys):
+    assert ct.main([str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert "missing: no such folder (give the OUTDIR of tcp-nodes.sh --compare)" in err
+    assert ct.main([str(tmp_path)]) == 1
+    assert "no --compare record" in capsys.readouterr().err

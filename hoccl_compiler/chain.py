@@ -38,8 +38,8 @@ def shared_delay(group: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     if not n:
         return out
     if nbytes[0] == nbytes.min() == nbytes.max():  # every member one size (a large All-to-All's chunks): (size - 1) b
-        # for each, in whatever order a sort leaves equal keys (the sums below are whole numbers of bytes, exact in
-        # float64, so the figure is the same to the bit)
+        # for each, in whatever order a sort leaves equal keys (the running sums below are whole numbers of bytes,
+        # exact in float64 while all the members' bytes stay under 2**53, so the figure is the same to the bit)
         order = np.argsort(group)
         first = firsts(group[order])
         lengths = np.diff(np.r_[np.flatnonzero(first), n])

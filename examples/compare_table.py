@@ -4,9 +4,10 @@
 
 One markdown row per run (``fsdp-SIZE-reduce-R-SETTING.json``, ``pipeline-SIZE-SETTING.json``): HOCCL's and NCCL's
 tokens/s with the spread of their rounds ((max - min) / min, as ``train_fsdp.py`` prints it), their ratio, the
-no-communication limit (``--comm none``) and, for FSDP, whether the final losses are equal. ``tcp-nodes.sh --compare``
-prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and left out (exit status 1
-where none could be read).
+no-communication limit (``--comm none``) and, for FSDP, whether the final losses are equal (where they are not and the
+run was not ``--deterministic``, the table says so: torch's kernels then need not give the same bits run to run).
+``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and
+left out (exit status 1 where none could be read).
 """
 
 from __future__ import annotations
@@ -47,15 +48,18 @@ def row(path: Path) -> dict | None:
     if not m:
         return None
     pipeline = m["psize"] is not None
-    fig = figures(json.loads(path.read_text()), pipeline)
+    record = json.loads(path.read_text())
+    fig = figures(record, pipeline)
     if "hoccl" not in fig or "nccl" not in fig:
         raise ValueError(f"{path}: no hoccl and nccl variants in it (found {sorted(fig)}); run --comm hoccl,nccl,none")
     example = f"pipeline {m['psize']}" if pipeline else \
         f"FSDP {m['fsize']}, {'NCCL' if m['red'] == 'nccl' else 'HOCCL'} reducing"
     h, n, none = fig["hoccl"], fig["nccl"], fig.get("none")
     same = None if pipeline or h["loss"] is None else h["loss"] == n["loss"]
+    deterministic = bool((record.get("args") or {}).get("deterministic"))
     return {"example": example, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h, "nccl": n,
-            "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"], "losses_equal": same}
+            "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"], "losses_equal": same,
+            "deterministic": deterministic}
 
 
 def rows(folders: list[Path]) -> tuple[list[dict], list[str]]:
@@ -89,7 +93,8 @@ def table(found: list[dict]) -> str:
     lines = ["| example | setting | HOCCL tok/s (rounds' spread) | NCCL tok/s | HOCCL / NCCL | no communication | "
              "losses equal |", "|---|---|---:|---:|---:|---:|---|"]
     for r in found:
-        eq = "-" if r["losses_equal"] is None else "yes" if r["losses_equal"] else "no"
+        eq = "-" if r["losses_equal"] is None else "yes" if r["losses_equal"] else \
+            "no" if r["deterministic"] else "no (without --deterministic)"
         lines.append(f"| {r['example']} | {r['setting']} | {_tok(r['hoccl'])} | {_tok(r['nccl'])} | "
                      f"{r['ratio']:.3f} | {_tok(r['none'])} | {eq} |")
     return "\n".join(lines)

@@ -45,12 +45,17 @@ def test_the_table_of_a_real_run_has_the_figures_its_runs_printed(ct, run3, caps
     assert "113,243 (12.4%)" in rows[("pipeline small", "MPS")] and "108,858 (36.5%)" in rows[("pipeline small", "MPS")]
 
 
-def test_unequal_losses_read_no(ct, run3, tmp_path, capsys):
+def test_unequal_losses_read_no_and_say_whether_the_run_was_deterministic(ct, run3, tmp_path, capsys):
     record = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
     record["summary"]["nccl"]["final_loss"] += 1e-4
-    (tmp_path / "fsdp-small-reduce-nccl-mps.json").write_text(json.dumps(record))
+    path = tmp_path / "fsdp-small-reduce-nccl-mps.json"
+    path.write_text(json.dumps(record))
     assert ct.main([str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[2].endswith("| no |")
+    assert capsys.readouterr().out.splitlines()[2].endswith("| no (without --deterministic) |")
+    record["args"]["deterministic"] = True
+    path.write_text(json.dumps(record))
+    assert ct.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith("| 220,037 (20.4%) | no |")
 
 
 def test_broken_records_are_named_and_left_out(ct, run3, tmp_path, capsys):

@@ -122,7 +122,11 @@ class HostNodeExecutor(RunNotices):
         self._failed = False                         # a run failed (or the executor left): leave() waits for nobody
         self._early_done: set[tuple[int, int]] = set()  # (node, run) run-done notices not yet waited for
         self._receivers_hist: tuple[frozenset[int], ...] = ()  # the nodes that received in the last two runs
-        self._ahead: dict[int, list] = {}  # per node, its data for the next run, come while this run receives none
+        self._ahead: dict[int, list] = {}  # per node, what came for the next run (its data, its credits)
+        # With alternate halves a node may start the next run while this one still sends to it, and its credits
+        # carry no run: one that matches no credit this run still waits for is the next run's (a node through this
+        # run has sent every credit of it, each before the chunk it lets go could leave), taken then or refused
+        self._replayed: dict[int, object] = {}  # the completions kept from the last run, by id (held: ids stay theirs)
         self._mine: dict[int, int] = {}      # run -> this node's plan notice, until every node's was checked
         self._checked: dict[int, int] = {}   # node -> how many of its plan notices matched this node's runs
         self._deferred: dict[int, list] = {}  # node -> its completions of this run, held until its notice matched
@@ -212,9 +216,7 @@ class HostNodeExecutor(RunNotices):
         send rings, and no write leaves before the wait. So a send's copy out of the GPU overlaps the notices (on the
         1x H200's TCP nodes the notice's write took 30-48 us of a 1 MiB send, the copy 70-76 us)."""
         self._begin_run()
-        for n, early in self._ahead.items():  # data that came for this run while the previous one received none
-            self._backlog.setdefault(n, []).extend(early)
-        self._ahead.clear()
+        self._take_ahead()
         self._local_copies()
         self._send_ready()
         self._mark("begun")
@@ -421,6 +423,14 @@ class HostNodeExecutor(RunNotices):
         self._staged.setdefault(ubar, deque()).append((token, self.conns[self._node_of(vbar)], (
             self.send_region[ubar], slot, n, region, offset), (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
 
+    def _take_ahead(self) -> None:
+        """What came for this run while the previous one ran (data, credits) goes to the backlog, to be taken now:
+        a credit of it that matches none this run waits for is refused then, not kept again."""
+        self._replayed = {id(c): c for early in self._ahead.values() for c in early}
+        for n, early in self._ahead.items():
+            self._backlog.setdefault(n, []).extend(early)
+        self._ahead.clear()
+
     def _forged(self, node: int, what: str, imm: int) -> TransportError:
         return TransportError(f"node {self.node}, plan {self.plan.plan_id}: node {node} {what} (immediate {imm:#x}): "
                               "the nodes run different schedules, or the peer is not a HOCCL node of this job")
@@ -457,6 +467,9 @@ class HostNodeExecutor(RunNotices):
             seq = run.out.get(ubar) if local < self.L else None
             if seq is None or pos >= len(seq.stage) or seq.ring[pos] < self.span or \
                     self._node_of(int(seq.peer[pos])) != node or run.credit[ubar][pos]:
+                if self.halves and id(c) not in self._replayed:  # a node already in the next run (see __init__)
+                    self._ahead.setdefault(node, []).append(c)
+                    return
                 raise self._forged(node, f"credited chunk {pos} of local GPU {local}, which is not a chunk of this "
                                    "run that waits for that node's credit", imm)
             run.credit[ubar][pos] = 1

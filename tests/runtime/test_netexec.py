@@ -543,3 +543,52 @@ def test_a_stopped_node_is_named_in_the_survivors_errors(stops):
         assert f"node{stops}" in str(err.value) or f"node {stops}" in str(err.value), err.value
     finally:
         transports[survivor].close()
+
+
+def test_with_alternate_halves_a_credit_this_run_does_not_wait_for_is_the_next_runs():
+    """With alternate halves (the default) a node may start its next run while this node still runs this one, and
+    its credits carry no run: one that matches no credit this run waits for is kept for the next run and taken there;
+    one that matches none there either is refused then, naming the node and the plan. (Until 2026-12-06 such a credit
+    was refused at once: a 3-node AllGather of two runs in turn failed so under load in CI, test_hw_queues_cpu.py.)"""
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.net.executor import CREDIT, PLAN_HELLO, HostNodeExecutor
+    from hoccl_runtime.net.transport.base import Completion
+
+    plan = compile_plan(make_topology("h200x2", nodes=3, gpus_per_node=1), CollectiveSpec(kind="allgather",
+                        size_bytes=3 * 512), CompileOptions(chunk_bytes=64, baselines=False))
+    bufs = {0: (np.zeros(512, np.uint8), np.zeros(3 * 512, np.uint8))}
+    transport = HostNodeExecutor.make_transport(plan, 0, open=True)
+    try:
+        ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True, overlap=True)
+        assert ex.halves and ex.span == 2  # two slots a run: send positions 2.. wait for credits
+        ex.conns = {1: None, 2: None}
+        ex._mine[0] = ex._plan_crc()
+        ex._begin_run()
+        for n in (1, 2):
+            ex._on_completion(n, Completion("received", 1, PLAN_HELLO | ex._plan_crc(), 0, 0, 0))
+        ex._backlog.clear()
+        seq = ex._run.out[0]
+        peer = int(seq.peer[2])  # the node that credits send position 2
+        ex._on_completion(peer, Completion("received", 1, CREDIT | 2, 0, 0, 0))  # this run's: taken
+        assert ex._run.credit[0][2] == 1 and not ex._ahead
+        early = Completion("received", 1, CREDIT | 2, 0, 0, 0)  # position 2 again: the node's next run's
+        ex._on_completion(peer, early)
+        assert ex._ahead == {peer: [early]} and ex._run.credit[0][2] == 1
+        forged = Completion("received", 1, CREDIT | 99, 0, 0, 0)  # no position 99 in either run
+        ex._on_completion(peer, forged)
+        # the next run (the same plan): what was kept is taken, and the forged credit refused
+        ex._runs += 1
+        ex._mine[1] = ex._plan_crc()
+        ex._begin_run()
+        ex._take_ahead()
+        assert ex._backlog == {peer: [early, forged]} and not ex._ahead
+        ex._backlog.clear()
+        for n in (1, 2):  # the nodes' plan notices for this run
+            ex._on_completion(n, Completion("received", 1, PLAN_HELLO | ex._plan_crc(), 0, 0, 0))
+        assert ex._run.credit[0][2] == 0
+        ex._on_completion(peer, early)
+        assert ex._run.credit[0][2] == 1
+        with pytest.raises(TransportError, match=rf"node 0, plan {plan.plan_id}: node {peer} credited chunk 99"):
+            ex._on_completion(peer, forged)
+    finally:
+        transport.close()

@@ -86,3 +86,29 @@ def test_pin_on_one_cpu_is_refused_with_the_reason(tmp_path):
     one = str(min(os.sched_getaffinity(0)))
     [[text]] = _compare(tmp_path, prefix=("taskset", "-c", one), rc=2, TCP_NODES_PIN="1")
     assert "TCP_NODES_PIN=1 needs 2 CPUs or more, this process may use 1" in text
+
+
+def test_compare_ends_with_the_table_of_its_runs_records(tmp_path):
+    """The closing table (examples/compare_table.py) reads what the runs wrote: here a stub torchrun writes one FSDP
+    record per run where it is told to (``--json``), and the script's last lines are their rows; a run that wrote
+    none (the pipeline's stub here) is left out."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = ('{"args": {"deterministic": false}, "summary": {"hoccl": {"tokens_per_s": 300.0, "round_spread": 0.01,'
+              ' "final_loss": 2.5}, "nccl": {"tokens_per_s": 200.0, "round_spread": 0.02, "final_loss": 2.5}}}')
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stub (UUID: GPU-0)'\n")
+    (bin_dir / "torchrun").write_text(  # the FSDP runs' record, written where --json says (the pipeline's: none)
+        '#!/bin/sh\ncase "$*" in *train_fsdp.py*) ;; *) exit 0 ;; esac\n'
+        'while [ $# -gt 0 ]; do [ "$1" = --json ] && { shift; json=$1; }; shift; done\n'
+        f'printf %s {shlex.quote(record)} > "$json"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MASTER_PORT": "29999"}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "tcp-nodes.sh"), "--compare", str(tmp_path / "out"), "small"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("=== HOCCL / NCCL, every run above"))
+    rows = lines[head + 3:]
+    assert rows == ["| FSDP small, HOCCL reducing | time-sliced | 300 (1.0%) | 200 (2.0%) | 1.500 | - | yes |",
+                    "| FSDP small, NCCL reducing | time-sliced | 300 (1.0%) | 200 (2.0%) | 1.500 | - | yes |"], lines

@@ -122,3 +122,41 @@ def test_the_setting_is_read_by_reusable_executors_only(monkeypatch):
         assert not HostNodeExecutor(plan, 0, bufs, transport, slots=4).halves  # one run: nothing to overlap
     finally:
         transport.close()
+
+
+def test_a_node_still_in_its_run_takes_a_peer_s_next_run_credit_as_that_run_s(monkeypatch):
+    """3 nodes of an AllGather, two runs in turn, node 2's last landing of run 0 held back 0.4 s: nodes 0 and 1 are
+    through run 0 and into run 1 meanwhile, and node 1, landing node 0's run-1 chunks, credits node 2's run-1 sends
+    while node 2 still waits in run 0. Node 2 keeps those credits for its run 1 (until 2026-12-06 it refused them as
+    forged, and nodes 0 and 1 then timed out: CI's test_hw_queues_cpu.py under load)."""
+    import hoccl_runtime.net.host as host
+    from hoccl_runtime.net.wire import CREDIT
+
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
+    topo = make_topology("h200x2", nodes=3, gpus_per_node=1)
+    opts = CompileOptions(chunk_bytes=256, baselines=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=3 * size), opts) for size in (3000, 2000)]
+    held = {"until": None, "kept": 0}
+    real_land, real_done, real_take = (host.HostNodeExecutor._land, host.HostNodeExecutor._done,
+                                       host.HostNodeExecutor._take_ahead)
+
+    def land(self, *args):
+        real_land(self, *args)
+        if self.node == 2 and self._runs == 0 and self._run.receives_left == 0:  # its last: done 0.4 s later
+            held["until"] = time.monotonic() + 0.4
+            return held["until"]
+        return None
+
+    def done(self, token):
+        return time.monotonic() >= token if isinstance(token, float) else real_done(self, token)
+
+    def take(self):
+        if self.node == 2 and self._runs == 1:
+            held["kept"] = sum(1 for early in self._ahead.values() for c in early if c.imm & CREDIT)
+        real_take(self)
+
+    monkeypatch.setattr(host.HostNodeExecutor, "_land", land)
+    monkeypatch.setattr(host.HostNodeExecutor, "_done", done)
+    monkeypatch.setattr(host.HostNodeExecutor, "_take_ahead", take)
+    _nodes(plans, 3, slots=4, timeout_s=10)
+    assert held["kept"] > 0  # node 2 kept run-1 credits that came in run 0, and took them in run 1

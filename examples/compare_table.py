@@ -51,10 +51,12 @@ def row(path: Path) -> dict | None:
     record = json.loads(path.read_text())
     fig = figures(record, pipeline)
     if "hoccl" not in fig or "nccl" not in fig:
-        raise ValueError(f"{path}: no hoccl and nccl variants in it (found {sorted(fig)}); run --comm hoccl,nccl,none")
+        raise ValueError(f"no hoccl and nccl variants in it (found {sorted(fig)}); run --comm hoccl,nccl,none")
     example = f"pipeline {m['psize']}" if pipeline else \
         f"FSDP {m['fsize']}, {'NCCL' if m['red'] == 'nccl' else 'HOCCL'} reducing"
     h, n, none = fig["hoccl"], fig["nccl"], fig.get("none")
+    if not n["tokens_per_s"] > 0:
+        raise ValueError(f"NCCL's tokens/s is {n['tokens_per_s']}, no ratio to take")
     same = None if pipeline or h["loss"] is None else h["loss"] == n["loss"]
     deterministic = bool((record.get("args") or {}).get("deterministic"))
     return {"example": example, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h, "nccl": n,
@@ -73,7 +75,7 @@ def rows(folders: list[Path]) -> tuple[list[dict], list[str]]:
         for path in sorted(folder.glob("*.json")):
             try:
                 r = row(path)
-            except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
                 errors.append(f"{path}: not a --compare record ({type(exc).__name__}: {exc})")
                 continue
             if r is not None:

@@ -65,6 +65,9 @@ def test_broken_records_are_named_and_left_out(ct, run3, tmp_path, capsys):
     no_nccl = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
     del no_nccl["summary"]["nccl"]
     (tmp_path / "fsdp-small-reduce-nccl-mps.json").write_text(json.dumps(no_nccl))
+    (tmp_path / "fsdp-small-reduce-hoccl-mps.json").write_text('{"summary": [1, 2]}')  # JSON, not a record
+    zero = {"summary": {"hoccl": {"tokens_per_s": 5.0}, "nccl": {"tokens_per_s": 0}}}
+    (tmp_path / "fsdp-350m-reduce-nccl-mps.json").write_text(json.dumps(zero))
     (tmp_path / "other.json").write_text("{}")  # not a name --compare writes: not read
     assert ct.main([str(tmp_path)]) == 0
     captured = capsys.readouterr()
@@ -72,6 +75,8 @@ def test_broken_records_are_named_and_left_out(ct, run3, tmp_path, capsys):
     err = captured.err
     assert "pipeline-350m-mps.json: not a --compare record (JSONDecodeError" in err
     assert "fsdp-small-reduce-nccl-mps.json" in err and "run --comm hoccl,nccl,none" in err
+    assert "fsdp-small-reduce-hoccl-mps.json: not a --compare record (AttributeError" in err
+    assert "fsdp-350m-reduce-nccl-mps.json: not a --compare record (ValueError: NCCL's tokens/s is 0.0, no ratio" in err
     assert "other.json" not in err
 
 

@@ -57,6 +57,24 @@ def _nodes(plans, nodes, slots, before_run=None, timeout_s=20):
     return results
 
 
+def _landings_late(monkeypatch, delay_of) -> None:
+    """The host executor's landings done ``delay_of(executor)`` seconds after their copy (None: at once)."""
+    import hoccl_runtime.net.host as host
+
+    real_land, real_done = host.HostNodeExecutor._land, host.HostNodeExecutor._done
+
+    def land(self, *args):
+        real_land(self, *args)
+        delay = delay_of(self)
+        return None if delay is None else time.monotonic() + delay
+
+    def done(self, token):
+        return time.monotonic() >= token if isinstance(token, float) else real_done(self, token)
+
+    monkeypatch.setattr(host.HostNodeExecutor, "_land", land)
+    monkeypatch.setattr(host.HostNodeExecutor, "_done", done)
+
+
 @pytest.mark.parametrize("slots", [2, 4, 8])
 def test_many_runs_of_mixed_plans_with_skew_move_the_right_bytes(monkeypatch, slots):
     monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
@@ -136,27 +154,17 @@ def test_a_node_still_in_its_run_takes_a_peer_s_next_run_credit_as_that_run_s(mo
     topo = make_topology("h200x2", nodes=3, gpus_per_node=1)
     opts = CompileOptions(chunk_bytes=256, baselines=False)
     plans = [compile_plan(topo, CollectiveSpec(kind="allgather", size_bytes=3 * size), opts) for size in (3000, 2000)]
-    held = {"until": None, "kept": 0}
-    real_land, real_done, real_take = (host.HostNodeExecutor._land, host.HostNodeExecutor._done,
-                                       host.HostNodeExecutor._take_ahead)
-
-    def land(self, *args):
-        real_land(self, *args)
-        if self.node == 2 and self._runs == 0 and self._run.receives_left == 0:  # its last: done 0.4 s later
-            held["until"] = time.monotonic() + 0.4
-            return held["until"]
-        return None
-
-    def done(self, token):
-        return time.monotonic() >= token if isinstance(token, float) else real_done(self, token)
+    held = {"kept": 0}
+    real_take = host.HostNodeExecutor._take_ahead
 
     def take(self):
         if self.node == 2 and self._runs == 1:
             held["kept"] = sum(1 for early in self._ahead.values() for c in early if c.imm & CREDIT)
         real_take(self)
 
-    monkeypatch.setattr(host.HostNodeExecutor, "_land", land)
-    monkeypatch.setattr(host.HostNodeExecutor, "_done", done)
+    # node 2's last landing of run 0 done 0.4 s after its copy
+    _landings_late(monkeypatch, lambda ex: 0.4 if ex.node == 2 and ex._runs == 0 and ex._run.receives_left == 0
+                   else None)
     monkeypatch.setattr(host.HostNodeExecutor, "_take_ahead", take)
     _nodes(plans, 3, slots=4, timeout_s=10)
     assert held["kept"] > 0  # node 2 kept run-1 credits that came in run 0, and took them in run 1
@@ -170,8 +178,6 @@ def test_runs_of_mixed_plans_with_landings_late_at_random_move_the_right_bytes(m
     failed, 2026-12-06: a node still in a run took a peer's next-run credit as forged.)"""
     import random
 
-    import hoccl_runtime.net.host as host
-
     monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
     topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
     opts = CompileOptions(chunk_bytes=256, baselines=False, multicast=False)  # the host executor's plans
@@ -181,20 +187,14 @@ def test_runs_of_mixed_plans_with_landings_late_at_random_move_the_right_bytes(m
              CollectiveSpec(kind="sendrecv", pairs=((0, 1, 2000),)),
              CollectiveSpec(kind="sendrecv", pairs=((1, 2, 700), (2, 0, 1500)))]
     plans = [compile_plan(topo, rng.choice(kinds), opts) for _ in range(12)]
-    real_land, real_done = host.HostNodeExecutor._land, host.HostNodeExecutor._done
     lock = threading.Lock()
 
-    def land(self, *args):
-        real_land(self, *args)
+    def late(ex):
         with lock:
             d = rng.random()
-        return time.monotonic() + (0.02 * d if d < 0.3 else 0.0)  # done at that moment
+        return 0.02 * d if d < 0.3 else None
 
-    def done(self, token):
-        return time.monotonic() >= token if isinstance(token, float) else real_done(self, token)
-
-    monkeypatch.setattr(host.HostNodeExecutor, "_land", land)
-    monkeypatch.setattr(host.HostNodeExecutor, "_done", done)
+    _landings_late(monkeypatch, late)
     delays = np.random.default_rng(seed).uniform(0, 0.01, size=(nodes, len(plans)))
     _nodes(plans, nodes, slots, before_run=lambda n, run: time.sleep(delays[n, run]), timeout_s=15)
 

@@ -12,12 +12,9 @@ turned that into wrong bytes; a fake stream that gives up now fails the test ins
 
 from __future__ import annotations
 
-import threading
-
 import fake_cuda
 import numpy as np
 import pytest
-from fake_cuda import dev
 
 CASES = [  # kind, nodes, GPUs a node, network chunk, slots, queues a node
     ("allgather", 2, 1, None, None, 1),
@@ -44,27 +41,12 @@ def _plan(kind: str, nodes: int, L: int, net: int | None, block: int = (3 << 20)
 @pytest.mark.parametrize("kind,nodes,L,net,slots,queues", CASES)
 def test_the_gpu_network_executor_with_streams_sharing_hardware_queues(monkeypatch, kind, nodes, L, net, slots,
                                                                       queues):
-    from threaded import node_executors
-
-    from hoccl_compiler import replay
+    from threaded import check_fake_gpu_runs
 
     fake_cuda.install(monkeypatch, async_streams=True, hw_queues=queues)
     plans = [_plan(kind, nodes, L, net), _plan("allgather", nodes, L, net, (1 << 20) + 17)]  # two runs in turn
-    G = nodes * L
-    rng = np.random.default_rng([nodes, L, queues])
-    data = []
-    for plan in plans:
-        data.append({r: (rng.integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8),
-                         np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)) for r in range(G)})
     options = {} if slots is None else {"slots": slots}
-    errors = node_executors(plans, nodes, lambda n: [{r: (dev(i, 0), dev(o, 0)) for r, (i, o) in d.items()
-                                                      if r // L == n} for d in data], timeout_s=10,
-                            setup=lambda: setattr(fake_cuda._current, "process", threading.get_ident()), **options)
-    assert not errors, str(errors)[:1000]
-    for plan, d in zip(plans, data, strict=True):
-        want = replay(plan, [d[r][0] for r in range(G)]).outputs
-        for r in range(G):
-            assert np.array_equal(d[r][1], want[r]), (plan.collective.kind, r)
+    check_fake_gpu_runs(plans, nodes, np.random.default_rng([nodes, L, queues]), **options)
 
 
 @pytest.mark.parametrize("kind,nodes,L,net,slots", [(k, n, L, c, s or 64) for k, n, L, c, s, _ in CASES] +

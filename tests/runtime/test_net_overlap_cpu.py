@@ -208,8 +208,7 @@ def test_the_gpu_executor_with_copies_late_at_random_moves_the_right_bytes(monke
     import random
 
     import fake_cuda
-    from fake_cuda import dev
-    from threaded import node_executors
+    from threaded import check_fake_gpu_runs
 
     monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
     fake_cuda.install(monkeypatch, async_streams=True)
@@ -237,14 +236,4 @@ def test_the_gpu_executor_with_copies_late_at_random_moves_the_right_bytes(monke
         plans.append(compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=G * size,
                                                        **({"root": 1} if kind == "broadcast" else {})),
                                   CompileOptions(chunk_bytes=1 << 16, baselines=False)))
-    data_rng = np.random.default_rng(seed)
-    data = [{r: (data_rng.integers(0, 256, p.ranks.input_bytes[r], dtype=np.uint8),
-                 np.full(p.ranks.output_bytes[r], 0xA5, np.uint8)) for r in range(G)} for p in plans]
-    errors = node_executors(plans, nodes, lambda n: [{r: (dev(i, 0), dev(o, 0)) for r, (i, o) in d.items()
-                                                      if r // L == n} for d in data], timeout_s=15, slots=slots,
-                            setup=lambda: setattr(fake_cuda._current, "process", threading.get_ident()))
-    assert not errors, str(errors)[:1500]
-    for p, d in zip(plans, data, strict=True):
-        want = replay(p, [d[r][0] for r in range(G)]).outputs
-        for r in range(G):
-            assert np.array_equal(d[r][1], want[r]), (p.collective.kind, r)
+    check_fake_gpu_runs(plans, nodes, np.random.default_rng(seed), timeout_s=15, slots=slots)

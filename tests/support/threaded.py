@@ -53,3 +53,26 @@ def node_executors(plans: list, nodes: int, buffers_of: Callable[[int], list], *
     for t in transports:
         t.close()
     return errors
+
+
+def check_fake_gpu_runs(plans: list, nodes: int, rng, *, timeout_s: float = 10, **options) -> None:
+    """``plans`` run in turn by GpuNodeExecutors on the fake CUDA (installed by the test; each node a process of its
+    own to it), inputs from ``rng`` (a NumPy Generator) and outputs poisoned: no node fails and every output is the
+    plan's replay. ``options``: the executors' keywords (slots, ...)."""
+    import fake_cuda
+    import numpy as np
+    from fake_cuda import dev
+
+    from hoccl_compiler import replay
+
+    G, L = plans[0].num_ranks, plans[0].topology.gpus_per_node
+    data = [{r: (rng.integers(0, 256, p.ranks.input_bytes[r], dtype=np.uint8),
+                 np.full(p.ranks.output_bytes[r], 0xA5, np.uint8)) for r in range(G)} for p in plans]
+    errors = node_executors(plans, nodes, lambda n: [{r: (dev(i, 0), dev(o, 0)) for r, (i, o) in d.items()
+                                                      if r // L == n} for d in data], timeout_s=timeout_s,
+                            setup=lambda: setattr(fake_cuda._current, "process", threading.get_ident()), **options)
+    assert not errors, str(errors)[:1500]
+    for p, d in zip(plans, data, strict=True):
+        want = replay(p, [d[r][0] for r in range(G)]).outputs
+        for r in range(G):
+            assert np.array_equal(d[r][1], want[r]), (p.collective.kind, r)

@@ -3,6 +3,8 @@ checked byte for byte against the reference replay (hoccl_compiler.verify.replay
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -411,31 +413,52 @@ def test_node_processes_exchange_addresses_and_report_failures():
         run_node_processes(_vanishes, 1, timeout_s=60)
 
 
-@pytest.mark.usefixtures("whole_rings")
-def test_forged_immediates_are_transport_errors_naming_node_and_plan():
-    """A credit for a chunk that waits for none, data for a GPU or position the run does not receive, a chunk that
-    arrives twice, or a credit from the wrong node: a TransportError naming the node, the plan and the value."""
-    from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.net.executor import CREDIT, PLAN_HELLO, HostNodeExecutor
-    from hoccl_runtime.net.transport.base import Completion
+@contextlib.contextmanager
+def _node0_of_three(overlap: bool):
+    """Node 0 of a 3-node AllGather (1 GPU a node, chunks of 64 B), a reusable host executor with 4 slots, its
+    connections stood in for and its first run begun: completions are fed to ``_on_completion`` by hand."""
+    from hoccl_runtime.net.executor import HostNodeExecutor
 
-    # 3 nodes x 1 GPU, chunks of 64 B, 4 slots: node 0 sends 8 chunks to each of nodes 1 and 2 (two stages), so
-    # its send positions 4.. wait for credits and 0..3 do not (at each receiver, the ring positions of node 0's
-    # chunks are 0..7: the other sender's come after or before them)
     plan = compile_plan(make_topology("h200x2", nodes=3, gpus_per_node=1), CollectiveSpec(kind="allgather",
                         size_bytes=3 * 512), CompileOptions(chunk_bytes=64, baselines=False))
     bufs = {0: (np.zeros(512, np.uint8), np.zeros(3 * 512, np.uint8))}
     transport = HostNodeExecutor.make_transport(plan, 0, open=True)
     try:
-        ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True)  # reuse: every chunk through the rings
+        ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True, overlap=overlap)
         ex.conns = {1: None, 2: None}
         ex._mine[0] = ex._plan_crc()  # what _hello records; then both peers' plan notices match it
         ex._begin_run()
+        yield ex
+    finally:
+        transport.close()
+
+
+def _hellos(ex) -> None:
+    """Nodes 1 and 2's plan notices for ``ex``'s run (its plan)."""
+    from hoccl_runtime.net.executor import PLAN_HELLO
+    from hoccl_runtime.net.transport.base import Completion
+
+    for n in (1, 2):
+        ex._on_completion(n, Completion("received", 1, PLAN_HELLO | ex._plan_crc(), 0, 0, 0))
+
+
+@pytest.mark.usefixtures("whole_rings")
+def test_forged_immediates_are_transport_errors_naming_node_and_plan():
+    """A credit for a chunk that waits for none, data for a GPU or position the run does not receive, a chunk that
+    arrives twice, or a credit from the wrong node: a TransportError naming the node, the plan and the value."""
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.net.executor import CREDIT
+    from hoccl_runtime.net.transport.base import Completion
+
+    # 3 nodes x 1 GPU, chunks of 64 B, 4 slots: node 0 sends 8 chunks to each of nodes 1 and 2 (two stages), so
+    # its send positions 4.. wait for credits and 0..3 do not (at each receiver, the ring positions of node 0's
+    # chunks are 0..7: the other sender's come after or before them)
+    with _node0_of_three(overlap=False) as ex:  # reuse: every chunk through the rings
+        plan = ex.plan
         held = Completion("received", 1, 0, 0, 0, 0)
         ex._on_completion(int(ex._run.inc[0].peer[0]), held)  # data before its node's plan notice: held back
         assert ex._run.receives_left == 16 and sum(map(len, ex._deferred.values())) == 1
-        for n in (1, 2):
-            ex._on_completion(n, Completion("received", 1, PLAN_HELLO | ex._plan_crc(), 0, 0, 0))
+        _hellos(ex)
         assert ex._backlog and not ex._deferred  # the notice matched: the held data goes back to be taken
         ex._backlog.clear()
         seq = ex._run.out[0]
@@ -459,8 +482,6 @@ def test_forged_immediates_are_transport_errors_naming_node_and_plan():
                 ex._on_completion(node, Completion("received", 1, imm, 0, 0, 0))
         ex._on_completion(peer4, Completion("received", 1, CREDIT | 4, 0, 0, 0))  # the right credit is taken
         assert ex._run.credit[0][4] == 1
-    finally:
-        transport.close()
 
 
 @pytest.mark.usefixtures("whole_rings")
@@ -551,21 +572,13 @@ def test_with_alternate_halves_a_credit_this_run_does_not_wait_for_is_the_next_r
     one that matches none there either is refused then, naming the node and the plan. (Until 2026-12-06 such a credit
     was refused at once: a 3-node AllGather of two runs in turn failed so under load in CI, test_hw_queues_cpu.py.)"""
     from hoccl_runtime.errors import TransportError
-    from hoccl_runtime.net.executor import CREDIT, PLAN_HELLO, HostNodeExecutor
+    from hoccl_runtime.net.executor import CREDIT
     from hoccl_runtime.net.transport.base import Completion
 
-    plan = compile_plan(make_topology("h200x2", nodes=3, gpus_per_node=1), CollectiveSpec(kind="allgather",
-                        size_bytes=3 * 512), CompileOptions(chunk_bytes=64, baselines=False))
-    bufs = {0: (np.zeros(512, np.uint8), np.zeros(3 * 512, np.uint8))}
-    transport = HostNodeExecutor.make_transport(plan, 0, open=True)
-    try:
-        ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True, overlap=True)
+    with _node0_of_three(overlap=True) as ex:
+        plan = ex.plan
         assert ex.halves and ex.span == 2  # two slots a run: send positions 2.. wait for credits
-        ex.conns = {1: None, 2: None}
-        ex._mine[0] = ex._plan_crc()
-        ex._begin_run()
-        for n in (1, 2):
-            ex._on_completion(n, Completion("received", 1, PLAN_HELLO | ex._plan_crc(), 0, 0, 0))
+        _hellos(ex)
         ex._backlog.clear()
         seq = ex._run.out[0]
         peer = int(seq.peer[2])  # the node that credits send position 2
@@ -583,12 +596,9 @@ def test_with_alternate_halves_a_credit_this_run_does_not_wait_for_is_the_next_r
         ex._take_ahead()
         assert ex._backlog == {peer: [early, forged]} and not ex._ahead
         ex._backlog.clear()
-        for n in (1, 2):  # the nodes' plan notices for this run
-            ex._on_completion(n, Completion("received", 1, PLAN_HELLO | ex._plan_crc(), 0, 0, 0))
+        _hellos(ex)  # the nodes' plan notices for this run
         assert ex._run.credit[0][2] == 0
         ex._on_completion(peer, early)
         assert ex._run.credit[0][2] == 1
         with pytest.raises(TransportError, match=rf"node 0, plan {plan.plan_id}: node {peer} credited chunk 99"):
             ex._on_completion(peer, forged)
-    finally:
-        transport.close()

@@ -4,8 +4,9 @@
 
 One markdown row per run (``fsdp-SIZE-reduce-R-SETTING.json``, ``pipeline-SIZE-SETTING.json``): HOCCL's and NCCL's
 tokens/s with the spread of their rounds ((max - min) / min, as ``train_fsdp.py`` prints it), their ratio, the
-no-communication limit (``--comm none``) and, for FSDP, whether the final losses are equal (where they are not and the
-run was not ``--deterministic``, the table says so: torch's kernels then need not give the same bits run to run).
+no-communication limit (``--comm none``) and whether the losses are equal (FSDP's final loss; the pipeline's every
+loss of its last stage). Where they are not and the run was not ``--deterministic``, the table says so: torch's kernels
+then need not give the same bits run to run (a pipeline under MPS has differed in one microbatch's last bit).
 ``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and
 left out (exit status 1 where none could be read).
 """
@@ -27,14 +28,15 @@ def spread(rounds: list[float]) -> float | None:
 
 
 def figures(record: dict, pipeline: bool) -> dict[str, dict]:
-    """Per variant (hoccl, nccl, none): tokens/s, spread and final loss (None for the pipeline: its last stage's
-    losses are compared in its own table)."""
+    """Per variant (hoccl, nccl, none): tokens/s, spread and its losses: FSDP's final loss, the pipeline's every
+    microbatch loss of every step on its last stage (as ``train_pipeline.py`` compares them)."""
     out = {}
     if pipeline:
         for comm, ranks in record["by_comm"].items():
             last = ranks[-1]  # the last stage's rank, as train_pipeline.py prints it
             out[comm] = {"tokens_per_s": float(last["tokens_per_s"]),
-                         "spread": spread([float(x) for x in last.get("tokens_per_s_rounds") or []]), "loss": None}
+                         "spread": spread([float(x) for x in last.get("tokens_per_s_rounds") or []]),
+                         "loss": last.get("losses") or None}
     else:
         for comm, s in record["summary"].items():
             out[comm] = {"tokens_per_s": float(s["tokens_per_s"]), "spread": s.get("round_spread"),
@@ -57,7 +59,7 @@ def row(path: Path) -> dict | None:
     h, n, none = fig["hoccl"], fig["nccl"], fig.get("none")
     if not n["tokens_per_s"] > 0:
         raise ValueError(f"NCCL's tokens/s is {n['tokens_per_s']}, no ratio to take")
-    same = None if pipeline or h["loss"] is None else h["loss"] == n["loss"]
+    same = None if h["loss"] is None or n["loss"] is None else h["loss"] == n["loss"]
     deterministic = bool((record.get("args") or {}).get("deterministic"))
     return {"example": example, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h, "nccl": n,
             "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"], "losses_equal": same,

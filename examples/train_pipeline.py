@@ -289,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['step_ms']:>9.2f}  {same:<13}  {check}")
         print(f"rank {rank}: {collector.line()}")
         Path(args.json).write_text(json.dumps({"comm": args.comm, "ranks": results[args.comm[0]],
-                                               "by_comm": results, "gc": collector.summary()}, indent=1))
+                                               "by_comm": results, "gc": collector.summary(),
+                                               "args": vars(args)}, indent=1))
     dist.barrier()
     dist.destroy_process_group()
     return 0

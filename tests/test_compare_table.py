@@ -40,7 +40,10 @@ def test_the_table_of_a_real_run_has_the_figures_its_runs_printed(ct, run3, caps
     assert "| 52,774 (2.6%) | 46,824 (11.6%) | 1.127 | 220,037 (20.4%) | yes |" in fsdp
     assert "| 0.959 |" in rows[("FSDP small, HOCCL reducing", "MPS")]
     pipe = rows[("pipeline small", "time-sliced")]
-    assert "| 106,299 " in pipe and "| 102,312 " in pipe and "| 1.039 |" in pipe and pipe.endswith("| - |")
+    assert "| 106,299 " in pipe and "| 102,312 " in pipe and "| 1.039 |" in pipe and pipe.endswith("| yes |")
+    # under MPS that run's NCCL pipeline differed from HOCCL's in the last bit of some microbatch losses (it printed
+    # "no"): a run without --deterministic
+    assert rows[("pipeline small", "MPS")].endswith("| no (without --deterministic) |")
     # the pipeline's spread is (max - min) / min over its rounds, as FSDP's: 104,596-117,597 and 89,365-122,014
     assert "113,243 (12.4%)" in rows[("pipeline small", "MPS")] and "108,858 (36.5%)" in rows[("pipeline small", "MPS")]
 
@@ -86,3 +89,20 @@ def test_nothing_to_read_exits_1_with_the_reason(ct, tmp_path, capsys):
     assert "missing: no such folder (give the OUTDIR of tcp-nodes.sh --compare)" in err
     assert ct.main([str(tmp_path)]) == 1
     assert "no --compare record" in capsys.readouterr().err
+
+
+def test_a_pipeline_loss_that_differs_reads_no(ct, run3, tmp_path, capsys):
+    """The pipeline's losses are compared microbatch by microbatch on its last stage, as train_pipeline.py does."""
+    record = json.loads((run3 / "compare-sliced" / "pipeline-small-sliced.json").read_text())
+    path = tmp_path / "pipeline-small-sliced.json"
+    assert ct.main([str(run3 / "compare-sliced")]) == 0
+    assert "| pipeline small | time-sliced |" in capsys.readouterr().out
+    record["by_comm"]["nccl"][-1]["losses"][5][2] += 1e-6
+    record["args"] = {"deterministic": True}
+    path.write_text(json.dumps(record))
+    assert ct.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith("| 145,255 (19.1%) | no |")
+    del record["by_comm"]["nccl"][-1]["losses"]  # a record from before the losses were kept: not compared
+    path.write_text(json.dumps(record))
+    assert ct.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith("| - |")

@@ -4,6 +4,8 @@
 
 One markdown row per run (``fsdp-SIZE-reduce-R-SETTING.json``, ``pipeline-SIZE-SETTING.json``): HOCCL's and NCCL's
 tokens/s with the spread of their rounds ((max - min) / min, as ``train_fsdp.py`` prints it), their ratio, the
+lowest and highest ratio of one round's HOCCL to the same round's NCCL (the variants run in turn within a round: how
+far the ratio itself moved over the run), the
 no-communication limit (``--comm none``) and whether the losses are equal (FSDP's final loss; the pipeline's every
 loss of its last stage). Where they are not and the run was not ``--deterministic``, the table says so: torch's kernels
 then need not give the same bits run to run (a pipeline under MPS has differed in one microbatch's last bit).
@@ -34,13 +36,13 @@ def figures(record: dict, pipeline: bool) -> dict[str, dict]:
     if pipeline:
         for comm, ranks in record["by_comm"].items():
             last = ranks[-1]  # the last stage's rank, as train_pipeline.py prints it
-            out[comm] = {"tokens_per_s": float(last["tokens_per_s"]),
-                         "spread": spread([float(x) for x in last.get("tokens_per_s_rounds") or []]),
+            rounds = [float(x) for x in last.get("tokens_per_s_rounds") or []]
+            out[comm] = {"tokens_per_s": float(last["tokens_per_s"]), "spread": spread(rounds), "rounds": rounds,
                          "loss": last.get("losses") or None}
     else:
         for comm, s in record["summary"].items():
             out[comm] = {"tokens_per_s": float(s["tokens_per_s"]), "spread": s.get("round_spread"),
-                         "loss": s.get("final_loss")}
+                         "rounds": [float(x) for x in s.get("rounds_tokens_per_s") or []], "loss": s.get("final_loss")}
     return out
 
 
@@ -61,8 +63,10 @@ def row(path: Path) -> dict | None:
         raise ValueError(f"NCCL's tokens/s is {n['tokens_per_s']}, no ratio to take")
     same = None if h["loss"] is None or n["loss"] is None else h["loss"] == n["loss"]
     deterministic = bool((record.get("args") or {}).get("deterministic"))
+    paired = [a / b for a, b in zip(h["rounds"], n["rounds"]) if b > 0] if len(h["rounds"]) == len(n["rounds"]) else []
     return {"example": example, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h, "nccl": n,
-            "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"], "losses_equal": same,
+            "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"],
+            "round_ratios": (min(paired), max(paired)) if len(paired) > 1 else None, "losses_equal": same,
             "deterministic": deterministic}
 
 
@@ -94,13 +98,14 @@ def _tok(v: dict | None) -> str:
 
 
 def table(found: list[dict]) -> str:
-    lines = ["| example | setting | HOCCL tok/s (rounds' spread) | NCCL tok/s | HOCCL / NCCL | no communication | "
-             "losses equal |", "|---|---|---:|---:|---:|---:|---|"]
+    lines = ["| example | setting | HOCCL tok/s (rounds' spread) | NCCL tok/s | HOCCL / NCCL | round by round | "
+             "no communication | losses equal |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in found:
         eq = "-" if r["losses_equal"] is None else "yes" if r["losses_equal"] else \
             "no" if r["deterministic"] else "no (without --deterministic)"
+        rr = "-" if r["round_ratios"] is None else f"{r['round_ratios'][0]:.3f}-{r['round_ratios'][1]:.3f}"
         lines.append(f"| {r['example']} | {r['setting']} | {_tok(r['hoccl'])} | {_tok(r['nccl'])} | "
-                     f"{r['ratio']:.3f} | {_tok(r['none'])} | {eq} |")
+                     f"{r['ratio']:.3f} | {rr} | {_tok(r['none'])} | {eq} |")
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ def test_the_table_of_a_real_run_has_the_figures_its_runs_printed(ct, run3, caps
     assert len(rows) == 6  # FSDP reduced by NCCL and by HOCCL, and the pipeline, in both settings
     # the figures the examples printed in that run (run3.out): tokens/s of each variant, and their ratio
     fsdp = rows[("FSDP small, NCCL reducing", "MPS")]
-    assert "| 52,774 (2.6%) | 46,824 (11.6%) | 1.127 | 220,037 (20.4%) | yes |" in fsdp
+    assert "| 52,774 (2.6%) | 46,824 (11.6%) | 1.127 | 1.077-1.193 | 220,037 (20.4%) | yes |" in fsdp
     assert "| 0.959 |" in rows[("FSDP small, HOCCL reducing", "MPS")]
     pipe = rows[("pipeline small", "time-sliced")]
     assert "| 106,299 " in pipe and "| 102,312 " in pipe and "| 1.039 |" in pipe and pipe.endswith("| yes |")
@@ -59,6 +59,22 @@ def test_unequal_losses_read_no_and_say_whether_the_run_was_deterministic(ct, ru
     path.write_text(json.dumps(record))
     assert ct.main([str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[2].endswith("| 220,037 (20.4%) | no |")
+
+
+def test_round_by_round_ratios_pair_each_round_s_hoccl_with_its_nccl(ct, run3, tmp_path, capsys):
+    """The lowest and highest of HOCCL's round over NCCL's same round; "-" with one round or rounds that do not
+    pair."""
+    record = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
+    s = record["summary"]
+    s["hoccl"]["rounds_tokens_per_s"], s["nccl"]["rounds_tokens_per_s"] = [100.0, 90.0, 120.0], [50.0, 100.0, 100.0]
+    path = tmp_path / "fsdp-small-reduce-nccl-mps.json"
+    path.write_text(json.dumps(record))
+    assert ct.main([str(tmp_path)]) == 0
+    assert "| 1.127 | 0.900-2.000 |" in capsys.readouterr().out  # 0.9 (round 2) and 2.0 (round 1), not 90/50
+    s["hoccl"]["rounds_tokens_per_s"] = [100.0, 90.0]
+    path.write_text(json.dumps(record))
+    assert ct.main([str(tmp_path)]) == 0
+    assert "| 1.127 | - |" in capsys.readouterr().out
 
 
 def test_broken_records_are_named_and_left_out(ct, run3, tmp_path, capsys):

@@ -63,7 +63,8 @@ def row(path: Path) -> dict | None:
         raise ValueError(f"NCCL's tokens/s is {n['tokens_per_s']}, no ratio to take")
     same = None if h["loss"] is None or n["loss"] is None else h["loss"] == n["loss"]
     deterministic = bool((record.get("args") or {}).get("deterministic"))
-    paired = [a / b for a, b in zip(h["rounds"], n["rounds"]) if b > 0] if len(h["rounds"]) == len(n["rounds"]) else []
+    paired = [a / b for a, b in zip(h["rounds"], n["rounds"], strict=True) if b > 0] \
+        if len(h["rounds"]) == len(n["rounds"]) else []
     return {"example": example, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h, "nccl": n,
             "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"],
             "round_ratios": (min(paired), max(paired)) if len(paired) > 1 else None, "losses_equal": same,

@@ -2,8 +2,9 @@
 # Session 59, run 2: the comparison as a user runs it (`tcp-nodes.sh [--mps] --compare OUT SIZE`: FSDP2 NCCL- and
 # HOCCL-reducing and the 1F1B pipeline, hoccl / nccl / none; 3 rounds of 30 steps at small, 8 at 350m; --gc-every 50),
 # CPUs pinned, on today's main, for the jobs given as SIZE:SETTING words in JOBS (default: small and 350m in both
-# settings), after the pipeline's GPU test over TCP nodes (RUN_TESTS=0: not); a job is skipped when what is left of the call is less than its timeout. Meant for an H200: the issue's
-# figures are the 1x H200's, and none has come for today's defaults.
+# settings), after the pipeline's GPU test over TCP nodes (RUN_TESTS=0: not); a job is skipped when what is left of
+# the call is less than its timeout. Meant for an H200: the issue's figures are the 1x H200's, and none has come for
+# today's defaults.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi -L; nvidia-smi --query-gpu=uuid --format=csv,noheader

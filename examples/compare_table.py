@@ -9,7 +9,8 @@ far the ratio itself moved over the run; FSDP's tokens/s is the median over ever
 median of its own, so FSDP's whole-run ratio may lie outside that range), the
 no-communication limit (``--comm none``) and whether the losses are equal (FSDP's final loss; the pipeline's every
 loss of its last stage). Where they are not and the run was not ``--deterministic``, the table says so: torch's kernels
-then need not give the same bits run to run (a pipeline under MPS has differed in one microbatch's last bit).
+then need not give the same bits run to run (the pipeline under MPS has differed by a unit or two in the last place
+of some of its microbatch losses).
 ``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and
 left out (exit status 1 where none could be read).
 """

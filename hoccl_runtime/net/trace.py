@@ -27,7 +27,8 @@ def write_trace(path: str, rank: int, rows: list, collections: Sequence = (), fr
     came, when the proxy took it (its run began: the previous call was through), when its first staging copies were
     let go, when its plan notice was written, when the nodes it waits for were through the previous run (every
     node's notice checked), when its stream reached it (START seen, also while the run waited for those nodes;
-    blank: before the run began), when its last network write was posted (its staging copy seen done; blank: it
+    blank: before the run began; seen when the driving loop looks, which a loop busy every turn may do only once
+    the network part is through), when its last network write was posted (its staging copy seen done; blank: it
     sends nothing), its last chunk came in (blank: it receives nothing) and its last landing copy was seen done
     (blank: it lands nothing), when the network part was through (its writes posted, its chunks in and
     credited on), when its copies had finished (DONE given by then). The last column, ``t0_us``, is the first call's

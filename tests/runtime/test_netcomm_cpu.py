@@ -752,7 +752,10 @@ def test_the_proxy_process_traces_every_call_where_asked(monkeypatch, tmp_path, 
             times = [float(row[k]) for k in ("taken_us", "begun_us", "announced_us", "hello_us", "network_us",
                                              "copies_us")]
             assert times == sorted(times) and float(row["arrived_us"]) >= 0
-            assert times[2] <= float(row["stream_us"]) <= times[4], row  # between its notice and its network end
+            # the driving loop marks its stream when it looks (after its notice went out), which may be only once the
+            # network part is through (a receiver whose bytes came early, every turn busy): before the copies end,
+            # which wait for it (CI saw stream 21,758 > network 21,600 us once, 2026-12-06)
+            assert times[2] <= float(row["stream_us"]) <= times[5], row
             if row["received_us"]:  # what it received was landed (seen done) before its network part was through
                 assert float(row["received_us"]) <= float(row["landed_us"]) <= times[4], row
             # the driving loop's longest poll sleep and longest turn: each within the run

@@ -30,6 +30,15 @@ def run3(tmp_path_factory):
     return out
 
 
+def _row(ct, path, record: dict, capsys) -> str:
+    """The table's one row of ``record``, written to ``path`` (alone in its folder) and read back by the script."""
+    path.write_text(json.dumps(record))
+    assert ct.main([str(path.parent)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3, lines  # the header, its rule and the row
+    return lines[2]
+
+
 def test_the_table_of_a_real_run_has_the_figures_its_runs_printed(ct, run3, capsys):
     assert ct.main([str(run3 / "compare-mps"), str(run3 / "compare-sliced")]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -52,13 +61,9 @@ def test_unequal_losses_read_no_and_say_whether_the_run_was_deterministic(ct, ru
     record = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
     record["summary"]["nccl"]["final_loss"] += 1e-4
     path = tmp_path / "fsdp-small-reduce-nccl-mps.json"
-    path.write_text(json.dumps(record))
-    assert ct.main([str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[2].endswith("| no (without --deterministic) |")
+    assert _row(ct, path, record, capsys).endswith("| no (without --deterministic) |")
     record["args"]["deterministic"] = True
-    path.write_text(json.dumps(record))
-    assert ct.main([str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[2].endswith("| 220,037 (20.4%) | no |")
+    assert _row(ct, path, record, capsys).endswith("| 220,037 (20.4%) | no |")
 
 
 def test_round_by_round_ratios_pair_each_round_s_hoccl_with_its_nccl(ct, run3, tmp_path, capsys):
@@ -68,13 +73,9 @@ def test_round_by_round_ratios_pair_each_round_s_hoccl_with_its_nccl(ct, run3, t
     s = record["summary"]
     s["hoccl"]["rounds_tokens_per_s"], s["nccl"]["rounds_tokens_per_s"] = [100.0, 90.0, 120.0], [50.0, 100.0, 100.0]
     path = tmp_path / "fsdp-small-reduce-nccl-mps.json"
-    path.write_text(json.dumps(record))
-    assert ct.main([str(tmp_path)]) == 0
-    assert "| 1.127 | 0.900-2.000 |" in capsys.readouterr().out  # 0.9 (round 2) and 2.0 (round 1), not 90/50
+    assert "| 1.127 | 0.900-2.000 |" in _row(ct, path, record, capsys)  # 0.9 (round 2) and 2.0 (round 1), not 90/50
     s["hoccl"]["rounds_tokens_per_s"] = [100.0, 90.0]
-    path.write_text(json.dumps(record))
-    assert ct.main([str(tmp_path)]) == 0
-    assert "| 1.127 | - |" in capsys.readouterr().out
+    assert "| 1.127 | - |" in _row(ct, path, record, capsys)
 
 
 def test_broken_records_are_named_and_left_out(ct, run3, tmp_path, capsys):
@@ -115,10 +116,6 @@ def test_a_pipeline_loss_that_differs_reads_no(ct, run3, tmp_path, capsys):
     assert "| pipeline small | time-sliced |" in capsys.readouterr().out
     record["by_comm"]["nccl"][-1]["losses"][5][2] += 1e-6
     record["args"] = {"deterministic": True}
-    path.write_text(json.dumps(record))
-    assert ct.main([str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[2].endswith("| 145,255 (19.1%) | no |")
+    assert _row(ct, path, record, capsys).endswith("| 145,255 (19.1%) | no |")
     del record["by_comm"]["nccl"][-1]["losses"]  # a record from before the losses were kept: not compared
-    path.write_text(json.dumps(record))
-    assert ct.main([str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[2].endswith("| - |")
+    assert _row(ct, path, record, capsys).endswith("| - |")

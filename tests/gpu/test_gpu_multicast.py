@@ -106,3 +106,85 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
         want = replay(plan, ins).outputs
         for r in range(G):
             assert np.array_equal(cp.asnumpy(d[r][1]), want[r]), (plan.collective.kind, r)
+
+
+def _poisoned_data(plan, seed) -> tuple[list, list]:
+    """Fresh random inputs of every rank of ``plan`` and its poisoned outputs (0xA5, the resident bytes in place)."""
+    rng = np.random.default_rng(seed)
+    ins = [rng.integers(0, 256, n, dtype=np.uint8) for n in plan.ranks.input_bytes]
+    outs = []
+    for r in range(plan.num_ranks):
+        o = np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)
+        n = plan.ranks.resident_bytes[r]
+        if n:
+            o[plan.ranks.resident_offset[r]:][:n] = ins[r][:n]
+        outs.append(o)
+    return ins, outs
+
+
+def _gpu_node(node, exchange, plan_jsons, reps):
+    """One node process: a GpuNodeExecutor on GPU 0 with CUDA's default hardware queues (as a communicator's node
+    has), the plans run in turn ``reps`` times over the same connections; before each run its outputs are poisoned
+    again and after it they are read back. Returns (rep, kind, rank, wrong bytes) of every output that is not the
+    replay's."""
+    import os
+
+    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # before CUDA starts here: the default 8 queues
+    import cupy as cp
+
+    from hoccl_compiler import replay
+    from hoccl_compiler.codec import plan_from_json
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    plans = [plan_from_json(j) for j in plan_jsons]
+    L = plans[0].topology.gpus_per_node
+    mine = range(node * L, node * L + L)
+    dev = cp.cuda.Device(0)
+    dev.use()
+    runs = []
+    for i, plan in enumerate(plans):
+        ins, outs = _poisoned_data(plan, [len(plans), i])
+        want = replay(plan, ins).outputs
+        bufs = {r: (cp.asarray(ins[r]), cp.asarray(outs[r])) for r in mine}
+        runs.append((plan, bufs, outs, want))
+    transport = GpuNodeExecutor.make_transport(plans[0], node, lanes=2, secret=b"gpu-test")
+    ex = GpuNodeExecutor(plans[0], node, runs[0][1], transport, reuse=True, timeout_s=60)
+    wrong = []
+    try:
+        ex.connect(exchange(transport.listen()))
+        for rep in range(reps):
+            for plan, bufs, outs, want in runs:
+                for r in mine:
+                    bufs[r][1].set(outs[r])
+                dev.synchronize()
+                ex.run(plan, bufs)
+                dev.synchronize()
+                for r in mine:
+                    got = cp.asnumpy(bufs[r][1])
+                    if not np.array_equal(got, want[r]):
+                        wrong.append((rep, plan.collective.kind, r, int(np.count_nonzero(got != want[r]))))
+    finally:
+        ex.close()
+        transport.close()
+    return wrong
+
+
+@pytest.mark.parametrize("nodes,L,net", [(3, 1, None), (3, 2, None), (3, 2, 256 << 10), (4, 1, None)])
+def test_multicast_plans_on_gpu_node_processes(nodes, L, net):
+    """Each node a process of its own (as each node's communicator is), on GPU 0 with CUDA's default hardware
+    queues, joined by TCP: a multicast AllGather and two Broadcasts, the three in turn three times over the same
+    connections, so that the rings' alternate halves and a node one run ahead of another (its credits sent before
+    the slower node is through the run before) are exercised; outputs poisoned before every run, every run's bytes
+    equal to the compiler's replay on every node."""
+    from hoccl_bench.nodeprocs import run_node_processes
+
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    G = topo.num_gpus
+    opts = CompileOptions(chunk_bytes=1 << 20, net_chunk_bytes=net, baselines=False)
+    plans = [compile_plan(topo, s, opts) for s in (
+        CollectiveSpec(kind="allgather", size_bytes=G * ((3 << 20) + 5)),
+        CollectiveSpec(kind="broadcast", size_bytes=(5 << 20) + 3, root=1),
+        CollectiveSpec(kind="broadcast", size_bytes=(4 << 20) + 1, root=G - 1, in_place=True))]
+    assert [p.options.multicast for p in plans] == [L > 1, True, True]
+    got = run_node_processes(_gpu_node, nodes, ([p.model_dump_json() for p in plans], 3), timeout_s=240)
+    assert got == {n: [] for n in range(nodes)}, got

@@ -4,8 +4,8 @@
 hoccl group of its own, made while those ``HOCCL_*`` settings are in the environment (a group's communicator and
 its proxy process read them when the group is made), and trains its own model in the same interleaved rounds as
 the others. Single invocations of one setting each could not separate settings on the 1x H200: NCCL's own 1 MiB
-AllGather ran 0.72-1.10 ms across invocations there (docs/benchmarks.md, 2026-12-04), while the ratio within a run is
-what counts.
+AllGather ran 0.72-1.10 ms across invocations there (docs/results/training-history.md, 2026-12-04), while the
+ratio within a run is what counts.
 
 An example may take options of its own in the same place (``OPTIONS``, lower case, on other bases too):
 ``train_fsdp.py --comm hoccl+prefetch=2,nccl+prefetch=2`` (FSDP2's explicit prefetch), ``hoccl+window=0`` (the

@@ -60,10 +60,11 @@ fi
 
 # --compare OUTDIR [SIZES]: FSDP2 (NCCL reducing in both variants, then HOCCL reducing: HOCCL's reduce-scatters on a
 # hoccl group of their own, use_for_fsdp's default; the NCCL variant gathers with NCCL) and 1F1B pipelining, HOCCL
-# against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS); one log and
-# one JSON per run under OUTDIR, the tables of every run printed last, then one table of them all with HOCCL / NCCL
-# (examples/compare_table.py, which reads the JSON records). COMPARE_ARGS: more arguments for every run (both
-# examples take them), "--gc-every 50" unless set (torchtitan's default: Python's collector off, a generation-1
+# against NCCL with the no-communication limit beside both, 3 interleaved rounds each (COMPARE_REPEATS) of 100 steps
+# at small and 8 above (COMPARE_STEPS; at small HOCCL's rounds of 30 steps spread 0.7-13.1%, of 100 0.5-4.3%);
+# one log and one JSON per run under OUTDIR, the tables of every run printed last, then one table of them all with
+# HOCCL / NCCL (examples/compare_table.py, which reads the JSON records). COMPARE_ARGS: more arguments for every run
+# (both examples take them), "--gc-every 50" unless set (torchtitan's default: Python's collector off, a generation-1
 # collection between steps every 50, so that no full collection of 0.1-0.2 s can land in a timed round); COMPARE_ARGS=""
 # leaves the collector as Python runs it.
 out=${2:?usage: tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]}
@@ -74,7 +75,7 @@ reps=${COMPARE_REPEATS:-3}
 results=()
 for size in ${sizes//,/ }; do
   case $size in
-    small) fb=4; fs=${COMPARE_STEPS:-30}; pb=8; ps=${COMPARE_STEPS:-30} ;;
+    small) fb=4; fs=${COMPARE_STEPS:-100}; pb=8; ps=${COMPARE_STEPS:-100} ;;
     *)     fb=2; fs=${COMPARE_STEPS:-8};  pb=8; ps=${COMPARE_STEPS:-8} ;;
   esac
   for red in nccl hoccl; do

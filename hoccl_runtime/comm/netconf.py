@@ -25,7 +25,7 @@ def job_secret(store: Any, rank: int) -> bytes:
 def net_chunk_bytes(given: int | None) -> int:
     """The chunk size of a network communicator: ``given``, else HOCCL_NET_CHUNK_BYTES (2 MiB: on the 1x H200's TCP
     nodes, AllGathers of 1-12 MiB a rank took 5-17% less time than with 8 MiB chunks under MPS, and FSDP small and
-    350m went from 0.89-1.00x to 0.96-1.06x NCCL's tokens/s under MPS; docs/benchmarks.md, 2026-12-04)."""
+    350m went from 0.89-1.00x to 0.96-1.06x NCCL's tokens/s under MPS; docs/results/training-history.md, 2026-12-04)."""
     from ..settings import env_int
 
     if given is None:

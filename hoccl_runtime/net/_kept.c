@@ -2,7 +2,7 @@
  * packed memory-operation batches, the proxy process told (one framed message on its socket), then the list's driver
  * calls made. The same steps as net/template.py's RunTemplate.issue, ProcessProxy.submit and
  * GpuNodeExecutor.launch_deferred, in that order, without the interpreter in between: inside a training step every
- * Python layer of that path cost 2.5-4 times what it costs alone (docs/benchmarks.md).
+ * Python layer of that path cost 2.5-4 times what it costs alone (docs/results/training-history.md).
  *
  * Counters take values 1 .. CYCLE cyclically (never 0: the flags start at 0), as template.moved does. */
 #include <errno.h>

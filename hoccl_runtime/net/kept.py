@@ -5,9 +5,9 @@ receive across nodes) whose launch list is kept (net/template.py) does three thi
 the list's counts on and writes them into its packed batches (``RunTemplate.issue``), tells the proxy process the
 run's gates (``ProcessProxy.submit``: the gates encoded, pickled, written to its socket) and makes the list's driver
 calls (``launch_deferred``). Inside FSDP small's step under MPS on a 1x H100 these took 46.8, 54.3 and 44.0 us of
-the call's 192 (docs/benchmarks.md, 2026-12-06), each 2-3 times what it costs alone: Python's own work, with caches
-cold between layers. Here the three are one C call (``_kept.c``, built once with the host's C compiler as the native
-TCP engine is), in the same order:
+the call's 192 (docs/results/training-history.md, 2026-12-06), each 2-3 times what it costs alone: Python's own
+work, with caches cold between layers. Here the three are one C call (``_kept.c``, built once with the host's C
+compiler as the native TCP engine is), in the same order:
 
 - the counts are an array (:class:`~.template.Counters`) the C side moves on;
 - the proxy process learns a list's form once (:meth:`NativeCalls.make`: its gates' words and counters, pickled),

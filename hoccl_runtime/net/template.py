@@ -4,7 +4,8 @@
 the call's event, each copy between its gate wait and its done write, the stream's end write. What changes from one
 run of a plan to the next on the same buffers is only the counts those waits and writes carry: each gate, done and
 end flag is a counter, and a run takes the next values of each. On the H200 host ``prepare`` took 52-65 us of a 1 MiB
-send's 160-200 us, 22-27 us of it building the list; with the list kept, 31.5 us (docs/benchmarks.md, "A call's host path").
+send's 160-200 us, 22-27 us of it building the list; with the list kept, 31.5 us (docs/results/training-history.md,
+"A call's host path").
 
 So a :class:`RunTemplate` keeps the list of one run, compiled (:func:`~hoccl_runtime.launch.compile_launch`: its
 memory-operation batches packed once), and where each count sits in those packed batches. The next run of the same

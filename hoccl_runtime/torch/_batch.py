@@ -15,7 +15,8 @@ A batch whose ops all go through one hoccl group, with plain tensors, is issued 
 (:func:`issue_whole`) instead of torch's ``isend``/``irecv`` one op at a time and the group deferring each: the same
 checks and the same Works, one stream hand-off (``follow``) per batch instead of one per op, and no Python layers of
 torch's per op. Inside a training step every host microsecond of a call reaches the step (the pipeline over TCP
-nodes on one GPU is host-bound, docs/benchmarks.md); a batch that does not qualify goes through torch as before.
+nodes on one GPU is host-bound, docs/results/training-history.md); a batch that does not qualify goes through torch
+as before.
 """
 
 from __future__ import annotations

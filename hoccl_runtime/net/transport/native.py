@@ -5,12 +5,12 @@ with the host's C compiler and kept in ``HOCCL_CACHE_DIR``, and the connection t
 Why: with the Python engine every lane has a sender and a receiver thread of the interpreter that also runs the
 network proxy's driving loop. Each frame a lane sends or receives takes that interpreter's lock (the GIL) at least
 once, and the loop waits for the lanes' turns as they wait for its: inside training the proxy's 10 us poll sleeps
-lasted a median longest of 121-136 us per call, against 17 us in a process of its own (docs/benchmarks.md,
+lasted a median longest of 121-136 us per call, against 17 us in a process of its own (docs/results/training-history.md,
 2026-12-04). The native engine's threads never take the GIL: they block in the kernel, check every frame's header
 (CRC, magic, version, lane, sequence, the region's bounds) and land its payload in the registered region as the
 Python lanes do, and queue what happened for the connection's ``poll``, which the loop calls anyway. The frames on
-the wire are the same, so a native side talks to a Python side. Measured (docs/benchmarks.md, 2026-12-05): those
-sleeps 29-33 us, and FSDP over two TCP nodes on one H100 0.99-1.12x as fast as on the Python lanes.
+the wire are the same, so a native side talks to a Python side. Measured (docs/results/training-history.md,
+2026-12-05): those sleeps 29-33 us, and FSDP over two TCP nodes on one H100 0.99-1.12x as fast as on the Python lanes.
 
 The handshake stays in Python (:class:`~.tcp.TcpTransport`); the engine takes the sockets once it is done. Where no
 compiler builds the engine, ``native`` raises a :class:`TransportError` that says so, and ``auto`` uses the Python

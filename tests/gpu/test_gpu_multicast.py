@@ -5,7 +5,8 @@ streams. Fresh random data, poisoned outputs.
 The network executor's nodes are threads of one process here, all on GPU 0: 18 copy streams for 3 nodes of 2 ranks.
 With CUDA's default 8 hardware queues their waits shared queues and interleaved in any order (the 3x2 cases hung on
 1x H100s, 2026-12-06), which no launch order of a node can prevent; a node per process (the communicators' way) is
-covered by hoccl_runtime/net/order.py. So this module asks for 32 queues where none are set (before CUDA starts:
+covered by hoccl_runtime/net/order.py, and tested here too (``test_multicast_plans_on_gpu_node_processes``, with
+CUDA's default queues). So this module asks for 32 queues where none are set (before CUDA starts:
 pytest imports every module before any test runs, so the whole pytest process and the processes it starts get them;
 the tests of CUDA_DEVICE_MAX_CONNECTIONS=1 set theirs); with them all 11 cases passed on a 1x H100 (2026-12-06)."""
 
@@ -62,6 +63,20 @@ def test_a_broadcast_chain_on_copy_engines(gpus, root, in_place, sync):
             assert np.array_equal(got, data), (rep, r, int(np.count_nonzero(got != data)))
 
 
+def _multicast_plans(nodes: int, L: int, net: int | None) -> list:
+    """A multicast AllGather (unicast where L is 1) and two Broadcasts, one in place, on ``nodes`` nodes of ``L``
+    ranks, in 1 MiB chunks with network chunks of ``net`` bytes (None: the copies' size), ragged sizes."""
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    G = topo.num_gpus
+    opts = CompileOptions(chunk_bytes=1 << 20, net_chunk_bytes=net, baselines=False)
+    plans = [compile_plan(topo, s, opts) for s in (
+        CollectiveSpec(kind="allgather", size_bytes=G * ((3 << 20) + 5)),
+        CollectiveSpec(kind="broadcast", size_bytes=(5 << 20) + 3, root=1),
+        CollectiveSpec(kind="broadcast", size_bytes=(4 << 20) + 1, root=G - 1, in_place=True))]
+    assert [p.options.multicast for p in plans] == [L > 1, True, True]
+    return plans
+
+
 @pytest.mark.parametrize("nodes,L,net", [(2, 2, None), (3, 1, None), (3, 2, None), (2, 2, 300_000),
                                               (3, 2, 256 << 10)])
 def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
@@ -76,26 +91,9 @@ def test_multicast_plans_on_the_gpu_network_executor_over_tcp(nodes, L, net):
 
     from hoccl_compiler import replay
 
-    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
-    G = topo.num_gpus
-    opts = CompileOptions(chunk_bytes=1 << 20, net_chunk_bytes=net, baselines=False)
-    plans = [compile_plan(topo, s, opts) for s in (
-        CollectiveSpec(kind="allgather", size_bytes=G * ((3 << 20) + 5)),
-        CollectiveSpec(kind="broadcast", size_bytes=(5 << 20) + 3, root=1),
-        CollectiveSpec(kind="broadcast", size_bytes=(4 << 20) + 1, root=G - 1, in_place=True))]
-    assert [p.options.multicast for p in plans] == [L > 1, True, True]
-    rng = np.random.default_rng([nodes, L])
-    host = []
-    for plan in plans:
-        ins = [rng.integers(0, 256, n, dtype=np.uint8) for n in plan.ranks.input_bytes]
-        outs = []
-        for r in range(G):
-            o = np.full(plan.ranks.output_bytes[r], 0xA5, np.uint8)
-            n = plan.ranks.resident_bytes[r]
-            if n:
-                o[plan.ranks.resident_offset[r]:][:n] = ins[r][:n]
-            outs.append(o)
-        host.append((ins, outs))
+    plans = _multicast_plans(nodes, L, net)
+    G = plans[0].num_ranks
+    host = [_poisoned_data(plan, [nodes, L, i]) for i, plan in enumerate(plans)]
     with cp.cuda.Device(0):
         dev = [({r: (cp.asarray(i[r]), cp.asarray(o[r])) for r in range(G)}) for i, o in host]
     errors = node_executors(plans, nodes, lambda n: [{r: b for r, b in d.items() if r // L == n} for d in dev],
@@ -178,13 +176,6 @@ def test_multicast_plans_on_gpu_node_processes(nodes, L, net):
     equal to the compiler's replay on every node."""
     from hoccl_bench.nodeprocs import run_node_processes
 
-    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
-    G = topo.num_gpus
-    opts = CompileOptions(chunk_bytes=1 << 20, net_chunk_bytes=net, baselines=False)
-    plans = [compile_plan(topo, s, opts) for s in (
-        CollectiveSpec(kind="allgather", size_bytes=G * ((3 << 20) + 5)),
-        CollectiveSpec(kind="broadcast", size_bytes=(5 << 20) + 3, root=1),
-        CollectiveSpec(kind="broadcast", size_bytes=(4 << 20) + 1, root=G - 1, in_place=True))]
-    assert [p.options.multicast for p in plans] == [L > 1, True, True]
+    plans = _multicast_plans(nodes, L, net)
     got = run_node_processes(_gpu_node, nodes, ([p.model_dump_json() for p in plans], 3), timeout_s=240)
     assert got == {n: [] for n in range(nodes)}, got

@@ -2,13 +2,14 @@
 chain, each copy reading what the one before it wrote, chunk after chunk, with CUDA events between the copy
 streams. Fresh random data, poisoned outputs.
 
-The network executor's nodes are threads of one process here, all on GPU 0: 18 copy streams for 3 nodes of 2 ranks.
-With CUDA's default 8 hardware queues their waits shared queues and interleaved in any order (the 3x2 cases hung on
-1x H100s, 2026-12-06), which no launch order of a node can prevent; a node per process (the communicators' way) is
-covered by hoccl_runtime/net/order.py, and tested here too (``test_multicast_plans_on_gpu_node_processes``, with
-CUDA's default queues). So this module asks for 32 queues where none are set (before CUDA starts:
-pytest imports every module before any test runs, so the whole pytest process and the processes it starts get them;
-the tests of CUDA_DEVICE_MAX_CONNECTIONS=1 set theirs); with them all 11 cases passed on a 1x H100 (2026-12-06)."""
+The network executor's nodes are threads of one process in most tests here, all on GPU 0: 18 copy streams for 3
+nodes of 2 ranks. With CUDA's default 8 hardware queues their waits shared queues and interleaved in any order (the
+3x2 cases hung on 1x H100s, 2026-12-06), which no launch order of a node can prevent. So this module asks for 32
+queues where none are set (before CUDA starts: pytest imports every module before any test runs, so the whole pytest
+process and the processes it starts get them; the tests of CUDA_DEVICE_MAX_CONNECTIONS=1 set theirs); with them all
+11 cases passed on a 1x H100 (2026-12-06). A node per process (the communicators' way) is covered by
+hoccl_runtime/net/order.py; ``test_multicast_plans_on_gpu_node_processes`` runs it so, each node process back on
+CUDA's default queues (15 of 15 passed on another 1x H100, 2026-12-06)."""
 
 from __future__ import annotations
 

@@ -2,14 +2,16 @@
 
     python examples/compare_table.py OUTDIR [OUTDIR...]
 
-One markdown row per run (``fsdp-SIZE-reduce-R-SETTING.json``, ``pipeline-SIZE-SETTING.json``): HOCCL's and NCCL's
-tokens/s with the spread of their rounds ((max - min) / min, as ``train_fsdp.py`` prints it), their ratio, the lowest
-and highest ratio of one round's HOCCL to the same round's NCCL (the variants run in turn within a round: how far the
-ratio itself moved over the run; FSDP's tokens/s is the median over every measured step and a round's the median of its
-own, so FSDP's whole-run ratio may lie outside that range), the no-communication limit (``--comm none``) and whether the
-losses are equal (FSDP's final loss; the pipeline's every loss of its last stage). Where they are not and the run was
-not ``--deterministic``, the table says so: torch's kernels then need not give the same bits run to run (the pipeline
-under MPS has differed by a unit or two in the last place of some of its microbatch losses).
+One markdown row per run (``fsdp-SIZE-reduce-R-SETTING.json``, ``pipeline-SIZE-SETTING.json``; in an FSDP run with
+HOCCL reducing both variants reduce with HOCCL and NCCL's gathers with NCCL, as ``train_fsdp.py --reduce hoccl`` runs
+them): HOCCL's and NCCL's tokens/s with the spread of their rounds ((max - min) / min, as ``train_fsdp.py`` prints
+it), their ratio, the lowest and highest ratio of one round's HOCCL to the same round's NCCL (the variants run in
+turn within a round: how far the ratio itself moved over the run; FSDP's tokens/s is the median over every measured
+step and a round's the median of its own, so FSDP's whole-run ratio may lie outside that range), the no-communication
+limit (``--comm none``) and whether the losses are equal (FSDP's final loss; the pipeline's every loss of its last
+stage). Where they are not and the run was not ``--deterministic``, the table says so: torch's kernels then need not
+give the same bits run to run (the pipeline under MPS has differed by a unit or two in the last place of some of its
+microbatch losses).
 ``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and
 left out (exit status 1 where none could be read).
 """

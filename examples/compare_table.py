@@ -8,10 +8,10 @@ them): HOCCL's and NCCL's tokens/s with the spread of their rounds ((max - min) 
 it), their ratio, the lowest and highest ratio of one round's HOCCL to the same round's NCCL (the variants run in
 turn within a round: how far the ratio itself moved over the run; FSDP's tokens/s is the median over every measured
 step and a round's the median of its own, so FSDP's whole-run ratio may lie outside that range), the no-communication
-limit (``--comm none``) and whether the losses are equal (FSDP's final loss; the pipeline's every loss of its last
-stage). Where they are not and the run was not ``--deterministic``, the table says so: torch's kernels then need not
-give the same bits run to run (the pipeline under MPS has differed by a unit or two in the last place of some of its
-microbatch losses).
+limit (``--comm none``), each variant's step (ms) beside the limit's, FSDP's CPU slack (ms; the pipeline records
+none) and whether the losses are equal (FSDP's final loss; the pipeline's every loss of its last stage). Where they
+are not and the run was not ``--deterministic``, the table says so: torch's kernels then need not give the same bits
+run to run (the pipeline under MPS has differed by a unit or two in the last place of some of its microbatch losses).
 ``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and
 left out (exit status 1 where none could be read).
 """
@@ -32,20 +32,27 @@ def spread(rounds: list[float]) -> float | None:
     return (max(rounds) - min(rounds)) / min(rounds) if len(rounds) > 1 and min(rounds) > 0 else None
 
 
+def _num(v) -> float | None:
+    return None if v is None else float(v)
+
+
 def figures(record: dict, pipeline: bool) -> dict[str, dict]:
     """Per variant (hoccl, nccl, none): tokens/s, spread and its losses: FSDP's final loss, the pipeline's every
-    microbatch loss of every step on its last stage (as ``train_pipeline.py`` compares them)."""
+    microbatch loss of every step on its last stage (as ``train_pipeline.py`` compares them); its step (ms, the
+    median; the pipeline's last stage) and FSDP's CPU slack (the median over blocks and steps; the pipeline records
+    none), where the record has them."""
     out = {}
     if pipeline:
         for comm, ranks in record["by_comm"].items():
             last = ranks[-1]  # the last stage's rank, as train_pipeline.py prints it
             rounds = [float(x) for x in last.get("tokens_per_s_rounds") or []]
             out[comm] = {"tokens_per_s": float(last["tokens_per_s"]), "spread": spread(rounds), "rounds": rounds,
-                         "loss": last.get("losses") or None}
+                         "loss": last.get("losses") or None, "step_ms": _num(last.get("step_ms")), "slack_ms": None}
     else:
         for comm, s in record["summary"].items():
             out[comm] = {"tokens_per_s": float(s["tokens_per_s"]), "spread": s.get("round_spread"),
-                         "rounds": [float(x) for x in s.get("rounds_tokens_per_s") or []], "loss": s.get("final_loss")}
+                         "rounds": [float(x) for x in s.get("rounds_tokens_per_s") or []], "loss": s.get("final_loss"),
+                         "step_ms": _num(s.get("step_ms")), "slack_ms": _num(s.get("slack_ms_median"))}
     return out
 
 
@@ -101,15 +108,26 @@ def _tok(v: dict | None) -> str:
     return f"{v['tokens_per_s']:,.0f}" + ("" if s is None else f" ({s:.1%})")
 
 
+def _ms(*variants: dict | None, key: str) -> str:
+    """``key`` (step_ms, slack_ms) of each variant, " / " between; "-" where none of them has it."""
+    vals = [None if v is None else v.get(key) for v in variants]
+    if all(x is None for x in vals):
+        return "-"
+    return " / ".join("-" if x is None else f"{x:.2f}" for x in vals)
+
+
 def table(found: list[dict]) -> str:
     lines = ["| example | setting | HOCCL tok/s (rounds' spread) | NCCL tok/s | HOCCL / NCCL | round by round | "
-             "no communication | losses equal |", "|---|---|---:|---:|---:|---:|---:|---|"]
+             "no communication | step ms: HOCCL / NCCL / none | CPU slack ms: HOCCL / NCCL | losses equal |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in found:
         eq = "-" if r["losses_equal"] is None else "yes" if r["losses_equal"] else \
             "no" if r["deterministic"] else "no (without --deterministic)"
         rr = "-" if r["round_ratios"] is None else f"{r['round_ratios'][0]:.3f}-{r['round_ratios'][1]:.3f}"
+        step = _ms(r["hoccl"], r["nccl"], r["none"], key="step_ms")
+        slack = _ms(r["hoccl"], r["nccl"], key="slack_ms")
         lines.append(f"| {r['example']} | {r['setting']} | {_tok(r['hoccl'])} | {_tok(r['nccl'])} | "
-                     f"{r['ratio']:.3f} | {rr} | {_tok(r['none'])} | {eq} |")
+                     f"{r['ratio']:.3f} | {rr} | {_tok(r['none'])} | {step} | {slack} | {eq} |")
     return "\n".join(lines)
 
 

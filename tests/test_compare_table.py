@@ -46,10 +46,12 @@ def test_the_table_of_a_real_run_has_the_figures_its_runs_printed(ct, run3, caps
     assert len(rows) == 6  # FSDP reduced by NCCL and by HOCCL, and the pipeline, in both settings
     # the figures the examples printed in that run (run3.out): tokens/s of each variant, and their ratio
     fsdp = rows[("FSDP small, NCCL reducing", "MPS")]
-    assert "| 52,774 (2.6%) | 46,824 (11.6%) | 1.127 | 1.077-1.193 | 220,037 (20.4%) | yes |" in fsdp
+    assert ("| 52,774 (2.6%) | 46,824 (11.6%) | 1.127 | 1.077-1.193 | 220,037 (20.4%) | 38.81 / 43.74 / 9.31 | "
+            "0.08 / 1.17 | yes |") in fsdp  # and each variant's step, and HOCCL's and NCCL's CPU slack
     assert "| 0.959 |" in rows[("FSDP small, HOCCL reducing", "MPS")]
     pipe = rows[("pipeline small", "time-sliced")]
     assert "| 106,299 " in pipe and "| 102,312 " in pipe and "| 1.039 |" in pipe and pipe.endswith("| yes |")
+    assert "| 19.24 / 19.68 / 13.87 | - |" in pipe  # the last stage's step; the pipeline records no CPU slack
     # under MPS that run's NCCL pipeline differed from HOCCL's in the last bit of some microbatch losses (it printed
     # "no"): a run without --deterministic
     assert rows[("pipeline small", "MPS")].endswith("| no (without --deterministic) |")
@@ -63,7 +65,7 @@ def test_unequal_losses_read_no_and_say_whether_the_run_was_deterministic(ct, ru
     path = tmp_path / "fsdp-small-reduce-nccl-mps.json"
     assert _row(ct, path, record, capsys).endswith("| no (without --deterministic) |")
     record["args"]["deterministic"] = True
-    assert _row(ct, path, record, capsys).endswith("| 220,037 (20.4%) | no |")
+    assert _row(ct, path, record, capsys).endswith("| 220,037 (20.4%) | 38.81 / 43.74 / 9.31 | 0.08 / 1.17 | no |")
 
 
 def test_round_by_round_ratios_pair_each_round_s_hoccl_with_its_nccl(ct, run3, tmp_path, capsys):
@@ -116,6 +118,17 @@ def test_a_pipeline_loss_that_differs_reads_no(ct, run3, tmp_path, capsys):
     assert "| pipeline small | time-sliced |" in capsys.readouterr().out
     record["by_comm"]["nccl"][-1]["losses"][5][2] += 1e-6
     record["args"] = {"deterministic": True}
-    assert _row(ct, path, record, capsys).endswith("| 145,255 (19.1%) | no |")
+    assert _row(ct, path, record, capsys).endswith("| 145,255 (19.1%) | 19.24 / 19.68 / 13.87 | - | no |")
     del record["by_comm"]["nccl"][-1]["losses"]  # a record from before the losses were kept: not compared
     assert _row(ct, path, record, capsys).endswith("| - |")
+
+
+def test_steps_and_slack_read_what_the_record_has(ct, run3, tmp_path, capsys):
+    """A variant's step or slack the record lacks reads "-" in its place; a column none of them has reads "-"."""
+    record = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
+    path = tmp_path / "fsdp-small-reduce-nccl-mps.json"
+    del record["summary"]["none"]["step_ms"], record["summary"]["nccl"]["slack_ms_median"]
+    assert "| 220,037 (20.4%) | 38.81 / 43.74 / - | 0.08 / - | yes |" in _row(ct, path, record, capsys)
+    for s in record["summary"].values():
+        s.pop("step_ms", None), s.pop("slack_ms_median", None)
+    assert "| 220,037 (20.4%) | - | - | yes |" in _row(ct, path, record, capsys)

@@ -110,5 +110,5 @@ def test_compare_ends_with_the_table_of_its_runs_records(tmp_path):
     lines = out.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("=== HOCCL / NCCL, every run above"))
     rows = lines[head + 3:]
-    row = "| time-sliced | 300 (1.0%) | 200 (2.0%) | 1.500 | - | - | yes |"  # one round: no round-by-round range
+    row = "| time-sliced | 300 (1.0%) | 200 (2.0%) | 1.500 | - | - | - | - | yes |"  # one round, no steps recorded
     assert rows == [f"| FSDP small, HOCCL reducing {row}", f"| FSDP small, NCCL reducing {row}"], lines

@@ -157,7 +157,7 @@ def _check_size_divisible(spec: CollectiveSpec, G: int) -> int:
         lower, upper = size - size % G, size - size % G + G
         raise CollectiveError(
             f"{spec.kind} size {size} B is not a multiple of the {G} ranks (each rank's block must be whole); "
-            f"use {lower or upper} or {upper}"
+            + (f"use {lower} or {upper}" if lower else f"use {upper}, or another multiple of {G}")
         )
     return size // G
 

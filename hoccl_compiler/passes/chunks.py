@@ -193,8 +193,10 @@ def chunk_order(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, 
     total = int(n_chunks.sum())
     if total > MAX_CHUNKS:
         need = -(-int(tr_bytes.sum()) // MAX_CHUNKS)
+        which = "--chunk" if np.ndim(chunk_bytes) == 0 or np.min(chunk_bytes) == np.max(chunk_bytes) else \
+            "--chunk, and --net-chunk for the network transfers"
         raise ScheduleError(f"chunks of {int(np.min(chunk_bytes))} B cut this plan into {total:,} chunks, over the "
-                            f"{MAX_CHUNKS:,} a plan may hold; give a larger chunk size (--chunk), at least {need} B")
+                            f"{MAX_CHUNKS:,} a plan may hold; give a larger chunk size ({which}), at least {need} B")
     n = tr_stage.size
     chunk_tr = np.repeat(np.arange(n, dtype=np.int64), n_chunks)
     chunk_k = np.arange(chunk_tr.size, dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)

@@ -113,6 +113,8 @@ def test_forwarding_none_and_topology_file(tmp_cwd, capsys):
     (["alltoall", "--topology", "paper-h800", "--nodes", "0"], "nodes"),
     (["alltoall", "--gpus-per-node", "0"], "gpus_per_node"),
     (["alltoall", "--chunk", "0"], "positive"),
+    (["broadcast", "--topology", "dgx-h100", "--nodes", "2", "--size", "1GiB", "--net-chunk", "3"],
+     "give a larger chunk size (--chunk, and --net-chunk for the network transfers), at least 256 B"),
     (["alltoall", "--in-place"], "no in-place form"),
     (["sendrecv", "--pairs", "missing.csv"], "cannot read pairs"),
     (["alltoall", "--bogus-flag"], "unrecognized arguments"),

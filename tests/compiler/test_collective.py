@@ -62,6 +62,7 @@ def test_sendrecv_default_pipeline_and_pairs():
 
 @pytest.mark.parametrize("spec,G,needle", [
     (CollectiveSpec(kind="allgather", size_bytes=10), 3, r"not a multiple of the 3 ranks.*use 9 or 12"),
+    (CollectiveSpec(kind="allgather", size_bytes=2), 3, r"multiple of the 3 ranks.*use 3, or another multiple of 3"),
     (CollectiveSpec(kind="allgather"), 3, "needs a size"),
     (CollectiveSpec(kind="broadcast", size_bytes=4, root=5), 3, "root 5 is out of range"),
     (CollectiveSpec(kind="alltoallv", matrix=((1, 2), (3, 4))), 3, "2x2 but the topology has 3 GPUs"),

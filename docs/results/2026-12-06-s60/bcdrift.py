@@ -2,7 +2,9 @@
 simulates at 1.5x its collective bound though its steps in lockstep come to 1.117x. Runs that script's plans
 (dgx-h100, 1 GiB, in place, each queue in the steps' order) with NVLink's duplex factor as the preset has it (1.026:
 a GPU whose NVLink moves bytes both ways at once runs each way that much slower) and at 1.0, and traces the chunks'
-starts and ends step by step at 64 chunks. Run from the project root: python docs/results/2026-12-06-s60/bcdrift.py"""
+starts and ends step by step at 64 chunks. Then "paced": the simulation's event loop with one more rule, as a plan
+format with a pacing wait would have it (no such field exists): a copy of step s to GPU v starts only once the copy of
+step s - 1 to v has landed. Run from the project root: python docs/results/2026-12-06-s60/bcdrift.py"""
 import inspect
 import sys
 import textwrap
@@ -23,8 +25,13 @@ B = "            done.add((t, k))\n"
 run_src = textwrap.dedent(inspect.getsource(SIM._Run.run))
 run_src = run_src.replace(A, A + "            LOG.append(('s', t, now))\n")
 run_src = run_src.replace(B, B + "            LOG.append(('e', t, now))\n")
-assert run_src.count("LOG.append") == 2
-ns = dict(SIM.__dict__, LOG=LOG)
+C = "                continue\n"  # after the check of the chunk's own dependency: the pacing wait, where PACE has one
+i = run_src.index(C, run_src.index("(after, d) not in done")) + len(C)
+run_src = run_src[:i] + ("            if PACE and PACE.get(t, -1) >= 0 and (PACE[t], 0) not in done:\n"
+                         "                continue\n") + run_src[i:]
+assert run_src.count("LOG.append") == 2 and "PACE" in run_src
+PACE: dict = {}
+ns = dict(SIM.__dict__, LOG=LOG, PACE=PACE)
 exec(run_src, ns)
 SIM._Run.run = ns["run"]  # the same event loop, each chunk's start and end logged
 
@@ -61,3 +68,26 @@ for duplex in (1.026, 1.0):
                     st, en = [starts[x] * 1e6 for x in ts], [ends[x] * 1e6 for x in ts]
                     print(f"    step {s:2d}: {len(ts)} chunks, started {min(st):7.1f}-{max(st):7.1f} us, "
                           f"landed {min(en):7.1f}-{max(en):7.1f} us")
+
+# paced: each transfer (one chunk, one flow each here) waits for the one that brought its receiver the step before
+for duplex in (1.026,):
+    M._broadcast, CH.ready_first = ORIG
+    g = {"__name__": "bcpipe"}
+    exec(compile(src, "bcpipe.py", "exec"), g)
+    t = bench_compiler.topology(8, device_only=True, preset="dgx-h100")
+    t = t.model_copy(update={"costs": t.costs.model_copy(update={"nvlink_duplex": duplex})})
+    spec = g["CollectiveSpec"](kind="broadcast", size_bytes=S, in_place=True)
+    g["M"]._broadcast, g["MODE"] = g["hyper"], "step"
+    for K in (32, 64, 128, 256):  # powers of two: every flow one whole chunk
+        g["K"] = K
+        plan = g["compile_plan"](t, spec, g["CompileOptions"](baselines=False, chunk_bytes=S // K))
+        tr = plan.stages[0].transfers
+        assert len(plan.stages) == 1 and list(tr.flow) == list(range(len(tr.flow)))  # a transfer per flow
+        step, dst, src_ = np.array(g["STEPS"]), np.asarray(tr.dst), np.asarray(tr.src)
+        into = {(int(s), int(v)): i for i, (s, v) in enumerate(zip(step, dst, strict=True))}
+        PACE.clear()
+        PACE.update({i: into.get((int(s) - 1, int(v)), -1) for i, (s, v) in enumerate(zip(step, dst, strict=True))})
+        b = g["collective_bound"]("broadcast", S, t, plan.report.lower_bound_s)
+        sim = g["simulate"](plan).total_s
+        print(f"duplex {duplex}: hypercube, paced   chunks {K:4d}: simulation {sim / b:.3f}", flush=True)
+    PACE.clear()

@@ -9,7 +9,8 @@ queues where none are set (before CUDA starts: pytest imports every module befor
 process and the processes it starts get them; the tests of CUDA_DEVICE_MAX_CONNECTIONS=1 set theirs); with them all
 11 cases passed on a 1x H100 (2026-12-06). A node per process (the communicators' way) is covered by
 hoccl_runtime/net/order.py; ``test_multicast_plans_on_gpu_node_processes`` runs it so, each node process back on
-CUDA's default queues (its 4 cases and the module's other 11 passed on another 1x H100, 2026-12-06)."""
+CUDA's default queues (its 4 cases and the module's other 11 passed on another 1x H100, 2026-12-06, with the same
+inputs in every run; it draws fresh inputs for each run since, which has not run on a GPU yet)."""
 
 from __future__ import annotations
 
@@ -123,9 +124,10 @@ def _poisoned_data(plan, seed) -> tuple[list, list]:
 
 def _gpu_node(node, exchange, plan_jsons, reps):
     """One node process: a GpuNodeExecutor on GPU 0 with CUDA's default hardware queues (as a communicator's node
-    has), the plans run in turn ``reps`` times over the same connections; before each run its outputs are poisoned
-    again and after it they are read back. Returns (rep, kind, rank, wrong bytes) of every output that is not the
-    replay's."""
+    has), the plans run in turn ``reps`` times over the same connections and buffers; before each run its buffers
+    get fresh random inputs (every node draws the same, from the run's seed) and poisoned outputs, so that bytes left
+    in a staging ring by an earlier run cannot pass for this one's, and after it they are read back. Returns (rep,
+    kind, rank, wrong bytes) of every output that is not the replay's."""
     import os
 
     os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # before CUDA starts here: the default 8 queues
@@ -140,26 +142,26 @@ def _gpu_node(node, exchange, plan_jsons, reps):
     mine = range(node * L, node * L + L)
     dev = cp.cuda.Device(0)
     dev.use()
-    runs = []
-    for i, plan in enumerate(plans):
-        ins, outs = _poisoned_data(plan, [len(plans), i])
-        want = replay(plan, ins).outputs
-        bufs = {r: (cp.asarray(ins[r]), cp.asarray(outs[r])) for r in mine}
-        runs.append((plan, bufs, outs, want))
+    bufs = [{r: (cp.empty(p.ranks.input_bytes[r], cp.uint8), cp.empty(p.ranks.output_bytes[r], cp.uint8))
+             for r in mine} for p in plans]
     transport = GpuNodeExecutor.make_transport(plans[0], node, lanes=2, secret=b"gpu-test")
-    ex = GpuNodeExecutor(plans[0], node, runs[0][1], transport, reuse=True, timeout_s=60)
+    ex = GpuNodeExecutor(plans[0], node, bufs[0], transport, reuse=True, timeout_s=60)
     wrong = []
     try:
         ex.connect(exchange(transport.listen()))
         for rep in range(reps):
-            for plan, bufs, outs, want in runs:
+            for i, plan in enumerate(plans):
+                ins, outs = _poisoned_data(plan, [len(plans), i, rep])
                 for r in mine:
-                    bufs[r][1].set(outs[r])
+                    if ins[r].size:
+                        bufs[i][r][0].set(ins[r])
+                    bufs[i][r][1].set(outs[r])
                 dev.synchronize()
-                ex.run(plan, bufs)
+                ex.run(plan, bufs[i])
                 dev.synchronize()
+                want = replay(plan, ins).outputs
                 for r in mine:
-                    got = cp.asnumpy(bufs[r][1])
+                    got = cp.asnumpy(bufs[i][r][1])
                     if not np.array_equal(got, want[r]):
                         wrong.append((rep, plan.collective.kind, r, int(np.count_nonzero(got != want[r]))))
     finally:
@@ -173,8 +175,8 @@ def test_multicast_plans_on_gpu_node_processes(nodes, L, net):
     """Each node a process of its own (as each node's communicator is), on GPU 0 with CUDA's default hardware
     queues, joined by TCP: a multicast AllGather and two Broadcasts, the three in turn three times over the same
     connections, so that the rings' alternate halves and a node one run ahead of another (its credits sent before
-    the slower node is through the run before) are exercised; outputs poisoned before every run, every run's bytes
-    equal to the compiler's replay on every node."""
+    the slower node is through the run before) are exercised; fresh random inputs and poisoned outputs before every
+    run, every run's bytes equal to the compiler's replay on every node."""
     from hoccl_bench.nodeprocs import run_node_processes
 
     plans = _multicast_plans(nodes, L, net)

@@ -25,7 +25,7 @@ broadcast, scatter, gather, send, recv), each returning at once. What happens:
 Chunks: 2 MiB (``chunk_bytes=``, HOCCL_NET_CHUNK_BYTES); connections: 8 lanes (``lanes=``, HOCCL_NET_LANES); staging: a
 pinned ring of up to 256 MiB per direction and executor (``ring_bytes=``: at most 64 chunks in flight, 128 MiB of
 2 MiB chunks; with 4 chunks of 8 MiB the GPU path ran at 0.64-0.74 of the transport's own rate on the 2x H200 host,
-see docs/benchmarks.md); the listening address:
+see docs/results/history.md); the listening address:
 ``HOCCL_SOCKET_ADDR``, else the interface that routes to torchrun's MASTER_ADDR, else loopback.
 Addresses are exchanged through the store; every run starts with a plan notice, so ranks in
 different collectives raise ``PlanError``.

@@ -22,7 +22,7 @@ __all__ = ["GatedNodeExecutor", "PreparedRun", "open_gates", "flag_count", "ring
 
 
 # Staging ring per GPU and direction when the caller does not give ``slots``: measured on the 2x H200 host
-# (1 GiB over TCP, 8 lanes, docs/benchmarks.md) 4 slots of 8 MiB ran at 0.64-0.74 of the transport alone
+# (1 GiB over TCP, 8 lanes, docs/results/history.md) 4 slots of 8 MiB ran at 0.64-0.74 of the transport alone
 # under the same protocol, 32 slots of 8 MiB at 0.84-0.95: the ring must hold enough chunks to keep every
 # lane busy while the copies and credits of earlier chunks complete. The same number of slots on every
 # node (the sender picks the remote slot).

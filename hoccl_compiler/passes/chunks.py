@@ -259,8 +259,8 @@ def ready_first(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, 
     :func:`hoccl_compiler.simulate.ready_first_order`, a list schedule without the simulation's port sharing). The
     runtimes run each queue's chunks strictly in the plan's order, and :func:`chunk_order`'s fixed shifts per hop
     guess when a chunk arrives: a guess too early holds the queue while chunks that are there wait behind it. The
-    simulation put 2x8 Broadcasts of 8 of 23 sizes 1.10-1.59x above v2 so (docs/benchmarks.md); in the order they
-    can start, none waits on a queue for a chunk behind it. Plans of more than ``limit`` chunks (the loop is
+    simulation put 2x8 Broadcasts of 8 of 23 sizes 1.10-1.59x above v2 so (docs/results/compiler-history.md); in the
+    order they can start, none waits on a queue for a chunk behind it. Plans of more than ``limit`` chunks (the loop is
     Python), and shallower ones, keep ``order``."""
     if depth is None or int(depth.max(initial=0)) <= 2 or order.size > limit:
         return order

@@ -125,7 +125,7 @@ def _no_hugepage_advice():
     memory on the fault (``/sys/kernel/mm/transparent_hugepage/defrag`` = ``madvise``, a common default), touching
     a fresh array costs far more than its pages: on the 2-core VM, 1 GiB of ``np.ones`` took 7.9-10.3 s with the
     advice and 0.37 s without, and the 1024-GPU All-to-All's CLI compile 33.5-35.2 s wall (23.7-25.3 s of it system
-    time) against 12.1-13.0 s (docs/results/compiler-history.md, session 56). A CLI run owns its process, so it drops
+    time) against 12.1-13.0 s (docs/results/compiler-history.md, 2026-12-06). A CLI run owns its process, so it drops
     the advice, unless ``NUMPY_MADVISE_HUGEPAGE`` is set (NumPy's own switch, which then decides)."""
     try:
         from numpy._core.multiarray import _set_madvise_hugepage

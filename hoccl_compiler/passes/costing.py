@@ -75,7 +75,7 @@ def run(state: CompileState, options: CompileOptions) -> CompileState:
             # one after the other: in two threads they kept both sets of temporaries alive at the compile's peak;
             # with NumPy's hugepage advice off (cli._no_hugepage_advice), one after the other was the faster on the
             # 2-core VM too (1024-GPU All-to-All: 12.2-12.5 s wall and 2.1 GB, against 14.0-14.4 s and 3.0 GB;
-            # docs/results/compiler-history.md, session 56)
+            # docs/results/compiler-history.md, 2026-12-06)
             at_once, _ = whole_flows_time(*at_once_args)
             rounds, _ = whole_flows_time(*rounds_args)
         report["baselines"] = {"everything_at_once_s": at_once, "naive_rounds_s": rounds,

@@ -40,21 +40,33 @@ import hoccl_compiler.passes.chunks as CH  # noqa: E402
 
 S = 1 << 30
 ORIG = M._broadcast, CH.ready_first  # bcpipe.py patches both when it runs: each pass starts from these
-for duplex in (1.026, 1.0):
+
+
+def fresh(duplex: float) -> tuple[dict, object, object]:
+    """bcpipe.py's builders run anew (from the compiler's own chain and order), the dgx-h100 node with NVLink's duplex
+    factor ``duplex`` and the in-place Broadcast of S: (its namespace, the topology, the spec)."""
     M._broadcast, CH.ready_first = ORIG
     g = {"__name__": "bcpipe"}
     exec(compile(src, "bcpipe.py", "exec"), g)
     t = bench_compiler.topology(8, device_only=True, preset="dgx-h100")
     t = t.model_copy(update={"costs": t.costs.model_copy(update={"nvlink_duplex": duplex})})
-    spec = g["CollectiveSpec"](kind="broadcast", size_bytes=S, in_place=True)
+    return g, t, g["CollectiveSpec"](kind="broadcast", size_bytes=S, in_place=True)
+
+
+def compiled(g: dict, t, spec, K: int | None):
+    """The plan in K chunks (None: the compiler's choice) and its collective bound."""
+    g["K"] = K
+    plan = g["compile_plan"](t, spec, g["CompileOptions"](baselines=False, chunk_bytes=None if K is None else S // K))
+    return plan, g["collective_bound"]("broadcast", S, t, plan.report.lower_bound_s)
+
+
+for duplex in (1.026, 1.0):
+    g, t, spec = fresh(duplex)
     for name, fn, ks, mode in (("chain", g["orig"], (None,), "list"),
                                ("hypercube, steps", g["hyper"], (32, 64, 128), "step")):
         g["M"]._broadcast, g["MODE"] = fn, mode
         for K in ks:
-            g["K"] = K
-            opts = g["CompileOptions"](baselines=False, chunk_bytes=None if K is None else S // K)
-            plan = g["compile_plan"](t, spec, opts)
-            b = g["collective_bound"]("broadcast", S, t, plan.report.lower_bound_s)
+            plan, b = compiled(g, t, spec, K)
             LOG.clear()
             sim = g["simulate"](plan).total_s
             print(f"duplex {duplex}: {name:17s} chunks {K or '-':>4}: v2 {plan.report.predicted_time_s / b:.3f}  "
@@ -70,24 +82,16 @@ for duplex in (1.026, 1.0):
                           f"landed {min(en):7.1f}-{max(en):7.1f} us")
 
 # paced: each transfer (one chunk, one flow each here) waits for the one that brought its receiver the step before
-for duplex in (1.026,):
-    M._broadcast, CH.ready_first = ORIG
-    g = {"__name__": "bcpipe"}
-    exec(compile(src, "bcpipe.py", "exec"), g)
-    t = bench_compiler.topology(8, device_only=True, preset="dgx-h100")
-    t = t.model_copy(update={"costs": t.costs.model_copy(update={"nvlink_duplex": duplex})})
-    spec = g["CollectiveSpec"](kind="broadcast", size_bytes=S, in_place=True)
-    g["M"]._broadcast, g["MODE"] = g["hyper"], "step"
-    for K in (32, 64, 128, 256):  # powers of two: every flow one whole chunk
-        g["K"] = K
-        plan = g["compile_plan"](t, spec, g["CompileOptions"](baselines=False, chunk_bytes=S // K))
-        tr = plan.stages[0].transfers
-        assert len(plan.stages) == 1 and list(tr.flow) == list(range(len(tr.flow)))  # a transfer per flow
-        step, dst, src_ = np.array(g["STEPS"]), np.asarray(tr.dst), np.asarray(tr.src)
-        into = {(int(s), int(v)): i for i, (s, v) in enumerate(zip(step, dst, strict=True))}
-        PACE.clear()
-        PACE.update({i: into.get((int(s) - 1, int(v)), -1) for i, (s, v) in enumerate(zip(step, dst, strict=True))})
-        b = g["collective_bound"]("broadcast", S, t, plan.report.lower_bound_s)
-        sim = g["simulate"](plan).total_s
-        print(f"duplex {duplex}: hypercube, paced   chunks {K:4d}: simulation {sim / b:.3f}", flush=True)
+g, t, spec = fresh(1.026)
+g["M"]._broadcast, g["MODE"] = g["hyper"], "step"
+for K in (32, 64, 128, 256):  # powers of two: every flow one whole chunk
+    plan, b = compiled(g, t, spec, K)
+    tr = plan.stages[0].transfers
+    assert len(plan.stages) == 1 and list(tr.flow) == list(range(len(tr.flow)))  # a transfer per flow
+    step, dst = np.array(g["STEPS"]), np.asarray(tr.dst)
+    into = {(int(s), int(v)): i for i, (s, v) in enumerate(zip(step, dst, strict=True))}
     PACE.clear()
+    PACE.update({i: into.get((int(s) - 1, int(v)), -1) for i, (s, v) in enumerate(zip(step, dst, strict=True))})
+    sim = g["simulate"](plan).total_s
+    print(f"duplex 1.026: hypercube, paced   chunks {K:4d}: simulation {sim / b:.3f}", flush=True)
+PACE.clear()

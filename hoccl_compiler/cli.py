@@ -144,32 +144,7 @@ def _no_hugepage_advice():
         _set_madvise_hugepage(before)
 
 
-def _keep_freed_memory() -> None:
-    """glibc's malloc gives each allocation above a threshold (128 KiB at first, raised as such blocks are freed, up
-    to 32 MiB) pages of its own that go back to the kernel when it is freed, and returns the free top of its heap
-    above 128 KiB: a compile's array temporaries of millions of entries are then faulted in page by page every time.
-    A CLI run owns its process, so it keeps what it frees (the threshold fixed at 32 MiB, the heap trimmed only above
-    2 GiB free): the 1024-GPU All-to-All's compile on the 2-core VM took 12.9 s wall (1.3 s of it system time, 0.57 M
-    page faults) against 14.2-15.2 s (2.9-3.3 s, 1.5-1.9 M), at 2.01 GiB peak against 1.87
-    (docs/results/compiler-history.md, 2026-12-06). Not where the user set ``MALLOC_MMAP_THRESHOLD_`` or
-    ``MALLOC_TRIM_THRESHOLD_`` (glibc's own switches), nor off glibc. One way: the process keeps these settings."""
-    import ctypes
-    import platform
-
-    if platform.libc_ver()[0] != "glibc" or {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"} & set(os.environ):
-        return
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # malloc.h
-    mallopt(M_MMAP_THRESHOLD, 32 << 20)
-    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
-
-
 def _run(prog: str, body: Callable[[], int]) -> int:
-    _keep_freed_memory()
     try:
         with _few_gc_passes(), _no_hugepage_advice():
             return body()

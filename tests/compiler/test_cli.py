@@ -388,34 +388,3 @@ def test_a_cli_run_drops_numpys_hugepage_advice_unless_numpy_is_told(tmp_cwd, ca
     finally:
         flag(before)
     assert code == 0 and seen == [env is not None] and after is True
-
-
-@pytest.mark.parametrize("env", [None, "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"])
-def test_a_cli_run_keeps_the_memory_it_frees_unless_glibc_is_told(tmp_cwd, capsys, monkeypatch, env):
-    """On glibc a CLI run fixes malloc's mmap threshold at 32 MiB and trims its heap only above 2 GiB free
-    (cli._keep_freed_memory: a large compile's temporaries were faulted in page by page); where the user set either
-    of glibc's own variables, or off glibc, it leaves malloc alone. The run still compiles."""
-    import ctypes
-    import platform
-
-    from hoccl_compiler import cli
-
-    calls = []
-
-    class Libc:
-        def __init__(self, name):
-            self.mallopt = lambda param, value: calls.append((param, value)) or 1
-
-    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
-        monkeypatch.delenv(name, raising=False)
-    if env is not None:
-        monkeypatch.setenv(env, "131072")
-    monkeypatch.setattr(ctypes, "CDLL", Libc)
-    monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.36"))
-    code, _, _ = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-q"], capsys)
-    assert code == 0
-    assert calls == ([(-3, 32 << 20), (-1, 2**31 - 1)] if env is None else [])
-    calls.clear()
-    monkeypatch.delenv(env or "MALLOC_MMAP_THRESHOLD_", raising=False)
-    monkeypatch.setattr(platform, "libc_ver", lambda: ("", ""))  # musl, macOS: nothing to tell
-    assert run(compile_main, ["--size", "1MiB", "--nodes", "2", "-q"], capsys)[0] == 0 and calls == []

@@ -40,21 +40,21 @@ def pieces(size: int, shape: list[float]) -> list[int]:
 
 def sag(spec, topo, lay, trees=True):
     root, size, L = int(spec.root or 0), int(spec.size_bytes or 0), topo.gpus_per_node
-    O = L - 1
-    owners = [(root + 1 + j) % L for j in range(O)]
+    n_own = L - 1
+    owners = [(root + 1 + j) % L for j in range(n_own)]
     per, extra = pieces(size, SHAPE)
     rows = []  # (dst, offset, bytes, via (row index), slot)
     off = 0
     for n, c in enumerate(per):
         got = {}
-        for j in range(O):
-            b = c + (extra if n == len(per) - 1 and j == O - 1 else 0)
+        for j in range(n_own):
+            b = c + (extra if n == len(per) - 1 and j == n_own - 1 else 0)
             got[j] = len(rows)
-            rows.append((owners[j], off, b, -1, O * n + j))
-            for k in range(1, O):  # slots O*n + j + k: x = (j + k) mod O, to (2x - j) mod O
-                x = (j + k) % O
-                d = (2 * x - j) % O
-                rows.append((owners[d], off, b, got[j], O * n + j + k))
+            rows.append((owners[j], off, b, -1, n_own * n + j))
+            for k in range(1, n_own):  # slots n_own*n + j + k: x = (j + k) mod n_own, to (2x - j) mod n_own
+                x = (j + k) % n_own
+                d = (2 * x - j) % n_own
+                rows.append((owners[d], off, b, got[j], n_own * n + j + k))
             off += b
     assert off == size, (off, size)
     order = sorted(range(len(rows)), key=lambda f: (rows[f][0], rows[f][1]))  # the layout's flow order
@@ -75,7 +75,6 @@ def ready_first(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, 
 
 
 CH.ready_first = ready_first
-orig_depth_gate = CH.ready_first
 S = 1 << 30
 SHAPES = {
     "8 equal": [1] * 8,

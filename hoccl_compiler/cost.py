@@ -392,7 +392,9 @@ def stage_times_v2(topo: Topology, chunk_bytes, stage: np.ndarray, role: np.ndar
     bounds = np.searchsorted(edges[0], np.arange(S + 1))
     scratch = (np.zeros(queue.size), np.zeros(queue.size))
     # a GPU's DMA queues share its NVLink out-port (StageChain.add_pieces' ports): one queue shares with none
-    share = (np.where(cls == 0, out_port, -1), nbytes, tr_cap) if topo.dma_queues > 1 else None
+    # (or a multicast plan's copies dealt to a dma_recv queue too: passes.chunks.assign_queues)
+    shared = topo.dma_queues > 1 or bool(((cls == 0) & (queue % (topo.dma_queues + 3) == topo.dma_queues + 1)).any())
+    share = (np.where(cls == 0, out_port, -1), nbytes, tr_cap) if shared else None
     for st in range(S):
         lo, hi = bounds[st], bounds[st + 1]
         chain.add_pieces(busy[st], tr_idx[lo:hi], queue, up_tr[lo:hi], tr_depth[lo:hi], tr_first, tail_t[lo:hi],

@@ -27,7 +27,11 @@ is the plan :func:`~hoccl_compiler.pipeline.compile_plan` makes (multicast: as a
 pattern from the file alone, in O(stages): the shifts are every (k, j) once (multicast: every (k, 0)), every native
 shift adds up to a flow, the stage indices are in range, the id is the inputs'. Stage times come from the cost model
 v2 on one representative stage per distinct stage content (the stages are alike but for where native traffic
-rides).
+rides). The overlap between stages is costed over one node's pairs of queues (``cost.StageChain.add``), which leaves
+out the port that copies released at one moment on two queues of a GPU share (``StageChain.add_pieces``' ports): a
+multicast stage deals its copies over a GPU's DMA and ``dma_recv`` queues (since 2026-12-06,
+:func:`~hoccl_compiler.passes.chunks.assign_queues`), so a multicast AllGather's pattern predicts up to 1% less than
+its explicit plan (tests/compiler/test_pattern.py).
 
 ``hoccl-compile --pattern`` writes one; ``hoccl-inspect`` reads, checks and summarises it; ``load_plan`` expands
 one of at most ``EXPAND_LIMIT`` GPUs into a full plan (the runtimes take full plans).

@@ -160,8 +160,12 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     q_kind = np.asarray([kind_code[k] for k in plan.queues.kind], dtype=np.int64)
     want_kind = np.array([3, 0, 0, 2, 1], np.int64)[role]  # per role, as above
     _fail_first(q_gpu[t["queue"]] != src, plan, t, "its queue belongs to another GPU (copies run on the source)")
-    _fail_first(q_kind[t["queue"]] != want_kind, plan, t, "wrong queue kind: network writes go on a nic queue, "
-                "recv_forward copies on dma_recv, local copies on dma_local, native and send_forward on dma")
+    kind_of = q_kind[t["queue"]]
+    if multicast and (role == RDMA).any():  # its native copies are dealt over dma and dma_recv queues
+        kind_of = np.where((role == NATIVE) & (kind_of == 1), 0, kind_of)
+    _fail_first(kind_of != want_kind, plan, t, "wrong queue kind: network writes go on a nic queue, recv_forward "
+                "copies on dma_recv, local copies on dma_local, native and send_forward on dma (a multicast plan "
+                "across nodes: native copies on dma or dma_recv)")
 
     base = np.searchsorted(t["stage"], np.arange(len(plan.stages) + 1))
     has_prev = ((role == RDMA) & (peer[fu] != fu) & f_inter) | (role == RECV_FORWARD)

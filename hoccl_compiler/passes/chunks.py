@@ -160,17 +160,42 @@ def assign_queues(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_after) -
     another, so the copies that wait on the network never hold up the ones that do not. Dealt copy by copy in
     destination order instead (until 2026-12-05), two GPUs' queues began on the same destination and a Broadcast's
     ring split each hop over two queues: with two queues a GPU, a 2x8 dgx-h100 AllGather of 1 GiB simulated at 1.75x
-    its collective bound and a 2x8 Broadcast at 1.40x, against 1.10x and 1.11x on one queue."""
+    its collective bound and a 2x8 Broadcast at 1.40x, against 1.10x and 1.11x on one queue.
+
+    A multicast plan's stage across nodes (:func:`multicast_across_nodes`) has no recv_forward copies (a network
+    write lands in its destination's output), so each GPU's ``dma_recv`` queue (a copy stream of its own in the GPU
+    network executor, ``net/gpu.py``) is dealt its copies as one queue more (since 2026-12-06): with one DMA queue a
+    dgx-h100 AllGather of 1 GiB on 4 nodes went from 1.183x its collective bound to 1.091x in v2 (1.095x in the
+    chunk simulation), as the two-queue figures above; its Broadcasts deal every copy of a GPU to one queue as
+    before (one group a GPU: the next in its chain). Like the unicast plans' recv_forward copies beside their sends,
+    it counts on a GPU's two copy streams starting their copies each on its own, which no GPU has measured here
+    (that needs GPUs with NVLink between them)."""
     q = topo.dma_queues
     send_side = (tr_role == NATIVE) | (tr_role == SEND_FORWARD)
-    if q > 1:
+    # a multicast stage across nodes (copies that pass on what another transfer brought, beside network writes): a
+    # GPU's dma_recv queue, which no recv_forward copy uses there, takes a share of its copies as one more queue
+    extra = multicast_across_nodes(tr_role, tr_after, tr_stage)
+    dma_index = np.zeros(tr_stage.size, dtype=np.int64)  # one DMA queue a GPU and no such stage: every send on it
+    if q > 1 or extra.any():
         rotation = issue_rotation(tr_src, tr_dst, topo.gpus_per_node, topo.nodes)
         waits = (tr_after >= 0).astype(np.int64)
-        dma_index = _spread_over_queues(tr_stage, tr_src, tr_dst, tr_role, tr_bytes, rotation, waits, send_side, q)
-    else:  # one DMA queue a GPU: every send on it
-        dma_index = np.zeros(tr_stage.size, dtype=np.int64)
+        for n, stages in ((q, ~extra), (q + 1, extra)):
+            at = stages[tr_stage] & send_side
+            if n > 1 and at.any():  # index q (the one beyond the DMA queues): dma_recv's, q + 1
+                index = _spread_over_queues(tr_stage, tr_src, tr_dst, tr_role, tr_bytes, rotation, waits, at, n)
+                dma_index[at] = index[at] + (index[at] == q)
     fixed = np.array([q, -1, -1, q + 2, q + 1], np.int64)  # per role, as ir numbers them: LOCAL .. RECV_FORWARD
     return tr_src * (q + 3) + np.where(send_side, dma_index, fixed[tr_role])
+
+
+def multicast_across_nodes(tr_role: np.ndarray, tr_after: np.ndarray, tr_stage: np.ndarray) -> np.ndarray:
+    """Per stage, whether it is a multicast plan's stage across nodes: native copies that wait on another transfer
+    (forwarded flows: unicast plans' native copies wait on nothing) beside network writes. There a GPU's native
+    copies are dealt over its DMA queues and its ``dma_recv`` queue (:func:`assign_queues`). Decided stage by stage,
+    so that a pattern plan, which costs each stage's transfers alone, deals them as the explicit plan does."""
+    S = int(tr_stage.max()) + 1 if tr_stage.size else 0
+    rdma = np.bincount(tr_stage[tr_role == RDMA], minlength=S) > 0
+    return rdma & (np.bincount(tr_stage[(tr_role == NATIVE) & (tr_after >= 0)], minlength=S) > 0)
 
 
 def chunk_order(topo, chunk_bytes, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, depth=None,

@@ -181,7 +181,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
     def _stream(self, key: tuple, device: int) -> int:
         """The copy stream of ``key``: ("d2h", ū) and ("h2d", v̄) per staging ring (each carries one transfer
-        per stage, so no ring's copies queue behind another's), ("d2d", GPU) for the copies within the node."""
+        per stage, so no ring's copies queue behind another's), ("d2d", GPU) for the copies within the node, and
+        ("d2d", "recv", GPU) for a multicast plan's copies on the GPU's dma_recv queue."""
         key = (*key, device)
         if key not in self._streams:
             import cupy
@@ -392,6 +393,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         routes = self._routes(plan)
         via = fl.via if plan.options.multicast else None
         levels = _per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.span, via))
+        qkind = plan.queues.kind
         half = run.parity * self.span  # the run's first slot (parity 0 without HOCCL_NET_OVERLAP: next_parity)
         # every chunk copy this node issues: (order key, level, its stream's key and GPU, issue, issue's arguments)
         units: list[tuple] = []
@@ -408,7 +410,9 @@ class GpuNodeExecutor(GatedNodeExecutor):
                     src, dst = bound[holder], bound[fl.dst[f]]
                     to = dst[1].ptr + fl.dst_offset[f] + tr.offset[t]
                     frm = (src[0].ptr + fl.src_offset[f] if g < 0 else src[1].ptr + fl.dst_offset[g]) + tr.offset[t]
-                    key = ("d2d",), src[2]
+                    # a multicast plan's copies dealt to the GPU's dma_recv queue (beside its DMA queue) go on a
+                    # copy stream of their own, as the plan's cost has them
+                    key = ("d2d", "recv") if qkind[tr.queue[t]] == "dma_recv" else ("d2d",), src[2]
                     if chained is not None and chained.per_chunk(t):
                         for k in range(levels.chunks(si, t)):
                             units.append(((si, 0, len(units)), levels.copy(si, t, k), key, chunk_copy,

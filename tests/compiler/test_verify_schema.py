@@ -34,6 +34,15 @@ def first_index(stage, role_name):
     return stage["transfers"]["role"].index(role)
 
 
+def native_on_dma_recv(d):
+    """A unicast plan's native copy moved to its GPU's dma_recv queue (multicast plans across nodes deal theirs
+    there too; a unicast plan's dma_recv queue takes only recv_forward copies)."""
+    tr = d["stages"][0]["transfers"]
+    i = first_index(d["stages"][0], "native")
+    tr["queue"][i] = next(q for q, (gpu, kind) in enumerate(zip(d["queues"]["gpu"], d["queues"]["kind"], strict=True))
+                          if gpu == tr["src"][i] and kind == "dma_recv")
+
+
 def test_compiled_plan_verifies(plan):
     verify_plan(plan, byte_replay=True)
 
@@ -46,6 +55,7 @@ def test_compiled_plan_verifies(plan):
     ("hoccl matrix", lambda d: d["hoccl_matrix"][0].__setitem__(1, 1), "expanded"),
     ("queue of another gpu", lambda d: d["stages"][0]["transfers"]["queue"].__setitem__(0, 7),
      "another GPU|queue kind"),
+    ("native copy on dma_recv", native_on_dma_recv, "queue kind"),
     ("broken wait", lambda d: d["stages"][0]["transfers"]["after"].__setitem__(
         first_index(d["stages"][0], "rdma"), -1), "does not wait"),
     ("waits reordered", lambda d: d["stages"][0].__setitem__("chunks", d["stages"][0]["chunks"][::-1]), "deadlock"),

@@ -128,19 +128,20 @@ def test_a_forwarded_flow_reading_outside_its_sources_output_is_refused():
                                                 (5, 2, 1, None), (2, 4, 2, None), (2, 2, 1, 700), (3, 2, 1, 700),
                                                 (5, 2, 1, 5000), (2, 4, 2, 700)])
 def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypatch, nodes, L, queues, net):
-    """GpuNodeExecutor, nodes of 2 and 4 GPUs (and of 1: a broadcast's chain of nodes alone; of 4: the parts round
-    each further node's ring; 5 nodes of 2: a broadcast down two trees of nodes, a node sending a part on from two
-    GPUs; 2 nodes of 4 GPUs with two DMA queues a GPU: an AllGather's own block on one and what it forwards on the
-    other) over TCP between threads, CUDA faked with a stream per thread and every copy slow: a multicast AllGather
-    (a block lands on its rail's GPU, which copies it on), a broadcast (a chain in the root's node, parts down the
-    rails' chain of nodes, passed on inside each) and one in place, one after the other over the same connections:
-    byte-equal to the replay, outputs poisoned first. ``net``: the network transfers in chunks of their own, smaller
-    than the copies' 2048 B (700: no divisor of it, so a copy waits for the network chunk that holds its last byte)
-    or larger; the broadcasts then go down one chain of nodes per rail."""
+    """GpuNodeExecutor, nodes of 2 and 4 GPUs (and of 1: a broadcast's chain of nodes alone; of 4: the parts
+    round each further node's ring; 5 nodes of 2: a broadcast down two trees of nodes, a node sending a part on
+    from two GPUs; 2 nodes of 4 GPUs with two DMA queues a GPU: an AllGather's copies dealt over both and the
+    GPU's dma_recv queue, which take a stream each) over TCP between threads, CUDA faked with a stream per thread
+    and every copy slow: a multicast AllGather (a block lands on its rail's GPU, which copies it on), a broadcast
+    (a chain in the root's node, parts down the rails' chain of nodes, passed on inside each) and one in place,
+    one after the other over the same connections: byte-equal to the replay, outputs poisoned first. ``net``: the
+    network transfers in chunks of their own, smaller than the copies' 2048 B (700: no divisor of it, so a copy
+    waits for the network chunk that holds its last byte) or larger; the broadcasts then go down one chain of
+    nodes per rail."""
     from threaded import node_executors
 
     from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
-    from hoccl_compiler.ir import CompileOptions
+    from hoccl_compiler.ir import NATIVE, CompileOptions
     fake_cuda.install(monkeypatch, async_streams=True)
     _slow_copies(monkeypatch, 0.0005)
     topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L, dma_queues=queues)
@@ -152,10 +153,21 @@ def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypa
     plans = [compile_plan(topo, s, opts) for s in specs]
     assert [p.options.multicast for p in plans] == [L > 1, True, True]
     assert {p.options.net_chunk_bytes for p in plans} == {net}
-    if queues > 1:  # both queues of a GPU carry the AllGather's copies
-        q = plans[0].queues
-        used = {t for st in plans[0].stages for t in st.transfers.queue if q.kind[t] == "dma"}
-        assert {q.index[t] for t in used} == set(range(queues))
+    q = plans[0].queues
+    native = [t for st in plans[0].stages for t, role in zip(st.transfers.queue, st.transfers.role, strict=True)
+              if role == NATIVE]
+    if L > 1:  # every DMA queue of a GPU and its dma_recv queue carry the AllGather's copies
+        assert {q.index[t] for t in native if q.kind[t] == "dma"} == set(range(queues))
+        assert {q.kind[t] for t in native} == {"dma", "dma_recv"}
+    from hoccl_runtime.net.gpu import GpuNodeExecutor
+    keys = set()
+    stream_of = GpuNodeExecutor._stream
+
+    def noted(self, key, device):
+        keys.add(key)
+        return stream_of(self, key, device)
+
+    monkeypatch.setattr(GpuNodeExecutor, "_stream", noted)
 
     def arrays(plan, run):
         out = {}
@@ -176,6 +188,8 @@ def test_the_gpu_network_executor_runs_multicast_plans_with_slow_copies(monkeypa
         want = replay(plan, [d[r][0] for r in range(G)]).outputs
         for r in range(G):
             assert np.array_equal(d[r][1], want[r]), (plan.collective.kind, r)
+    # the copies on a dma_recv queue went on a copy stream of their own, beside the GPU's other copies
+    assert (("d2d", "recv") in keys) == (L > 1)
 
 
 def test_the_host_network_executor_refuses_a_multicast_plan_by_name():

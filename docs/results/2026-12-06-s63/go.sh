@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session 63, a device call: `tcp-nodes.sh [--mps] --compare OUT SIZE` (FSDP2 NCCL- and HOCCL-reducing and the 1F1B
+# pipeline, hoccl / nccl / none, 3 interleaved rounds; CPUs pinned) for the SIZE:SETTING words in JOBS, on today's
+# main. Bounds: 200 s a small job, 260 s a 350m one (session 60's run1.sh gave 120 s and 200 s, and session 62 saw both
+# cut). A job is skipped when less of the call is left than its bound. JOBS defaults to the H200 list (the issue's
+# machine) or, on an H100, to the rows host H left missing.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi -L; nvidia-smi --query-gpu=uuid --format=csv,noheader
+export HOCCL_CACHE_DIR=$OUT/cache TCP_NODES_PIN=1
+T0=$(date +%s); END=$((T0 + ${RUN_BUDGET_S:-585}))
+if nvidia-smi -L | grep -q H200; then jobs=${JOBS_H200:-"small:mps 350m:mps"}; else jobs=${JOBS_H100:-"small:sliced small:mps"}; fi
+for job in $jobs; do
+  size=${job%%:*} m=${job##*:} to=200; [ "$size" = small ] || to=260
+  if [ $(( END - $(date +%s) )) -lt $to ]; then echo "=== compare $size $m SKIPPED"; continue; fi
+  f=""; [ $m = mps ] && f=--mps
+  TCP_NODES_TIMEOUT=$((to - 20)) timeout $to bash scripts/tcp-nodes.sh $f --compare $OUT/$size-$m $size > $OUT/$size-$m.log 2>&1
+  echo "=== compare $size $m rc=$? $(( $(date +%s) - T0 )) s"
+  sed -n '/^=== HOCCL/,$p' $OUT/$size-$m.log
+  grep -q '^=== HOCCL' $OUT/$size-$m.log || { echo "(cut: compare_table.py on what it left)"; python3 examples/compare_table.py $OUT/$size-$m 2>&1 | tail -n 12; }
+done
+cd $OUT && tar czf logs-go.tgz *.log small-* 350m-* 2>/dev/null; rm -rf *.log small-* 350m-* cache
+echo "=== total $(( $(date +%s) - T0 )) s"

@@ -58,23 +58,35 @@ def native_engine(request):
 def test_the_spin_setting_reaches_the_engine_and_a_bad_one_is_refused(native_engine, monkeypatch):
     """HOCCL_TCP_SPIN_US is read where a connection opens its lanes: the engine is told it in nanoseconds, and a
     value outside 0..1000000 is a TransportError naming the variable."""
-    told = []  # (the connection, what its engine was told): only this test's two count (under load, another
-    real = native.NativeLanes.__init__  # test's late connection in this process was seen here once, 2026-12-06)
+    # The engine's library is one object for every connection, and both ends of a pair open their lanes at once, in
+    # two threads: a wrapper installed per connection would wrap the other's and count its call twice (seen under
+    # load on the CI machine, 2026-12-06). So one wrapper records (engine handle, what it was told), the lanes record
+    # (connection, handle), and only this test's two connections count.
+    told, handles, wrapped = [], [], []
+    lock = threading.Lock()
+    real = native.NativeLanes.__init__
 
     def spy(self, conn, regions):
-        hl_spin = regions.held.hl_spin
-        regions.held.hl_spin = lambda handle, ns: (told.append((conn, ns)), hl_spin(handle, ns))[1]
-        try:
-            real(self, conn, regions)
-        finally:
-            regions.held.hl_spin = hl_spin
+        held = regions.held
+        with lock:
+            if not any(h is held for h, _ in wrapped):
+                hl_spin = held.hl_spin
+                wrapped.append((held, hl_spin))
+                held.hl_spin = lambda handle, ns, hl_spin=hl_spin: (told.append((handle, ns)), hl_spin(handle, ns))[1]
+        real(self, conn, regions)
+        handles.append((conn, self.handle))
 
     monkeypatch.setattr(native.NativeLanes, "__init__", spy)
-    c_tx, c_rx, tx, rx = pair(lanes=2)
+    try:
+        c_tx, c_rx, tx, rx = pair(lanes=2)
+    finally:
+        for held, hl_spin in wrapped:  # before either closes: no later connection's call is counted
+            held.hl_spin = hl_spin
     tx.close()
     rx.close()
-    assert [ns for conn, ns in told if conn is c_tx] == [int(native_engine) * 1000], told
-    assert [ns for conn, ns in told if conn is c_rx] == [int(native_engine) * 1000], told
+    for c in (c_tx, c_rx):
+        mine = [h for conn, h in handles if conn is c]
+        assert len(mine) == 1 and [ns for h, ns in told if h == mine[0]] == [int(native_engine) * 1000], told
     monkeypatch.setenv("HOCCL_TCP_SPIN_US", "-1")
     with pytest.raises(TransportError, match="HOCCL_TCP_SPIN_US"):
         native.spin_us()

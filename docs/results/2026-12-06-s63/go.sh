@@ -15,9 +15,8 @@ if nvidia-smi -L | grep -q H200; then jobs=${JOBS_H200:-"small:mps 350m:mps"}; e
   # beside HOCCL's reduce-scatters (host G, session 61): do the two hoccl groups' proxy processes, 8 TCP lanes each
   # (a sender and a receiver thread per lane) on the node's 8 pinned CPUs, crowd each other? Fewer lanes, and one
   # group for both kinds of call, in one invocation beside the default and NCCL.
-  [ $(( END - $(date +%s) )) -lt 240 ] && echo "=== lanes: less than 240 s left, cut at $(( END - $(date +%s) )) s"
-  TCP_NODES_TIMEOUT=$(( END - $(date +%s) - 20 < 220 ? END - $(date +%s) - 20 : 220 )) \
-    timeout $(( END - $(date +%s) < 240 ? END - $(date +%s) : 240 )) bash scripts/tcp-nodes.sh --mps examples/train_fsdp.py --size small --batch 4 \
+  to=$(( END - $(date +%s) )); [ $to -lt 240 ] && echo "=== lanes: less than 240 s left, cut at $to s" || to=240
+  TCP_NODES_TIMEOUT=$((to - 20)) timeout $to bash scripts/tcp-nodes.sh --mps examples/train_fsdp.py --size small --batch 4 \
     --steps 100 --repeats 3 --reduce hoccl --gc-every 50 --json $OUT/lanes.json \
     --comm hoccl,hoccl+HOCCL_NET_LANES=4,hoccl+HOCCL_NET_LANES=2,hoccl-onegroup,nccl,none > $OUT/lanes.log 2>&1
   echo "=== lanes rc=$? $(( $(date +%s) - T0 )) s"

@@ -14,9 +14,10 @@ from hoccl_compiler import simulate as simmod  # noqa: E402
 from hoccl_compiler.collective import CollectiveSpec  # noqa: E402
 
 LOG = []
-src = textwrap.dedent(inspect.getsource(simmod._Run.run)).replace(
-    "active[q] = [t, k, float(nbytes), now + float(self.start_of[t])]",
-    "active[q] = [t, k, float(nbytes), now + float(self.start_of[t])]; LOG.append((now, q, t))")
+START = "active[q] = [t, k, float(nbytes), now + float(self.start_of[t])]"
+src = textwrap.dedent(inspect.getsource(simmod._Run.run))
+assert START in src, "the simulation's event loop changed: find where a chunk starts in _Run.run"
+src = src.replace(START, START + "; LOG.append((now, q, t))")
 ns = dict(vars(simmod), LOG=LOG)
 exec(src, ns)  # the same loop, logging
 simmod._Run.run = ns["run"]

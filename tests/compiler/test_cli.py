@@ -388,3 +388,51 @@ def test_a_cli_run_drops_numpys_hugepage_advice_unless_numpy_is_told(tmp_cwd, ca
     finally:
         flag(before)
     assert code == 0 and seen == [env is not None] and after is True
+
+
+class _FakeLibc:
+    """A C library's malloc tuning calls, recorded (``mallopt`` answers 1: accepted)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, param, value):
+        self.calls.append(("mallopt", param, value))
+        return 1
+
+    def malloc_trim(self, pad):
+        self.calls.append(("malloc_trim", pad))
+        return 1
+
+
+def test_a_cli_run_keeps_the_memory_it_frees_and_puts_mallocs_defaults_back(tmp_cwd, capsys, monkeypatch):
+    """cli._memory_kept: during the body malloc neither maps large blocks apart nor trims (M_MMAP_MAX 0,
+    M_TRIM_THRESHOLD at its largest), so freed arrays are reused instead of faulted in afresh; after it glibc's
+    defaults come back and what was kept is trimmed. A C library without these calls is left alone."""
+    import ctypes
+
+    from hoccl_compiler import cli
+
+    libc = _FakeLibc()
+    during = []
+    real = cli._compile_and_write
+
+    def spy(*args, **kwargs):
+        during.append(list(libc.calls))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: libc)
+    monkeypatch.setattr(cli, "_compile_and_write", spy)
+    code, _, _ = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-q"], capsys)
+    assert code == 0
+    assert during == [[("mallopt", -4, 0), ("mallopt", -1, 2**31 - 1)]]
+    assert libc.calls[2:] == [("mallopt", -4, 65536), ("mallopt", -1, 128 * 1024), ("malloc_trim", 0)]
+
+    class NoMallopt:  # musl, macOS: no such symbols
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: NoMallopt())
+    calls = len(libc.calls)
+    code, _, err = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-q"], capsys)
+    assert code == 0 and err == "" and len(during) == 2 and len(libc.calls) == calls

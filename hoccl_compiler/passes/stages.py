@@ -29,15 +29,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from .. import cost, multicast
 from ..errors import ScheduleError
 from ..ir import DEFAULT_CHUNK_BYTES, LOCAL, NATIVE, RDMA, CompileOptions, CompileState, Schedule
 from ..units import byte_sums
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 Matching = tuple[int, np.ndarray, np.ndarray]  # (bytes per matched cell, rows, cols)
 
@@ -55,6 +57,9 @@ def iter_matchings(matrix: np.ndarray, progress: Callable[[str], None] | None = 
     """:func:`peel_matchings` one matching at a time, each found when asked for (a skewed matrix's peel moves
     nearly all of its bytes in its first matchings and then spends thousands on the last few: a caller that cuts
     the tail need not find them)."""
+    import scipy.sparse as sp  # here, not at import: reading a plan (hoccl-inspect, the runtime) needs none of it
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
     n = matrix.shape[0]
     row_sum, col_sum = matrix.sum(axis=1), matrix.sum(axis=0)
     top = int(max(row_sum.max(initial=0), col_sum.max(initial=0)))
@@ -310,6 +315,9 @@ def _whole_cell_matchings(residual: np.ndarray, node_of: np.ndarray | None = Non
 def _maximum_matchings(residual: np.ndarray, r: np.ndarray, c: np.ndarray) -> list[WeightedMatching]:
     """Maximum matchings of the cells ``(r, c)`` of ``residual`` left, one after another (on the list of cells,
     not the dense matrix)."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
     out = []
     n, m = residual.shape
     key = r.astype(np.int64) * m + c

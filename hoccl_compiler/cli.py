@@ -150,9 +150,9 @@ def _memory_kept():
     one is fresh memory, which the kernel must fault in and zero page by page. A compile frees and allocates
     arrays of tens of MB thousands of times, so its run asks malloc to keep what it frees (no ``mmap``, no trim) and
     reuses it: on the 2-core VM, the 1024-GPU All-to-All's CLI compile faulted 572 k pages instead of 1.56 M and took
-    13.3-14.3 s wall against 15.6-20.2 s (2026-12-07, docs/results/compiler-history.md). Afterwards (a CLI called in
-    a process of its own: tests) glibc's defaults come back and the kept memory is trimmed. Elsewhere (no glibc)
-    nothing changes."""
+    12.3-13.3 s wall against 14.3-18.4 s, six runs each alternated (2026-12-07, docs/results/compiler-history.md).
+    Afterwards (a CLI called inside another program: tests) glibc's defaults come back and the kept memory is
+    trimmed. Elsewhere (no glibc) nothing changes."""
     try:
         import ctypes
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from .errors import PlanError
+from .errors import PlanError, schema_problems
 from .schema import PRETTY_LIMIT, SCHEMA_VERSION, Plan
 
 Encoding = Literal["auto", "full", "compact"]
@@ -247,6 +247,4 @@ def plan_from_json(raw: bytes | str, source: str = "<plan>") -> Plan:
     try:
         return Plan.model_validate(head)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
-        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
-        raise PlanError(f"plan {source} does not match the plan schema: {problems}{more}") from None
+        raise PlanError(f"plan {source} does not match the plan schema: {schema_problems(exc)}") from None

@@ -37,3 +37,14 @@ class OptionsError(HocclError, ValueError):
 
 class PlanError(HocclError, ValueError):
     """A plan file is corrupt, of another schema version, for another topology, or fails verification."""
+
+
+def schema_problems(exc, limit: int = 5, whole: str = "plan") -> str:
+    """The first ``limit`` problems of a pydantic ``ValidationError`` as one line: each field's path (``whole`` for a
+    check over the whole model) and pydantic's message without its "Value error, " prefix; "(and N more)" after."""
+    parts = []
+    for e in exc.errors()[:limit]:
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        parts.append(f"{'.'.join(str(p) for p in e['loc']) or whole}: {msg}")
+    more = f" (and {exc.error_count() - limit} more)" if exc.error_count() > limit else ""
+    return "; ".join(parts) + more

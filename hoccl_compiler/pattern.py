@@ -45,11 +45,11 @@ import json
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import __version__, cost
 from .collective import CollectiveSpec
-from .errors import PlanError, ScheduleError
+from .errors import PlanError, ScheduleError, schema_problems
 from .ir import DEFAULT_CHUNK_BYTES, NATIVE, RDMA, CompileOptions, CompileState, Schedule
 from .passes.chunks import waits_on_previous
 from .schema import SCHEMA_VERSION, PlanOptions, Report
@@ -85,6 +85,15 @@ class PatternPlan(BaseModel):
     @property
     def num_ranks(self) -> int:
         return self.topology.num_gpus
+
+    @model_validator(mode="after")
+    def _one_time_per_stage(self):
+        # the shape every reader indexes by (hoccl-inspect's table reads a time per stage before any --verify);
+        # the rest of the pattern is verify_pattern's
+        if len(self.stage_time_s) != self.num_stages:
+            raise ValueError(f"num_stages is {self.num_stages} but stage_time_s has {len(self.stage_time_s)} "
+                             "entries (one per stage): the file was edited or damaged; recompile it")
+        return self
 
 
 def _pattern_id(topology: Topology, collective: CollectiveSpec, options: PlanOptions) -> str:
@@ -534,5 +543,4 @@ def load_pattern(data: dict, source: str = "<plan>") -> PatternPlan:
     try:
         return PatternPlan.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
-        raise PlanError(f"{source} is not a valid pattern plan: {problems}") from None
+        raise PlanError(f"{source} is not a valid pattern plan: {schema_problems(exc)}") from None

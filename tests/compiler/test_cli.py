@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -436,3 +437,20 @@ def test_a_cli_run_keeps_the_memory_it_frees_and_puts_mallocs_defaults_back(tmp_
     calls = len(libc.calls)
     code, _, err = run(compile_main, ["--size", "1MiB", "--nodes", "2", "-q"], capsys)
     assert code == 0 and err == "" and len(during) == 2 and len(libc.calls) == calls
+
+
+@pytest.mark.parametrize("edit, named", [({"num_stages": 2**63}, "num_stages is 9223372036854775808"),
+                                         ({"stage_time_s": [1e-6]}, "stage_time_s has 1 entries")])
+def test_inspect_refuses_a_pattern_plan_whose_stage_count_and_times_disagree(tmp_cwd, capsys, edit, named):
+    """hoccl-inspect prints a pattern plan's stage table without --verify; a file whose num_stages and stage_time_s
+    disagree (an edit, or damage) is refused on load with the two values named, not an IndexError (session 64's
+    fuzzing found one)."""
+    code, _, _ = run(compile_main, ["alltoall", "--nodes", "3", "--size", "24MiB", "--pattern", "on", "-o", "p.json",
+                                    "-q"], capsys)
+    assert code == 0
+    data = json.loads(Path("p.json").read_text())
+    assert len(data["stage_time_s"]) == data["num_stages"] > 1
+    data.update(edit)
+    Path("bad.json").write_text(json.dumps(data))
+    code, out, err = run(inspect_main, ["bad.json"], capsys)
+    assert code == 2 and out == "" and named in err and "recompile it" in err and "Traceback" not in err

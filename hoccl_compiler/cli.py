@@ -515,6 +515,10 @@ def _inspect(argv: Sequence[str] | None) -> int:
         verified = True
         for warning in hot_spots(plan):
             print(f"warning: {warning}", file=sys.stderr)
+    else:  # an unverified file is read by index below: a damaged one is refused by name first
+        from .verify import check_indices
+
+        check_indices(plan)
     simulated = None
     if args.simulate:
         from .simulate import simulate

@@ -64,7 +64,11 @@ class Simulation:
 def simulate(plan: Plan, *, chunk_start_s: float | None = None, nic_start_s: float | None = None,
              max_events: int = 5_000_000) -> Simulation:
     """Simulate ``plan`` chunk by chunk (see the module docstring). ``chunk_start_s`` / ``nic_start_s`` replace
-    the topology's per-chunk DMA / NIC start costs."""
+    the topology's per-chunk DMA / NIC start costs. A plan whose indices point outside what they index (a damaged
+    file) raises :class:`~hoccl_compiler.errors.PlanError` (:func:`~hoccl_compiler.verify.check_indices`)."""
+    from .verify import check_indices
+
+    check_indices(plan)
     topo = plan.topology
     dma_start = topo.costs.dma_start_us * 1e-6 if chunk_start_s is None else chunk_start_s
     nic_start = topo.costs.nic_start_us * 1e-6 if nic_start_s is None else nic_start_s

@@ -25,7 +25,7 @@ from .ir import LOCAL, NATIVE, RDMA, RECV_FORWARD, ROLE_NAMES, SEND_FORWARD, mix
 from .schema import Plan
 from .units import byte_sums
 
-__all__ = ["verify_plan", "replay", "ReplayResult", "BYTE_REPLAY_LIMIT"]
+__all__ = ["verify_plan", "check_indices", "replay", "ReplayResult", "BYTE_REPLAY_LIMIT"]
 
 BYTE_REPLAY_LIMIT = 8 << 20  # plans moving at most this many bytes also get a byte-level replay
 
@@ -58,6 +58,53 @@ def _fail_first(mask: np.ndarray, plan: Plan, t: dict[str, np.ndarray], why: str
     if mask.any():
         i = int(np.nonzero(mask)[0][0])
         raise PlanError(f"plan {plan.plan_id}: {_describe(plan, t, i)}: {why} ({int(mask.sum())} transfer(s) in all)")
+
+
+def _check_transfer_indices(plan: Plan, t: dict[str, np.ndarray], n_flows: int) -> None:
+    G, n_queues = plan.topology.num_gpus, len(plan.queues.gpu)
+    _fail_first((t["flow"] < 0) | (t["flow"] >= n_flows), plan, t, f"flow index outside 0..{n_flows - 1}")
+    _fail_first((t["role"] < 0) | (t["role"] >= len(ROLE_NAMES)), plan, t, "unknown role")
+    _fail_first((t["src"] < 0) | (t["src"] >= G) | (t["dst"] < 0) | (t["dst"] >= G), plan, t, "GPU outside 0..G-1")
+    _fail_first((t["queue"] < 0) | (t["queue"] >= n_queues), plan, t, f"queue outside 0..{n_queues - 1}")
+    stage_size = np.bincount(t["stage"], minlength=len(plan.stages))[t["stage"]]
+    _fail_first((t["after"] < -1) | (t["after"] >= stage_size), plan, t, "waits on a transfer outside its stage")
+
+
+def check_indices(plan: Plan) -> None:
+    """Raise :class:`PlanError` where an index in ``plan`` points outside what it indexes: a flow's GPUs or ``via``,
+    a queue's GPU, a transfer's flow, role, GPUs, queue or wait, a chunk order's transfer. O(size of the plan), a
+    small part of :func:`verify_plan` (which does it too): what a tool that reads an unverified plan (``hoccl-inspect``
+    without ``--verify``, :func:`~hoccl_compiler.simulate.simulate`) checks first, so that a damaged file is refused
+    by name instead of failing on an index deep inside."""
+    G = plan.topology.num_gpus
+    fl = plan.flows
+    n_flows = len(fl.src)
+    for name in ("src", "dst"):
+        col = np.asarray(getattr(fl, name), dtype=np.int64)
+        if col.size and (col.min() < 0 or col.max() >= G):
+            i = int(np.flatnonzero((col < 0) | (col >= G))[0])
+            raise PlanError(f"plan {plan.plan_id}: flow {i}'s {name} is GPU {int(col[i])}, outside 0..{G - 1}: the "
+                            "plan is corrupt; recompile it")
+    if fl.via is not None:
+        via = np.asarray(fl.via, dtype=np.int64)
+        if via.size and (via.min() < -1 or via.max() >= n_flows):
+            i = int(np.flatnonzero((via < -1) | (via >= n_flows))[0])
+            raise PlanError(f"plan {plan.plan_id}: flow {i}'s via is {int(via[i])}, outside -1..{n_flows - 1}: the "
+                            "plan is corrupt; recompile it")
+    qg = np.asarray(plan.queues.gpu, dtype=np.int64)
+    if qg.size and (qg.min() < 0 or qg.max() >= G):
+        q = int(np.flatnonzero((qg < 0) | (qg >= G))[0])
+        raise PlanError(f"plan {plan.plan_id}: queue {q} is on GPU {int(qg[q])}, outside 0..{G - 1}: the plan is "
+                        "corrupt; recompile it")
+    t = _transfers(plan)
+    _check_transfer_indices(plan, t, n_flows)
+    for stage in plan.stages:
+        order = np.asarray(stage.chunks, dtype=np.int64)
+        n = len(stage.transfers.flow)
+        if order.size and (order.min() < 0 or order.max() >= n):
+            bad = int(order[(order < 0) | (order >= n)][0])
+            raise PlanError(f"plan {plan.plan_id}: stage {stage.index}: chunk order names transfer {bad}, outside "
+                            f"0..{n - 1}: the plan is corrupt; recompile it")
 
 
 def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
@@ -124,17 +171,10 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
 
     t = _transfers(plan)
     n_flows = u.size
-    n_queues = len(plan.queues.gpu)
     n_tr = t["flow"].size
-    # ranges first, so that indexing below is safe
-    _fail_first((t["flow"] < 0) | (t["flow"] >= n_flows), plan, t, f"flow index outside 0..{n_flows - 1}")
-    _fail_first((t["role"] < 0) | (t["role"] >= len(ROLE_NAMES)), plan, t, "unknown role")
-    _fail_first((t["src"] < 0) | (t["src"] >= G) | (t["dst"] < 0) | (t["dst"] >= G), plan, t, "GPU outside 0..G-1")
-    _fail_first((t["queue"] < 0) | (t["queue"] >= n_queues), plan, t, f"queue outside 0..{n_queues - 1}")
+    _check_transfer_indices(plan, t, n_flows)  # ranges first, so that indexing below is safe
     _fail_first((t["bytes"] <= 0) | (t["offset"] < 0) | (t["offset"] + t["bytes"] > nb[t["flow"]]), plan, t,
                 "byte range outside its flow")
-    stage_size = np.bincount(t["stage"], minlength=len(plan.stages))[t["stage"]]
-    _fail_first((t["after"] < -1) | (t["after"] >= stage_size), plan, t, "waits on a transfer outside its stage")
 
     differ = _matrix_mismatch(plan.hoccl_matrix, G, t["src"], t["dst"], t["bytes"])
     if differ is not None:

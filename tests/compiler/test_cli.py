@@ -454,3 +454,44 @@ def test_inspect_refuses_a_pattern_plan_whose_stage_count_and_times_disagree(tmp
     Path("bad.json").write_text(json.dumps(data))
     code, out, err = run(inspect_main, ["bad.json"], capsys)
     assert code == 2 and out == "" and named in err and "recompile it" in err and "Traceback" not in err
+
+
+def _damage(data: dict, where: str) -> None:
+    """One index of a full plan's JSON pointed outside what it indexes."""
+    tr = data["stages"][0]["transfers"]
+    if where in ("after", "role", "src", "queue", "flow"):
+        tr[where][1] = 2**62
+    elif where == "flows.dst":
+        data["flows"]["dst"][0] = -3
+    elif where == "queues.gpu":
+        data["queues"]["gpu"][0] = 10**6
+    elif where == "chunks":
+        data["stages"][0]["chunks"][0] = len(tr["flow"])
+
+
+DAMAGE = [("after", "waits on a transfer outside its stage"), ("role", "unknown role"), ("src", "GPU outside 0..G-1"),
+          ("queue", "queue outside"), ("flow", "flow index outside"), ("flows.dst", "flow 0's dst is GPU -3"),
+          ("queues.gpu", "queue 0 is on GPU 1000000"), ("chunks", "chunk order names transfer")]
+
+
+@pytest.mark.parametrize("where, named", DAMAGE)
+def test_inspect_and_simulate_refuse_a_damaged_index_by_name(tmp_cwd, capsys, where, named):
+    """hoccl-inspect reads an unverified plan by index (its summary, --simulate): a damaged index (a transfer's
+    wait, role, GPU, queue or flow; a flow's GPU; a queue's GPU; a chunk order's entry) is refused with exit 2 and
+    its place named (verify.check_indices), not an IndexError (session 64's fuzzing found four); simulate() raises
+    PlanError the same way."""
+    from hoccl_compiler import PlanError
+    from hoccl_compiler.codec import plan_from_json
+    from hoccl_compiler.simulate import simulate
+
+    code, _, _ = run(compile_main, ["allgather", "--nodes", "2", "--size", "3MiB", "-o", "p.json", "-q",
+                                    "--encoding", "full"], capsys)
+    assert code == 0
+    data = json.loads(Path("p.json").read_text())
+    _damage(data, where)
+    Path("bad.json").write_text(json.dumps(data))
+    for extra in ([], ["--simulate"], ["--format", "json"]):
+        code, out, err = run(inspect_main, ["bad.json", *extra], capsys)
+        assert code == 2 and out == "" and named in err and "Traceback" not in err, (extra, err)
+    with pytest.raises(PlanError, match=named.replace("(", r"\(").replace(".", r"\.")):
+        simulate(plan_from_json(json.dumps(data)))

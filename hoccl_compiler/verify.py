@@ -70,41 +70,38 @@ def _check_transfer_indices(plan: Plan, t: dict[str, np.ndarray], n_flows: int) 
     _fail_first((t["after"] < -1) | (t["after"] >= stage_size), plan, t, "waits on a transfer outside its stage")
 
 
+def _first_outside(col, lo: int, hi: int) -> int | None:
+    """The index of ``col``'s first entry outside ``lo..hi``, or None."""
+    col = np.asarray(col, dtype=np.int64)
+    bad = (col < lo) | (col > hi)
+    return int(np.flatnonzero(bad)[0]) if bad.any() else None
+
+
 def check_indices(plan: Plan) -> None:
     """Raise :class:`PlanError` where an index in ``plan`` points outside what it indexes: a flow's GPUs or ``via``,
     a queue's GPU, a transfer's flow, role, GPUs, queue or wait, a chunk order's transfer. O(size of the plan), a
     small part of :func:`verify_plan` (which does it too): what a tool that reads an unverified plan (``hoccl-inspect``
     without ``--verify``, :func:`~hoccl_compiler.simulate.simulate`) checks first, so that a damaged file is refused
     by name instead of failing on an index deep inside."""
-    G = plan.topology.num_gpus
-    fl = plan.flows
+    G, fl = plan.topology.num_gpus, plan.flows
     n_flows = len(fl.src)
-    for name in ("src", "dst"):
-        col = np.asarray(getattr(fl, name), dtype=np.int64)
-        if col.size and (col.min() < 0 or col.max() >= G):
-            i = int(np.flatnonzero((col < 0) | (col >= G))[0])
-            raise PlanError(f"plan {plan.plan_id}: flow {i}'s {name} is GPU {int(col[i])}, outside 0..{G - 1}: the "
-                            "plan is corrupt; recompile it")
-    if fl.via is not None:
-        via = np.asarray(fl.via, dtype=np.int64)
-        if via.size and (via.min() < -1 or via.max() >= n_flows):
-            i = int(np.flatnonzero((via < -1) | (via >= n_flows))[0])
-            raise PlanError(f"plan {plan.plan_id}: flow {i}'s via is {int(via[i])}, outside -1..{n_flows - 1}: the "
-                            "plan is corrupt; recompile it")
-    qg = np.asarray(plan.queues.gpu, dtype=np.int64)
-    if qg.size and (qg.min() < 0 or qg.max() >= G):
-        q = int(np.flatnonzero((qg < 0) | (qg >= G))[0])
-        raise PlanError(f"plan {plan.plan_id}: queue {q} is on GPU {int(qg[q])}, outside 0..{G - 1}: the plan is "
-                        "corrupt; recompile it")
-    t = _transfers(plan)
-    _check_transfer_indices(plan, t, n_flows)
+    for what, col, lo, hi in (("src", fl.src, 0, G - 1), ("dst", fl.dst, 0, G - 1),
+                              ("via", [] if fl.via is None else fl.via, -1, n_flows - 1)):
+        i = _first_outside(col, lo, hi)
+        if i is not None:
+            raise PlanError(f"plan {plan.plan_id}: flow {i}'s {what} is {col[i]}, outside {lo}..{hi}: the plan is "
+                            "corrupt; recompile it")
+    q = _first_outside(plan.queues.gpu, 0, G - 1)
+    if q is not None:
+        raise PlanError(f"plan {plan.plan_id}: queue {q} is on GPU {plan.queues.gpu[q]}, outside 0..{G - 1}: the plan "
+                        "is corrupt; recompile it")
+    _check_transfer_indices(plan, _transfers(plan), n_flows)
     for stage in plan.stages:
-        order = np.asarray(stage.chunks, dtype=np.int64)
         n = len(stage.transfers.flow)
-        if order.size and (order.min() < 0 or order.max() >= n):
-            bad = int(order[(order < 0) | (order >= n)][0])
-            raise PlanError(f"plan {plan.plan_id}: stage {stage.index}: chunk order names transfer {bad}, outside "
-                            f"0..{n - 1}: the plan is corrupt; recompile it")
+        e = _first_outside(stage.chunks, 0, n - 1)
+        if e is not None:
+            raise PlanError(f"plan {plan.plan_id}: stage {stage.index}: chunk order names transfer {stage.chunks[e]}, "
+                            f"outside 0..{n - 1}: the plan is corrupt; recompile it")
 
 
 def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:

@@ -470,8 +470,9 @@ def _damage(data: dict, where: str) -> None:
 
 
 DAMAGE = [("after", "waits on a transfer outside its stage"), ("role", "unknown role"), ("src", "GPU outside 0..G-1"),
-          ("queue", "queue outside"), ("flow", "flow index outside"), ("flows.dst", "flow 0's dst is GPU -3"),
-          ("queues.gpu", "queue 0 is on GPU 1000000"), ("chunks", "chunk order names transfer")]
+          ("queue", "queue outside"), ("flow", "flow index outside"),
+          ("flows.dst", "flow 0's dst is -3, outside 0..15"), ("queues.gpu", "queue 0 is on GPU 1000000"),
+          ("chunks", "chunk order names transfer")]
 
 
 @pytest.mark.parametrize("where, named", DAMAGE)

@@ -60,8 +60,12 @@ def execute(plan, buffers, streams=None, *, sync="events") -> None:
 
     A plan of several nodes runs one process per node (torchrun ``--nnodes N --nproc-per-node 1``), each giving
     the buffers of its node's ranks: the first call connects the nodes over TCP (through torch's store), and each
-    call returns once this node's part is done (:mod:`hoccl_runtime.nodes`)."""
-    if getattr(getattr(plan, "topology", None), "nodes", 1) > 1:
+    call returns once this node's part is done (:mod:`hoccl_runtime.nodes`). ``plan`` may be the path of a plan
+    file, and ``buffers`` a list of the (input, output) pairs in rank order."""
+    from .executor import call_args
+
+    plan, buffers = call_args(plan, buffers)
+    if plan.topology.nodes > 1:
         from .nodes import execute_nodes
 
         execute_nodes(plan, buffers, streams)

@@ -112,6 +112,27 @@ def _rank_buffers(plan: Plan, info: _PlanInfo, rank: int, value: Any) -> RankBuf
     return RankBuffers(in_buf, out_buf, device)
 
 
+def call_args(plan: Any, buffers: Any) -> tuple[Plan, Mapping[int, Any]]:
+    """``execute``'s two arguments in the form it runs: ``plan`` a plan or the path of a plan file (read with
+    :func:`hoccl_runtime.load_plan`); ``buffers`` ``{rank: (input, output)}`` or a list of the pairs in rank order.
+    Anything else is refused by name."""
+    import os
+
+    if isinstance(plan, (str, os.PathLike)):
+        from .plans import load_plan
+
+        plan = load_plan(plan)
+    elif not isinstance(plan, Plan):
+        raise TypeError(f"plan must be a plan (hoccl_runtime.load_plan(path)) or the path of a plan file, not a "
+                        f"{type(plan).__name__}")
+    if isinstance(buffers, (list, tuple)):
+        buffers = dict(enumerate(buffers))
+    elif not isinstance(buffers, Mapping):
+        raise BufferError(f"buffers must be {{rank: (input, output)}} or a list of (input, output) in rank order, "
+                          f"not a {type(buffers).__name__}")
+    return plan, buffers
+
+
 class Executor:
     """Owns copy streams, events and flags per GPU; replays plans. Thread-safe; ``close()`` frees everything.
 
@@ -183,7 +204,9 @@ class Executor:
     # --- the call ------------------------------------------------------------------------------------
     def execute(self, plan: Plan, buffers: Mapping[int, Any], streams: Mapping[int, Any] | None = None,
                 *, sync: Sync = "events") -> None:
-        """Enqueue ``plan`` for the ranks in ``buffers`` (all of the plan's ranks, in this process)."""
+        """Enqueue ``plan`` for the ranks in ``buffers`` (all of the plan's ranks, in this process; see
+        :func:`call_args` for the forms both take)."""
+        plan, buffers = call_args(plan, buffers)
         if self.closed:
             raise HocclError("this executor is closed; create a new one")
         if sync not in ("flags", "events"):
@@ -193,7 +216,7 @@ class Executor:
             info = self._info(plan)  # refuses plans this executor cannot run, before looking at buffers
         if len(buffers) != G or any(r not in buffers for r in range(G)):
             raise BufferError(f"plan {plan.plan_id} is for {G} ranks; pass buffers for ranks 0..{G - 1} "
-                              f"(got {sorted(buffers)})")
+                              f"(got {sorted(buffers, key=repr)})")
         ranks = [_rank_buffers(plan, info, r, buffers[r]) for r in range(G)]
         user = tuple(as_stream(streams.get(r) if streams is not None else None) for r in range(G))
         with self._lock:

@@ -111,3 +111,33 @@ def test_execute_runs_a_plan_file_of_several_nodes_one_process_each(tmp_path, ki
     for n in range(nodes):
         for run in ("0", "1"):
             assert set(results[n][run].values()) == {0}, results
+
+
+def test_execute_takes_a_plan_file_and_a_list_of_buffers_and_refuses_other_arguments_by_name(tmp_path):
+    """hr.execute (and Executor.execute) take a plan or the path of a plan file, and {rank: (input, output)} or a list
+    of the pairs in rank order; anything else is refused with its type named (before: a plan path met
+    "'str' object has no attribute 'num_ranks'", a list of buffers "'<' not supported between 'NoneType'...")."""
+    import hoccl_runtime as hr
+    from hoccl_runtime.errors import BufferError, PlanError
+
+    one = compile_plan(make_topology("h200x2", nodes=1), CollectiveSpec(kind="allgather", size_bytes=4096))
+    path = tmp_path / "one.json"
+    path.write_text(one.model_dump_json())
+    # both forms reach the per-rank buffer check: the file was read, the list taken as ranks 0, 1
+    for plan in (one, str(path), path):
+        with pytest.raises(BufferError, match="rank 0: give buffers as \\(input, output\\).*got NoneType"):
+            hr.execute(plan, [None, None])
+    with pytest.raises(BufferError, match=r"is for 2 ranks; pass buffers for ranks 0..1 \(got \[0\]\)"):
+        hr.execute(str(path), [(None, None)])
+    with pytest.raises(PlanError, match="cannot read plan"):
+        hr.execute(str(tmp_path / "missing.json"), [None, None])
+    with pytest.raises(TypeError, match="plan must be a plan .* not a int"):
+        hr.execute(42, {})
+    with pytest.raises(BufferError, match="buffers must be .* not a int"):
+        hr.execute(one, 5)
+    # a plan file of two nodes is routed as the plan is: one process per node
+    two = compile_plan(make_topology("h200x2", nodes=2), CollectiveSpec(kind="allgather", size_bytes=4096))
+    path2 = tmp_path / "two.json"
+    path2.write_text(two.model_dump_json())
+    with pytest.raises(BufferError, match=r"2 nodes of 2 GPUs, run one process per node.*got ranks \[0, 1, 2, 3\]"):
+        hr.execute(str(path2), [None] * 4)

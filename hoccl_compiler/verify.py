@@ -95,13 +95,9 @@ def check_indices(plan: Plan) -> None:
     if q is not None:
         raise PlanError(f"plan {plan.plan_id}: queue {q} is on GPU {plan.queues.gpu[q]}, outside 0..{G - 1}: the plan "
                         "is corrupt; recompile it")
-    _check_transfer_indices(plan, _transfers(plan), n_flows)
-    for stage in plan.stages:
-        n = len(stage.transfers.flow)
-        e = _first_outside(stage.chunks, 0, n - 1)
-        if e is not None:
-            raise PlanError(f"plan {plan.plan_id}: stage {stage.index}: chunk order names transfer {stage.chunks[e]}, "
-                            f"outside 0..{n - 1}: the plan is corrupt; recompile it")
+    t = _transfers(plan)
+    _check_transfer_indices(plan, t, n_flows)
+    _chunk_entries(plan, np.searchsorted(t["stage"], np.arange(len(plan.stages) + 1)))
 
 
 def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
@@ -374,10 +370,9 @@ def _check_coverage(plan: Plan, t, deliver: np.ndarray, flow_bytes: np.ndarray) 
                         f"delivers {total[f]} of its {flow_bytes[f]} bytes")
 
 
-def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
-    size = plan_chunk_sizes(plan, t["role"])  # each transfer's chunk (the network's own, where the plan has one)
-    n_chunks = np.maximum(1, -(-t["bytes"] // size))
-    first_chunk = np.cumsum(n_chunks) - n_chunks
+def _chunk_entries(plan: Plan, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every chunk order entry as (its stage, the transfer it names in that stage), each checked to name one of its
+    stage's transfers (``base``: where each stage's transfers start in the flat numbering, and their end)."""
     sizes = np.diff(base)
     e_stage = np.repeat(np.arange(len(plan.stages), dtype=np.int64),
                         [len(stage.chunks) for stage in plan.stages])
@@ -387,7 +382,15 @@ def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
     if bad.any():
         s = int(e_stage[bad][0])
         raise PlanError(f"plan {plan.plan_id}: stage {s}: chunk order names transfer {int(e_local[bad][0])}, "
-                        f"outside 0..{sizes[s] - 1}")
+                        f"outside 0..{sizes[s] - 1}: the plan is corrupt; recompile it")
+    return e_stage, e_local
+
+
+def _check_chunk_orders(plan: Plan, t, base: np.ndarray) -> None:
+    size = plan_chunk_sizes(plan, t["role"])  # each transfer's chunk (the network's own, where the plan has one)
+    n_chunks = np.maximum(1, -(-t["bytes"] // size))
+    first_chunk = np.cumsum(n_chunks) - n_chunks
+    e_stage, e_local = _chunk_entries(plan, base)
     e_tr = base[e_stage] + e_local
     count = np.bincount(e_tr, minlength=t["flow"].size)
     what = (f"ceil(bytes / {plan.options.chunk_bytes})" if plan.options.net_chunk_bytes is None else

@@ -19,6 +19,7 @@ buffers. The call returns at once; nothing on the host waits for the GPU.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -116,8 +117,6 @@ def call_args(plan: Any, buffers: Any) -> tuple[Plan, Mapping[int, Any]]:
     """``execute``'s two arguments in the form it runs: ``plan`` a plan or the path of a plan file (read with
     :func:`hoccl_runtime.load_plan`); ``buffers`` ``{rank: (input, output)}`` or a list of the pairs in rank order.
     Anything else is refused by name."""
-    import os
-
     if isinstance(plan, (str, os.PathLike)):
         from .plans import load_plan
 

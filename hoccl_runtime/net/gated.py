@@ -17,6 +17,7 @@ from ..errors import HocclError, HocclTimeoutError, TransportError
 from ..flags import Flag, as_int32, reached
 from ..settings import env_flag
 from .host import HostNodeExecutor
+from .wire import data_imm
 
 __all__ = ["GatedNodeExecutor", "PreparedRun", "open_gates", "flag_count", "ring_slots", "RING_BYTES", "MAX_SLOTS"]
 
@@ -204,7 +205,7 @@ class GatedNodeExecutor(HostNodeExecutor):
         region, offset, bytes, gate address, count), from one walk over the receive sequences: a slot's gates are
         queued in ring order (:meth:`_gate` takes them as the chunks arrive), so the k-th position still to come that
         uses a slot has the k-th gate left in its queue."""
-        run, recv, stages = self._run, self._current.recv, self.plan.stages
+        run, recv, stages, half = self._run, self._current.recv, self.plan.stages, self._half()
         gates: dict[int, list[tuple]] = {}
         for vbar, seq in run.inc.items():
             local, got, taken = vbar % self.L, run.got[vbar], {}
@@ -222,7 +223,7 @@ class GatedNodeExecutor(HostNodeExecutor):
                 start, n = self._chunk_range(stages[int(seq.stage[p])].transfers, int(seq.transfer[p]),
                                              int(seq.chunk[p]))
                 if nb == n:
-                    gates.setdefault(node, []).append(((local << 24) | p, 2 * local + 1, j * self.chunk, n,
+                    gates.setdefault(node, []).append((data_imm(local, p, half), 2 * local + 1, j * self.chunk, n,
                                                        gate.address, as_int32(c)))
         return gates
 

@@ -22,7 +22,8 @@ and the network pieces go through a :class:`Transport` (TCP here). What it pins 
   only once that node's notice for the run matched its own (the notices of a pure sender's peers are checked as they
   come, in order), so nodes in different collectives raise PlanError instead of mixing data. No barrier ends such a
   run (:meth:`HostNodeExecutor.leave` waits for the last one before closing). These notices: :mod:`.notices`.
-* Immediates: data ``(target GPU's local index << 24) | its receive position``; credits ``bit 31 | (sending GPU's
+* Immediates (:mod:`.wire`): data ``(target GPU's local index << 24) | HALF | its receive position`` (HALF: the run
+  fills the second half of alternate ring halves); credits ``bit 31 | (sending GPU's
   local index << 24) | the send position they let go``; plan notices ``0x7e000000 | 24 bits of the plan id's CRC``.
   The accepting node knows who connected from the transport's hello (the connecting transport's name), before any data
   can arrive.
@@ -48,7 +49,7 @@ from ..settings import env_flag
 from .notices import RunNotices
 from .routes import ChunkSequence, LeavingWrites, Routes, RunState, net_chunk_of, refuse_multicast
 from .transport.base import Connection, Region, Transport, pause
-from .wire import CREDIT, LOCAL, NATIVE, PLAN_HELLO, RUN_DONE
+from .wire import CREDIT, HALF, LOCAL, NATIVE, PLAN_HELLO, POSITIONS, RUN_DONE, data_imm
 
 __all__ = ["HostNodeExecutor"]
 
@@ -335,9 +336,9 @@ class HostNodeExecutor(RunNotices):
         """The ring slot of send or receive-ring position ``position`` in this run (its half's, HOCCL_NET_OVERLAP)."""
         return self._base + position % self.span
 
-    def _in_half(self, offset: int) -> bool:
-        """Whether a receive-ring offset lies in this run's half (data for the next run lies in the other)."""
-        return self._base <= offset // self.chunk < self._base + self.span
+    def _half(self) -> int:
+        """The ring half this run uses: 1 for the second half of alternate halves (HOCCL_NET_OVERLAP), else 0."""
+        return int(self._base > 0)
 
     def _local_copies(self) -> None:
         """Copies that stay in the node (local and native: both ends here), stage by stage."""
@@ -421,7 +422,8 @@ class HostNodeExecutor(RunNotices):
         else:          # into v̄'s receive ring, forwarded on (or copied to the GPU) by v̄
             region, offset = 2 * local_index + 1, self._slot(ring) * self.chunk
         self._staged.setdefault(ubar, deque()).append((token, self.conns[self._node_of(vbar)], (
-            self.send_region[ubar], slot, n, region, offset), (local_index << 24) | int(seq.peer_pos[x]), ubar, x))
+            self.send_region[ubar], slot, n, region, offset), data_imm(local_index, int(seq.peer_pos[x]), self._half()),
+            ubar, x))
 
     def _take_ahead(self) -> None:
         """What came for this run while the previous one ran (data, credits) goes to the backlog, to be taken now:
@@ -448,13 +450,15 @@ class HostNodeExecutor(RunNotices):
                 self._leaving.left(key)
             return
         imm = c.imm
-        local, pos = (imm >> 24) & 0x7F, imm & 0xFFFFFF
+        local, pos = (imm >> 24) & 0x7F, imm & (0xFFFFFF if imm & CREDIT else POSITIONS)
         if self._notice(node, imm):  # a node through with this run already, or in the next one
             if (imm & 0x7F000000) == PLAN_HELLO:
                 self._check_notices()
             return
-        if self.halves and not imm & CREDIT and c.region < 2 * self.L and c.region % 2 and not self._in_half(c.offset):
-            self._ahead.setdefault(node, []).append(c)  # the next run's data, into the other half of the ring
+        # the next run's data, into the other half of the ring: its immediate says so (a write over RDMA completes
+        # with its immediate alone, not where it landed)
+        if self.halves and not imm & CREDIT and bool(imm & HALF) != self._half():
+            self._ahead.setdefault(node, []).append(c)
             return
         if not self._heard(node):  # its plan notice for this run is not in yet: its data waits for it
             self._deferred.setdefault(node, []).append(c)

@@ -10,7 +10,7 @@ import numpy as np
 from hoccl_compiler.schema import Plan
 
 from ..errors import TransportError, UnsupportedPlanError
-from .wire import RDMA
+from .wire import POSITIONS, RDMA
 
 __all__ = ["Routes", "RunState", "ChunkSequence", "LeavingWrites", "refuse_multicast", "net_chunk_of"]
 
@@ -89,10 +89,13 @@ class Routes:
                 if ringed:
                     n_ring[vbar] = g0 + n
                 bases[(stage.index, t)] = (x0, g0 if ringed else -1)
-        for g, count in (*n_send.items(), *n_recv.items()):
-            if count > 0xFFFFFF:
-                raise TransportError(f"plan {plan.plan_id}: GPU {g} moves {count} network chunks in one run, more "
-                                     f"than an immediate can number (2**24); compile with a larger chunk size")
+        # a credit names a send position in 24 bits, a data write a receive position in 23 (net/wire.py)
+        for counts, most, bits in ((n_send, 0xFFFFFF, 24), (n_recv, POSITIONS, 23)):
+            for g, count in counts.items():
+                if count > most:
+                    raise TransportError(f"plan {plan.plan_id}: GPU {g} moves {count} network chunks in one run, "
+                                         f"more than an immediate can number (2**{bits}); compile with a larger "
+                                         "chunk size")
         self.out = {g: ChunkSequence(p) for g, p in out.items()}
         self.inc = {g: ChunkSequence(p) for g, p in inc.items()}
         self.receivers = frozenset(n_recv)  # every GPU (of any node) that receives network chunks in a run

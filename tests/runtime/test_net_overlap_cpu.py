@@ -15,14 +15,19 @@ from hoccl_compiler import CollectiveSpec, CompileOptions, compile_plan, make_to
 from hoccl_compiler.verify import replay
 
 
-def _nodes(plans, nodes, slots, before_run=None, timeout_s=20):
+def _nodes(plans, nodes, slots, before_run=None, timeout_s=20, verbs=None):
+    """``verbs``: the fake pyverbs module (tests/support/fake_pyverbs.py) to join the nodes over the verbs transport
+    instead of TCP."""
     from threaded import failures, in_threads
 
     from hoccl_runtime.net.executor import HostNodeExecutor
+    from hoccl_runtime.net.transport.verbs import VerbsTransport
 
     first = plans[0]
     L = first.topology.gpus_per_node
-    transports = [HostNodeExecutor.make_transport(first, n, lanes=2, secret=b"overlap") for n in range(nodes)]
+    transports = [HostNodeExecutor.make_transport(first, n, lanes=2, secret=b"overlap") if verbs is None else
+                  VerbsTransport(pyverbs=verbs, session=first.plan_id, name=f"node{n}", qps=2, timeout_s=timeout_s)
+                  for n in range(nodes)]
 
     def bufs(plan, n, run):
         return {r: (np.random.default_rng([r, run + 1, 7]).integers(0, 256, plan.ranks.input_bytes[r], dtype=np.uint8),
@@ -89,6 +94,27 @@ def test_many_runs_of_mixed_plans_with_skew_move_the_right_bytes(monkeypatch, sl
     rng = np.random.default_rng(slots)
     delays = rng.uniform(0, 0.01, size=(3, len(plans)))
     _nodes(plans, 3, slots, before_run=lambda n, run: time.sleep(delays[n, run]))
+
+
+@pytest.mark.parametrize("nodes,L", [(2, 1), (3, 2)])
+def test_runs_on_alternate_halves_over_the_verbs_transport(monkeypatch, nodes, L):
+    """Over RDMA a receiver is not told where a write landed (a write with immediate completes with its immediate
+    alone), so a data write says in its immediate which run's half it fills. Until 2026-12-07 the host executor
+    read the half from the completion's offset, which the verbs transport leaves at -1: every chunk of the first run
+    was taken for the next run's, and the reusable executors (the communicators') stalled on their first call with
+    HOCCL_NET_OVERLAP on, its default (found by examples/measure_verbs_host_costs.py)."""
+    import fake_pyverbs
+
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
+    pv = fake_pyverbs.install(monkeypatch)
+    topo = make_topology("h200x2", nodes=nodes, gpus_per_node=L)
+    opts = CompileOptions(chunk_bytes=256, baselines=False, multicast=False)
+    G = nodes * L
+    kinds = [CollectiveSpec(kind="allgather", size_bytes=G * 1000), CollectiveSpec(kind="alltoall", size_bytes=G * 999),
+             CollectiveSpec(kind="sendrecv", pairs=((0, G - 1, 2000),))]
+    plans = [compile_plan(topo, kinds[i % len(kinds)], opts) for i in range(9)]
+    delays = np.random.default_rng(nodes).uniform(0, 0.01, size=(nodes, len(plans)))
+    _nodes(plans, nodes, 4, before_run=lambda n, run: time.sleep(delays[n, run]), timeout_s=10, verbs=pv)
 
 
 def test_a_node_runs_one_run_ahead_of_a_slow_peer_and_no_further(monkeypatch):

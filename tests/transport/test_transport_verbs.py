@@ -337,6 +337,57 @@ def _gpu_nodes_over_verbs(monkeypatch, *, dmabuf, mr_refuses_gpu=False, kind="al
     return outputs, replay(plan, inputs).outputs, transports, execs
 
 
+def test_gpu_executor_reused_over_verbs_on_alternate_ring_halves(monkeypatch):
+    """The network communicators' way over RDMA: a reusable GPU executor (HOCCL_NET_OVERLAP on, its default), 6 runs
+    of mixed plans on buffers of their own, each byte-equal to replay. Until 2026-12-07 the first run stalled: the
+    receiver took the half a write filled from its completion's offset, which a write with immediate does not carry."""
+    import fake_cuda
+
+    from hoccl_compiler import CollectiveSpec, compile_plan, make_topology, replay
+    from hoccl_compiler.ir import CompileOptions
+    from hoccl_runtime.interop import DeviceBuffer
+    from hoccl_runtime.net.executor import GpuNodeExecutor
+
+    monkeypatch.setenv("HOCCL_NET_OVERLAP", "1")
+    fake_cuda.install(monkeypatch, async_streams=True)
+    pv = fakepv.install(monkeypatch, dmabuf=True)
+    topo, opts = make_topology("h200x2", nodes=2), CompileOptions(chunk_bytes=4096, baselines=False, multicast=False)
+    plans = [compile_plan(topo, CollectiveSpec(kind=kind, size_bytes=4 * (10_007 + 13 * i)), opts)
+             for i, kind in enumerate(("alltoall", "allgather") * 3)]
+    data = [[np.random.default_rng([r, run, 5]).integers(0, 256, p.ranks.input_bytes[r], dtype=np.uint8)
+             for r in range(4)] for run, p in enumerate(plans)]
+    outputs = [[np.full(p.ranks.output_bytes[r], 0xA5, np.uint8) for r in range(4)] for p in plans]
+
+    def bufs(run, n):
+        return {r: (DeviceBuffer(int(data[run][r].ctypes.data), data[run][r].nbytes, r % 2),
+                    DeviceBuffer(int(outputs[run][r].ctypes.data), outputs[run][r].nbytes, r % 2))
+                for r in (2 * n, 2 * n + 1)}
+
+    transports = [verbs.VerbsTransport(pyverbs=pv, session=plans[0].plan_id, name=f"node{n}", qps=2, timeout_s=10)
+                  for n in range(2)]
+    execs = {}
+    errors = failures(in_threads(2, lambda n: execs.__setitem__(n, GpuNodeExecutor(
+        plans[0], n, bufs(0, n), transports[n], slots=4, timeout_s=10, reuse=True))))
+    assert not errors, errors
+    assert all(ex.halves for ex in execs.values())
+    addresses = {n: t.listen() for n, t in enumerate(transports)}
+
+    def node(n):
+        execs[n].connect(addresses)
+        for run, p in enumerate(plans):
+            execs[n].run(p, bufs(run, n))
+        execs[n].close()
+
+    errors = failures(in_threads(2, node))
+    for t in transports:
+        t.close()
+    assert not errors, errors
+    for run, p in enumerate(plans):
+        want = replay(p, data[run]).outputs
+        for r in range(4):
+            assert np.array_equal(outputs[run][r], want[r]), f"run {run} rank {r}"
+
+
 def test_gpudirect_rings_registered_as_dmabufs(monkeypatch):
     """With the verbs transport the GPU executor stages in GPU memory (no pinned host ring), registered once
     per ring as a dma-buf (fd, offset, iova = the GPU address); the collective is byte-equal to replay."""

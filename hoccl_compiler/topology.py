@@ -79,9 +79,9 @@ class CostParams(BaseModel):
 #   (examples/measure_net_costs.py; docs/results/cost-params-history.md): the CostParams defaults.
 # - verbs: the verbs transport's host code on the fake NIC (examples/measure_verbs_host_costs.py, 2026-12-07, the
 #   2-core CPU VM, the median of ten runs of 100 calls, which gave 268-674 / 564-834 / 73-177 us: noisy on 2
-#   cores; session 23's code gave 253 / 410 / 68 and, alternated with today's in one hour, 382-488 / 347-419 / 54-90:
-#   docs/results/2026-12-07-s65/verbs-host.txt): the busiest node's driving-thread CPU time, NOT MEASURED ON A NIC
-#   (no NIC latency, no wire); no host staging (the NIC writes GPU memory, GPUDirect).
+#   cores; the executor of 2026-12-02 gave 253 / 410 / 68 and, alternated with today's in one hour, 382-488 /
+#   347-419 / 54-90: docs/results/2026-12-07-s65/verbs-host.txt): the busiest node's driving-thread CPU time,
+#   NOT MEASURED ON A NIC (no NIC latency, no wire); no host staging (the NIC writes GPU memory, GPUDirect).
 TRANSPORT_COSTS: dict[str, dict[str, float]] = {
     "tcp": dict(net_call_us=871.0, net_flow_us=381.0, net_node_flow_us=262.0, net_staging_gbps=22.0),
     "verbs": dict(net_call_us=322.0, net_flow_us=634.0, net_node_flow_us=142.0, net_staging_gbps=0.0),

@@ -30,6 +30,7 @@ import struct
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from types import ModuleType
 
@@ -114,11 +115,22 @@ def require_rdma_device(name: str | None = None) -> str:
 # receiver keeps receive requests posted (each immediate consumes one) and reads completions.
 
 
+# pyverbs -> (its wr module, its enum module): looked up once, not on every work request (importlib on each write and
+# each receive repost was about a sixth of the data path's host time on the fake NIC)
+_WR_MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _wr_modules(pyverbs: ModuleType) -> tuple[ModuleType, ModuleType]:
+    got = _WR_MODULES.get(pyverbs)
+    if got is None:
+        got = _WR_MODULES[pyverbs] = (importlib.import_module(f"{pyverbs.__name__}.wr"), verbs_enums(pyverbs))
+    return got
+
+
 def write_with_imm(pyverbs: ModuleType, *, wr_id: int, addr: int, nbytes: int, lkey: int, remote_addr: int,
                    rkey: int, imm: int) -> object:
     """An RDMA write with immediate of ``nbytes`` from a registered local address to a remote one."""
-    wr_mod = importlib.import_module(f"{pyverbs.__name__}.wr")
-    e = verbs_enums(pyverbs)
+    wr_mod, e = _wr_modules(pyverbs)
     if not 0 <= imm < 2**32:
         raise TransportError(f"immediate {imm} does not fit in 32 bits")
     sge = wr_mod.SGE(addr, nbytes, lkey)
@@ -132,7 +144,7 @@ def recv_for_imm(pyverbs: ModuleType, wr_id: int, scratch_addr: int, scratch_lke
     """A receive request for an incoming write-with-immediate (which consumes one, and carries its data
     in the write itself). pyverbs insists on one scatter-gather entry: a zero-length one on a
     registered scratch buffer."""
-    wr_mod = importlib.import_module(f"{pyverbs.__name__}.wr")
+    wr_mod = _wr_modules(pyverbs)[0]
     return wr_mod.RecvWR(wr_id=wr_id, num_sge=1, sg=[wr_mod.SGE(scratch_addr, 0, scratch_lkey)])
 
 
@@ -218,6 +230,7 @@ class VerbsConnection(Connection):
         self.qp_nums = {qp.qp_num for qp in qps}
         self._next = 0
         self._outstanding = [0] * len(qps)
+        self._seen_drains = -1  # the transport's drain count when this connection last looked (see poll)
         self.closed = False
 
     def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,
@@ -263,7 +276,15 @@ class VerbsConnection(Connection):
         got = t._take(self, max_items)
         if got or timeout_s <= 0:
             t._check_usable(self)
-            return got or t._take(self, max_items, drain=True)
+            if got:
+                return got
+            # the CQ is the transport's, shared by its connections: a loop that polls each connection in turn drains
+            # it once a turn, with the first connection that finds nothing drained since it last looked
+            drain = self._seen_drains == t._drains
+            if drain:
+                t._drain()
+            self._seen_drains = t._drains
+            return t._take(self, max_items) if drain else got
         deadline = time.monotonic() + timeout_s
         while True:
             t._check_usable(self)
@@ -329,6 +350,7 @@ class VerbsTransport(Transport):
         self._writes: dict[int, tuple] = {}
         self._next_write = 0
         self._lock = threading.Lock()
+        self._drains = 0  # CQ drains so far (VerbsConnection.poll)
         self._failed: dict[VerbsConnection, TransportError] = {}
         self._listener: socket.socket | None = None
         self.closed = False
@@ -507,6 +529,7 @@ class VerbsTransport(Transport):
         channel first when the CQ is empty (select on the channel's fd releases the GIL)."""
         with self._lock:
             n = self._poll_cq()
+            self._drains += 1
         if n or wait_s <= 0:
             return
         if self.channel_fd is None:

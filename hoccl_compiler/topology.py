@@ -78,13 +78,14 @@ class CostParams(BaseModel):
 # - tcp: the TCP transport as the network executor drives it, measured on the H200 machines
 #   (examples/measure_net_costs.py; docs/results/cost-params-history.md): the CostParams defaults.
 # - verbs: the verbs transport's host code on the fake NIC (examples/measure_verbs_host_costs.py, 2026-12-07, the
-#   2-core CPU VM, the median of ten runs of 100 calls, which gave 268-674 / 564-834 / 73-177 us: noisy on 2
-#   cores; the executor of 2026-12-02 gave 253 / 410 / 68 and, alternated with today's in one hour, 382-488 /
-#   347-419 / 54-90: docs/results/2026-12-07-s65/verbs-host.txt): the busiest node's driving-thread CPU time,
-#   NOT MEASURED ON A NIC (no NIC latency, no wire); no host staging (the NIC writes GPU memory, GPUDirect).
+#   2-core CPU VM, the median of ten runs of 100 calls, which gave 204-553 / 393-579 / 68-180 us: noisy on 2 cores;
+#   the executor of 2026-12-02 gave 253 / 410 / 68, and today's before its data path's modules were looked up once
+#   and its CQ drained once a turn 322 / 634 / 142: docs/results/2026-12-07-s65/verbs-host.txt): the busiest node's
+#   driving-thread CPU time, NOT MEASURED ON A NIC (no NIC latency, no wire); no host staging (the NIC writes GPU
+#   memory, GPUDirect).
 TRANSPORT_COSTS: dict[str, dict[str, float]] = {
     "tcp": dict(net_call_us=871.0, net_flow_us=381.0, net_node_flow_us=262.0, net_staging_gbps=22.0),
-    "verbs": dict(net_call_us=322.0, net_flow_us=634.0, net_node_flow_us=142.0, net_staging_gbps=0.0),
+    "verbs": dict(net_call_us=312.0, net_flow_us=482.0, net_node_flow_us=96.0, net_staging_gbps=0.0),
 }
 Transport = Literal["tcp", "verbs"]
 

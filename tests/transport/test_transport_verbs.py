@@ -153,6 +153,45 @@ def test_verbs_writes_land_and_complete_on_both_sides(monkeypatch):
     b.close()
 
 
+def test_a_loop_polling_each_connection_drains_the_shared_cq_once_a_turn(monkeypatch):
+    """A node joined to two peers polls both connections in turn, as the network executors' driving loop does: the
+    transport's one CQ is drained once a turn (by the first connection that finds nothing queued), and every
+    completion still reaches its own connection."""
+    pv = fakepv.install(monkeypatch)
+    hub, b, c = (verbs.VerbsTransport(pyverbs=pv, session="s", name=f"node{i}", qps=2, timeout_s=5) for i in range(3))
+    bufs = {t: np.zeros(1 << 12, np.uint8) for t in (hub, b, c)}
+    regs = {t: t.register(x) for t, x in bufs.items()}
+    address, box = hub.listen(), {}
+
+    def accept():
+        box["first"], box["second"] = hub.accept(timeout_s=5), hub.accept(timeout_s=5)
+
+    t = threading.Thread(target=accept)
+    t.start()
+    to_hub = {b: b.connect(address, timeout_s=5)}
+    to_hub[c] = c.connect(address, timeout_s=5)
+    t.join(10)
+    conns = {conn.peer_name: conn for conn in (box["first"], box["second"])}
+    drains = []
+    real = hub._poll_cq
+    monkeypatch.setattr(hub, "_poll_cq", lambda: drains.append(1) or real())
+    for _ in range(4):  # nothing queued: one drain a turn, not one per connection
+        assert conns["node1"].poll(timeout_s=0) == [] and conns["node2"].poll(timeout_s=0) == []
+    assert len(drains) == 4
+    for k in range(3):
+        to_hub[b].write(regs[b], 0, 64, 0, 64 * k, imm=100 + k)
+        to_hub[c].write(regs[c], 0, 64, 0, 1024 + 64 * k, imm=200 + k)
+    got = {"node1": [], "node2": []}
+    deadline = time.monotonic() + 5
+    while (len(got["node1"]) < 3 or len(got["node2"]) < 3) and time.monotonic() < deadline:
+        for name, conn in conns.items():
+            got[name] += conn.poll(timeout_s=0)
+    assert sorted(x.imm for x in got["node1"]) == [100, 101, 102]
+    assert sorted(x.imm for x in got["node2"]) == [200, 201, 202]
+    for x in (hub, b, c):
+        x.close()
+
+
 def test_verbs_ordered_writes_take_queue_pair_0(monkeypatch):
     """Ordered writes (the executors' plan notices) all go on queue pair 0, which delivers in order; the others
     still go round robin over every queue pair."""

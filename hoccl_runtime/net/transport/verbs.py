@@ -230,7 +230,7 @@ class VerbsConnection(Connection):
         self.qp_nums = {qp.qp_num for qp in qps}
         self._next = 0
         self._outstanding = [0] * len(qps)
-        self._seen_drains = -1  # the transport's drain count when this connection last looked (see poll)
+        self._seen_drains = transport._drains  # the transport's drain count when this connection last looked (poll)
         self.closed = False
 
     def write(self, local: Region, offset: int, nbytes: int, remote_region: int, remote_offset: int,

@@ -44,6 +44,19 @@ def test_profile_python_runs_the_communicator_hot_path_without_cuda():
     assert all(v > 0 for v in rows.values())
 
 
+def test_measure_verbs_host_costs_runs_on_the_fake_nic(tmp_path):
+    """The script behind the verbs cost profile (hoccl_compiler.topology.TRANSPORT_COSTS["verbs"]) runs its reusable
+    executors over the fake verbs to the end: it hung on its first shape until 2026-12-07, when such executors stalled
+    on runs on alternate ring halves, and nothing ran it."""
+    import json
+
+    path = tmp_path / "v.json"
+    out = run("measure_verbs_host_costs.py", "--reps", "3", "--shapes", "2x1,3x1,2x2", "--json", str(path))
+    got = json.loads(path.read_text())
+    assert [(r["nodes"], r["gpus_per_node"]) for r in got["rows"]] == [(2, 1), (3, 1), (2, 2)]
+    assert all(r["median_us"] > 0 for r in got["rows"]) and "fit (1 GPU per node)" in out
+
+
 def test_internode_curves_on_host_buffers():
     """bench_internode's AllGather / All-to-All curves (issue 6's 2 nodes x 2 GPUs), here on host buffers:
     2 nodes x 2 ranks as processes over TCP; one row per collective and size, with a positive rate."""

@@ -602,3 +602,22 @@ def test_with_alternate_halves_a_credit_this_run_does_not_wait_for_is_the_next_r
         assert ex._run.credit[0][2] == 1
         with pytest.raises(TransportError, match=rf"node 0, plan {plan.plan_id}: node {peer} credited chunk 99"):
             ex._on_completion(peer, forged)
+
+
+def test_data_immediates_carry_the_ring_half_and_positions_keep_23_bits(monkeypatch):
+    """A data write's immediate: local GPU << 24 | HALF | receive position (net/wire.py). A plan whose GPU would
+    receive more network chunks in a run than 23 bits number is refused by name (credits' send positions keep 24)."""
+    import hoccl_runtime.net.routes as routes
+    from hoccl_runtime.errors import TransportError
+    from hoccl_runtime.net.wire import CREDIT, HALF, POSITIONS, data_imm
+
+    assert data_imm(5, 7, 0) == (5 << 24) | 7 and data_imm(5, 7, 1) == (5 << 24) | HALF | 7
+    assert HALF == 1 << 23 and POSITIONS == HALF - 1 and not HALF & CREDIT and data_imm(125, POSITIONS, 1) < CREDIT
+    plan = compile_plan(make_topology("h200x2", nodes=2, gpus_per_node=1),
+                        CollectiveSpec(kind="sendrecv", pairs=((0, 1, 10 * 1024),)),
+                        CompileOptions(chunk_bytes=1024, baselines=False))
+    routes.Routes(plan, False, [0, 1])  # 10 chunks: within any limit
+    monkeypatch.setattr(routes, "POSITIONS", 9)
+    with pytest.raises(TransportError, match=r"GPU 1 moves 10 network chunks in one run, more than an immediate can "
+                                             r"number \(2\*\*23\)"):
+        routes.Routes(plan, False, [0, 1])

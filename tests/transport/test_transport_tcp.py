@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from hoccl_runtime.errors import HocclTimeoutError, TransportError
 from hoccl_runtime.net.transport import TcpTransport
+from hoccl_runtime.net.transport.base import Completions
 from hoccl_runtime.net.transport.tcp import CHALLENGE, HEADER, HELLO, MAGIC, VERSION, lane_parts
 
 
@@ -400,6 +401,26 @@ def test_completions_before_a_failure_are_delivered_first():
             c_rx.poll(timeout_s=5)
     finally:
         rx.close()
+
+
+def test_completions_wake_a_waiting_poller_and_keep_their_order():
+    """The deque between lane threads and the poller: items come out in order; a poller waiting for the first is woken
+    by a put from another thread (not by its timeout); a wait with nothing put returns None at its timeout."""
+    comps = Completions()
+    assert comps.empty() and comps.take() is None
+    for k in range(3):
+        comps.put(k)
+    assert [comps.take(), comps.take(), comps.take(), comps.take()] == [0, 1, 2, None]
+    t0 = time.monotonic()
+    assert comps.take(0.05) is None and time.monotonic() - t0 >= 0.04
+    for _ in range(20):  # a put racing the poller's look: never lost, never waits out the 5 s
+        putter = threading.Timer(0.001, comps.put, args=("late",))
+        t0 = time.monotonic()
+        putter.start()
+        assert comps.take(5.0) == "late"
+        assert time.monotonic() - t0 < 2.0
+        putter.join()
+    assert comps.empty()
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,7 +25,7 @@ import numpy as np
 from ..._timer import nap
 from ...errors import TransportError
 
-__all__ = ["Region", "Completion", "Connection", "Transport", "open_listener", "pause"]
+__all__ = ["Region", "Completion", "Completions", "Connection", "Transport", "open_listener", "pause"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,46 @@ class Completion:
     region: int         # received: the region written; sent: the remote region
     offset: int
     nbytes: int
+
+
+class Completions:
+    """A connection's completions (and the error that ended it) on their way to the one thread that polls: lane
+    threads or that thread itself append, the poller takes. A deque: a look that finds nothing costs a truth test,
+    where ``queue.Queue``'s ``get_nowait`` took its lock and raised ``Empty`` (1.3 us against 0.04 on the CPU VM), once
+    per connection in every turn of a driving loop. The lock and condition are touched only while the poller waits
+    (``take`` with a timeout): an ``append`` after the poller found the deque empty sees ``_waiting`` set and
+    notifies under the lock, which the poller holds from setting it until its wait lets go."""
+
+    __slots__ = ("_items", "_cond", "_waiting")
+
+    def __init__(self) -> None:
+        self._items: deque = deque()
+        self._cond = threading.Condition()
+        self._waiting = False
+
+    def put(self, item: object) -> None:
+        self._items.append(item)
+        if self._waiting:
+            with self._cond:
+                self._cond.notify()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def take(self, timeout_s: float = 0.0) -> object | None:
+        """The oldest item, waiting up to ``timeout_s`` for one (0: not at all); None if none came."""
+        items = self._items
+        if not items and timeout_s > 0:
+            with self._cond:
+                self._waiting = True
+                try:
+                    self._cond.wait_for(items.__len__, timeout_s)
+                finally:
+                    self._waiting = False
+        try:
+            return items.popleft()
+        except IndexError:
+            return None
 
 
 class Connection(ABC):

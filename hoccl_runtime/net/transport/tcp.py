@@ -63,7 +63,7 @@ import numpy as np
 from ...errors import HocclError, HocclTimeoutError, TransportError
 from ...settings import env_choice, env_float
 from . import frames
-from .base import Completion, Connection, Region, Transport, open_listener
+from .base import Completion, Completions, Connection, Region, Transport, open_listener
 from .frames import HEADER, MAGIC, VERSION, LaneReader, check_header, recv_exact, recv_struct, tune
 from .lanes import SPLIT_SLACK, SPLITS, lane_parts, setting
 from .native import native_lanes
@@ -91,7 +91,7 @@ class TcpConnection(Connection):
         self.peer = peer
         self.peer_name = peer_name  # what the connecting side called itself (TcpTransport(name=...))
         self.lanes = sockets
-        self._completions: queue.Queue = queue.Queue()
+        self._completions = Completions()
         self._error: TransportError | None = None
         self._closing = False
         self._next_write = 0
@@ -188,18 +188,17 @@ class TcpConnection(Connection):
     def poll(self, timeout_s: float = 0.0, max_items: int = 64) -> list[Completion]:
         out: list[Completion] = []
         polled = self._gather(timeout_s)  # True: the waiting was done there
-        if self._error is not None and self._completions.empty():
+        comps = self._completions
+        if self._error is not None and comps.empty():
             raise self._error
-        try:
-            item = self._completions.get(timeout=timeout_s) if timeout_s > 0 and not polled else \
-                self._completions.get_nowait()
-        except queue.Empty:
+        item = comps.take(timeout_s if timeout_s > 0 and not polled else 0.0)
+        if item is None:
             if self._error is not None:
-                raise self._error from None
+                raise self._error
             if timeout_s > 0:
-                raise HocclTimeoutError(f"no completion from {self.who} within {timeout_s:g} s") from None
+                raise HocclTimeoutError(f"no completion from {self.who} within {timeout_s:g} s")
             return out
-        while True:
+        while item is not None:
             if isinstance(item, TransportError):
                 if out:
                     return out  # deliver what completed first; the next poll raises (self._error is set)
@@ -207,10 +206,8 @@ class TcpConnection(Connection):
             out.append(item)
             if len(out) >= max_items:
                 return out
-            try:
-                item = self._completions.get_nowait()
-            except queue.Empty:
-                return out
+            item = comps.take()
+        return out
 
     def wait(self, timeout_s: float) -> None:
         """Up to ``timeout_s``, ended early by a completion where the native engine runs the lanes (HOCCL_NET_WAKE)."""

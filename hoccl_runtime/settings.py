@@ -49,11 +49,12 @@ SETTINGS: dict[str, tuple[str, str]] = {
                          "or auto (native where it builds and HOCCL_TCP_RECEIVE=thread, else thread). auto is the "
                          "default since FSDP over TCP nodes ran 0.99-1.12x as fast on it as on the Python lanes on "
                          "1x H100s (docs/results/training-history.md, 2026-12-05)"),
-    "HOCCL_TCP_SPIN_US": ("300", "TCP on the native engine: microseconds a lane's threads look again for work (a part "
+    "HOCCL_TCP_SPIN_US": ("0", "TCP on the native engine: microseconds a lane's threads look again for work (a part "
                           "to send, bytes to read; a sched_yield between looks) after their last frame before they "
                           "block in the kernel (0: they block at once); each lane's two threads keep a CPU busy that "
-                          "long. 300 by default since 2026-12-06, with HOCCL_NET_OVERLAP and HOCCL_NET_SEND_GATES "
-                          "(docs/results/training-history.md)"),
+                          "long. 0 by default since 2026-12-07 (300 from 2026-12-06): on a 1x H100 host FSDP small "
+                          "ran 5-11% faster with lanes that block at once than spinning 300 us, in all five runs, "
+                          "both settings, and the pipeline within 1.2% (docs/results/history.md, session 66)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "
@@ -75,9 +76,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                           "executor: 1 has consecutive runs use alternate halves of every staging ring, so a node's "
                           "next run sends once the nodes that received two runs back are through, not the last (0: "
                           "every run uses the whole ring and waits for the last). On by default since 2026-12-06, with "
-                          "HOCCL_NET_SEND_GATES and HOCCL_TCP_SPIN_US=300: together, on one 1x H100 host, FSDP small "
-                          "+21% and pipeline small +9% tokens/s under MPS, +10% and +9% time-sliced (this one, with "
-                          "HOCCL_NET_POLL_US=0, which alone moved nothing: +19% and +4% under MPS); on another host "
+                          "HOCCL_NET_SEND_GATES and HOCCL_TCP_SPIN_US=300 (0 since 2026-12-07): together, on one 1x "
+                          "H100 host, FSDP small +21% and pipeline small +9% tokens/s under MPS, +10% and +9% "
+                          "time-sliced (this one, with HOCCL_NET_POLL_US=0, which alone moved nothing: +19% and +4% "
+                          "under MPS); on another host "
                           "0.95-1.02x all three off, within the rounds' spreads (docs/results/training-history.md)"),
     "HOCCL_NET_WAKE": ("1", "the network proxy on the native TCP engine with one peer node: its pause between looks "
                        "ends as soon as a frame left or came in (a wait on the engine) instead of after "
@@ -90,7 +92,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "HOCCL_NET_SEND_GATES": ("1", "the GPU network executor on the native TCP engine: 1 posts a chunk's write as soon "
                              "as its staging copy is issued, to leave when the engine's watcher thread sees the copy's "
                              "done count, instead of once the proxy's loop has seen it (0). On by default since "
-                             "2026-12-06, with HOCCL_NET_OVERLAP and HOCCL_TCP_SPIN_US=300 "
+                             "2026-12-06, with HOCCL_NET_OVERLAP and HOCCL_TCP_SPIN_US=300 (0 since 2026-12-07) "
                              "(docs/results/training-history.md)"),
     "HOCCL_NET_LAUNCH_CACHE": ("1", "the network executor: 1 keeps a run's launch list and issues it again, with "
                                "new counts, for the next run of the same plan on the same buffers (0: built anew "

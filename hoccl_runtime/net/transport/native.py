@@ -170,9 +170,9 @@ def _close_at_exit() -> None:
 
 def spin_us() -> int:
     """How long a lane's threads look again for work (a part to send, bytes to read) before they block, us
-    (HOCCL_TCP_SPIN_US, 300 by default; 0: they block at once; see _lanes.c, "Spinning")."""
+    (HOCCL_TCP_SPIN_US; 0, the default: they block at once; see _lanes.c, "Spinning")."""
     try:
-        return env_int("HOCCL_TCP_SPIN_US", 300, 0, 1_000_000)
+        return env_int("HOCCL_TCP_SPIN_US", 0, 0, 1_000_000)
     except HocclError as exc:
         raise TransportError(str(exc)) from None
 

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from .errors import PlanError, schema_problems
-from .schema import PRETTY_LIMIT, SCHEMA_VERSION, Plan
+from .schema import PRETTY_LIMIT, SCHEMA_VERSION, Plan, check_plan_id, plan_id_for
 
 Encoding = Literal["auto", "full", "compact"]
 
@@ -245,6 +245,8 @@ def plan_from_json(raw: bytes | str, source: str = "<plan>") -> Plan:
                             f"and {ENCODING!r}: recompile it with this version's hoccl-compile")
         return from_compact(head, source=f"plan {source}")
     try:
-        return Plan.model_validate(head)
+        plan = Plan.model_validate(head)
     except ValidationError as exc:
         raise PlanError(f"plan {source} does not match the plan schema: {schema_problems(exc)}") from None
+    check_plan_id(head, plan_id_for(plan.topology, plan.collective, plan.options), f"plan {source}")
+    return plan

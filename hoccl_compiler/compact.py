@@ -47,6 +47,19 @@ def _segments_of(plan) -> list[dict[str, list[int]]]:
     return out
 
 
+# what a compact file holds, and nothing else (the full encoding's schema forbids extra fields the same way)
+_COMPACT_KEYS = frozenset({"schema_version", "plan_id", "generator", "topology", "collective", "options", "report",
+                           "encoding", "stages"})
+_STAGE_KEYS = frozenset({"index", "time_s", "segments", "chunks"})
+_SEGMENT_KEYS = frozenset({"flow", "offset", "bytes"})
+
+
+def _no_unknown_keys(obj: dict, known: frozenset, where: str) -> None:
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise ValueError(f"{where} has {unknown}, which the compact encoding does not hold (it holds {sorted(known)})")
+
+
 def to_compact(plan) -> dict[str, Any]:
     """The compact encoding of ``plan`` (a dict ready for JSON); raises :class:`PlanError` when the plan's
     transfers are not the ones its segments derive (then write the full encoding), or when the plan was read from a
@@ -146,10 +159,11 @@ def from_compact(data: dict[str, Any], source: str = "<plan>", *, arrays: bool =
     from .ir import CompileOptions, CompileState, Costing, Schedule
     from .passes import chunks, expand, traffic
     from .passes import plan as plan_pass
-    from .schema import PlanOptions, Report, plan_id_of_json
+    from .schema import PlanOptions, Report, check_plan_id
     from .topology import Topology
 
     try:
+        _no_unknown_keys(data, _COMPACT_KEYS, "the file")
         topology = Topology.model_validate(data["topology"])
         collective = CollectiveSpec.model_validate(data["collective"])
         options = PlanOptions.model_validate(data["options"])
@@ -161,7 +175,9 @@ def from_compact(data: dict[str, Any], source: str = "<plan>", *, arrays: bool =
         for s, stage in enumerate(stages):
             if stage.get("index") != s:
                 raise ValueError(f"stage at position {s} says index {stage.get('index')!r}")
+            _no_unknown_keys(stage, _STAGE_KEYS, f"stage {s}")
             seg = stage["segments"]
+            _no_unknown_keys(seg, _SEGMENT_KEYS, f"stage {s}'s segments")
             cols = [np.asarray(seg[k], dtype=np.int64) for k in ("flow", "offset", "bytes")]
             if len({c.size for c in cols}) != 1 or any(c.ndim != 1 for c in cols):
                 raise ValueError(f"stage {s}: segments columns differ in length")
@@ -228,9 +244,6 @@ def from_compact(data: dict[str, Any], source: str = "<plan>", *, arrays: bool =
     if plan.plan_id != data.get("plan_id"):
         # a file written before a topology field was added hashes to its id as written (the new field's default
         # filled in on reading); an edited one does not
-        if plan_id_of_json(data["topology"], data["collective"], data["options"]) != data.get("plan_id"):
-            raise PlanError(f"{source}: its plan_id {data.get('plan_id')!r} is not the id of its topology, "
-                            f"collective and options ({plan.plan_id}); the file was edited or is corrupt: recompile "
-                            "it")
+        check_plan_id(data, plan.plan_id, source)
         plan = plan.model_copy(update={"plan_id": data["plan_id"]})
     return plan.model_copy(update={"generator": str(data.get("generator", plan.generator))})

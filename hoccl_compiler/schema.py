@@ -29,6 +29,7 @@ from .topology import Topology
 __all__ = [
     "SCHEMA_VERSION", "Plan", "Stage", "TransferTable", "QueueTable", "FlowTable", "RankBuffers",
     "PlanOptions", "Report", "Baselines", "RoleInfo", "Role", "PLAN_ROLES", "plan_id_for", "plan_id_of_json",
+    "check_plan_id", "BREAKDOWN_PARTS",
     "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT", "IntColumn", "chunk_sizes", "plan_chunk_sizes",
     "waited_chunk", "mixed_sizes",
 ]
@@ -264,7 +265,27 @@ class Report(_Model):
     cost_model: Literal["v2"] | None = Field(default=None, description="the model of predicted_time_s, stage "
                                              "times and baselines (None: plans before the cost model v2)")
     breakdown_s: dict[str, float] | None = Field(default=None, description="predicted_time_s in parts: ports (the "
-                                                 "port model's stage times), call_s, stages_s, stage_sync_s")
+                                                 "port model's stage times), call_s, stages_s, stage_sync_s and "
+                                                 "net_flows_s (absent in files written before it), each finite "
+                                                 "and >= 0")
+
+    @model_validator(mode="after")
+    def _breakdown(self) -> Report:
+        parts = self.breakdown_s
+        if parts is None:
+            return self
+        missing, unknown = BREAKDOWN_PARTS[0] - parts.keys(), parts.keys() - BREAKDOWN_PARTS[0] - BREAKDOWN_PARTS[1]
+        if missing or unknown:
+            raise ValueError(f"breakdown_s must hold {sorted(BREAKDOWN_PARTS[0])} (and may hold "
+                             f"{sorted(BREAKDOWN_PARTS[1])}); it lacks {sorted(missing)} and has {sorted(unknown)}")
+        bad = [k for k, v in parts.items() if not 0 <= v < float("inf")]
+        if bad:
+            raise ValueError(f"breakdown_s[{bad[0]!r}] is {parts[bad[0]]}, not a time in seconds (finite, >= 0)")
+        return self
+
+
+#: the parts of a report's breakdown_s: those every v2 report holds, and those it may
+BREAKDOWN_PARTS = (frozenset({"ports", "call_s", "stages_s", "stage_sync_s"}), frozenset({"net_flows_s"}))
 
 
 class Plan(_Model):
@@ -311,6 +332,18 @@ def plan_id_of_json(topology: dict, collective: dict, options: dict) -> str:
     payload = json.dumps({"schema_version": SCHEMA_VERSION, "topology": topology, "collective": collective,
                           "options": options}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def check_plan_id(data: dict, computed: str, source: str) -> None:
+    """Refuse a plan file whose ``plan_id`` is not the id of its topology, collective and options: neither
+    ``computed`` (the id of the inputs as read, today's defaults filled in) nor the id of them as written (a file
+    written before a topology field was added). Such a file was edited or is corrupt, and ranks that compare ids to
+    find mismatched plans would take it for another."""
+    written = data.get("plan_id")
+    if written == computed or plan_id_of_json(data["topology"], data["collective"], data["options"]) == written:
+        return
+    raise PlanError(f"{source}: its plan_id {written!r} is not the id of its topology, collective and options "
+                    f"({computed}); the file was edited or is corrupt: recompile it")
 
 
 def plan_json_schema() -> str:

@@ -6,7 +6,7 @@ Checks, each failure raising :class:`PlanError` naming the stage, transfer, flow
    every rank's output is tiled by them: every byte lands once, in the right place;
 2. the HOCCL matrix is C expanded by the forwarding rule, and the stages add up to it exactly;
 3. every transfer has the role its endpoints allow, sits on a queue of its source GPU (network
-   writes on the NIC queue), and waits on the piece before it in its flow's path, byte range for
+   writes on the NIC queue; the queue table itself is the one the topology gives), and waits on the piece before it in its flow's path, byte range for
    byte range; each flow's delivered ranges cover it exactly once;
 4. per stage, each GPU has at most one outgoing and one incoming RDMA transfer;
 5. each stage's chunk order lists every chunk of its transfers exactly once, and every chunk comes
@@ -77,6 +77,27 @@ def _first_outside(col, lo: int, hi: int) -> int | None:
     return int(np.flatnonzero(bad)[0]) if bad.any() else None
 
 
+def _check_queue_table(plan: Plan) -> None:
+    """The queue table is the one the topology gives (docs/plan-format.md, ``queues``): per GPU in order,
+    ``dma_queues`` queues ``dma`` 0..q-1, then ``dma_local``, ``dma_recv`` and ``nic``, each index 0. A runtime
+    takes a queue's stream from its GPU, kind and index, so a queue moved, renamed or renumbered would run its
+    copies on another GPU's or another queue's stream."""
+    G, q = plan.topology.num_gpus, plan.topology.dma_queues
+    kinds = ("dma",) * q + ("dma_local", "dma_recv", "nic")
+    qt = plan.queues
+    if len(qt.gpu) != G * len(kinds):
+        raise PlanError(f"plan {plan.plan_id}: {len(qt.gpu)} queues where {G} GPUs of {q} DMA queue(s) have "
+                        f"{G * len(kinds)} ({len(kinds)} a GPU): the plan is corrupt; recompile it")
+    want = (np.repeat(np.arange(G, dtype=np.int64), len(kinds)), np.tile(np.r_[np.arange(q), 0, 0, 0], G))
+    bad = (np.asarray(qt.gpu, np.int64) != want[0]) | (np.asarray(qt.index, np.int64) != want[1])
+    bad |= np.asarray(qt.kind, dtype=object) != np.array(kinds * G, dtype=object)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise PlanError(f"plan {plan.plan_id}: queue {i} is {qt.kind[i]} {qt.index[i]} of GPU {qt.gpu[i]}, where "
+                        f"the queue table of {G} GPUs with {q} DMA queue(s) has {kinds[i % len(kinds)]} "
+                        f"{int(want[1][i])} of GPU {int(want[0][i])}: the plan is corrupt; recompile it")
+
+
 def check_indices(plan: Plan) -> None:
     """Raise :class:`PlanError` where an index in ``plan`` points outside what it indexes: a flow's GPUs or ``via``,
     a queue's GPU, a transfer's flow, role, GPUs, queue or wait, a chunk order's transfer. O(size of the plan), a
@@ -95,6 +116,7 @@ def check_indices(plan: Plan) -> None:
     if q is not None:
         raise PlanError(f"plan {plan.plan_id}: queue {q} is on GPU {plan.queues.gpu[q]}, outside 0..{G - 1}: the plan "
                         "is corrupt; recompile it")
+    _check_queue_table(plan)
     t = _transfers(plan)
     _check_transfer_indices(plan, t, n_flows)
     _chunk_entries(plan, np.searchsorted(t["stage"], np.arange(len(plan.stages) + 1)))
@@ -116,6 +138,7 @@ def verify_plan(plan: Plan, *, byte_replay: bool | None = None) -> None:
     if plan.collective.matrix is not None and len(plan.collective.matrix) != G:
         raise PlanError(f"plan {plan.plan_id}: its collective's matrix is {len(plan.collective.matrix)} rows for {G} "
                         "GPUs: the plan is corrupt; recompile it")
+    _check_queue_table(plan)
     # 1. flows == layout of the collective; outputs tiled exactly once -----------------------------
     lay = layout(plan.collective, G)
     flows = {k: np.asarray(getattr(plan.flows, k), dtype=np.int64)

@@ -377,6 +377,64 @@ def test_a_ragged_hoccl_matrix_and_a_nan_stage_time_are_plan_errors():
         plan_from_json(json.dumps(compact))
 
 
+def _edited(edit) -> dict:
+    doc = json.loads(_TEXT)
+    edit(doc)
+    return doc
+
+
+@pytest.mark.parametrize("edit,text", [
+    # the report's breakdown reached hoccl-inspect's summary, which took a missing part for an internal error
+    (lambda d: d["report"]["breakdown_s"].pop("call_s"), r"breakdown_s must hold .* it lacks \['call_s'\]"),
+    (lambda d: d["report"]["breakdown_s"].update(stage_sync_s=-1.0), r"breakdown_s\['stage_sync_s'\] is -1.0"),
+    (lambda d: d["report"]["breakdown_s"].update(extra_s=1.0), r"it lacks \[\] and has \['extra_s'\]"),
+    # a queue table that is not the topology's: the runtime takes a queue's stream from its GPU, kind and index
+    (lambda d: d["queues"]["gpu"].__setitem__(-1, 0), r"queue \d+ is nic 0 of GPU 0, where .* has nic 0 of GPU 1"),
+    (lambda d: d["queues"]["index"].__setitem__(0, -1), r"queue 0 is dma -1 of GPU 0, where .* has dma 0 of GPU 0"),
+    (lambda d: d["queues"]["kind"].__setitem__(1, "dma"), r"queue 1 is dma 0 of GPU 0, where .* dma_local 0"),
+    (lambda d: [d["queues"][k].pop() for k in ("gpu", "kind", "index")], r"7 queues where 2 GPUs of 1 DMA"),
+    # an edited input without its id: the id no longer names the plan's inputs
+    (lambda d: d["topology"].update(nvlink_gbps=1.0), r"its plan_id '[0-9a-f]{16}' is not the id of its topology"),
+    (lambda d: d["collective"].update(size_bytes=6002), r"plan_id .* is not the id"),
+])
+def test_tampered_reports_queue_tables_and_ids_are_refused_by_name(edit, text, tmp_path, capsys):
+    """Found by session 66's fuzzing of hoccl-inspect (docs/results/2026-12-07-s66/fuzz_plan.py): each of these
+    passed the loader and the verifier, or ended in an internal error; now one line that names the field."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_edited(edit)))
+    code = inspect_main(["--verify", str(path)])
+    _one_error_line(code, capsys.readouterr().err, prog="hoccl-inspect")
+    with pytest.raises(PlanError, match=text):
+        from hoccl_compiler import verify_plan
+
+        verify_plan(plan_from_json(path.read_text()))
+
+
+@pytest.mark.parametrize("where", ["top", "stage", "segments"])
+def test_a_compact_file_with_a_field_it_does_not_hold_is_refused(where):
+    """As the full encoding's schema forbids extra fields, the compact reader refuses keys it does not read (it
+    ignored them before session 66's fuzzing)."""
+    doc = json.loads(json.dumps(_ENCODED["compact"]))
+    plan_from_json(json.dumps(doc))  # as written: read
+    target = {"top": doc, "stage": doc["stages"][0], "segments": doc["stages"][0]["segments"]}[where]
+    target["extra"] = 1
+    with pytest.raises(PlanError, match=r"has \['extra'\], which the compact encoding does not hold"):
+        plan_from_json(json.dumps(doc))
+
+
+def test_a_file_written_before_a_topology_field_was_added_still_loads():
+    """Its id is the hash of its inputs as written (the field absent), not under today's model: still read, and an
+    edit of it still refused."""
+    from hoccl_compiler.schema import plan_id_of_json
+
+    doc = _edited(lambda d: d["topology"]["costs"].pop("nic_incast_loss"))
+    doc["plan_id"] = plan_id_of_json(doc["topology"], doc["collective"], doc["options"])
+    assert plan_from_json(json.dumps(doc)).plan_id == doc["plan_id"]
+    doc["topology"]["nic_gbps"] = 1.0
+    with pytest.raises(PlanError, match="plan_id .* is not the id"):
+        plan_from_json(json.dumps(doc))
+
+
 def test_a_5000_digit_number_is_refused_naming_the_file(tmp_path, capsys):
     """Python refuses to convert an integer of more than 4300 digits (ValueError): a plan or topology file with
     one is a one-line error that names the file, from the library and the CLIs."""

@@ -54,7 +54,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
                           "block in the kernel (0: they block at once); each lane's two threads keep a CPU busy that "
                           "long. 0 by default since 2026-12-07 (300 from 2026-12-06): on a 1x H100 host FSDP small "
                           "ran 5-11% faster with lanes that block at once than spinning 300 us, in all five runs, "
-                          "both settings, and the pipeline within 1.2% (docs/results/history.md, session 66)"),
+                          "both settings, and the pipeline within 1.2% (docs/results/history.md, 2026-12-07)"),
     "HOCCL_TCP_SOCKET_BUFFER": ("0", "TCP: fixed SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's autotuning)"),
     "HOCCL_SOCKET_ADDR": ("", "the address other nodes reach this one at (default: the route to MASTER_ADDR)"),
     "HOCCL_TIMER_SLACK_NS": ("1000", "Linux: the timer slack in ns of the threads that drive network calls while they "

@@ -24,7 +24,7 @@
  * receiver at its socket (MSG_DONTWAIT) again and again, a sched_yield between looks, before it blocks: a thread
  * asleep in the kernel wakes only once the scheduler gets to it, which under load took hundreds of microseconds
  * (docs/results/training-history.md, 2026-12-06), and NCCL's proxy thread polls too. 0: they block at once (the
- * engine's state until hl_spin; native.py passes HOCCL_TCP_SPIN_US, 0 by default since session 66).
+ * engine's state until hl_spin; native.py passes HOCCL_TCP_SPIN_US, 0 by default since 2026-12-07).
  *
  * Lifetime (native.py): hl_open after the handshake, hl_stop_senders (queued frames still leave, up to a deadline),
  * Python shuts the sockets down, hl_join (every thread gone), Python closes the sockets, hl_free. Regions are

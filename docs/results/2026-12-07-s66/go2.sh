@@ -6,7 +6,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,uuid --format=csv,noheader
 export HOCCL_CACHE_DIR=$OUT/cache TCP_NODES_PIN=1
 T0=$(date +%s); END=$((T0 + ${RUN_BUDGET_S:-540}))
-for job in ${JOBS:-"small:mps small:sliced"}; do
+for job in ${JOBS:-small:mps small:sliced}; do
   size=${job%%:*} m=${job##*:} to=200; [ "$size" = small ] || to=260
   if [ $(( END - $(date +%s) )) -lt $to ]; then echo "=== compare $size $m SKIPPED"; continue; fi
   f=""; [ $m = mps ] && f=--mps

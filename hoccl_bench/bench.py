@@ -56,6 +56,31 @@ from .contention import contention, contention_rows  # noqa: F401 - the names th
 from .sweep import launch, sweep
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse the other bad arguments before anything starts too: under torchrun they would surface only once the
+    communicators are up and the loads timed alone (minutes), or never (a rate of 0 paces a call forever)."""
+    ops = [o for o in args.collectives.split(",") if o]
+    if not ops or set(ops) - set(OPS):
+        raise SystemExit(f"hoccl-bench: --collectives {args.collectives!r}: give some of {', '.join(OPS)}, "
+                         "comma-separated")
+    if args.iters < 0:
+        raise SystemExit(f"hoccl-bench: --iters {args.iters}: give a positive number of calls (or 0: by size)")
+    for name, value, least in (("--size", args.size, 1), ("--sm-size", args.sm_size, 1), ("--rounds", args.rounds, 1),
+                               ("--reps", args.reps, 1), ("--gemm-iters", args.gemm_iters, 1),
+                               ("--mem-iters", args.mem_iters, 1), ("--settle-iters", args.settle_iters, 0)):
+        if value is not None and value < least:
+            raise SystemExit(f"hoccl-bench: {name} {value}: give a whole number of at least {least}")
+    if not 0 <= args.warmup_s < float("inf"):
+        raise SystemExit(f"hoccl-bench: --warmup-s {args.warmup_s}: give seconds >= 0")
+    for name, spec in (("--rates", args.rates), ("--period-us", args.period_us)):
+        try:
+            values = [float(v) for v in spec.split(",") if v]
+        except ValueError:
+            values = [float("nan")]
+        if not all(0 < v < float("inf") for v in values):
+            raise SystemExit(f"hoccl-bench: {name} {spec!r}: give numbers above 0, comma-separated")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hoccl-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=("sweep", "contention", "launch"))
@@ -99,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="contention: untimed iterations before each window, traffic running (default: as many)")
     args = p.parse_args(argv)
     _baselines(args.baselines), _sizes(args.sizes), _loads(args.loads)  # refuse bad arguments before starting anything
-    if args.iters < 0:
-        raise SystemExit(f"hoccl-bench: --iters {args.iters}: give a positive number of calls (or 0: by size)")
+    _check_numbers(args)
     b = Bench(what=f"hoccl-bench {args.command}")
     t0 = time.time()
     try:

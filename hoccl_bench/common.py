@@ -50,7 +50,10 @@ def _sizes(spec: str) -> list[int]:
     from hoccl_compiler import parse_size
 
     lo, _, hi = spec.partition(":")
-    lo_b, hi_b = parse_size(lo), parse_size(hi or lo)
+    try:
+        lo_b, hi_b = parse_size(lo), parse_size(hi or lo)
+    except ValueError as exc:
+        raise SystemExit(f"hoccl-bench: --sizes {spec!r}: {exc}; give LOW:HIGH, e.g. 2MiB:1GiB") from None
     if lo_b <= 0 or hi_b < lo_b:
         raise SystemExit(f"hoccl-bench: --sizes {spec!r}: give LOW:HIGH with 0 < LOW <= HIGH, e.g. 2MiB:1GiB")
     out, s = [], lo_b

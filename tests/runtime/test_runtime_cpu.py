@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -341,6 +343,17 @@ def test_bench_needs_torchrun_and_sane_sizes(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit, match="torchrun"):
         main(["sweep"])
+    # bad arguments are refused before the torchrun check, by name (session 66: --sizes x was a traceback, a bad rate
+    # or round count surfaced only under torchrun)
+    for argv, text in ((["sweep", "--sizes", "x"], "--sizes 'x': cannot read size 'x'"),
+                       (["sweep", "--collectives", "allgather,nope"], "--collectives 'allgather,nope'"),
+                       (["contention", "--rates", "100,0"], "--rates '100,0': give numbers above 0"),
+                       (["contention", "--period-us", "x"], "--period-us 'x'"),
+                       (["contention", "--rounds", "0"], "--rounds 0: give a whole number of at least 1"),
+                       (["contention", "--warmup-s", "-1"], "--warmup-s -1.0"),
+                       (["launch", "--reps", "0"], "--reps 0")):
+        with pytest.raises(SystemExit, match=re.escape(text)):
+            main(argv)
 
 
 def test_pacing_pieces():

@@ -466,6 +466,25 @@ def _inspect_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_inspect_args(args: argparse.Namespace) -> None:
+    """Refuse what would be ignored or meaningless: a row count below 0, a chunk start that is not a finite time
+    (or without --simulate), topology settings without --topology (the plan is checked against a topology only
+    where one is given)."""
+    for name, value in (("--stages", args.stages), ("--timelines", args.timelines)):
+        if value < 0:
+            raise _UsageError(f"{name} {value}: give a number of rows >= 0")
+    if args.chunk_start_us is not None:
+        if not args.simulate:
+            raise _UsageError("--chunk-start-us applies to --simulate: give both")
+        if not 0 <= args.chunk_start_us < float("inf"):
+            raise _UsageError(f"--chunk-start-us {args.chunk_start_us} must be a finite time >= 0")
+    given = [f"--{k.replace('_', '-')}" for k in ("nodes", "gpus_per_node", "forwarding", "dma_queues", "transport")
+             if getattr(args, k) is not None]
+    if given and args.topology is None:
+        raise _UsageError(f"{', '.join(given)} {'describe' if len(given) > 1 else 'describes'} the topology to check "
+                          "the plan against: give --topology too (a preset or a topology file)")
+
+
 def inspect_main(argv: Sequence[str] | None = None) -> int:
     """``hoccl-inspect``: readable summary, JSON summary, verification and plots of a plan file."""
     return _run("hoccl-inspect", lambda: _inspect(argv))
@@ -477,6 +496,7 @@ def _inspect(argv: Sequence[str] | None) -> int:
     from .schema import check_plan_topology
 
     args = _inspect_parser().parse_args(argv)
+    _check_inspect_args(args)
     from .pattern import EXPAND_LIMIT, PatternPlan, expand, format_pattern, verify_pattern
 
     plan = load_plan(args.plan, patterns=True)
@@ -523,8 +543,6 @@ def _inspect(argv: Sequence[str] | None) -> int:
     if args.simulate:
         from .simulate import simulate
 
-        if args.chunk_start_us is not None and not args.chunk_start_us >= 0:
-            raise _UsageError(f"--chunk-start-us {args.chunk_start_us} must be a time >= 0")
         start = plan.topology.costs.dma_start_us * 1e-6 if args.chunk_start_us is None else args.chunk_start_us * 1e-6
         simulated = simulate(plan, chunk_start_s=start)
         bound = plan.report.lower_bound_s

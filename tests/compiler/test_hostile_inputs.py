@@ -422,6 +422,26 @@ def test_a_compact_file_with_a_field_it_does_not_hold_is_refused(where):
         plan_from_json(json.dumps(doc))
 
 
+@pytest.mark.parametrize("argv,text", [
+    (["--stages", "-1"], "--stages -1: give a number of rows >= 0"),
+    (["--timelines", "-5"], "--timelines -5"),
+    (["--chunk-start-us", "1"], "--chunk-start-us applies to --simulate"),
+    (["--simulate", "--chunk-start-us", "inf"], "--chunk-start-us inf must be a finite time >= 0"),
+    (["--simulate", "--chunk-start-us", "nan"], "--chunk-start-us nan"),
+    (["--nodes", "3"], "--nodes describes the topology to check the plan against: give --topology too"),
+    (["--dma-queues", "2", "--transport", "tcp"], "--dma-queues, --transport describe"),
+])
+def test_inspect_refuses_arguments_it_would_ignore(argv, text, tmp_path, capsys):
+    """Each of these was taken in silence (session 66): a negative row count, a chunk start without --simulate or
+    infinite, a topology setting without --topology (no check ran)."""
+    path = tmp_path / "p.json"
+    path.write_text(_TEXT)
+    code = inspect_main([*argv, str(path)])
+    err = capsys.readouterr().err
+    _one_error_line(code, err, prog="hoccl-inspect")
+    assert text in err
+
+
 def test_a_file_written_before_a_topology_field_was_added_still_loads():
     """Its id is the hash of its inputs as written (the field absent), not under today's model: still read, and an
     edit of it still refused."""

@@ -106,7 +106,7 @@ def test_inspect_simulate(tmp_path, capsys):
     assert data["simulated_s"] == pytest.approx(plan.report.lower_bound_s * plan.topology.costs.nvlink_duplex +
                                                 plan.topology.costs.call_us * 1e-6)
     assert inspect_main([str(out), "--simulate", "--chunk-start-us", "-1"]) == 2
-    assert "must be a time >= 0" in capsys.readouterr().err
+    assert "must be a finite time >= 0" in capsys.readouterr().err
 
 
 def test_no_hot_spot_warning_where_no_issue_order_avoids_it():

@@ -6,8 +6,9 @@ Checks, each failure raising :class:`PlanError` naming the stage, transfer, flow
    every rank's output is tiled by them: every byte lands once, in the right place;
 2. the HOCCL matrix is C expanded by the forwarding rule, and the stages add up to it exactly;
 3. every transfer has the role its endpoints allow, sits on a queue of its source GPU (network
-   writes on the NIC queue; the queue table itself is the one the topology gives), and waits on the piece before it in its flow's path, byte range for
-   byte range; each flow's delivered ranges cover it exactly once;
+   writes on the NIC queue; the queue table itself is the one the topology gives), and waits on the
+   piece before it in its flow's path, byte range for byte range; each flow's delivered ranges cover
+   it exactly once;
 4. per stage, each GPU has at most one outgoing and one incoming RDMA transfer;
 5. each stage's chunk order lists every chunk of its transfers exactly once, and every chunk comes
    after the chunk it waits for, so the queues (each running its own entries in that order) cannot

@@ -12,6 +12,8 @@ limit (``--comm none``), each variant's step (ms) beside the limit's, FSDP's CPU
 none) and whether the losses are equal (FSDP's final loss; the pipeline's every loss of its last stage). Where they
 are not and the run was not ``--deterministic``, the table says so: torch's kernels then need not give the same bits
 run to run (the pipeline under MPS has differed by a unit or two in the last place of some of its microbatch losses).
+Below the table, how many rows meet issue 34's bar (HOCCL >= 1.00x NCCL at small and >= 1.10x at larger sizes, both
+variants' rounds within 3%, HOCCL's CPU slack >= 0 where NCCL's is) and what each other row misses.
 ``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and
 left out (exit status 1 where none could be read).
 """
@@ -66,6 +68,7 @@ def row(path: Path) -> dict | None:
     fig = figures(record, pipeline)
     if "hoccl" not in fig or "nccl" not in fig:
         raise ValueError(f"no hoccl and nccl variants in it (found {sorted(fig)}); run --comm hoccl,nccl,none")
+    size = m["psize"] if pipeline else m["fsize"]
     example = f"pipeline {m['psize']}" if pipeline else \
         f"FSDP {m['fsize']}, {'NCCL' if m['red'] == 'nccl' else 'HOCCL'} reducing"
     h, n, none = fig["hoccl"], fig["nccl"], fig.get("none")
@@ -75,7 +78,8 @@ def row(path: Path) -> dict | None:
     deterministic = bool((record.get("args") or {}).get("deterministic"))
     paired = [a / b for a, b in zip(h["rounds"], n["rounds"], strict=True) if b > 0] \
         if len(h["rounds"]) == len(n["rounds"]) else []
-    return {"example": example, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h, "nccl": n,
+    return {"example": example, "size": size, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h,
+            "nccl": n,
             "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"],
             "round_ratios": (min(paired), max(paired)) if len(paired) > 1 else None, "losses_equal": same,
             "deterministic": deterministic}
@@ -131,6 +135,38 @@ def table(found: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: issue 34's bar for a row: HOCCL / NCCL at least this (small; every larger size 1.10), both variants' rounds within
+#: SPREAD_BAR, HOCCL's CPU slack >= 0 wherever NCCL's is
+RATIO_BAR = {"small": 1.0}
+LARGER_RATIO_BAR, SPREAD_BAR = 1.10, 0.03
+
+
+def misses(r: dict) -> list[str]:
+    """What of issue 34's bar row ``r`` misses (empty: met). A spread or slack a record lacks is not a miss."""
+    out = []
+    want = RATIO_BAR.get(r["size"], LARGER_RATIO_BAR)
+    if r["ratio"] < want:
+        out.append(f"{r['ratio']:.3f}x < {want:.2f}x")
+    for name, v in (("HOCCL", r["hoccl"]), ("NCCL", r["nccl"])):
+        if v["spread"] is not None and v["spread"] > SPREAD_BAR:
+            out.append(f"{name}'s rounds spread {v['spread']:.1%} > {SPREAD_BAR:.0%}")
+    hs, ns = r["hoccl"].get("slack_ms"), r["nccl"].get("slack_ms")
+    if hs is not None and ns is not None and ns >= 0 > hs:
+        out.append(f"HOCCL's CPU slack {hs:.2f} ms < 0 where NCCL's is {ns:.2f}")
+    return out
+
+
+def bar_lines(found: list[dict]) -> list[str]:
+    """A line on how many rows meet issue 34's bar, then one per row that misses it, saying what."""
+    missed = [(r, misses(r)) for r in found]
+    missed = [(r, m) for r, m in missed if m]
+    lines = [f"issue 34's bar (HOCCL >= 1.00x NCCL at small, >= {LARGER_RATIO_BAR:.2f}x above; each variant's rounds "
+             f"within {SPREAD_BAR:.0%}; HOCCL's CPU slack >= 0 where NCCL's is): {len(found) - len(missed)} of "
+             f"{len(found)} rows met"]
+    lines += [f"- {r['example']}, {r['setting']}: {'; '.join(m)}" for r, m in missed]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("outdir", nargs="+", type=Path, help="the OUTDIR of tcp-nodes.sh --compare")
@@ -143,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
               "read", file=sys.stderr)
         return 1
     print(table(found))
+    print()
+    print("\n".join(bar_lines(found)))
     return 0
 
 

@@ -35,13 +35,13 @@ def _row(ct, path, record: dict, capsys) -> str:
     path.write_text(json.dumps(record))
     assert ct.main([str(path.parent)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3, lines  # the header, its rule and the row
-    return lines[2]
+    assert len(lines) >= 5 and lines[3] == "" and lines[4].startswith("issue 34's bar"), lines  # the header, its
+    return lines[2]  # rule and the row; then a blank line, the bar's line and the row's misses
 
 
 def test_the_table_of_a_real_run_has_the_figures_its_runs_printed(ct, run3, capsys):
     assert ct.main([str(run3 / "compare-mps"), str(run3 / "compare-sliced")]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.split("\n\n")[0].splitlines()  # the table (the bar's lines follow)
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in lines[2:]}
     assert len(rows) == 6  # FSDP reduced by NCCL and by HOCCL, and the pipeline, in both settings
     # the figures the examples printed in that run (run3.out): tokens/s of each variant, and their ratio
@@ -93,7 +93,7 @@ def test_broken_records_are_named_and_left_out(ct, run3, tmp_path, capsys):
     (tmp_path / "other.json").write_text("{}")  # not a name --compare writes: not read
     assert ct.main([str(tmp_path)]) == 0
     captured = capsys.readouterr()
-    assert len(captured.out.splitlines()) == 3 and "| pipeline small | MPS |" in captured.out
+    assert len(captured.out.split("\n\n")[0].splitlines()) == 3 and "| pipeline small | MPS |" in captured.out
     err = captured.err
     assert "pipeline-350m-mps.json: not a --compare record (JSONDecodeError" in err
     assert "fsdp-small-reduce-nccl-mps.json" in err and "run --comm hoccl,nccl,none" in err
@@ -132,3 +132,23 @@ def test_steps_and_slack_read_what_the_record_has(ct, run3, tmp_path, capsys):
     for s in record["summary"].values():
         s.pop("step_ms", None), s.pop("slack_ms_median", None)
     assert "| 220,037 (20.4%) | - | - | yes |" in _row(ct, path, record, capsys)
+
+
+def test_the_bar_says_what_each_row_misses(ct, run3, capsys):
+    """Issue 34's bar below the table: HOCCL >= 1.00x NCCL at small (1.10x above), both variants' rounds within 3%,
+    HOCCL's CPU slack >= 0 where NCCL's is; one line per row that misses it, naming each miss."""
+    assert ct.main([str(run3 / "compare-mps")]) == 0
+    out = capsys.readouterr().out
+    bar = out.split("\n\n", 1)[1].splitlines()
+    assert bar[0].startswith("issue 34's bar") and bar[0].endswith(": 0 of 3 rows met")
+    misses = {line.split(":")[0]: line for line in bar[1:]}
+    # session 58's run 3 under MPS: FSDP (NCCL reducing) 1.127x with HOCCL's rounds 2.6% and NCCL's 11.6% apart
+    assert misses["- FSDP small, NCCL reducing, MPS"].endswith(": NCCL's rounds spread 11.6% > 3%")
+    assert "0.959x < 1.00x" in misses["- FSDP small, HOCCL reducing, MPS"]
+    row = {"size": "350m", "ratio": 1.12, "hoccl": {"spread": 0.02, "slack_ms": -0.1},
+           "nccl": {"spread": 0.01, "slack_ms": 0.5}}
+    assert ct.misses(row) == ["HOCCL's CPU slack -0.10 ms < 0 where NCCL's is 0.50"]
+    row["hoccl"]["slack_ms"], row["ratio"] = 0.2, 1.09
+    assert ct.misses(row) == ["1.090x < 1.10x"]
+    row["ratio"] = 1.10
+    assert ct.misses(row) == []

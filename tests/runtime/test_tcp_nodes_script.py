@@ -109,6 +109,7 @@ def test_compare_ends_with_the_table_of_its_runs_records(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("=== HOCCL / NCCL, every run above"))
-    rows = lines[head + 3:]
+    rows = lines[head + 3:head + 5]
     row = "| time-sliced | 300 (1.0%) | 200 (2.0%) | 1.500 | - | - | - | - | yes |"  # one round, no steps recorded
     assert rows == [f"| FSDP small, HOCCL reducing {row}", f"| FSDP small, NCCL reducing {row}"], lines
+    assert lines[head + 5:] == ["", lines[head + 6]] and lines[head + 6].endswith(": 2 of 2 rows met"), lines

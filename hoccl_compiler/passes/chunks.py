@@ -343,19 +343,29 @@ def choose_chunk(topo, tr_stage, tr_role, tr_src, tr_dst, tr_bytes, tr_queue, tr
             del kept[k]
         return total
 
+    # no chunk size costs less than the call's fixed parts plus the port bound of these transfers (the same for every
+    # size: a chunk size only cuts them), by a hair less for rounding: v2's ports take at least their bytes at full
+    # bandwidth over the stages, overlapped or summed (cost.stage_times_v2, cost.overlapped_s)
+    bound = cost.lower_bound(tr_role, tr_src, tr_dst, tr_bytes, topo)[0]
+    floor = cost.plan_time_v2(topo, np.full(max(num_stages, 1), bound / max(num_stages, 1)), network, flows=flows,
+                              overlap_s=bound)[0] * (1 - 1e-9)
     chosen = pick_chunk(largest, time_of, lambda c: int(np.maximum(1, -(-tr_bytes // chunk_sizes(
-        tr_role, c, net_chunk_bytes))).sum()))
+        tr_role, c, net_chunk_bytes))).sum()), floor)
     return chosen, kept[chosen][0], kept[chosen][1]
 
 
-def pick_chunk(largest: int, time_of: Callable[[int], float], entries_of: Callable[[int], int]) -> int:
+def pick_chunk(largest: int, time_of: Callable[[int], float], entries_of: Callable[[int], int],
+               floor: float = 0.0) -> int:
     """The largest chunk size whose cost-model v2 time (``time_of(size)``: the plan's, its stages overlapping as the
     runtimes run them) is within
     ``CHUNK_TOLERANCE`` of the least over the candidates: small chunks pay a start each and interleave finely, large
     ones fill and drain forwarded paths slowly; the larger of two near-equal sizes makes a smaller plan. Candidates
     (``CHUNK_CANDIDATES`` below ``largest``, the largest transfer, and ``largest`` itself) are tried from the largest
     down, until two in a row are worse than the best so far or one would cut the plan into more than
-    ``CHUNK_BUDGET`` chunk entries (``entries_of(size)``; the largest is always costed)."""
+    ``CHUNK_BUDGET`` chunk entries (``entries_of(size)``; the largest is always costed), or until no smaller size
+    could change the choice: ``floor`` is a time no size's can be under, and once the chosen size's is within
+    ``CHUNK_TOLERANCE`` of it, a smaller one could neither win nor move the best so far enough to drop the chosen
+    (the same choice as trying them all, without costing them: a plan that a huge flow's port bound sets)."""
     candidates = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
     times: dict[int, float] = {}
     worse = 0
@@ -368,8 +378,13 @@ def pick_chunk(largest: int, time_of: Callable[[int], float], entries_of: Callab
         # smaller chunks only add starts once the fill and drain they save is gone: stop after two in a row that
         # are worse than the best so far (within one node, where nothing is forwarded, the whole transfers win)
         worse = worse + 1 if times[c] > min(times.values()) * (1 + CHUNK_TOLERANCE) else 0
-        if worse == 2:
+        if worse == 2 or (floor > 0 and times[_chosen(times)] <= floor * (1 + CHUNK_TOLERANCE)):
             break
+    return _chosen(times)
+
+
+def _chosen(times: dict[int, float]) -> int:
+    """The largest size whose time is within ``CHUNK_TOLERANCE`` of the least."""
     best = min(times.values())
     return max(c for c, t in times.items() if t <= best * (1 + CHUNK_TOLERANCE))
 

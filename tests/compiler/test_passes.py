@@ -416,3 +416,62 @@ def test_compiles_and_plan_files_pause_the_garbage_collector_and_give_it_back(tm
     finally:
         gc.callbacks.pop()
         gc.enable()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0.0, 3.0), min_size=11, max_size=11), st.floats(0.5, 2.0), st.integers(1 << 20, 1 << 30))
+def test_pick_chunk_with_a_floor_chooses_as_it_would_trying_every_size(excess, floor, largest):
+    """``pick_chunk`` stops early once no smaller size could change its choice (the chosen size's time within the
+    tolerance of a floor under every size's time); for any times at or above the floor, it chooses what it chooses
+    with no floor, and costs no more sizes."""
+    from hoccl_compiler.passes.chunks import CHUNK_CANDIDATES, pick_chunk
+
+    sizes = sorted({c for c in CHUNK_CANDIDATES if c < largest} | {largest}, reverse=True)
+    table = {c: floor * (1 + excess[i] * excess[i] * 0.01) for i, c in enumerate(sizes[:11])}
+    table.update({c: floor * 1.5 for c in sizes[11:]})
+    costed = {"with": [], "without": []}
+
+    def time_of(which):
+        return lambda c: costed[which].append(c) or table[c]
+
+    chosen = pick_chunk(largest, time_of("with"), lambda c: 0, floor)
+    assert chosen == pick_chunk(largest, time_of("without"), lambda c: 0)
+    assert costed["with"] == costed["without"][: len(costed["with"])]
+
+
+def test_no_chunk_size_costs_less_than_the_floor_choose_chunk_stops_at():
+    """The floor ``choose_chunk`` gives ``pick_chunk`` (the call's fixed parts plus the transfers' port bound) is
+    under every candidate's v2 time, on plans with and without network transfers and host costs, uniform and
+    skewed, multicast and not; and a Zipf All-to-Allv whose port bound sets its time stops after two sizes where it
+    tried eleven."""
+    from hoccl_compiler import compile_plan
+    from hoccl_compiler.passes import chunks
+
+    seen = []
+    real = chunks.pick_chunk
+
+    def spy(largest, time_of, entries_of, floor=0.0):
+        def timed(c):
+            t = time_of(c)
+            seen.append((t, floor))
+            return t
+        return real(largest, timed, entries_of, floor)
+
+    rng = np.random.default_rng(66)
+    zipf = np.floor((1 << 26) / (rng.permutation(256).reshape(16, 16) + 1.0) ** 1.1).astype(np.int64)
+    np.fill_diagonal(zipf, 0)
+    cases = [("paper-h800", 2, CollectiveSpec(kind="alltoall", size_bytes=1 << 30)),
+             ("dgx-h100", 4, CollectiveSpec(kind="allgather", size_bytes=1 << 30)),
+             ("dgx-h100", 1, CollectiveSpec(kind="broadcast", size_bytes=1 << 30, root=0)),
+             ("h200x2", 2, CollectiveSpec(kind="alltoall", size_bytes=64 << 20)),
+             ("paper-h800", 2, CollectiveSpec(kind="alltoallv", matrix=tuple(map(tuple, zipf.tolist()))))]
+    import unittest.mock
+
+    counts = []
+    with unittest.mock.patch.object(chunks, "pick_chunk", spy):
+        for name, nodes, spec in cases:
+            before = len(seen)
+            compile_plan(make_topology(name, nodes=nodes), spec, CompileOptions(baselines=False))
+            counts.append(len(seen) - before)
+    assert seen and all(t >= floor for t, floor in seen), [(t, f) for t, f in seen if t < f]
+    assert counts[-1] == 2  # whole transfers, then 256 MiB: within 1% of the floor

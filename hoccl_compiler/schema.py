@@ -29,7 +29,7 @@ from .topology import Topology
 __all__ = [
     "SCHEMA_VERSION", "Plan", "Stage", "TransferTable", "QueueTable", "FlowTable", "RankBuffers",
     "PlanOptions", "Report", "Baselines", "RoleInfo", "Role", "PLAN_ROLES", "plan_id_for", "plan_id_of_json",
-    "check_plan_id", "BREAKDOWN_PARTS",
+    "check_plan_id", "BREAKDOWN_REQUIRED", "BREAKDOWN_OPTIONAL",
     "plan_json_schema", "check_plan_topology", "PRETTY_LIMIT", "IntColumn", "chunk_sizes", "plan_chunk_sizes",
     "waited_chunk", "mixed_sizes",
 ]
@@ -274,18 +274,20 @@ class Report(_Model):
         parts = self.breakdown_s
         if parts is None:
             return self
-        missing, unknown = BREAKDOWN_PARTS[0] - parts.keys(), parts.keys() - BREAKDOWN_PARTS[0] - BREAKDOWN_PARTS[1]
+        missing = BREAKDOWN_REQUIRED - parts.keys()
+        unknown = parts.keys() - BREAKDOWN_REQUIRED - BREAKDOWN_OPTIONAL
         if missing or unknown:
-            raise ValueError(f"breakdown_s must hold {sorted(BREAKDOWN_PARTS[0])} (and may hold "
-                             f"{sorted(BREAKDOWN_PARTS[1])}); it lacks {sorted(missing)} and has {sorted(unknown)}")
+            raise ValueError(f"breakdown_s must hold {sorted(BREAKDOWN_REQUIRED)} (and may hold "
+                             f"{sorted(BREAKDOWN_OPTIONAL)}); it lacks {sorted(missing)} and has {sorted(unknown)}")
         bad = [k for k, v in parts.items() if not 0 <= v < float("inf")]
         if bad:
             raise ValueError(f"breakdown_s[{bad[0]!r}] is {parts[bad[0]]}, not a time in seconds (finite, >= 0)")
         return self
 
 
-#: the parts of a report's breakdown_s: those every v2 report holds, and those it may
-BREAKDOWN_PARTS = (frozenset({"ports", "call_s", "stages_s", "stage_sync_s"}), frozenset({"net_flows_s"}))
+#: the parts of a report's breakdown_s: those every v2 report holds, and those it may (absent in older files)
+BREAKDOWN_REQUIRED = frozenset({"ports", "call_s", "stages_s", "stage_sync_s"})
+BREAKDOWN_OPTIONAL = frozenset({"net_flows_s"})
 
 
 class Plan(_Model):

@@ -89,14 +89,15 @@ def _check_queue_table(plan: Plan) -> None:
     if len(qt.gpu) != G * len(kinds):
         raise PlanError(f"plan {plan.plan_id}: {len(qt.gpu)} queues where {G} GPUs of {q} DMA queue(s) have "
                         f"{G * len(kinds)} ({len(kinds)} a GPU): the plan is corrupt; recompile it")
-    want = (np.repeat(np.arange(G, dtype=np.int64), len(kinds)), np.tile(np.r_[np.arange(q), 0, 0, 0], G))
-    bad = (np.asarray(qt.gpu, np.int64) != want[0]) | (np.asarray(qt.index, np.int64) != want[1])
+    want_gpu = np.repeat(np.arange(G, dtype=np.int64), len(kinds))
+    want_index = np.tile(np.r_[np.arange(q), 0, 0, 0], G)
+    bad = (np.asarray(qt.gpu, np.int64) != want_gpu) | (np.asarray(qt.index, np.int64) != want_index)
     bad |= np.asarray(qt.kind, dtype=object) != np.array(kinds * G, dtype=object)
     if bad.any():
         i = int(np.argmax(bad))
         raise PlanError(f"plan {plan.plan_id}: queue {i} is {qt.kind[i]} {qt.index[i]} of GPU {qt.gpu[i]}, where "
                         f"the queue table of {G} GPUs with {q} DMA queue(s) has {kinds[i % len(kinds)]} "
-                        f"{int(want[1][i])} of GPU {int(want[0][i])}: the plan is corrupt; recompile it")
+                        f"{int(want_index[i])} of GPU {int(want_gpu[i])}: the plan is corrupt; recompile it")
 
 
 def check_indices(plan: Plan) -> None:

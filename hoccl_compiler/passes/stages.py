@@ -151,13 +151,18 @@ TAILS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005)
 
 
 class _Peel:
-    """A peel's matchings (a list, or :func:`iter_matchings` found as far as asked for)."""
+    """A peel's matchings (a list, or :func:`iter_matchings` found as far as asked for), and what is left of its
+    ``matrix``: no fewer matchings can follow than the most cells a line still holds (a matching takes one cell of
+    a line), which answers :meth:`more_than` often long before the peel would."""
 
-    def __init__(self, matchings: Iterable[Matching]):
+    def __init__(self, matchings: Iterable[Matching], matrix: np.ndarray):
         self._rest = iter(matchings)
         self.found: list[Matching] = []
         self.moved = 0
         self.done = False
+        self._left = matrix.astype(np.int64)
+        nonzero = self._left > 0
+        self._row_cells, self._col_cells = nonzero.sum(axis=1), nonzero.sum(axis=0)
 
     def _more(self) -> bool:
         if not self.done:
@@ -168,6 +173,11 @@ class _Peel:
             else:
                 self.found.append(m)
                 self.moved += m[0]
+                w, a, b = m
+                self._left[a, b] -= w
+                emptied = self._left[a, b] == 0
+                self._row_cells[a[emptied]] -= 1  # a matching's rows (and columns) are distinct
+                self._col_cells[b[emptied]] -= 1
         return not self.done
 
     def until(self, amount: float) -> list[Matching]:
@@ -178,9 +188,22 @@ class _Peel:
 
     def more_than(self, count: int) -> bool:
         """Whether the whole peel has more than ``count`` matchings."""
-        while len(self.found) <= count and self._more():
-            pass
+        while len(self.found) <= count:
+            if len(self.found) + max(int(self._row_cells.max(initial=0)), int(self._col_cells.max(initial=0))) > count:
+                return True
+            if not self._more():
+                break
         return len(self.found) > count
+
+    def extend(self, count: int) -> None:
+        """Find up to ``count`` more matchings (fewer where the peel ends)."""
+        for _ in range(count):
+            if not self._more():
+                break
+
+    def cells_left(self) -> tuple[np.ndarray, np.ndarray]:
+        """The cells each row and each column of the matrix still holds after the matchings found."""
+        return self._row_cells, self._col_cells
 
     def all(self) -> list[Matching]:
         while self._more():
@@ -208,7 +231,7 @@ def fewer_stages(matrix: np.ndarray, peeled: Iterable[Matching], max_extra_time:
     cuts need it to 1 - the smallest tail of the busiest line; the whole peel only where it could still win, as
     its cost is at least that of the part found, or where its count decides).
     """
-    peel = _Peel(peeled)
+    peel = _Peel(peeled, matrix)
 
     def weighted(matchings: list[Matching]) -> list[WeightedMatching]:
         return [(np.full(a.size, w, np.int64), a, b) for w, a, b in matchings]
@@ -269,16 +292,16 @@ def fewer_stages(matrix: np.ndarray, peeled: Iterable[Matching], max_extra_time:
     if max_extra_time is not None or best is None:
         return weighted(peel.all())
     # the whole peel costs at least its part found so far and one more transfer for each cell it has not emptied
-    # (and as many more stages as the fullest line has such cells): where even that loses, it is not finished
-    left = matrix.copy()
-    for w, a, b in peel.found:
-        left[a, b] -= w
-    sends, recvs = transfers(peel.found)
-    more_rows, more_cols = (left > 0).sum(axis=1), (left > 0).sum(axis=0)
-    at_least = fixed_of(len(peel.found) + int(max(more_rows.max(), more_cols.max())), sends + more_rows,
-                        recvs + more_cols)
-    if best_cost < top + at_least:
-        return best
+    # (and as many more stages as the fullest line has such cells): where even that loses, it is not finished. The
+    # bound is tried on more of the peel (half as much again each time) before the whole of it is found
+    while not peel.done:
+        sends, recvs = transfers(peel.found)
+        more_rows, more_cols = peel.cells_left()
+        at_least = fixed_of(len(peel.found) + int(max(more_rows.max(), more_cols.max())), sends + more_rows,
+                            recvs + more_cols)
+        if best_cost < top + at_least:
+            return best
+        peel.extend(len(peel.found) // 2 + 64)
     full = weighted(peel.all())
     return best if best_cost < top + fixed(full) else full
 

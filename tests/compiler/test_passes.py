@@ -252,6 +252,50 @@ def test_fewer_stages_follows_the_peel_only_as_far_as_its_choice_needs(max_extra
         assert len(found) == len(whole)  # the time-optimal peel is the whole peel
 
 
+def _recorded(matchings, found: list):
+    """``matchings`` passed on, each one also appended to ``found`` as it is asked for."""
+    for m in matchings:
+        found.append(m)
+        yield m
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 7), st.floats(0.1, 1.0), st.integers(0, 2**31 - 1), st.integers(0, 60))
+def test_a_peel_knows_it_has_more_matchings_than_a_count_from_the_cells_a_line_still_holds(n, density, seed, count):
+    """_Peel.more_than answers as the whole peel's length does, and where the cells a line still holds already
+    outnumber what the count leaves, without finding the peel further."""
+    from hoccl_compiler.passes.stages import _Peel, iter_matchings
+
+    rng = np.random.default_rng(seed)
+    mat = rng.integers(1, 1 << 12, size=(n, n)) * (rng.random((n, n)) < density)
+    whole = len(peel_matchings(mat))
+    found = []
+    peel = _Peel(_recorded(iter_matchings(mat), found), mat)
+    assert peel.more_than(count) == (whole > count)
+    cells = int(max((mat > 0).sum(axis=1).max(), (mat > 0).sum(axis=0).max()))
+    if cells > count:
+        assert not found  # the bound alone answered
+
+
+def test_the_dense_peels_length_question_stops_at_the_first_matchings():
+    """A dense skewed matrix (a Zipf All-to-Allv's network part, as fewer_stages asks of it whether the peel has
+    more matchings than a GPU has destinations): answered after a fraction of the matchings that asked before."""
+    from workloads import zipf_matrix
+
+    from hoccl_compiler.passes.stages import _Peel, iter_matchings
+
+    mat = zipf_matrix(64, mean_pair_bytes=1 << 24, seed=64)
+    node = np.arange(64) // 8
+    mat[node[:, None] == node[None, :]] = 0
+    degree = int((mat > 0).sum(axis=1).max())
+    found = []
+    peel = _Peel(_recorded(iter_matchings(mat), found), mat)
+    peel.until(0.9995 * mat.sum(axis=1).max())  # as far as fewer_stages' cuts need the peel
+    before = len(found)
+    assert peel.more_than(degree) and len(peel_matchings(mat)) > degree
+    assert len(found) == before < degree  # nothing more was found to answer
+
+
 @pytest.mark.parametrize("density", [1.0, 0.97, 0.05])
 def test_whole_cells_go_in_as_few_matchings_as_the_fullest_line_where_shifts_reach_it(density):
     """The tail a cut sends whole: every cell once, each stage a matching; on a (nearly) full cross-node support

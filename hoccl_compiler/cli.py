@@ -322,7 +322,7 @@ def _compile(argv: Sequence[str] | None) -> int:
     from .units import parse_size
 
     args = _compile_parser().parse_args(argv)
-    kind = args.collective.lower().replace("-", "")
+    kind = args.collective.lower().replace("-", "").replace("_", "")  # torch's names too: all_gather, all_to_all
     if kind in {r.replace("_", "") for r in REDUCTIONS}:
         raise refuse_reduction(kind)
     if kind not in KINDS:
@@ -344,6 +344,9 @@ def _compile(argv: Sequence[str] | None) -> int:
         size = 1 << 30
     if args.root is not None and kind not in ("broadcast", "scatter", "gather"):
         raise _UsageError(f"--root applies to broadcast, scatter and gather, not {kind}")
+    if args.root is not None and not 0 <= args.root < topo.num_gpus:
+        raise _UsageError(f"root {args.root} is out of range for {topo.num_gpus} ranks; pick --root in "
+                          f"0..{topo.num_gpus - 1}")  # as the compiler says it; a negative one too, by name
     spec = CollectiveSpec(kind=kind, size_bytes=size if matrix is None else None, root=args.root,
                           matrix=matrix, pairs=pairs, in_place=args.in_place)
     chunk = None if args.chunk == "auto" else parse_size(args.chunk)

@@ -175,13 +175,13 @@ def _matrix_array(spec: CollectiveSpec, G: int) -> np.ndarray:
     try:
         mat = np.asarray(spec.matrix, dtype=np.int64)
     except OverflowError:
-        raise CollectiveError(f"the {spec.kind} matrix has an entry beyond a 64-bit integer; entries are byte counts "
-                              f"of at most 1 EiB ({MAX_BYTES})") from None
+        raise CollectiveError(f"the {spec.kind} byte matrix has an entry beyond a 64-bit integer; entries are byte "
+                              f"counts of at most 1 EiB ({MAX_BYTES})") from None
     except ValueError:  # rows of different lengths
-        raise CollectiveError(f"the {spec.kind} matrix's rows differ in length; give a {G}x{G} matrix") from None
+        raise CollectiveError(f"the {spec.kind} byte matrix's rows differ in length; give a {G}x{G} matrix") from None
     if mat.shape != (G, G):
         raise CollectiveError(
-            f"the {spec.kind} matrix is {mat.shape[0]}x{mat.shape[1] if mat.ndim == 2 else '?'} but the topology "
+            f"the {spec.kind} byte matrix is {mat.shape[0]}x{mat.shape[1] if mat.ndim == 2 else '?'} but the topology "
             f"has {G} GPUs; give a {G}x{G} matrix or change --nodes/--gpus-per-node"
         )
     if (mat < 0).any():
@@ -358,10 +358,19 @@ def _load_npy(path: Path) -> np.ndarray:
     return np.load(path, allow_pickle=False)
 
 
+def _same_lengths(rows: list, path: Path) -> None:
+    """Refuse a matrix file whose rows differ in length, naming the first that differs from row 0."""
+    for i, row in enumerate(rows):
+        if len(row) != len(rows[0]):
+            raise CollectiveError(f"matrix file {path}: row {i} has {len(row)} entries and row 0 has {len(rows[0])}; "
+                                  "give a square G x G matrix, every row G byte counts")
+
+
 def _json_rows(rows: object, path: Path) -> list:
     """A JSON matrix's rows, each entry a number (not a bool, string, object or list)."""
     if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
         raise CollectiveError(f"matrix file {path} must hold a list of rows, each a list of byte counts")
+    _same_lengths(rows, path)
     for i, row in enumerate(rows):
         for j, x in enumerate(row):
             if isinstance(x, bool) or not isinstance(x, int | float):
@@ -378,7 +387,9 @@ def load_matrix(path: str | Path) -> tuple[tuple[int, ...], ...]:
             mat = _load_npy(path)
         elif path.suffix == ".csv":
             with path.open(newline="") as fh:
-                mat = np.array([[float(x) for x in row if x.strip()] for row in csv.reader(fh) if row])
+                rows = [[float(x) for x in row if x.strip()] for row in csv.reader(fh) if row]
+            _same_lengths(rows, path)
+            mat = np.array(rows)
         elif path.suffix == ".json":
             mat = np.array(_json_rows(json.loads(path.read_text()), path), dtype=float)
         else:

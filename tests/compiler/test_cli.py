@@ -109,6 +109,9 @@ def test_forwarding_none_and_topology_file(tmp_cwd, capsys):
     (["alltoallv", "--matrix", "nope.npy"], "cannot read matrix"),
     (["alltoall", "--matrix", "m.npy"], "applies to alltoallv"),
     (["broadcast", "--root", "99"], "root 99 is out of range"),
+    (["broadcast", "--root", "-1"], "root -1 is out of range for 16 ranks; pick --root in 0..15"),
+    (["reduce_scatter"], "reduction"),
+    (["all_reduce"], "copy engine can only copy"),
     (["alltoall", "--root", "1"], "--root applies to"),
     (["alltoall", "--topology", "tpu-pod"], "neither a preset"),
     (["alltoall", "--topology", "paper-h800", "--nodes", "0"], "nodes"),
@@ -127,6 +130,25 @@ def test_compile_bad_input_exits_2(tmp_cwd, capsys, argv, needle):
     assert code == 2
     assert needle in err and err.startswith("hoccl-compile: error:")
     assert not (tmp_cwd / "x.json").exists()
+
+
+@pytest.mark.parametrize("name,text", [
+    ("m.json", "[[0, 1, 2], [3, 0], [4, 5, 0]]"),
+    ("m.csv", "0,1,2\n3,0\n4,5,0\n"),
+])
+def test_a_matrix_file_with_rows_of_other_lengths_is_refused_by_row(tmp_cwd, capsys, name, text):
+    (tmp_cwd / name).write_text(text)
+    code, _, err = run(compile_main, ["alltoallv", "--matrix", name, "-o", "x.json"], capsys)
+    assert code == 2
+    assert f"matrix file {name}: row 1 has 2 entries and row 0 has 3" in err
+
+
+@pytest.mark.parametrize("name,kind", [("all_gather", "allgather"), ("all_to_all", "alltoall"),
+                                       ("ALL-GATHER", "allgather"), ("send_recv", "sendrecv")])
+def test_torchs_and_spelled_out_collective_names_compile(tmp_cwd, capsys, name, kind):
+    code, _, err = run(compile_main, [name, "--nodes", "1", "--size", "64KiB", "-o", "x.json", "-q"], capsys)
+    assert code == 0, err
+    assert load_plan(tmp_cwd / "x.json").collective.kind == kind
 
 
 def test_inspect_bad_input_exits_2(tmp_cwd, capsys):

@@ -1,6 +1,6 @@
 """Session 67: random hoccl-compile command lines (good and bad values of every option, matrix and pairs files good,
 short, negative, non-numeric, empty), run in process; lists every one that ends in an internal error (exit 1) or a
-Python exception escaping the CLI, then a count by exit code.  python fuzz_compile.py [N] [SEED]"""
+Python exception escaping the CLI, then a count by exit code (SHOW_ERR=1: first every distinct refusal message).  python fuzz_compile.py [N] [SEED]"""
 import contextlib
 import io
 import json
@@ -81,7 +81,7 @@ OPTS = {
     "--dump-after": ["expand", "stages", "verify", "x"],
 }
 FLAGS = ["--in-place", "--no-baselines", "-q", "-v"]
-codes, bad = {}, []
+codes, bad, msgs = {}, [], {}
 for i in range(N):
     argv = [rng.choice(KINDS)]
     for opt in rng.sample(sorted(OPTS), rng.randint(0, 6)):
@@ -101,8 +101,12 @@ for i in range(N):
     codes[rc if isinstance(rc, int) else "escaped"] = codes.get(rc if isinstance(rc, int) else "escaped", 0) + 1
     if os.environ.get("SHOW_OK") and rc == 0:
         print("ok", " ".join(a.replace(tmp, "$TMP") for a in argv))
+    if os.environ.get("SHOW_ERR") and rc == 2:
+        msgs.setdefault(err.getvalue().strip().splitlines()[-1][:150].replace(tmp, "$TMP"), argv)
     if rc not in (0, 2):
         bad.append((argv, rc, err.getvalue().strip().splitlines()[-1:] if err.getvalue() else ""))
 for argv, rc, last in bad:
     print("rc", rc, " ".join(a.replace(tmp, "$TMP") for a in argv), "->", last)
+for m in sorted(msgs):
+    print("message:", m)
 print(f"{N} command lines: exit codes {dict(sorted(codes.items(), key=str))}, {len(bad)} not 0 or 2")

@@ -160,9 +160,9 @@ class _Peel:
         self.found: list[Matching] = []
         self.moved = 0
         self.done = False
-        self._left = matrix.astype(np.int64)
-        nonzero = self._left > 0
-        self._row_cells, self._col_cells = nonzero.sum(axis=1), nonzero.sum(axis=0)
+        self._matrix = matrix
+        self._left: np.ndarray | None = None  # what is left after found[:_counted], made when first asked for
+        self._counted = 0
 
     def _more(self) -> bool:
         if not self.done:
@@ -173,11 +173,6 @@ class _Peel:
             else:
                 self.found.append(m)
                 self.moved += m[0]
-                w, a, b = m
-                self._left[a, b] -= w
-                emptied = self._left[a, b] == 0
-                self._row_cells[a[emptied]] -= 1  # a matching's rows (and columns) are distinct
-                self._col_cells[b[emptied]] -= 1
         return not self.done
 
     def until(self, amount: float) -> list[Matching]:
@@ -189,7 +184,8 @@ class _Peel:
     def more_than(self, count: int) -> bool:
         """Whether the whole peel has more than ``count`` matchings."""
         while len(self.found) <= count:
-            if len(self.found) + max(int(self._row_cells.max(initial=0)), int(self._col_cells.max(initial=0))) > count:
+            rows, cols = self.cells_left()
+            if len(self.found) + max(int(rows.max(initial=0)), int(cols.max(initial=0))) > count:
                 return True
             if not self._more():
                 break
@@ -203,6 +199,16 @@ class _Peel:
 
     def cells_left(self) -> tuple[np.ndarray, np.ndarray]:
         """The cells each row and each column of the matrix still holds after the matchings found."""
+        if self._left is None:
+            self._left = self._matrix.astype(np.int64)
+            nonzero = self._left > 0
+            self._row_cells, self._col_cells = nonzero.sum(axis=1), nonzero.sum(axis=0)
+        for w, a, b in self.found[self._counted:]:
+            self._left[a, b] -= w
+            emptied = self._left[a, b] == 0
+            self._row_cells[a[emptied]] -= 1  # a matching's rows (and columns) are distinct
+            self._col_cells[b[emptied]] -= 1
+        self._counted = len(self.found)
         return self._row_cells, self._col_cells
 
     def all(self) -> list[Matching]:

@@ -172,16 +172,17 @@ def _check_root(spec: CollectiveSpec, G: int) -> int:
 def _matrix_array(spec: CollectiveSpec, G: int) -> np.ndarray:
     if spec.matrix is None:
         raise CollectiveError(f"{spec.kind} needs a per-pair byte matrix; pass --matrix FILE (.npy, .csv or .json)")
+    name = "byte matrix" if spec.kind == "matrix" else f"{spec.kind} byte matrix"
     try:
         mat = np.asarray(spec.matrix, dtype=np.int64)
     except OverflowError:
-        raise CollectiveError(f"the {spec.kind} byte matrix has an entry beyond a 64-bit integer; entries are byte "
+        raise CollectiveError(f"the {name} has an entry beyond a 64-bit integer; entries are byte "
                               f"counts of at most 1 EiB ({MAX_BYTES})") from None
     except ValueError:  # rows of different lengths
-        raise CollectiveError(f"the {spec.kind} byte matrix's rows differ in length; give a {G}x{G} matrix") from None
+        raise CollectiveError(f"the {name}'s rows differ in length; give a {G}x{G} matrix") from None
     if mat.shape != (G, G):
         raise CollectiveError(
-            f"the {spec.kind} byte matrix is {mat.shape[0]}x{mat.shape[1] if mat.ndim == 2 else '?'} but the topology "
+            f"the {name} is {mat.shape[0]}x{mat.shape[1] if mat.ndim == 2 else '?'} but the topology "
             f"has {G} GPUs; give a {G}x{G} matrix or change --nodes/--gpus-per-node"
         )
     if (mat < 0).any():

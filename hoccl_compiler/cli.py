@@ -316,7 +316,7 @@ def compile_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _compile(argv: Sequence[str] | None) -> int:
-    from .collective import KINDS, REDUCTIONS, CollectiveSpec, load_matrix, load_pairs, refuse_reduction
+    from .collective import KINDS, REDUCTIONS, CollectiveSpec, check_root, load_matrix, load_pairs, refuse_reduction
     from .ir import CompileOptions
     from .pipeline import PASS_NAMES
     from .units import parse_size
@@ -344,9 +344,8 @@ def _compile(argv: Sequence[str] | None) -> int:
         size = 1 << 30
     if args.root is not None and kind not in ("broadcast", "scatter", "gather"):
         raise _UsageError(f"--root applies to broadcast, scatter and gather, not {kind}")
-    if args.root is not None and not 0 <= args.root < topo.num_gpus:
-        raise _UsageError(f"root {args.root} is out of range for {topo.num_gpus} ranks; pick --root in "
-                          f"0..{topo.num_gpus - 1}")  # as the compiler says it; a negative one too, by name
+    if args.root is not None:
+        check_root(args.root, topo.num_gpus)
     spec = CollectiveSpec(kind=kind, size_bytes=size if matrix is None else None, root=args.root,
                           matrix=matrix, pairs=pairs, in_place=args.in_place)
     chunk = None if args.chunk == "auto" else parse_size(args.chunk)

@@ -43,6 +43,7 @@ __all__ = [
     "layout",
     "REDUCTIONS",
     "refuse_reduction",
+    "check_root",
     "load_matrix",
     "load_pairs",
 ]
@@ -162,11 +163,16 @@ def _check_size_divisible(spec: CollectiveSpec, G: int) -> int:
     return size // G
 
 
-def _check_root(spec: CollectiveSpec, G: int) -> int:
-    root = spec.root if spec.root is not None else 0
-    if root >= G:
+def check_root(root: int, G: int) -> int:
+    """``root`` where it is a rank of ``G``, else a CollectiveError naming it and the range (the CLI asks before it
+    builds a spec, whose own check refuses a negative root in pydantic's words)."""
+    if not 0 <= root < G:
         raise CollectiveError(f"root {root} is out of range for {G} ranks; pick --root in 0..{G - 1}")
     return root
+
+
+def _check_root(spec: CollectiveSpec, G: int) -> int:
+    return check_root(spec.root if spec.root is not None else 0, G)
 
 
 def _matrix_array(spec: CollectiveSpec, G: int) -> np.ndarray:

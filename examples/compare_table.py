@@ -78,9 +78,8 @@ def row(path: Path) -> dict | None:
     deterministic = bool((record.get("args") or {}).get("deterministic"))
     paired = [a / b for a, b in zip(h["rounds"], n["rounds"], strict=True) if b > 0] \
         if len(h["rounds"]) == len(n["rounds"]) else []
-    return {"example": example, "size": size, "setting": "MPS" if m["setting"] == "mps" else "time-sliced", "hoccl": h,
-            "nccl": n,
-            "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"],
+    return {"example": example, "size": size, "setting": "MPS" if m["setting"] == "mps" else "time-sliced",
+            "hoccl": h, "nccl": n, "none": none, "ratio": h["tokens_per_s"] / n["tokens_per_s"],
             "round_ratios": (min(paired), max(paired)) if len(paired) > 1 else None, "losses_equal": same,
             "deterministic": deterministic}
 

@@ -7,6 +7,7 @@
 #   bash scripts/tcp-nodes.sh [--mps] examples/train_fsdp.py --size 350m --batch 2 --steps 10 --repeats 3 --comm hoccl,nccl,none
 #   bash scripts/tcp-nodes.sh [--mps] examples/train_pipeline.py --size small --steps 20 --repeats 3 --comm hoccl,nccl
 #   bash scripts/tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]     # the whole HOCCL/NCCL comparison (docs/training.md)
+#   bash scripts/tcp-nodes.sh [--mps] --soak N OUTDIR [SIZE]        # the no-hang check: FSDP2 against NCCL N times in a row
 # --mps: the two processes under MPS (a user-space daemon, started here and stopped at the end; it changes no GPU
 # setting): their kernels share the SMs at once instead of time-slicing. TCP_NODES_TIMEOUT bounds each run (s).
 # TCP_NODES_PIN=1: each node's processes (torchrun, its rank, HOCCL's proxy process) on half of this host's CPUs
@@ -14,7 +15,12 @@
 set -u
 mps=0
 if [ "${1:-}" = "--mps" ]; then mps=1; shift; fi
-[ $# -ge 1 ] || { echo "usage: tcp-nodes.sh [--mps] SCRIPT [ARGS...] | [--mps] --compare OUTDIR [SIZES]"; exit 2; }
+usage="usage: tcp-nodes.sh [--mps] SCRIPT [ARGS...] | [--mps] --compare OUTDIR [SIZES] | [--mps] --soak N OUTDIR [SIZE]"
+[ $# -ge 1 ] || { echo "$usage"; exit 2; }
+if [ "$1" = --soak ]; then  # checked before anything starts: a bad count is refused without a GPU
+  case ${2:-} in ''|*[!0-9]*|0) echo "tcp-nodes --soak: the run count '${2:-}' is not a whole number >= 1; $usage"; exit 2 ;; esac
+  [ -n "${3:-}" ] || { echo "tcp-nodes --soak: no OUTDIR; $usage"; exit 2; }
+fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$gpus" -ge 1 ] || { echo "tcp-nodes: no GPU found (nvidia-smi -L)"; exit 2; }
 export NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -50,6 +56,34 @@ run_nodes() {  # SCRIPT ARGS...: both nodes, bounded; the exit status of the fir
   port=$((port + 1))
   return $rc
 }
+
+if [ "$1" = "--soak" ]; then
+  # --soak N OUTDIR [SIZE]: the no-hang check of issue 34. The FSDP2 comparison (HOCCL gathering against NCCL, NCCL
+  # reducing in both; SOAK_ARGS replaces those arguments) N times in a row, each a fresh pair of processes with 3 steps
+  # (the first a warm-up) bounded by TCP_NODES_TIMEOUT (120 s unless set) and its process group's timeout (60 s). One log
+  # per run under OUTDIR, a line per run (exit status, seconds, the tokens/s lines), then "soak: K of N runs
+  # completed"; the exit status is 0 only when all N did (else the last failed run's: 124 for a run that timed out).
+  n=$2 out=$3 size=${4:-350m}
+  mkdir -p "$out" || exit 2
+  setting=$([ "$mps" = 1 ] && echo mps || echo sliced)
+  batch=2; [ "$size" = small ] && batch=4
+  export TCP_NODES_TIMEOUT=${TCP_NODES_TIMEOUT:-120}
+  ok=0 last=0 longest=0
+  for i in $(seq 1 "$n"); do
+    name=soak-fsdp-$size-$setting-$i t0=$(date +%s)
+    # shellcheck disable=SC2086 # SOAK_ARGS is a list of arguments
+    run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$batch" \
+      ${SOAK_ARGS---steps 3 --warmup 1 --repeats 1 --comm hoccl,nccl --reduce nccl --timeout 60} \
+      --json "$out/$name.json" >"$out/$name.log" 2>&1
+    rc=$? secs=$(( $(date +%s) - t0 ))
+    [ "$secs" -gt "$longest" ] && longest=$secs
+    if [ "$rc" = 0 ]; then ok=$((ok + 1)); else last=$rc; fi
+    echo "=== $name rc=$rc ${secs} s"
+    grep -E "^(hoccl|nccl|none)[ +]" "$out/$name.log" | tail -n 3
+  done
+  echo "soak: $ok of $n runs completed ($setting, FSDP $size, longest ${longest} s, each bounded by ${TCP_NODES_TIMEOUT} s)"
+  exit "$last"
+fi
 
 if [ "$1" != "--compare" ]; then
   script=$1; shift

@@ -113,3 +113,57 @@ def test_compare_ends_with_the_table_of_its_runs_records(tmp_path):
     row = "| time-sliced | 300 (1.0%) | 200 (2.0%) | 1.500 | - | - | - | - | yes |"  # one round, no steps recorded
     assert rows == [f"| FSDP small, HOCCL reducing {row}", f"| FSDP small, NCCL reducing {row}"], lines
     assert lines[head + 5:] == ["", lines[head + 6]] and lines[head + 6].endswith(": 2 of 2 rows met"), lines
+
+
+def _soak(tmp_path: Path, *args: str, torchrun: str = "", **env: str) -> tuple[subprocess.CompletedProcess, list]:
+    """``tcp-nodes.sh --soak ARGS`` with stubs: torchrun records its host id and arguments, then runs ``torchrun``'s
+    shell text (where it may fail or hang)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    calls = tmp_path / "calls.txt"
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stub (UUID: GPU-0)'\n")
+    (bin_dir / "torchrun").write_text(f'#!/bin/sh\necho "$NCCL_HOSTID $*" >> {shlex.quote(str(calls))}\n{torchrun}\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MASTER_PORT": "29999", **env}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "tcp-nodes.sh"), "--soak", *args], env=run_env,
+                         capture_output=True, text=True, timeout=60)
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return out, [line.split() for line in lines]
+
+
+def test_soak_runs_the_fsdp_comparison_n_times_in_a_row_as_fresh_pairs(tmp_path):
+    out, calls = _soak(tmp_path, "3", str(tmp_path / "out"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert len(calls) == 6  # both nodes of a run start together: sorted within each run
+    assert [sorted(c[0] for c in calls[i:i + 2]) for i in (0, 2, 4)] == [["hoccl-node0", "hoccl-node1"]] * 3
+    for c in calls:
+        assert c[c.index("--size") + 1] == "350m" and c[c.index("--comm") + 1] == "hoccl,nccl", c
+        assert c[c.index("--reduce") + 1] == "nccl" and c[c.index("--steps") + 1] == "3", c
+    jsons = [c[c.index("--json") + 1].rsplit("/", 1)[-1] for c in calls[::2]]
+    assert jsons == [f"soak-fsdp-350m-sliced-{i}.json" for i in (1, 2, 3)]
+    assert out.stdout.splitlines()[-1].startswith("soak: 3 of 3 runs completed (sliced, FSDP 350m"), out.stdout
+
+
+def test_soak_goes_on_after_a_failed_run_and_says_how_many_completed(tmp_path):
+    """The second run's node 1 fails: the third still runs, and the exit status is the failed run's."""
+    fail = 'case "$*" in *soak-fsdp-small-sliced-2*) [ "$NCCL_HOSTID" = hoccl-node1 ] && exit 3 ;; esac\nexit 0'
+    out, calls = _soak(tmp_path, "3", str(tmp_path / "out"), "small", torchrun=fail, SOAK_ARGS="--steps 2")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert len(calls) == 6 and all(c[c.index("--batch") + 1] == "4" and "--reduce" not in c for c in calls), calls
+    assert "=== soak-fsdp-small-sliced-2 rc=3" in out.stdout
+    assert out.stdout.splitlines()[-1].startswith("soak: 2 of 3 runs completed"), out.stdout
+
+
+def test_soak_cuts_a_hung_run_at_the_timeout(tmp_path):
+    out, calls = _soak(tmp_path, "1", str(tmp_path / "out"), torchrun="exec sleep 30", TCP_NODES_TIMEOUT="1")
+    assert out.returncode == 124, out.stdout + out.stderr
+    assert out.stdout.splitlines()[-1].startswith("soak: 0 of 1 runs completed"), out.stdout
+    assert "each bounded by 1 s" in out.stdout
+
+
+@pytest.mark.parametrize("args", [("0", "out"), ("x", "out"), ("-1", "out"), ("2",)])
+def test_soak_refuses_a_bad_count_or_no_outdir_before_it_starts(tmp_path, args):
+    out, calls = _soak(tmp_path, *args)
+    assert out.returncode == 2 and not calls, out.stdout + out.stderr
+    assert out.stdout.startswith("tcp-nodes --soak: ") and "usage: tcp-nodes.sh" in out.stdout, out.stdout

@@ -29,7 +29,8 @@ from hoccl_compiler.schema import Plan
 
 from . import _cuda  # no CUDA at import: its functions load cupy / cuda-bindings when first called
 from ._cuda_streams import event_create, event_destroy, stream_is_capturing
-from .errors import BufferError, HocclError
+from .aliasing import check_aliasing
+from .errors import BufferError, HocclError, StreamError
 from .flags import FlagPool, MemOps, handshake
 from .interop import DeviceBuffer, as_buffer, as_stream
 from .launch import Device, LaunchCache, Memcpy, Memops, Op, Record, Wait, compile_launch, on, squeeze_devices
@@ -111,6 +112,26 @@ def _rank_buffers(plan: Plan, info: _PlanInfo, rank: int, value: Any) -> RankBuf
                           f"{sorted({in_buf.device, out_buf.device})}; a rank is one GPU")
     device = out_buf.device if out_buf is not None else (in_buf.device if in_buf is not None else -1)
     return RankBuffers(in_buf, out_buf, device)
+
+
+def _apart(plan: Plan, ranks: list[RankBuffers]) -> list[RankBuffers]:
+    """``ranks``, once no two of their buffers share bytes in a way the plan does not allow (hoccl_runtime.aliasing).
+    Checked when a launch list is built: the list is kept by the buffers' addresses, and their sizes are the plan's."""
+    check_aliasing(plan, {r: (b.input, b.output) for r, b in enumerate(ranks)})
+    return ranks
+
+
+def streams_by_rank(streams: Any) -> Mapping[int, Any]:
+    """``execute``'s ``streams``: ``{rank: stream}``, a list of streams in rank order, or None (each rank's device's
+    legacy default stream; so is a rank the mapping leaves out). Anything else is refused by name."""
+    if streams is None:
+        return {}
+    if isinstance(streams, (list, tuple)):
+        return dict(enumerate(streams))
+    if not isinstance(streams, Mapping):
+        raise StreamError(f"streams must be {{rank: stream}}, a list of streams in rank order or None, not a "
+                          f"{type(streams).__name__}")
+    return streams
 
 
 def call_args(plan: Any, buffers: Any) -> tuple[Plan, Mapping[int, Any]]:
@@ -217,7 +238,8 @@ class Executor:
             raise BufferError(f"plan {plan.plan_id} is for {G} ranks; pass buffers for ranks 0..{G - 1} "
                               f"(got {sorted(buffers, key=repr)})")
         ranks = [_rank_buffers(plan, info, r, buffers[r]) for r in range(G)]
-        user = tuple(as_stream(streams.get(r) if streams is not None else None) for r in range(G))
+        by_rank = streams_by_rank(streams)
+        user = tuple(as_stream(by_rank.get(r)) for r in range(G))
         with self._lock:
             if sync == "flags" and _capturing(user):
                 # A copy stream joins a CUDA graph capture only through an event from a capturing stream;
@@ -225,7 +247,7 @@ class Executor:
                 sync = "events"
             key = (info.uid, sync, user,
                    tuple((b.input.ptr if b.input else 0, b.output.ptr if b.output else 0, b.device) for b in ranks))
-            self._launches.get(key, lambda: _Built(self._build(plan, info, ranks, user, sync))).run()
+            self._launches.get(key, lambda: _Built(self._build(plan, info, _apart(plan, ranks), user, sync))).run()
 
     def _build(self, plan: Plan, info: _PlanInfo, ranks: list[RankBuffers], user: tuple[int, ...],
                sync: Sync) -> list[Op]:

@@ -53,8 +53,10 @@ def _node_of(plan: Any, buffers: Mapping[int, Any]) -> int:
 def execute_nodes(plan: Any, buffers: Mapping[int, Any], streams: Mapping[int, Any] | None = None, *,
                   timeout_s: float = 60.0) -> None:
     """Run this node's part of ``plan`` (see the module docstring)."""
+    from .executor import streams_by_rank
     from .interop import as_stream
 
+    by_rank = streams_by_rank(streams)  # refused before anything connects
     node = _node_of(plan, buffers)
     N = plan.topology.nodes
     try:
@@ -77,7 +79,7 @@ def execute_nodes(plan: Any, buffers: Mapping[int, Any], streams: Mapping[int, A
         from ._cuda_streams import event_create, event_destroy, event_record
 
         for r in sorted(buffers):  # the copies wait for the work already on each rank's stream
-            s = as_stream(streams.get(r) if streams is not None else None)
+            s = as_stream(by_rank.get(r))
             event = event_create()
             event_record(event, s)
             events.append(event)

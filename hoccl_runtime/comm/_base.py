@@ -14,8 +14,7 @@ from hoccl_compiler.schema import Plan
 from .. import pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
 from .._cuda_streams import EVENT_NOT_READY
 from .._shm import SharedSegment
-from ..errors import BufferError
-from ..interop import DeviceBuffer
+from ..aliasing import one_shift
 from ..mailbox import HANDLE_BYTES, SLOT
 from ..program import (
     Bounce,
@@ -138,26 +137,13 @@ def _slot_flag_index(world: int, a: int, b: int, j: int) -> int:
     return 2 * world * world + (a * world + b) * EAGER_SLOTS + j
 
 
-def _one_shift(pieces: list[tuple[int, int, int]], total: int) -> int | None:
-    """The one shift of ``pieces`` (start, bytes, shift) that tile [0, ``total``) by a single shift; else None."""
-    local = sorted(pieces)
-    if not total or not local or len({shift for _, _, shift in local}) != 1:
-        return None
-    at = 0
-    for start, n, _ in local:
-        if start != at:
-            return None
-        at += n
-    return local[0][2] if at == total else None
-
-
 def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
     """Where in its output rank ``me``'s whole input may already sit, so that the call runs in place (NCCL's
     and torch's in-place AllGather: input = output[rank * n:(rank + 1) * n]): the offset by which the
     rank's local copies move its input, when they move all of it by one offset and no other rank's copy
     writes into that block; else None. In place, those local copies have nothing to do and are dropped:
     a same-GPU copy is a kernel of the CUDA driver on SMs (examples/sm_free_copies.py)."""
-    shift = _one_shift([(c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in own_copies(prog, me)],
+    shift = one_shift([(c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in own_copies(prog, me)],
                        input_bytes)
     if shift is None:
         return None
@@ -174,7 +160,7 @@ def _own_output(prog: Program, me: int, output_bytes: int) -> int | None:
     of the input, as a broadcast made of a scatter and an AllGather gives it): the offset in the input from which
     the rank's local copies fill all of its output by one shift, when no other rank's copy writes into its output
     or reads that part of its input; else None. In place, those local copies are dropped (nothing to move)."""
-    shift = _one_shift([(c.dst_offset, c.nbytes, c.src_offset - c.dst_offset) for c in own_copies(prog, me)],
+    shift = one_shift([(c.dst_offset, c.nbytes, c.src_offset - c.dst_offset) for c in own_copies(prog, me)],
                        output_bytes)
     if shift is None:
         return None
@@ -186,21 +172,3 @@ def _own_output(prog: Program, me: int, output_bytes: int) -> int | None:
             if c.dst_rank == me or reads:
                 return None
     return shift
-
-
-def _check_in_place(me: int, inp: DeviceBuffer, out: DeviceBuffer, own: int | None, kind: str,
-                    own_output: int | None = None) -> None:
-    """An input that overlaps its output must be exactly the output's own block: where an out-of-place plan
-    may run in place (:func:`_own_block`), or where an in-place plan keeps it (its resident block); or the output
-    exactly the input's own block (:func:`_own_output`: a scatter's root)."""
-    if own is not None and inp.ptr - out.ptr == own:
-        return
-    if own_output is not None and out.ptr - inp.ptr == own_output:
-        return
-    where = (f"in place, pass the output's bytes [{own}, {own + inp.nbytes}) as the input (for allgather: "
-             "output[rank * n:(rank + 1) * n]), or separate buffers" if own is not None else
-             f"{kind} has no in-place form with this input: pass separate buffers")
-    raise BufferError(f"rank {me}: the input [{inp.ptr:#x}, +{inp.nbytes}) overlaps the output [{out.ptr:#x}, "
-                      f"+{out.nbytes}) at offset {inp.ptr - out.ptr}; {where}")
-
-

@@ -18,6 +18,7 @@ from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindin
 from .._cuda_streams import stream_is_capturing, stream_wait_event
 from .._splits import alltoallv_pieces
 from .._store import announce_failure
+from ..aliasing import check_in_place
 from ..errors import HocclError, HocclTimeoutError, PlanError
 from ..executor import check_buffer
 from ..interop import as_buffer, as_stream
@@ -35,7 +36,6 @@ from ..settings import env_flag, env_float, env_int
 from ._base import (
     _SLOTS,
     MAX_QUEUES,
-    _check_in_place,
     _own_block,
     _own_output,
     _PlanState,
@@ -500,7 +500,7 @@ class Communicator:
         check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
         if inp is not None and out is not None and inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes \
                 and input is not None:
-            _check_in_place(me, inp, out, state.own_block, plan.collective.kind, state.own_output)
+            check_in_place(me, inp, out, state.own_block, plan.collective.kind, state.own_output)
         return state, inp, out
 
     def synchronize(self, timeout_s: float | None = None) -> None:

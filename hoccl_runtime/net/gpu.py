@@ -17,6 +17,7 @@ from hoccl_compiler.schema import Plan
 from .._cuda import cuda_errors, enable_peer_access, set_device  # no CUDA at import (the driving half runs without it)
 from .._cuda_memory import free, malloc
 from .._cuda_streams import stream_synchronize
+from ..aliasing import check_aliasing
 from ..errors import TransportError
 from ..flags import Flag, FlagPool, MemOps, reached
 from ..interop import as_buffer
@@ -42,6 +43,13 @@ def _per_plan(cache: dict, plan: Plan, compute: Any) -> Any:
         while len(cache) > 32:
             cache.pop(next(iter(cache)))
     return hit[1]
+
+
+def _apart(plan: Plan, bound: dict) -> dict:
+    """``bound`` ({rank: (input, output, GPU)}), once no two of its buffers share bytes in a way the plan does not
+    allow (:func:`hoccl_runtime.aliasing.check_aliasing`)."""
+    check_aliasing(plan, {r: (ib, ob) for r, (ib, ob, _) in bound.items()})
+    return bound
 
 
 class GpuNodeExecutor(GatedNodeExecutor):
@@ -233,7 +241,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
         try:
             issued, before = kept.issue(key, run, self._counts, self._last_end, lambda: self._enqueuing(plan),
                                         start, deferred) if kept is not None else (False, None)
-            ops = None if issued else self._enqueue(run, bound, after, stream, finish, start)
+            # checked where a launch is built: a kept list is keyed by these buffers (hoccl_runtime.aliasing)
+            ops = None if issued else self._enqueue(run, _apart(plan, bound), after, stream, finish, start)
         except BaseException:
             self.release(run)  # what was enqueued before the error must not wait forever
             raise

@@ -14,13 +14,11 @@ from hoccl_compiler.schema import Plan
 from .. import pacing  # no CUDA at import: each loads cupy / cuda-bindings when first used
 from .._cuda_streams import EVENT_NOT_READY
 from .._shm import SharedSegment
-from ..aliasing import one_shift
 from ..mailbox import HANDLE_BYTES, SLOT
 from ..program import (
     Bounce,
     Copy,
     Program,
-    own_copies,
 )
 
 MAX_QUEUES = 4          # DMA queues per GPU a plan may use with this communicator
@@ -103,7 +101,7 @@ class _PlanState:
     eager: _EagerLayout | None = None  # small enough for the staging slots: the eager path
     paced_bytes: int = 0  # what a rate cap paces on this rank: its sends to peers (the main DMA queue's copies)
     # where in my output my input may overlap it: an in-place plan's resident block, or where an out-of-place
-    # plan's local copies would move it (_own_block); None: nowhere
+    # plan's local copies would move it (aliasing.plan_in_place); None: nowhere
     own_block: int | None = None
     bounce: tuple[Bounce, ...] = ()  # local_copies="peer": my own block through peers' outputs (bounce_route)
     helper: int | None = None  # local_copies="peer", no bounce route: the rank that copies my own block
@@ -113,7 +111,7 @@ class _PlanState:
     # address moves with each call), the same on every rank
     windows: bool = True
     # where in my input my whole output may sit (a scatter's root given its own block of the input as its output:
-    # _own_output); None: nowhere
+    # aliasing.plan_in_place); None: nowhere
     own_output: int | None = None
 
 
@@ -135,40 +133,3 @@ def _pair_flag(world: int, phase: int, a: int, b: int) -> int:
 def _slot_flag_index(world: int, a: int, b: int, j: int) -> int:
     """Index in the shared flags of FULL of eager slot j for messages a -> b (after READY and DONE)."""
     return 2 * world * world + (a * world + b) * EAGER_SLOTS + j
-
-
-def _own_block(prog: Program, me: int, input_bytes: int) -> int | None:
-    """Where in its output rank ``me``'s whole input may already sit, so that the call runs in place (NCCL's
-    and torch's in-place AllGather: input = output[rank * n:(rank + 1) * n]): the offset by which the
-    rank's local copies move its input, when they move all of it by one offset and no other rank's copy
-    writes into that block; else None. In place, those local copies have nothing to do and are dropped:
-    a same-GPU copy is a kernel of the CUDA driver on SMs (examples/sm_free_copies.py)."""
-    shift = one_shift([(c.src_offset, c.nbytes, c.dst_offset - c.src_offset) for c in own_copies(prog, me)],
-                       input_bytes)
-    if shift is None:
-        return None
-    for cs in prog.copies.values():
-        for c in cs:
-            overlaps = c.dst_offset < shift + input_bytes and shift < c.dst_offset + c.nbytes
-            if c.dst_rank == me != c.src_rank and overlaps:
-                return None
-    return shift
-
-
-def _own_output(prog: Program, me: int, output_bytes: int) -> int | None:
-    """Where in its input rank ``me``'s whole output may already sit (a scatter's root whose output is its own block
-    of the input, as a broadcast made of a scatter and an AllGather gives it): the offset in the input from which
-    the rank's local copies fill all of its output by one shift, when no other rank's copy writes into its output
-    or reads that part of its input; else None. In place, those local copies are dropped (nothing to move)."""
-    shift = one_shift([(c.dst_offset, c.nbytes, c.src_offset - c.dst_offset) for c in own_copies(prog, me)],
-                       output_bytes)
-    if shift is None:
-        return None
-    for cs in prog.copies.values():
-        for c in cs:
-            if c.src_rank == c.dst_rank == me:
-                continue
-            reads = c.src_rank == me and c.src_offset < shift + output_bytes and shift < c.src_offset + c.nbytes
-            if c.dst_rank == me or reads:
-                return None
-    return shift

@@ -18,7 +18,7 @@ from .. import _cuda, pacing  # no CUDA at import: each loads cupy / cuda-bindin
 from .._cuda_streams import stream_is_capturing, stream_wait_event
 from .._splits import alltoallv_pieces
 from .._store import announce_failure
-from ..aliasing import check_in_place
+from ..aliasing import check_in_place, plan_in_place
 from ..errors import HocclError, HocclTimeoutError, PlanError
 from ..executor import check_buffer
 from ..interop import as_buffer, as_stream
@@ -36,8 +36,6 @@ from ..settings import env_flag, env_float, env_int
 from ._base import (
     _SLOTS,
     MAX_QUEUES,
-    _own_block,
-    _own_output,
     _PlanState,
     _SharedHost,
 )
@@ -590,9 +588,8 @@ def plan_state(plan: Plan, rank: int, world: int, local_copies: str, eager_bytes
     # the digest names the plan and who copies own blocks: ranks set up differently raise PlanError
     uid = plan.plan_id if uid is None else uid  # this communicator's own plans: the compiler's id
     digest = zlib.crc32(f"{uid}/{local_copies}".encode())
+    own_block, own_output = plan_in_place(plan, me)
     state = _PlanState(plan, uid, prog, digest, tuple(sorted(partners)),
-                       (int(res_off[me]), int(res_bytes[me])), eager, paced,
-                       int(res_off[me]) if res_bytes[me] else _own_block(prog, me, int(plan.ranks.input_bytes[me])),
-                       bounce, helper, helped, helped_copies, windows,
-                       _own_output(prog, me, int(plan.ranks.output_bytes[me])))
+                       (int(res_off[me]), int(res_bytes[me])), eager, paced, own_block,
+                       bounce, helper, helped, helped_copies, windows, own_output)
     return state

@@ -237,6 +237,10 @@ def _add_topology_args(p: argparse.ArgumentParser, default: str | None) -> None:
 def _topology_from_args(args: argparse.Namespace):
     from .topology import PRESETS, load_topology, make_topology
 
+    for flag, value in (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node),
+                        ("--dma-queues", args.dma_queues)):
+        if value is not None and value < 1:
+            raise _UsageError(f"{flag} {value}: give a whole number >= 1")
     overrides = dict(gpus_per_node=args.gpus_per_node, forwarding=args.forwarding, dma_queues=args.dma_queues,
                      transport=args.transport)
     if args.topology in PRESETS:

@@ -277,6 +277,10 @@ def load_topology(path: str | Path, **overrides: Any) -> Topology:
     if not isinstance(data, dict):
         raise TopologyError(f"topology file {path} must hold an object with the topology's fields, "
                             f"got {type(data).__name__}")
+    if "schema_version" in data and "stages" in data:
+        raise TopologyError(f"{path} is a HOCCL plan, not a topology file: give a preset "
+                            f"({', '.join(sorted(PRESETS))}) or a file of the topology's fields (a plan holds its "
+                            "own under \"topology\")")
     data.setdefault("name", path.stem)
     data.update({k: v for k, v in overrides.items() if v is not None})
     return _build(data, str(path))

@@ -115,7 +115,7 @@ def test_forwarding_none_and_topology_file(tmp_cwd, capsys):
     (["alltoall", "--root", "1"], "--root applies to"),
     (["alltoall", "--topology", "tpu-pod"], "neither a preset"),
     (["alltoall", "--topology", "paper-h800", "--nodes", "0"], "nodes"),
-    (["alltoall", "--gpus-per-node", "0"], "gpus_per_node"),
+    (["alltoall", "--gpus-per-node", "0"], "--gpus-per-node 0: give a whole number >= 1"),
     (["alltoall", "--chunk", "0"], "positive"),
     (["broadcast", "--topology", "dgx-h100", "--nodes", "2", "--size", "1GiB", "--net-chunk", "3"],
      "give a larger chunk size (--chunk, and --net-chunk for the network transfers), at least 256 B"),
@@ -518,3 +518,24 @@ def test_inspect_and_simulate_refuse_a_damaged_index_by_name(tmp_cwd, capsys, wh
         assert code == 2 and out == "" and named in err and "Traceback" not in err, (extra, err)
     with pytest.raises(PlanError, match=named.replace("(", r"\(").replace(".", r"\.")):
         simulate(plan_from_json(json.dumps(data)))
+
+
+@pytest.mark.parametrize("flag", ["--nodes", "--gpus-per-node", "--dma-queues"])
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_a_topology_count_below_one_is_refused_naming_the_flag(flag, value, tmp_cwd, capsys):
+    """Found by session 68's hoccl-inspect fuzz: these reached pydantic ("nodes: Input should be greater than or
+    equal to 1")."""
+    code, _, err = run(compile_main, ["alltoall", "--topology", "paper-h800", "--size", "1MiB", flag, value], capsys)
+    assert code == 2 and f"{flag} {value}: give a whole number >= 1" in err, err
+    code, _, _ = run(compile_main, ["alltoall", "--topology", "paper-h800", "--size", "1MiB", "-o", "p.json"], capsys)
+    assert code == 0
+    code, _, err = run(inspect_main, ["p.json", "--topology", "paper-h800", flag, value], capsys)
+    assert code == 2 and f"{flag} {value}: give a whole number >= 1" in err, err
+
+
+def test_a_plan_given_as_the_topology_is_named_as_a_plan(tmp_cwd, capsys):
+    code, _, _ = run(compile_main, ["alltoall", "--topology", "paper-h800", "--size", "1MiB", "-o", "p.json"], capsys)
+    assert code == 0
+    for main, argv in ((inspect_main, ["p.json"]), (compile_main, ["alltoall", "--size", "1MiB", "-o", "q.json"])):
+        code, _, err = run(main, [*argv, "--topology", "p.json"], capsys)
+        assert code == 2 and "p.json is a HOCCL plan, not a topology file: give a preset" in err, err

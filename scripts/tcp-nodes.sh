@@ -18,7 +18,8 @@ if [ "${1:-}" = "--mps" ]; then mps=1; shift; fi
 usage="usage: tcp-nodes.sh [--mps] SCRIPT [ARGS...] | [--mps] --compare OUTDIR [SIZES] | [--mps] --soak N OUTDIR [SIZE]"
 [ $# -ge 1 ] || { echo "$usage"; exit 2; }
 if [ "$1" = --soak ]; then  # checked before anything starts: a bad count is refused without a GPU
-  case ${2:-} in ''|*[!0-9]*|0) echo "tcp-nodes --soak: the run count '${2:-}' is not a whole number >= 1; $usage"; exit 2 ;; esac
+  case ${2:-} in ''|*[!0-9]*) bad=1 ;; *) bad=$(( 10#$2 < 1 )) ;; esac
+  [ "$bad" = 0 ] || { echo "tcp-nodes --soak: the run count '${2:-}' is not a whole number >= 1; $usage"; exit 2; }
   [ -n "${3:-}" ] || { echo "tcp-nodes --soak: no OUTDIR; $usage"; exit 2; }
 fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

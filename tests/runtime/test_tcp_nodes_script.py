@@ -162,7 +162,7 @@ def test_soak_cuts_a_hung_run_at_the_timeout(tmp_path):
     assert "each bounded by 1 s" in out.stdout
 
 
-@pytest.mark.parametrize("args", [("0", "out"), ("x", "out"), ("-1", "out"), ("2",)])
+@pytest.mark.parametrize("args", [("0", "out"), ("00", "out"), ("x", "out"), ("-1", "out"), ("", "out"), ("2",)])
 def test_soak_refuses_a_bad_count_or_no_outdir_before_it_starts(tmp_path, args):
     out, calls = _soak(tmp_path, *args)
     assert out.returncode == 2 and not calls, out.stdout + out.stderr

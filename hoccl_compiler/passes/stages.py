@@ -162,6 +162,8 @@ class _Peel:
         self.done = False
         self._matrix = matrix
         self._left: np.ndarray | None = None  # what is left after found[:_counted], made when first asked for
+        self._row_cells: np.ndarray | None = None  # ... and the cells it holds per row and per column
+        self._col_cells: np.ndarray | None = None
         self._counted = 0
 
     def _more(self) -> bool:

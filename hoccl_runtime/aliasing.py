@@ -9,26 +9,26 @@ them here, and lets only these overlaps through:
 * inputs with inputs (both only read);
 * a rank's input as the block of its own output where the plan keeps it: an in-place plan's resident block, or
   where an out-of-place plan's own copies move the whole input by one offset and nothing else writes
-  (:func:`own_block`; NCCL's and torch's in-place AllGather, ``input = output[rank * n:(rank + 1) * n]``);
+  (:func:`plan_in_place`; NCCL's and torch's in-place AllGather, ``input = output[rank * n:(rank + 1) * n]``);
 * a rank's output as the block of its own input that its own copies fill it from, where nothing else reads that
-  block or writes the output (:func:`own_output`; a scatter's root).
+  block or writes the output (:func:`plan_in_place`; a scatter's root).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .errors import BufferError
+from .plans import per_plan
 
-__all__ = ["check_aliasing", "check_in_place", "one_shift", "plan_in_place"]
+__all__ = ["check_aliasing", "check_in_place", "plan_in_place"]
 
 
-def one_shift(pieces: list[tuple[int, int, int]], total: int) -> int | None:
+def _one_shift(pieces: list[tuple[int, int, int]], total: int) -> int | None:
     """The one shift of ``pieces`` (start, bytes, shift) that tile [0, ``total``) by a single shift; else None."""
     local = sorted(pieces)
     if not total or not local or len({shift for _, _, shift in local}) != 1:
@@ -46,9 +46,7 @@ def _hits(starts: np.ndarray, sizes: np.ndarray, lo: int, n: int) -> bool:
     return bool(((starts < lo + n) & (lo < starts + sizes)).any())
 
 
-_MEMO: OrderedDict[int, tuple[Any, dict[int, tuple[int | None, int | None]]]] = OrderedDict()  # id(plan) -> (plan,
-# {rank: its answer}): an in-place call asks on every launch it builds, and holding the plan keeps its id its own
-_MEMO_SIZE = 64
+_MEMO: dict = {}  # id(plan) -> (plan, {rank: its answer}): an in-place call asks on every launch it builds
 _LOCK = threading.Lock()
 
 
@@ -57,13 +55,7 @@ def plan_in_place(plan: Any, rank: int) -> tuple[int | None, int | None]:
     whole input may sit, and the offset in its input where its whole output may sit; None where the plan allows
     no such overlap. Worked out once per plan object and rank."""
     with _LOCK:
-        hit = _MEMO.get(id(plan))
-        if hit is None or hit[0] is not plan:
-            hit = _MEMO[id(plan)] = (plan, {})
-            while len(_MEMO) > _MEMO_SIZE:
-                _MEMO.popitem(last=False)
-        _MEMO.move_to_end(id(plan))
-        answers = hit[1]
+        answers = per_plan(_MEMO, plan, lambda _: {}, keep=64)
     if rank not in answers:
         answers[rank] = _in_place(plan, rank)
     return answers[rank]
@@ -85,10 +77,10 @@ def _in_place(plan: Any, rank: int) -> tuple[int | None, int | None]:
     from_out = (via >= 0) & (dst[np.maximum(via, 0)] == rank)
     own_in = own_out = None
     n_in, n_out = int(ranks.input_bytes[rank]), int(ranks.output_bytes[rank])
-    shift = one_shift(local, n_in)
+    shift = _one_shift(local, n_in)
     if shift is not None and not _hits(d_off[into], size[into], shift, n_in):
         own_in = shift
-    back = one_shift([(b + s, n, -s) for b, n, s in local], n_out)  # the output filled from the input by one shift
+    back = _one_shift([(b + s, n, -s) for b, n, s in local], n_out)  # the output filled from the input by one shift
     if back is not None and not into.any() and not from_out.any():
         read = (src == rank) & ~mine & (via < 0)  # other ranks' reads of this rank's input
         if not _hits(s_off[read], size[read], back, n_out):

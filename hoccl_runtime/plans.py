@@ -36,8 +36,19 @@ from hoccl_compiler.schema import Plan
 from .errors import HocclError
 from .settings import cache_dir, env_flag, env_text
 
-__all__ = ["machine_topology", "compile_call", "chain_depth", "call_spec", "CallKey", "load_plan", "verify",
+__all__ = ["per_plan", "machine_topology", "compile_call", "chain_depth", "call_spec", "CallKey", "load_plan", "verify",
            "GPU_PRESETS", "PlanCache", "PLAN_CACHE_SIZE", "gpu_links", "measure_link_gbps", "Links"]
+
+
+def per_plan(cache: dict, plan: Plan, compute: Any, keep: int = 32) -> Any:
+    """``compute(plan)``, kept in ``cache`` per plan object (the ``keep`` most recent; keyed by id, the plan kept with
+    it so that its id stays its own)."""
+    hit = cache.get(id(plan))
+    if hit is None or hit[0] is not plan:
+        hit = cache[id(plan)] = (plan, compute(plan))
+        while len(cache) > keep:
+            cache.pop(next(iter(cache)))
+    return hit[1]
 
 PLAN_CACHE_SIZE = 1024  # plans a communicator keeps: MoE All-to-Allv sizes change every step, each a new plan
 

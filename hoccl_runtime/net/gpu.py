@@ -22,6 +22,7 @@ from ..errors import TransportError
 from ..flags import Flag, FlagPool, MemOps, reached
 from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
+from ..plans import per_plan
 from .chained import Chained
 from .gated import MAX_SLOTS, RING_BYTES, GatedNodeExecutor, PreparedRun, flag_count, open_gates, ring_slots
 from .order import NEVER, LaunchOrder
@@ -33,16 +34,6 @@ from .wire import LOCAL, NATIVE, RDMA
 __all__ = ["GpuNodeExecutor", "GatedNodeExecutor", "open_gates", "PreparedRun", "RING_BYTES", "MAX_SLOTS", "ring_slots"]
 
 
-
-
-def _per_plan(cache: dict, plan: Plan, compute: Any) -> Any:
-    """``compute(plan)``, kept per plan object (the 32 most recent; keyed by id, the plan kept with it)."""
-    hit = cache.get(id(plan))
-    if hit is None or hit[0] is not plan:
-        hit = cache[id(plan)] = (plan, compute(plan))
-        while len(cache) > 32:
-            cache.pop(next(iter(cache)))
-    return hit[1]
 
 
 def _apart(plan: Plan, bound: dict) -> dict:
@@ -294,7 +285,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
         def check(p: Plan) -> None:
             verified(p)  # the one door (as the host executor's): verify_plan unless this process compiled it
             check_bounds(p)
-        _per_plan(self._bounds_checked, plan, check)
+        per_plan(self._bounds_checked, plan, check)
 
     def launch_deferred(self, run: PreparedRun, deferred: list) -> None:
         """Issue what :meth:`prepare` left in ``deferred`` for ``run`` (CUDA's errors word the plan). A launch that
@@ -322,7 +313,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
             tr = p.stages[0].transfers if len(p.stages) == 1 else None
             return tr is not None and not (p.options.multicast and any(v >= 0 for v in p.flows.via)) and all(
                 -(-n // self.chunk) <= self.span for n, role in zip(tr.bytes, tr.role, strict=True) if role == RDMA)
-        return _per_plan(self._one_stream, plan, fits)
+        return per_plan(self._one_stream, plan, fits)
 
     def _enqueue(self, run: PreparedRun, bound: dict, after: Sequence[int], on: int | None = None,
                  finish: MemOps | None = None, start: tuple[Flag, int] | None = None) -> list[Op]:
@@ -401,7 +392,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
 
         routes = self._routes(plan)
         via = fl.via if plan.options.multicast else None
-        levels = _per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.span, via))
+        levels = per_plan(self._orders, plan, lambda p: LaunchOrder(p, self.chunk, self.span, via))
         qkind = plan.queues.kind
         half = run.parity * self.span  # the run's first slot (parity 0 without HOCCL_NET_OVERLAP: next_parity)
         # every chunk copy this node issues: (order key, level, its stream's key and GPU, issue, issue's arguments)

@@ -137,6 +137,23 @@ class _Calls:
                                     f"{self.timeout_s:.0f} s (HOCCL_NET_AHEAD); has every rank issued them?")
         self._raise()
 
+    _told: BaseException | None = None  # the failure raised to the caller once already
+
+    def _fail(self, error: BaseException) -> None:
+        """Raise ``error``, this communicator's failure: as it came the first time, then as an earlier call's, of the
+        same type. Once a call has failed the proxy runs no more of them (they are skipped, so that no stream waits
+        forever), so every later call and ``synchronize`` raise it, as an NCCL communicator stays in its error."""
+        if self._told is None:
+            self._told = error
+            raise error
+        message = (f"rank {self.rank}: this communicator failed in an earlier call and runs no more calls "
+                   f"({type(error).__name__}: {error}); close it and create a new one")
+        try:
+            again = type(error)(message)
+        except Exception:  # noqa: BLE001 - an error type that takes other arguments
+            again = HocclError(message)
+        raise again from error
+
     def _no_pacing(self, call: str, rate_gbps: float | None, duration_s: float | None) -> None:
         if rate_gbps is not None or duration_s is not None:
             from ..api import unsupported
@@ -523,7 +540,7 @@ class NetCommunicator(_Calls):
 
     def _raise(self) -> None:
         if self._proxy.error is not None:
-            raise self._proxy.error
+            self._fail(self._proxy.error)
 
     def synchronize(self, timeout_s: float | None = None) -> None:
         """Wait until the proxy has run every call issued so far (their GPU copies included)."""

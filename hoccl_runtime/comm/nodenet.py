@@ -405,10 +405,10 @@ class NodeNetCommunicator(_Calls):
 
     def _raise(self) -> None:
         if self._p2p_proxy is not None and self._p2p_proxy.error is not None:
-            raise self._p2p_proxy.error
+            self._fail(self._p2p_proxy.error)
         if self._proxy is not None and self._proxy.error is not None:
             self._shared.fail(self._proxy.error)  # tell the other local ranks
-            raise self._proxy.error
+            self._fail(self._proxy.error)
         if self._shared.words[0]:
             raise HocclError(f"rank {self.rank}: the node's leader (rank {self.node * self.L}) failed a network call "
                              f"({self._shared.failure()}); this communicator is unusable: close it and create a new "

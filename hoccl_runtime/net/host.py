@@ -128,7 +128,7 @@ class HostNodeExecutor(RunNotices):
         # carry no run: one that matches no credit this run still waits for is the next run's (a node through this
         # run has sent every credit of it, each before the chunk it lets go could leave), taken then or refused
         self._replayed: dict[int, object] = {}  # the completions kept from the last run, by id (held: ids stay theirs)
-        self._mine: dict[int, int] = {}      # run -> this node's plan notice, until every node's was checked
+        self._mine: dict[int, tuple] = {}    # run -> (this node's plan notice, plan), until all were checked
         self._checked: dict[int, int] = {}   # node -> how many of its plan notices matched this node's runs
         self._deferred: dict[int, list] = {}  # node -> its completions of this run, held until its notice matched
         self._run: RunState | None = None

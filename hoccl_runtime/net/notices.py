@@ -59,7 +59,8 @@ class RunNotices:
         order they arrive, so they are ordered writes: two that leave close together on two lanes could arrive the
         other way round (seen on the 1x H200 once runs began before their streams reached them: a PlanError after
         1,200 good runs)."""
-        mine = self._mine[self._runs] = self._plan_crc()
+        mine = self._plan_crc()
+        self._mine[self._runs] = (mine, self.plan)  # the plan too: a mismatch may be found during a later run
         self._tell_all(PLAN_HELLO | mine, ordered=True)
 
     def _wait_for_previous(self) -> None:
@@ -88,15 +89,16 @@ class RunNotices:
             got = self._hellos.get(n)
             while got:
                 theirs, run = got.pop(0), self._checked.get(n, 0)
-                mine = self._mine.get(run)
-                if mine is None:  # a notice of a run this node has not started: the peer is one ahead
+                entry = self._mine.get(run)
+                if entry is None:  # a notice of a run this node has not started: the peer is one ahead
                     got.insert(0, theirs)
                     break
+                mine, plan = entry
                 if theirs != mine:
-                    raise PlanError(f"node {self.node} runs plan {self.plan.plan_id} "
-                                    f"({self.plan.collective.describe()}) but node {n} runs another in its run {run} "
-                                    f"(id hash {theirs:06x} vs {mine:06x}): every node must run the same "
-                                    "collectives in the same order")
+                    raise PlanError(f"node {self.node} ran plan {plan.plan_id} ({plan.collective.describe()}) as its "
+                                    f"run {run}, but node {n} ran another there (id hash {theirs:06x} vs "
+                                    f"{mine:06x}): every node must run the same collectives, of the same sizes, in "
+                                    "the same order")
                 self._checked[n] = run + 1
             if self._heard(n) and self._deferred.get(n):
                 self._backlog.setdefault(n, []).extend(self._deferred.pop(n))

@@ -1108,3 +1108,38 @@ def test_the_stream_goes_on_once_the_calls_copies_are_through(monkeypatch, one_s
     for r in (0, 1):  # both flags reset after each call
         _, start, done = results[r]
         assert (start, done) == (0, 0), (r, start, done)
+
+
+def test_a_size_mismatch_names_the_call_it_was_in_and_later_calls_say_the_communicator_failed(monkeypatch):
+    """Two ranks broadcast from rank 0 with other sizes. The receiver raises a PlanError at once; the root, whose part
+    was only to send, hears of it at its next call. Both errors name the broadcast (the run the nodes differed in),
+    not the call that met the error. Every later call raises the same type, saying the communicator failed in an
+    earlier call and must be made again (the proxy skips calls after an error, so their outputs would be stale).
+    The root may hear of it in the broadcast itself too, where the receiver's notice comes before its run ends."""
+    from hoccl_runtime.errors import PlanError
+
+    def body(comm, r):
+        a = np.full(1024 if r == 0 else 2048, 7 if r == 0 else 0xA5, np.uint8)
+        errors = []
+        for k in range(3):  # the broadcast, then two AllGathers
+            try:
+                if k == 0:
+                    comm.broadcast(dev(a, r), 0, stream=7)
+                else:
+                    out = np.zeros(512, np.uint8)
+                    comm.all_gather_into_tensor(dev(out, r), dev(np.full(256, r, np.uint8), r), stream=7)
+                comm.synchronize()
+            except PlanError as exc:
+                errors.append((k, str(exc)))
+        return errors
+
+    results = two_ranks(monkeypatch, body)
+    for r in (0, 1):
+        errors = results[r]
+        assert [k for k, _ in errors] in ([[0, 1, 2], [1, 2]] if r == 0 else [[0, 1, 2]]), results
+        first, *later = [message for _, message in errors]
+        assert f"node {r} ran plan" in first and "(broadcast " in first and "as its run 0" in first, first
+        assert "allgather" not in first, first
+        for message in later:
+            assert message.startswith(f"rank {r}: this communicator failed in an earlier call"), message
+            assert "create a new one" in message and first in message, message

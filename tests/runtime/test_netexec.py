@@ -362,10 +362,10 @@ def test_a_pure_senders_peer_in_another_collective_raises_and_the_sender_hears_o
     q = compile_plan(topo, CollectiveSpec(kind="sendrecv", pairs=((0, 1, 1000),)), opts)
     _, errors = _reuse_nodes([[p, p], [q]], timeout_s=3)
     by_node = dict(errors)
-    assert isinstance(by_node.get(1), PlanError) and "in its run 0" in str(by_node[1]), errors
+    assert isinstance(by_node.get(1), PlanError) and "as its run 0" in str(by_node[1]), errors
     sender = by_node.get(0)
     if isinstance(sender, PlanError):  # node 1's notice of the other plan reached node 0 before its wait timed out
-        assert "node 1" in str(sender) and "in its run 0" in str(sender), errors
+        assert "node 1" in str(sender) and "as its run 0" in str(sender), errors
     else:
         assert isinstance(sender, (HocclTimeoutError, TransportError)), errors
         assert "did not finish the run before plan" in str(sender) or "closed" in str(sender), errors
@@ -426,7 +426,7 @@ def _node0_of_three(overlap: bool):
     try:
         ex = HostNodeExecutor(plan, 0, bufs, transport, slots=4, reuse=True, overlap=overlap)
         ex.conns = {1: None, 2: None}
-        ex._mine[0] = ex._plan_crc()  # what _hello records; then both peers' plan notices match it
+        ex._mine[0] = (ex._plan_crc(), ex.plan)  # what _hello records; then both peers' plan notices match it
         ex._begin_run()
         yield ex
     finally:
@@ -591,7 +591,7 @@ def test_with_alternate_halves_a_credit_this_run_does_not_wait_for_is_the_next_r
         ex._on_completion(peer, forged)
         # the next run (the same plan): what was kept is taken, and the forged credit refused
         ex._runs += 1
-        ex._mine[1] = ex._plan_crc()
+        ex._mine[1] = (ex._plan_crc(), ex.plan)
         ex._begin_run()
         ex._take_ahead()
         assert ex._backlog == {peer: [early, forged]} and not ex._ahead

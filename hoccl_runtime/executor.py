@@ -41,6 +41,17 @@ __all__ = ["Executor", "RankBuffers", "Sync"]
 Sync = Literal["flags", "events"]
 
 
+_SIZES = {  # how a collective's buffers' sizes go together (what a wrong-sized buffer's error says)
+    "allgather": "an AllGather's output holds every rank's input: the group size x the input",
+    "alltoall": "an All-to-All's input and output are the same size, the group size x one block",
+    "broadcast": "every rank's broadcast buffer is the root's size",
+    "scatter": "a scatter's input, on the root, is the group size x each rank's output",
+    "gather": "a gather's output, on the root, is the group size x each rank's input",
+    "sendrecv": "a receive is the size of the send it pairs with",
+    "alltoallv": "an All-to-Allv's buffers hold the blocks of its split sizes",
+}
+
+
 def check_buffer(rank: int, what: str, buf: DeviceBuffer | None, want: int, plan: Plan,
                  device: int | None = None) -> None:
     """The size (and, if given, the GPU) a rank's input or output must have for ``plan``."""
@@ -50,9 +61,10 @@ def check_buffer(rank: int, what: str, buf: DeviceBuffer | None, want: int, plan
     if buf is None:
         return
     if buf.nbytes != want:
+        rule = _SIZES.get(plan.collective.kind)
         raise BufferError(f"rank {rank} {what} has {buf.nbytes} bytes but plan {plan.plan_id} "
-                          f"({plan.collective.describe()}) needs {want}; pass a buffer of that size or compile a "
-                          "plan for yours")
+                          f"({plan.collective.describe()}) needs {want}" + (f" ({rule})" if rule else "")
+                          + "; pass a buffer of that size (for a plan file: or compile one for your sizes)")
     if device is not None and buf.device != device:
         raise BufferError(f"rank {rank}'s {what} is on GPU {buf.device}, but this communicator drives GPU {device}")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .errors import BufferError, StreamError
+from .errors import BufferError, CollectiveError, StreamError
 
-__all__ = ["DeviceBuffer", "as_buffer", "as_stream", "window_buffer"]
+__all__ = ["DeviceBuffer", "as_buffer", "as_rank", "as_stream", "window_buffer"]
 
 
 class DeviceBuffer:
@@ -125,6 +125,23 @@ def window_buffer(tensor: Any, rank: int, device: int) -> DeviceBuffer:
 
 _STREAM_GETTERS: dict[type, Any] = {}  # CuPy / torch / cuda.core stream type -> how its handle was read first
 _KNOWN_STREAMS = ("torch", "cupy", "cuda")  # modules of stream types whose handles are read the same way each time
+
+
+def as_rank(x: Any, world: int, what: str, other_than: int | None = None) -> int:
+    """``x`` as a rank of a group of ``world`` (a Python or NumPy integer, not a bool): else a CollectiveError naming
+    ``what`` (root, dst, src, ...), the value and the range. ``other_than``: the calling rank, which a send's or a
+    receive's peer must not be."""
+    try:
+        if isinstance(x, bool):  # an int to Python, not a rank to anyone
+            raise TypeError
+        r = operator.index(x)
+    except TypeError:
+        raise CollectiveError(f"{what}={x!r} is not a rank: pass an int in 0..{world - 1}") from None
+    if r == other_than:
+        raise CollectiveError(f"{what}={r} is this rank itself: pass another rank in 0..{world - 1}")
+    if not 0 <= r < world:
+        raise CollectiveError(f"{what}={r} is out of range: pass a rank in 0..{world - 1}")
+    return r
 
 
 def as_stream(s: Any) -> int:

@@ -21,7 +21,7 @@ from .._store import announce_failure
 from ..aliasing import check_in_place, plan_in_place
 from ..errors import HocclError, HocclTimeoutError, PlanError
 from ..executor import check_buffer
-from ..interop import as_buffer, as_stream
+from ..interop import as_buffer, as_rank, as_stream
 from ..plans import CallKey
 from ..program import (
     Bounce,
@@ -193,9 +193,10 @@ class Communicator:
         runs) would send each byte once per GPU, but its copies wait on copies of other processes chunk by chunk,
         which this communicator's calls do not do."""
         buf = as_buffer(tensor, "tensor")
+        root = as_rank(root, self.world, "root")
         part, rest = divmod(buf.nbytes, self.world)
         if (self.world > 2 and not rest and 0 < self.broadcast_split_bytes <= buf.nbytes and rate_gbps is None
-                and duration_s is None and self.rate_gbps is None and 0 <= root < self.world):
+                and duration_s is None and self.rate_gbps is None):
             mine = buf.slice(self.rank * part, part)
             self.scatter(mine, buf if self.rank == root else None, root, stream)
             self.all_gather_into_tensor(buf, mine, stream)
@@ -205,24 +206,26 @@ class Communicator:
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
                 rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         out = as_buffer(output, "output")
+        root = as_rank(root, self.world, "root")
         self._run(CallKey.scatter(out.nbytes * self.world, root), input if self.rank == root else None, out, stream,
                   rate_gbps, duration_s)
 
     def gather(self, input: Any, output: Any = None, root: int = 0, stream: Any = None, *,
                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         inp = as_buffer(input, "input")
+        root = as_rank(root, self.world, "root")
         self._run(CallKey.gather(inp.nbytes * self.world, root), inp, output if self.rank == root else None, stream,
                   rate_gbps, duration_s)
 
     def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None,
              duration_s: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._check_peer(dst, "dst")
+        dst = self._check_peer(dst, "dst")
         self._run(CallKey.sendrecv(self.rank, dst, buf.nbytes), buf, None, stream, rate_gbps, duration_s)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        self._check_peer(src, "src")
+        src = self._check_peer(src, "src")
         self._run(CallKey.sendrecv(src, self.rank, buf.nbytes), None, buf, stream)
 
     def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Sequence[int],
@@ -274,9 +277,8 @@ class Communicator:
         """Run this rank's part of a compiled single-node plan (every partner rank calls it too)."""
         self._run(plan, input, output, stream, rate_gbps, duration_s)
 
-    def _check_peer(self, peer: int, what: str) -> None:
-        if not 0 <= peer < self.world or peer == self.rank:
-            raise HocclError(f"{what}={peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
+    def _check_peer(self, peer: int, what: str) -> int:
+        return as_rank(peer, self.world, what, self.rank)
 
     def _state(self, what: tuple | Plan) -> _PlanState:
         if isinstance(what, Plan):  # a plan from outside: verified before its first run, known by its content
@@ -321,7 +323,7 @@ class Communicator:
                 raise HocclError(f"batch op {op!r}: use ('send', tensor, dst) or ('recv', tensor, src)")
             kind, tensor, peer = op
             buf = as_buffer(tensor, f"{kind} tensor")
-            self._check_peer(peer, "dst" if kind == "send" else "src")
+            peer = self._check_peer(peer, "dst" if kind == "send" else "src")
             if kind == "send":
                 items.append((CallKey.sendrecv(self.rank, peer, buf.nbytes), buf, None))
             else:

@@ -40,7 +40,7 @@ from typing import Any
 
 from .._cuda import cuda_errors, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
-from ..interop import DeviceBuffer, as_buffer, as_stream, window_buffer
+from ..interop import DeviceBuffer, as_buffer, as_rank, as_stream, window_buffer
 from ..net.callproxy import CallProxy, DoneOnce, StartFlag
 from ..plans import CallKey, PlanCache
 from .calls import CallEvents, counted_start, enqueue_call, enqueue_counted, enqueue_on_stream
@@ -183,12 +183,14 @@ class _Calls:
                   duration_s: float | None = None) -> None:
         self._no_pacing("broadcast", rate_gbps, duration_s)
         buf = as_buffer(tensor, "tensor")
+        root = as_rank(root, self.world, "root")
         self._call(CallKey.broadcast(buf.nbytes, root), tensor, tensor, stream)
 
     def scatter(self, output: Any, input: Any = None, root: int = 0, stream: Any = None, *,
                 rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         self._no_pacing("scatter", rate_gbps, duration_s)
         out = as_buffer(output, "output")
+        root = as_rank(root, self.world, "root")
         self._call(CallKey.scatter(out.nbytes * self.world, root), input if self.rank == root else None, output,
                    stream)
 
@@ -196,6 +198,7 @@ class _Calls:
                rate_gbps: float | None = None, duration_s: float | None = None) -> None:
         self._no_pacing("gather", rate_gbps, duration_s)
         inp = as_buffer(input, "input")
+        root = as_rank(root, self.world, "root")
         self._call(CallKey.gather(inp.nbytes * self.world, root), input, output if self.rank == root else None,
                    stream)
 
@@ -203,10 +206,12 @@ class _Calls:
              duration_s: float | None = None) -> None:
         self._no_pacing("send", rate_gbps, duration_s)
         buf = as_buffer(tensor, "tensor")
+        dst = as_rank(dst, self.world, "dst", self.rank)
         self._call(CallKey.sendrecv(self.rank, dst, buf.nbytes), tensor, None, stream)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
+        src = as_rank(src, self.world, "src", self.rank)
         self._call(CallKey.sendrecv(src, self.rank, buf.nbytes), None, tensor, stream)
 
     def batch_isend_irecv(self, ops: list[tuple[str, Any, int]], stream: Any = None) -> None:
@@ -218,9 +223,7 @@ class _Calls:
             if len(op) != 3 or op[0] not in ("send", "recv"):
                 raise HocclError(f"batch op {op!r}: use ('send', tensor, dst) or ('recv', tensor, src)")
             kind, tensor, peer = op
-            if not 0 <= peer < self.world or peer == self.rank:
-                raise HocclError(f"{'dst' if kind == 'send' else 'src'}={peer} must be another rank in "
-                                 f"0..{self.world - 1} (this is rank {self.rank})")
+            peer = as_rank(peer, self.world, "dst" if kind == "send" else "src", self.rank)
             calls.append(((self.rank, peer) if kind == "send" else (peer, self.rank), kind, tensor, peer))
         for _, kind, tensor, peer in sorted(calls, key=lambda c: c[0]):
             if kind == "send":

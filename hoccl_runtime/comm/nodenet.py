@@ -14,7 +14,7 @@ from typing import Any
 
 from .._cuda import ipc_export, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from ..errors import HocclError, HocclTimeoutError, PlanError, TransportError
-from ..interop import DeviceBuffer, as_buffer, as_stream
+from ..interop import DeviceBuffer, as_buffer, as_rank, as_stream
 from ..ipc import IpcMappings
 from ..mailbox import HANDLE, NONE, SLOT
 from ..plans import CallKey, PlanCache
@@ -186,8 +186,7 @@ class NodeNetCommunicator(_Calls):
         self._p2p(None, tensor, src, stream)
 
     def _p2p(self, input: Any, output: Any, peer: int, stream: Any) -> None:
-        if not 0 <= peer < self.world or peer == self.rank:
-            raise HocclError(f"peer {peer} must be another rank in 0..{self.world - 1} (this is rank {self.rank})")
+        peer = as_rank(peer, self.world, "dst" if input is not None else "src", self.rank)
         self._raise()
         if peer // self.L == self.node:  # same node: copy engines through the node's communicator
             intra = self._intra

@@ -19,6 +19,7 @@ from .._cuda_memory import free, malloc
 from .._cuda_streams import stream_synchronize
 from ..aliasing import check_aliasing
 from ..errors import TransportError
+from ..executor import check_buffer
 from ..flags import Flag, FlagPool, MemOps, reached
 from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
@@ -134,9 +135,8 @@ class GpuNodeExecutor(GatedNodeExecutor):
                                      f"{self.ranks})")
             inp, out = buffers[r]
             ib, ob = as_buffer(inp, f"rank {r} input"), as_buffer(out, f"rank {r} output")
-            if ib.nbytes != plan.ranks.input_bytes[r] or ob.nbytes != plan.ranks.output_bytes[r]:
-                raise TransportError(f"rank {r}: buffers of {ib.nbytes}/{ob.nbytes} bytes, plan {plan.plan_id} "
-                                     f"needs {plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+            check_buffer(r, "input", ib, int(plan.ranks.input_bytes[r]), plan)
+            check_buffer(r, "output", ob, int(plan.ranks.output_bytes[r]), plan)
             if ib.nbytes and ob.nbytes and ib.device != ob.device:
                 raise TransportError(f"rank {r}: input and output on different GPUs ({ib.device}, {ob.device})")
             bound[r] = (ib, ob, ob.device if ob.nbytes else ib.device)

@@ -45,6 +45,7 @@ from hoccl_compiler.schema import Plan
 from .._timer import fine_sleeps, slack_setting
 from .._trust import verified
 from ..errors import HocclTimeoutError, TransportError
+from ..executor import check_buffer
 from ..settings import env_flag
 from .notices import RunNotices
 from .routes import ChunkSequence, LeavingWrites, Routes, RunState, net_chunk_of, refuse_multicast
@@ -101,10 +102,8 @@ class HostNodeExecutor(RunNotices):
         self.slots = slots
         for r in self.ranks:
             inp, out = buffers[r]
-            if _check_sizes and (inp.nbytes != plan.ranks.input_bytes[r] or
-                                 out.nbytes != plan.ranks.output_bytes[r]):
-                raise TransportError(f"rank {r}: buffers of {inp.nbytes}/{out.nbytes} bytes, the plan needs "
-                                     f"{plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+            if _check_sizes:
+                _check_sizes_of(r, inp, out, plan)
         self.inputs = {r: buffers[r][0] for r in self.ranks}
         self.outputs = {r: buffers[r][1] for r in self.ranks}
         # regions, in the same order on every node: per local GPU its output (2i) and receive ring (2i + 1)
@@ -297,9 +296,7 @@ class HostNodeExecutor(RunNotices):
             if r not in buffers:
                 raise TransportError(f"node {self.node}: no buffers for rank {r}")
             inp, out = buffers[r]
-            if inp.nbytes != plan.ranks.input_bytes[r] or out.nbytes != plan.ranks.output_bytes[r]:
-                raise TransportError(f"rank {r}: buffers of {inp.nbytes}/{out.nbytes} bytes, plan {plan.plan_id} "
-                                     f"needs {plan.ranks.input_bytes[r]}/{plan.ranks.output_bytes[r]}")
+            _check_sizes_of(r, inp, out, plan)
         self.inputs = {r: buffers[r][0] for r in self.ranks}
         self.outputs = {r: buffers[r][1] for r in self.ranks}
 
@@ -530,6 +527,12 @@ class HostNodeExecutor(RunNotices):
 
     def _finish_run(self) -> None:
         """Wait for this run's copies (host copies are done already)."""
+
+
+def _check_sizes_of(r: int, inp: object, out: object, plan: Plan) -> None:
+    """A BufferError where rank ``r``'s input or output is not the size ``plan`` gives it."""
+    check_buffer(r, "input", inp, int(plan.ranks.input_bytes[r]), plan)
+    check_buffer(r, "output", out, int(plan.ranks.output_bytes[r]), plan)
 
 
 def overlap_setting() -> bool:

@@ -733,3 +733,25 @@ def test_a_scatter_root_may_give_its_own_block_of_the_input_as_its_output(monkey
     got = ranks(monkeypatch, world, body)
     assert got[root][0] and "overlaps the output" in got[root][1] and "scatter has no in-place form" in got[root][1]
     assert all(got[r] == (True, None) for r in range(world) if r != root)
+
+
+def test_a_root_or_peer_that_is_no_rank_is_refused_by_name_and_the_next_call_runs(monkeypatch):
+    """A negative root (it came back as pydantic's ValidationError), a float or bool root, this rank as a send's
+    peer: a CollectiveError naming the value, raised before anything is issued; a NumPy integer is a rank."""
+    from hoccl_runtime.errors import CollectiveError
+
+    def body(comm, r):
+        buf = np.zeros(64, np.uint8)
+        for root, words in ((-1, "root=-1 is out of range"), (2.0, "root=2.0 is not a rank"), (False, "root=False")):
+            with pytest.raises(CollectiveError, match=words):
+                comm.broadcast(dev(buf, r), root, stream=7)
+            with pytest.raises(CollectiveError, match=words):
+                comm.scatter(dev(buf, r), dev(np.zeros(64 * 3, np.uint8), r), root, stream=7)
+        with pytest.raises(CollectiveError, match=f"dst={r} is this rank itself"):
+            comm.send(dev(buf, r), r, stream=7)
+        buf[:] = 7 if r == 2 else 0
+        comm.broadcast(dev(buf, r), np.int32(2), stream=7)
+        comm.synchronize()
+        return buf.tolist() == [7] * 64
+
+    assert ranks(monkeypatch, 3, body) == {0: True, 1: True, 2: True}

@@ -1143,3 +1143,39 @@ def test_a_size_mismatch_names_the_call_it_was_in_and_later_calls_say_the_commun
         for message in later:
             assert message.startswith(f"rank {r}: this communicator failed in an earlier call"), message
             assert "create a new one" in message and first in message, message
+
+
+def test_bad_arguments_made_on_every_rank_are_refused_by_name_and_the_next_call_runs(monkeypatch):
+    """A root or peer that is no rank (negative, this rank, a float, a bool) is a CollectiveError naming it (a
+    negative root came back as pydantic's ValidationError); buffers of sizes that do not go together are a
+    BufferError saying how the collective's sizes go (they were a TransportError). Each is raised before anything is
+    issued, so where every rank makes the same mistake the communicator goes on: the first of these, a call that
+    fails while the nodes connect, included."""
+    from hoccl_runtime.errors import BufferError, CollectiveError
+
+    def body(comm, r):
+        u8 = np.uint8
+        calls = [
+            (BufferError, "group size x the input", lambda: comm.all_gather_into_tensor(
+                dev(np.zeros(1000, u8), r), dev(np.ones(1024, u8), r), stream=7)),
+            (BufferError, "same size", lambda: comm.all_to_all_single(
+                dev(np.zeros(2048, u8), r), dev(np.ones(1024, u8), r), stream=7)),
+            (CollectiveError, "root=-1 is out of range", lambda: comm.broadcast(dev(np.zeros(64, u8), r), -1, stream=7)),
+            (CollectiveError, "root=1.0 is not a rank", lambda: comm.broadcast(dev(np.zeros(64, u8), r), 1.0, stream=7)),
+            (CollectiveError, "root=True is not a rank", lambda: comm.gather(dev(np.zeros(64, u8), r), None, True,
+                                                                            stream=7)),
+            (CollectiveError, f"dst={r} is this rank itself", lambda: comm.send(dev(np.zeros(64, u8), r), r, stream=7)),
+            (CollectiveError, "src=-1 is out of range", lambda: comm.batch_isend_irecv(
+                [("recv", dev(np.zeros(64, u8), r), -1)], stream=7)),
+        ]
+        for kind, words, call in calls:
+            with pytest.raises(kind, match=words):
+                call()
+        out = np.full(512, 0xA5, np.uint8)
+        comm.broadcast(dev(out, r), np.int64(1), stream=7)  # a NumPy integer is a rank
+        got = np.full(512, 0xA5, np.uint8)
+        comm.all_gather_into_tensor(dev(got, r), dev(np.full(256, r + 3, np.uint8), r), stream=7)
+        comm.synchronize()
+        return got.tolist() == [3] * 256 + [4] * 256
+
+    assert two_ranks(monkeypatch, body) == {0: True, 1: True}

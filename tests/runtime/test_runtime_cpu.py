@@ -256,6 +256,20 @@ def test_as_stream_forms():
             as_stream(bad)
 
 
+def test_as_rank_takes_integers_in_range_and_names_anything_else():
+    from hoccl_runtime.errors import CollectiveError
+    from hoccl_runtime.interop import as_rank
+
+    assert as_rank(3, 4, "root") == 3 and type(as_rank(np.int64(2), 4, "root")) is int
+    for bad, words in ((-1, "root=-1 is out of range: pass a rank in 0..3"), (4, "root=4 is out of range"),
+                       (True, "root=True is not a rank"), (1.0, "root=1.0 is not a rank"), ("0", "root='0' is not"),
+                       (None, "root=None is not a rank: pass an int in 0..3")):
+        with pytest.raises(CollectiveError, match=words.replace("(", r"\(").replace(".", r"\.")):
+            as_rank(bad, 4, "root")
+    with pytest.raises(CollectiveError, match=r"dst=1 is this rank itself: pass another rank in 0\.\.3"):
+        as_rank(1, 4, "dst", other_than=1)
+
+
 def test_init_without_torchrun_environment_is_a_clear_error(monkeypatch):
     import hoccl_runtime as hr
 

@@ -117,7 +117,11 @@ class Runtime:
 
     def hostUnregister(self, ptr):  # noqa: N802 - the memory is unmapped next: let no stream thread still read it
         if _streams.on:
-            for worker in list(_streams.workers.values()):
+            # this "process"'s streams only (and those of no known rank): another rank's are another process's,
+            # which CUDA does not wait for; waiting here for them would tie the ranks where real processes are not
+            process = getattr(_current, "process", None)
+            mine = [w for w in list(_streams.workers.values()) if process is None or w.process in (process, None)]
+            for worker in mine:
                 with contextlib.suppress(TimeoutError):  # a wait that never comes ends by its own deadline (20 s)
                     worker.drain(timeout_s=25)
 
@@ -184,7 +188,8 @@ def _until(ready, what: str, timeout_s: float = 20.0) -> None:
 class _Worker:
     """One stream: a thread running its steps in order."""
 
-    def __init__(self, stream: int):
+    def __init__(self, stream: int, process: object = None):
+        self.process = process  # the rank (run_ranks' "process") whose thread first used the stream, else None
         self.queue: queue.Queue = queue.Queue()
         self.pending = 0
         self.cond = threading.Condition()
@@ -248,7 +253,7 @@ class _Streams:
             w = self.workers.get(stream)
             fresh = w is None
             if fresh:
-                w = self.workers[stream] = _Worker(stream)  # steps put before it starts wait in its queue
+                w = self.workers[stream] = _Worker(stream, process)  # steps put before it starts wait in its queue
         if fresh:
             w.start()
         return w

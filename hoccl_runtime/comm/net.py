@@ -301,6 +301,12 @@ class _Calls:
         if plan.collective.in_place and inp.nbytes:  # the rank's input is the resident part of its output
             offset, nbytes = plan.ranks.resident_offset, plan.ranks.resident_bytes
             inp = out.slice(int(offset[r]), int(nbytes[r]))
+        want_in, want_out = plan.ranks.input_bytes[r], plan.ranks.output_bytes[r]
+        if inp.nbytes != want_in or out.nbytes != want_out:  # here, before the call is issued (or the node's
+            from ..executor import check_buffer  # leader told of it): the other ranks' calls pair up as before
+
+            check_buffer(r, "input", inp if input is not None else None, int(want_in), plan)
+            check_buffer(r, "output", out if output is not None else None, int(want_out), plan)
         s = as_stream(stream)
         self._check_stream(s)
         return inp, out, s

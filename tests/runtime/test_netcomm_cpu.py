@@ -1160,8 +1160,10 @@ def test_bad_arguments_made_on_every_rank_are_refused_by_name_and_the_next_call_
                 dev(np.zeros(1000, u8), r), dev(np.ones(1024, u8), r), stream=7)),
             (BufferError, "same size", lambda: comm.all_to_all_single(
                 dev(np.zeros(2048, u8), r), dev(np.ones(1024, u8), r), stream=7)),
-            (CollectiveError, "root=-1 is out of range", lambda: comm.broadcast(dev(np.zeros(64, u8), r), -1, stream=7)),
-            (CollectiveError, "root=1.0 is not a rank", lambda: comm.broadcast(dev(np.zeros(64, u8), r), 1.0, stream=7)),
+            (CollectiveError, "root=-1 is out of range", lambda: comm.broadcast(dev(np.zeros(64, u8), r), -1,
+                                                                                 stream=7)),
+            (CollectiveError, "root=1.0 is not a rank", lambda: comm.broadcast(dev(np.zeros(64, u8), r), 1.0,
+                                                                                stream=7)),
             (CollectiveError, "root=True is not a rank", lambda: comm.gather(dev(np.zeros(64, u8), r), None, True,
                                                                             stream=7)),
             (CollectiveError, f"dst={r} is this rank itself", lambda: comm.send(dev(np.zeros(64, u8), r), r, stream=7)),
@@ -1179,3 +1181,30 @@ def test_bad_arguments_made_on_every_rank_are_refused_by_name_and_the_next_call_
         return got.tolist() == [3] * 256 + [4] * 256
 
     assert two_ranks(monkeypatch, body) == {0: True, 1: True}
+
+
+def test_a_buffer_of_the_wrong_size_on_every_rank_of_two_nodes_of_two_gpus_leaves_the_communicator_usable(
+        monkeypatch):
+    """NodeNetCommunicator: each rank checks its own buffers against the call's plan before it tells its node's
+    leader of the call. A size mistake every rank makes is then a BufferError on each, naming that rank's buffer,
+    and the next call runs (the leader used to find it, fail the node's communicator for good, and the local ranks
+    raised the leader's error, naming the leader's buffer)."""
+    from hoccl_runtime.errors import BufferError
+
+    fake_cuda.install(monkeypatch, async_streams=True)
+    from hoccl_runtime.comm.nodenet import NodeNetCommunicator
+
+    store = fake_cuda.Store()
+
+    def body(comm, r):
+        with pytest.raises(BufferError, match=f"rank {r} input has 1024 bytes but plan .* needs 250"):
+            comm.all_gather_into_tensor(dev(np.zeros(1000, np.uint8), r % 2), dev(np.ones(1024, np.uint8), r % 2),
+                                        stream=7)
+        got = np.zeros(4 * 256, np.uint8)
+        comm.all_gather_into_tensor(dev(got, r % 2), dev(np.full(256, r + 3, np.uint8), r % 2), stream=7)
+        comm.synchronize()
+        return np.unique(got).tolist()
+
+    results = fake_cuda.run_ranks(4, lambda r: NodeNetCommunicator(
+        r, 4, r % 2, store, gpus_per_node=2, timeout_s=20, chunk_bytes=16 << 10, lanes=2), body)
+    assert results == {r: [3, 4, 5, 6] for r in range(4)}, results

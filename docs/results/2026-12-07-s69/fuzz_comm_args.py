@@ -12,9 +12,8 @@ import time
 
 sys.path.insert(0, "tests/support")
 sys.path.insert(0, ".")
-import numpy as np  # noqa: E402
-
 import fake_cuda  # noqa: E402
+import numpy as np  # noqa: E402
 from fake_cuda import dev  # noqa: E402
 
 

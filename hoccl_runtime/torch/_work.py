@@ -9,7 +9,8 @@ A HOCCL call is enqueued on a stream and returns; its Work holds the event recor
 SM; torch's ``Work.block_current_stream`` would launch a spin kernel) and returns at once, as NCCL's Work
 does; from then on the call no longer holds its tensors (memory the caller frees is reused after the call, by
 the caller's stream, as with NCCL's ``TORCH_NCCL_AVOID_RECORD_STREAMS=1``). ``get_future()`` does the same and
-returns a future that follows it on the GPU. ``synchronize()`` blocks the host;
+returns a future that follows it on the GPU. ``wait(timeout)`` blocks the host too, until the call is through or
+the timeout has passed (then HocclTimeoutError), as NCCL's Work does. ``synchronize()`` blocks the host;
 ``is_completed()`` polls. A Work whose call is still deferred (a send or recv waiting for its batch, see
 :mod:`hoccl_runtime.torch._group`) issues the batch first.
 """
@@ -71,6 +72,20 @@ class Completion:
         return self.event
 
 
+def _through_within(event: Any, limit_s: float) -> None:
+    """Poll ``event`` until it has been reached, or raise HocclTimeoutError after ``limit_s`` seconds."""
+    import time
+
+    from ..errors import HocclTimeoutError
+
+    deadline = time.monotonic() + limit_s
+    while not event.query():
+        if time.monotonic() > deadline:
+            raise HocclTimeoutError(f"Work.wait(timeout={limit_s:g} s): the call is not through; its peers may not "
+                                    "have issued it (the call goes on: a later wait or synchronize() may still end)")
+        time.sleep(0.001)
+
+
 class HocclWork(dist.Work):
     """The Work of a HOCCL call (see the module docstring). ``result()`` is the call's output tensors."""
 
@@ -80,6 +95,9 @@ class HocclWork(dist.Work):
         self._outputs = outputs or []
 
     def wait(self, timeout: Any = None) -> bool:
+        """The caller's current stream waits for the call (the host goes on). ``timeout`` (a ``timedelta`` or
+        seconds; 0 or None: none, torch's ``kNoTimeout``): the host also waits until the call is through, and a
+        call not through by then raises HocclTimeoutError, as NCCL's Work does. The call itself is not stopped."""
         event = self._done.ready()
         if event is not None:
             if self._done.host_wait:
@@ -87,6 +105,9 @@ class HocclWork(dist.Work):
             else:
                 wait_on_current_stream(event, self._done)
             self._done.let_go()  # later work of the caller's stream is after the call: its tensors may be freed
+            limit = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout or 0)
+            if limit > 0:
+                _through_within(event, limit)
         return True
 
     def is_completed(self) -> bool:

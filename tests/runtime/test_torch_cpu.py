@@ -1179,3 +1179,33 @@ def test_closing_a_group_ends_the_nccl_backend_it_reduces_with(how):
             getattr(g, how)()
         getattr(g, how)()  # again: nothing more
         assert nccl.calls == [how], (fails, nccl.calls)
+
+
+def test_work_wait_with_a_timeout_blocks_the_host_until_the_call_is_through_or_raises():
+    """Work.wait(timeout) as NCCL's: the caller's stream waits for the call, and with a timeout (a timedelta or
+    seconds; torch's kNoTimeout, 0, is none) the host waits too, raising HocclTimeoutError if the call is not
+    through by then. Without one it returns at once whatever the GPU does."""
+    from datetime import timedelta
+
+    from hoccl_runtime.errors import HocclTimeoutError
+
+    class Slow:  # an end event reached only once ``reached_at`` has passed
+        def __init__(self, after_s):
+            self.reached_at = time.monotonic() + after_s
+
+        def query(self):
+            return time.monotonic() >= self.reached_at
+
+    def work(after_s):
+        return _work.HocclWork(_work.Completion(Slow(after_s)))
+
+    t0 = time.monotonic()
+    assert work(3600).wait() is True and work(3600).wait(timedelta(0)) is True  # no timeout: the host goes on
+    assert time.monotonic() - t0 < 0.5
+    assert work(0.05).wait(timeout=timedelta(seconds=5)) is True  # through within it: waited for
+    t0 = time.monotonic()
+    with pytest.raises(HocclTimeoutError, match=r"timeout=0.1 s\): the call is not through"):
+        work(3600).wait(timeout=0.1)
+    assert 0.1 <= time.monotonic() - t0 < 1.0
+    with pytest.raises(HocclTimeoutError):
+        work(3600).wait(timedelta(milliseconds=50))

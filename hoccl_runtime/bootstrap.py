@@ -3,6 +3,7 @@ store to bootstrap from. Above every communicator module: nothing below imports 
 
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any
 
@@ -41,29 +42,31 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
     streams per GPU that the plans spread peers over. ``local_copies`` (intra-node; default
     HOCCL_LOCAL_COPIES or "sm"): who copies a rank's own block of an out-of-place call (see
     :class:`~hoccl_runtime.comm.Communicator`)."""
-    env = os.environ
-    try:
-        rank = int(env["RANK"]) if rank is None else rank
-        world_size = int(env["WORLD_SIZE"]) if world_size is None else world_size
-        device = int(env.get("LOCAL_RANK", rank)) if device is None else device
-    except KeyError as exc:
-        raise HocclError(f"{exc.args[0]} is not set: run under torchrun or pass rank= and world_size=") from None
-    local = int(env.get("LOCAL_WORLD_SIZE", world_size)) if gpus_per_node is None else gpus_per_node
+    rank = _whole("rank", rank, "RANK")
+    world_size = _whole("world_size", world_size, "WORLD_SIZE")
+    device = _whole("device", device, "LOCAL_RANK", rank)
+    local = _whole("gpus_per_node", gpus_per_node, "LOCAL_WORLD_SIZE", world_size)
+    if world_size < 1 or not 0 <= rank < world_size or device < 0:
+        raise HocclError(f"rank {rank} of world size {world_size} on GPU {device}: the world size must be 1 or more, "
+                         "the rank in 0..world size - 1 and the GPU (LOCAL_RANK) 0 or more")
     if local < 1 or world_size % local:
-        raise HocclError(f"WORLD_SIZE={world_size} is not a whole number of nodes of {local} GPUs; every node must "
-                         "run the same number of ranks")
+        raise HocclError(f"WORLD_SIZE={world_size} is not a whole number of nodes of {local} GPUs (LOCAL_WORLD_SIZE "
+                         "or gpus_per_node, 1 or more); every node must run the same number of ranks")
     if local_copies is not None and local < world_size:
         raise HocclError(f"local_copies={local_copies!r}: only the intra-node communicator takes it (this job has "
                          f"{world_size // local} nodes)")
     if dma_queues is not None and local < world_size:
         raise HocclError(f"dma_queues={dma_queues}: only the intra-node communicator takes it (this job has "
                          f"{world_size // local} nodes of {local} GPUs); leave it out")
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        raise HocclError("hoccl_runtime.init() needs torch (its store bootstraps the ranks: torch.distributed's "
+                         "TCPStore, or the one you pass): pip install 'hoccl[gpu,torch]'") from None
     if store is None:
         store = bootstrap_store(rank, world_size, timeout_s)
     global _instances
     _instances += 1  # every rank creates its communicators in the same order: a fresh key space for each
-    import torch.distributed as dist
-
     prefixed = dist.PrefixStore(f"comm{_instances}/", store)
     if local == 1 and world_size > 1:
         from .comm.net import NetCommunicator
@@ -80,3 +83,24 @@ def init(*, rank: int | None = None, world_size: int | None = None, device: int 
 
 
 _instances = 0
+
+
+def _whole(arg: str, given: int | None, variable: str, default: int | None = None) -> int:
+    """``given`` (the argument ``arg``), else the environment ``variable`` (torchrun's), else ``default``, as an
+    integer: a HocclError naming what is missing or not a whole number, and how to give it."""
+    if given is not None:
+        try:
+            if isinstance(given, bool):
+                raise TypeError
+            return operator.index(given)
+        except TypeError:
+            raise HocclError(f"{arg}={given!r}: give a whole number") from None
+    text = os.environ.get(variable)
+    if text is None:
+        if default is None:
+            raise HocclError(f"{variable} is not set: run under torchrun or pass rank= and world_size=")
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise HocclError(f"{variable}={text!r} is not a whole number (torchrun sets it; or pass {arg}=)") from None

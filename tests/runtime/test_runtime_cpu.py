@@ -287,6 +287,28 @@ def test_init_without_torchrun_environment_is_a_clear_error(monkeypatch):
         hr.init(dma_queues=2)
 
 
+@pytest.mark.parametrize(("env", "kwargs", "words"), [
+    ({"RANK": "abc"}, {}, r"RANK='abc' is not a whole number \(torchrun sets it; or pass rank=\)"),
+    ({"LOCAL_WORLD_SIZE": "x"}, {}, r"LOCAL_WORLD_SIZE='x' is not a whole number"),
+    ({"RANK": "3"}, {}, "rank 3 of world size 2 on GPU 0: the world size must be 1 or more, the rank in"),
+    ({"WORLD_SIZE": "0"}, {}, "rank 0 of world size 0"),
+    ({"LOCAL_RANK": "-1"}, {}, "on GPU -1"),
+    ({}, {"gpus_per_node": 1.5}, r"gpus_per_node=1.5: give a whole number"),
+    ({}, {"rank": True}, r"rank=True: give a whole number"),
+    ({}, {"gpus_per_node": 0}, r"WORLD_SIZE=2 is not a whole number of nodes of 0 GPUs"),
+])
+def test_init_names_a_bad_rank_size_or_gpu_before_anything_starts(monkeypatch, env, kwargs, words):
+    """Values torchrun (or the caller) gives that are not whole numbers or not in range: a HocclError naming the
+    variable or argument and the value (before: a ValueError from int(), or a store set up for a rank that cannot
+    be)."""
+    import hoccl_runtime as hr
+
+    for var, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", **env}.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(HocclError, match=words):
+        hr.init(**kwargs)
+
+
 def test_launch_cache_builds_once_and_drops_least_recent():
     from hoccl_runtime.executor import LaunchCache
 

@@ -36,7 +36,7 @@ from .interop import DeviceBuffer, as_buffer, as_stream
 from .launch import Device, LaunchCache, Memcpy, Memops, Op, Record, Wait, compile_launch, on, squeeze_devices
 from .program import Program, bounce_moves, bounce_route, dma_queues, local_copies_setting, lower, own_copies
 
-__all__ = ["Executor", "RankBuffers", "Sync"]
+__all__ = ["Executor", "RankBuffers", "Sync", "check_buffer", "check_buffers"]
 
 Sync = Literal["flags", "events"]
 
@@ -67,6 +67,13 @@ def check_buffer(rank: int, what: str, buf: DeviceBuffer | None, want: int, plan
                           + "; pass a buffer of that size (for a plan file: or compile one for your sizes)")
     if device is not None and buf.device != device:
         raise BufferError(f"rank {rank}'s {what} is on GPU {buf.device}, but this communicator drives GPU {device}")
+
+
+def check_buffers(rank: int, inp: DeviceBuffer | None, out: DeviceBuffer | None, plan: Plan,
+                  device: int | None = None) -> None:
+    """:func:`check_buffer` for a rank's input and output, at the sizes ``plan`` gives them."""
+    check_buffer(rank, "input", inp, int(plan.ranks.input_bytes[rank]), plan, device)
+    check_buffer(rank, "output", out, int(plan.ranks.output_bytes[rank]), plan, device)
 
 
 class _Built:
@@ -112,13 +119,12 @@ def _split(rank: int, value: Any) -> tuple[Any, Any]:
 
 def _rank_buffers(plan: Plan, info: _PlanInfo, rank: int, value: Any) -> RankBuffers:
     inp, out = _split(rank, value)
-    want_in, want_out = info.input_bytes[rank], info.output_bytes[rank]
+    want_in = info.input_bytes[rank]
     out_buf = as_buffer(out, f"rank {rank} output") if out is not None else None
     in_buf = as_buffer(inp, f"rank {rank} input") if inp is not None else None
     if in_buf is None and want_in and info.resident_bytes[rank] and out_buf is not None:  # in place
         in_buf = out_buf.slice(info.resident_offset[rank], info.resident_bytes[rank])
-    check_buffer(rank, "input", in_buf, want_in, plan)
-    check_buffer(rank, "output", out_buf, want_out, plan)
+    check_buffers(rank, in_buf, out_buf, plan)
     if in_buf is not None and out_buf is not None and in_buf.device != out_buf.device:
         raise BufferError(f"rank {rank}'s input and output are on different GPUs "
                           f"{sorted({in_buf.device, out_buf.device})}; a rank is one GPU")

@@ -20,7 +20,7 @@ from .._splits import alltoallv_pieces
 from .._store import announce_failure
 from ..aliasing import check_in_place, plan_in_place
 from ..errors import HocclError, HocclTimeoutError, PlanError
-from ..executor import check_buffer
+from ..executor import check_buffers
 from ..interop import as_buffer, as_rank, as_stream
 from ..plans import CallKey
 from ..program import (
@@ -496,8 +496,7 @@ class Communicator:
             inp = None  # e.g. scatter's input on a non-root rank: not part of the plan
         if out is not None and not plan.ranks.output_bytes[me]:
             out = None
-        check_buffer(me, "input", inp, plan.ranks.input_bytes[me], plan, self.device)
-        check_buffer(me, "output", out, plan.ranks.output_bytes[me], plan, self.device)
+        check_buffers(me, inp, out, plan, self.device)
         if inp is not None and out is not None and inp.ptr < out.ptr + out.nbytes and out.ptr < inp.ptr + inp.nbytes \
                 and input is not None:
             check_in_place(me, inp, out, state.own_block, plan.collective.kind, state.own_output)

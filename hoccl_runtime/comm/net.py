@@ -40,6 +40,7 @@ from typing import Any
 
 from .._cuda import cuda_errors, on_device  # no CUDA at import: it loads cupy / cuda-bindings when first used
 from ..errors import CollectiveError, HocclError, HocclTimeoutError, PlanError
+from ..executor import check_buffers
 from ..interop import DeviceBuffer, as_buffer, as_rank, as_stream, window_buffer
 from ..net.callproxy import CallProxy, DoneOnce, StartFlag
 from ..plans import CallKey, PlanCache
@@ -301,12 +302,9 @@ class _Calls:
         if plan.collective.in_place and inp.nbytes:  # the rank's input is the resident part of its output
             offset, nbytes = plan.ranks.resident_offset, plan.ranks.resident_bytes
             inp = out.slice(int(offset[r]), int(nbytes[r]))
-        want_in, want_out = plan.ranks.input_bytes[r], plan.ranks.output_bytes[r]
-        if inp.nbytes != want_in or out.nbytes != want_out:  # here, before the call is issued (or the node's
-            from ..executor import check_buffer  # leader told of it): the other ranks' calls pair up as before
-
-            check_buffer(r, "input", inp if input is not None else None, int(want_in), plan)
-            check_buffer(r, "output", out if output is not None else None, int(want_out), plan)
+        # here, before the call is issued (or the node's leader told of it): the other ranks' calls pair up as before
+        if inp.nbytes != plan.ranks.input_bytes[r] or out.nbytes != plan.ranks.output_bytes[r]:
+            check_buffers(r, inp if input is not None else None, out if output is not None else None, plan)
         s = as_stream(stream)
         self._check_stream(s)
         return inp, out, s

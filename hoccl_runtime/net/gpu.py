@@ -19,7 +19,7 @@ from .._cuda_memory import free, malloc
 from .._cuda_streams import stream_synchronize
 from ..aliasing import check_aliasing
 from ..errors import TransportError
-from ..executor import check_buffer
+from ..executor import check_buffers
 from ..flags import Flag, FlagPool, MemOps, reached
 from ..interop import as_buffer
 from ..launch import Device, Memcpy, Memops, Op, Wait, replay, squeeze_devices
@@ -135,8 +135,7 @@ class GpuNodeExecutor(GatedNodeExecutor):
                                      f"{self.ranks})")
             inp, out = buffers[r]
             ib, ob = as_buffer(inp, f"rank {r} input"), as_buffer(out, f"rank {r} output")
-            check_buffer(r, "input", ib, int(plan.ranks.input_bytes[r]), plan)
-            check_buffer(r, "output", ob, int(plan.ranks.output_bytes[r]), plan)
+            check_buffers(r, ib, ob, plan)
             if ib.nbytes and ob.nbytes and ib.device != ob.device:
                 raise TransportError(f"rank {r}: input and output on different GPUs ({ib.device}, {ob.device})")
             bound[r] = (ib, ob, ob.device if ob.nbytes else ib.device)

@@ -45,7 +45,7 @@ from hoccl_compiler.schema import Plan
 from .._timer import fine_sleeps, slack_setting
 from .._trust import verified
 from ..errors import HocclTimeoutError, TransportError
-from ..executor import check_buffer
+from ..executor import check_buffers
 from ..settings import env_flag
 from .notices import RunNotices
 from .routes import ChunkSequence, LeavingWrites, Routes, RunState, net_chunk_of, refuse_multicast
@@ -103,7 +103,7 @@ class HostNodeExecutor(RunNotices):
         for r in self.ranks:
             inp, out = buffers[r]
             if _check_sizes:
-                _check_sizes_of(r, inp, out, plan)
+                check_buffers(r, inp, out, plan)
         self.inputs = {r: buffers[r][0] for r in self.ranks}
         self.outputs = {r: buffers[r][1] for r in self.ranks}
         # regions, in the same order on every node: per local GPU its output (2i) and receive ring (2i + 1)
@@ -296,7 +296,7 @@ class HostNodeExecutor(RunNotices):
             if r not in buffers:
                 raise TransportError(f"node {self.node}: no buffers for rank {r}")
             inp, out = buffers[r]
-            _check_sizes_of(r, inp, out, plan)
+            check_buffers(r, inp, out, plan)
         self.inputs = {r: buffers[r][0] for r in self.ranks}
         self.outputs = {r: buffers[r][1] for r in self.ranks}
 
@@ -527,12 +527,6 @@ class HostNodeExecutor(RunNotices):
 
     def _finish_run(self) -> None:
         """Wait for this run's copies (host copies are done already)."""
-
-
-def _check_sizes_of(r: int, inp: object, out: object, plan: Plan) -> None:
-    """A BufferError where rank ``r``'s input or output is not the size ``plan`` gives it."""
-    check_buffer(r, "input", inp, int(plan.ranks.input_bytes[r]), plan)
-    check_buffer(r, "output", out, int(plan.ranks.output_bytes[r]), plan)
 
 
 def overlap_setting() -> bool:

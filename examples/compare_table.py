@@ -8,14 +8,14 @@ them): HOCCL's and NCCL's tokens/s with the spread of their rounds ((max - min) 
 it), their ratio, the lowest and highest ratio of one round's HOCCL to the same round's NCCL (the variants run in
 turn within a round: how far the ratio itself moved over the run; FSDP's tokens/s is the median over every measured
 step and a round's the median of its own, so FSDP's whole-run ratio may lie outside that range), the no-communication
-limit (``--comm none``), each variant's step (ms) beside the limit's, FSDP's CPU slack (ms; the pipeline records
-none) and whether the losses are equal (FSDP's final loss; the pipeline's every loss of its last stage). Where they
-are not and the run was not ``--deterministic``, the table says so: torch's kernels then need not give the same bits
-run to run (the pipeline under MPS has differed by a unit or two in the last place of some of its microbatch losses).
-Below the table, how many rows meet issue 34's bar (HOCCL >= 1.00x NCCL at small and >= 1.10x at larger sizes, both
-variants' rounds within 3%, HOCCL's CPU slack >= 0 where NCCL's is) and what each other row misses.
-``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a record it cannot read is named on stderr and
-left out (exit status 1 where none could be read).
+limit (``--comm none``; FSDP's from ``fsdp-SIZE-none-SETTING.json`` where it ran on its own), each variant's step (ms)
+beside the limit's, FSDP's CPU slack (ms; the pipeline records none) and whether the losses are equal (FSDP's final
+loss; the pipeline's every loss of its last stage). Where they are not and the run was not ``--deterministic``, the
+table says so: torch's kernels then need not give the same bits run to run (the pipeline under MPS has differed by a
+unit or two in the last place of some of its microbatch losses). Below the table, how many rows meet issue 34's bar
+(HOCCL >= 1.00x NCCL at small and >= 1.10x at larger sizes, both variants' rounds within 3%, HOCCL's CPU slack >= 0
+where NCCL's is) and what each other row misses. ``tcp-nodes.sh --compare`` prints it last. Needs no torch and no GPU; a
+record it cannot read is named on stderr and left out (exit status 1 where none could be read).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ import sys
 from pathlib import Path
 
 NAME = re.compile(r"^(?:fsdp-(?P<fsize>[^-]+)-reduce-(?P<red>[a-z]+)|pipeline-(?P<psize>[^-]+))-(?P<setting>[a-z]+)$")
+#: FSDP's no-communication limit run on its own (``--comm none``; ``tcp-nodes.sh`` does so at 1.3b, where it does not
+#: fit beside HOCCL and NCCL): it has no row, and gives the limit of both FSDP rows of its size and setting
+APART = re.compile(r"^fsdp-(?P<size>[^-]+)-none-(?P<setting>[a-z]+)$")
 
 
 def spread(rounds: list[float]) -> float | None:
@@ -84,22 +87,38 @@ def row(path: Path) -> dict | None:
             "deterministic": deterministic}
 
 
+def limit(path: Path) -> tuple[tuple[str, str], dict] | None:
+    """((size, setting), the limit's figures) of an FSDP limit run on its own, or None where ``path`` is not one."""
+    m = APART.match(path.stem)
+    if not m:
+        return None
+    fig = figures(json.loads(path.read_text()), pipeline=False)
+    if "none" not in fig:
+        raise ValueError(f"no none variant in it (found {sorted(fig)}); run --comm none")
+    return (m["size"], "MPS" if m["setting"] == "mps" else "time-sliced"), fig["none"]
+
+
 def rows(folders: list[Path]) -> tuple[list[dict], list[str]]:
     """Every readable run's row under ``folders`` (sorted by example, then setting), and one line per record that
-    could not be read."""
-    found, errors = [], []
+    could not be read. An FSDP row whose run had no limit takes the one of a limit run of its size and setting."""
+    found, errors, limits = [], [], {}
     for folder in folders:
         if not folder.is_dir():
             errors.append(f"{folder}: no such folder (give the OUTDIR of tcp-nodes.sh --compare)")
             continue
         for path in sorted(folder.glob("*.json")):
             try:
-                r = row(path)
+                r, apart = row(path), limit(path)
             except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
                 errors.append(f"{path}: not a --compare record ({type(exc).__name__}: {exc})")
                 continue
             if r is not None:
                 found.append(r)
+            if apart is not None:
+                limits[apart[0]] = apart[1]
+    for r in found:
+        if r["none"] is None and r["example"].startswith("FSDP "):
+            r["none"] = limits.get((r["size"], r["setting"]))
     found.sort(key=lambda r: (r["example"], r["setting"]))
     return found, errors
 

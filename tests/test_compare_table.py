@@ -134,6 +134,32 @@ def test_steps_and_slack_read_what_the_record_has(ct, run3, tmp_path, capsys):
     assert "| 220,037 (20.4%) | - | - | yes |" in _row(ct, path, record, capsys)
 
 
+def test_a_limit_run_on_its_own_gives_the_fsdp_rows_of_its_size_and_setting_their_limit(ct, run3, tmp_path, capsys):
+    """``tcp-nodes.sh --compare`` runs FSDP's limit apart at 1.3b (``fsdp-1.3b-none-SETTING.json``): both FSDP rows of
+    that size and setting read its tokens/s and step, the pipeline's and the other setting's rows do not, and a limit
+    record without a ``none`` variant is named and left out."""
+    record = json.loads((run3 / "compare-mps" / "fsdp-small-reduce-nccl-mps.json").read_text())
+    limit = {"args": record["args"], "summary": {"none": record["summary"].pop("none")}}
+    (tmp_path / "fsdp-small-reduce-nccl-mps.json").write_text(json.dumps(record))
+    (tmp_path / "fsdp-small-reduce-hoccl-mps.json").write_text(json.dumps(record))
+    (tmp_path / "fsdp-small-reduce-nccl-sliced.json").write_text(json.dumps(record))
+    (tmp_path / "pipeline-small-mps.json").write_text((run3 / "compare-mps" / "pipeline-small-mps.json").read_text())
+    (tmp_path / "fsdp-small-none-mps.json").write_text(json.dumps(limit))
+    assert ct.main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.split("\n\n")[0].splitlines()[2:]
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in lines}
+    assert len(rows) == 4, rows  # the limit record alone makes no row
+    for red in ("NCCL", "HOCCL"):
+        assert "| 220,037 (20.4%) | 38.81 / 43.74 / 9.31 |" in rows[(f"FSDP small, {red} reducing", "MPS")]
+    assert "| - | 38.81 / 43.74 / - |" in rows[("FSDP small, NCCL reducing", "time-sliced")]  # no limit of its setting
+    assert "| 157,483 (40.3%) |" in rows[("pipeline small", "MPS")]  # the pipeline keeps its own limit
+    (tmp_path / "fsdp-small-none-mps.json").write_text(json.dumps({"summary": {"hoccl": limit["summary"]["none"]}}))
+    assert ct.main([str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "fsdp-small-none-mps.json: not a --compare record (ValueError: no none variant in it" in captured.err
+    assert "| - | 38.81 / 43.74 / - |" in captured.out
+
+
 def test_the_bar_says_what_each_row_misses(ct, run3, capsys):
     """Issue 34's bar below the table: HOCCL >= 1.00x NCCL at small (1.10x above), both variants' rounds within 3%,
     HOCCL's CPU slack >= 0 where NCCL's is; one line per row that misses it, naming each miss."""

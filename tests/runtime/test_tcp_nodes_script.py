@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _compare(tmp_path: Path, prefix: tuple[str, ...] = (), rc: int = 0, **env: str) -> list[list[str]]:
+def _compare(tmp_path: Path, prefix: tuple[str, ...] = (), rc: int = 0, size: str = "small",
+             **env: str) -> list[list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True)
     calls = tmp_path / "calls.txt"
@@ -27,7 +28,7 @@ def _compare(tmp_path: Path, prefix: tuple[str, ...] = (), rc: int = 0, **env: s
         f.chmod(0o755)
     run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MASTER_PORT": "29999", **env}
     out = subprocess.run([*prefix, "bash", str(ROOT / "scripts" / "tcp-nodes.sh"), "--compare", str(tmp_path / "out"),
-                          "small"], env=run_env, capture_output=True, text=True, timeout=60)
+                          size], env=run_env, capture_output=True, text=True, timeout=60)
     assert out.returncode == rc, out.stdout + out.stderr
     if rc:
         return [[out.stdout + out.stderr]]
@@ -46,6 +47,22 @@ def test_compare_runs_fsdp_twice_and_the_pipeline_on_two_nodes_with_their_own_ho
     assert comm == ["hoccl,nccl,none"] * 6
     assert all(c[c.index("--gc-every") + 1] == "50" for c in calls), calls  # torchtitan's collector by default
     assert all(c[c.index("--steps") + 1] == "100" for c in calls), calls  # rounds of 100 steps at small
+
+
+def test_at_1_3b_fsdp_s_limit_runs_on_its_own(tmp_path):
+    """At 1.3b the limit's whole replica does not fit beside the two FSDP variants' halves on an 80 GB GPU (two ranks):
+    the FSDP runs compare HOCCL with NCCL only, and a third run of its own trains the limit; the pipeline keeps all
+    three. COMPARE_NONE_APART names the sizes where it is so ("" for none)."""
+    calls = _compare(tmp_path, size="1.3b")
+    comm = [(c[c.index("--comm") + 1], c[c.index("--json") + 1].rsplit("/", 1)[-1]) for c in calls[::2]]
+    assert comm == [("hoccl,nccl", "fsdp-1.3b-reduce-nccl-sliced.json"),
+                    ("hoccl,nccl", "fsdp-1.3b-reduce-hoccl-sliced.json"), ("none", "fsdp-1.3b-none-sliced.json"),
+                    ("hoccl,nccl,none", "pipeline-1.3b-sliced.json")], comm
+    assert all(c[c.index("--steps") + 1] == "8" and c[c.index("--batch") + 1] in ("2", "8") for c in calls), calls
+    together = _compare(tmp_path / "together", size="1.3b", COMPARE_NONE_APART="")
+    assert [c[c.index("--comm") + 1] for c in together] == ["hoccl,nccl,none"] * 6, together
+    apart = _compare(tmp_path / "apart", COMPARE_NONE_APART="350m,small")  # small named: its limit apart too
+    assert [c[c.index("--comm") + 1] for c in apart[::2]] == ["hoccl,nccl", "hoccl,nccl", "none", "hoccl,nccl,none"]
 
 
 def test_compare_args_reach_every_run(tmp_path):

@@ -101,6 +101,18 @@ def deterministic() -> None:
     torch.backends.cudnn.deterministic = True
 
 
+def out_of_memory(script: str, where: str, exc: BaseException, variants: list[str]) -> str:
+    """One line for CUDA's out-of-memory error in a training example: where it struck, the first three sentences of
+    what torch said (what it tried to allocate, the GPU's capacity and what was free), and what to change. Every
+    variant of ``--comm`` keeps its model and optimizer on the GPU for the whole run, and ranks that share a GPU each
+    hold their own: at 1.3b FSDP's ``none`` limit beside two FSDP variants did not fit two ranks on an 80 GB H100."""
+    said = ". ".join(str(exc).split(". ")[:3]).strip().rstrip(".")
+    return (f"{script}: out of GPU memory in {where} ({said}). The variants of --comm {','.join(variants)} each keep "
+            f"their model and optimizer on the GPU for the whole run, and ranks that share a GPU hold one set each: "
+            f"run fewer variants at once (the none limit on its own, as scripts/tcp-nodes.sh --compare does at 1.3b), "
+            f"or a smaller --batch or --size")
+
+
 def need_cuda(script: str) -> None:
     """Exit with one line, not torch's traceback, where this torch has no CUDA GPU (the training examples need one;
     hoccl_runtime.torch.require_cuda says what to install)."""

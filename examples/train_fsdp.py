@@ -59,7 +59,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gc_steps import Collector, add_option  # noqa: E402
-from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
+from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda, out_of_memory  # noqa: E402
 from variants import check, options, settings, split  # noqa: E402
 
 VARIANTS = ("hoccl", "hoccl-onegroup", "nccl", "nccl-ce", "none")
@@ -330,22 +330,27 @@ def main(argv: list[str] | None = None) -> int:
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
     groups: dict = {}
-    runs = {v: build(v, args, c, device, groups) for v in args.comm}
     records: dict[str, list[dict]] = {v: [] for v in args.comm}
-    total, done = len(args.comm) * args.repeats * args.steps, 0
-    with Collector(args.gc_every) as collector:
-        for _ in range(args.repeats):
-            for v in args.comm:
-                model, opt, slack = runs[v]
-                for _ in range(args.steps):
-                    i = len(records[v])
-                    rec = step(model, opt, slack, c, args, i, rank, device, autocast=v == "none" and not args.fp32)
-                    collector.step_done()
-                    rec["measured"] = i >= args.warmup
-                    records[v].append(rec)
-                    done += 1
-                    if rank == 0:
-                        progress(done, total, f"{v} step {i} loss {rec['loss']:.4f}")
+    total, done, where = len(args.comm) * args.repeats * args.steps, 0, "building the variants' models"
+    try:
+        runs = {v: build(v, args, c, device, groups) for v in args.comm}
+        with Collector(args.gc_every) as collector:
+            for _ in range(args.repeats):
+                for v in args.comm:
+                    model, opt, slack = runs[v]
+                    for _ in range(args.steps):
+                        i = len(records[v])
+                        where = f"the {v} variant's step {i}"
+                        rec = step(model, opt, slack, c, args, i, rank, device,
+                                   autocast=v == "none" and not args.fp32)
+                        collector.step_done()
+                        rec["measured"] = i >= args.warmup
+                        records[v].append(rec)
+                        done += 1
+                        if rank == 0:
+                            progress(done, total, f"{v} step {i} loss {rec['loss']:.4f}")
+    except torch.OutOfMemoryError as exc:
+        raise SystemExit(out_of_memory(Path(__file__).name, where, exc, args.comm)) from None
     peak = torch.cuda.max_memory_allocated(device) / 2**30
     summary = {v: summarize(records[v], c, args, world) for v in args.comm}
     losses = {v: [r["loss"] for r in records[v]] for v in args.comm}

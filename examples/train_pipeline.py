@@ -35,7 +35,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gc_steps import Collector, add_option  # noqa: E402
-from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda  # noqa: E402
+from gpt import GPT, SIZES, Config, batch, deterministic, loss_fn, need_cuda, out_of_memory  # noqa: E402
 from variants import check as check_variants  # noqa: E402
 from variants import settings, split  # noqa: E402
 
@@ -262,11 +262,16 @@ def main(argv: list[str] | None = None) -> int:
             groups[v] = dist.new_group(backend="nccl")
     base = SIZES[args.size]
     c = Config(layers=args.layers or base.layers, dim=base.dim, heads=base.heads, seq=base.seq, vocab=base.vocab)
-    variants = [Variant(v, groups.get(v), args, c, device, rank, world) for v in args.comm]  # none: no group
-    with Collector(args.gc_every) as collector:
-        for _ in range(args.repeats):
-            for v in variants:
-                v.train(args.steps, device, collector)
+    where = "building the variants' stages"
+    try:
+        variants = [Variant(v, groups.get(v), args, c, device, rank, world) for v in args.comm]  # none: no group
+        with Collector(args.gc_every) as collector:
+            for _ in range(args.repeats):
+                for v in variants:
+                    where = f"the {v.name} variant's steps"
+                    v.train(args.steps, device, collector)
+    except torch.OutOfMemoryError as exc:
+        raise SystemExit(out_of_memory(Path(__file__).name, where, exc, args.comm)) from None
     results = {}
     for v in variants:
         gathered = [None] * world

@@ -524,6 +524,27 @@ def test_the_backend_is_registered_for_cuda():
     assert dist.Backend("hoccl") == "hoccl"
 
 
+def test_training_examples_turn_cuda_s_out_of_memory_into_one_line_with_the_fix():
+    """CUDA's out-of-memory error in a training example (session 70: FSDP's limit at 1.3b beside two FSDP variants,
+    two ranks on an 80 GB H100) becomes one line: where, what torch said first, and what to change."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from gpt import out_of_memory
+
+    said = ("CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which "
+            "47.19 MiB is free. Process 2006 has 66.00 MiB memory in use. Including non-PyTorch memory, this process "
+            "has 39.56 GiB memory in use.")
+    line = out_of_memory("train_fsdp.py", "the none variant's step 0", torch.OutOfMemoryError(said),
+                         ["hoccl", "nccl", "none"])
+    assert line.startswith("train_fsdp.py: out of GPU memory in the none variant's step 0 (CUDA out of memory. "
+                           "Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 47.19 MiB "
+                           "is free). ")
+    assert "Process 2006" not in line and "\n" not in line
+    assert "--comm hoccl,nccl,none" in line and "the none limit on its own" in line and "--batch or --size" in line
+
+
 def test_training_examples_parse_and_the_model_trains_on_cpu(capsys):
     import sys
     from pathlib import Path

@@ -169,8 +169,15 @@ def test_the_bar_says_what_each_row_misses(ct, run3, capsys):
     assert bar[0].startswith("issue 34's bar") and bar[0].endswith(": 0 of 3 rows met")
     misses = {line.split(":")[0]: line for line in bar[1:]}
     # session 58's run 3 under MPS: FSDP (NCCL reducing) 1.127x with HOCCL's rounds 2.6% and NCCL's 11.6% apart
-    assert misses["- FSDP small, NCCL reducing, MPS"].endswith(": NCCL's rounds spread 11.6% > 3%")
+    assert misses["- FSDP small, NCCL reducing, MPS"].endswith(
+        ": NCCL's rounds spread 11.6% > 3% (the no-communication limit's rounds spread 20.4% too)")
     assert "0.959x < 1.00x" in misses["- FSDP small, HOCCL reducing, MPS"]
+    # a spread miss where the limit, which waits for no one, spread over the bar too says so: the host moved
+    assert misses["- pipeline small, MPS"].endswith(" (the no-communication limit's rounds spread 40.3% too)")
+    # not where the row misses on pace alone, nor where the limit's rounds kept within the bar
+    assert ct._noisy({"none": {"spread": 0.2}}, ["0.959x < 1.00x"]) == ""
+    assert ct._noisy({"none": {"spread": 0.02}}, ["HOCCL's rounds spread 9.2% > 3%"]) == ""
+    assert ct._noisy({"none": None}, ["HOCCL's rounds spread 9.2% > 3%"]) == ""
     row = {"size": "350m", "ratio": 1.12, "hoccl": {"spread": 0.02, "slack_ms": -0.1},
            "nccl": {"spread": 0.01, "slack_ms": 0.5}}
     assert ct.misses(row) == ["HOCCL's CPU slack -0.10 ms < 0 where NCCL's is 0.50"]

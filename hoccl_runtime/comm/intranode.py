@@ -220,12 +220,12 @@ class Communicator:
     def send(self, tensor: Any, dst: int, stream: Any = None, *, rate_gbps: float | None = None,
              duration_s: float | None = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        dst = self._check_peer(dst, "dst")
+        dst = as_rank(dst, self.world, "dst", self.rank)
         self._run(CallKey.sendrecv(self.rank, dst, buf.nbytes), buf, None, stream, rate_gbps, duration_s)
 
     def recv(self, tensor: Any, src: int, stream: Any = None) -> None:
         buf = as_buffer(tensor, "tensor")
-        src = self._check_peer(src, "src")
+        src = as_rank(src, self.world, "src", self.rank)
         self._run(CallKey.sendrecv(src, self.rank, buf.nbytes), None, buf, stream)
 
     def all_to_all_v(self, output: Any, input: Any, output_split_bytes: Sequence[int],
@@ -277,9 +277,6 @@ class Communicator:
         """Run this rank's part of a compiled single-node plan (every partner rank calls it too)."""
         self._run(plan, input, output, stream, rate_gbps, duration_s)
 
-    def _check_peer(self, peer: int, what: str) -> int:
-        return as_rank(peer, self.world, what, self.rank)
-
     def _state(self, what: tuple | Plan) -> _PlanState:
         if isinstance(what, Plan):  # a plan from outside: verified before its first run, known by its content
             from .._trust import trusted
@@ -323,7 +320,7 @@ class Communicator:
                 raise HocclError(f"batch op {op!r}: use ('send', tensor, dst) or ('recv', tensor, src)")
             kind, tensor, peer = op
             buf = as_buffer(tensor, f"{kind} tensor")
-            peer = self._check_peer(peer, "dst" if kind == "send" else "src")
+            peer = as_rank(peer, self.world, "dst" if kind == "send" else "src", self.rank)
             if kind == "send":
                 items.append((CallKey.sendrecv(self.rank, peer, buf.nbytes), buf, None))
             else:

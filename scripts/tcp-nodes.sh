@@ -22,6 +22,17 @@ if [ "$1" = --soak ]; then  # checked before anything starts: a bad count is ref
   [ "$bad" = 0 ] || { echo "tcp-nodes --soak: the run count '${2:-}' is not a whole number >= 1; $usage"; exit 2; }
   [ -n "${3:-}" ] || { echo "tcp-nodes --soak: no OUTDIR; $usage"; exit 2; }
 fi
+if [ "$1" = --compare ]; then  # COMPARE_EXAMPLES checked before anything starts
+  examples=${COMPARE_EXAMPLES:-fsdp,pipeline}
+  for e in ${examples//,/ }; do
+    case $e in fsdp|pipeline) ;; *)
+      echo "tcp-nodes --compare: COMPARE_EXAMPLES='$examples' names '$e'; give fsdp, pipeline or both (fsdp,pipeline)"
+      exit 2 ;;
+    esac
+  done
+  [[ ",$examples," == *,fsdp,* || ",$examples," == *,pipeline,* ]] \
+    || { echo "tcp-nodes --compare: COMPARE_EXAMPLES='$examples' names no example; give fsdp, pipeline or both"; exit 2; }
+fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$gpus" -ge 1 ] || { echo "tcp-nodes: no GPU found (nvidia-smi -L)"; exit 2; }
 export NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -105,6 +116,7 @@ fi
 # own (fsdp-SIZE-none-SETTING), not beside HOCCL and NCCL: there the three models of a run (each FSDP variant's half
 # of the weights, gradients and Adam state, and the limit's whole replica) do not fit two ranks on an 80 GB GPU: the
 # limit's first Adam step ran out of memory with 39.5 GB in use by each rank (1x H100, session 70).
+# COMPARE_EXAMPLES: which examples run (fsdp, pipeline; both unless set), e.g. fsdp alone to repeat its rows.
 out=${2:?usage: tcp-nodes.sh [--mps] --compare OUTDIR [SIZES]}
 sizes=${3:-small,350m,1.3b}
 mkdir -p "$out"
@@ -118,23 +130,27 @@ for size in ${sizes//,/ }; do
   esac
   limit=,none
   [[ ",${COMPARE_NONE_APART-1.3b}," == *",$size,"* ]] && limit=""
-  for red in nccl hoccl; do
-    name=fsdp-$size-reduce-$red-$setting
-    run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
-      --comm "hoccl,nccl$limit" --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} \
-      >"$out/$name.log" 2>&1
-    results+=("$name rc=$?")
-  done
-  if [ -z "$limit" ]; then
-    name=fsdp-$size-none-$setting
-    run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
-      --comm none --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} >"$out/$name.log" 2>&1
+  if [[ ",$examples," == *,fsdp,* ]]; then
+    for red in nccl hoccl; do
+      name=fsdp-$size-reduce-$red-$setting
+      run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
+        --comm "hoccl,nccl$limit" --reduce "$red" --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} \
+        >"$out/$name.log" 2>&1
+      results+=("$name rc=$?")
+    done
+    if [ -z "$limit" ]; then
+      name=fsdp-$size-none-$setting
+      run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
+        --comm none --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} >"$out/$name.log" 2>&1
+      results+=("$name rc=$?")
+    fi
+  fi
+  if [[ ",$examples," == *,pipeline,* ]]; then
+    name=pipeline-$size-$setting
+    run_nodes "$here/examples/train_pipeline.py" --size "$size" --batch "$pb" --steps "$ps" --repeats "$reps" \
+      --comm hoccl,nccl,none --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} >"$out/$name.log" 2>&1
     results+=("$name rc=$?")
   fi
-  name=pipeline-$size-$setting
-  run_nodes "$here/examples/train_pipeline.py" --size "$size" --batch "$pb" --steps "$ps" --repeats "$reps" \
-    --comm hoccl,nccl,none --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} >"$out/$name.log" 2>&1
-  results+=("$name rc=$?")
 done
 for r in "${results[@]}"; do
   name=${r%% *}

@@ -65,6 +65,20 @@ def test_at_1_3b_fsdp_s_limit_runs_on_its_own(tmp_path):
     assert [c[c.index("--comm") + 1] for c in apart[::2]] == ["hoccl,nccl", "hoccl,nccl", "none", "hoccl,nccl,none"]
 
 
+def test_compare_examples_picks_the_runs(tmp_path):
+    """COMPARE_EXAMPLES=fsdp repeats FSDP's rows alone (at 1.3b with its limit apart); pipeline alone; a name that is
+    neither is refused before anything runs."""
+    fsdp = _compare(tmp_path / "fsdp", size="1.3b", COMPARE_EXAMPLES="fsdp")
+    assert [c[c.index("--json") + 1].rsplit("/", 1)[-1] for c in fsdp[::2]] == [
+        "fsdp-1.3b-reduce-nccl-sliced.json", "fsdp-1.3b-reduce-hoccl-sliced.json", "fsdp-1.3b-none-sliced.json"]
+    pipe = _compare(tmp_path / "pipe", COMPARE_EXAMPLES="pipeline")
+    assert [c[c.index("--json") + 1].rsplit("/", 1)[-1] for c in pipe] == ["pipeline-small-sliced.json"] * 2
+    for bad in ("fsdp,pipe", ","):
+        (msg,), = _compare(tmp_path / f"bad{len(bad)}", rc=2, COMPARE_EXAMPLES=bad)
+        assert f"COMPARE_EXAMPLES='{bad}'" in msg and "fsdp, pipeline or both" in msg, msg
+        assert not (tmp_path / f"bad{len(bad)}" / "calls.txt").exists()
+
+
 def test_compare_args_reach_every_run(tmp_path):
     calls = _compare(tmp_path, COMPARE_ARGS="--gc-every 10 --deterministic")
     assert len(calls) == 6

@@ -24,7 +24,9 @@ if [ "$1" = --soak ]; then  # checked before anything starts: a bad count is ref
 fi
 if [ "$1" = --compare ]; then  # COMPARE_EXAMPLES checked before anything starts
   examples=${COMPARE_EXAMPLES:-fsdp,pipeline}
-  for e in ${examples//,/ }; do
+  IFS=', ' read -r -a names <<<"$examples"  # not globbed: a '*' is refused as a name
+  for e in ${names[@]+"${names[@]}"}; do
+    [ -n "$e" ] || continue
     case $e in fsdp|pipeline) ;; *)
       echo "tcp-nodes --compare: COMPARE_EXAMPLES='$examples' names '$e'; give fsdp, pipeline or both (fsdp,pipeline)"
       exit 2 ;;

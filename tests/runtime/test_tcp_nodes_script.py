@@ -73,10 +73,11 @@ def test_compare_examples_picks_the_runs(tmp_path):
         "fsdp-1.3b-reduce-nccl-sliced.json", "fsdp-1.3b-reduce-hoccl-sliced.json", "fsdp-1.3b-none-sliced.json"]
     pipe = _compare(tmp_path / "pipe", COMPARE_EXAMPLES="pipeline")
     assert [c[c.index("--json") + 1].rsplit("/", 1)[-1] for c in pipe] == ["pipeline-small-sliced.json"] * 2
-    for bad in ("fsdp,pipe", ","):
-        (msg,), = _compare(tmp_path / f"bad{len(bad)}", rc=2, COMPARE_EXAMPLES=bad)
+    for bad in ("fsdp,pipe", ",", "*"):
+        where = tmp_path / f"bad{ord(bad[-1])}"
+        (msg,), = _compare(where, rc=2, COMPARE_EXAMPLES=bad)
         assert f"COMPARE_EXAMPLES='{bad}'" in msg and "fsdp, pipeline or both" in msg, msg
-        assert not (tmp_path / f"bad{len(bad)}" / "calls.txt").exists()
+        assert not (where / "calls.txt").exists()
 
 
 def test_compare_args_reach_every_run(tmp_path):

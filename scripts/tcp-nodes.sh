@@ -25,14 +25,14 @@ fi
 if [ "$1" = --compare ]; then  # COMPARE_EXAMPLES checked before anything starts
   examples=${COMPARE_EXAMPLES:-fsdp,pipeline}
   IFS=', ' read -r -a names <<<"$examples"  # not globbed: a '*' is refused as a name
+  run_fsdp=0 run_pipeline=0
   for e in ${names[@]+"${names[@]}"}; do
-    [ -n "$e" ] || continue
-    case $e in fsdp|pipeline) ;; *)
+    case $e in fsdp) run_fsdp=1 ;; pipeline) run_pipeline=1 ;; '') ;; *)
       echo "tcp-nodes --compare: COMPARE_EXAMPLES='$examples' names '$e'; give fsdp, pipeline or both (fsdp,pipeline)"
       exit 2 ;;
     esac
   done
-  [[ ",$examples," == *,fsdp,* || ",$examples," == *,pipeline,* ]] \
+  [ "$run_fsdp$run_pipeline" != 00 ] \
     || { echo "tcp-nodes --compare: COMPARE_EXAMPLES='$examples' names no example; give fsdp, pipeline or both"; exit 2; }
 fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
@@ -132,7 +132,7 @@ for size in ${sizes//,/ }; do
   esac
   limit=,none
   [[ ",${COMPARE_NONE_APART-1.3b}," == *",$size,"* ]] && limit=""
-  if [[ ",$examples," == *,fsdp,* ]]; then
+  if [ "$run_fsdp" = 1 ]; then
     for red in nccl hoccl; do
       name=fsdp-$size-reduce-$red-$setting
       run_nodes "$here/examples/train_fsdp.py" --size "$size" --batch "$fb" --steps "$fs" --repeats "$reps" \
@@ -147,7 +147,7 @@ for size in ${sizes//,/ }; do
       results+=("$name rc=$?")
     fi
   fi
-  if [[ ",$examples," == *,pipeline,* ]]; then
+  if [ "$run_pipeline" = 1 ]; then
     name=pipeline-$size-$setting
     run_nodes "$here/examples/train_pipeline.py" --size "$size" --batch "$pb" --steps "$ps" --repeats "$reps" \
       --comm hoccl,nccl,none --json "$out/$name.json" ${COMPARE_ARGS---gc-every 50} >"$out/$name.log" 2>&1

@@ -73,6 +73,9 @@ def test_compare_examples_picks_the_runs(tmp_path):
         "fsdp-1.3b-reduce-nccl-sliced.json", "fsdp-1.3b-reduce-hoccl-sliced.json", "fsdp-1.3b-none-sliced.json"]
     pipe = _compare(tmp_path / "pipe", COMPARE_EXAMPLES="pipeline")
     assert [c[c.index("--json") + 1].rsplit("/", 1)[-1] for c in pipe] == ["pipeline-small-sliced.json"] * 2
+    both = _compare(tmp_path / "both", COMPARE_EXAMPLES="pipeline, fsdp")  # a space after the comma: both still run
+    assert [c[c.index("--json") + 1].rsplit("/", 1)[-1] for c in both[::2]] == [
+        "fsdp-small-reduce-nccl-sliced.json", "fsdp-small-reduce-hoccl-sliced.json", "pipeline-small-sliced.json"]
     for bad in ("fsdp,pipe", ",", "*"):
         where = tmp_path / f"bad{ord(bad[-1])}"
         (msg,), = _compare(where, rc=2, COMPARE_EXAMPLES=bad)
